@@ -1,0 +1,190 @@
+"""gatepack's Python API: convert GRU/RNN layers between runtimes and prove the result numerically.
+
+>>> import converters as gp
+>>> model = gp.load("fixtures/gru_lbr1_bidirectional.onnx")
+>>> result = gp.convert("fixtures/gru_lbr1_bidirectional.onnx", "out/gru.onnx", to="onnx")
+>>> result.verification.passed
+True
+>>> gp.report(model, targets=["onnx"]).render("text")   # doctest: +SKIP
+
+Heavy frameworks (onnx, onnxruntime, OpenVINO, coremltools) are imported by the functions that need
+them, never by ``import converters``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from converters.errors import (  # noqa: F401  (re-exported)
+    GatepackError,
+    InputError,
+    NoRecurrentLayerError,
+    RefusedError,
+    RuntimeFailure,
+    UsageError,
+    VerificationError,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from converters.findings import Finding
+    from converters.model import Model
+    from converters.reporting import Report
+    from converters.verification import Verification
+
+__all__ = ["load", "save", "convert", "verify", "report", "run", "Result"]
+
+READ_OPTIONS = ("activation_defaults",)
+
+
+@dataclass
+class Result:
+    """What ``convert`` did: the output, the findings per layer, and the verification (if run)."""
+
+    source: str
+    output: str
+    format: str
+    findings: dict[str, list["Finding"]] = field(default_factory=dict)
+    verification: "Verification | None" = None
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source,
+            "output": self.output,
+            "format": self.format,
+            "findings": {name: [f.to_json() for f in fs] for name, fs in self.findings.items()},
+            "verification": self.verification.to_json() if self.verification else None,
+        }
+
+
+def _read_options(options: dict) -> dict:
+    out = {}
+    if options.get("activation_defaults"):
+        from schemas.activations import DefaultsPolicy
+
+        try:
+            out["defaults"] = DefaultsPolicy(options["activation_defaults"])
+        except ValueError:
+            raise UsageError(f"activation defaults policy {options['activation_defaults']!r} is not 'onnxruntime' or 'onnx'") from None
+    return out
+
+
+def load(path: str | Path, format: str | None = None, **options) -> "Model":
+    """Read the recurrent layers of the artifact at ``path`` (format detected from the path)."""
+    from converters import registry
+
+    fmt = format or registry.detect(path)
+    return registry.module(fmt).read(path, **_read_options(options))
+
+
+def save(model: "Model", path: str | Path, format: str, **options) -> None:
+    """Write ``model`` as ``format`` at ``path`` (atomically)."""
+    from converters import registry
+
+    info = registry.check_name(format)
+    module = registry.module(format)
+    unknown = set(options) - set(info.write_options)
+    if unknown:
+        raise UsageError(f"option(s) {sorted(unknown)} do not apply to the {format} format", hint=f"it takes {list(info.write_options) or 'none'}")
+    module.write(model, path, **options)
+
+
+def with_layout(model: "Model", layout: int) -> "Model":
+    """The same layers with a different interface layout (0: sequence-major, 1: batch-major)."""
+    from converters.model import Model
+
+    layers = [replace(layer, interface=replace(layer.interface, layout=layout), extras={}) for layer in model.layers]
+    return Model(model.path, model.format, layers, model.notes, model.skipped, model.meta)
+
+
+def convert(
+    src: str | Path,
+    dst: str | Path,
+    to: str | None = None,
+    *,
+    from_format: str | None = None,
+    verify: bool = True,
+    allow_lossy: bool = False,
+    strategy: str = "auto",
+    layout: int | None = None,
+    seed: int = 0,
+    **options,
+) -> Result:
+    """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``; verify unless told not to.
+
+    Refuses (RefusedError) when a finding is ``unsupported``, or ``lossy`` without ``allow_lossy``.
+    Nothing is written unless the conversion and its verification succeed.
+    """
+    from converters import registry
+    from converters.fileio import atomic_path, refuse_overwriting_inputs
+    from converters.findings import Status
+    from converters.reporting import build_report
+
+    fmt = to or registry.detect(dst)
+    registry.check_name(fmt)
+    if strategy not in ("auto", "native", "decomposed"):
+        raise UsageError(f"strategy {strategy!r} is not auto, native or decomposed")
+    refuse_overwriting_inputs(Path(dst), [Path(src)])
+    read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
+    source = load(src, from_format, **read_opts)
+    model = with_layout(source, layout) if layout is not None and layout != -1 else source
+    rep = build_report(model, [fmt], options)
+    findings = {lay.layer.name: lay.targets[fmt].findings for lay in rep.layers}
+    blocking = [(name, f) for name, fs in findings.items() for f in fs if f.status is Status.UNSUPPORTED or (f.status is Status.LOSSY and not allow_lossy)]
+    if blocking:
+        name, first = blocking[0]
+        more = f" (and {len(blocking) - 1} more finding(s))" if len(blocking) > 1 else ""
+        hint = first.alternative or ("pass --allow-lossy to accept it" if first.status is Status.LOSSY else None)
+        raise RefusedError(f"{src}: layer {name!r}: {first.status.value}: {first.feature}: {first.detail}{more}", findings=[f for _, f in blocking], hint=hint)
+    result = Result(str(src), str(dst), fmt, findings)
+    is_dir = fmt in ("directml", "bnns")
+    with atomic_path(Path(dst), directory=is_dir) as tmp:
+        save(model, tmp, fmt, **options)
+        if verify:
+            written = registry.module(fmt).read(tmp)
+            written.path = Path(dst)
+            from converters.verification import verify_models
+
+            result.verification = verify_models(source, written, seed=seed)
+            if not result.verification.passed:
+                worst = max(result.verification.outputs, key=lambda o: o.max_abs_error, default=None)
+                what = f"{worst.layer} {worst.output} max abs error {worst.max_abs_error:.3g}" if worst else "no output compared"
+                raise VerificationError(f"{dst}: verification failed: {what}; nothing was written", verification=result.verification, hint="rerun with --no-verify to keep the output for inspection")
+    return result
+
+
+def verify(src: str | Path, dst: str | Path, *, seed: int = 0, src_format: str | None = None, dst_format: str | None = None, **options) -> "Verification":
+    """Run both artifacts on the same random inputs and compare their outputs."""
+    from converters.verification import verify_models
+
+    return verify_models(load(src, src_format, **options), load(dst, dst_format, **options), seed=seed)
+
+
+def report(model_or_path: "Model | str | Path", targets: list[str] | None = None, **options) -> "Report":
+    """Per layer and target, what every feature becomes (exact ... unsupported)."""
+    from converters import registry
+    from converters.reporting import build_report
+
+    read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
+    model = load(model_or_path, **read_opts) if isinstance(model_or_path, (str, Path)) else model_or_path
+    targets = list(targets) if targets else list(registry.FORMATS)
+    for target in targets:
+        registry.check_name(target)
+    return build_report(model, targets, options)
+
+
+def run(artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "native", format: str | None = None, **options) -> dict[str, "np.ndarray"]:
+    """Execute an artifact: ``native`` on its own runtime, ``numpy`` on gatepack's executor."""
+    from converters import registry
+
+    fmt = format or registry.detect(artifact)
+    if engine == "native":
+        return registry.module(fmt).run_native(artifact, inputs)
+    if engine != "numpy":
+        raise UsageError(f"engine {engine!r} is not 'native' or 'numpy'")
+    from converters.executor import run_model
+
+    return run_model(load(artifact, fmt, **options), inputs)

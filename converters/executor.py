@@ -1,0 +1,209 @@
+"""Vectorised NumPy executor of the canonical GRU/RNN layer, with the complete ONNX semantics.
+
+It is the oracle-independent reference gatepack checks every format against, and it follows
+onnxruntime wherever the ONNX specification leaves room (CONVENTIONS.md section 2):
+
+* equations: see ``schemas.layer`` (z, r, h gate order; reset before or after the matmul);
+* ``clip`` bounds every gate's pre-activation sum, biases included, before its activation;
+* ``sequence_lens``: Y is zero past each sequence's length in every direction; the reverse
+  direction starts at ``t = len - 1`` from ``initial_h``; Y_h is the state after the last valid
+  step, and 0 (not ``initial_h``) for ``len = 0``;
+* the reverse direction's Y is aligned to input time (Y[t] is the state after consuming x[t]);
+* layout 0: X [S,N,I], initial_h / Y_h [D,N,H], Y [S,D,N,H];
+  layout 1: X [N,S,I], initial_h / Y_h [N,D,H], Y [N,S,D,H];
+* float16 is computed in float32 and rounded once at the end; float32 and float64 in their own type.
+
+Cost: one matmul per direction projects every time step's input (``X @ W^T``); each step does one
+recurrent matmul (two for GRU with reset-before, whose candidate needs ``r * h`` first). Sequence
+lengths are masks over the batch, never Python loops over it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from converters.errors import InputError, UsageError, where
+from converters.model import Model
+from schemas.layer import Cell, DirectionParams, RecurrentLayer
+
+
+def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run every layer of a layers-only model on named inputs; return its named outputs."""
+    other = model.meta.get("other_ops")
+    if other:
+        raise UsageError(
+            f"{model.path}: the numpy engine runs recurrent layers only, and this model also has {', '.join(other)} nodes",
+            hint="use --engine native, or convert the model first (the result holds only its recurrent layers)",
+        )
+    outputs: dict[str, np.ndarray] = {}
+    for layer in model.layers:
+        itf = layer.interface
+        if itf.x not in inputs:
+            raise InputError(f"{where(model.path, layer.name)}input {itf.x!r} is missing", hint=f"inputs given: {sorted(inputs)}")
+        optional = {}
+        for key in ("sequence_lens", "initial_h"):
+            name = getattr(itf, key)
+            if name is not None:
+                if name not in inputs:
+                    raise InputError(f"{where(model.path, layer.name)}input {name!r} ({key}) is missing")
+                optional[key] = inputs[name]
+        for name, value in ((itf.x, inputs[itf.x]), (itf.initial_h, optional.get("initial_h"))):
+            if value is not None and np.asarray(value).dtype != layer.dtype:
+                raise InputError(f"{where(model.path, layer.name)}input {name!r} is {np.asarray(value).dtype}, the layer takes {layer.dtype}")
+        y, y_h = run_layer(layer, inputs[itf.x], optional.get("sequence_lens"), optional.get("initial_h"))
+        if itf.y:
+            outputs[itf.y] = y
+        if itf.y_h:
+            outputs[itf.y_h] = y_h
+    return outputs
+
+
+def run_layer(
+    layer: RecurrentLayer,
+    x: np.ndarray,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run ``layer`` on inputs in its own layout; return ``(Y, Y_h)`` in that layout and dtype."""
+    x, sequence_lens, initial_h = _check_inputs(layer, x, sequence_lens, initial_h)
+    layout = layer.interface.layout
+    compute = np.float32 if layer.dtype == np.float16 else layer.dtype
+    x = np.asarray(x, dtype=compute)
+    if layout == 1:
+        x = x.transpose(1, 0, 2)  # -> [S, N, I]
+        if initial_h is not None:
+            initial_h = initial_h.transpose(1, 0, 2)  # -> [D, N, H]
+    seq_len, batch = x.shape[0], x.shape[1]
+    hidden = layer.hidden_size
+    y = np.zeros((seq_len, layer.num_directions, batch, hidden), dtype=compute)
+    y_h = np.zeros((layer.num_directions, batch, hidden), dtype=compute)
+    lens = None
+    if sequence_lens is not None and not np.all(sequence_lens == seq_len):
+        lens = sequence_lens.astype(np.int64)
+    for d, params in enumerate(layer.directions):
+        reverse = layer.direction.value == "reverse" or d == 1
+        h0 = np.zeros((batch, hidden), compute) if initial_h is None else initial_h[d].astype(compute)
+        y_h[d] = _run_direction(layer, params, x, lens, h0, reverse, y[:, d], compute)
+    if layout == 1:
+        y, y_h = y.transpose(2, 0, 1, 3), y_h.transpose(1, 0, 2)
+    return y.astype(layer.dtype, copy=False), y_h.astype(layer.dtype, copy=False)
+
+
+def _run_direction(
+    layer: RecurrentLayer,
+    params: DirectionParams,
+    x: np.ndarray,
+    lens: np.ndarray | None,
+    h: np.ndarray,
+    reverse: bool,
+    y: np.ndarray,
+    compute: np.dtype,
+) -> np.ndarray:
+    """Run one direction over X [S,N,I]; write its outputs into ``y`` [S,N,H]; return Y_h [N,H]."""
+    seq_len, batch, _ = x.shape
+    w = params.W.astype(compute, copy=False)
+    r = params.R.astype(compute, copy=False)
+    wb = params.Wb.astype(compute, copy=False)
+    rb = params.Rb.astype(compute, copy=False)
+    # Every time step's input projection at once: [S*N, I] @ [I, G*H].
+    xw = (x.reshape(seq_len * batch, -1) @ w.T + wb).reshape(seq_len, batch, -1)
+    make_step = _gru_step if layer.cell is Cell.GRU else _rnn_step
+    step = make_step(layer, params.activations, r, rb)
+    rows = np.arange(batch)
+    steps = seq_len if lens is None else int(lens.max(initial=0))
+    for k in range(steps):
+        if lens is None:
+            t = seq_len - 1 - k if reverse else k
+            h = step(xw[t], h)
+            y[t] = h
+            continue
+        valid = k < lens
+        if reverse:
+            t = np.maximum(lens - 1 - k, 0)  # each sequence starts from its own last valid step
+            h_new = step(xw[t, rows], h)
+            y[t[valid], rows[valid]] = h_new[valid]
+        else:
+            h_new = step(xw[k], h)
+            y[k] = np.where(valid[:, None], h_new, 0)
+        h = np.where(valid[:, None], h_new, h)
+    if lens is not None:
+        h = np.where((lens == 0)[:, None], 0, h)  # onnxruntime: Y_h = 0 for empty sequences
+    return h
+
+
+def _clipper(layer: RecurrentLayer):
+    """Bound a pre-activation to [-clip, clip] (identity without clip)."""
+    if layer.clip is None:
+        return lambda v: v
+    c = layer.clip
+    return lambda v: np.clip(v, -c, c)
+
+
+def _gru_step(layer: RecurrentLayer, activations: tuple, r: np.ndarray, rb: np.ndarray):
+    """The GRU step h_{t-1} -> h_t for pre-projected inputs gx = x_t W^T + Wb ([N, 3H])."""
+    f, g = activations
+    clip = _clipper(layer)
+    H = layer.hidden_size
+    if layer.linear_before_reset:
+        r_t = np.ascontiguousarray(r.T)  # [H, 3H]
+
+        def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:
+            gh = h @ r_t + rb
+            z = f(clip(gx[:, :H] + gh[:, :H]))
+            reset = f(clip(gx[:, H : 2 * H] + gh[:, H : 2 * H]))
+            n = g(clip(gx[:, 2 * H :] + reset * gh[:, 2 * H :]))
+            return (1 - z) * n + z * h
+
+    else:
+        r_zr_t = np.ascontiguousarray(r[: 2 * H].T)  # [H, 2H]
+        r_h_t = np.ascontiguousarray(r[2 * H :].T)  # [H, H]
+        rb_zr, rb_h = rb[: 2 * H], rb[2 * H :]
+
+        def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:
+            gh = h @ r_zr_t + rb_zr
+            z = f(clip(gx[:, :H] + gh[:, :H]))
+            reset = f(clip(gx[:, H : 2 * H] + gh[:, H:]))
+            n = g(clip(gx[:, 2 * H :] + (reset * h) @ r_h_t + rb_h))
+            return (1 - z) * n + z * h
+
+    return step
+
+
+def _rnn_step(layer: RecurrentLayer, activations: tuple, r: np.ndarray, rb: np.ndarray):
+    """The RNN step h_{t-1} -> h_t for pre-projected inputs gx = x_t W^T + Wb ([N, H])."""
+    (f,) = activations
+    clip = _clipper(layer)
+    r_t = np.ascontiguousarray(r.T)
+
+    def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:
+        return f(clip(gx + h @ r_t + rb))
+
+    return step
+
+
+def _check_inputs(
+    layer: RecurrentLayer,
+    x: np.ndarray,
+    sequence_lens: np.ndarray | None,
+    initial_h: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    at = where(None, layer.name)
+    x = np.asarray(x)
+    if x.ndim != 3 or x.shape[2] != layer.input_size:
+        expected = "[N, S, I]" if layer.interface.layout else "[S, N, I]"
+        raise InputError(f"{at}X has shape {list(x.shape)}, expected {expected} with I = {layer.input_size}")
+    seq_len, batch = (x.shape[1], x.shape[0]) if layer.interface.layout else (x.shape[0], x.shape[1])
+    if sequence_lens is not None:
+        sequence_lens = np.asarray(sequence_lens)
+        if sequence_lens.shape != (batch,):
+            raise InputError(f"{at}sequence_lens has shape {list(sequence_lens.shape)}, expected [{batch}]")
+        bad = sequence_lens[(sequence_lens < 0) | (sequence_lens > seq_len)]
+        if bad.size:
+            raise InputError(f"{at}sequence_lens value {int(bad[0])} is outside [0, {seq_len}] (the sequence length)")
+    if initial_h is not None:
+        initial_h = np.asarray(initial_h)
+        d = layer.num_directions
+        expected = (batch, d, layer.hidden_size) if layer.interface.layout else (d, batch, layer.hidden_size)
+        if initial_h.shape != expected:
+            raise InputError(f"{at}initial_h has shape {list(initial_h.shape)}, expected {list(expected)}")
+    return x, sequence_lens, initial_h

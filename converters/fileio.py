@@ -1,0 +1,45 @@
+"""Atomic output: a failed run leaves nothing behind, and an input is never overwritten."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from converters.errors import UsageError
+
+
+def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
+    """Raise UsageError if ``output`` is (or would replace) one of ``inputs``."""
+    out = Path(output).resolve()
+    for source in inputs:
+        src = Path(source).resolve()
+        if out == src or (out.exists() and src.exists() and os.path.samefile(out, src)):
+            raise UsageError(f"{output}: the output would overwrite the input {source}", hint="choose another -o path")
+
+
+@contextmanager
+def atomic_path(target: Path, *, directory: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; move it onto ``target`` only if the block succeeds.
+
+    With ``directory=True`` the temporary path is a fresh directory and ``target`` is replaced whole.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if directory:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    else:
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        tmp = Path(name)
+    try:
+        yield tmp
+        if directory and target.is_dir():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+        raise

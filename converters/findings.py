@@ -1,0 +1,56 @@
+"""Compatibility findings: what happens to each feature of a layer when it moves to a target.
+
+Statuses, worst first (DESIGN.md, "Compatibility findings"):
+
+* ``unsupported`` - the target cannot express it; ``convert`` refuses.
+* ``lossy``       - changes results beyond float rounding (e.g. fp64 -> fp32); refused unless allowed.
+* ``decomposed``  - the target's recurrent op cannot express it; built from elementary ops instead.
+* ``folded``      - numerically equivalent, but the source split cannot be recovered (summed biases).
+* ``repacked``    - the same numbers, rearranged (gate order, layout, direction split).
+* ``exact``       - carried over as is.
+
+A finding may also carry a ``warning``: something the user should know that does not change the
+status (e.g. the source relied on an activation default that runtimes disagree on).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+
+class Status(str, enum.Enum):
+    UNSUPPORTED = "unsupported"
+    LOSSY = "lossy"
+    DECOMPOSED = "decomposed"
+    FOLDED = "folded"
+    REPACKED = "repacked"
+    EXACT = "exact"
+
+    @property
+    def rank(self) -> int:
+        """0 for the worst status, 5 for exact."""
+        return list(Status).index(self)
+
+
+@dataclass(frozen=True)
+class Finding:
+    feature: str
+    status: Status
+    detail: str
+    warning: str | None = None
+    alternative: str | None = None  # for unsupported/lossy: what the user can do instead
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return {k: v for k, v in data.items() if v is not None}
+
+
+def worst(findings: Iterable[Finding]) -> Status:
+    return min((f.status for f in findings), key=lambda s: s.rank, default=Status.EXACT)
+
+
+def sort_worst_first(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: f.status.rank)

@@ -1,0 +1,748 @@
+"""ONNX: read every GRU/RNN node of any model; write single-purpose layer models; run on onnxruntime.
+
+ONNX is the canonical convention (see ``schemas.layer``), so reading is unpacking, not rearranging:
+
+* ``W`` [D, G*H, I] and ``R`` [D, G*H, H], gate blocks z, r, h (GRU) or one block (RNN);
+* ``B`` [D, 2*G*H] = [Wb_zrh, Rb_zrh] per direction (absent: zeros);
+* layout 0: X [S,N,I], initial_h/Y_h [D,N,H], Y [S,D,N,H]; layout 1: X [N,S,I], initial_h/Y_h [N,D,H],
+  Y [N,S,D,H]. onnxruntime rejects ``layout = 1`` and OpenVINO's importer ignores it, so gatepack
+  writes a batch-major interface as Transpose nodes around a layout-0 node by default, and reads
+  that pattern (from any exporter) back as one layout-1 layer.
+
+Supported operator versions: GRU 1, 3, 7, 14, 22 and RNN 1, 7, 14, 22. Weights may be
+initializers (embedded or external data), ``Constant`` nodes, or cones of operators over constants
+(folded with ``onnx.reference``), and nodes may sit inside ``If``/``Loop``/``Scan`` subgraphs, where
+they are named by their path (``If_0/then_branch/GRU_3``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
+from converters.fileio import atomic_path
+from converters.findings import Finding, Status
+from converters.model import Model
+from schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
+from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError
+
+FORMAT = "onnx"
+DEFAULT_OPSET = 14
+WRITABLE_OPSETS = (7, 14)
+_CELLS = {"GRU": Cell.GRU, "RNN": Cell.RNN}
+_NOT_YET = {"LSTM": "LSTM is not supported yet (GRU and RNN are)"}
+_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+_ONNX_DOMAINS = ("", "ai.onnx")
+
+# Transposes between the batch-major interface and a layout-0 node (X/initial_h/Y_h: swap the
+# first two axes; Y: [S,D,N,H] -> [N,S,D,H]).
+_PERM_IN = [1, 0, 2]
+_PERM_Y = [2, 0, 1, 3]
+_PERM_YH = [1, 0, 2]
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+def read(path: str | Path, *, defaults: DefaultsPolicy = DefaultsPolicy.ONNXRUNTIME) -> Model:
+    """Read every GRU/RNN node of the ONNX model at ``path`` into canonical layers."""
+    path = Path(path)
+    proto = load_proto(path)
+    return _Reader(path, proto, DefaultsPolicy(defaults)).read()
+
+
+def load_proto(path: Path) -> onnx.ModelProto:
+    """Load the model structure (external data stays on disk until a tensor is needed)."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as err:  # protobuf raises several types for corrupt input
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise InputError(f"{path}: not a readable ONNX model ({detail})") from None
+    if not proto.opset_import or not proto.HasField("graph"):
+        raise InputError(f"{path}: not an ONNX model (no graph or no opset import)")
+    return proto
+
+
+class _Scope:
+    """Names visible in one graph: its initializers, inputs, and node outputs; then its parent's."""
+
+    def __init__(self, graph: onnx.GraphProto, parent: "_Scope | None", path: str) -> None:
+        self.graph = graph
+        self.parent = parent
+        self.path = path
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.inputs = {i.name for i in graph.input} - set(self.initializers)
+        self.outputs = {o.name for o in graph.output}
+        self.producers: dict[str, onnx.NodeProto] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in graph.node:
+            for out in node.output:
+                if out:
+                    self.producers[out] = node
+            for inp in node.input:
+                self.consumers.setdefault(inp, []).append(node)
+
+    def lookup(self, name: str) -> tuple[str, object, "_Scope"] | None:
+        scope: _Scope | None = self
+        while scope is not None:
+            if name in scope.initializers:
+                return "initializer", scope.initializers[name], scope
+            if name in scope.producers:
+                return "node", scope.producers[name], scope
+            if name in scope.inputs:
+                return "input", None, scope
+            scope = scope.parent
+        return None
+
+
+@dataclass
+class _Isolated:
+    """What it takes to run one layer's original node(s) alone on onnxruntime."""
+
+    nodes: list[onnx.NodeProto]
+    constants: dict[str, np.ndarray]
+    opset: int
+
+
+class _Reader:
+    def __init__(self, path: Path, proto: onnx.ModelProto, policy: DefaultsPolicy) -> None:
+        self.path = path
+        self.proto = proto
+        self.policy = policy
+        self.base_dir = str(path.parent)
+        self.opset = next((o.version for o in proto.opset_import if o.domain in _ONNX_DOMAINS), None)
+        if self.opset is None:
+            raise InputError(f"{path}: the model imports no ai.onnx opset")
+        self.types = _value_types(proto)
+        self.layers: list[RecurrentLayer] = []
+        self.notes: dict[str, list[Finding]] = {}
+        self.skipped: list[tuple[str, str]] = []
+        self.op_types: set[str] = set()
+
+    def read(self) -> Model:
+        for node, scope, name in self._walk(self.proto.graph, None, ""):
+            self.op_types.add(node.op_type)
+            if node.domain not in _ONNX_DOMAINS:
+                continue
+            if node.op_type in _CELLS:
+                self.layers.append(self._read_node(node, scope, name))
+            elif node.op_type in _NOT_YET:
+                self.skipped.append((name, _NOT_YET[node.op_type]))
+        if not self.layers:
+            raise NoRecurrentLayerError(f"{self.path}: no GRU/RNN layer found{self._why_none()}")
+        absorbed = {id(n) for layer in self.layers for n in layer.extras["onnx"].nodes}
+        other_ops = sorted({n.op_type for n in self.proto.graph.node if id(n) not in absorbed})
+        return Model(self.path, FORMAT, self.layers, self.notes, self.skipped, {"opset": self.opset, "other_ops": other_ops})
+
+    def _why_none(self) -> str:
+        if self.skipped:
+            kinds = sorted({reason.split(" ")[0] for _, reason in self.skipped})
+            return f" ({len(self.skipped)} {'/'.join(kinds)} node(s) found: {self.skipped[0][1]})"
+        if {"MatMul", "Sigmoid", "Tanh"} <= self.op_types or {"Gemm", "Sigmoid", "Tanh"} <= self.op_types:
+            return " (it holds MatMul/Gemm, Sigmoid and Tanh nodes: it may be an unrolled recurrent cell, which gatepack does not recognise)"
+        return ""
+
+    def _walk(self, graph: onnx.GraphProto, parent: _Scope | None, prefix: str) -> Iterator[tuple]:
+        scope = _Scope(graph, parent, prefix)
+        used: set[str] = set()
+        for index, node in enumerate(graph.node):
+            base = node.name or f"{node.op_type}_{index}"
+            name = prefix + base
+            while name in used:
+                name += "_"
+            used.add(name)
+            yield node, scope, name
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    yield from self._walk(attr.g, scope, f"{name}/{attr.name}/")
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    for k, sub in enumerate(attr.graphs):
+                        yield from self._walk(sub, scope, f"{name}/{attr.name}[{k}]/")
+
+    # -- constants
+
+    def _tensor(self, tensor: onnx.TensorProto) -> np.ndarray:
+        try:
+            return numpy_helper.to_array(tensor, base_dir=self.base_dir)
+        except Exception as err:
+            raise InputError(f"{self.path}: tensor {tensor.name!r} cannot be loaded ({str(err).splitlines()[0]})") from None
+
+    def constant(self, name: str, scope: _Scope, layer: str, role: str) -> np.ndarray:
+        """The value of tensor ``name`` if it is a constant (folding any cone of operators)."""
+        at = where(self.path, layer)
+        found = scope.lookup(name)
+        if found is None:
+            raise InputError(f"{at}{role} {name!r} is not defined anywhere in the model")
+        kind, obj, _ = found
+        if kind == "initializer":
+            return self._tensor(obj)
+        if kind == "input":
+            raise InputError(
+                f"{at}{role} {name!r} is a graph input, not a constant",
+                hint="gatepack needs constant weights; make them initializers",
+            )
+        nodes: list[onnx.NodeProto] = []
+        inits: dict[str, np.ndarray] = {}
+        self._collect_cone(name, scope, nodes, inits, set(), at, role)
+        if len(nodes) == 1 and nodes[0].op_type == "Constant" and nodes[0].attribute[0].name == "value":
+            return self._tensor(nodes[0].attribute[0].t)
+        return self._fold(nodes, inits, name, at, role)
+
+    def _collect_cone(self, name: str, scope: _Scope, nodes: list, inits: dict, seen: set, at: str, role: str) -> None:
+        if not name or name in seen:
+            return
+        seen.add(name)
+        found = scope.lookup(name)
+        if found is None:
+            raise InputError(f"{at}{role} depends on {name!r}, which is not defined")
+        kind, obj, owner = found
+        if kind == "initializer":
+            inits[name] = self._tensor(obj)
+            return
+        if kind == "input":
+            raise InputError(
+                f"{at}{role} depends on graph input {name!r}: it is not a constant",
+                hint="gatepack needs weights computable from constants alone",
+            )
+        node: onnx.NodeProto = obj
+        if node.op_type in _NONDETERMINISTIC or node.domain not in _ONNX_DOMAINS:
+            raise InputError(f"{at}{role} depends on a {node.domain or 'ai.onnx'}::{node.op_type} node, which gatepack cannot fold")
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            raise InputError(f"{at}{role} depends on control flow ({node.op_type} {node.name!r}), which gatepack cannot fold")
+        for inp in node.input:
+            self._collect_cone(inp, owner, nodes, inits, seen, at, role)
+        if not any(n is node for n in nodes):
+            nodes.append(node)
+
+    def _fold(self, nodes: list, inits: dict, name: str, at: str, role: str) -> np.ndarray:
+        from onnx.reference import ReferenceEvaluator
+
+        graph = helper.make_graph(
+            nodes,
+            "fold",
+            [],
+            [onnx.ValueInfoProto(name=name)],
+            [numpy_helper.from_array(v, k) for k, v in inits.items()],
+        )
+        model = helper.make_model(graph, opset_imports=list(self.proto.opset_import))
+        try:
+            (value,) = ReferenceEvaluator(model).run([name], {})
+        except Exception as err:
+            ops = ", ".join(sorted({n.op_type for n in nodes}))
+            raise InputError(f"{at}{role} {name!r} could not be folded from constants ({ops}): {str(err).splitlines()[0]}") from None
+        return np.asarray(value)
+
+    # -- nodes
+
+    def _read_node(self, node: onnx.NodeProto, scope: _Scope, name: str) -> RecurrentLayer:
+        cell = _CELLS[node.op_type]
+        at = where(self.path, name)
+        version = onnx.defs.get_schema(node.op_type, self.opset).since_version
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        allowed = {"hidden_size", "direction", "activations", "activation_alpha", "activation_beta", "clip"}
+        allowed |= {"linear_before_reset"} if cell is Cell.GRU and version >= 3 else set()
+        allowed |= {"layout"} if version >= 14 else set()
+        allowed |= {"output_sequence"} if version < 7 else set()
+        for key in attrs:
+            if key not in allowed:
+                raise InputError(f"{at}attribute {key!r} is not part of {node.op_type}-{version}")
+        inputs = list(node.input) + [""] * (6 - len(node.input))
+        if not inputs[0] or not inputs[1] or not inputs[2]:
+            raise InputError(f"{at}{node.op_type} needs inputs X, W and R; got {list(node.input)}")
+
+        w = self.constant(inputs[1], scope, name, "W")
+        r = self.constant(inputs[2], scope, name, "R")
+        b = self.constant(inputs[3], scope, name, "B") if inputs[3] else None
+        if "hidden_size" not in attrs:
+            guess = f"; R has shape {list(r.shape)}, which suggests hidden_size={r.shape[-1]}" if r.ndim == 3 else ""
+            raise InputError(f"{at}attribute hidden_size is missing (onnxruntime requires it){guess}")
+        hidden = int(attrs["hidden_size"])
+        direction_text = _text(attrs.get("direction", b"forward"))
+        try:
+            direction = Direction(direction_text)
+        except ValueError:
+            raise InputError(f"{at}direction {direction_text!r} is not forward, reverse or bidirectional") from None
+        d, gh = direction.count, cell.gates * hidden
+        if hidden < 1:
+            raise InputError(f"{at}hidden_size {hidden} must be positive")
+        if w.ndim != 3 or w.shape[:2] != (d, gh):
+            raise InputError(f"{at}W has shape {list(w.shape)}, expected [{d}, {gh}, input_size] for hidden_size={hidden}, direction={direction.value}")
+        if r.shape != (d, gh, hidden):
+            raise InputError(f"{at}R has shape {list(r.shape)}, expected [{d}, {gh}, {hidden}] for hidden_size={hidden}")
+        if b is not None and b.shape != (d, 2 * gh):
+            raise InputError(f"{at}B has shape {list(b.shape)}, expected [{d}, {2 * gh}] for hidden_size={hidden}")
+        if w.dtype.name not in ("float16", "float32", "float64"):
+            raise InputError(f"{at}W is {w.dtype}; GRU/RNN weights are float16, float32 or float64")
+        for label, array in (("R", r), ("B", b)):
+            if array is not None and array.dtype != w.dtype:
+                raise InputError(f"{at}{label} is {array.dtype} but W is {w.dtype}")
+
+        notes: list[Finding] = []
+        per_dir = self._activations(node, cell, direction, attrs, at, notes)
+        clip = self._clip(cell, attrs, at, notes)
+        layout = int(attrs.get("layout", 0))
+        if layout not in (0, 1):
+            raise InputError(f"{at}layout {layout} is not 0 or 1")
+        lbr = bool(attrs.get("linear_before_reset", 0))
+        if "output_sequence" in attrs:
+            notes.append(Finding("outputs", Status.EXACT, f"output_sequence={attrs['output_sequence']} ({node.op_type}-{version}): Y is produced when it is named"))
+
+        outputs = list(node.output) + ["", ""]
+        isolated = _Isolated([node], {k: v for k, v in ((inputs[1], w), (inputs[2], r), (inputs[3], b)) if k}, self.opset)
+        interface = self._interface(node, scope, inputs, outputs, layout, w, at, isolated)
+        zeros = np.zeros(gh, dtype=w.dtype)
+        directions = tuple(
+            DirectionParams(
+                W=w[k],
+                R=r[k],
+                Wb=b[k, :gh] if b is not None else zeros,
+                Rb=b[k, gh:] if b is not None else zeros,
+                activations=tuple(per_dir[k]),
+            )
+            for k in range(d)
+        )
+        try:
+            layer = RecurrentLayer(
+                name=name,
+                cell=cell,
+                input_size=int(w.shape[2]),
+                hidden_size=hidden,
+                direction=direction,
+                directions=directions,
+                interface=interface,
+                linear_before_reset=lbr,
+                clip=clip,
+                has_bias=b is not None,
+                extras={"onnx": isolated, "onnx_version": version},
+            )
+        except SpecError as err:
+            raise InputError(f"{self.path}: {err}") from None
+        if notes:
+            self.notes[name] = notes
+        return layer
+
+    def _activations(self, node, cell: Cell, direction: Direction, attrs: dict, at: str, notes: list) -> list[list]:
+        per = cell.activation_count
+        d = direction.count
+        names = [_text(n) for n in attrs.get("activations", [])] or list(cell.default_activations) * d
+        if cell is Cell.RNN and d == 1 and len(names) == 2:
+            # onnxruntime keeps the first of two names for a one-direction RNN (an old default was [Tanh, Tanh]).
+            if names[0].lower() != names[1].lower():
+                notes.append(Finding("activations", Status.EXACT, f"a {direction.value} RNN lists two activations {names}; onnxruntime uses the first, {names[0]!r}, and so does gatepack", warning="second activation ignored"))
+            names = names[:1]
+        if len(names) != per * d:
+            raise InputError(f"{at}activations lists {len(names)} names {names}, a {direction.value} {node.op_type} takes {per * d}")
+        canonical = []
+        for given in names:
+            known = canonical_name(given)
+            if known is None:
+                raise InputError(f"{at}unknown activation {given!r}", hint=f"known: {', '.join(KINDS)}")
+            if known != given:
+                runtime = "onnxruntime rejects it for RNN and " if cell is Cell.RNN else ""
+                notes.append(Finding("activations", Status.EXACT, f"activation {given!r} spelled {known!r} ({runtime}the onnxruntime DirectML provider accepts only the exact spelling)"))
+            canonical.append(known)
+        alphas = [float(a) for a in attrs.get("activation_alpha", [])]
+        betas = [float(b) for b in attrs.get("activation_beta", [])]
+        try:
+            resolved, filled = resolve_activations(canonical, alphas, betas, self.policy)
+        except ValueError as err:
+            raise InputError(f"{at}{err}") from None
+        used_alpha = sum(KINDS[n].takes_alpha for n in canonical)
+        used_beta = sum(KINDS[n].takes_beta for n in canonical)
+        if len(alphas) > used_alpha or len(betas) > used_beta:
+            notes.append(Finding("activations", Status.EXACT, f"{len(alphas) - used_alpha if len(alphas) > used_alpha else 0} activation_alpha and {max(len(betas) - used_beta, 0)} activation_beta value(s) are consumed by no activation and ignored (as onnxruntime does)", warning="unused activation parameters"))
+        for item in filled:
+            if item.ambiguous:
+                other = "has no default" if item.other_value is None else f"uses {item.other_value:g}"
+                notes.append(
+                    Finding(
+                        "activation defaults",
+                        Status.EXACT,
+                        f"{item.activation} {item.parameter} is not set; gatepack uses {item.value:g} "
+                        f"({self.policy.value} policy) and writes it explicitly, while the {'ONNX operator' if self.policy is DefaultsPolicy.ONNXRUNTIME else 'onnxruntime'} default {other}",
+                        warning="the model relies on a default that runtimes disagree on",
+                        alternative="set the parameter explicitly, or choose the other policy with --activation-defaults",
+                    )
+                )
+            else:
+                notes.append(Finding("activation defaults", Status.EXACT, f"{item.activation} {item.parameter} is not set; every runtime uses {item.value:g}, written explicitly"))
+        return [resolved[k * per : (k + 1) * per] for k in range(d)]
+
+    def _clip(self, cell: Cell, attrs: dict, at: str, notes: list) -> float | None:
+        if "clip" not in attrs:
+            return None
+        clip = float(attrs["clip"])
+        if cell is Cell.GRU and not clip > 0:
+            raise InputError(f"{at}clip {clip:g} must be greater than 0 for GRU (onnxruntime refuses it)")
+        if not np.isfinite(clip):
+            raise InputError(f"{at}clip {clip} is not a finite number")
+        if clip < 0:
+            notes.append(Finding("clip", Status.EXACT, f"clip {clip:g} < 0 means no clip for RNN (onnxruntime); gatepack writes no clip"))
+            return None
+        return clip
+
+    def _interface(self, node, scope: _Scope, inputs: list, outputs: list, layout: int, w: np.ndarray, at: str, isolated: _Isolated) -> Interface:
+        names = {"x": inputs[0], "sequence_lens": inputs[4] or None, "initial_h": inputs[5] or None, "y": outputs[0] or None, "y_h": outputs[1] or None}
+        if names["y"] is None and names["y_h"] is None:
+            raise InputError(f"{at}the node has neither a Y nor a Y_h output")
+        if layout == 0:
+            outer = _absorbable_transposes(scope, node, names)
+            if outer is not None:
+                layout = 1
+                isolated.nodes = outer.pop("_nodes") + [node]
+                isolated.nodes.sort(key=lambda n: 0 if n.output[0] in (names["x"], names["initial_h"]) else (1 if n is node else 2))
+                names.update(outer)
+        x_dims = _dims(self.types.get(names["x"]))
+        if x_dims is not None:
+            if len(x_dims) != 3:
+                raise InputError(f"{at}X {names['x']!r} has rank {len(x_dims)}, expected 3")
+            if isinstance(x_dims[2], int) and x_dims[2] != w.shape[2]:
+                raise InputError(f"{at}X {names['x']!r} has input size {x_dims[2]} but W has {w.shape[2]}")
+        seq, batch = (None, None) if x_dims is None else ((x_dims[1], x_dims[0]) if layout else (x_dims[0], x_dims[1]))
+        return Interface(layout=layout, seq_length=seq, batch_size=batch, dtype=w.dtype.name, **names)
+
+
+def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> dict | None:
+    """If a layout-0 node is wrapped in batch-major Transposes from graph inputs to graph outputs
+    (gatepack's own layout encoding, and common in exports), return the outer names and nodes."""
+    outer: dict = {"_nodes": []}
+
+    def producer_transpose(name: str, perm: list) -> str | None:
+        prod = scope.producers.get(name)
+        if prod is None or prod.op_type != "Transpose" or _perm(prod) != perm:
+            return None
+        if prod.input[0] not in scope.inputs or len(scope.consumers.get(name, [])) != 1:
+            return None
+        outer["_nodes"].append(prod)
+        return prod.input[0]
+
+    def consumer_transpose(name: str, perm: list) -> str | None:
+        users = scope.consumers.get(name, [])
+        if len(users) != 1 or users[0].op_type != "Transpose" or _perm(users[0]) != perm:
+            return None
+        if name in scope.outputs or users[0].output[0] not in scope.outputs:
+            return None
+        outer["_nodes"].append(users[0])
+        return users[0].output[0]
+
+    checks = [("x", producer_transpose, _PERM_IN), ("initial_h", producer_transpose, _PERM_IN), ("y", consumer_transpose, _PERM_Y), ("y_h", consumer_transpose, _PERM_YH)]
+    for key, find, perm in checks:
+        if names[key] is None:
+            continue
+        found = find(names[key], perm)
+        if found is None:
+            return None
+        outer[key] = found
+    if names["sequence_lens"] is not None and names["sequence_lens"] not in scope.inputs:
+        return None
+    return outer
+
+
+def _perm(node: onnx.NodeProto) -> list | None:
+    for attr in node.attribute:
+        if attr.name == "perm":
+            return list(attr.ints)
+    return None
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _value_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Types of every named value, after ONNX shape inference where it succeeds."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:
+        inferred = proto
+    types: dict[str, onnx.TypeProto] = {}
+
+    def visit(graph: onnx.GraphProto) -> None:
+        for info in list(graph.input) + list(graph.output) + list(graph.value_info):
+            types.setdefault(info.name, info.type)
+        for node in graph.node:
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                    visit(sub)
+
+    visit(inferred.graph)
+    return types
+
+
+def _dims(tensor_type: onnx.TypeProto | None) -> list | None:
+    if tensor_type is None or not tensor_type.HasField("tensor_type") or not tensor_type.tensor_type.HasField("shape"):
+        return None
+    out: list = []
+    for dim in tensor_type.tensor_type.shape.dim:
+        if dim.HasField("dim_value") and dim.dim_value > 0:
+            out.append(int(dim.dim_value))
+        elif dim.HasField("dim_param") and dim.dim_param:
+            out.append(dim.dim_param)
+        else:
+            out.append(None)
+    return out
+
+
+# ----------------------------------------------------------------------------------------- writing
+
+
+def write(
+    model: Model,
+    path: str | Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    layout_encoding: str = "transpose",
+) -> None:
+    """Write ``model``'s layers as one ONNX model: one node per layer, each with the source layer's
+    interface (names, layout, optional inputs and outputs). Atomic: nothing is left on failure.
+
+    ``layout_encoding`` for batch-major (layout 1) layers: ``transpose`` (default) wraps a layout-0
+    node in Transposes, which every runtime runs; ``attribute`` writes ``layout=1`` (opset >= 14).
+    """
+    proto = build(model, opset=opset, layout_encoding=layout_encoding)
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        onnx.save(proto, str(tmp))
+
+
+def build(model: Model, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "transpose") -> onnx.ModelProto:
+    if opset not in WRITABLE_OPSETS:
+        raise UsageError(f"ONNX opset {opset} cannot be written", hint=f"choose one of {WRITABLE_OPSETS}")
+    if layout_encoding not in ("transpose", "attribute"):
+        raise UsageError(f"layout encoding {layout_encoding!r} is not 'transpose' or 'attribute'")
+    if layout_encoding == "attribute" and opset < 14:
+        raise UsageError(f"the layout attribute needs opset 14 or later (asked for opset {opset})", hint="use the transpose layout encoding")
+    names = _NameBook()
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    graph_inputs: list[onnx.ValueInfoProto] = []
+    graph_outputs: list[onnx.ValueInfoProto] = []
+    for layer in model.layers:
+        _emit_layer(layer, layout_encoding, names, nodes, inits, graph_inputs, graph_outputs)
+    graph = helper.make_graph(nodes, "gatepack", graph_inputs, graph_outputs, inits)
+    opsets = [helper.make_opsetid("", opset)]
+    proto = helper.make_model(graph, opset_imports=opsets, producer_name="gatepack", ir_version=helper.find_min_ir_version_for(opsets))
+    return proto
+
+
+class _NameBook:
+    """Keeps every tensor name unique in the written graph (inputs can be shared, outputs cannot)."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.inputs: set[str] = set()
+
+    def fresh(self, name: str) -> str:
+        candidate, k = name, 1
+        while candidate in self.used:
+            k += 1
+            candidate = f"{name}__{k}"
+        self.used.add(candidate)
+        return candidate
+
+    def graph_input(self, name: str) -> tuple[str, bool]:
+        """The name to use for a graph input, and whether it is new (shared inputs are declared once)."""
+        if name in self.inputs:
+            return name, False
+        fresh = self.fresh(name)
+        self.inputs.add(fresh)
+        return fresh, True
+
+
+def _emit_layer(layer: RecurrentLayer, encoding: str, names: _NameBook, nodes: list, inits: list, g_in: list, g_out: list) -> None:
+    itf = layer.interface
+    elem = helper.np_dtype_to_tensor_dtype(layer.dtype)
+    d, h, i = layer.num_directions, layer.hidden_size, layer.input_size
+    s, n = itf.seq_length, itf.batch_size
+    wrap = itf.layout == 1 and encoding == "transpose"
+    batch_major = itf.layout == 1
+
+    def declare_input(name: str, elem_type: int, shape: list) -> str:
+        actual, new = names.graph_input(name)
+        if new:
+            g_in.append(helper.make_tensor_value_info(actual, elem_type, shape))
+        return actual
+
+    def transposed(name: str, perm: list, suffix: str) -> str:
+        out = names.fresh(f"{name}__{suffix}")
+        nodes.append(helper.make_node("Transpose", [name], [out], perm=perm, name=names.fresh(f"{layer.name}/{suffix}")))
+        return out
+
+    x = declare_input(itf.x, elem, [n, s, i] if batch_major else [s, n, i])
+    if wrap:
+        x = transposed(x, _PERM_IN, "seq_major")
+    weight_prefix = layer.name.replace("/", ".")
+    w_name, r_name = names.fresh(f"{weight_prefix}.W"), names.fresh(f"{weight_prefix}.R")
+    inits.append(numpy_helper.from_array(np.stack([p.W for p in layer.directions]), w_name))
+    inits.append(numpy_helper.from_array(np.stack([p.R for p in layer.directions]), r_name))
+    node_inputs = [x, w_name, r_name, "", "", ""]
+    if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
+        b_name = names.fresh(f"{weight_prefix}.B")
+        inits.append(numpy_helper.from_array(np.stack([np.concatenate([p.Wb, p.Rb]) for p in layer.directions]), b_name))
+        node_inputs[3] = b_name
+    if itf.sequence_lens:
+        node_inputs[4] = declare_input(itf.sequence_lens, onnx.TensorProto.INT32, [n])
+    if itf.initial_h:
+        h0 = declare_input(itf.initial_h, elem, [n, d, h] if batch_major else [d, n, h])
+        node_inputs[5] = transposed(h0, _PERM_IN, "dir_major") if wrap else h0
+    while node_inputs and not node_inputs[-1]:
+        node_inputs.pop()
+
+    node_outputs, after = [], []
+    for key, shape_bm, shape_sm, perm in (("y", [n, s, d, h], [s, d, n, h], _PERM_Y), ("y_h", [n, d, h], [d, n, h], _PERM_YH)):
+        name = getattr(itf, key)
+        if name is None:
+            node_outputs.append("")
+            continue
+        final = names.fresh(name)
+        g_out.append(helper.make_tensor_value_info(final, elem, shape_bm if batch_major else shape_sm))
+        if wrap:
+            inner = names.fresh(f"{name}__seq_major")
+            after.append(helper.make_node("Transpose", [inner], [final], perm=perm, name=names.fresh(f"{layer.name}/{key}_batch_major")))
+            node_outputs.append(inner)
+        else:
+            node_outputs.append(final)
+    while node_outputs and not node_outputs[-1]:
+        node_outputs.pop()
+
+    attrs = _attributes(layer)
+    if itf.layout == 1 and encoding == "attribute":
+        attrs["layout"] = 1
+    op = {Cell.GRU: "GRU", Cell.RNN: "RNN"}[layer.cell]
+    nodes.append(helper.make_node(op, node_inputs, node_outputs, name=names.fresh(layer.name), **attrs))
+    nodes.extend(after)
+
+
+def _attributes(layer: RecurrentLayer) -> dict:
+    """Every semantic attribute, explicit (never left to a runtime default)."""
+    activations = [a for p in layer.directions for a in p.activations]
+    attrs: dict = {
+        "hidden_size": layer.hidden_size,
+        "direction": layer.direction.value,
+        "activations": [a.name for a in activations],
+    }
+    alphas = [a.alpha for a in activations if a.kind.takes_alpha]
+    betas = [a.beta for a in activations if a.kind.takes_beta]
+    if alphas:
+        attrs["activation_alpha"] = alphas
+    if betas:
+        attrs["activation_beta"] = betas
+    if layer.clip is not None:
+        attrs["clip"] = layer.clip
+    if layer.cell is Cell.GRU:
+        attrs["linear_before_reset"] = int(layer.linear_before_reset)
+    return attrs
+
+
+# ---------------------------------------------------------------------------------------- findings
+
+
+def check(layer: RecurrentLayer, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "transpose") -> list[Finding]:
+    """Findings for writing ``layer`` as ONNX (every canonical layer is expressible)."""
+    op = layer.cell.value.upper()
+    found = [
+        Finding("cell", Status.EXACT, f"{op} operator, opset {opset}"),
+        Finding("direction", Status.EXACT, layer.direction.value),
+        Finding("activations", Status.EXACT, f"{layer.activation_summary()} (names and parameters written explicitly)"),
+        Finding("bias", Status.EXACT, "B [D, 2*G*H] = [Wb, Rb]" if layer.has_bias else "no bias (zeros)"),
+    ]
+    if layer.cell is Cell.GRU:
+        found.append(Finding("linear_before_reset", Status.EXACT, str(int(layer.linear_before_reset))))
+    if layer.clip is not None:
+        found.append(Finding("clip", Status.EXACT, f"clip={layer.clip:g}"))
+    itf = layer.interface
+    if itf.sequence_lens:
+        found.append(Finding("sequence_lens", Status.EXACT, "sequence_lens input kept"))
+    if itf.initial_h:
+        found.append(Finding("initial_h", Status.EXACT, "initial_h input kept"))
+    if itf.layout == 1:
+        if layout_encoding == "transpose":
+            found.append(Finding("layout", Status.REPACKED, "batch-major interface kept with Transpose nodes around a layout-0 node (onnxruntime rejects layout=1; OpenVINO's importer ignores it)"))
+        else:
+            found.append(Finding("layout", Status.EXACT, "layout=1 attribute", warning="onnxruntime rejects layout=1 and OpenVINO's ONNX importer ignores it"))
+    else:
+        found.append(Finding("layout", Status.EXACT, "layout 0 (sequence-major)"))
+    dtype_warning = "onnxruntime's CPU GRU does not run float64" if layer.cell is Cell.GRU and layer.dtype == np.float64 else None
+    found.append(Finding("dtype", Status.EXACT, layer.interface.dtype, warning=dtype_warning))
+    found.append(Finding("shapes", Status.EXACT, f"S={_dim_text(itf.seq_length)}, N={_dim_text(itf.batch_size)}"))
+    return found
+
+
+def _dim_text(dim) -> str:
+    return "?" if dim is None else str(dim)
+
+
+# ----------------------------------------------------------------------------------------- running
+
+
+def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the ONNX file at ``path`` on onnxruntime (CPU)."""
+    import onnxruntime as ort
+
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as err:
+        raise RuntimeFailure(f"{path}: onnxruntime cannot load the model: {_ort_message(err)}", hint=_ort_hint(err)) from None
+    return _run_session(session, inputs, str(path))
+
+
+def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the layer's original ONNX node(s) alone on onnxruntime, with its original weights."""
+    import onnxruntime as ort
+
+    isolated: _Isolated | None = layer.extras.get("onnx")
+    if isolated is None:
+        raise UsageError(f"layer {layer.name!r} was not read from ONNX")
+    if isolated.opset < 7:
+        raise RuntimeFailure(f"layer {layer.name!r}: onnxruntime has no kernel for opset {isolated.opset} recurrent operators", hint="use --engine numpy")
+    itf = layer.interface
+    elem = helper.np_dtype_to_tensor_dtype(layer.dtype)
+    graph_inputs = [helper.make_tensor_value_info(itf.x, elem, None)]
+    if itf.sequence_lens:
+        graph_inputs.append(helper.make_tensor_value_info(itf.sequence_lens, onnx.TensorProto.INT32, None))
+    if itf.initial_h:
+        graph_inputs.append(helper.make_tensor_value_info(itf.initial_h, elem, None))
+    outputs = [helper.make_tensor_value_info(name, elem, None) for name in (itf.y, itf.y_h) if name]
+    graph = helper.make_graph(isolated.nodes, "isolated", graph_inputs, outputs, [numpy_helper.from_array(v, k) for k, v in isolated.constants.items()])
+    opsets = [helper.make_opsetid("", isolated.opset)]
+    proto = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+    try:
+        session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as err:
+        raise RuntimeFailure(f"layer {layer.name!r}: onnxruntime cannot run the node: {_ort_message(err)}", hint=_ort_hint(err)) from None
+    return _run_session(session, inputs, f"layer {layer.name!r}")
+
+
+run_layer_native = run_isolated
+
+
+def _run_session(session, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
+    wanted = [i.name for i in session.get_inputs()]
+    missing = [name for name in wanted if name not in inputs]
+    if missing:
+        raise InputError(f"{label}: missing input(s) {missing}", hint=f"the model takes {wanted}")
+    feed = {name: inputs[name] for name in wanted}
+    try:
+        results = session.run(None, feed)
+    except Exception as err:
+        raise RuntimeFailure(f"{label}: onnxruntime failed: {_ort_message(err)}", hint=_ort_hint(err)) from None
+    return {out.name: value for out, value in zip(session.get_outputs(), results)}
+
+
+def _ort_message(err: Exception) -> str:
+    text = str(err).replace("\n", " ")
+    return text.split(" : ")[-1].strip()[:300]
+
+
+def _ort_hint(err: Exception) -> str | None:
+    if "layout == 1" in str(err):
+        return "onnxruntime rejects layout=1; use --engine numpy, or write the model with the transpose layout encoding"
+    return None

@@ -1,0 +1,90 @@
+"""What `gatepack inspect` shows: the recurrent layers of a model, their attributes and shapes."""
+
+from __future__ import annotations
+
+from converters.model import Model
+from schemas.layer import RecurrentLayer
+
+
+def _dim(value) -> str:
+    return "?" if value is None else str(value)
+
+
+def _shapes(layer: RecurrentLayer) -> dict[str, list[str]]:
+    itf = layer.interface
+    s, n, d, h, i = _dim(itf.seq_length), _dim(itf.batch_size), str(layer.num_directions), str(layer.hidden_size), str(layer.input_size)
+    batch_major = itf.layout == 1
+    return {
+        "X": [n, s, i] if batch_major else [s, n, i],
+        "sequence_lens": [n],
+        "initial_h": [n, d, h] if batch_major else [d, n, h],
+        "Y": [n, s, d, h] if batch_major else [s, d, n, h],
+        "Y_h": [n, d, h] if batch_major else [d, n, h],
+    }
+
+
+def _tensors(layer: RecurrentLayer) -> list[tuple[str, str, list[str]]]:
+    """(role, name, shape) of every interface tensor the layer has."""
+    itf = layer.interface
+    shapes = _shapes(layer)
+    roles = (("X", itf.x), ("sequence_lens", itf.sequence_lens), ("initial_h", itf.initial_h), ("Y", itf.y), ("Y_h", itf.y_h))
+    return [(role, name, shapes[role]) for role, name in roles if name]
+
+
+def describe_text(model: Model) -> str:
+    count = len(model.layers)
+    opset = f", opset {model.meta['opset']}" if "opset" in model.meta else ""
+    lines = [f"{model.path} ({model.format}{opset}): {count} recurrent layer{'s' if count != 1 else ''}"]
+    for layer in model.layers:
+        itf = layer.interface
+        attrs = [f"I={layer.input_size}", f"H={layer.hidden_size}"]
+        if layer.cell.value == "gru":
+            attrs.append(f"linear_before_reset={int(layer.linear_before_reset)}")
+        attrs.append(f"clip={layer.clip:g}" if layer.clip is not None else "no clip")
+        attrs.append(f"layout={itf.layout}")
+        attrs.append(itf.dtype)
+        lines.append(f"{layer.name}: {layer.cell.value.upper()} {layer.direction.value}, {', '.join(attrs)}")
+        lines.append(f"  activations: {layer.activation_summary()}")
+        for role, name, shape in _tensors(layer):
+            dtype = "int32" if role == "sequence_lens" else itf.dtype
+            lines.append(f"  {role:<13} {name} [{', '.join(shape)}] {dtype}")
+        lines.append(f"  parameters: {layer.parameter_count():,}" + ("" if layer.has_bias else " (no bias)"))
+        for note in model.notes_for(layer):
+            lines.append(f"  note: {note.detail}" + (f" [warning: {note.warning}]" if note.warning else ""))
+    for name, reason in model.skipped:
+        lines.append(f"skipped {name}: {reason}")
+    return "\n".join(lines)
+
+
+def describe_json(model: Model) -> dict:
+    layers = []
+    for layer in model.layers:
+        itf = layer.interface
+        layers.append(
+            {
+                "name": layer.name,
+                "cell": layer.cell.value,
+                "direction": layer.direction.value,
+                "input_size": layer.input_size,
+                "hidden_size": layer.hidden_size,
+                "linear_before_reset": layer.linear_before_reset,
+                "clip": layer.clip,
+                "layout": itf.layout,
+                "dtype": itf.dtype,
+                "activations": [
+                    [{"name": a.name, **({"alpha": a.alpha} if a.alpha is not None else {}), **({"beta": a.beta} if a.beta is not None else {})} for a in p.activations]
+                    for p in layer.directions
+                ],
+                "tensors": {role: {"name": name, "shape": [int(d) if d.isdigit() else d for d in shape]} for role, name, shape in _tensors(layer)},
+                "parameters": layer.parameter_count(),
+                "has_bias": layer.has_bias,
+                "notes": [n.to_json() for n in model.notes_for(layer)],
+            }
+        )
+    return {
+        "path": str(model.path),
+        "format": model.format,
+        "meta": model.meta,
+        "layers": layers,
+        "skipped": [{"name": n, "reason": r} for n, r in model.skipped],
+    }

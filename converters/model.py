@@ -1,0 +1,36 @@
+"""A model as gatepack sees it: the recurrent layers read from one artifact, plus what was noticed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from converters.findings import Finding
+from schemas.layer import RecurrentLayer
+
+
+@dataclass
+class Model:
+    """The recurrent layers of one artifact.
+
+    ``notes`` holds, per layer name, findings made while reading the source (e.g. an activation
+    parameter the source left to a runtime default); they travel into every target's report.
+    ``skipped`` lists recurrent nodes gatepack found but cannot read yet (e.g. LSTM), as
+    ``(name, reason)``.
+    """
+
+    path: Path | None
+    format: str
+    layers: list[RecurrentLayer]
+    notes: dict[str, list[Finding]] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    def layer(self, name: str) -> RecurrentLayer:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(name)
+
+    def notes_for(self, layer: RecurrentLayer) -> list[Finding]:
+        return self.notes.get(layer.name, [])

@@ -1,0 +1,74 @@
+"""The formats gatepack knows, how each is recognised from a path, and which are implemented.
+
+A format module (``converters/formats/NAME.py``) provides:
+
+* ``read(path, **options) -> Model``
+* ``write(model, path, **options) -> None`` (atomic)
+* ``check(layer, **options) -> list[Finding]`` (what writing the layer does to each feature)
+* ``run_native(path, inputs) -> outputs`` (its own runtime, where one runs here)
+* ``run_layer_native(layer, inputs) -> outputs`` (one layer of an artifact read from disk)
+
+Modules are imported only when a command needs them, so the CLI starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from converters.errors import UsageError
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    name: str
+    title: str
+    artifact: str
+    runtime: str  # where `--engine native` runs it here
+    implemented: bool
+    write_options: tuple[str, ...] = ()
+
+
+FORMATS: dict[str, FormatInfo] = {
+    f.name: f
+    for f in (
+        FormatInfo("onnx", "ONNX", "NAME.onnx", "onnxruntime (CPU)", True, ("opset", "layout_encoding")),
+        FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", False),
+        FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", False),
+        FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", False),
+        FormatInfo("bnns", "BNNSGraph bundle", "directory with bnns.json", "none here (NumPy executor of BNNS semantics)", False),
+    )
+}
+
+
+def detect(path: str | Path) -> str:
+    """The format of ``path`` from its name (and, for directories, their content)."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".onnx":
+        return "onnx"
+    if suffix == ".xml":
+        return "openvino"
+    if suffix == ".mlpackage":
+        return "coreml"
+    if p.is_dir() and (p / "bnns.json").is_file():
+        return "bnns"
+    if suffix == ".json" or (p.is_dir() and (p / "model.json").is_file()):
+        return "directml"
+    raise UsageError(f"{path}: cannot tell the format from the name", hint=f"pass --from/--to, one of {', '.join(FORMATS)}")
+
+
+def check_name(name: str) -> FormatInfo:
+    if name not in FORMATS:
+        raise UsageError(f"unknown format {name!r}", hint=f"one of {', '.join(FORMATS)}")
+    return FORMATS[name]
+
+
+def module(name: str) -> ModuleType:
+    """The implementation of format ``name``; UsageError if it is not implemented yet."""
+    info = check_name(name)
+    if not info.implemented:
+        raise UsageError(f"the {info.title} format is not implemented yet in this version of gatepack", hint="see `gatepack formats`")
+    return importlib.import_module(f"converters.formats.{name}")

@@ -1,0 +1,179 @@
+"""The layout-compatibility report: per layer and target, what each feature becomes.
+
+JSON shape (DESIGN.md contract; extra keys are additions)::
+
+    {"source": ..., "format": ...,
+     "layers": [{"name": ..., "cell": ..., "direction": ..., "hidden_size": ..., "input_size": ...,
+                 "targets": {FORMAT: {"status": WORST, "findings": [{"feature", "status", "detail", ...}]}}}],
+     "skipped": [{"name": ..., "reason": ...}]}
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+
+from converters import registry
+from converters.findings import Finding, Status, sort_worst_first, worst
+from converters.model import Model
+from schemas.layer import RecurrentLayer
+
+
+@dataclass
+class TargetReport:
+    status: Status
+    findings: list[Finding]
+
+    def to_json(self) -> dict:
+        return {"status": self.status.value, "findings": [f.to_json() for f in self.findings]}
+
+
+@dataclass
+class LayerReport:
+    layer: RecurrentLayer
+    targets: dict[str, TargetReport] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        lay = self.layer
+        return {
+            "name": lay.name,
+            "cell": lay.cell.value,
+            "direction": lay.direction.value,
+            "input_size": lay.input_size,
+            "hidden_size": lay.hidden_size,
+            "linear_before_reset": lay.linear_before_reset,
+            "targets": {name: t.to_json() for name, t in self.targets.items()},
+        }
+
+
+@dataclass
+class Report:
+    source: str
+    format: str
+    layers: list[LayerReport]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source,
+            "format": self.format,
+            "layers": [lay.to_json() for lay in self.layers],
+            "skipped": [{"name": n, "reason": r} for n, r in self.skipped],
+        }
+
+    def targets(self) -> list[str]:
+        return list(self.layers[0].targets) if self.layers else []
+
+    def render(self, fmt: str = "text") -> str:
+        return {"text": self.to_text, "json": lambda: json.dumps(self.to_json(), indent=2), "markdown": self.to_markdown, "html": self.to_html}[fmt]()
+
+    def _groups(self) -> list[tuple[list[str], LayerReport]]:
+        """Layers whose findings are identical for every target, grouped (big models stay readable)."""
+        groups: dict[str, tuple[list[str], LayerReport]] = {}
+        for lay in self.layers:
+            key = json.dumps({t: r.to_json() for t, r in lay.targets.items()}, sort_keys=True) + _describe(lay.layer)
+            groups.setdefault(key, ([], lay))[0].append(lay.layer.name)
+        return list(groups.values())
+
+    def to_text(self) -> str:
+        targets = self.targets()
+        lines = [f"{self.source} ({self.format}): {len(self.layers)} recurrent layer(s)"]
+        width = max([len(_layer_label(lay)) for lay in self.layers] + [5])
+        lines.append("  " + "layer".ljust(width) + "  " + "  ".join(t.ljust(11) for t in targets))
+        for lay in self.layers:
+            lines.append("  " + _layer_label(lay).ljust(width) + "  " + "  ".join(lay.targets[t].status.value.ljust(11) for t in targets))
+        for names, lay in self._groups():
+            head = names[0] if len(names) == 1 else f"{len(names)} layers like {names[0]}"
+            for target in targets:
+                tr = lay.targets[target]
+                lines.append(f"{head} -> {target}: {tr.status.value}")
+                for f in tr.findings:
+                    if f.status is not Status.EXACT or f.warning:
+                        lines.append(f"  {f.status.value:<11} {f.feature}: {f.detail}" + (f" [warning: {f.warning}]" if f.warning else "") + (f" -> {f.alternative}" if f.alternative else ""))
+        for name, reason in self.skipped:
+            lines.append(f"skipped {name}: {reason}")
+        return "\n".join(lines)
+
+    def to_markdown(self) -> str:
+        targets = self.targets()
+        out = [f"# gatepack report: `{self.source}`", "", f"{len(self.layers)} recurrent layer(s), source format `{self.format}`.", ""]
+        out.append("| layer | " + " | ".join(targets) + " |")
+        out.append("|---|" + "---|" * len(targets))
+        for lay in self.layers:
+            out.append(f"| `{lay.layer.name}` ({_describe(lay.layer)}) | " + " | ".join(lay.targets[t].status.value for t in targets) + " |")
+        for names, lay in self._groups():
+            title = f"`{names[0]}`" if len(names) == 1 else f"{len(names)} layers like `{names[0]}`"
+            out += ["", f"## {title}", ""]
+            for target in targets:
+                tr = lay.targets[target]
+                out += [f"### {target}: {tr.status.value}", "", "| feature | status | detail |", "|---|---|---|"]
+                for f in tr.findings:
+                    detail = f.detail + (f" **Warning:** {f.warning}." if f.warning else "") + (f" Instead: {f.alternative}." if f.alternative else "")
+                    out.append(f"| {f.feature} | {f.status.value} | {detail.replace('|', '/')} |")
+                out.append("")
+        if self.skipped:
+            out += ["## Skipped", ""] + [f"- `{n}`: {r}" for n, r in self.skipped]
+        return "\n".join(out).rstrip() + "\n"
+
+    def to_html(self) -> str:
+        targets = self.targets()
+        esc = html.escape
+        rows = []
+        for lay in self.layers:
+            cells = []
+            for t in targets:
+                tr = lay.targets[t]
+                items = "".join(
+                    f"<li class='{f.status.value}'><b>{esc(f.feature)}</b> <i>{f.status.value}</i>: {esc(f.detail)}"
+                    + (f" <em>warning: {esc(f.warning)}</em>" if f.warning else "")
+                    + (f" <em>instead: {esc(f.alternative)}</em>" if f.alternative else "")
+                    + "</li>"
+                    for f in tr.findings
+                )
+                cells.append(f"<td class='{tr.status.value}'><details><summary>{tr.status.value}</summary><ul>{items}</ul></details></td>")
+            rows.append(f"<tr><th>{esc(lay.layer.name)}<br><small>{esc(_describe(lay.layer))}</small></th>{''.join(cells)}</tr>")
+        style = (
+            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}"
+            ".exact{background:#d4f7d4}.repacked{background:#e3f2d0}.folded{background:#f0f3c8}.decomposed{background:#fbe7b5}"
+            ".lossy{background:#fbd0a8}.unsupported{background:#f6b0b0}li{background:none}"
+        )
+        head = "".join(f"<th>{esc(t)}</th>" for t in targets)
+        return (
+            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>gatepack report</title><style>{style}</style></head><body>"
+            f"<h1>gatepack report</h1><p>{esc(self.source)} ({esc(self.format)}): {len(self.layers)} recurrent layer(s)</p>"
+            f"<table id='matrix'><tr><th>layer</th>{head}</tr>{''.join(rows)}</table></body></html>\n"
+        )
+
+
+def _describe(layer: RecurrentLayer) -> str:
+    lbr = f", lbr={int(layer.linear_before_reset)}" if layer.cell.value == "gru" else ""
+    return f"{layer.cell.value.upper()} {layer.direction.value}, I={layer.input_size}, H={layer.hidden_size}{lbr}"
+
+
+def _layer_label(lay: LayerReport) -> str:
+    return f"{lay.layer.name} ({_describe(lay.layer)})"
+
+
+def target_findings(model: Model, layer: RecurrentLayer, target: str, options: dict) -> list[Finding]:
+    """Everything that happens to ``layer`` when written as ``target``, worst first."""
+    info = registry.check_name(target)
+    if not info.implemented:
+        found = [Finding("format", Status.UNSUPPORTED, f"gatepack cannot write {info.title} yet", alternative="convert to onnx for now; this target is planned")]
+    else:
+        module = registry.module(target)
+        accepted = {k: v for k, v in options.items() if k in info.write_options}
+        found = module.check(layer, **accepted)
+    return sort_worst_first(list(model.notes_for(layer)) + found)
+
+
+def build_report(model: Model, targets: list[str], options: dict | None = None) -> Report:
+    options = options or {}
+    layers = []
+    for layer in model.layers:
+        lay = LayerReport(layer)
+        for target in targets:
+            found = target_findings(model, layer, target, options)
+            lay.targets[target] = TargetReport(worst(found), found)
+        layers.append(lay)
+    return Report(str(model.path), model.format, layers, list(model.skipped))

@@ -1,0 +1,169 @@
+"""Numerical verification: run two artifacts of the same layers on the same random inputs, compare.
+
+Each layer of the source gets random inputs drawn for its interface (X, and ``sequence_lens`` and
+``initial_h`` when it has them; symbolic dimensions take small sizes). Each side runs on its own
+runtime where one runs here (onnxruntime for ONNX, OpenVINO CPU for IR); otherwise on gatepack's
+NumPy executor of that format's own semantics, reading the saved artifact. If a native runtime
+refuses the artifact (onnxruntime rejects ``layout = 1``, has no kernel for opset < 7 or for float64
+GRU), that side runs on gatepack's executor of the layer read from the artifact, and the result
+says so. Outputs are mapped into one convention (layout 0) and compared with dtype-aware tolerances:
+pass when ``|a - b| <= atol + rtol * |b|`` everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from converters import registry
+from converters.errors import RuntimeFailure
+from converters.model import Model
+from schemas.layer import RecurrentLayer
+
+TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2)}
+DEFAULT_SEQ_LENGTH = 7
+DEFAULT_BATCH = 3
+
+
+@dataclass
+class OutputComparison:
+    layer: str
+    output: str  # Y or Y_h
+    max_abs_error: float
+    max_rel_error: float
+    atol: float
+    rtol: float
+    passed: bool
+
+
+@dataclass
+class Verification:
+    source: str
+    target: str
+    seed: int
+    outputs: list[OutputComparison] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.outputs) and all(o.passed for o in self.outputs)
+
+    @property
+    def worst_abs_error(self) -> float:
+        return max((o.max_abs_error for o in self.outputs), default=0.0)
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source,
+            "target": self.target,
+            "seed": self.seed,
+            "passed": self.passed,
+            "outputs": [asdict(o) for o in self.outputs],
+            "notes": self.notes,
+        }
+
+    def to_text(self) -> str:
+        lines = [f"verification {'passed' if self.passed else 'FAILED'}: {self.source} vs {self.target} (seed {self.seed})"]
+        for o in self.outputs:
+            mark = "ok  " if o.passed else "FAIL"
+            lines.append(f"  {mark} {o.layer} {o.output}: max abs {o.max_abs_error:.3g}, max rel {o.max_rel_error:.3g} (atol {o.atol:g}, rtol {o.rtol:g})")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def sample_inputs(layer: RecurrentLayer, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random inputs for ``layer`` in layout 0, keyed by role: X, sequence_lens, initial_h."""
+    itf = layer.interface
+    s = itf.seq_length if isinstance(itf.seq_length, int) else DEFAULT_SEQ_LENGTH
+    n = itf.batch_size if isinstance(itf.batch_size, int) else DEFAULT_BATCH
+    dtype = layer.dtype
+    inputs = {"X": rng.uniform(-1, 1, (s, n, layer.input_size)).astype(dtype)}
+    if itf.sequence_lens:
+        lens = rng.integers(1, s + 1, n).astype(np.int32)
+        lens[rng.integers(n)] = s  # at least one full-length sequence
+        inputs["sequence_lens"] = lens
+    if itf.initial_h:
+        inputs["initial_h"] = rng.uniform(-1, 1, (layer.num_directions, n, layer.hidden_size)).astype(dtype)
+    return inputs
+
+
+def to_interface(layer: RecurrentLayer, role_inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Layout-0 role inputs -> the layer's own tensor names and layout."""
+    itf = layer.interface
+    batch_major = itf.layout == 1
+    feed = {itf.x: role_inputs["X"].transpose(1, 0, 2) if batch_major else role_inputs["X"]}
+    if itf.sequence_lens:
+        feed[itf.sequence_lens] = role_inputs["sequence_lens"]
+    if itf.initial_h:
+        h0 = role_inputs["initial_h"]
+        feed[itf.initial_h] = h0.transpose(1, 0, 2) if batch_major else h0
+    return {k: np.ascontiguousarray(v) for k, v in feed.items()}
+
+
+def from_interface(layer: RecurrentLayer, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The layer's named outputs -> layout-0 role outputs Y [S,D,N,H], Y_h [D,N,H]."""
+    itf = layer.interface
+    out = {}
+    if itf.y and itf.y in outputs:
+        y = outputs[itf.y]
+        out["Y"] = y.transpose(1, 2, 0, 3) if itf.layout == 1 else y
+    if itf.y_h and itf.y_h in outputs:
+        y_h = outputs[itf.y_h]
+        out["Y_h"] = y_h.transpose(1, 0, 2) if itf.layout == 1 else y_h
+    return out
+
+
+def run_layer(model: Model, layer: RecurrentLayer, role_inputs: dict[str, np.ndarray], notes: list[str]) -> dict[str, np.ndarray]:
+    """Run one layer of ``model`` natively (falling back to the executor, with a note)."""
+    from converters.executor import run_layer as execute
+
+    feed = to_interface(layer, role_inputs)
+    try:
+        outputs = registry.module(model.format).run_layer_native(layer, feed)
+    except RuntimeFailure as err:
+        notes.append(f"{model.path} layer {layer.name!r} ran on gatepack's executor: {err.message}")
+        y, y_h = execute(layer, feed[layer.interface.x], feed.get(layer.interface.sequence_lens or ""), feed.get(layer.interface.initial_h or ""))
+        outputs = {layer.interface.y: y, layer.interface.y_h: y_h}
+    return from_interface(layer, outputs)
+
+
+def compare(layer_name: str, output: str, actual: np.ndarray, expected: np.ndarray, dtypes: tuple[str, ...]) -> OutputComparison:
+    atol, rtol = max(TOLERANCES[d][0] for d in dtypes), max(TOLERANCES[d][1] for d in dtypes)
+    a, b = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    if a.shape != b.shape:
+        return OutputComparison(layer_name, f"{output} (shape {list(a.shape)} vs {list(b.shape)})", float("inf"), float("inf"), atol, rtol, False)
+    diff = np.abs(a - b)
+    max_abs = float(diff.max(initial=0.0))
+    max_rel = float((diff / np.maximum(np.abs(b), np.finfo(np.float64).tiny)).max(initial=0.0))
+    passed = bool(np.all(diff <= atol + rtol * np.abs(b))) and not np.isnan(a).any() and not np.isnan(b).any()
+    return OutputComparison(layer_name, output, max_abs, max_rel, atol, rtol, passed)
+
+
+def pair_layers(source: Model, target: Model) -> list[tuple[RecurrentLayer, RecurrentLayer]]:
+    """Match layers by name, else by position when both have the same number of layers."""
+    by_name = {layer.name: layer for layer in target.layers}
+    if all(layer.name in by_name for layer in source.layers):
+        return [(layer, by_name[layer.name]) for layer in source.layers]
+    if len(source.layers) == len(target.layers):
+        return list(zip(source.layers, target.layers))
+    from converters.errors import InputError
+
+    raise InputError(
+        f"{target.path}: its {len(target.layers)} layer(s) do not match the {len(source.layers)} of {source.path}",
+        hint="verify artifacts of the same layers",
+    )
+
+
+def verify_models(source: Model, target: Model, *, seed: int = 0) -> Verification:
+    result = Verification(str(source.path), str(target.path), seed)
+    rng = np.random.default_rng(seed)
+    for src_layer, dst_layer in pair_layers(source, target):
+        role_inputs = sample_inputs(src_layer, rng)
+        expected = run_layer(source, src_layer, role_inputs, result.notes)
+        actual = run_layer(target, dst_layer, {k: v.astype(dst_layer.dtype) if k != "sequence_lens" else v for k, v in role_inputs.items()}, result.notes)
+        dtypes = (src_layer.interface.dtype, dst_layer.interface.dtype)
+        for output in ("Y", "Y_h"):
+            if output in expected and output in actual:
+                result.outputs.append(compare(src_layer.name, output, actual[output], expected[output], dtypes))
+    return result

@@ -1,0 +1,196 @@
+"""The canonical description of one recurrent layer, the hub every format converts to and from.
+
+Conventions (the ONNX ones, so an ONNX layer maps onto it with no rearranging):
+
+* ``W`` is ``[G*H, I]`` and ``R`` is ``[G*H, H]`` per direction, gate blocks of H rows in ONNX
+  order: GRU ``z, r, h`` (update, reset, hidden candidate), RNN one block. G = 3 (GRU) or 1 (RNN);
+  room is left for LSTM (``i, o, f, c``, G = 4).
+* Biases stay split: ``Wb`` (input) and ``Rb`` (recurrent), ``[G*H]`` each. A format that stores the
+  sum reads back as ``Wb = sum, Rb = 0`` (except the GRU reset-after candidate ``Rb_h``, which must
+  stay separate).
+* GRU equations (f, g = the direction's two activations; clip c applied to every pre-activation)::
+
+      z_t = f(clip(x_t Wz^T + h_{t-1} Rz^T + Wbz + Rbz))
+      r_t = f(clip(x_t Wr^T + h_{t-1} Rr^T + Wbr + Rbr))
+      n_t = g(clip(x_t Wh^T + (r_t * h_{t-1}) Rh^T + Rbh + Wbh))     linear_before_reset = False
+      n_t = g(clip(x_t Wh^T + r_t * (h_{t-1} Rh^T + Rbh) + Wbh))     linear_before_reset = True
+      h_t = (1 - z_t) * n_t + z_t * h_{t-1}
+
+* RNN: ``h_t = f(clip(x_t Wi^T + h_{t-1} Ri^T + Wbi + Rbi))``.
+* ``directions[0]`` is the forward (or the only) direction, ``directions[1]`` the reverse one of a
+  bidirectional layer.
+
+Everything is immutable and validated on construction; errors name the layer and the value.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+from schemas.activations import Activation
+
+Dim = Union[int, str, None]  # static size, symbolic name, or unknown
+
+
+class Cell(str, enum.Enum):
+    GRU = "gru"
+    RNN = "rnn"
+
+    @property
+    def gates(self) -> int:
+        return {Cell.GRU: 3, Cell.RNN: 1}[self]
+
+    @property
+    def activation_count(self) -> int:
+        """Activations per direction: GRU (f, g), RNN (f)."""
+        return {Cell.GRU: 2, Cell.RNN: 1}[self]
+
+    @property
+    def gate_names(self) -> tuple[str, ...]:
+        return {Cell.GRU: ("z", "r", "h"), Cell.RNN: ("i",)}[self]
+
+    @property
+    def default_activations(self) -> tuple[str, ...]:
+        return {Cell.GRU: ("Sigmoid", "Tanh"), Cell.RNN: ("Tanh",)}[self]
+
+
+class Direction(str, enum.Enum):
+    FORWARD = "forward"
+    REVERSE = "reverse"
+    BIDIRECTIONAL = "bidirectional"
+
+    @property
+    def count(self) -> int:
+        return 2 if self is Direction.BIDIRECTIONAL else 1
+
+
+FLOAT_DTYPES = ("float16", "float32", "float64")
+
+
+class SpecError(ValueError):
+    """A canonical layer that contradicts itself; the message names the layer and the value."""
+
+
+@dataclass(frozen=True, eq=False)
+class DirectionParams:
+    """Weights and activations of one direction (ONNX gate order, split biases)."""
+
+    W: np.ndarray  # [G*H, I]
+    R: np.ndarray  # [G*H, H]
+    Wb: np.ndarray  # [G*H]
+    Rb: np.ndarray  # [G*H]
+    activations: tuple[Activation, ...]
+
+
+@dataclass(frozen=True)
+class Interface:
+    """How the layer meets the outside world: tensor names, layout, optional inputs, shapes, dtype.
+
+    Tensor names are the source's, so a converted artifact is a drop-in replacement. ``None`` for an
+    optional input means the source has none; for an output, that the source does not request it.
+    """
+
+    x: str
+    y: str | None
+    y_h: str | None
+    sequence_lens: str | None = None
+    initial_h: str | None = None
+    layout: int = 0  # 0: X [S,N,I] (sequence-major); 1: X [N,S,I] (batch-major)
+    seq_length: Dim = None
+    batch_size: Dim = None
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, eq=False)
+class RecurrentLayer:
+    """One GRU or RNN layer, in the canonical convention described in the module docstring."""
+
+    name: str
+    cell: Cell
+    input_size: int
+    hidden_size: int
+    direction: Direction
+    directions: tuple[DirectionParams, ...]
+    interface: Interface
+    linear_before_reset: bool = False
+    clip: float | None = None  # None: no clip. GRU needs clip > 0; RNN allows 0 (clamps to 0).
+    has_bias: bool = True  # the source stored a bias (False: all-zero biases, written without one)
+    extras: dict = field(default_factory=dict, compare=False)  # format-specific notes, never semantics
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def num_directions(self) -> int:
+        return self.direction.count
+
+    @property
+    def gates(self) -> int:
+        return self.cell.gates
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.interface.dtype)
+
+    def parameter_count(self) -> int:
+        return sum(p.W.size + p.R.size + (p.Wb.size + p.Rb.size if self.has_bias else 0) for p in self.directions)
+
+    def _fail(self, what: str) -> SpecError:
+        return SpecError(f"layer {self.name!r}: {what}")
+
+    def validate(self) -> None:
+        """Check every invariant; raise SpecError naming the layer and the offending value."""
+        if not isinstance(self.cell, Cell):
+            raise self._fail(f"cell {self.cell!r} is not one of {[c.value for c in Cell]}")
+        if not isinstance(self.direction, Direction):
+            raise self._fail(f"direction {self.direction!r} is not one of {[d.value for d in Direction]}")
+        for label, value in (("hidden_size", self.hidden_size), ("input_size", self.input_size)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise self._fail(f"{label} must be a positive integer, got {value!r}")
+        if self.interface.dtype not in FLOAT_DTYPES:
+            raise self._fail(f"dtype {self.interface.dtype!r} is not one of {FLOAT_DTYPES}")
+        if self.interface.layout not in (0, 1):
+            raise self._fail(f"layout must be 0 or 1, got {self.interface.layout!r}")
+        if self.clip is not None:
+            if not np.isfinite(self.clip) or self.clip < 0 or (self.clip == 0 and self.cell is Cell.GRU):
+                raise self._fail(f"clip must be {'> 0' if self.cell is Cell.GRU else '>= 0'}, got {self.clip!r}")
+        if self.linear_before_reset and self.cell is not Cell.GRU:
+            raise self._fail("linear_before_reset applies to GRU only")
+        if len(self.directions) != self.num_directions:
+            raise self._fail(
+                f"direction {self.direction.value} needs {self.num_directions} weight set(s), got {len(self.directions)}"
+            )
+        gh, h, i = self.gates * self.hidden_size, self.hidden_size, self.input_size
+        for d, params in enumerate(self.directions):
+            for label, array, shape in (
+                ("W", params.W, (gh, i)),
+                ("R", params.R, (gh, h)),
+                ("Wb", params.Wb, (gh,)),
+                ("Rb", params.Rb, (gh,)),
+            ):
+                if not isinstance(array, np.ndarray) or array.shape != shape:
+                    got = getattr(array, "shape", type(array).__name__)
+                    raise self._fail(f"direction {d} {label} has shape {got}, expected {list(shape)}")
+                if array.dtype != self.dtype:
+                    raise self._fail(f"direction {d} {label} is {array.dtype}, the layer is {self.dtype}")
+            if len(params.activations) != self.cell.activation_count:
+                raise self._fail(
+                    f"direction {d} has {len(params.activations)} activation(s), "
+                    f"{self.cell.value} takes {self.cell.activation_count}"
+                )
+            for act in params.activations:
+                if not isinstance(act, Activation):
+                    raise self._fail(f"direction {d} activation {act!r} is not an Activation")
+        if self.interface.y is None and self.interface.y_h is None:
+            raise self._fail("requests neither Y nor Y_h")
+
+    def activation_summary(self) -> str:
+        """E.g. 'Sigmoid, Tanh' or 'fwd: Sigmoid, Tanh | rev: HardSigmoid(alpha=0.2, beta=0.5), Tanh'."""
+        per_dir = [", ".join(str(a) for a in p.activations) for p in self.directions]
+        if len(per_dir) == 2 and per_dir[0] != per_dir[1]:
+            return f"fwd: {per_dir[0]} | rev: {per_dir[1]}"
+        return per_dir[0]
