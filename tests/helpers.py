@@ -1,0 +1,235 @@
+"""Test helpers: build ONNX GRU/RNN models with plain ``onnx.helper`` (independent of gatepack's
+writer) and run them on onnxruntime, the oracle."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+REALMODELS = FIXTURES / "realmodels"
+
+ACTIVATIONS = {
+    # name: (takes alpha, takes beta, value range for alpha, for beta)
+    "Relu": (False, False),
+    "Tanh": (False, False),
+    "Sigmoid": (False, False),
+    "Affine": (True, True),
+    "LeakyRelu": (True, False),
+    "ThresholdedRelu": (True, False),
+    "ScaledTanh": (True, True),
+    "HardSigmoid": (True, True),
+    "Elu": (True, False),
+    "Softsign": (False, False),
+    "Softplus": (False, False),
+}
+
+
+@dataclass
+class Config:
+    cell: str = "GRU"  # GRU or RNN
+    direction: str = "forward"
+    lbr: int = 0
+    activations: list[str] | None = None  # None: attribute absent (defaults)
+    alphas: list[float] | None = None
+    betas: list[float] | None = None
+    clip: float | None = None
+    seq_lens: str = "none"  # none, full, mixed, zero
+    initial_h: bool = False
+    bias: bool = True
+    layout: int = 0
+    S: int = 4
+    N: int = 3
+    I: int = 5
+    H: int = 6
+    dtype: str = "float32"
+    seed: int = 0
+    opset: int = 14
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def D(self) -> int:
+        return 2 if self.direction == "bidirectional" else 1
+
+    @property
+    def G(self) -> int:
+        return 3 if self.cell == "GRU" else 1
+
+    def label(self) -> str:
+        acts = "-".join(self.activations) if self.activations else "default"
+        return (
+            f"{self.cell}-{self.direction}-lbr{self.lbr}-{acts}-clip{self.clip}-seq{self.seq_lens}"
+            f"-h0{int(self.initial_h)}-b{int(self.bias)}-L{self.layout}-S{self.S}N{self.N}I{self.I}H{self.H}-{self.dtype}"
+        )
+
+
+def weights(cfg: Config) -> dict[str, np.ndarray]:
+    # PyTorch's initialisation, U(-1/sqrt(H), 1/sqrt(H)): what trained models start from, and
+    # it keeps unusual gate activations (Relu, Softplus as f) from diverging chaotically.
+    rng = np.random.default_rng(cfg.seed)
+    d, gh, k = cfg.D, cfg.G * cfg.H, 1 / np.sqrt(cfg.H)
+    out = {
+        "W": rng.uniform(-k, k, (d, gh, cfg.I)).astype(cfg.dtype),
+        "R": rng.uniform(-k, k, (d, gh, cfg.H)).astype(cfg.dtype),
+    }
+    if cfg.bias:
+        out["B"] = rng.uniform(-k, k, (d, 2 * gh)).astype(cfg.dtype)
+    return out
+
+
+def inputs(cfg: Config, scale: float = 1.0) -> dict[str, np.ndarray]:
+    """Inputs in layout 0 (X [S,N,I], initial_h [D,N,H])."""
+    rng = np.random.default_rng(cfg.seed + 1000)
+    feed = {"X": (rng.uniform(-1, 1, (cfg.S, cfg.N, cfg.I)) * scale).astype(cfg.dtype)}
+    if cfg.seq_lens != "none":
+        if cfg.seq_lens == "full":
+            lens = np.full(cfg.N, cfg.S)
+        elif cfg.seq_lens == "zero":
+            lens = rng.integers(0, cfg.S + 1, cfg.N)
+            lens[0] = 0
+        else:
+            lens = rng.integers(1, cfg.S + 1, cfg.N)
+            lens[-1] = cfg.S
+        feed["sequence_lens"] = lens.astype(np.int32)
+    if cfg.initial_h:
+        feed["initial_h"] = rng.uniform(-1, 1, (cfg.D, cfg.N, cfg.H)).astype(cfg.dtype)
+    return feed
+
+
+def build_model(cfg: Config, layout: int | None = None, dtype: str | None = None, opset: int | None = None) -> onnx.ModelProto:
+    """An ONNX model with one GRU/RNN node; W, R, B are initializers, the rest graph inputs."""
+    layout = cfg.layout if layout is None else layout
+    dtype = dtype or cfg.dtype
+    opset = opset or cfg.opset
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    w = {k: v.astype(dtype) for k, v in weights(cfg).items()}
+    node_inputs = ["X", "W", "R", "B" if cfg.bias else "", "sequence_lens" if cfg.seq_lens != "none" else "", "initial_h" if cfg.initial_h else ""]
+    while not node_inputs[-1]:
+        node_inputs.pop()
+    attrs: dict = {"hidden_size": cfg.H, "direction": cfg.direction}
+    if cfg.cell == "GRU" and (cfg.lbr or opset >= 3):
+        attrs["linear_before_reset"] = cfg.lbr
+    if cfg.activations is not None:
+        attrs["activations"] = cfg.activations
+    if cfg.alphas:
+        attrs["activation_alpha"] = cfg.alphas
+    if cfg.betas:
+        attrs["activation_beta"] = cfg.betas
+    if cfg.clip is not None:
+        attrs["clip"] = cfg.clip
+    if layout:
+        attrs["layout"] = 1
+    attrs.update(cfg.extra)
+    node = helper.make_node(cfg.cell, node_inputs, ["Y", "Y_h"], name="rec", **attrs)
+    s, n = "S", "N"
+    x_shape = [n, s, cfg.I] if layout else [s, n, cfg.I]
+    h_shape = [n, cfg.D, cfg.H] if layout else [cfg.D, n, cfg.H]
+    graph_inputs = [helper.make_tensor_value_info("X", elem, x_shape)]
+    if cfg.seq_lens != "none":
+        graph_inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, [n]))
+    if cfg.initial_h:
+        graph_inputs.append(helper.make_tensor_value_info("initial_h", elem, h_shape))
+    outputs = [helper.make_tensor_value_info("Y", elem, None), helper.make_tensor_value_info("Y_h", elem, None)]
+    graph = helper.make_graph([node], "g", graph_inputs, outputs, [numpy_helper.from_array(v, k) for k, v in w.items()])
+    opsets = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+
+
+def ort_run(model: onnx.ModelProto | str | Path, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    return session.run(None, {k: v for k, v in feed.items() if k in names})
+
+
+def ort_reference(cfg: Config, feed0: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(Y, Y_h) from onnxruntime in layout 0. onnxruntime rejects layout 1 and has no float64
+    kernel (nor a float16 RNN), so those run as the layout-0 / float32 model of the same weights
+    (float16 -> float32 is exact)."""
+    dtype = "float32"
+    opset = max(cfg.opset, 7)  # onnxruntime has no kernel for opset 1/3 recurrent ops
+    model = build_model(cfg, layout=0, dtype=dtype, opset=opset)
+    feed = {k: (v.astype(dtype) if v.dtype.kind == "f" else v) for k, v in feed0.items()}
+    y, y_h = ort_run(model, feed)
+    return y, y_h
+
+
+def to_layout(cfg: Config, feed0: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Layout-0 inputs -> the config's layout."""
+    if not cfg.layout:
+        return dict(feed0)
+    feed = dict(feed0)
+    feed["X"] = np.ascontiguousarray(feed0["X"].transpose(1, 0, 2))
+    if "initial_h" in feed:
+        feed["initial_h"] = np.ascontiguousarray(feed0["initial_h"].transpose(1, 0, 2))
+    return feed
+
+
+def outputs_to_layout0(cfg: Config, y: np.ndarray, y_h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if not cfg.layout:
+        return y, y_h
+    return y.transpose(1, 2, 0, 3), y_h.transpose(1, 0, 2)
+
+
+def random_activation_params(rng: random.Random, names: list[str]) -> tuple[list[float], list[float]]:
+    alphas, betas = [], []
+    for name in names:
+        takes_alpha, takes_beta = ACTIVATIONS[name]
+        if takes_alpha:
+            alphas.append(round(rng.uniform(0.1, 1.5), 3) if name != "ThresholdedRelu" else round(rng.uniform(-0.5, 0.5), 3))
+        if takes_beta:
+            betas.append(round(rng.uniform(-0.5, 1.2), 3))
+    return alphas, betas
+
+
+def matrix(count: int = 360, seed: int = 2026) -> list[Config]:
+    """A deterministic matrix of configurations covering every attribute and their combinations.
+
+    Every activation appears in every slot of every cell and direction; parameter stacks are
+    sometimes truncated so that defaults are resolved; sequence lengths none/full/mixed/zero;
+    layout, bias, initial_h, clip and edge sizes (H=1, I=1, S=1, N=1) all vary independently.
+    """
+    rng = random.Random(seed)
+    names = list(ACTIVATIONS)
+    sizes = [(4, 3, 5, 6), (1, 1, 1, 1), (3, 2, 1, 4), (5, 4, 3, 1), (1, 3, 4, 2), (6, 1, 2, 3), (7, 5, 8, 8)]
+    configs = []
+    for k in range(count):
+        cell = "GRU" if k % 2 == 0 else "RNN"
+        cfg = Config(cell=cell, direction=rng.choice(["forward", "reverse", "bidirectional"]), seed=k)
+        cfg.lbr = rng.choice([0, 1]) if cell == "GRU" else 0
+        per = 2 if cell == "GRU" else 1
+        mode = rng.randrange(5)
+        if mode == 0:
+            cfg.activations = None  # attribute absent: defaults
+        else:
+            # The first slot cycles through every activation; the others are random.
+            chosen = [names[(k // 2) % len(names)]] + [rng.choice(names) for _ in range(per * cfg.D - 1)]
+            if mode == 1 and cfg.D == 2:
+                chosen = chosen[:per] * 2  # same activations in both directions
+            cfg.activations = chosen
+            alphas, betas = random_activation_params(rng, chosen)
+            if mode == 3:  # leave the tail of each stack to the defaults
+                alphas, betas = alphas[: rng.randint(0, len(alphas))], betas[: rng.randint(0, len(betas))]
+            cfg.alphas, cfg.betas = alphas or None, betas or None
+        clip_choice = rng.randrange(4)
+        if clip_choice == 1:
+            cfg.clip = round(rng.uniform(0.2, 2.0), 2)
+        elif clip_choice == 2 and cell == "RNN":
+            cfg.clip = rng.choice([0.0, -1.0])
+        cfg.seq_lens = rng.choice(["none", "full", "mixed", "zero"])
+        cfg.initial_h = rng.random() < 0.5
+        cfg.bias = rng.random() < 0.8
+        cfg.layout = 1 if rng.random() < 0.3 else 0
+        cfg.S, cfg.N, cfg.I, cfg.H = rng.choice(sizes)
+        cfg.dtype = rng.choices(["float32", "float64", "float16"], weights=[8, 1, 1])[0]
+        configs.append(cfg)
+    return configs
