@@ -139,7 +139,7 @@ def build_model(cfg: Config, layout: int | None = None, dtype: str | None = None
     outputs = [helper.make_tensor_value_info("Y", elem, None), helper.make_tensor_value_info("Y_h", elem, None)]
     graph = helper.make_graph([node], "g", graph_inputs, outputs, [numpy_helper.from_array(v, k) for k, v in w.items()])
     opsets = [helper.make_opsetid("", opset)]
-    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets) if opset >= 7 else 3)
 
 
 def ort_run(model: onnx.ModelProto | str | Path, feed: dict[str, np.ndarray]) -> list[np.ndarray]:

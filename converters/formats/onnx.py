@@ -527,10 +527,12 @@ def build(model: Model, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "t
     graph_outputs: list[onnx.ValueInfoProto] = []
     for layer in model.layers:
         _emit_layer(layer, layout_encoding, names, nodes, inits, graph_inputs, graph_outputs)
-    graph = helper.make_graph(nodes, "gatepack", graph_inputs, graph_outputs, inits)
     opsets = [helper.make_opsetid("", opset)]
-    proto = helper.make_model(graph, opset_imports=opsets, producer_name="gatepack", ir_version=helper.find_min_ir_version_for(opsets))
-    return proto
+    ir_version = helper.find_min_ir_version_for(opsets)
+    if ir_version < 4:  # IR 3 wants every initializer declared as a graph input too
+        graph_inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits]
+    graph = helper.make_graph(nodes, "gatepack", graph_inputs, graph_outputs, inits)
+    return helper.make_model(graph, opset_imports=opsets, producer_name="gatepack", ir_version=ir_version)
 
 
 class _NameBook:

@@ -1,0 +1,88 @@
+"""Every GRU/RNN node of the real models: read by gatepack, run by the executor on the node's real
+inputs (captured from an onnxruntime run of the whole model), compared with what onnxruntime's
+node produced in that same run."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import converters as gp
+from converters.executor import run_layer
+from helpers import REALMODELS
+
+GRU_RNN_MODELS = sorted(p.name for p in REALMODELS.glob("*.onnx") if "lstm" not in p.name)
+
+
+def capture(path) -> tuple[dict, dict]:
+    """Run the whole model on random inputs; return {tensor name: value} of every recurrent node's
+    inputs and outputs, and the model's feed."""
+    model = onnx.load(str(path))
+    wanted = []
+    for node in model.graph.node:
+        if node.op_type in ("GRU", "RNN"):
+            wanted += [n for i, n in enumerate(node.input) if n and i in (0, 4, 5)] + [n for n in node.output if n]
+    existing = {o.name for o in model.graph.output}
+    for name in dict.fromkeys(wanted):
+        if name not in existing:
+            model.graph.output.append(onnx.ValueInfoProto(name=name))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feed = {}
+    for inp in session.get_inputs():
+        shape = [d if isinstance(d, int) else 9 for d in inp.shape]
+        feed[inp.name] = rng.standard_normal(shape).astype(np.float32)
+    values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+    return values, feed
+
+
+@pytest.mark.parametrize("name", GRU_RNN_MODELS)
+def test_every_node_matches_onnxruntime(name):
+    path = REALMODELS / name
+    model = gp.load(path)
+    values, _ = capture(path)
+    assert model.layers
+    for layer in model.layers:
+        itf = layer.interface
+        y, y_h = run_layer(layer, values[itf.x], values.get(itf.sequence_lens), values.get(itf.initial_h))
+        for role, ours in (("y", y), ("y_h", y_h)):
+            ref_name = getattr(itf, role)
+            if ref_name:
+                np.testing.assert_allclose(ours, values[ref_name], atol=1e-5, rtol=1e-4, err_msg=f"{name} {layer.name} {role}")
+
+
+def test_node_counts():
+    counts = {name: len(gp.load(REALMODELS / name).layers) for name in GRU_RNN_MODELS}
+    assert counts["gtcrn_stream_simple.onnx"] == 14
+    assert counts["ulunas_stream_simple.onnx"] == 28
+    assert counts["dfn3_erb_dec.onnx"] == 2 and counts["dfn3_df_dec.onnx"] == 2 and counts["dfn3_enc.onnx"] == 1
+    assert all(counts[n] == 1 for n in counts if n.startswith("burn_"))
+
+
+def test_weights_from_constant_nodes_match_onnx_reference():
+    # dfn3_enc's GRU weights are Constant nodes; compare with onnx's own evaluation of them.
+    from onnx.reference import ReferenceEvaluator
+
+    path = REALMODELS / "dfn3_enc.onnx"
+    proto = onnx.load(str(path))
+    (layer,) = gp.load(path).layers
+    node = next(n for n in proto.graph.node if n.op_type == "GRU")
+    producers = {o: n for n in proto.graph.node for o in n.output}
+    w_node = producers[node.input[1]]
+    assert w_node.op_type == "Constant"
+    (w,) = ReferenceEvaluator(onnx.helper.make_model(onnx.helper.make_graph([w_node], "w", [], [onnx.ValueInfoProto(name=node.input[1])]), opset_imports=proto.opset_import)).run(None, {})
+    np.testing.assert_array_equal(np.stack([d.W for d in layer.directions]), w)
+
+
+@pytest.mark.parametrize("name", ["gtcrn_stream_simple.onnx", "dfn3_erb_dec.onnx", "burn_gru_bidirectional.onnx", "burn_rnn_with_initial_state.onnx"])
+def test_real_model_converts_and_verifies(name, tmp_path):
+    out = tmp_path / "layers.onnx"
+    result = gp.convert(REALMODELS / name, out, to="onnx")
+    assert result.verification.passed, result.verification.to_text()
+    assert len(result.verification.outputs) >= len(gp.load(REALMODELS / name).layers)
+    assert out.is_file()
