@@ -17,6 +17,7 @@ they are named by their path (``If_0/then_branch/GRU_3``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -687,19 +688,11 @@ def _dim_text(dim) -> str:
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the ONNX file at ``path`` on onnxruntime (CPU)."""
-    import onnxruntime as ort
-
-    try:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    except Exception as err:
-        raise RuntimeFailure(f"{path}: onnxruntime cannot load the model: {_ort_message(err)}", hint=_ort_hint(err)) from None
-    return _run_session(session, inputs, str(path))
+    return _run_session(_session(str(path), str(path)), inputs, str(path))
 
 
 def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the layer's original ONNX node(s) alone on onnxruntime, with its original weights."""
-    import onnxruntime as ort
-
     isolated: _Isolated | None = layer.extras.get("onnx")
     if isolated is None:
         raise UsageError(f"layer {layer.name!r} was not read from ONNX")
@@ -716,11 +709,8 @@ def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[s
     graph = helper.make_graph(isolated.nodes, "isolated", graph_inputs, outputs, [numpy_helper.from_array(v, k) for k, v in isolated.constants.items()])
     opsets = [helper.make_opsetid("", isolated.opset)]
     proto = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
-    try:
-        session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception as err:
-        raise RuntimeFailure(f"layer {layer.name!r}: onnxruntime cannot run the node: {_ort_message(err)}", hint=_ort_hint(err)) from None
-    return _run_session(session, inputs, f"layer {layer.name!r}")
+    label = f"layer {layer.name!r}"
+    return _run_session(_session(proto.SerializeToString(), label), inputs, label)
 
 
 run_layer_native = run_isolated
@@ -740,8 +730,22 @@ def _run_session(session, inputs: dict[str, np.ndarray], label: str) -> dict[str
 
 
 def _ort_message(err: Exception) -> str:
-    text = str(err).replace("\n", " ")
-    return text.split(" : ")[-1].strip()[:300]
+    """onnxruntime's message without its status prefix, source paths and C++ signatures."""
+    text = " ".join(str(err).split()).split(" : ")[-1]
+    text = re.sub(r"/onnxruntime_src/\S+:\d+\s+(\S+\([^)]*\)\s+)?", "", text)
+    text = re.sub(r"\S+( [=!<>]+ \S+)? was false\. ", "", text)
+    return text.strip()[:240]
+
+
+def _session(source, label: str):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # failures are reported by gatepack, once, on one line
+    try:
+        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    except Exception as err:
+        raise RuntimeFailure(f"{label}: onnxruntime cannot load the model: {_ort_message(err)}", hint=_ort_hint(err)) from None
 
 
 def _ort_hint(err: Exception) -> str | None:

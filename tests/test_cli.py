@@ -1,0 +1,209 @@
+"""The command line: exact output, exit codes, one-line errors, no partial outputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import helper, numpy_helper
+
+from cli import main
+from helpers import FIXTURES, ROOT, Config, build_model
+
+FIXTURE_NAMES = ["gru_lbr0", "gru_lbr1_bidirectional", "gru_seqlens", "gru_layout1", "gru_clip", "rnn_activations"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_inspect_exact_output(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    result = invoke("inspect", "fixtures/gru_seqlens.onnx")
+    assert result.exit_code == 0
+    assert result.output == (
+        "fixtures/gru_seqlens.onnx (onnx, opset 14): 1 recurrent layer\n"
+        "rec: GRU reverse, I=3, H=4, linear_before_reset=1, no clip, layout=0, float32\n"
+        "  activations: Sigmoid, Tanh\n"
+        "  X             X [S, N, 3] float32\n"
+        "  sequence_lens sequence_lens [N] int32\n"
+        "  initial_h     initial_h [1, N, 4] float32\n"
+        "  Y             Y [S, 1, N, 4] float32\n"
+        "  Y_h           Y_h [1, N, 4] float32\n"
+        "  parameters: 108\n"  # W 12x3 + R 12x4 + B 24
+    )
+
+
+def test_inspect_json_and_notes(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    data = json.loads(invoke("inspect", "fixtures/rnn_activations.onnx", "--json").output)
+    (layer,) = data["layers"]
+    assert layer["activations"] == [[{"name": "LeakyRelu", "alpha": pytest.approx(0.1)}], [{"name": "HardSigmoid", "alpha": pytest.approx(0.3), "beta": pytest.approx(0.4)}]]
+    assert layer["tensors"]["Y"] == {"name": "Y", "shape": ["S", 2, "N", 4]}
+    assert layer["parameters"] == 2 * (4 * 3 + 4 * 4 + 8)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+@pytest.mark.parametrize("engine", ["native", "numpy"])
+def test_run_matches_expected_fixture_outputs(name, engine, tmp_path):
+    out = tmp_path / "out.npz"
+    result = CliRunner().invoke(main, ["run", str(FIXTURES / f"{name}.onnx"), "--inputs", str(FIXTURES / f"{name}.expected.npz"), "-o", str(out), "--engine", engine])
+    if engine == "native" and name == "gru_layout1":
+        assert result.exit_code == 6 and "layout == 1" in result.output and "--engine numpy" in result.output
+        assert not out.exists()
+        return
+    assert result.exit_code == 0, result.output
+    expected = np.load(FIXTURES / f"{name}.expected.npz")
+    got = np.load(out)
+    for key in ("Y", "Y_h"):
+        np.testing.assert_allclose(got[key], expected[key], atol=1e-5, rtol=1e-4)
+
+
+def test_convert_onnx_to_onnx_layout_and_opset(tmp_path):
+    out = tmp_path / "seq_major.onnx"
+    result = invoke("convert", FIXTURES / "gru_layout1.onnx", "--to", "onnx", "-o", out, "--layout", "0", "--opset", "7")
+    assert result.exit_code == 0, result.output
+    assert "verification passed" in result.output
+    model = onnx.load(str(out))
+    assert model.opset_import[0].version == 7 and [n.op_type for n in model.graph.node] == ["GRU"]
+    # the converted model runs on onnxruntime (the layout-1 source does not)
+    run = invoke("run", out, "--inputs", FIXTURES / "gru_lbr1_bidirectional.expected.npz", "-o", tmp_path / "o.npz")
+    assert run.exit_code == 3 and "missing input" in run.output  # different interface: sequence_lens, initial_h needed
+
+
+def test_convert_json_result(tmp_path):
+    result = invoke("convert", FIXTURES / "gru_clip.onnx", "-o", tmp_path / "x.onnx", "--json")
+    data = json.loads(result.output)
+    assert data["verification"]["passed"] is True
+    assert {f["feature"] for f in data["findings"]["rec"]} >= {"cell", "clip", "activations", "layout"}
+
+
+def test_report_formats(tmp_path):
+    text = invoke("report", FIXTURES / "gru_layout1.onnx").output
+    assert "openvino" in text and "unsupported" in text and "repacked" in text
+    data = json.loads(invoke("report", FIXTURES / "gru_layout1.onnx", "--to", "onnx", "--format", "json").output)
+    target = data["layers"][0]["targets"]["onnx"]
+    assert target["status"] == "repacked" and target["findings"][0]["feature"] == "layout"
+    md = tmp_path / "r.md"
+    assert invoke("report", FIXTURES / "gru_lbr0.onnx", "--format", "markdown", "-o", md).exit_code == 0
+    assert md.read_text().startswith("# gatepack report")
+    html = invoke("report", FIXTURES / "gru_lbr0.onnx", "--format", "html").output
+    assert "<table id='matrix'>" in html
+
+
+def test_formats_lists_every_format():
+    out = invoke("formats").output
+    for name in ("onnx", "openvino", "directml", "coreml", "bnns"):
+        assert name in out
+    assert "reads, writes" in out and "not yet" in out
+
+
+def test_verify_command_passes_and_fails(tmp_path):
+    same = invoke("verify", FIXTURES / "gru_lbr0.onnx", FIXTURES / "gru_lbr0.onnx", "--json")
+    assert same.exit_code == 0 and json.loads(same.output)["passed"]
+    other = tmp_path / "other.onnx"
+    cfg = Config(cell="GRU", direction="forward", lbr=0, initial_h=True, S=5, N=2, I=3, H=4, seed=77)
+    onnx.save(build_model(cfg), other)
+    differ = CliRunner().invoke(main, ["verify", str(FIXTURES / "gru_lbr0.onnx"), str(other)])
+    assert differ.exit_code == 5 and "FAIL" in differ.output
+
+
+# ------------------------------------------------------------------------------------ bad input
+
+
+def _model_with(tmp_path, name: str, mutate) -> str:
+    model = build_model(Config(cell="GRU", seed=1))
+    mutate(model)
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, path)
+    return str(path)
+
+
+def _set_attr(model, key, value):
+    node = model.graph.node[0]
+    kept = [a for a in node.attribute if a.name != key]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    if value is not None:
+        node.attribute.append(helper.make_attribute(key, value))
+
+
+def _weights_from_input(model):
+    model.graph.initializer.pop(0)  # W
+    model.graph.input.append(helper.make_tensor_value_info("W", 1, [1, 18, 5]))
+
+
+BAD = {
+    "truncated": (lambda p: p.write_bytes((FIXTURES / "gru_lbr0.onnx").read_bytes()[:200]), "not a readable ONNX model"),
+    "not_onnx": (lambda p: p.write_text("this is not a model\n"), "not a readable ONNX model"),
+    "no_recurrent": (None, "no GRU/RNN layer found"),
+    "wrong_shape": (lambda m: _set_attr(m, "hidden_size", 5), "W has shape [1, 18, 5], expected [1, 15, input_size] for hidden_size=5"),
+    "no_hidden_size": (lambda m: _set_attr(m, "hidden_size", None), "hidden_size is missing"),
+    "unknown_activation": (lambda m: _set_attr(m, "activations", ["Sigmoid", "Swish"]), "unknown activation 'Swish'"),
+    "weights_from_input": (_weights_from_input, "W 'W' is a graph input, not a constant"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_gives_one_line_error_and_no_output(case, tmp_path):
+    action, message = BAD[case]
+    if case in ("truncated", "not_onnx"):
+        path = tmp_path / f"{case}.onnx"
+        action(path)
+        path = str(path)
+    elif case == "no_recurrent":
+        graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", 1, [2])], [helper.make_tensor_value_info("y", 1, [2])])
+        path = str(tmp_path / "relu.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), path)
+    else:
+        path = _model_with(tmp_path, case, action)
+    out = tmp_path / "out" / "converted.onnx"
+    result = CliRunner().invoke(main, ["convert", path, "--to", "onnx", "-o", str(out)])
+    assert result.exit_code == 3, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gatepack: error: ") and "Traceback" not in result.output
+    assert path in lines[0] and message in lines[0]
+    if case not in ("truncated", "not_onnx", "no_recurrent"):
+        assert "layer 'rec'" in lines[0]
+    assert not out.exists() and not any((tmp_path / "out").glob("*")) if (tmp_path / "out").exists() else True
+
+
+def test_sequence_lens_out_of_range(tmp_path):
+    data = dict(np.load(FIXTURES / "gru_seqlens.expected.npz"))
+    data["sequence_lens"] = np.array([2, 9, 1], np.int32)
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **data)
+    out = tmp_path / "o.npz"
+    result = CliRunner().invoke(main, ["run", str(FIXTURES / "gru_seqlens.onnx"), "--inputs", str(bad), "-o", str(out), "--engine", "numpy"])
+    assert result.exit_code == 3
+    assert "layer 'rec'" in result.output and "sequence_lens value 9 is outside [0, 6]" in result.output
+    assert not out.exists()
+
+
+def test_refusals_and_usage_errors(tmp_path):
+    refused = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "openvino", "-o", str(tmp_path / "m.xml")])
+    assert refused.exit_code == 4 and "unsupported" in refused.output and not (tmp_path / "m.xml").exists()
+    overwrite = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "onnx", "-o", str(FIXTURES / "gru_lbr0.onnx")])
+    assert overwrite.exit_code == 2 and "would overwrite the input" in overwrite.output
+    usage = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx")])
+    assert usage.exit_code == 2
+
+
+def test_console_script_and_debug_traceback(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_text("nope")
+    plain = subprocess.run([sys.executable, "-c", "from cli import main; main()", "inspect", str(bad)], capture_output=True, text=True, cwd=ROOT)
+    assert plain.returncode == 3 and plain.stderr.count("\n") == 1 and "Traceback" not in plain.stderr
+    debug = subprocess.run([sys.executable, "-c", "from cli import main; main()", "--debug", "inspect", str(bad)], capture_output=True, text=True, cwd=ROOT)
+    assert "Traceback" in debug.stderr
+
+
+def test_help_does_not_import_heavy_frameworks():
+    code = "import sys; from cli import main\ntry:\n    main(['--help'])\nexcept SystemExit: pass\nprint(sorted(m for m in ('onnx', 'onnxruntime', 'openvino', 'coremltools', 'numpy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout
+    assert out.strip().endswith("[]")
