@@ -9,6 +9,7 @@ from onnx import helper, numpy_helper
 
 import converters as gp
 from converters.formats import onnx as onnx_format
+from helpers import REALMODELS as REALMODELS_DIR
 from helpers import Config, build_model, inputs, matrix, ort_run, to_layout, weights
 
 ROUND_TRIP = [c for c in matrix(count=60, seed=99) if c.dtype != "float64" and c.layout == 0] + [
@@ -189,3 +190,14 @@ def test_unrolled_and_lstm_models_say_so():
         gp.load(REALMODELS / "dtln_model_2_unrolled_lstm.onnx")
     with pytest.raises(gp.NoRecurrentLayerError, match="LSTM is not supported yet"):
         gp.load(REALMODELS / "dtln_model_1_lstm.onnx")
+
+
+def test_without_onnxruntime_verification_says_it_used_the_executor(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
+    result = gp.convert(REALMODELS_DIR / "burn_gru_bidirectional.onnx", tmp_path / "o.onnx", to="onnx")
+    assert result.verification.passed
+    assert any("onnxruntime is not installed" in note for note in result.verification.notes)
+    with pytest.raises(gp.RuntimeFailure, match="onnxruntime is not installed"):
+        gp.run(tmp_path / "o.onnx", {"input": np.zeros((5, 2, 4), np.float32)})

@@ -738,7 +738,10 @@ def _ort_message(err: Exception) -> str:
 
 
 def _session(source, label: str):
-    import onnxruntime as ort
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise RuntimeFailure(f"{label}: onnxruntime is not installed", hint="pip install onnxruntime (or gatepack[test])") from None
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # failures are reported by gatepack, once, on one line
