@@ -127,10 +127,12 @@ def convert(
     registry.check_name(fmt)
     if strategy not in ("auto", "native", "decomposed"):
         raise UsageError(f"strategy {strategy!r} is not auto, native or decomposed")
+    if strategy != "auto" and fmt == "onnx":
+        raise UsageError(f"--strategy {strategy} does not apply to ONNX, which has one way to write a layer", hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)")
     refuse_overwriting_inputs(Path(dst), [Path(src)])
     read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
     source = load(src, from_format, **read_opts)
-    model = with_layout(source, layout) if layout is not None and layout != -1 else source
+    model = with_layout(source, layout) if layout is not None else source
     rep = build_report(model, [fmt], options)
     findings = {lay.layer.name: lay.targets[fmt].findings for lay in rep.layers}
     blocking = [(name, f) for name, fs in findings.items() for f in fs if f.status is Status.UNSUPPORTED or (f.status is Status.LOSSY and not allow_lossy)]

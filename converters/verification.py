@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from converters import registry
-from converters.errors import RuntimeFailure
+from converters.errors import InputError, RuntimeFailure
 from converters.model import Model
 from schemas.layer import RecurrentLayer
 
@@ -122,7 +122,8 @@ def run_layer(model: Model, layer: RecurrentLayer, role_inputs: dict[str, np.nda
     try:
         outputs = registry.module(model.format).run_layer_native(layer, feed)
     except RuntimeFailure as err:
-        notes.append(f"{model.path} layer {layer.name!r} ran on gatepack's executor: {err.message}")
+        reason = err.message.removeprefix(f"layer {layer.name!r}: ")
+        notes.append(f"{model.path} layer {layer.name!r} ran on gatepack's executor: {reason}")
         y, y_h = execute(layer, feed[layer.interface.x], feed.get(layer.interface.sequence_lens or ""), feed.get(layer.interface.initial_h or ""))
         outputs = {layer.interface.y: y, layer.interface.y_h: y_h}
     return from_interface(layer, outputs)
@@ -147,8 +148,6 @@ def pair_layers(source: Model, target: Model) -> list[tuple[RecurrentLayer, Recu
         return [(layer, by_name[layer.name]) for layer in source.layers]
     if len(source.layers) == len(target.layers):
         return list(zip(source.layers, target.layers))
-    from converters.errors import InputError
-
     raise InputError(
         f"{target.path}: its {len(target.layers)} layer(s) do not match the {len(source.layers)} of {source.path}",
         hint="verify artifacts of the same layers",

@@ -207,3 +207,8 @@ def test_help_does_not_import_heavy_frameworks():
     code = "import sys; from cli import main\ntry:\n    main(['--help'])\nexcept SystemExit: pass\nprint(sorted(m for m in ('onnx', 'onnxruntime', 'openvino', 'coremltools', 'numpy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout
     assert out.strip().endswith("[]")
+
+
+def test_strategy_does_not_apply_to_onnx(tmp_path):
+    result = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "onnx", "-o", str(tmp_path / "o.onnx"), "--strategy", "decomposed"])
+    assert result.exit_code == 2 and "does not apply to ONNX" in result.output and not (tmp_path / "o.onnx").exists()
