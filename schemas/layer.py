@@ -173,7 +173,7 @@ class RecurrentLayer:
                 ("Rb", params.Rb, (gh,)),
             ):
                 if not isinstance(array, np.ndarray) or array.shape != shape:
-                    got = getattr(array, "shape", type(array).__name__)
+                    got = list(array.shape) if hasattr(array, "shape") else type(array).__name__
                     raise self._fail(f"direction {d} {label} has shape {got}, expected {list(shape)}")
                 if array.dtype != self.dtype:
                     raise self._fail(f"direction {d} {label} is {array.dtype}, the layer is {self.dtype}")

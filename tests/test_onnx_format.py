@@ -9,6 +9,7 @@ from onnx import helper, numpy_helper
 
 import converters as gp
 from converters.formats import onnx as onnx_format
+from helpers import FIXTURES as FIXTURES_DIR
 from helpers import REALMODELS as REALMODELS_DIR
 from helpers import Config, build_model, inputs, matrix, ort_run, to_layout, weights
 
@@ -201,3 +202,35 @@ def test_without_onnxruntime_verification_says_it_used_the_executor(tmp_path, mo
     assert any("onnxruntime is not installed" in note for note in result.verification.notes)
     with pytest.raises(gp.RuntimeFailure, match="onnxruntime is not installed"):
         gp.run(tmp_path / "o.onnx", {"input": np.zeros((5, 2, 4), np.float32)})
+
+
+@pytest.mark.parametrize("cell", ["GRU", "RNN"])
+def test_opset_22_nodes_are_read(cell, tmp_path):
+    from converters.executor import run_layer
+
+    cfg = Config(cell=cell, direction="bidirectional", lbr=1 if cell == "GRU" else 0, opset=22, seq_lens="mixed", initial_h=True)
+    path = tmp_path / "m22.onnx"
+    onnx.save(build_model(cfg), path)
+    (layer,) = gp.load(path).layers
+    assert layer.extras["onnx_version"] == 22
+    feed = inputs(cfg)
+    y, y_h = run_layer(layer, feed["X"], feed["sequence_lens"], feed["initial_h"])
+    ref_y, ref_y_h = ort_run(build_model(cfg), feed)
+    np.testing.assert_allclose(y, ref_y, atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(y_h, ref_y_h, atol=1e-5, rtol=1e-4)
+
+
+def test_canonical_spec_validation_names_layer_and_value():
+    from dataclasses import replace
+
+    from schemas.layer import SpecError
+
+    (layer,) = gp.load(FIXTURES_DIR / "gru_lbr0.onnx").layers
+    with pytest.raises(SpecError, match=r"layer 'rec': direction 0 W has shape \[12, 2\], expected \[12, 3\]"):
+        replace(layer, directions=(replace(layer.directions[0], W=layer.directions[0].W[:, :2]),))
+    with pytest.raises(SpecError, match="layer 'rec': clip must be > 0, got 0.0"):
+        replace(layer, clip=0.0)
+    with pytest.raises(SpecError, match="layer 'rec': direction bidirectional needs 2 weight set"):
+        replace(layer, direction=type(layer.direction)("bidirectional"))
+    with pytest.raises(SpecError, match="layer 'rec': direction 0 R is float64, the layer is float32"):
+        replace(layer, directions=(replace(layer.directions[0], R=layer.directions[0].R.astype("float64")),))
