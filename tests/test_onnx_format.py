@@ -234,3 +234,20 @@ def test_canonical_spec_validation_names_layer_and_value():
         replace(layer, direction=type(layer.direction)("bidirectional"))
     with pytest.raises(SpecError, match="layer 'rec': direction 0 R is float64, the layer is float32"):
         replace(layer, directions=(replace(layer.directions[0], R=layer.directions[0].R.astype("float64")),))
+
+
+def test_forward_rnn_with_two_activation_names_uses_the_first_like_onnxruntime(tmp_path):
+    from converters.executor import run_layer
+
+    cfg = Config(cell="RNN", direction="forward", activations=["Relu", "Tanh"], seq_lens="mixed")
+    path = tmp_path / "two.onnx"
+    onnx.save(build_model(cfg), path)
+    model = gp.load(path)
+    (layer,) = model.layers
+    assert [a.name for a in layer.directions[0].activations] == ["Relu"]
+    assert any(n.warning == "second activation ignored" for n in model.notes_for(layer))
+    feed = inputs(cfg)
+    y, y_h = run_layer(layer, feed["X"], feed["sequence_lens"])
+    ref_y, ref_y_h = ort_run(build_model(cfg), feed)
+    np.testing.assert_allclose(y, ref_y, atol=1e-6)
+    np.testing.assert_allclose(y_h, ref_y_h, atol=1e-6)
