@@ -24,7 +24,7 @@ import numpy as np
 
 from converters.errors import InputError, UsageError, where
 from converters.model import Model
-from schemas.layer import Cell, DirectionParams, RecurrentLayer
+from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, DirectionParams, RecurrentLayer
 
 
 def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -70,9 +70,9 @@ def run_layer(
     compute = np.float32 if layer.dtype == np.float16 else layer.dtype
     x = np.asarray(x, dtype=compute)
     if layout == 1:
-        x = x.transpose(1, 0, 2)  # -> [S, N, I]
+        x = x.transpose(PERM_SWAP_01)  # -> [S, N, I]
         if initial_h is not None:
-            initial_h = initial_h.transpose(1, 0, 2)  # -> [D, N, H]
+            initial_h = initial_h.transpose(PERM_SWAP_01)  # -> [D, N, H]
     seq_len, batch = x.shape[0], x.shape[1]
     hidden = layer.hidden_size
     y = np.zeros((seq_len, layer.num_directions, batch, hidden), dtype=compute)
@@ -89,7 +89,7 @@ def run_layer(
         with np.errstate(over="ignore", invalid="ignore"):
             y_h[d] = _run_direction(layer, params, x, lens, h0, reverse, y[:, d], compute)
     if layout == 1:
-        y, y_h = y.transpose(2, 0, 1, 3), y_h.transpose(1, 0, 2)
+        y, y_h = y.transpose(PERM_Y_TO_BATCH_MAJOR), y_h.transpose(PERM_SWAP_01)
     return y.astype(layer.dtype, copy=False), y_h.astype(layer.dtype, copy=False)
 
 

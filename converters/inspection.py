@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from converters.model import Model
-from schemas.layer import RecurrentLayer
-
-
-def _dim(value) -> str:
-    return "?" if value is None else str(value)
+from schemas.layer import RecurrentLayer, dim_text
 
 
 def _shapes(layer: RecurrentLayer) -> dict[str, list[str]]:
     itf = layer.interface
-    s, n, d, h, i = _dim(itf.seq_length), _dim(itf.batch_size), str(layer.num_directions), str(layer.hidden_size), str(layer.input_size)
+    s, n, d, h, i = dim_text(itf.seq_length), dim_text(itf.batch_size), str(layer.num_directions), str(layer.hidden_size), str(layer.input_size)
     batch_major = itf.layout == 1
     return {
         "X": [n, s, i] if batch_major else [s, n, i],

@@ -19,7 +19,7 @@ import numpy as np
 from converters import registry
 from converters.errors import InputError, RuntimeFailure
 from converters.model import Model
-from schemas.layer import RecurrentLayer
+from schemas.layer import PERM_SWAP_01, PERM_Y_TO_SEQ_MAJOR, RecurrentLayer
 
 TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2)}
 DEFAULT_SEQ_LENGTH = 7
@@ -92,12 +92,12 @@ def to_interface(layer: RecurrentLayer, role_inputs: dict[str, np.ndarray]) -> d
     """Layout-0 role inputs -> the layer's own tensor names and layout."""
     itf = layer.interface
     batch_major = itf.layout == 1
-    feed = {itf.x: role_inputs["X"].transpose(1, 0, 2) if batch_major else role_inputs["X"]}
+    feed = {itf.x: role_inputs["X"].transpose(PERM_SWAP_01) if batch_major else role_inputs["X"]}
     if itf.sequence_lens:
         feed[itf.sequence_lens] = role_inputs["sequence_lens"]
     if itf.initial_h:
         h0 = role_inputs["initial_h"]
-        feed[itf.initial_h] = h0.transpose(1, 0, 2) if batch_major else h0
+        feed[itf.initial_h] = h0.transpose(PERM_SWAP_01) if batch_major else h0
     return {k: np.ascontiguousarray(v) for k, v in feed.items()}
 
 
@@ -107,10 +107,10 @@ def from_interface(layer: RecurrentLayer, outputs: dict[str, np.ndarray]) -> dic
     out = {}
     if itf.y and itf.y in outputs:
         y = outputs[itf.y]
-        out["Y"] = y.transpose(1, 2, 0, 3) if itf.layout == 1 else y
+        out["Y"] = y.transpose(PERM_Y_TO_SEQ_MAJOR) if itf.layout == 1 else y
     if itf.y_h and itf.y_h in outputs:
         y_h = outputs[itf.y_h]
-        out["Y_h"] = y_h.transpose(1, 0, 2) if itf.layout == 1 else y_h
+        out["Y_h"] = y_h.transpose(PERM_SWAP_01) if itf.layout == 1 else y_h
     return out
 
 

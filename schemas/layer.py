@@ -70,6 +70,17 @@ class Direction(str, enum.Enum):
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
 
+# Batch-major (layout 1) <-> sequence-major (layout 0) axis permutations, written once.
+# X [S,N,I] <-> [N,S,I] and initial_h / Y_h [D,N,H] <-> [N,D,H] swap the first two axes (self-inverse).
+PERM_SWAP_01 = (1, 0, 2)
+PERM_Y_TO_BATCH_MAJOR = (2, 0, 1, 3)  # Y [S,D,N,H] -> [N,S,D,H]
+PERM_Y_TO_SEQ_MAJOR = (1, 2, 0, 3)  # Y [N,S,D,H] -> [S,D,N,H]
+
+
+def dim_text(dim: "Dim") -> str:
+    """A static, symbolic or unknown dimension as text: 5, 'S', '?'."""
+    return "?" if dim is None else str(dim)
+
 
 class SpecError(ValueError):
     """A canonical layer that contradicts itself; the message names the layer and the value."""

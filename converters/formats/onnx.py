@@ -31,7 +31,7 @@ from converters.fileio import atomic_path
 from converters.findings import Finding, Status
 from converters.model import Model
 from schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
-from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError
+from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
 
 FORMAT = "onnx"
 DEFAULT_OPSET = 14
@@ -41,11 +41,10 @@ _NOT_YET = {"LSTM": "LSTM is not supported yet (GRU and RNN are)"}
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 _ONNX_DOMAINS = ("", "ai.onnx")
 
-# Transposes between the batch-major interface and a layout-0 node (X/initial_h/Y_h: swap the
-# first two axes; Y: [S,D,N,H] -> [N,S,D,H]).
-_PERM_IN = [1, 0, 2]
-_PERM_Y = [2, 0, 1, 3]
-_PERM_YH = [1, 0, 2]
+# Transposes between a batch-major interface and a layout-0 node.
+_PERM_IN = list(PERM_SWAP_01)  # X, initial_h: batch-major -> sequence-major
+_PERM_Y = list(PERM_Y_TO_BATCH_MAJOR)
+_PERM_YH = list(PERM_SWAP_01)
 
 
 # ----------------------------------------------------------------------------------------- reading
@@ -675,12 +674,8 @@ def check(layer: RecurrentLayer, *, opset: int = DEFAULT_OPSET, layout_encoding:
         found.append(Finding("layout", Status.EXACT, "layout 0 (sequence-major)"))
     dtype_warning = "onnxruntime's CPU GRU does not run float64" if layer.cell is Cell.GRU and layer.dtype == np.float64 else None
     found.append(Finding("dtype", Status.EXACT, layer.interface.dtype, warning=dtype_warning))
-    found.append(Finding("shapes", Status.EXACT, f"S={_dim_text(itf.seq_length)}, N={_dim_text(itf.batch_size)}"))
+    found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)}"))
     return found
-
-
-def _dim_text(dim) -> str:
-    return "?" if dim is None else str(dim)
 
 
 # ----------------------------------------------------------------------------------------- running
