@@ -124,7 +124,7 @@ def convert(
     from converters.reporting import build_report
 
     fmt = to or registry.detect(dst)
-    registry.check_name(fmt)
+    info = registry.check_name(fmt)
     if strategy not in ("auto", "native", "decomposed"):
         raise UsageError(f"strategy {strategy!r} is not auto, native or decomposed")
     if strategy != "auto" and fmt == "onnx":
@@ -142,8 +142,7 @@ def convert(
         hint = first.alternative or ("pass --allow-lossy to accept it" if first.status is Status.LOSSY else None)
         raise RefusedError(f"{src}: layer {name!r}: {first.status.value}: {first.feature}: {first.detail}{more}", findings=[f for _, f in blocking], hint=hint)
     result = Result(str(src), str(dst), fmt, findings)
-    is_dir = fmt in ("directml", "bnns")
-    with atomic_path(Path(dst), directory=is_dir) as tmp:
+    with atomic_path(Path(dst), directory=info.is_directory) as tmp:
         save(model, tmp, fmt, **options)
         if verify:
             written = registry.module(fmt).read(tmp)

@@ -26,11 +26,5 @@ class Model:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
 
-    def layer(self, name: str) -> RecurrentLayer:
-        for layer in self.layers:
-            if layer.name == name:
-                return layer
-        raise KeyError(name)
-
     def notes_for(self, layer: RecurrentLayer) -> list[Finding]:
         return self.notes.get(layer.name, [])

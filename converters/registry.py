@@ -29,6 +29,7 @@ class FormatInfo:
     runtime: str  # where `--engine native` runs it here
     implemented: bool
     write_options: tuple[str, ...] = ()
+    is_directory: bool = False  # the artifact is a directory rather than a file
 
 
 FORMATS: dict[str, FormatInfo] = {
@@ -36,9 +37,9 @@ FORMATS: dict[str, FormatInfo] = {
     for f in (
         FormatInfo("onnx", "ONNX", "NAME.onnx", "onnxruntime (CPU)", True, ("opset", "layout_encoding")),
         FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", False),
-        FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", False),
+        FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", False, is_directory=True),
         FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", False),
-        FormatInfo("bnns", "BNNSGraph bundle", "directory with bnns.json", "none here (NumPy executor of BNNS semantics)", False),
+        FormatInfo("bnns", "BNNSGraph bundle", "directory with bnns.json", "none here (NumPy executor of BNNS semantics)", False, is_directory=True),
     )
 }
 

@@ -394,12 +394,11 @@ class _Reader:
         if names["y"] is None and names["y_h"] is None:
             raise InputError(f"{at}the node has neither a Y nor a Y_h output")
         if layout == 0:
-            outer = _absorbable_transposes(scope, node, names)
-            if outer is not None:
-                layout = 1
-                isolated.nodes = outer.pop("_nodes") + [node]
-                isolated.nodes.sort(key=lambda n: 0 if n.output[0] in (names["x"], names["initial_h"]) else (1 if n is node else 2))
+            absorbed = _absorbable_transposes(scope, node, names)
+            if absorbed is not None:
+                outer, isolated.nodes = absorbed
                 names.update(outer)
+                layout = 1
         x_dims = _dims(self.types.get(names["x"]))
         if x_dims is not None:
             if len(x_dims) != 3:
@@ -410,40 +409,36 @@ class _Reader:
         return Interface(layout=layout, seq_length=seq, batch_size=batch, dtype=w.dtype.name, **names)
 
 
-def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> dict | None:
+def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> tuple[dict, list] | None:
     """If a layout-0 node is wrapped in batch-major Transposes from graph inputs to graph outputs
-    (gatepack's own layout encoding, and common in exports), return the outer names and nodes."""
-    outer: dict = {"_nodes": []}
-
-    def producer_transpose(name: str, perm: list) -> str | None:
-        prod = scope.producers.get(name)
-        if prod is None or prod.op_type != "Transpose" or _perm(prod) != perm:
-            return None
-        if prod.input[0] not in scope.inputs or len(scope.consumers.get(name, [])) != 1:
-            return None
-        outer["_nodes"].append(prod)
-        return prod.input[0]
-
-    def consumer_transpose(name: str, perm: list) -> str | None:
-        users = scope.consumers.get(name, [])
-        if len(users) != 1 or users[0].op_type != "Transpose" or _perm(users[0]) != perm:
-            return None
-        if name in scope.outputs or users[0].output[0] not in scope.outputs:
-            return None
-        outer["_nodes"].append(users[0])
-        return users[0].output[0]
-
-    checks = [("x", producer_transpose, _PERM_IN), ("initial_h", producer_transpose, _PERM_IN), ("y", consumer_transpose, _PERM_Y), ("y_h", consumer_transpose, _PERM_YH)]
-    for key, find, perm in checks:
+    (gatepack's own layout encoding, and common in exports), return the outer tensor names and the
+    wrapped nodes in execution order (transposes in, the node, transposes out)."""
+    outer: dict = {}
+    before: list[onnx.NodeProto] = []
+    after: list[onnx.NodeProto] = []
+    for key, perm in (("x", _PERM_IN), ("initial_h", _PERM_IN)):
         if names[key] is None:
             continue
-        found = find(names[key], perm)
-        if found is None:
+        prod = scope.producers.get(names[key])
+        if prod is None or prod.op_type != "Transpose" or _perm(prod) != perm:
             return None
-        outer[key] = found
+        if prod.input[0] not in scope.inputs or len(scope.consumers.get(names[key], [])) != 1:
+            return None
+        outer[key] = prod.input[0]
+        before.append(prod)
+    for key, perm in (("y", _PERM_Y), ("y_h", _PERM_YH)):
+        if names[key] is None:
+            continue
+        users = scope.consumers.get(names[key], [])
+        if len(users) != 1 or users[0].op_type != "Transpose" or _perm(users[0]) != perm:
+            return None
+        if names[key] in scope.outputs or users[0].output[0] not in scope.outputs:
+            return None
+        outer[key] = users[0].output[0]
+        after.append(users[0])
     if names["sequence_lens"] is not None and names["sequence_lens"] not in scope.inputs:
         return None
-    return outer
+    return outer, before + [node] + after
 
 
 def _perm(node: onnx.NodeProto) -> list | None:
