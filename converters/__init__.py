@@ -127,8 +127,8 @@ def convert(
     info = registry.check_name(fmt)
     if strategy not in ("auto", "native", "decomposed"):
         raise UsageError(f"strategy {strategy!r} is not auto, native or decomposed")
-    if strategy != "auto" and fmt == "onnx":
-        raise UsageError(f"--strategy {strategy} does not apply to ONNX, which has one way to write a layer", hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)")
+    if strategy != "auto" and fmt not in ("openvino", "coreml"):
+        raise UsageError(f"--strategy {strategy} does not apply to {info.title}, which has one way to write a layer", hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)")
     refuse_overwriting_inputs(Path(dst), [Path(src)])
     read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
     source = load(src, from_format, **read_opts)
@@ -186,6 +186,9 @@ def run(artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "na
         return registry.module(fmt).run_native(artifact, inputs)
     if engine != "numpy":
         raise UsageError(f"engine {engine!r} is not 'native' or 'numpy'")
+    module = registry.module(fmt)
+    if hasattr(module, "run_numpy"):  # the format's own semantics, read from the artifact
+        return module.run_numpy(artifact, inputs)
     from converters.executor import run_model
 
     return run_model(load(artifact, fmt, **options), inputs)

@@ -20,11 +20,13 @@ lengths are masks over the batch, never Python loops over it.
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 import numpy as np
 
 from converters.errors import InputError, UsageError, where
 from converters.model import Model
-from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, DirectionParams, RecurrentLayer
+from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, RecurrentLayer
 
 
 def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -66,53 +68,74 @@ def run_layer(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run ``layer`` on inputs in its own layout; return ``(Y, Y_h)`` in that layout and dtype."""
     x, sequence_lens, initial_h = _check_inputs(layer, x, sequence_lens, initial_h)
-    layout = layer.interface.layout
-    compute = np.float32 if layer.dtype == np.float16 else layer.dtype
-    x = np.asarray(x, dtype=compute)
-    if layout == 1:
+    if layer.interface.layout == 1:
         x = x.transpose(PERM_SWAP_01)  # -> [S, N, I]
         if initial_h is not None:
             initial_h = initial_h.transpose(PERM_SWAP_01)  # -> [D, N, H]
+    y, y_h = run_recurrence(
+        layer.cell,
+        [(p.W, p.R, p.Wb, p.Rb, p.activations) for p in layer.directions],
+        reverse=[layer.direction.value == "reverse" or d == 1 for d in range(layer.num_directions)],
+        x=x,
+        sequence_lens=sequence_lens,
+        initial_h=initial_h,
+        linear_before_reset=layer.linear_before_reset,
+        clip=layer.clip,
+        dtype=layer.dtype,
+    )
+    if layer.interface.layout == 1:
+        y, y_h = y.transpose(PERM_Y_TO_BATCH_MAJOR), y_h.transpose(PERM_SWAP_01)
+    return y, y_h
+
+
+Weights = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Sequence[Callable[[np.ndarray], np.ndarray]]]
+
+
+def run_recurrence(
+    cell: Cell,
+    directions: Sequence[Weights],
+    *,
+    reverse: Sequence[bool],
+    x: np.ndarray,
+    sequence_lens: np.ndarray | None,
+    initial_h: np.ndarray | None,
+    linear_before_reset: bool = False,
+    clip: float | None = None,
+    dtype: np.dtype = np.dtype(np.float32),
+) -> tuple[np.ndarray, np.ndarray]:
+    """The recurrence itself, sequence-major and format-neutral (inputs already checked).
+
+    ``directions`` holds ``(W [G*H,I], R [G*H,H], Wb, Rb, activations)`` per direction, in ONNX gate
+    order, with any callables as activations (so a format's executor passes its own activation
+    semantics). X is [S,N,I], ``initial_h`` [D,N,H]; returns Y [S,D,N,H] and Y_h [D,N,H] in ``dtype``.
+    """
+    dtype = np.dtype(dtype)
+    compute = np.dtype(np.float32) if dtype == np.float16 else dtype
+    x = np.asarray(x, dtype=compute)
     seq_len, batch = x.shape[0], x.shape[1]
-    hidden = layer.hidden_size
-    y = np.zeros((seq_len, layer.num_directions, batch, hidden), dtype=compute)
-    y_h = np.zeros((layer.num_directions, batch, hidden), dtype=compute)
+    hidden = directions[0][1].shape[1]
+    y = np.zeros((seq_len, len(directions), batch, hidden), dtype=compute)
+    y_h = np.zeros((len(directions), batch, hidden), dtype=compute)
     lens = None
-    if sequence_lens is not None and not np.all(sequence_lens == seq_len):
-        lens = sequence_lens.astype(np.int64)
-    for d, params in enumerate(layer.directions):
-        reverse = layer.direction.value == "reverse" or d == 1
-        h0 = np.zeros((batch, hidden), compute) if initial_h is None else initial_h[d].astype(compute)
+    if sequence_lens is not None and not np.all(np.asarray(sequence_lens) == seq_len):
+        lens = np.asarray(sequence_lens).astype(np.int64)
+    make_step = _gru_step if cell is Cell.GRU else _rnn_step
+    for d, (w, r, wb, rb, activations) in enumerate(directions):
+        h0 = np.zeros((batch, hidden), compute) if initial_h is None else np.asarray(initial_h[d], compute)
+        step = make_step(hidden, activations, r.astype(compute, copy=False), rb.astype(compute, copy=False), linear_before_reset, _clipper(clip))
+        # Every time step's input projection at once: [S*N, I] @ [I, G*H].
+        xw = (x.reshape(seq_len * batch, -1) @ w.astype(compute, copy=False).T + wb.astype(compute, copy=False)).reshape(seq_len, batch, -1)
         # A divergent recurrence (e.g. Relu gates) overflows to inf (and inf - inf to NaN) as in
         # every runtime; that is the arithmetic, not a fault to warn about. The activations are
         # stable, so saturating cells stay finite for any input.
         with np.errstate(over="ignore", invalid="ignore"):
-            y_h[d] = _run_direction(layer, params, x, lens, h0, reverse, y[:, d], compute)
-    if layout == 1:
-        y, y_h = y.transpose(PERM_Y_TO_BATCH_MAJOR), y_h.transpose(PERM_SWAP_01)
-    return y.astype(layer.dtype, copy=False), y_h.astype(layer.dtype, copy=False)
+            y_h[d] = _run_direction(step, xw, lens, h0, reverse[d], y[:, d])
+    return y.astype(dtype, copy=False), y_h.astype(dtype, copy=False)
 
 
-def _run_direction(
-    layer: RecurrentLayer,
-    params: DirectionParams,
-    x: np.ndarray,
-    lens: np.ndarray | None,
-    h: np.ndarray,
-    reverse: bool,
-    y: np.ndarray,
-    compute: np.dtype,
-) -> np.ndarray:
-    """Run one direction over X [S,N,I]; write its outputs into ``y`` [S,N,H]; return Y_h [N,H]."""
-    seq_len, batch, _ = x.shape
-    w = params.W.astype(compute, copy=False)
-    r = params.R.astype(compute, copy=False)
-    wb = params.Wb.astype(compute, copy=False)
-    rb = params.Rb.astype(compute, copy=False)
-    # Every time step's input projection at once: [S*N, I] @ [I, G*H].
-    xw = (x.reshape(seq_len * batch, -1) @ w.T + wb).reshape(seq_len, batch, -1)
-    make_step = _gru_step if layer.cell is Cell.GRU else _rnn_step
-    step = make_step(layer, params.activations, r, rb)
+def _run_direction(step, xw: np.ndarray, lens: np.ndarray | None, h: np.ndarray, reverse: bool, y: np.ndarray) -> np.ndarray:
+    """Run one direction over projected inputs xw [S,N,G*H]; write outputs into ``y`` [S,N,H]; return Y_h [N,H]."""
+    seq_len, batch, _ = xw.shape
     rows = np.arange(batch)
     steps = seq_len if lens is None else int(lens.max(initial=0))
     for k in range(steps):
@@ -135,20 +158,17 @@ def _run_direction(
     return h
 
 
-def _clipper(layer: RecurrentLayer):
+def _clipper(clip: float | None):
     """Bound a pre-activation to [-clip, clip] (identity without clip)."""
-    if layer.clip is None:
+    if clip is None:
         return lambda v: v
-    c = layer.clip
-    return lambda v: np.clip(v, -c, c)
+    return lambda v: np.clip(v, -clip, clip)
 
 
-def _gru_step(layer: RecurrentLayer, activations: tuple, r: np.ndarray, rb: np.ndarray):
+def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, linear_before_reset: bool, clip):
     """The GRU step h_{t-1} -> h_t for pre-projected inputs gx = x_t W^T + Wb ([N, 3H])."""
     f, g = activations
-    clip = _clipper(layer)
-    H = layer.hidden_size
-    if layer.linear_before_reset:
+    if linear_before_reset:
         r_t = np.ascontiguousarray(r.T)  # [H, 3H]
 
         def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:
@@ -173,10 +193,9 @@ def _gru_step(layer: RecurrentLayer, activations: tuple, r: np.ndarray, rb: np.n
     return step
 
 
-def _rnn_step(layer: RecurrentLayer, activations: tuple, r: np.ndarray, rb: np.ndarray):
+def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, linear_before_reset: bool, clip):
     """The RNN step h_{t-1} -> h_t for pre-projected inputs gx = x_t W^T + Wb ([N, H])."""
     (f,) = activations
-    clip = _clipper(layer)
     r_t = np.ascontiguousarray(r.T)
 
     def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:

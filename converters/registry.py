@@ -6,7 +6,10 @@ A format module (``converters/formats/NAME.py``) provides:
 * ``write(model, path, **options) -> None`` (atomic)
 * ``check(layer, **options) -> list[Finding]`` (what writing the layer does to each feature)
 * ``run_native(path, inputs) -> outputs`` (its own runtime, where one runs here)
-* ``run_layer_native(layer, inputs) -> outputs`` (one layer of an artifact read from disk)
+* ``run_layer_native(layer, inputs) -> outputs`` (one layer of an artifact read from disk, on its own
+  runtime, or - where none runs here - on gatepack's executor of the format's own semantics)
+* optionally ``run_numpy(path, inputs) -> outputs`` (the artifact on that format-semantics executor;
+  without it, ``run --engine numpy`` uses the canonical executor)
 
 Modules are imported only when a command needs them, so the CLI starts fast.
 """
@@ -37,7 +40,7 @@ FORMATS: dict[str, FormatInfo] = {
     for f in (
         FormatInfo("onnx", "ONNX", "NAME.onnx", "onnxruntime (CPU)", True, ("opset", "layout_encoding")),
         FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", False),
-        FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", False, is_directory=True),
+        FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", True, ("emit_cpp", "seq_length", "batch_size"), is_directory=True),
         FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", False),
         FormatInfo("bnns", "BNNSGraph bundle", "directory with bnns.json", "none here (NumPy executor of BNNS semantics)", False, is_directory=True),
     )

@@ -1,0 +1,776 @@
+"""DirectML: GRU/RNN layers as runnable DxDispatch models, read back, and executed with DirectML semantics.
+
+An artifact is a directory:
+
+* ``model.json`` - a DxDispatch model (DirectML's own runnable JSON, ``schemas/dxdispatch_model.schema.json``)
+  with one dispatchable per layer, ``DML_OPERATOR_GRU`` or ``DML_OPERATOR_RNN``, whose ``desc`` keys
+  are the fields of ``DML_GRU_OPERATOR_DESC`` / ``DML_RNN_OPERATOR_DESC``; every tensor is a resource
+  (weights, bias and sample inputs initialised from ``.npy`` files whose shape is the tensor's 4-D
+  ``Sizes``), a ``dispatch`` command binds desc fields to resources, ``writeFile`` commands save the
+  outputs. A Windows user runs it as is: ``dxdispatch.exe model.json``.
+* ``gatepack.json`` - gatepack's manifest: the source's layer names, tensor names, layout and symbolic
+  dimensions (DirectML tensors are static and sequence-major), so the layer reads back whole.
+* ``desc.cpp`` (``emit_cpp=True``) - C++ that fills the same descs for DirectML users who write C++.
+
+Conventions (CONVENTIONS.md section 4; identical to ONNX up to a reshape, so nothing is repacked)::
+
+    InputTensor            {1, S, N, I}        X, sequence-major
+    WeightTensor           {1, D, G*H, I}      W, gate order z, r, h (GRU) as ONNX
+    RecurrenceTensor       {1, D, G*H, H}      R
+    BiasTensor             {1, 1, D, 2*G*H}    [Wb, Rb] per direction (optional)
+    HiddenInitTensor       {1, D, N, H}        initial_h (optional)
+    SequenceLengthsTensor  {1, 1, 1, N}        UINT32 (optional)
+    OutputSequenceTensor   {S, D, N, H}        Y (optional)
+    OutputSingleTensor     {1, D, N, H}        Y_h (optional)
+    ActivationDescs        f, g per direction (GRU) or f (RNN), forward first, every parameter explicit
+
+DirectML's activation operators (``DML_ACTIVATION_*_OPERATOR_DESC``) compute::
+
+    SIGMOID 1/(1+e^-x)   TANH tanh(x)   RELU max(0,x)   SOFTSIGN x/(1+|x|)
+    LINEAR Alpha*x+Beta   LEAKY_RELU x if x>=0 else Alpha*x   THRESHOLDED_RELU x if x>Alpha else 0
+    SCALED_TANH Alpha*tanh(Beta*x)   HARD_SIGMOID max(0, min(Alpha*x+Beta, 1))
+    ELU x if x>=0 else Alpha*(e^x-1)   SOFTPLUS log(1+e^(Steepness*x))/Steepness (Steepness >= 1)
+
+DirectML has no ``clip`` and no double precision; it does not document what happens past a
+sequence's length, so gatepack follows onnxruntime (zeros past each length, reverse from len-1).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
+from converters.fileio import atomic_path
+from converters.findings import Finding, Status
+from converters.model import Model
+from schemas.activations import Activation
+from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, PERM_Y_TO_SEQ_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+
+FORMAT = "directml"
+MODEL_FILE = "model.json"
+MANIFEST_FILE = "gatepack.json"
+CPP_FILE = "desc.cpp"
+MANIFEST_FORMAT = "gatepack-directml"
+
+OPERATORS = {Cell.GRU: "DML_OPERATOR_GRU", Cell.RNN: "DML_OPERATOR_RNN"}
+DIRECTIONS = {
+    Direction.FORWARD: "DML_RECURRENT_NETWORK_DIRECTION_FORWARD",
+    Direction.REVERSE: "DML_RECURRENT_NETWORK_DIRECTION_BACKWARD",
+    Direction.BIDIRECTIONAL: "DML_RECURRENT_NETWORK_DIRECTION_BIDIRECTIONAL",
+}
+DATA_TYPES = {"float32": "FLOAT32", "float16": "FLOAT16", "uint32": "UINT32"}
+
+# Canonical (ONNX) activation -> DirectML activation operator and its fields, as (canonical, DML).
+ACTIVATIONS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "Sigmoid": ("ACTIVATION_SIGMOID", ()),
+    "Tanh": ("ACTIVATION_TANH", ()),
+    "Relu": ("ACTIVATION_RELU", ()),
+    "Softsign": ("ACTIVATION_SOFTSIGN", ()),
+    "Softplus": ("ACTIVATION_SOFTPLUS", ()),  # plus Steepness = 1.0
+    "Affine": ("ACTIVATION_LINEAR", (("alpha", "Alpha"), ("beta", "Beta"))),
+    "LeakyRelu": ("ACTIVATION_LEAKY_RELU", (("alpha", "Alpha"),)),
+    "ThresholdedRelu": ("ACTIVATION_THRESHOLDED_RELU", (("alpha", "Alpha"),)),
+    "ScaledTanh": ("ACTIVATION_SCALED_TANH", (("alpha", "Alpha"), ("beta", "Beta"))),
+    "HardSigmoid": ("ACTIVATION_HARD_SIGMOID", (("alpha", "Alpha"), ("beta", "Beta"))),
+    "Elu": ("ACTIVATION_ELU", (("alpha", "Alpha"),)),
+}
+_BY_DML_TYPE = {dml: name for name, (dml, _) in ACTIVATIONS.items()}
+
+# Desc fields: (field, role, optional, is output)
+INPUT_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor", "BiasTensor", "HiddenInitTensor", "SequenceLengthsTensor")
+OUTPUT_FIELDS = ("OutputSequenceTensor", "OutputSingleTensor")
+REQUIRED_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor")
+SEQUENCE_LENGTHS_NOTE = (
+    "DirectML does not document sequence-length behaviour; gatepack assumes onnxruntime's "
+    "(zeros past each length, the reverse direction starts at len-1, Y_h = 0 for len 0)"
+)
+
+
+# ----------------------------------------------------------------------------------------- writing
+
+
+Sizes = "int | dict[str, int] | None"
+
+
+def write(model: Model, path: str | Path, *, emit_cpp: bool = False, seq_length: Sizes = None, batch_size: Sizes = None) -> None:
+    """Write ``model``'s layers as a DxDispatch model directory at ``path`` (atomically).
+
+    DirectML tensors are static: symbolic or unknown S/N take ``seq_length`` / ``batch_size`` (one
+    size, or a size per layer name; default 7 / 3); the sample inputs are random (seed 0).
+    float64 layers are written as FLOAT32 (lossy).
+    """
+    from converters.verification import sample_inputs
+
+    rng = np.random.default_rng(0)
+    writer = _ModelWriter()
+    for layer in model.layers:
+        sizes = written_sizes(layer, seq_length, batch_size)
+        writer.add_layer(layer, sizes, sample_inputs(layer, rng, sizes))
+    with atomic_path(Path(path), directory=True) as tmp:
+        for name, array in writer.arrays.items():
+            np.save(tmp / name, array, allow_pickle=False)
+        (tmp / MODEL_FILE).write_text(json.dumps(writer.document(), indent=2) + "\n")
+        (tmp / MANIFEST_FILE).write_text(json.dumps({"format": MANIFEST_FORMAT, "version": 1, "model": MODEL_FILE, "layers": writer.manifest}, indent=2) + "\n")
+        if emit_cpp:
+            from converters.formats.directml_cpp import emit
+
+            (tmp / CPP_FILE).write_text(emit(writer.document(), str(model.path or "")))
+
+
+class _ModelWriter:
+    """Accumulates resources, dispatchables, commands and the manifest of one DxDispatch model."""
+
+    def __init__(self) -> None:
+        self.resources: dict[str, dict] = {}
+        self.dispatchables: dict[str, dict] = {}
+        self.commands: list[dict] = []
+        self.manifest: list[dict] = []
+        self.arrays: dict[str, np.ndarray] = {}  # file name -> contents
+
+    def document(self) -> dict:
+        return {"$schema": "https://raw.githubusercontent.com/microsoft/DirectML/master/DxDispatch/models/_schema.json", "resources": self.resources, "dispatchables": self.dispatchables, "commands": self.commands}
+
+    def _fresh(self, name: str, taken: dict) -> str:
+        candidate, k = name, 1
+        while candidate in taken:
+            k += 1
+            candidate = f"{name}__{k}"
+        return candidate
+
+    def _file_resource(self, name: str, array: np.ndarray) -> str:
+        resource = self._fresh(name, self.resources)
+        file_name = self._fresh(re.sub(r"[^A-Za-z0-9_.-]", "_", resource) + ".npy", self.arrays)
+        self.arrays[file_name] = np.ascontiguousarray(array)
+        self.resources[resource] = {"initialValuesDataType": DATA_TYPES[array.dtype.name], "initialValues": {"sourcePath": file_name}}
+        return resource
+
+    def _output_resource(self, name: str, dtype: str, sizes: list[int]) -> str:
+        resource = self._fresh(name, self.resources)
+        self.resources[resource] = {"initialValuesDataType": DATA_TYPES[dtype], "initialValues": {"valueCount": int(np.prod(sizes)), "value": 0}}
+        target = re.sub(r"[^A-Za-z0-9_.-]", "_", resource) + ".output.npy"
+        self.commands.append({"type": "writeFile", "resource": resource, "targetPath": target})
+        return resource
+
+    def add_layer(self, layer: RecurrentLayer, sizes: tuple[int, int], role_inputs: dict[str, np.ndarray]) -> None:
+        itf = layer.interface
+        dtype = "float32" if layer.dtype == np.float64 else itf.dtype
+        s, n = sizes
+        d, gh, h, i = layer.num_directions, layer.gates * layer.hidden_size, layer.hidden_size, layer.input_size
+        prefix = layer.name
+        desc: dict = {}
+        bindings: dict[str, str] = {}
+        tensors: dict[str, dict] = {}
+
+        def bind_array(field: str, name: str, array: np.ndarray, role: str | None = None, source_name: str | None = None) -> None:
+            desc[field] = tensor_desc(DATA_TYPES[array.dtype.name], list(array.shape))
+            bindings[field] = self._file_resource(name, array)
+            if role:
+                tensors[role] = {"field": field, "resource": bindings[field], "source_name": source_name}
+
+        cast = np.dtype(dtype)
+        bind_array("InputTensor", itf.x, role_inputs["X"].astype(cast)[None], "X", itf.x)
+        bind_array("WeightTensor", f"{prefix}.W", np.stack([p.W for p in layer.directions]).astype(cast)[None])
+        bind_array("RecurrenceTensor", f"{prefix}.R", np.stack([p.R for p in layer.directions]).astype(cast)[None])
+        if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
+            bias = np.stack([np.concatenate([p.Wb, p.Rb]) for p in layer.directions]).astype(cast)
+            bind_array("BiasTensor", f"{prefix}.B", bias[None, None])
+        if itf.initial_h:
+            bind_array("HiddenInitTensor", itf.initial_h, role_inputs["initial_h"].astype(cast)[None], "initial_h", itf.initial_h)
+        if itf.sequence_lens:
+            bind_array("SequenceLengthsTensor", itf.sequence_lens, role_inputs["sequence_lens"].astype(np.uint32).reshape(1, 1, 1, n), "sequence_lens", itf.sequence_lens)
+        for field, role, source_name, shape in (("OutputSequenceTensor", "Y", itf.y, [s, d, n, h]), ("OutputSingleTensor", "Y_h", itf.y_h, [1, d, n, h])):
+            if source_name:
+                desc[field] = tensor_desc(DATA_TYPES[dtype], shape)
+                bindings[field] = self._output_resource(source_name, dtype, shape)
+                tensors[role] = {"field": field, "resource": bindings[field], "source_name": source_name}
+        acts = [activation_desc(a) for p in layer.directions for a in p.activations]
+        desc["ActivationDescCount"] = len(acts)
+        desc["ActivationDescs"] = acts
+        desc["Direction"] = DIRECTIONS[layer.direction]
+        if layer.cell is Cell.GRU:
+            desc["LinearBeforeReset"] = bool(layer.linear_before_reset)
+        name = self._fresh(layer.name, self.dispatchables)
+        self.dispatchables[name] = {"type": OPERATORS[layer.cell], "desc": desc}
+        self.commands.insert(len([c for c in self.commands if c["type"] == "dispatch"]), {"type": "dispatch", "dispatchable": name, "bindings": bindings})
+        self.manifest.append(
+            {
+                "name": layer.name,
+                "dispatchable": name,
+                "source_layout": itf.layout,
+                "tensor_layout": "sequence-major: X {1,S,N,I}, initial_h {1,D,N,H}, Y {S,D,N,H}, Y_h {1,D,N,H}",
+                "layout_note": (
+                    "the source is batch-major (layout 1): transpose X [N,S,I] -> [S,N,I] and initial_h [N,D,H] -> [D,N,H] "
+                    "before binding, and Y [S,D,N,H] -> [N,S,D,H], Y_h [D,N,H] -> [N,D,H] after"
+                    if itf.layout == 1
+                    else "the source is sequence-major (layout 0): tensors are the source's, with leading 1s"
+                ),
+                "source_dims": {"seq_length": itf.seq_length, "batch_size": itf.batch_size},
+                "written_dims": {"seq_length": s, "batch_size": n},
+                "source_dtype": itf.dtype,
+                "tensors": tensors,
+                "sequence_lens": SEQUENCE_LENGTHS_NOTE if itf.sequence_lens else None,
+            }
+        )
+
+
+def written_sizes(layer: RecurrentLayer, seq_length: Sizes = None, batch_size: Sizes = None) -> tuple[int, int]:
+    """(S, N) of a layer's static DirectML tensors: the source's static sizes, else the options'."""
+    from converters.verification import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
+
+    out = []
+    for label, dim, option, default in (("seq_length", layer.interface.seq_length, seq_length, DEFAULT_SEQ_LENGTH), ("batch_size", layer.interface.batch_size, batch_size, DEFAULT_BATCH)):
+        value = option.get(layer.name) if isinstance(option, dict) else option
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UsageError(f"{label} must be a positive integer, got {value!r}")
+        out.append(dim if isinstance(dim, int) else value or default)
+    return out[0], out[1]
+
+
+def tensor_desc(data_type: str, sizes: list[int]) -> dict:
+    """A packed 4-D DML_BUFFER_TENSOR_DESC, every field explicit."""
+    element = {"FLOAT32": 4, "FLOAT16": 2, "UINT32": 4}[data_type]
+    total = int(np.prod(sizes)) * element
+    return {
+        "DataType": data_type,
+        "Flags": "DML_TENSOR_FLAG_NONE",
+        "DimensionCount": len(sizes),
+        "Sizes": [int(v) for v in sizes],
+        "TotalTensorSizeInBytes": (total + 3) // 4 * 4,
+    }
+
+
+def activation_desc(act: Activation) -> dict:
+    """The DxDispatch form of one activation desc: its type and every parameter, explicit."""
+    dml, fields = ACTIVATIONS[act.name]
+    out: dict = {"Type": dml}
+    for canonical, dml_field in fields:
+        out[dml_field] = float(getattr(act, canonical))
+    if act.name == "Softplus":
+        out["Steepness"] = 1.0  # DirectML requires >= 1; onnxruntime's DirectML provider writes an invalid 0
+    return out
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class _Dispatch:
+    """One GRU/RNN dispatchable of a DxDispatch model, with its bound resources."""
+
+    model_file: Path
+    name: str  # the dispatchable's name
+    cell: Cell
+    desc: dict
+    bindings: dict[str, str]  # desc field -> resource name
+
+    def at(self, field: str | None = None) -> str:
+        return f"{self.model_file}: layer {self.name!r}: " + (f"{field}: " if field else "")
+
+
+class _Document:
+    """A parsed DxDispatch model file and lazy access to its resources' initial values."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        self.file = path / MODEL_FILE if path.is_dir() else path
+        if not self.file.is_file():
+            raise InputError(f"{path}: no DxDispatch model here (expected a directory with {MODEL_FILE}, or a .json file)")
+        try:
+            self.data = json.loads(self.file.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise InputError(f"{self.file}: not a readable JSON file ({' '.join(str(err).split())[:160]})") from None
+        if not isinstance(self.data, dict) or not all(isinstance(self.data.get(k), t) for k, t in (("resources", dict), ("dispatchables", dict), ("commands", list))):
+            raise InputError(f"{self.file}: not a DxDispatch model (it needs 'resources' and 'dispatchables' objects and a 'commands' list)")
+        self._cache: dict[str, np.ndarray] = {}
+
+    def dispatches(self) -> tuple[list[_Dispatch], list[tuple[str, str]]]:
+        """The GRU/RNN dispatches in command order, and the dispatchables gatepack skips."""
+        found, skipped = [], []
+        commands = [c for c in self.data["commands"] if isinstance(c, dict) and c.get("type") == "dispatch"]
+        for name, dispatchable in self.data["dispatchables"].items():
+            kind = str(dispatchable.get("type", "")) if isinstance(dispatchable, dict) else ""
+            cell = {"DML_OPERATOR_GRU": Cell.GRU, "GRU": Cell.GRU, "DML_OPERATOR_RNN": Cell.RNN, "RNN": Cell.RNN}.get(kind)
+            if cell is None:
+                skipped.append((name, f"dispatchable type {kind or '?'} is not a GRU or RNN operator"))
+                continue
+            desc = dispatchable.get("desc", dispatchable.get("Desc"))
+            if not isinstance(desc, dict):
+                raise InputError(f"{self.file}: layer {name!r}: the dispatchable has no 'desc' object")
+            uses = [c for c in commands if c.get("dispatchable") == name]
+            if not uses:
+                raise InputError(f"{self.file}: layer {name!r}: no dispatch command binds its tensors", hint="add {\"type\": \"dispatch\", \"dispatchable\": ..., \"bindings\": {...}}")
+            bindings = {}
+            for field, value in (uses[0].get("bindings") or {}).items():
+                resource = value.get("name") if isinstance(value, dict) else value
+                if not isinstance(resource, str):
+                    raise InputError(f"{self.file}: layer {name!r}: binding {field} must name one resource, got {value!r}")
+                bindings[field] = resource
+            found.append(_Dispatch(self.file, name, cell, desc, bindings))
+        found.sort(key=lambda d: next(i for i, c in enumerate(commands) if c.get("dispatchable") == d.name))
+        return found, skipped
+
+    def initial_values(self, dispatch: _Dispatch, field: str) -> np.ndarray:
+        """The bound resource's initial contents, shaped and typed as the desc's tensor says."""
+        resource = dispatch.bindings.get(field)
+        if resource is None:
+            raise InputError(f"{dispatch.at(field)}the dispatch command binds no resource to it")
+        spec = self.data["resources"].get(resource)
+        if not isinstance(spec, dict):
+            raise InputError(f"{dispatch.at(field)}bound resource {resource!r} is not declared in 'resources'")
+        sizes, dtype = tensor_shape(dispatch, field)
+        values = self._cache.get(resource)
+        if values is None:
+            values = self._cache[resource] = self._load(dispatch, field, resource, spec, dtype)
+        if values.shape != tuple(sizes) and not (values.ndim == 1 and values.size == int(np.prod(sizes))):
+            raise InputError(f"{dispatch.at(field)}Sizes {sizes} contradict resource {resource!r}, which holds shape {list(values.shape)}")
+        if values.dtype != dtype:
+            raise InputError(f"{dispatch.at(field)}DataType {DATA_TYPES[dtype.name]} but resource {resource!r} holds {values.dtype}")
+        return values.reshape(sizes)
+
+    def _load(self, dispatch: _Dispatch, field: str, resource: str, spec: dict, dtype: np.dtype) -> np.ndarray:
+        init = spec.get("initialValues")
+        at = f"{dispatch.at(field)}resource {resource!r}: "
+        if isinstance(init, dict) and "sourcePath" in init:
+            file = self.file.parent / str(init["sourcePath"])
+            if file.suffix.lower() != ".npy":
+                raise InputError(f"{at}gatepack reads .npy initial values only, not {file.name}")
+            if not file.is_file():
+                raise InputError(f"{at}its file {file} does not exist")
+            try:
+                return np.load(file, allow_pickle=False)
+            except (OSError, ValueError) as err:
+                raise InputError(f"{at}{file} is not a readable .npy file ({' '.join(str(err).split())[:160]})") from None
+        declared = spec.get("initialValuesDataType", "")
+        try:
+            if isinstance(init, list):
+                return np.asarray([float(v) for v in init]).astype(dtype)
+            if isinstance(init, dict) and "valueCount" in init:
+                count = int(init["valueCount"])
+                if "value" in init:
+                    return np.full(count, float(init["value"])).astype(dtype)
+                return (float(init["valueStart"]) + float(init["valueDelta"]) * np.arange(count)).astype(dtype)
+        except (TypeError, ValueError, KeyError) as err:
+            raise InputError(f"{at}unreadable initialValues ({err})") from None
+        raise InputError(f"{at}initialValues of data type {declared or '?'} is not an array, constant, sequence or .npy initializer")
+
+
+def tensor_shape(dispatch: _Dispatch, field: str) -> tuple[list[int], np.dtype]:
+    """The 4-D Sizes and NumPy dtype of a desc tensor, checked."""
+    tensor = dispatch.desc.get(field)
+    if not isinstance(tensor, dict):
+        raise InputError(f"{dispatch.at(field)}the desc has no tensor desc for it")
+    tensor = tensor.get("Desc", tensor) if "Desc" in tensor else tensor
+    sizes = tensor.get("Sizes")
+    if not isinstance(sizes, list) or not all(isinstance(v, int) and v > 0 for v in sizes):
+        raise InputError(f"{dispatch.at(field)}Sizes {sizes!r} is not a list of positive integers")
+    if len(sizes) != 4:
+        raise InputError(f"{dispatch.at(field)}Sizes {sizes} are {len(sizes)}-D; DirectML recurrent operators take 4-D tensors")
+    if tensor.get("DimensionCount", 4) != 4:
+        raise InputError(f"{dispatch.at(field)}DimensionCount {tensor['DimensionCount']} contradicts its 4-D Sizes")
+    data_type = str(tensor.get("DataType", "")).removeprefix("DML_TENSOR_DATA_TYPE_")
+    by_name = {v: k for k, v in DATA_TYPES.items()}
+    if data_type not in by_name:
+        raise InputError(f"{dispatch.at(field)}DataType {tensor.get('DataType')!r} is not FLOAT32, FLOAT16 or UINT32")
+    strides = tensor.get("Strides")
+    packed = [int(np.prod(sizes[k + 1 :])) for k in range(4)]
+    if strides is not None and list(strides) != packed:
+        raise InputError(f"{dispatch.at(field)}Strides {strides} are not packed ({packed}); gatepack reads packed tensors only")
+    flags = str(tensor.get("Flags", "NONE")).removeprefix("DML_TENSOR_FLAG_")
+    if flags != "NONE":
+        raise InputError(f"{dispatch.at(field)}Flags {tensor.get('Flags')!r}: recurrent operators accept DML_TENSOR_FLAG_NONE only")
+    return sizes, np.dtype(by_name[data_type])
+
+
+def _enum(value: object, prefix: str) -> str:
+    return str(value).removeprefix(prefix)
+
+
+def read_activation(dispatch: _Dispatch, index: int, desc: object) -> tuple[str, dict[str, float]]:
+    """(DML type without prefix, float fields) of ActivationDescs[index], checked."""
+    at = f"{dispatch.at('ActivationDescs')}[{index}] "
+    if not isinstance(desc, dict):
+        raise InputError(f"{at}is not an object")
+    fields = dict(desc.get("Desc", {})) if isinstance(desc.get("Desc"), dict) else {k: v for k, v in desc.items() if k != "Type"}
+    kind = _enum(desc.get("Type", ""), "DML_OPERATOR_")
+    if kind not in _BY_DML_TYPE:
+        raise InputError(f"{at}type {desc.get('Type')!r} is not an activation a DirectML recurrent operator takes", hint=f"one of {', '.join(sorted(_BY_DML_TYPE))}")
+    wanted = [f for _, f in ACTIVATIONS[_BY_DML_TYPE[kind]][1]] + (["Steepness"] if kind == "ACTIVATION_SOFTPLUS" else [])
+    params = {}
+    for name in wanted:
+        value = fields.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            raise InputError(f"{at}{kind} needs a finite {name}, got {value!r}")
+        params[name] = float(value)
+    extra = sorted(set(fields) - set(wanted) - {"InputTensor", "OutputTensor"})
+    if extra:
+        raise InputError(f"{at}{kind} has no field(s) {extra}")
+    if kind == "ACTIVATION_SOFTPLUS" and params["Steepness"] < 1:
+        raise InputError(f"{at}ACTIVATION_SOFTPLUS Steepness {params['Steepness']:g} is below 1, which DirectML rejects")
+    return kind, params
+
+
+def _direction(dispatch: _Dispatch) -> Direction:
+    value = _enum(dispatch.desc.get("Direction", ""), "DML_RECURRENT_NETWORK_DIRECTION_")
+    found = {"FORWARD": Direction.FORWARD, "BACKWARD": Direction.REVERSE, "BIDIRECTIONAL": Direction.BIDIRECTIONAL}.get(value)
+    if found is None:
+        raise InputError(f"{dispatch.at('Direction')}{dispatch.desc.get('Direction')!r} is not FORWARD, BACKWARD or BIDIRECTIONAL")
+    return found
+
+
+def _flag(dispatch: _Dispatch, field: str) -> bool:
+    value = dispatch.desc.get(field, False)
+    if value in (True, False, 0, 1, "TRUE", "FALSE", "true", "false"):
+        return value in (True, 1, "TRUE", "true")
+    raise InputError(f"{dispatch.at(field)}{value!r} is not a BOOL")
+
+
+@dataclass(frozen=True)
+class _Recurrence:
+    """A GRU/RNN desc with its tensors, checked against one another (sequence-major, as DirectML)."""
+
+    dispatch: _Dispatch
+    direction: Direction
+    linear_before_reset: bool
+    activations: list[tuple[str, dict[str, float]]]  # per direction, in order
+    tensors: dict[str, np.ndarray | None]  # desc field -> 4-D array (None: absent optional input)
+    output_shapes: dict[str, tuple[list[int], np.dtype]]
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int, int]:
+        """(S, N, I, D, H)."""
+        _, s, n, i = self.tensors["InputTensor"].shape
+        _, d, _, h = self.tensors["RecurrenceTensor"].shape
+        return s, n, i, d, h
+
+
+def load_recurrence(document: _Document, dispatch: _Dispatch, overrides: dict[str, np.ndarray] | None = None) -> _Recurrence:
+    """Read and cross-check one GRU/RNN desc; ``overrides`` replace bound inputs (desc field -> array)."""
+    overrides = overrides or {}
+    desc = dispatch.desc
+    known = set(INPUT_FIELDS + OUTPUT_FIELDS) | {"ActivationDescCount", "ActivationDescs", "Direction"} | ({"LinearBeforeReset"} if dispatch.cell is Cell.GRU else set())
+    unknown = sorted(set(desc) - known)
+    if unknown:
+        raise InputError(f"{dispatch.at()}unknown desc field(s) {unknown} for {OPERATORS[dispatch.cell]}")
+    direction = _direction(dispatch)
+    lbr = _flag(dispatch, "LinearBeforeReset") if dispatch.cell is Cell.GRU else False
+    tensors: dict[str, np.ndarray | None] = {}
+    for field in INPUT_FIELDS:
+        if field not in desc:
+            if field in REQUIRED_FIELDS:
+                raise InputError(f"{dispatch.at(field)}is required")
+            tensors[field] = None
+            continue
+        if field in overrides:
+            sizes, dtype = tensor_shape(dispatch, field)
+            value = np.asarray(overrides[field])
+            if value.shape != tuple(sizes):
+                raise InputError(f"{dispatch.at(field)}the input has shape {list(value.shape)}, the desc's Sizes are {sizes}")
+            tensors[field] = value.astype(dtype, copy=False)
+        else:
+            tensors[field] = document.initial_values(dispatch, field)
+    outputs = {f: tensor_shape(dispatch, f) for f in OUTPUT_FIELDS if f in desc}
+    if not outputs:
+        raise InputError(f"{dispatch.at()}binds neither OutputSequenceTensor nor OutputSingleTensor")
+    _, s, n, i = tensors["InputTensor"].shape
+    d = direction.count
+    gates = dispatch.cell.gates
+    r = tensors["RecurrenceTensor"]
+    h = r.shape[3]
+    expected = {
+        "WeightTensor": [1, d, gates * h, i],
+        "RecurrenceTensor": [1, d, gates * h, h],
+        "BiasTensor": [1, 1, d, 2 * gates * h],
+        "HiddenInitTensor": [1, d, n, h],
+        "SequenceLengthsTensor": [1, 1, 1, n],
+    }
+    for field, shape in expected.items():
+        value = tensors[field]
+        if value is not None and list(value.shape) != shape:
+            raise InputError(f"{dispatch.at(field)}Sizes {list(value.shape)} do not fit the layer (expected {shape} for S={s}, N={n}, I={i}, D={d}, H={h})")
+    for field, shape in (("OutputSequenceTensor", [s, d, n, h]), ("OutputSingleTensor", [1, d, n, h])):
+        if field in outputs and outputs[field][0] != shape:
+            raise InputError(f"{dispatch.at(field)}Sizes {outputs[field][0]} do not fit the layer (expected {shape})")
+    float_type = tensors["InputTensor"].dtype
+    for field in INPUT_FIELDS[:5] + OUTPUT_FIELDS:
+        value_type = tensors[field].dtype if tensors.get(field) is not None else outputs.get(field, (None, None))[1]
+        if value_type is not None and (value_type != float_type or value_type.kind != "f"):
+            raise InputError(f"{dispatch.at(field)}DataType {DATA_TYPES.get(value_type.name, value_type.name)} differs from InputTensor's {DATA_TYPES.get(float_type.name, float_type.name)} (all must be FLOAT32 or all FLOAT16)")
+    lengths = tensors["SequenceLengthsTensor"]
+    if lengths is not None:
+        if lengths.dtype != np.uint32:
+            raise InputError(f"{dispatch.at('SequenceLengthsTensor')}DataType must be UINT32")
+        if (lengths > s).any():
+            raise InputError(f"{dispatch.at('SequenceLengthsTensor')}length {int(lengths.max())} exceeds the sequence length {s}")
+    descs = desc.get("ActivationDescs")
+    per_direction = dispatch.cell.activation_count
+    if not isinstance(descs, list) or len(descs) != per_direction * d:
+        got = len(descs) if isinstance(descs, list) else descs
+        raise InputError(f"{dispatch.at('ActivationDescs')}{OPERATORS[dispatch.cell]} {direction.value} needs {per_direction * d} activation descs, got {got}")
+    if desc.get("ActivationDescCount", len(descs)) != len(descs):
+        raise InputError(f"{dispatch.at('ActivationDescCount')}{desc['ActivationDescCount']} but ActivationDescs holds {len(descs)}")
+    activations = [read_activation(dispatch, k, a) for k, a in enumerate(descs)]
+    return _Recurrence(dispatch, direction, lbr, activations, tensors, outputs)
+
+
+def read(path: str | Path, **_options) -> Model:
+    """Read every GRU/RNN dispatchable of a DxDispatch model (gatepack's or hand-written)."""
+    document = _Document(path)
+    manifest = _manifest(document)
+    dispatches, skipped = document.dispatches()
+    if not dispatches:
+        raise NoRecurrentLayerError(f"{document.file}: no DML_OPERATOR_GRU or DML_OPERATOR_RNN dispatchable", hint="; ".join(r for _, r in skipped) or None)
+    layers, notes = [], {}
+    for dispatch in dispatches:
+        rec = load_recurrence(document, dispatch)
+        entry = manifest.get(dispatch.name, {})
+        layer = _to_layer(rec, entry)
+        layers.append(layer)
+        if entry.get("source_dtype") == "float64":
+            notes[layer.name] = [Finding("dtype", Status.EXACT, "FLOAT32", warning="this DirectML model was written from a float64 source; the precision was lost then")]
+    return Model(document.file.parent if document.file.name == MODEL_FILE else document.file, FORMAT, layers, notes, skipped)
+
+
+def _manifest(document: _Document) -> dict[str, dict]:
+    file = document.file.parent / MANIFEST_FILE
+    if not file.is_file():
+        return {}
+    try:
+        data = json.loads(file.read_text())
+        if data.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"format {data.get('format')!r} is not {MANIFEST_FORMAT!r}")
+        entries = {e["dispatchable"]: e for e in data["layers"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise InputError(f"{file}: not a readable gatepack manifest ({' '.join(str(err).split())[:160]})", hint=f"delete it to read {MODEL_FILE} alone") from None
+    missing = sorted(set(entries) - set(document.data["dispatchables"]))
+    if missing:
+        raise InputError(f"{file}: names dispatchable(s) {missing} that {document.file.name} does not have")
+    return entries
+
+
+def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
+    dispatch = rec.dispatch
+    s, n, i, d, h = rec.sizes
+    gh = dispatch.cell.gates * h
+    w, r, bias = rec.tensors["WeightTensor"][0], rec.tensors["RecurrenceTensor"][0], rec.tensors["BiasTensor"]
+    per = dispatch.cell.activation_count
+    directions = []
+    for k in range(d):
+        acts = []
+        for index, (kind, params) in enumerate(rec.activations[k * per : (k + 1) * per]):
+            if kind == "ACTIVATION_SOFTPLUS" and params["Steepness"] != 1.0:
+                raise InputError(f"{dispatch.at('ActivationDescs')}[{k * per + index}] ACTIVATION_SOFTPLUS Steepness {params['Steepness']:g}: gatepack's layer holds Softplus with Steepness 1 only (the ONNX function)")
+            acts.append(to_activation(kind, params))
+        b = np.zeros(2 * gh, w.dtype) if bias is None else bias[0, 0, k]
+        directions.append(DirectionParams(W=np.ascontiguousarray(w[k]), R=np.ascontiguousarray(r[k]), Wb=b[:gh].copy(), Rb=b[gh:].copy(), activations=tuple(acts)))
+    tensors = entry.get("tensors", {})
+
+    def name_of(role: str, field: str) -> str | None:
+        if field not in dispatch.desc:
+            return None
+        return (tensors.get(role) or {}).get("source_name") or dispatch.bindings.get(field) or role
+
+    dims = entry.get("source_dims", {})
+    layout = entry.get("source_layout", 0)
+    interface = Interface(
+        x=name_of("X", "InputTensor"),
+        y=name_of("Y", "OutputSequenceTensor"),
+        y_h=name_of("Y_h", "OutputSingleTensor"),
+        sequence_lens=name_of("sequence_lens", "SequenceLengthsTensor"),
+        initial_h=name_of("initial_h", "HiddenInitTensor"),
+        layout=layout if layout in (0, 1) else 0,
+        seq_length=s,
+        batch_size=n,
+        dtype=w.dtype.name,
+    )
+    try:
+        layer = RecurrentLayer(
+            name=entry.get("name", dispatch.name),
+            cell=dispatch.cell,
+            input_size=i,
+            hidden_size=h,
+            direction=rec.direction,
+            directions=tuple(directions),
+            interface=interface,
+            linear_before_reset=rec.linear_before_reset,
+            has_bias=bias is not None,
+            extras={FORMAT: dispatch, "source_dims": dims},
+        )
+    except SpecError as err:
+        raise InputError(f"{dispatch.model_file}: {err}") from None
+    return layer
+
+
+def to_activation(kind: str, params: dict[str, float]) -> Activation:
+    name = _BY_DML_TYPE[kind]
+    values = {canonical: params[dml] for canonical, dml in ACTIVATIONS[name][1]}
+    return Activation(name, values.get("alpha"), values.get("beta"))
+
+
+# ---------------------------------------------------------------------------------------- executor
+
+
+def dml_activation(kind: str, params: dict[str, float]) -> Callable[[np.ndarray], np.ndarray]:
+    """DirectML's activation operator as a NumPy function (formulas in the module docstring).
+
+    All but SOFTPLUS are the ONNX functions of the same name; SOFTPLUS scales by its Steepness.
+    """
+    if kind == "ACTIVATION_SOFTPLUS":
+        steep = params["Steepness"]
+        softplus = Activation("Softplus")
+        return lambda x: softplus(x * np.asarray(steep, x.dtype)) / np.asarray(steep, x.dtype)
+    return to_activation(kind, params)
+
+
+def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
+    """Run a GRU/RNN desc as DirectML defines it; returns its bound outputs (desc field -> 4-D array)."""
+    from converters.executor import run_recurrence
+
+    s, n, i, d, h = rec.sizes
+    gh = rec.dispatch.cell.gates * h
+    w, r, bias = rec.tensors["WeightTensor"][0], rec.tensors["RecurrenceTensor"][0], rec.tensors["BiasTensor"]
+    per = rec.dispatch.cell.activation_count
+    directions = []
+    for k in range(d):
+        b = np.zeros(2 * gh, w.dtype) if bias is None else bias[0, 0, k]
+        acts = [dml_activation(kind, params) for kind, params in rec.activations[k * per : (k + 1) * per]]
+        directions.append((w[k], r[k], b[:gh], b[gh:], acts))
+    h0 = rec.tensors["HiddenInitTensor"]
+    lengths = rec.tensors["SequenceLengthsTensor"]
+    y, y_h = run_recurrence(
+        rec.dispatch.cell,
+        directions,
+        reverse=[rec.direction is Direction.REVERSE or k == 1 for k in range(d)],
+        x=rec.tensors["InputTensor"][0],
+        sequence_lens=None if lengths is None else lengths.reshape(n).astype(np.int64),
+        initial_h=None if h0 is None else h0[0],
+        linear_before_reset=rec.linear_before_reset,
+        dtype=w.dtype,
+    )
+    out = {"OutputSequenceTensor": y, "OutputSingleTensor": y_h[None]}
+    return {f: out[f] for f in rec.output_shapes}
+
+
+def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run a DxDispatch model's GRU/RNN dispatches in command order, as DxDispatch would.
+
+    ``inputs`` replace resources' initial values by resource name (in the desc's 4-D shapes);
+    resources not given keep the values stored with the model. Returns every output resource.
+    """
+    document = _Document(path)
+    dispatches, _ = document.dispatches()
+    if not dispatches:
+        raise NoRecurrentLayerError(f"{document.file}: no DML_OPERATOR_GRU or DML_OPERATOR_RNN dispatchable")
+    bound = {res for dispatch in dispatches for field, res in dispatch.bindings.items() if field in INPUT_FIELDS}
+    unknown = sorted(set(inputs) - bound - {res for dispatch in dispatches for res in dispatch.bindings.values()})
+    if unknown:
+        raise InputError(f"{document.file}: input(s) {unknown} are not resources of this model", hint=f"its input resources: {sorted(bound)}")
+    store = dict(inputs)
+    results: dict[str, np.ndarray] = {}
+    for dispatch in dispatches:
+        overrides = {field: store[res] for field, res in dispatch.bindings.items() if field in INPUT_FIELDS and res in store}
+        outputs = execute(load_recurrence(document, dispatch, overrides))
+        for field, value in outputs.items():
+            store[dispatch.bindings[field]] = results[dispatch.bindings[field]] = value
+    return results
+
+
+def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    raise RuntimeFailure(f"{path}: DirectML runs on Windows only, not here", hint="use --engine numpy (gatepack's executor of DirectML's semantics)")
+
+
+def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run one layer's dispatch from its saved DxDispatch model on gatepack's DirectML executor.
+
+    ``feed`` is in the layer's interface (names, layout); the desc is sequence-major, so a
+    batch-major layer's tensors are transposed around it, as its manifest tells a DirectML user to.
+    """
+    dispatch: _Dispatch | None = layer.extras.get(FORMAT)
+    if dispatch is None:
+        raise UsageError(f"layer {layer.name!r} was not read from a DirectML model")
+    itf = layer.interface
+    batch_major = itf.layout == 1
+    x = feed[itf.x]
+    overrides = {"InputTensor": (x.transpose(PERM_SWAP_01) if batch_major else x)[None]}
+    if itf.initial_h:
+        h0 = feed[itf.initial_h]
+        overrides["HiddenInitTensor"] = (h0.transpose(PERM_SWAP_01) if batch_major else h0)[None]
+    if itf.sequence_lens:
+        lengths = np.asarray(feed[itf.sequence_lens])
+        if (lengths < 0).any():
+            raise InputError(f"layer {layer.name!r}: sequence_lens value {int(lengths.min())} is negative")
+        overrides["SequenceLengthsTensor"] = lengths.astype(np.uint32).reshape(1, 1, 1, -1)
+    outputs = execute(load_recurrence(_Document(dispatch.model_file), dispatch, overrides))
+    named = {}
+    if itf.y:
+        y = outputs["OutputSequenceTensor"]
+        named[itf.y] = y.transpose(PERM_Y_TO_BATCH_MAJOR) if batch_major else y
+    if itf.y_h:
+        y_h = outputs["OutputSingleTensor"][0]
+        named[itf.y_h] = y_h.transpose(PERM_SWAP_01) if batch_major else y_h
+    return named
+
+
+# ---------------------------------------------------------------------------------------- findings
+
+
+def check(layer: RecurrentLayer, *, emit_cpp: bool = False, seq_length: Sizes = None, batch_size: Sizes = None) -> list[Finding]:
+    """Findings for writing ``layer`` as a DirectML desc."""
+    op = OPERATORS[layer.cell]
+    itf = layer.interface
+    found = [
+        Finding("cell", Status.EXACT, f"{op} ({op.replace('DML_OPERATOR_', 'DML_')}_OPERATOR_DESC)"),
+        Finding("direction", Status.EXACT, DIRECTIONS[layer.direction]),
+        Finding("weights", Status.EXACT, f"WeightTensor {{1,D,{layer.gates}H,I}}, RecurrenceTensor {{1,D,{layer.gates}H,H}}: ONNX gate order, reshaped only"),
+        Finding("bias", Status.EXACT, f"BiasTensor {{1,1,D,{2 * layer.gates}H}} = [Wb, Rb] as ONNX" if layer.has_bias else "no BiasTensor (zeros)"),
+    ]
+    if layer.cell is Cell.GRU:
+        found.append(Finding("linear_before_reset", Status.EXACT, f"LinearBeforeReset = {str(bool(layer.linear_before_reset)).upper()}"))
+    names = ", ".join(ACTIVATIONS[a.name][0] for a in layer.directions[0].activations)
+    all_acts = {a.name for p in layer.directions for a in p.activations}
+    warning = None
+    if "Affine" in all_acts:
+        warning = "Affine is written as ACTIVATION_LINEAR (Alpha*x+Beta), which no shipping converter uses for recurrent operators: not verified on DirectML hardware (onnxruntime's DirectML provider rejects Affine)"
+    detail = f"ActivationDescs {names}" + (" per direction" if layer.num_directions == 2 else "") + ", every parameter explicit; names are spelling-independent (onnxruntime's DirectML provider accepts only exact spellings)"
+    if "Softplus" in all_acts:
+        detail += "; ACTIVATION_SOFTPLUS with Steepness 1.0 (onnxruntime's DirectML provider writes an invalid 0)"
+    found.append(Finding("activations", Status.EXACT, detail, warning=warning))
+    if layer.clip is not None:
+        found.append(
+            Finding(
+                "clip",
+                Status.UNSUPPORTED,
+                f"clip={layer.clip:g}: DML_{layer.cell.value.upper()}_OPERATOR_DESC has no clip field (onnxruntime's DirectML provider drops clip silently, giving different results)",
+                alternative="target onnx or openvino, which keep clip; or remove clip from the source if its gates never reach it",
+            )
+        )
+    if itf.sequence_lens:
+        found.append(Finding("sequence_lens", Status.EXACT, "SequenceLengthsTensor {1,1,1,N} UINT32 (the ONNX int32 values)", warning=SEQUENCE_LENGTHS_NOTE))
+    if itf.initial_h:
+        found.append(Finding("initial_h", Status.EXACT, "HiddenInitTensor {1,D,N,H}"))
+    outputs = [f for f, name in (("OutputSequenceTensor", itf.y), ("OutputSingleTensor", itf.y_h)) if name]
+    found.append(Finding("outputs", Status.EXACT, ", ".join(outputs) + " (as the source requests)"))
+    if itf.layout == 1:
+        found.append(Finding("layout", Status.REPACKED, "batch-major source: DirectML tensors are sequence-major ({1,S,N,I}); transpose X, initial_h and the outputs around the operator (the manifest says so)"))
+    else:
+        found.append(Finding("layout", Status.EXACT, "sequence-major, as the source"))
+    if layer.dtype == np.float64:
+        found.append(Finding("dtype", Status.LOSSY, "DirectML recurrent operators take FLOAT32 or FLOAT16, not double: written as FLOAT32", alternative="pass --allow-lossy to accept FLOAT32"))
+    else:
+        found.append(Finding("dtype", Status.EXACT, DATA_TYPES[itf.dtype]))
+    static = isinstance(itf.seq_length, int) and isinstance(itf.batch_size, int)
+    written = "S={}, N={}".format(*written_sizes(layer, seq_length, batch_size))
+    found.append(
+        Finding(
+            "shapes",
+            Status.EXACT,
+            f"static {written}" if static else f"DirectML tensors are static: the symbolic S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} are written as {written}",
+            warning=None if static else "other sizes need other Sizes in the desc (--seq-length/--batch-size; the C++ snippet takes them as parameters)",
+        )
+    )
+    return found
