@@ -90,6 +90,7 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 @click.option("--strategy", type=click.Choice(["auto", "native", "decomposed"]), default="auto", show_default=True, help="Target's recurrent op, or elementary ops.")
 @click.option("--opset", type=click.Choice(["7", "14"]), default=None, help="ONNX opset to write (default 14).")
 @click.option("--onnx-layout", type=click.Choice(["transpose", "attribute"]), default=None, help="How ONNX expresses a batch-major layer (default: transpose, which every runtime runs).")
+@click.option("--compress-to-fp16", is_flag=True, default=None, help="OpenVINO: store weights as fp16 (lossy; the default keeps fp32).")
 @click.option("--emit-cpp", is_flag=True, default=None, help="DirectML: also write desc.cpp, C++ that fills the operator descs.")
 @click.option("--seq-length", type=click.IntRange(min=1), default=None, help="DirectML: sequence length for a symbolic S (its tensors are static; default 7).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="DirectML: batch size for a symbolic N (default 3).")
@@ -99,10 +100,10 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @handle_errors
-def convert(model, to, output, from_format, no_verify, allow_lossy, strategy, opset, onnx_layout, emit_cpp, seq_length, batch_size, layout, activation_defaults, seed, as_json, quiet) -> None:
+def convert(model, to, output, from_format, no_verify, allow_lossy, strategy, opset, onnx_layout, compress_to_fp16, emit_cpp, seq_length, batch_size, layout, activation_defaults, seed, as_json, quiet) -> None:
     """Convert the recurrent layers of MODEL to another format, and verify the result."""
     options = {"activation_defaults": activation_defaults}
-    for key, value in (("emit_cpp", emit_cpp), ("seq_length", seq_length), ("batch_size", batch_size)):
+    for key, value in (("compress_to_fp16", compress_to_fp16), ("emit_cpp", emit_cpp), ("seq_length", seq_length), ("batch_size", batch_size)):
         if value is not None:
             options[key] = value
     if opset is not None:

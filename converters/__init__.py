@@ -119,7 +119,7 @@ def convert(
     Nothing is written unless the conversion and its verification succeed.
     """
     from converters import registry
-    from converters.fileio import atomic_path, refuse_overwriting_inputs
+    from converters.fileio import atomic_files, atomic_path, refuse_overwriting_inputs
     from converters.findings import Status
     from converters.reporting import build_report
 
@@ -129,7 +129,9 @@ def convert(
         raise UsageError(f"strategy {strategy!r} is not auto, native or decomposed")
     if strategy != "auto" and fmt not in ("openvino", "coreml"):
         raise UsageError(f"--strategy {strategy} does not apply to {info.title}, which has one way to write a layer", hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)")
-    refuse_overwriting_inputs(Path(dst), [Path(src)])
+    if "strategy" in info.write_options:
+        options["strategy"] = strategy
+    refuse_overwriting_inputs(Path(dst), [Path(src)] + ([Path(src).with_suffix(".bin")] if str(src).endswith(".xml") else []))
     read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
     source = load(src, from_format, **read_opts)
     model = with_layout(source, layout) if layout is not None else source
@@ -142,7 +144,8 @@ def convert(
         hint = first.alternative or ("pass --allow-lossy to accept it" if first.status is Status.LOSSY else None)
         raise RefusedError(f"{src}: layer {name!r}: {first.status.value}: {first.feature}: {first.detail}{more}", findings=[f for _, f in blocking], hint=hint)
     result = Result(str(src), str(dst), fmt, findings)
-    with atomic_path(Path(dst), directory=info.is_directory) as tmp:
+    staging = atomic_files(Path(dst), info.companions) if info.companions else atomic_path(Path(dst), directory=info.is_directory)
+    with staging as tmp:
         save(model, tmp, fmt, **options)
         if verify:
             written = registry.module(fmt).read(tmp)

@@ -33,13 +33,14 @@ class FormatInfo:
     implemented: bool
     write_options: tuple[str, ...] = ()
     is_directory: bool = False  # the artifact is a directory rather than a file
+    companions: tuple[str, ...] = ()  # suffixes of files that belong to the artifact (.bin beside .xml)
 
 
 FORMATS: dict[str, FormatInfo] = {
     f.name: f
     for f in (
         FormatInfo("onnx", "ONNX", "NAME.onnx", "onnxruntime (CPU)", True, ("opset", "layout_encoding")),
-        FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", False),
+        FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", True, ("strategy", "compress_to_fp16"), companions=(".bin",)),
         FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", True, ("emit_cpp", "seq_length", "batch_size"), is_directory=True),
         FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", False),
         FormatInfo("bnns", "BNNSGraph bundle", "directory with bnns.json", "none here (NumPy executor of BNNS semantics)", False, is_directory=True),

@@ -103,11 +103,14 @@ def to_interface(layer: RecurrentLayer, role_inputs: dict[str, np.ndarray]) -> d
     """Layout-0 role inputs -> the layer's own tensor names and layout."""
     itf = layer.interface
     batch_major = itf.layout == 1
-    feed = {itf.x: role_inputs["X"].transpose(PERM_SWAP_01) if batch_major else role_inputs["X"]}
+    x = role_inputs["X"]
+    feed = {itf.x: x.transpose(PERM_SWAP_01) if batch_major else x}
+    # A layer whose format always takes these inputs (OpenVINO's sequence ops) gets their neutral
+    # values when the other side has none: full lengths, a zero initial state.
     if itf.sequence_lens:
-        feed[itf.sequence_lens] = role_inputs["sequence_lens"]
+        feed[itf.sequence_lens] = role_inputs.get("sequence_lens", np.full(x.shape[1], x.shape[0], np.int32))
     if itf.initial_h:
-        h0 = role_inputs["initial_h"]
+        h0 = role_inputs.get("initial_h", np.zeros((layer.num_directions, x.shape[1], layer.hidden_size), layer.dtype))
         feed[itf.initial_h] = h0.transpose(PERM_SWAP_01) if batch_major else h0
     return {k: np.ascontiguousarray(v) for k, v in feed.items()}
 

@@ -187,8 +187,8 @@ def test_sequence_lens_out_of_range(tmp_path):
 
 
 def test_refusals_and_usage_errors(tmp_path):
-    refused = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "openvino", "-o", str(tmp_path / "m.xml")])
-    assert refused.exit_code == 4 and "unsupported" in refused.output and not (tmp_path / "m.xml").exists()
+    refused = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "coreml", "-o", str(tmp_path / "m.mlpackage")])
+    assert refused.exit_code == 4 and "unsupported" in refused.output and not (tmp_path / "m.mlpackage").exists()
     overwrite = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "onnx", "-o", str(FIXTURES / "gru_lbr0.onnx")])
     assert overwrite.exit_code == 2 and "would overwrite the input" in overwrite.output
     usage = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx")])

@@ -1,0 +1,620 @@
+"""OpenVINO IR: GRU/RNN layers written ONNX-faithfully, read back from any IR, run on OpenVINO CPU.
+
+OpenVINO's ``GRUSequence-5`` / ``RNNSequence-5`` keep ONNX's gate order (z, r, h) but differ in
+everything else::
+
+    X [N,S,I], initial_hidden_state [N,D,H], sequence_lengths [N] (all six inputs required)
+    W [D,G*H,I], R [D,G*H,H]                   as ONNX
+    B  GRU lbr=0: [D,3H] = Wb + Rb;  GRU lbr=1: [D,4H] = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh];  RNN: [D,H] = Wb + Rb
+    Y [N,D,S,H], Ho [N,D,H]
+
+Summing the biases is exact (they are added outside every product) but the split cannot be
+recovered: a summed bias reads back as ``[Wb + Rb, 0]`` (``folded``).
+
+Strategies (CONVENTIONS.md section 3 says where OpenVINO's CPU plugin is exact):
+
+* ``native``: the sequence op, with the transposes, the folded bias, a zero initial state and full
+  sequence lengths inside the model. Exact only for GRU activations (Sigmoid, Tanh), RNN activations
+  Sigmoid/Tanh/Relu, the same activations in both directions, and ``sequence_lens`` only with static
+  shapes (with a dynamic X the CPU plugin ignores them). Other activations fail to compile, and
+  alpha/beta are ignored.
+* ``decomposed``: the cell from elementary ops inside a ``TensorIterator`` per direction, with one
+  MatMul for every step's input projection outside it. Per step (f, g = the direction's activations,
+  clip c applied with Clamp)::
+
+      z = f(xw_z + h Rz^T + Rbz);  r = f(xw_r + h Rr^T + Rbr)
+      n = g(xw_h + (r * h) Rh^T + Rbh)          linear_before_reset = 0
+      n = g(xw_h + r * (h Rh^T + Rbh))          linear_before_reset = 1
+      h' = (1 - z) * n + z * h;   RNN: h' = f(xw + h R^T + Rb)
+
+  Sequence lengths are masks: past its length a sequence keeps its state and outputs zeros; the
+  reverse direction runs over ``ReverseSequence(X, lens)`` (so it starts at len-1) and its outputs
+  are reversed back; ``Y_h = 0`` for ``len = 0`` (onnxruntime's behaviour).
+* ``auto``: native where it is exact, else decomposed, with the reason as a finding.
+
+gatepack's IR carries its layers' description in ``rt_info`` (``gatepack/layers``), so it reads
+back whole; any other IR's GRUSequence/RNNSequence nodes are read from the graph.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
+from converters.fileio import atomic_files
+from converters.findings import Finding, Status
+from converters.model import Model
+from schemas.activations import Activation, canonical_name
+from schemas.layer import PERM_SWAP_01, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+
+FORMAT = "openvino"
+RT_INFO_PATH = ["gatepack", "layers"]
+STRATEGIES = ("auto", "native", "decomposed")
+_NATIVE_ACTIVATIONS = {Cell.GRU: {("Sigmoid", "Tanh")}, Cell.RNN: {("Sigmoid",), ("Tanh",), ("Relu",)}}
+_OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN}
+
+
+def _ov():
+    try:
+        import openvino as ov
+        import openvino.opset15 as ops
+    except ImportError:  # pragma: no cover - a dependency of gatepack
+        raise RuntimeFailure("OpenVINO is not installed", hint="pip install openvino") from None
+    return ov, ops
+
+
+# ---------------------------------------------------------------------------------------- strategy
+
+
+def native_blockers(layer: RecurrentLayer) -> list[str]:
+    """Why OpenVINO's own sequence op would not compute what ONNX specifies (empty: it would)."""
+    reasons = []
+    names = [tuple(a.name for a in p.activations) for p in layer.directions]
+    if any(n not in _NATIVE_ACTIVATIONS[layer.cell] for n in names):
+        allowed = " or ".join(", ".join(n) for n in sorted(_NATIVE_ACTIVATIONS[layer.cell]))
+        reasons.append(f"activations {layer.activation_summary()}: the CPU plugin runs {layer.cell.value.upper()}Sequence natively only with {allowed} (others fail to compile, and alpha/beta are ignored)")
+    elif len(set(names)) > 1:
+        reasons.append("per-direction activations: the sequence op takes one activation list for both directions")
+    if layer.clip == 0:
+        reasons.append("clip 0 (every pre-activation clamped to 0): the sequence op reads clip = 0 as no clip")
+    itf = layer.interface
+    if itf.sequence_lens and not (isinstance(itf.seq_length, int) and isinstance(itf.batch_size, int)):
+        reasons.append("sequence_lens with a dynamic-shape X: the CPU plugin then ignores sequence_lengths")
+    return reasons
+
+
+def choose_strategy(layer: RecurrentLayer, strategy: str) -> tuple[str, list[str]]:
+    if strategy not in STRATEGIES:
+        raise UsageError(f"strategy {strategy!r} is not one of {STRATEGIES}")
+    blockers = native_blockers(layer)
+    if strategy == "auto":
+        return ("decomposed" if blockers else "native"), blockers
+    return strategy, blockers
+
+
+# ----------------------------------------------------------------------------------------- writing
+
+
+def write(model: Model, path: str | Path, *, strategy: str = "auto", compress_to_fp16: bool = False) -> None:
+    """Write ``model``'s layers as one IR (``path`` = NAME.xml, with NAME.bin beside it), atomically."""
+    ov, _ = _ov()
+    path = Path(path)
+    if path.suffix.lower() != ".xml":
+        raise UsageError(f"{path}: an OpenVINO IR path ends in .xml")
+    ov_model = build(model, strategy=strategy)
+    with atomic_files(path, (".bin",)) as tmp:
+        ov.save_model(ov_model, str(tmp), compress_to_fp16=compress_to_fp16)
+
+
+def build(model: Model, *, strategy: str = "auto"):
+    """An ``openvino.Model`` holding every layer, with the source's interface."""
+    ov, ops = _ov()
+    params: dict[str, object] = {}
+    results, described = [], []
+    for layer in model.layers:
+        chosen, _ = choose_strategy(layer, strategy)
+        itf = layer.interface
+        dtype = layer.dtype
+        d, h, i = layer.num_directions, layer.hidden_size, layer.input_size
+        s = itf.seq_length if isinstance(itf.seq_length, int) else -1
+        n = itf.batch_size if isinstance(itf.batch_size, int) else -1
+
+        def parameter(name: str, shape: list[int], element) -> object:
+            if name not in params:
+                node = ops.parameter(shape, element, name=name)
+                node.output(0).get_tensor().set_names({name})
+                params[name] = node
+            return params[name]
+
+        x = parameter(itf.x, [n, s, i] if itf.layout else [s, n, i], dtype)
+        lens = parameter(itf.sequence_lens, [n], np.int32) if itf.sequence_lens else None
+        h0 = parameter(itf.initial_h, [n, d, h] if itf.layout else [d, n, h], dtype) if itf.initial_h else None
+        emit = _emit_native if chosen == "native" else _emit_decomposed
+        y, y_h = emit(ops, layer, x, lens, h0)
+        for name, out in ((itf.y, y), (itf.y_h, y_h)):
+            if name:
+                out.get_tensor().set_names({name})
+                results.append(ops.result(out, name=name))
+        described.append({"name": layer.name, "strategy": chosen, **describe(layer)})
+    ov_model = ov.Model(results, list(params.values()), "gatepack")
+    ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
+    return ov_model
+
+
+def describe(layer: RecurrentLayer) -> dict:
+    """The layer's semantics and interface as stored in the IR's rt_info (weights stay in the graph)."""
+    itf = layer.interface
+    return {
+        "cell": layer.cell.value,
+        "direction": layer.direction.value,
+        "hidden_size": layer.hidden_size,
+        "input_size": layer.input_size,
+        "linear_before_reset": layer.linear_before_reset,
+        "clip": layer.clip,
+        "has_bias": layer.has_bias,
+        "activations": [[[a.name, a.alpha, a.beta] for a in p.activations] for p in layer.directions],
+        "interface": {"x": itf.x, "y": itf.y, "y_h": itf.y_h, "sequence_lens": itf.sequence_lens, "initial_h": itf.initial_h, "layout": itf.layout, "seq_length": itf.seq_length, "batch_size": itf.batch_size, "dtype": itf.dtype},
+    }
+
+
+def _const(ops, array: np.ndarray, name: str):
+    node = ops.constant(np.ascontiguousarray(array), name=name)
+    node.set_friendly_name(name)
+    return node
+
+
+def _shape_dims(ops, x_seq_major):
+    """(S, N) as 1-element i64 tensors from X [S,N,I]."""
+    shape = ops.shape_of(x_seq_major, output_type="i64")
+    return ops.gather(shape, [0], 0), ops.gather(shape, [1], 0)
+
+
+def folded_bias(layer: RecurrentLayer) -> np.ndarray:
+    """OpenVINO's B: [D,G*H] = Wb + Rb, or [D,4H] with Rb_h apart for GRU linear_before_reset."""
+    h = layer.hidden_size
+    rows = []
+    for p in layer.directions:
+        if layer.cell is Cell.GRU and layer.linear_before_reset:
+            rows.append(np.concatenate([p.Wb[: 2 * h] + p.Rb[: 2 * h], p.Wb[2 * h :], p.Rb[2 * h :]]))
+        else:
+            rows.append(p.Wb + p.Rb)
+    return np.stack(rows)
+
+
+def _emit_native(ops, layer: RecurrentLayer, x, lens, h0):
+    itf = layer.interface
+    d, h = layer.num_directions, layer.hidden_size
+    x_bm = x if itf.layout else ops.transpose(x, [1, 0, 2])  # -> [N,S,I]
+    shape = ops.shape_of(x_bm, output_type="i64")
+    n_dim, s_dim = ops.gather(shape, [0], 0), ops.gather(shape, [1], 0)
+    if h0 is None:
+        h0_bm = ops.broadcast(np.zeros((), layer.dtype), ops.concat([n_dim, np.array([d, h], np.int64)], 0))
+    else:
+        h0_bm = h0 if itf.layout else ops.transpose(h0, [1, 0, 2])  # -> [N,D,H]
+    seq = ops.convert(lens, "i64") if lens is not None else ops.broadcast(ops.squeeze(s_dim, [0]), n_dim)
+    w = _const(ops, np.stack([p.W for p in layer.directions]), f"{layer.name}/W")
+    r = _const(ops, np.stack([p.R for p in layer.directions]), f"{layer.name}/R")
+    b = _const(ops, folded_bias(layer), f"{layer.name}/B")
+    acts = [a.name.lower() for a in layer.directions[0].activations]
+    common = dict(hidden_size=h, direction=layer.direction.value, activations=acts, clip=layer.clip or 0.0, name=layer.name)
+    if layer.cell is Cell.GRU:
+        node = ops.gru_sequence(x_bm, h0_bm, seq, w, r, b, linear_before_reset=layer.linear_before_reset, **common)
+    else:
+        node = ops.rnn_sequence(x_bm, h0_bm, seq, w, r, b, **common)
+    node.set_friendly_name(layer.name)
+    y = ops.transpose(node.output(0), [0, 2, 1, 3] if itf.layout else [2, 1, 0, 3])  # [N,D,S,H] ->
+    y_h = node.output(1) if itf.layout else ops.transpose(node.output(1), [1, 0, 2])
+    return y.output(0), (y_h if itf.layout else y_h.output(0))
+
+
+def _activation(ops, x, act: Activation):
+    """An ONNX activation from elementary OpenVINO ops (stable for any input)."""
+    dt = x.get_element_type().to_dtype()
+
+    def c(value):
+        return np.array(value, dt)
+
+    name = act.name
+    if name == "Sigmoid":
+        return ops.sigmoid(x)
+    if name == "Tanh":
+        return ops.tanh(x)
+    if name == "Relu":
+        return ops.relu(x)
+    if name == "Affine":
+        return ops.add(ops.multiply(x, c(act.alpha)), c(act.beta))
+    if name == "LeakyRelu":
+        return ops.select(ops.greater_equal(x, c(0)), x, ops.multiply(x, c(act.alpha)))
+    if name == "ThresholdedRelu":
+        return ops.select(ops.greater(x, c(act.alpha)), x, c(0))
+    if name == "ScaledTanh":
+        return ops.multiply(ops.tanh(ops.multiply(x, c(act.beta))), c(act.alpha))
+    if name == "HardSigmoid":
+        return ops.clamp(ops.add(ops.multiply(x, c(act.alpha)), c(act.beta)), 0.0, 1.0)
+    if name == "Elu":
+        return ops.select(ops.greater_equal(x, c(0)), x, ops.multiply(ops.subtract(ops.exp(ops.minimum(x, c(0))), c(1)), c(act.alpha)))
+    if name == "Softsign":
+        return ops.divide(x, ops.add(ops.abs(x), c(1)))
+    if name == "Softplus":  # max(x, 0) + log(1 + exp(-|x|)): never overflows
+        return ops.add(ops.maximum(x, c(0)), ops.log(ops.add(ops.exp(ops.negative(ops.abs(x))), c(1))))
+    raise UsageError(f"activation {name} has no OpenVINO decomposition")  # pragma: no cover - all eleven are covered
+
+
+def _emit_decomposed(ops, layer: RecurrentLayer, x, lens, h0):
+    ov, _ = _ov()
+    itf = layer.interface
+    dt = layer.dtype
+    h = layer.hidden_size
+    x_sm = ops.transpose(x, [1, 0, 2]) if itf.layout else x  # -> [S,N,I]
+    s_dim, n_dim = _shape_dims(ops, x_sm)
+    seq = ops.convert(lens, "i64") if lens is not None else ops.broadcast(ops.squeeze(s_dim, [0]), n_dim)
+    steps = ops.range(np.int64(0), ops.squeeze(s_dim, [0]), np.int64(1), "i64")
+    valid = ops.less(ops.unsqueeze(steps, [1]), ops.unsqueeze(seq, [0]))  # [S,N]: step t is inside the sequence
+    valid = ops.unsqueeze(valid, [2])  # [S,N,1]
+    if h0 is not None:
+        h0_sm = ops.transpose(h0, [1, 0, 2]) if itf.layout else h0  # -> [D,N,H]
+    zeros_state = ops.broadcast(np.zeros((), dt), ops.concat([n_dim, np.array([h], np.int64)], 0))
+    empty = ops.unsqueeze(ops.equal(seq, np.int64(0)), [1])  # [N,1]
+    ys, y_hs = [], []
+    for k, params in enumerate(layer.directions):
+        reverse = layer.direction is Direction.REVERSE or k == 1
+        x_d = ops.reverse_sequence(x_sm, seq, batch_axis=1, seq_axis=0) if reverse else x_sm
+        w = _const(ops, params.W, f"{layer.name}/W{k}")
+        wb = _const(ops, params.Wb, f"{layer.name}/Wb{k}")
+        xw = ops.add(ops.matmul(x_d, w, False, True), wb)  # [S,N,G*H]: every step's input projection at once
+        start = ops.gather(h0_sm, np.array(k, np.int64), 0) if h0 is not None else zeros_state
+        y_d, h_last = _time_loop(ov, ops, layer, params, k, xw, valid, start)
+        if reverse:
+            y_d = ops.reverse_sequence(y_d, seq, batch_axis=1, seq_axis=0)
+        ys.append(ops.unsqueeze(y_d, [1]))
+        y_hs.append(ops.unsqueeze(ops.select(empty, np.zeros((), dt), h_last), [0]))
+    y = ops.concat(ys, 1) if len(ys) > 1 else ys[0]  # [S,D,N,H]
+    y_h = ops.concat(y_hs, 0) if len(y_hs) > 1 else y_hs[0]  # [D,N,H]
+    if itf.layout:
+        y, y_h = ops.transpose(y, [2, 0, 1, 3]), ops.transpose(y_h, [1, 0, 2])
+    return y.output(0), y_h.output(0)
+
+
+def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, xw, valid, start):
+    """A TensorIterator over time for one direction: returns (Y [S,N,H], last state [N,H])."""
+    dt = layer.dtype
+    h = layer.hidden_size
+    gh = layer.gates * h
+    xw_t = ops.parameter([1, -1, gh], dt, name="xw_t")
+    valid_t = ops.parameter([1, -1, 1], np.bool_, name="valid_t")
+    state = ops.parameter([-1, h], dt, name="h")
+    gx = ops.squeeze(xw_t, [0])
+    ok = ops.squeeze(valid_t, [0])
+    clip = (lambda v: ops.clamp(v, -layer.clip, layer.clip)) if layer.clip is not None else (lambda v: v)
+    f = params.activations[0]
+    r_all = _const(ops, params.R, f"{layer.name}/R{k}")
+    rb = _const(ops, params.Rb, f"{layer.name}/Rb{k}")
+    if layer.cell is Cell.RNN:
+        new = _activation(ops, clip(ops.add(ops.add(gx, ops.matmul(state, r_all, False, True)), rb)), f)
+    else:
+        g = params.activations[1]
+
+        def part(tensor, index):
+            return ops.slice(tensor, np.array([index * h], np.int64), np.array([(index + 1) * h], np.int64), np.array([1], np.int64), np.array([1], np.int64))
+
+        if layer.linear_before_reset:
+            gh_all = ops.add(ops.matmul(state, r_all, False, True), rb)  # [N,3H]
+            z = _activation(ops, clip(ops.add(part(gx, 0), part(gh_all, 0))), f)
+            reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_all, 1))), f)
+            cand = _activation(ops, clip(ops.add(part(gx, 2), ops.multiply(reset, part(gh_all, 2)))), g)
+        else:
+            r_zr = ops.slice(r_all, np.array([0], np.int64), np.array([2 * h], np.int64), np.array([1], np.int64), np.array([0], np.int64))
+            r_h = ops.slice(r_all, np.array([2 * h], np.int64), np.array([3 * h], np.int64), np.array([1], np.int64), np.array([0], np.int64))
+            rb_zr = ops.slice(rb, np.array([0], np.int64), np.array([2 * h], np.int64), np.array([1], np.int64), np.array([0], np.int64))
+            rb_h = ops.slice(rb, np.array([2 * h], np.int64), np.array([3 * h], np.int64), np.array([1], np.int64), np.array([0], np.int64))
+            gh_zr = ops.add(ops.matmul(state, r_zr, False, True), rb_zr)  # [N,2H]
+            z = _activation(ops, clip(ops.add(part(gx, 0), part(gh_zr, 0))), f)
+            reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_zr, 1))), f)
+            cand = _activation(ops, clip(ops.add(ops.add(part(gx, 2), ops.matmul(ops.multiply(reset, state), r_h, False, True)), rb_h)), g)
+        one = np.array(1, dt)
+        new = ops.add(ops.multiply(ops.subtract(one, z), cand), ops.multiply(z, state))
+    kept = ops.select(ok, new, state)  # past its length a sequence keeps its state
+    y_t = ops.unsqueeze(ops.select(ok, new, np.zeros((), dt)), [0])  # ... and outputs zeros
+    body = ov.Model([ops.result(kept), ops.result(y_t)], [xw_t, valid_t, state], f"{layer.name}/step{k}")
+    loop = ops.tensor_iterator()
+    loop.set_body(body)
+    loop.set_sliced_input(xw_t, xw.output(0), 0, 1, 1, -1, 0)
+    loop.set_sliced_input(valid_t, valid.output(0), 0, 1, 1, -1, 0)
+    loop.set_merged_input(state, start.output(0), body.get_results()[0].output(0))
+    y = loop.get_concatenated_slices(body.get_results()[1].output(0), 0, 1, 1, -1, 0)
+    last = loop.get_iter_value(body.get_results()[0].output(0), -1)
+    loop.set_friendly_name(f"{layer.name}/loop{k}")
+    return y, last
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}  # the CPU plugin's default is bf16 where the CPU has it
+
+
+def _read_ir(path: Path):
+    ov, _ = _ov()
+    path = Path(path)
+    if path.suffix.lower() != ".xml" or not path.is_file():
+        raise InputError(f"{path}: no OpenVINO IR here (expected an existing NAME.xml with NAME.bin beside it)")
+    if not path.with_suffix(".bin").is_file():
+        raise InputError(f"{path}: its weights file {path.with_suffix('.bin').name} is missing", hint="an IR is the .xml and the .bin together")
+    try:
+        return ov.Core().read_model(str(path))
+    except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
+        raise InputError(f"{path}: OpenVINO cannot read it ({_ov_message(err)})") from None
+
+
+def _ov_message(err: Exception) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.strip().startswith(("Exception from", "Check "))]
+    return (" ".join(lines) or type(err).__name__)[:240]
+
+
+def _constant(node, index: int, path: Path, layer: str, role: str) -> tuple[np.ndarray, bool]:
+    """The constant feeding input ``index`` of ``node`` (through a decompression Convert); (value, was fp16-compressed)."""
+    source = node.input_value(index).get_node()
+    compressed = False
+    if source.get_type_name() == "Convert" and source.input_value(0).get_node().get_type_name() == "Constant":
+        compressed = True
+        target = source.get_output_element_type(0).to_dtype()
+        source = source.input_value(0).get_node()
+        return np.asarray(source.get_data()).astype(target), compressed
+    if source.get_type_name() != "Constant":
+        raise InputError(f"{path}: layer {layer!r}: {role} comes from a {source.get_type_name()} node ({source.get_friendly_name()!r}), not a constant", hint="gatepack reads recurrent weights stored as constants")
+    return np.array(source.get_data()), compressed
+
+
+def read(path: str | Path, **_options) -> Model:
+    """Read the recurrent layers of an IR: gatepack's (from its rt_info, checked against the graph)
+    or any other producer's GRUSequence/RNNSequence nodes."""
+    path = Path(path)
+    ov_model = _read_ir(path)
+    ops_by_name = {op.get_friendly_name(): op for op in _all_ops(ov_model)}
+    if ov_model.has_rt_info(RT_INFO_PATH):
+        try:
+            entries = json.loads(ov_model.get_rt_info(RT_INFO_PATH).astype(str))
+        except (ValueError, TypeError) as err:
+            raise InputError(f"{path}: its gatepack description in rt_info is unreadable ({err})") from None
+        layers, notes = [], {}
+        for entry in entries:
+            layer, found = _read_described(path, entry, ops_by_name)
+            layers.append(layer)
+            notes[layer.name] = found
+        return Model(path, FORMAT, layers, notes, meta={"gatepack": True})
+    layers, notes = [], {}
+    for op in ov_model.get_ordered_ops():
+        if op.get_type_name() in _OPS:
+            layer, found = _read_sequence_op(path, op)
+            layers.append(layer)
+            notes[layer.name] = found
+    if not layers:
+        raise NoRecurrentLayerError(f"{path}: no GRUSequence or RNNSequence node", hint="OpenVINO's frontends may have unrolled or decomposed the layer (look for TensorIterator/Loop)")
+    other = sorted({op.get_type_name() for op in ov_model.get_ops()} - set(_OPS) - {"Parameter", "Result", "Constant", "Convert"})
+    return Model(path, FORMAT, layers, notes, meta={"other_ops": other})
+
+
+def _all_ops(ov_model) -> list:
+    """Every op of a model, including those inside TensorIterator/Loop bodies."""
+    found = []
+    for op in ov_model.get_ordered_ops():
+        found.append(op)
+        if op.get_type_name() in ("TensorIterator", "Loop"):
+            found += _all_ops(op.get_function())
+    return found
+
+
+def _activations(names: list[str], alphas: list[float], betas: list[float], path: Path, layer: str) -> list[Activation]:
+    from schemas.activations import resolve_activations
+
+    canonical = []
+    for name in names:
+        found = canonical_name(name)
+        if found is None:
+            raise InputError(f"{path}: layer {layer!r}: unknown activation {name!r}")
+        canonical.append(found)
+    acts, _ = resolve_activations(canonical, alphas, betas)
+    return acts
+
+
+def _read_sequence_op(path: Path, op) -> tuple[RecurrentLayer, list[Finding]]:
+    """A GRUSequence/RNNSequence node of any IR; interface in OpenVINO's batch-major convention."""
+    name = op.get_friendly_name()
+    cell = _OPS[op.get_type_name()]
+    attrs = op.get_attributes()
+    w, cw = _constant(op, 3, path, name, "W")
+    r, cr = _constant(op, 4, path, name, "R")
+    b, cb = _constant(op, 5, path, name, "B")
+    h = int(attrs["hidden_size"])
+    direction = Direction(attrs["direction"])
+    lbr = bool(attrs.get("linear_before_reset", False))
+    clip = float(attrs.get("clip", 0.0))
+    names = list(attrs.get("activations", []))
+    acts = _activations(names, list(attrs.get("activations_alpha", [])), list(attrs.get("activations_beta", [])), path, name)
+    gh = cell.gates * h
+    found = [Finding("bias", Status.FOLDED, "OpenVINO stores Wb + Rb summed; read back as Wb = sum, Rb = 0" + (" (Rb_h kept apart: linear_before_reset)" if lbr else ""))]
+    if cw or cr or cb:
+        found.append(Finding("weights", Status.LOSSY, "the IR stores its weights compressed to fp16 (Convert after each Constant); read as their fp16 values"))
+    directions = []
+    for k in range(direction.count):
+        if cell is Cell.GRU and lbr:
+            wb = np.concatenate([b[k, : 2 * h], b[k, 2 * h : 3 * h]])
+            rb = np.concatenate([np.zeros(2 * h, b.dtype), b[k, 3 * h :]])
+        else:
+            wb, rb = b[k].copy(), np.zeros(gh, b.dtype)
+        directions.append(DirectionParams(W=w[k], R=r[k], Wb=wb, Rb=rb, activations=tuple(acts[: cell.activation_count])))
+    x_shape = op.get_input_partial_shape(0)
+    n = x_shape[0].get_length() if x_shape[0].is_static else None
+    s = x_shape[1].get_length() if x_shape[1].is_static else None
+    interface = Interface(x=f"{name}/X", y=f"{name}/Y", y_h=f"{name}/Y_h", sequence_lens=f"{name}/sequence_lengths", initial_h=f"{name}/initial_hidden_state", layout=1, seq_length=s, batch_size=n, dtype=w.dtype.name)
+    try:
+        layer = RecurrentLayer(name, cell, int(w.shape[2]), h, direction, tuple(directions), interface, lbr, clip if clip > 0 else None, True, extras={FORMAT: (path, name, "node")})
+    except SpecError as err:
+        raise InputError(f"{path}: {err}") from None
+    return layer, found
+
+
+def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[RecurrentLayer, list[Finding]]:
+    """A layer gatepack wrote: semantics from rt_info, weights from the graph's named constants."""
+    try:
+        name, strategy = entry["name"], entry["strategy"]
+        cell, direction = Cell(entry["cell"]), Direction(entry["direction"])
+        h, i = int(entry["hidden_size"]), int(entry["input_size"])
+        lbr, clip = bool(entry["linear_before_reset"]), entry["clip"]
+        acts = [tuple(Activation(a[0], a[1], a[2]) for a in per) for per in entry["activations"]]
+        interface = Interface(**entry["interface"])
+    except (KeyError, ValueError, TypeError) as err:
+        raise InputError(f"{path}: its gatepack description in rt_info is inconsistent ({err})") from None
+    gh = cell.gates * h
+    found: list[Finding] = []
+
+    def const(label: str) -> np.ndarray:
+        node = ops_by_name.get(f"{name}/{label}")
+        if node is None or node.get_type_name() not in ("Constant", "Convert"):
+            raise InputError(f"{path}: layer {name!r}: the graph has no constant {name}/{label} that its rt_info describes")
+        if node.get_type_name() == "Convert":  # fp16-compressed
+            found.append(Finding("weights", Status.LOSSY, "weights stored compressed to fp16"))
+            return np.asarray(node.input_value(0).get_node().get_data()).astype(node.get_output_element_type(0).to_dtype())
+        return np.array(node.get_data())
+
+    directions = []
+    if strategy == "native":
+        op = ops_by_name.get(name)
+        if op is None or op.get_type_name() not in _OPS:
+            raise InputError(f"{path}: layer {name!r}: rt_info says native but the graph has no sequence node of that name")
+        layer, folded = _read_sequence_op(path, op)
+        found += folded
+        directions = [DirectionParams(p.W, p.R, p.Wb, p.Rb, acts[k]) for k, p in enumerate(layer.directions)]
+    else:
+        for k in range(direction.count):
+            directions.append(DirectionParams(W=const(f"W{k}"), R=const(f"R{k}"), Wb=const(f"Wb{k}"), Rb=const(f"Rb{k}"), activations=acts[k]))
+    for k, p in enumerate(directions):
+        if p.W.shape != (gh, i) or p.R.shape != (gh, h):
+            raise InputError(f"{path}: layer {name!r}: direction {k} weights {list(p.W.shape)}, {list(p.R.shape)} contradict its rt_info (I={i}, H={h})")
+    try:
+        layer = RecurrentLayer(name, cell, i, h, direction, tuple(directions), interface, lbr, clip, bool(entry.get("has_bias", True)), extras={FORMAT: (path, name, strategy)})
+    except SpecError as err:
+        raise InputError(f"{path}: {err}") from None
+    return layer, found
+
+
+# ----------------------------------------------------------------------------------------- running
+
+
+def _compiled(ov_model, label: str):
+    ov, _ = _ov()
+    try:
+        return ov.Core().compile_model(ov_model, "CPU", COMPILE_CONFIG)
+    except Exception as err:
+        raise RuntimeFailure(f"{label}: OpenVINO CPU cannot compile it: {_ov_message(err)}") from None
+
+
+def _infer(compiled, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
+    wanted = [p.get_any_name() for p in compiled.inputs]
+    missing = [n for n in wanted if n not in inputs]
+    if missing:
+        raise InputError(f"{label}: missing input(s) {missing}", hint=f"the model takes {wanted}")
+    try:
+        results = compiled({n: np.ascontiguousarray(inputs[n]) for n in wanted})
+    except Exception as err:
+        raise RuntimeFailure(f"{label}: OpenVINO CPU failed: {_ov_message(err)}") from None
+    return {out.get_any_name(): np.array(value) for out, value in results.items()}
+
+
+def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the IR at ``path`` on OpenVINO CPU (fp32 inference precision)."""
+    return _infer(_compiled(_read_ir(Path(path)), str(path)), inputs, str(path))
+
+
+def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One layer of an IR read from disk, on OpenVINO CPU: gatepack's layer subgraph as saved, or
+    another producer's sequence node with its constants, in OpenVINO's own convention."""
+    ov, ops = _ov()
+    found = layer.extras.get(FORMAT)
+    if found is None:
+        raise UsageError(f"layer {layer.name!r} was not read from an OpenVINO IR")
+    path, name, kind = found
+    label = f"{path}: layer {name!r}"
+    ov_model = _read_ir(path)
+    itf = layer.interface
+    if kind == "node":
+        op = next(o for o in ov_model.get_ops() if o.get_friendly_name() == name)
+        d, h = layer.num_directions, layer.hidden_size
+        x = ops.parameter(op.get_input_partial_shape(0), op.get_input_element_type(0), name=itf.x)
+        x.output(0).get_tensor().set_names({itf.x})
+        h0 = ops.parameter([-1, d, h], op.get_input_element_type(1), name=itf.initial_h)
+        h0.output(0).get_tensor().set_names({itf.initial_h})
+        lens = ops.parameter([-1], op.get_input_element_type(2), name=itf.sequence_lens)
+        lens.output(0).get_tensor().set_names({itf.sequence_lens})
+        for k, param in enumerate((x, h0, lens)):  # the node as read from disk, fed by new parameters
+            op.input(k).replace_source_output(param.output(0))
+        clone = op
+        y = ops.transpose(clone.output(0), [0, 2, 1, 3])  # [N,D,S,H] -> layout-1 [N,S,D,H]
+        y.output(0).get_tensor().set_names({itf.y})
+        clone.output(1).get_tensor().set_names({itf.y_h})
+        sub = ov.Model([ops.result(y), ops.result(clone.output(1))], [x, h0, lens], "layer")
+        n = feed[itf.x].shape[0]
+        feed = dict(feed)
+        feed.setdefault(itf.initial_h, np.zeros((n, d, h), layer.dtype))
+        feed.setdefault(itf.sequence_lens, np.full(n, feed[itf.x].shape[1], np.int32))
+        feed[itf.sequence_lens] = feed[itf.sequence_lens].astype(op.get_input_element_type(2).to_dtype())
+    else:
+        names = {itf.x, itf.sequence_lens, itf.initial_h} - {None}
+        params = [p for p in ov_model.get_parameters() if p.output(0).get_names() & names]
+        outs = {itf.y, itf.y_h} - {None}
+        results = [r for r in ov_model.get_results() if r.input_value(0).get_names() & outs]
+        sub = ov.Model(results, params, "layer")
+    return _infer(_compiled(sub, label), feed, label)
+
+
+# ---------------------------------------------------------------------------------------- findings
+
+
+def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bool = False) -> list[Finding]:
+    """Findings for writing ``layer`` as OpenVINO IR with ``strategy``."""
+    chosen, blockers = choose_strategy(layer, strategy)
+    op = f"{layer.cell.value.upper()}Sequence-5"
+    itf = layer.interface
+    found = []
+    if chosen == "native" and blockers:
+        found.append(Finding("cell", Status.UNSUPPORTED, f"{op} would not compute what ONNX specifies: {'; '.join(blockers)}", alternative="use --strategy auto or decomposed (elementary ops in a TensorIterator)"))
+    elif chosen == "native":
+        found.append(Finding("cell", Status.EXACT, f"{op} (the CPU plugin computes this configuration as ONNX specifies)"))
+    else:
+        why = "; ".join(blockers) if strategy == "auto" else "--strategy decomposed"
+        found.append(Finding("cell", Status.DECOMPOSED, f"elementary ops in a TensorIterator per direction, input projections in one MatMul ({why})"))
+    found.append(Finding("direction", Status.EXACT, layer.direction.value + (" (reverse via ReverseSequence, which honours sequence_lens)" if chosen == "decomposed" and layer.direction is not Direction.FORWARD else "")))
+    found.append(Finding("weights", Status.EXACT, "W, R in ONNX gate order (z, r, h), unchanged"))
+    if chosen == "native":
+        rb_summed = any(p.Rb[: 2 * layer.hidden_size].any() if layer.cell is Cell.GRU and layer.linear_before_reset else p.Rb.any() for p in layer.directions)
+        layout_text = "[D,4H] = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]" if layer.cell is Cell.GRU and layer.linear_before_reset else f"[D,{layer.gates}H] = Wb + Rb"
+        found.append(Finding("bias", Status.FOLDED if rb_summed else Status.EXACT, f"B {layout_text}" + ("; reads back as [Wb + Rb, 0]" if rb_summed else " (Rb is zero: nothing is lost)")))
+    else:
+        found.append(Finding("bias", Status.EXACT, "Wb and Rb kept apart as constants"))
+    if layer.cell is Cell.GRU:
+        found.append(Finding("linear_before_reset", Status.EXACT, str(int(layer.linear_before_reset))))
+    found.append(Finding("activations", Status.EXACT, f"{layer.activation_summary()}" + (" (alpha/beta as constants in the graph)" if chosen == "decomposed" else "")))
+    if layer.clip is not None:
+        found.append(Finding("clip", Status.EXACT, f"clip={layer.clip:g}" + (" (Clamp)" if chosen == "decomposed" else "")))
+    if itf.sequence_lens:
+        found.append(Finding("sequence_lens", Status.EXACT, "sequence_lens input kept" + (" (masks; reverse from len-1)" if chosen == "decomposed" else " (static shapes: the CPU plugin honours it)")))
+    if itf.initial_h:
+        found.append(Finding("initial_h", Status.EXACT, "initial_h input kept"))
+    elif chosen == "native":
+        found.append(Finding("initial_h", Status.EXACT, "zeros built inside the model (the sequence op requires an initial state)"))
+    if chosen == "native" or itf.layout == 1:
+        found.append(Finding("layout", Status.REPACKED, f"layout {itf.layout} interface kept; Transposes inside the model" + (" (OpenVINO's sequence op is batch-major, Y [N,D,S,H])" if chosen == "native" else "")))
+    else:
+        found.append(Finding("layout", Status.EXACT, "layout 0 (sequence-major)"))
+    if layer.dtype == np.float64:
+        found.append(Finding("dtype", Status.LOSSY, "float64 IR, but OpenVINO's CPU plugin computes in float32", alternative="pass --allow-lossy to accept float32 arithmetic"))
+    else:
+        found.append(Finding("dtype", Status.EXACT, itf.dtype))
+    if compress_to_fp16 and layer.dtype != np.float16:
+        found.append(Finding("weights storage", Status.LOSSY, "weights compressed to fp16 in the .bin (asked for)", alternative="leave weights in fp32 (the default)"))
+    found.append(Finding("inference precision", Status.EXACT, "fp32", warning="OpenVINO's CPU plugin defaults to bf16 on CPUs that have it (differences ~1e-3): compile with INFERENCE_PRECISION_HINT=f32, as gatepack's verification does"))
+    found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (dynamic dimensions stay dynamic)"))
+    return found
