@@ -131,7 +131,10 @@ def convert(
         raise UsageError(f"--strategy {strategy} does not apply to {info.title}, which has one way to write a layer", hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)")
     if "strategy" in info.write_options:
         options["strategy"] = strategy
-    refuse_overwriting_inputs(Path(dst), [Path(src)] + ([Path(src).with_suffix(".bin")] if str(src).endswith(".xml") else []))
+    source_info = registry.check_name(from_format or registry.detect(src))
+    inputs = [Path(src)] + [Path(src).with_suffix(c) for c in source_info.companions]
+    for output in [Path(dst)] + [Path(dst).with_suffix(c) for c in info.companions]:
+        refuse_overwriting_inputs(output, inputs)
     read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
     source = load(src, from_format, **read_opts)
     model = with_layout(source, layout) if layout is not None else source

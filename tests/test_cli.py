@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from cli import main
 from helpers import FIXTURES, ROOT, Config, build_model

@@ -238,7 +238,7 @@ def test_softplus_steepness_is_directml_semantics(tmp_path):
     steep = gp.run(out, {}, engine="numpy")["Y"]
     # By hand for the first step: log(1 + e^(2v)) / 2 with v the pre-activation.
     x = np.load(out / "X.npy")[0, 0]
-    w, r, b = np.load(out / "rec.W.npy")[0, 0], np.load(out / "rec.R.npy")[0, 0], np.load(out / "rec.B.npy")[0, 0, 0]
+    w, b = np.load(out / "rec.W.npy")[0, 0], np.load(out / "rec.B.npy")[0, 0, 0]  # the first step has h = 0
     v = x @ w.T + b[: w.shape[0]] + b[w.shape[0] :]
     np.testing.assert_allclose(steep[0, 0], np.log1p(np.exp(2 * v)) / 2, rtol=1e-6)
     np.testing.assert_allclose(base[0, 0], np.log1p(np.exp(v)), rtol=1e-6)

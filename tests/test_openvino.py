@@ -59,20 +59,12 @@ def test_matrix_decomposed(cfg: Config, tmp_path):
     assert convert_and_check(cfg, tmp_path, "decomposed") == "decomposed"
 
 
-def test_both_strategies_are_exercised():
-    layers = []
+def test_both_strategies_are_exercised(tmp_path):
+    blocked = []
     for cfg in MATRIX[:60]:
-        layers.append(bool(ovf.native_blockers(_layer(cfg))))
-    assert any(layers) and not all(layers)
-
-
-def _layer(cfg: Config, tmp_path=None):
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        onnx.save(build_model(cfg), Path(tmp) / "m.onnx")
-        return gp.load(Path(tmp) / "m.onnx").layers[0]
+        onnx.save(build_model(cfg), tmp_path / "m.onnx")
+        blocked.append(bool(ovf.native_blockers(gp.load(tmp_path / "m.onnx").layers[0])))
+    assert any(blocked) and not all(blocked)
 
 
 def test_forcing_native_where_it_is_wrong_is_refused(tmp_path):
@@ -136,9 +128,10 @@ def test_reads_irs_made_by_openvinos_own_converter(name, compress, tmp_path):
             np.testing.assert_allclose(q.Wb, bias_sum, atol=2e-3 if compress else 1e-6)
         if compress:
             assert statuses["weights"] == "lossy"
-    # the read layers run on OpenVINO CPU as the ONNX ones do on onnxruntime
-    result = gp.verify(REALMODELS / name, xml) if not compress else None
-    if result is not None and len(model.layers) == 1:
+    # A single read layer runs on OpenVINO CPU as the ONNX node does on onnxruntime (several layers
+    # cannot be paired: OpenVINO renames them and may reorder them).
+    if not compress and len(model.layers) == 1:
+        result = gp.verify(REALMODELS / name, xml)
         assert result.passed, result.to_text()
 
 

@@ -39,18 +39,18 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Union
 
 import numpy as np
 
-from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
+from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from converters.fileio import atomic_path
 from converters.findings import Finding, Status
 from converters.model import Model
 from schemas.activations import Activation
-from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, PERM_Y_TO_SEQ_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
 
 FORMAT = "directml"
 MODEL_FILE = "model.json"
@@ -95,10 +95,10 @@ SEQUENCE_LENGTHS_NOTE = (
 # ----------------------------------------------------------------------------------------- writing
 
 
-Sizes = "int | dict[str, int] | None"
+SizeOption = Union[int, dict[str, int], None]  # one size, or a size per layer name
 
 
-def write(model: Model, path: str | Path, *, emit_cpp: bool = False, seq_length: Sizes = None, batch_size: Sizes = None) -> None:
+def write(model: Model, path: str | Path, *, emit_cpp: bool = False, seq_length: SizeOption = None, batch_size: SizeOption = None) -> None:
     """Write ``model``'s layers as a DxDispatch model directory at ``path`` (atomically).
 
     DirectML tensors are static: symbolic or unknown S/N take ``seq_length`` / ``batch_size`` (one
@@ -161,7 +161,7 @@ class _ModelWriter:
         itf = layer.interface
         dtype = "float32" if layer.dtype == np.float64 else itf.dtype
         s, n = sizes
-        d, gh, h, i = layer.num_directions, layer.gates * layer.hidden_size, layer.hidden_size, layer.input_size
+        d, h = layer.num_directions, layer.hidden_size
         prefix = layer.name
         desc: dict = {}
         bindings: dict[str, str] = {}
@@ -197,6 +197,7 @@ class _ModelWriter:
             desc["LinearBeforeReset"] = bool(layer.linear_before_reset)
         name = self._fresh(layer.name, self.dispatchables)
         self.dispatchables[name] = {"type": OPERATORS[layer.cell], "desc": desc}
+        # Every dispatch runs before any writeFile (which saves the outputs), in layer order.
         self.commands.insert(len([c for c in self.commands if c["type"] == "dispatch"]), {"type": "dispatch", "dispatchable": name, "bindings": bindings})
         self.manifest.append(
             {
@@ -219,7 +220,7 @@ class _ModelWriter:
         )
 
 
-def written_sizes(layer: RecurrentLayer, seq_length: Sizes = None, batch_size: Sizes = None) -> tuple[int, int]:
+def written_sizes(layer: RecurrentLayer, seq_length: SizeOption = None, batch_size: SizeOption = None) -> tuple[int, int]:
     """(S, N) of a layer's static DirectML tensors: the source's static sizes, else the options'."""
     from converters.verification import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
 
@@ -448,6 +449,14 @@ class _Recurrence:
         _, d, _, h = self.tensors["RecurrenceTensor"].shape
         return s, n, i, d, h
 
+    def weights(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[tuple[str, dict[str, float]]]]:
+        """Direction ``k``'s (W, R, Wb, Rb, activation descs): the 4-D tensors unpacked, the bias split."""
+        w, r, bias = self.tensors["WeightTensor"][0, k], self.tensors["RecurrenceTensor"][0, k], self.tensors["BiasTensor"]
+        gh = w.shape[0]
+        b = np.zeros(2 * gh, w.dtype) if bias is None else bias[0, 0, k]
+        per = self.dispatch.cell.activation_count
+        return w, r, b[:gh], b[gh:], self.activations[k * per : (k + 1) * per]
+
 
 def load_recurrence(document: _Document, dispatch: _Dispatch, overrides: dict[str, np.ndarray] | None = None) -> _Recurrence:
     """Read and cross-check one GRU/RNN desc; ``overrides`` replace bound inputs (desc field -> array)."""
@@ -556,18 +565,17 @@ def _manifest(document: _Document) -> dict[str, dict]:
 def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
     dispatch = rec.dispatch
     s, n, i, d, h = rec.sizes
-    gh = dispatch.cell.gates * h
-    w, r, bias = rec.tensors["WeightTensor"][0], rec.tensors["RecurrenceTensor"][0], rec.tensors["BiasTensor"]
     per = dispatch.cell.activation_count
     directions = []
     for k in range(d):
+        w, r, wb, rb, descs = rec.weights(k)
         acts = []
-        for index, (kind, params) in enumerate(rec.activations[k * per : (k + 1) * per]):
+        for index, (kind, params) in enumerate(descs):
             if kind == "ACTIVATION_SOFTPLUS" and params["Steepness"] != 1.0:
                 raise InputError(f"{dispatch.at('ActivationDescs')}[{k * per + index}] ACTIVATION_SOFTPLUS Steepness {params['Steepness']:g}: gatepack's layer holds Softplus with Steepness 1 only (the ONNX function)")
             acts.append(to_activation(kind, params))
-        b = np.zeros(2 * gh, w.dtype) if bias is None else bias[0, 0, k]
-        directions.append(DirectionParams(W=np.ascontiguousarray(w[k]), R=np.ascontiguousarray(r[k]), Wb=b[:gh].copy(), Rb=b[gh:].copy(), activations=tuple(acts)))
+        directions.append(DirectionParams(W=np.ascontiguousarray(w), R=np.ascontiguousarray(r), Wb=wb.copy(), Rb=rb.copy(), activations=tuple(acts)))
+    bias = rec.tensors["BiasTensor"]
     tensors = entry.get("tensors", {})
 
     def name_of(role: str, field: str) -> str | None:
@@ -586,7 +594,7 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
         layout=layout if layout in (0, 1) else 0,
         seq_length=s,
         batch_size=n,
-        dtype=w.dtype.name,
+        dtype=directions[0].W.dtype.name,
     )
     try:
         layer = RecurrentLayer(
@@ -632,14 +640,10 @@ def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
     from converters.executor import run_recurrence
 
     s, n, i, d, h = rec.sizes
-    gh = rec.dispatch.cell.gates * h
-    w, r, bias = rec.tensors["WeightTensor"][0], rec.tensors["RecurrenceTensor"][0], rec.tensors["BiasTensor"]
-    per = rec.dispatch.cell.activation_count
     directions = []
     for k in range(d):
-        b = np.zeros(2 * gh, w.dtype) if bias is None else bias[0, 0, k]
-        acts = [dml_activation(kind, params) for kind, params in rec.activations[k * per : (k + 1) * per]]
-        directions.append((w[k], r[k], b[:gh], b[gh:], acts))
+        w, r, wb, rb, descs = rec.weights(k)
+        directions.append((w, r, wb, rb, [dml_activation(kind, params) for kind, params in descs]))
     h0 = rec.tensors["HiddenInitTensor"]
     lengths = rec.tensors["SequenceLengthsTensor"]
     y, y_h = run_recurrence(
@@ -650,7 +654,7 @@ def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
         sequence_lens=None if lengths is None else lengths.reshape(n).astype(np.int64),
         initial_h=None if h0 is None else h0[0],
         linear_before_reset=rec.linear_before_reset,
-        dtype=w.dtype,
+        dtype=rec.tensors["WeightTensor"].dtype,
     )
     out = {"OutputSequenceTensor": y, "OutputSingleTensor": y_h[None]}
     return {f: out[f] for f in rec.output_shapes}
@@ -719,7 +723,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 # ---------------------------------------------------------------------------------------- findings
 
 
-def check(layer: RecurrentLayer, *, emit_cpp: bool = False, seq_length: Sizes = None, batch_size: Sizes = None) -> list[Finding]:
+def check(layer: RecurrentLayer, *, emit_cpp: bool = False, seq_length: SizeOption = None, batch_size: SizeOption = None) -> list[Finding]:
     """Findings for writing ``layer`` as a DirectML desc."""
     op = OPERATORS[layer.cell]
     itf = layer.interface

@@ -48,7 +48,7 @@ from converters.fileio import atomic_files
 from converters.findings import Finding, Status
 from converters.model import Model
 from schemas.activations import Activation, canonical_name
-from schemas.layer import PERM_SWAP_01, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
 
 FORMAT = "openvino"
 RT_INFO_PATH = ["gatepack", "layers"]
@@ -297,8 +297,12 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
     else:
         g = params.activations[1]
 
-        def part(tensor, index):
-            return ops.slice(tensor, np.array([index * h], np.int64), np.array([(index + 1) * h], np.int64), np.array([1], np.int64), np.array([1], np.int64))
+        def rows(tensor, start: int, stop: int, axis: int):
+            """Gate blocks [start*H, stop*H) along ``axis``."""
+            return ops.slice(tensor, np.array([start * h], np.int64), np.array([stop * h], np.int64), np.array([1], np.int64), np.array([axis], np.int64))
+
+        def part(tensor, gate: int):  # one gate's H columns of an [N, G*H] tensor
+            return rows(tensor, gate, gate + 1, 1)
 
         if layer.linear_before_reset:
             gh_all = ops.add(ops.matmul(state, r_all, False, True), rb)  # [N,3H]
@@ -306,14 +310,11 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
             reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_all, 1))), f)
             cand = _activation(ops, clip(ops.add(part(gx, 2), ops.multiply(reset, part(gh_all, 2)))), g)
         else:
-            r_zr = ops.slice(r_all, np.array([0], np.int64), np.array([2 * h], np.int64), np.array([1], np.int64), np.array([0], np.int64))
-            r_h = ops.slice(r_all, np.array([2 * h], np.int64), np.array([3 * h], np.int64), np.array([1], np.int64), np.array([0], np.int64))
-            rb_zr = ops.slice(rb, np.array([0], np.int64), np.array([2 * h], np.int64), np.array([1], np.int64), np.array([0], np.int64))
-            rb_h = ops.slice(rb, np.array([2 * h], np.int64), np.array([3 * h], np.int64), np.array([1], np.int64), np.array([0], np.int64))
-            gh_zr = ops.add(ops.matmul(state, r_zr, False, True), rb_zr)  # [N,2H]
+            gh_zr = ops.add(ops.matmul(state, rows(r_all, 0, 2, 0), False, True), rows(rb, 0, 2, 0))  # [N,2H]
             z = _activation(ops, clip(ops.add(part(gx, 0), part(gh_zr, 0))), f)
             reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_zr, 1))), f)
-            cand = _activation(ops, clip(ops.add(ops.add(part(gx, 2), ops.matmul(ops.multiply(reset, state), r_h, False, True)), rb_h)), g)
+            candidate_in = ops.add(ops.matmul(ops.multiply(reset, state), rows(r_all, 2, 3, 0), False, True), rows(rb, 2, 3, 0))
+            cand = _activation(ops, clip(ops.add(part(gx, 2), candidate_in)), g)
         one = np.array(1, dt)
         new = ops.add(ops.multiply(ops.subtract(one, z), cand), ops.multiply(z, state))
     kept = ops.select(ok, new, state)  # past its length a sequence keeps its state
@@ -487,6 +488,9 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
             raise InputError(f"{path}: layer {name!r}: rt_info says native but the graph has no sequence node of that name")
         layer, folded = _read_sequence_op(path, op)
         found += folded
+        in_graph = [a.name for a in layer.directions[0].activations]
+        if any([a.name for a in per] != in_graph for per in acts):
+            raise InputError(f"{path}: layer {name!r}: its rt_info activations {[[a.name for a in per] for per in acts]} contradict the graph's {in_graph}")
         directions = [DirectionParams(p.W, p.R, p.Wb, p.Rb, acts[k]) for k, p in enumerate(layer.directions)]
     else:
         for k in range(direction.count):
