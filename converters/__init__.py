@@ -127,7 +127,7 @@ def convert(
     info = registry.check_name(fmt)
     if strategy not in ("auto", "native", "decomposed"):
         raise UsageError(f"strategy {strategy!r} is not auto, native or decomposed")
-    if strategy != "auto" and fmt not in ("openvino", "coreml"):
+    if strategy != "auto" and "strategy" not in info.write_options:
         raise UsageError(f"--strategy {strategy} does not apply to {info.title}, which has one way to write a layer", hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)")
     if "strategy" in info.write_options:
         options["strategy"] = strategy
