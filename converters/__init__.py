@@ -155,7 +155,7 @@ def convert(
             written.path = Path(dst)
             from converters.verification import verify_models
 
-            result.verification = verify_models(source, written, seed=seed)
+            result.verification = verify_models(source, written, seed=seed, target_file=tmp)
             if not result.verification.passed:
                 worst = max(result.verification.outputs, key=lambda o: o.max_abs_error, default=None)
                 what = f"{worst.layer} {worst.output} max abs error {worst.max_abs_error:.3g}" if worst else "no output compared"

@@ -163,8 +163,20 @@ def target_findings(model: Model, layer: RecurrentLayer, target: str, options: d
     else:
         module = registry.module(target)
         accepted = {k: v for k, v in options.items() if k in info.write_options}
-        found = module.check(layer, **accepted)
-    return sort_worst_first(list(model.notes_for(layer)) + found)
+        found = module.check(layer, **accepted) + [_surroundings_finding(model, module, info.title)]
+    return sort_worst_first(list(model.notes_for(layer)) + [f for f in found if f is not None])
+
+
+def _surroundings_finding(model: Model, module, title: str) -> Finding | None:
+    """What happens to the operators around the recurrent layers (None: the model has none)."""
+    other = model.meta.get("other_ops")
+    if not other:
+        return None
+    listed = ", ".join(other[:6]) + (f" and {len(other) - 6} more" if len(other) > 6 else "")
+    whole = getattr(module, "is_whole_model", None)
+    if whole is not None and whole(model):
+        return Finding("model", Status.EXACT, f"whole model in one artifact: OpenVINO's ONNX frontend converts the other operators ({listed}); gatepack translates every GRU/RNN node")
+    return Finding("model", Status.EXACT, f"only the recurrent layers are written; the model's other operators ({listed}) are not part of the {title} artifact", warning="layers only")
 
 
 def build_report(model: Model, targets: list[str], options: dict | None = None) -> Report:

@@ -160,3 +160,108 @@ def test_bad_input(tmp_path):
     (tmp_path / "m.bin").unlink()
     result = runner.invoke(main, ["inspect", str(tmp_path / "m.xml")])
     assert result.exit_code == 3 and "m.bin is missing" in result.output
+
+
+# ------------------------------------------------------------------------------ whole-model conversion
+
+
+def surrounded(cfg: Config) -> onnx.ModelProto:
+    """The config's model with other operators around its node: X_in -> Neg -> X, Y -> Neg -> Y_out."""
+    model = build_model(cfg)
+    graph = model.graph
+    graph.input[0].name = "X_in"
+    graph.node.insert(0, onnx.helper.make_node("Neg", ["X_in"], ["X"]))
+    for out in graph.output:
+        graph.node.append(onnx.helper.make_node("Neg", [out.name], [f"{out.name}_out"]))
+        out.name = f"{out.name}_out"
+    return model
+
+
+def whole_model_cases() -> list[Config]:
+    """Where OpenVINO's own importer is wrong (layout 1, per-direction activations, sequence_lens
+    with a dynamic X) or its CPU plugin refuses (other activations), plus the plain cases."""
+    picks = {
+        "layout1-h0": lambda c: c.layout == 1 and c.initial_h,
+        "per-direction": lambda c: c.direction == "bidirectional" and c.activations and c.activations[: len(c.activations) // 2] != c.activations[len(c.activations) // 2 :],
+        "seq-lens-dynamic": lambda c: c.seq_lens == "mixed",
+        "exotic": lambda c: c.activations and not set(c.activations) <= {"Sigmoid", "Tanh", "Relu"},
+        "plain-gru": lambda c: c.cell == "GRU" and c.activations is None and c.clip is None and c.seq_lens == "none" and c.layout == 0,
+        "plain-rnn": lambda c: c.cell == "RNN" and c.activations is None and c.clip is None and c.seq_lens == "none" and c.layout == 0,
+    }
+    cases = [c for c in MATRIX if c.dtype == "float32"]
+    return [next(c for c in cases if pick(c) and c.cell == cell) for pick in picks.values() for cell in ("GRU", "RNN") if any(pick(c) and c.cell == cell for c in cases)]
+
+
+@pytest.mark.parametrize("cfg", whole_model_cases(), ids=lambda c: c.label())
+def test_whole_model_with_other_operators(cfg: Config, tmp_path):
+    src, out = tmp_path / "m.onnx", tmp_path / "m.xml"
+    onnx.save(surrounded(cfg), src)
+    # onnxruntime cannot run a layout-1 node, so the convert-time verification needs it to be layout 0
+    result = gp.convert(src, out, to="openvino", verify=cfg.layout == 0)
+    assert any(f.feature == "model" and "whole model" in f.detail for f in result.findings["rec"])
+    assert not result.verification or result.verification.outputs[0].layer == "(whole model)"
+    compiled = ov.Core().compile_model(str(out), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    assert "Negative" in {op.get_type_name() for op in ov.Core().read_model(str(out)).get_ops()}  # the other operators are in the IR
+    feed0 = inputs(cfg)
+    feed = to_layout(cfg, feed0)
+    feed["X_in"] = -feed.pop("X")
+    ours = compiled(feed)
+    y, y_h = outputs_to_layout0(cfg, -ours["Y_out"], -ours["Y_h_out"])
+    ref_y, ref_y_h = ort_reference(cfg, feed0)  # the bare node on onnxruntime: the Negs cancel
+    for got, ref in ((y, ref_y), (y_h, ref_y_h)):
+        finite = np.isfinite(ref)
+        np.testing.assert_allclose(got[finite], ref[finite], atol=1e-5, rtol=1e-4)
+    # the IR reads back as the source's layer
+    (layer,) = gp.load(out).layers
+    (source_layer,) = gp.load(src).layers
+    assert layer.interface == source_layer.interface
+    for p, q in zip(source_layer.directions, layer.directions):
+        np.testing.assert_array_equal(q.W, p.W)
+
+
+WHOLE_REAL_MODELS = ["gtcrn_stream_simple.onnx", "gtcrn_stream.onnx", "ulunas_stream_simple.onnx", "dfn3_enc.onnx", "dfn3_erb_dec.onnx", "dfn3_df_dec.onnx"]
+
+
+def real_inputs(path, seq_length: int, seed: int = 0) -> dict[str, np.ndarray]:
+    model = onnx.load(str(path), load_external_data=False)
+    rng = np.random.default_rng(seed)
+    feed = {}
+    for value in model.graph.input:
+        dims = [d.dim_value if d.dim_value > 0 else seq_length for d in value.type.tensor_type.shape.dim]
+        feed[value.name] = rng.uniform(-1, 1, dims).astype(np.float32)
+    return feed
+
+
+@pytest.mark.parametrize("name", WHOLE_REAL_MODELS)
+def test_whole_real_models_match_onnxruntime(name, tmp_path):
+    from helpers import ort_run
+
+    src, out = REALMODELS / name, tmp_path / "m.xml"
+    result = gp.convert(src, out, to="openvino")
+    assert result.verification.passed, result.verification.to_text()
+    source_layers = gp.load(src).layers
+    read = gp.load(out)
+    assert [lay.name for lay in read.layers] == [lay.name for lay in source_layers]
+    assert read.meta["other_ops"]
+    compiled = ov.Core().compile_model(str(out), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    names = [o.name for o in onnx.load(str(src), load_external_data=False).graph.output]
+    # DeepFilterNet3's time axis is dynamic: several lengths
+    for seq_length in ((1, 10, 40) if name.startswith("dfn3") else (7,)):
+        feed = real_inputs(src, seq_length)
+        expected = ort_run(src, feed)
+        got = compiled(feed)
+        for output, ref in zip(names, expected):
+            np.testing.assert_allclose(got[output], ref, atol=1e-4, rtol=1e-3, err_msg=f"{name} {output} at S={seq_length}")
+
+
+def test_whole_model_is_refused_by_the_numpy_engine_and_layers_only_elsewhere(tmp_path):
+    src = REALMODELS / "dfn3_erb_dec.onnx"
+    gp.convert(src, tmp_path / "m.xml", to="openvino", verify=False)
+    with pytest.raises(gp.UsageError, match="numpy engine runs recurrent layers only"):
+        gp.run(tmp_path / "m.xml", real_inputs(src, 5), engine="numpy")
+    report = gp.report(src, targets=["openvino", "onnx"])
+    findings = {t: {f.feature: f for f in report.layers[0].targets[t].findings} for t in ("openvino", "onnx")}
+    assert "whole model" in findings["openvino"]["model"].detail
+    assert findings["onnx"]["model"].warning == "layers only"
+    with pytest.raises(gp.UsageError, match="--layout"):
+        gp.convert(src, tmp_path / "l.xml", to="openvino", layout=1)

@@ -706,6 +706,21 @@ def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[s
 run_layer_native = run_isolated
 
 
+def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
+    """The model's inputs as (name, dtype, dims); a dim is an int, a symbol, or None."""
+    proto = load_proto(Path(path))
+    inits = {t.name for t in proto.graph.initializer}
+    found = []
+    for value in proto.graph.input:
+        if value.name in inits:
+            continue
+        dims = _dims(value.type)
+        if dims is None or not value.type.tensor_type.elem_type:
+            raise InputError(f"{path}: input {value.name!r} has no declared element type and shape, so gatepack cannot draw inputs for it")
+        found.append((value.name, np.dtype(helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)), dims))
+    return found
+
+
 def _run_session(session, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
     wanted = [i.name for i in session.get_inputs()]
     missing = [name for name in wanted if name not in inputs]

@@ -39,11 +39,12 @@ back whole; any other IR's GRUSequence/RNNSequence nodes are read from the graph
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
+from converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from converters.fileio import atomic_files
 from converters.findings import Finding, Status
 from converters.model import Model
@@ -52,6 +53,7 @@ from schemas.layer import Cell, Direction, DirectionParams, Interface, Recurrent
 
 FORMAT = "openvino"
 RT_INFO_PATH = ["gatepack", "layers"]
+RT_INFO_OTHER_OPS = ["gatepack", "other_ops"]  # whole-model IR: the ONNX operators besides the recurrent ones
 STRATEGIES = ("auto", "native", "decomposed")
 _NATIVE_ACTIVATIONS = {Cell.GRU: {("Sigmoid", "Tanh")}, Cell.RNN: {("Sigmoid",), ("Tanh",), ("Relu",)}}
 _OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN}
@@ -104,9 +106,14 @@ def write(model: Model, path: str | Path, *, strategy: str = "auto", compress_to
     path = Path(path)
     if path.suffix.lower() != ".xml":
         raise UsageError(f"{path}: an OpenVINO IR path ends in .xml")
-    ov_model = build(model, strategy=strategy)
+    ov_model = build_whole(model, strategy=strategy) if is_whole_model(model) else build(model, strategy=strategy)
     with atomic_files(path, (".bin",)) as tmp:
         ov.save_model(ov_model, str(tmp), compress_to_fp16=compress_to_fp16)
+
+
+def is_whole_model(model: Model) -> bool:
+    """An ONNX model with operators other than its recurrent nodes: written as one IR of everything."""
+    return model.format == "onnx" and bool(model.meta.get("other_ops")) and model.path is not None
 
 
 def build(model: Model, *, strategy: str = "auto"):
@@ -141,6 +148,69 @@ def build(model: Model, *, strategy: str = "auto"):
         described.append({"name": layer.name, "strategy": chosen, **describe(layer)})
     ov_model = ov.Model(results, list(params.values()), "gatepack")
     ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
+    return ov_model
+
+
+def build_whole(model: Model, *, strategy: str = "auto"):
+    """The whole ONNX model as one ``openvino.Model``: OpenVINO's ONNX frontend converts every other
+    operator, and a conversion extension hands each GRU/RNN node to gatepack's own translation.
+
+    The frontend gives the extension the node's inputs (X, and sequence_lens / initial_h, or a
+    NullNode where absent) but not its name, so a node is matched to its layer by the tensor names
+    of X and W. The node's own layout applies (batch-major Transposes around it stay ordinary ops).
+    """
+    ov, ops = _ov()
+    from openvino.frontend.onnx import ConversionExtension
+
+    candidates: dict[str, list[tuple[RecurrentLayer, object]]] = {}
+    for layer in model.layers:
+        isolated = layer.extras.get("onnx")
+        if isolated is None:
+            raise UsageError(f"{model.path}: layer {layer.name!r}: a model with other operators keeps its own interface: --layout cannot change it")
+        node = next(n for n in isolated.nodes if n.op_type in ("GRU", "RNN"))
+        candidates.setdefault(node.op_type, []).append((layer, node))
+    described: list[dict] = []
+    names_to_restore: list[tuple[object, str]] = []
+    failures: list[Exception] = []
+
+    def translator(op_type: str):
+        def translate(ctx) -> list:
+            try:
+                x_names, w_names = ctx.get_input(0).get_names(), ctx.get_input(1).get_names()
+                found = [(lay, node) for lay, node in candidates.get(op_type, []) if node.input[0] in x_names and node.input[1] in w_names]
+                if len(found) != 1:
+                    raise InputError(f"{model.path}: cannot tell which {op_type} node OpenVINO's frontend is converting (X {sorted(x_names)}, W {sorted(w_names)}; {len(found)} candidates)")
+                layer, node = found[0]
+                optional = [ctx.get_input(k) if ctx.get_input_size() > k else None for k in (4, 5)]
+                lens, h0 = (None if v is None or v.get_node().get_type_name() == "NullNode" else v for v in optional)
+                layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+                node_layer = replace(layer, interface=replace(layer.interface, layout=layout))
+                chosen, _ = choose_strategy(layer, strategy)
+                y, y_h = (_emit_native if chosen == "native" else _emit_decomposed)(ops, node_layer, ctx.get_input(0), lens, h0)
+                if chosen == "native":
+                    names_to_restore.append((y.get_node().input_value(0).get_node(), layer.name))
+                if not any(e["name"] == layer.name for e in described):
+                    described.append({"name": layer.name, "strategy": chosen, **describe(layer)})
+                return [y, y_h]
+            except Exception as err:
+                failures.append(err)
+                raise
+
+        return translate
+
+    core = ov.Core()
+    for op_type in ("GRU", "RNN"):
+        core.add_extension(ConversionExtension(op_type, translator(op_type)))
+    try:
+        ov_model = core.read_model(str(model.path))
+    except Exception as err:
+        if failures and isinstance(failures[0], GatepackError):
+            raise failures[0] from None
+        raise RuntimeFailure(f"{model.path}: OpenVINO's ONNX frontend cannot convert the model's other operators: {_ov_message(err)}") from None
+    for node, name in names_to_restore:  # the frontend names ops after their ONNX outputs
+        node.set_friendly_name(name)
+    ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
+    ov_model.set_rt_info(json.dumps(model.meta["other_ops"]), RT_INFO_OTHER_OPS)
     return ov_model
 
 
@@ -385,7 +455,8 @@ def read(path: str | Path, **_options) -> Model:
             layer, found = _read_described(path, entry, ops_by_name)
             layers.append(layer)
             notes[layer.name] = found
-        return Model(path, FORMAT, layers, notes, meta={"gatepack": True})
+        other = json.loads(ov_model.get_rt_info(RT_INFO_OTHER_OPS).astype(str)) if ov_model.has_rt_info(RT_INFO_OTHER_OPS) else []
+        return Model(path, FORMAT, layers, notes, meta={"gatepack": True, "other_ops": other})
     layers, notes = [], {}
     for op in ov_model.get_ordered_ops():
         if op.get_type_name() in _OPS:
@@ -516,21 +587,32 @@ def _compiled(ov_model, label: str):
         raise RuntimeFailure(f"{label}: OpenVINO CPU cannot compile it: {_ov_message(err)}") from None
 
 
-def _infer(compiled, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
-    wanted = [p.get_any_name() for p in compiled.inputs]
+def _run(ov_model, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
+    """Compile ``ov_model`` for CPU and infer. Inputs and outputs go by the model's own tensor
+    names: a compiled model may add the names of tensors its frontend fused away."""
+    wanted = [p.get_any_name() for p in ov_model.inputs]
     missing = [n for n in wanted if n not in inputs]
     if missing:
         raise InputError(f"{label}: missing input(s) {missing}", hint=f"the model takes {wanted}")
+    compiled = _compiled(ov_model, label)
     try:
-        results = compiled({n: np.ascontiguousarray(inputs[n]) for n in wanted})
+        results = compiled([np.ascontiguousarray(inputs[n]) for n in wanted])
     except Exception as err:
         raise RuntimeFailure(f"{label}: OpenVINO CPU failed: {_ov_message(err)}") from None
-    return {out.get_any_name(): np.array(value) for out, value in results.items()}
+    return {out.get_any_name(): np.array(results[k]) for k, out in enumerate(ov_model.outputs)}
 
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the IR at ``path`` on OpenVINO CPU (fp32 inference precision)."""
-    return _infer(_compiled(_read_ir(Path(path)), str(path)), inputs, str(path))
+    return _run(_read_ir(Path(path)), inputs, str(path))
+
+
+def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
+    """The IR's inputs as (name, dtype, dims); a dynamic dim is None."""
+    return [
+        (p.get_output_tensor(0).get_any_name(), p.get_element_type().to_dtype(), [d.get_length() if d.is_static else None for d in p.get_partial_shape()])
+        for p in _read_ir(Path(path)).get_parameters()
+    ]
 
 
 def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -571,7 +653,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
         outs = {itf.y, itf.y_h} - {None}
         results = [r for r in ov_model.get_results() if r.input_value(0).get_names() & outs]
         sub = ov.Model(results, params, "layer")
-    return _infer(_compiled(sub, label), feed, label)
+    return _run(sub, feed, label)
 
 
 # ---------------------------------------------------------------------------------------- findings
