@@ -1,0 +1,132 @@
+"""OpenVINO's own ONNX importer vs gatepack on the generated GRU/RNN matrix (issue 3).
+
+For every configuration of the test matrix (``tests/helpers.py``: every activation with alpha/beta,
+per-direction activations, clip, linear_before_reset, sequence_lens, initial_h, no bias, layout 0/1,
+edge sizes), the ONNX model goes through
+
+* OpenVINO's importer: ``ov.convert_model(model.onnx)``, compiled for CPU;
+* gatepack: ``convert --to openvino`` (strategy auto), the saved IR compiled for CPU;
+
+and both run on the same inputs, compared with onnxruntime (layout-0, float32 twin of the model,
+as in the tests) within 1e-5 absolute + 1e-4 relative
+(float16 models: 2e-3 + 2e-3). Both compile with
+``INFERENCE_PRECISION_HINT=f32`` (the CPU plugin's bf16 default would fail everything).
+Outcomes: ``pass``, ``refused`` (convert, compile or inference raised), ``wrong`` (ran, but outside
+tolerance: a silent error). As in the tests, half of the sequence_lens cases have static shapes.
+
+    python bench/ov_importer.py [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import openvino as ov
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import converters as gp  # noqa: E402
+from helpers import Config, build_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout  # noqa: E402
+
+CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
+TOLERANCE = {"float32": (1e-5, 1e-4), "float64": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}  # as in the tests
+
+
+def static_dims(model: onnx.ModelProto, cfg: Config) -> onnx.ModelProto:
+    sizes = {"S": cfg.S, "N": cfg.N}
+    for value in model.graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param in sizes:
+                dim.dim_value = sizes[dim.dim_param]
+    return model
+
+
+def outcome(run, cfg: Config, feed0: dict, reference: tuple) -> tuple[str, str]:
+    try:
+        y, y_h = run()
+    except Exception as err:  # noqa: BLE001 - any failure is a refusal
+        return "refused", " ".join(str(err).split())[:160]
+    y, y_h = outputs_to_layout0(cfg, y, y_h)
+    for got, ref in ((y, reference[0]), (y_h, reference[1])):
+        finite = np.isfinite(ref)
+        if got.shape != ref.shape:
+            return "wrong", f"shape {list(got.shape)} instead of {list(ref.shape)}"
+        atol, rtol = TOLERANCE[cfg.dtype]
+        if not np.allclose(got[finite], ref[finite], atol=atol, rtol=rtol):
+            return "wrong", f"max abs error {float(np.abs(got[finite] - ref[finite]).max()):.3g}"
+    return "pass", ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=None, help="only the first N configurations")
+    args = parser.parse_args()
+    cases = matrix()[: args.limit]
+    core = ov.Core()
+    counts = {"OpenVINO importer": collections.Counter(), "gatepack": collections.Counter()}
+    reasons: dict[str, collections.Counter] = {"refused": collections.Counter(), "wrong": collections.Counter()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for cfg in cases:
+            static = cfg.seq_lens != "none" and cfg.seed % 4 < 2
+            model = build_model(cfg)
+            src = Path(tmp) / "m.onnx"
+            onnx.save(static_dims(model, cfg) if static else model, src)
+            feed0 = inputs(cfg)
+            feed = to_layout(cfg, feed0)
+            reference = ort_reference(cfg, feed0)
+
+            def importer():
+                compiled = core.compile_model(ov.convert_model(str(src)), "CPU", CONFIG)
+                out = compiled({i.get_any_name(): feed[i.get_any_name()] for i in compiled.inputs})
+                return [np.asarray(v) for v in out.values()][:2]
+
+            def gatepack():
+                xml = Path(tmp) / "m.xml"
+                gp.convert(src, xml, to="openvino", allow_lossy=True, verify=False)
+                out = gp.run(xml, feed)
+                return out["Y"], out["Y_h"]
+
+            for tool, run in (("OpenVINO importer", importer), ("gatepack", gatepack)):
+                result, why = outcome(run, cfg, feed0, reference)
+                counts[tool][result] += 1
+                if tool == "OpenVINO importer" and result != "pass":
+                    reasons[result][classify(cfg, why)] += 1
+    total = len(cases)
+    print(f"{total} configurations (OpenVINO {ov.__version__}, CPU, f32 inference precision)\n")
+    print("| tool | pass | refused | silently wrong |")
+    print("|---|---|---|---|")
+    for tool, c in counts.items():
+        print(f"| {tool} | {c['pass']} ({100 * c['pass'] / total:.0f}%) | {c['refused']} | {c['wrong']} |")
+    for kind, counter in reasons.items():
+        print(f"\nOpenVINO importer, {kind}, by cause (first matching cause):")
+        for cause, n in counter.most_common():
+            print(f"  {n:4d}  {cause}")
+
+
+def classify(cfg: Config, why: str) -> str:
+    """The first documented cause that applies to a configuration (CONVENTIONS.md section 3)."""
+    acts = cfg.activations or []
+    native = {"GRU": {"Sigmoid", "Tanh"}, "RNN": {"Sigmoid", "Tanh", "Relu"}}[cfg.cell]
+    if "nknown activation" in why or "nsupported activation" in why or (acts and not set(acts) <= native):
+        return "activation the CPU plugin lacks (or alpha/beta ignored)"
+    if cfg.layout == 1:
+        return "layout = 1 ignored"
+    half = len(acts) // 2
+    if cfg.direction == "bidirectional" and acts and acts[:half] != acts[half:]:
+        return "reverse direction's own activations ignored"
+    if cfg.seq_lens in ("mixed", "zero"):
+        return "sequence_lens with a dynamic X ignored (or zero lengths)"
+    if cfg.clip == 0:
+        return "clip = 0 read as no clip"
+    if cfg.clip is not None and cfg.clip < 0:
+        return "negative clip applied (onnxruntime: no clip)"
+    return f"other ({cfg.label()}): {why[:80]}"
+
+
+if __name__ == "__main__":
+    main()
