@@ -94,16 +94,17 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 @click.option("--emit-cpp", is_flag=True, default=None, help="DirectML: also write desc.cpp, C++ that fills the operator descs.")
 @click.option("--seq-length", type=click.IntRange(min=1), default=None, help="DirectML: sequence length for a symbolic S (its tensors are static; default 7).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="DirectML: batch size for a symbolic N (default 3).")
+@click.option("--minimum-deployment-target", type=click.Choice(["iOS15", "iOS16", "iOS17", "iOS18"]), default=None, help="Core ML: oldest OS the package must run on (default iOS18; linear_before_reset = 1 runs natively only from iOS18).")
 @click.option("--layout", type=click.Choice(["keep", "0", "1"]), default="keep", show_default=True, help="Interface layout of the output: keep the source's (drop-in), 0 = [S,N,I], 1 = [N,S,I].")
 @_defaults_option
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the verification's random inputs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @handle_errors
-def convert(model, to, output, from_format, no_verify, allow_lossy, strategy, opset, onnx_layout, compress_to_fp16, emit_cpp, seq_length, batch_size, layout, activation_defaults, seed, as_json, quiet) -> None:
+def convert(model, to, output, from_format, no_verify, allow_lossy, strategy, opset, onnx_layout, compress_to_fp16, emit_cpp, seq_length, batch_size, minimum_deployment_target, layout, activation_defaults, seed, as_json, quiet) -> None:
     """Convert the recurrent layers of MODEL to another format, and verify the result."""
     options = {"activation_defaults": activation_defaults}
-    for key, value in (("compress_to_fp16", compress_to_fp16), ("emit_cpp", emit_cpp), ("seq_length", seq_length), ("batch_size", batch_size)):
+    for key, value in (("compress_to_fp16", compress_to_fp16), ("emit_cpp", emit_cpp), ("seq_length", seq_length), ("batch_size", batch_size), ("minimum_deployment_target", minimum_deployment_target)):
         if value is not None:
             options[key] = value
     if opset is not None:

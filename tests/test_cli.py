@@ -187,8 +187,10 @@ def test_sequence_lens_out_of_range(tmp_path):
 
 
 def test_refusals_and_usage_errors(tmp_path):
-    refused = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "coreml", "-o", str(tmp_path / "m.mlpackage")])
-    assert refused.exit_code == 4 and "unsupported" in refused.output and not (tmp_path / "m.mlpackage").exists()
+    refused = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "bnns", "-o", str(tmp_path / "bundle")])
+    assert refused.exit_code == 4 and "unsupported" in refused.output and not (tmp_path / "bundle").exists()
+    forced = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr1_bidirectional.onnx"), "--to", "coreml", "--strategy", "native", "--minimum-deployment-target", "iOS17", "-o", str(tmp_path / "m.mlpackage")])
+    assert forced.exit_code == 4 and "reset_after (iOS18)" in forced.output and not (tmp_path / "m.mlpackage").exists()
     overwrite = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "onnx", "-o", str(FIXTURES / "gru_lbr0.onnx")])
     assert overwrite.exit_code == 2 and "would overwrite the input" in overwrite.output
     usage = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx")])

@@ -44,8 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.description import build_layer, describe, parse
 from converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from converters.fileio import atomic_files
+from converters.strategy import cell_finding, choose
 from converters.findings import Finding, Status
 from converters.model import Model
 from schemas.activations import Activation, canonical_name
@@ -54,7 +56,6 @@ from schemas.layer import Cell, Direction, DirectionParams, Interface, Recurrent
 FORMAT = "openvino"
 RT_INFO_PATH = ["gatepack", "layers"]
 RT_INFO_OTHER_OPS = ["gatepack", "other_ops"]  # whole-model IR: the ONNX operators besides the recurrent ones
-STRATEGIES = ("auto", "native", "decomposed")
 _NATIVE_ACTIVATIONS = {Cell.GRU: {("Sigmoid", "Tanh")}, Cell.RNN: {("Sigmoid",), ("Tanh",), ("Relu",)}}
 _OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN}
 
@@ -89,12 +90,8 @@ def native_blockers(layer: RecurrentLayer) -> list[str]:
 
 
 def choose_strategy(layer: RecurrentLayer, strategy: str) -> tuple[str, list[str]]:
-    if strategy not in STRATEGIES:
-        raise UsageError(f"strategy {strategy!r} is not one of {STRATEGIES}")
     blockers = native_blockers(layer)
-    if strategy == "auto":
-        return ("decomposed" if blockers else "native"), blockers
-    return strategy, blockers
+    return choose(strategy, blockers), blockers
 
 
 # ----------------------------------------------------------------------------------------- writing
@@ -212,22 +209,6 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
     ov_model.set_rt_info(json.dumps(model.meta["other_ops"]), RT_INFO_OTHER_OPS)
     return ov_model
-
-
-def describe(layer: RecurrentLayer) -> dict:
-    """The layer's semantics and interface as stored in the IR's rt_info (weights stay in the graph)."""
-    itf = layer.interface
-    return {
-        "cell": layer.cell.value,
-        "direction": layer.direction.value,
-        "hidden_size": layer.hidden_size,
-        "input_size": layer.input_size,
-        "linear_before_reset": layer.linear_before_reset,
-        "clip": layer.clip,
-        "has_bias": layer.has_bias,
-        "activations": [[[a.name, a.alpha, a.beta] for a in p.activations] for p in layer.directions],
-        "interface": {"x": itf.x, "y": itf.y, "y_h": itf.y_h, "sequence_lens": itf.sequence_lens, "initial_h": itf.initial_h, "layout": itf.layout, "seq_length": itf.seq_length, "batch_size": itf.batch_size, "dtype": itf.dtype},
-    }
 
 
 def _const(ops, array: np.ndarray, name: str):
@@ -531,16 +512,9 @@ def _read_sequence_op(path: Path, op) -> tuple[RecurrentLayer, list[Finding]]:
 
 def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[RecurrentLayer, list[Finding]]:
     """A layer gatepack wrote: semantics from rt_info, weights from the graph's named constants."""
-    try:
-        name, strategy = entry["name"], entry["strategy"]
-        cell, direction = Cell(entry["cell"]), Direction(entry["direction"])
-        h, i = int(entry["hidden_size"]), int(entry["input_size"])
-        lbr, clip = bool(entry["linear_before_reset"]), entry["clip"]
-        acts = [tuple(Activation(a[0], a[1], a[2]) for a in per) for per in entry["activations"]]
-        interface = Interface(**entry["interface"])
-    except (KeyError, ValueError, TypeError) as err:
-        raise InputError(f"{path}: its gatepack description in rt_info is inconsistent ({err})") from None
-    gh = cell.gates * h
+    info = parse(path, entry)
+    name, strategy = info.name, info.strategy
+    acts = info.activations
     found: list[Finding] = []
 
     def const(label: str) -> np.ndarray:
@@ -564,16 +538,9 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
             raise InputError(f"{path}: layer {name!r}: its rt_info activations {[[a.name for a in per] for per in acts]} contradict the graph's {in_graph}")
         directions = [DirectionParams(p.W, p.R, p.Wb, p.Rb, acts[k]) for k, p in enumerate(layer.directions)]
     else:
-        for k in range(direction.count):
+        for k in range(info.direction.count):
             directions.append(DirectionParams(W=const(f"W{k}"), R=const(f"R{k}"), Wb=const(f"Wb{k}"), Rb=const(f"Rb{k}"), activations=acts[k]))
-    for k, p in enumerate(directions):
-        if p.W.shape != (gh, i) or p.R.shape != (gh, h):
-            raise InputError(f"{path}: layer {name!r}: direction {k} weights {list(p.W.shape)}, {list(p.R.shape)} contradict its rt_info (I={i}, H={h})")
-    try:
-        layer = RecurrentLayer(name, cell, i, h, direction, tuple(directions), interface, lbr, clip, bool(entry.get("has_bias", True)), extras={FORMAT: (path, name, strategy)})
-    except SpecError as err:
-        raise InputError(f"{path}: {err}") from None
-    return layer, found
+    return build_layer(path, info, directions, {FORMAT: (path, name, strategy)}), found
 
 
 # ----------------------------------------------------------------------------------------- running
@@ -665,13 +632,15 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
     op = f"{layer.cell.value.upper()}Sequence-5"
     itf = layer.interface
     found = []
-    if chosen == "native" and blockers:
-        found.append(Finding("cell", Status.UNSUPPORTED, f"{op} would not compute what ONNX specifies: {'; '.join(blockers)}", alternative="use --strategy auto or decomposed (elementary ops in a TensorIterator)"))
-    elif chosen == "native":
-        found.append(Finding("cell", Status.EXACT, f"{op} (the CPU plugin computes this configuration as ONNX specifies)"))
-    else:
-        why = "; ".join(blockers) if strategy == "auto" else "--strategy decomposed"
-        found.append(Finding("cell", Status.DECOMPOSED, f"elementary ops in a TensorIterator per direction, input projections in one MatMul ({why})"))
+    found.append(
+        cell_finding(
+            strategy, chosen, blockers,
+            native=f"{op} (the CPU plugin computes this configuration as ONNX specifies)",
+            refused=f"{op} would not compute what ONNX specifies",
+            decomposed="elementary ops in a TensorIterator per direction, input projections in one MatMul",
+            alternative="use --strategy auto or decomposed (elementary ops in a TensorIterator)",
+        )
+    )
     found.append(Finding("direction", Status.EXACT, layer.direction.value + (" (reverse via ReverseSequence, which honours sequence_lens)" if chosen == "decomposed" and layer.direction is not Direction.FORWARD else "")))
     found.append(Finding("weights", Status.EXACT, "W, R in ONNX gate order (z, r, h), unchanged"))
     if chosen == "native":

@@ -1,0 +1,784 @@
+"""Core ML ML Programs: GRU/RNN layers written with coremltools' MIL builder, read back without a
+Core ML runtime, and executed by a NumPy interpreter of the MIL ops gatepack emits.
+
+MIL's recurrent ops (CONVENTIONS.md section 5) differ from ONNX::
+
+    gru(x [S,N,I], initial_h [N,H] (required), weight_ih [3H,I], weight_hh [3H,H], bias [3H],
+        input_bias [3H] (iOS18), reset_after (iOS18), direction forward|reverse,
+        recurrent_activation, activation, output_sequence) -> (Y [S,N,H], Y_h [N,H])
+    rnn(x, initial_h, weight_ih [H,I], weight_hh [H,H], bias [H], direction, activation, ...)
+
+* gate blocks r, o, z (o = the candidate): ONNX z, r, h rows permuted by ``[1, 2, 0]``;
+* reset_after = False (every target) is reset-*before*: ``o = g(W_o x + b_o + W_ho (r * h) + b_ho)``,
+  whatever Apple's docs print; the biases are then additive and ``bias = Wb + Rb`` (folded);
+* reset_after = True (iOS18) is ONNX linear_before_reset = 1: ``bias = Rb``, ``input_bias = Wb``;
+* a reverse op returns its output sequence in *processing order*: gatepack reverses it back to
+  input time, as ONNX has it;
+* no bidirectional mode (two ops, stacked into ONNX's Y [S,D,N,H]), no clip, no sequence lengths,
+  activations are parameterless strings.
+
+Strategies: ``native`` uses ``gru``/``rnn`` where they compute exactly what ONNX specifies
+(activations Sigmoid/Tanh/Relu, no clip, no sequence_lens, linear_before_reset = 1 only from iOS18);
+``decomposed`` writes the cell from elementary MIL ops in a ``while_loop`` (one matmul for every
+step's input projection outside it, a ``scatter`` of each step's output, masks for sequence_lens,
+``reverse_sequence`` for the reverse direction); ``auto`` picks native where it is exact.
+
+Core ML sanitises tensor names (``a/b:0`` becomes ``a_b_0``); the package's metadata
+(``gatepack``) keeps the source's names and every layer's description, so the layer reads back whole
+and ``run`` takes the source's names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from converters.description import build_layer, describe, parse
+from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
+from converters.findings import Finding, Status
+from converters.strategy import cell_finding, choose
+from converters.model import Model
+from schemas.activations import Activation
+from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+
+FORMAT = "coreml"
+METADATA_KEY = "gatepack"
+TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
+DEFAULT_TARGET = "iOS18"
+MIL_GATES = [1, 2, 0]  # ONNX z, r, h -> MIL r, o, z (row blocks of H)
+ONNX_GATES = [2, 0, 1]  # MIL r, o, z -> ONNX z, r, h
+_NATIVE_ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
+# What a parameterless MIL activation string computes, as an ONNX activation (for foreign packages).
+_MIL_ACTIVATIONS = {"sigmoid": Activation("Sigmoid"), "tanh": Activation("Tanh"), "relu": Activation("Relu"), "linear": Activation("Affine", 1.0, 0.0), "scaled_tanh": Activation("ScaledTanh", 1.0, 1.0), "hard_sigmoid": Activation("HardSigmoid", 0.2, 0.5), "sigmoid_hard": Activation("HardSigmoid", 0.2, 0.5)}
+
+
+def _ct():
+    try:
+        with _quiet():  # on Linux, coremltools logs that its Core ML runtime proxies are missing
+            import coremltools as ct
+    except ImportError:  # pragma: no cover - a dependency of gatepack
+        raise RuntimeFailure("coremltools is not installed", hint="pip install coremltools") from None
+    return ct
+
+
+@contextlib.contextmanager
+def _quiet():
+    """coremltools prints progress bars and warnings while converting; gatepack reports itself."""
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
+
+
+def _target_rank(target: str) -> int:
+    if target not in TARGETS:
+        raise UsageError(f"minimum deployment target {target!r} is not one of {', '.join(TARGETS)}")
+    return TARGETS.index(target)
+
+
+# ---------------------------------------------------------------------------------------- strategy
+
+
+def native_blockers(layer: RecurrentLayer, target: str = DEFAULT_TARGET) -> list[str]:
+    """Why MIL's own gru/rnn op would not compute what ONNX specifies (empty: it would)."""
+    reasons = []
+    names = {a.name for p in layer.directions for a in p.activations}
+    if not names <= set(_NATIVE_ACTIVATIONS):
+        reasons.append(f"activations {layer.activation_summary()}: the {layer.cell.value} op takes parameterless sigmoid/tanh/relu (gatepack maps no other kind onto Core ML's fixed-parameter variants)")
+    if layer.clip is not None:
+        reasons.append(f"clip {layer.clip:g}: the {layer.cell.value} op has no clip")
+    if layer.interface.sequence_lens:
+        reasons.append(f"sequence_lens: the {layer.cell.value} op has no sequence lengths")
+    if layer.cell is Cell.GRU and layer.linear_before_reset and _target_rank(target) < TARGETS.index("iOS18"):
+        reasons.append(f"linear_before_reset = 1 needs the gru op's reset_after (iOS18); the target is {target}")
+    return reasons
+
+
+def choose_strategy(layer: RecurrentLayer, strategy: str, target: str = DEFAULT_TARGET) -> tuple[str, list[str]]:
+    blockers = native_blockers(layer, target)
+    return choose(strategy, blockers), blockers
+
+
+# ----------------------------------------------------------------------------------------- writing
+
+
+def safe_name(name: str) -> str:
+    """Core ML's spelling of a tensor name (what coremltools' sanitiser makes of it)."""
+    text = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return text if re.match(r"[A-Za-z_]", text) else "_" + text
+
+
+def _rows(matrix: np.ndarray, order: list[int], hidden: int) -> np.ndarray:
+    """Row blocks of H of ``matrix`` in ``order`` (gate permutation)."""
+    return np.concatenate([matrix[g * hidden : (g + 1) * hidden] for g in order]) if len(matrix) > hidden else matrix
+
+
+def mil_weights(layer: RecurrentLayer, k: int) -> dict[str, np.ndarray]:
+    """The native op's constants for direction ``k``: weight_ih, weight_hh, bias (and input_bias for
+    linear_before_reset), gates permuted z,r,h -> r,o,z; float32."""
+    p, h = layer.directions[k], layer.hidden_size
+    order = MIL_GATES if layer.cell is Cell.GRU else [0]
+    out = {"weight_ih": _rows(p.W, order, h), "weight_hh": _rows(p.R, order, h)}
+    if layer.cell is Cell.GRU and layer.linear_before_reset:
+        out["bias"], out["input_bias"] = _rows(p.Rb, order, h), _rows(p.Wb, order, h)
+    elif layer.has_bias:
+        out["bias"] = _rows(p.Wb + p.Rb, order, h)
+    return {key: np.ascontiguousarray(value, dtype=np.float32) for key, value in out.items()}
+
+
+def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET) -> None:
+    """Write ``model``'s layers as one ML Program package at ``path`` (NAME.mlpackage), fp32."""
+    ct = _ct()
+    path = Path(path)
+    _target_rank(minimum_deployment_target)
+    program, described = build(model, strategy=strategy, target=minimum_deployment_target)
+    try:
+        with _quiet():
+            mlmodel = ct.convert(
+                program,
+                source="milinternal",
+                convert_to="mlprogram",
+                minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
+                compute_precision=ct.precision.FLOAT32,
+                pass_pipeline=ct.PassPipeline.EMPTY,  # the program as written: no fusion, no fp16 cast
+            )
+    except Exception as err:  # coremltools raises ValueError/AssertionError with long messages
+        raise RuntimeFailure(f"{path}: coremltools cannot convert the program: {' '.join(str(err).split())[:240]}") from None
+    mlmodel.user_defined_metadata[METADATA_KEY] = json.dumps(described)
+    mlmodel.short_description = "GRU/RNN layers written by gatepack"
+    staging = Path(tempfile.mkdtemp(prefix=".coreml.", dir=path.parent))
+    try:
+        mlmodel.save(str(staging / "model.mlpackage"))
+        if path.is_dir():
+            shutil.rmtree(path)
+        os.replace(staging / "model.mlpackage", path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET):
+    """A MIL ``Program`` holding every layer with the source's interface, and its description."""
+    ct = _ct()
+    from coremltools.converters.mil.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function, Program, get_new_symbol, types
+
+    symbols: dict[str, object] = {}
+
+    def dim(value, key: str):
+        if isinstance(value, int):
+            return value
+        return symbols.setdefault(key, get_new_symbol())
+
+    specs: dict[str, object] = {}
+    names: dict[str, str] = {}
+    for layer in model.layers:
+        itf = layer.interface
+        s, n = dim(itf.seq_length, f"S/{layer.name}"), dim(itf.batch_size, f"N/{itf.x}")
+        d, h = layer.num_directions, layer.hidden_size
+        shapes = {itf.x: ((n, s, layer.input_size) if itf.layout else (s, n, layer.input_size), types.fp32)}
+        if itf.sequence_lens:
+            shapes[itf.sequence_lens] = ((n,), types.int32)
+        if itf.initial_h:
+            shapes[itf.initial_h] = ((n, d, h) if itf.layout else (d, n, h), types.fp32)
+        for name, (shape, dtype) in shapes.items():
+            if name not in specs:
+                names[name] = safe_name(name)
+                specs[name] = mb.placeholder(shape=shape, dtype=dtype)
+    described = []
+    with Function({names[k]: v for k, v in specs.items()}, opset_version=getattr(ct.target, target)) as function:
+        outputs = []
+        for layer in model.layers:
+            itf = layer.interface
+            chosen, _ = choose_strategy(layer, strategy, target)
+            x = function.inputs[names[itf.x]]
+            lens = function.inputs[names[itf.sequence_lens]] if itf.sequence_lens else None
+            h0 = function.inputs[names[itf.initial_h]] if itf.initial_h else None
+            emit = _emit_native if chosen == "native" else _emit_decomposed
+            y, y_h = emit(mb, layer, x, lens, h0, target)
+            for name, value in ((itf.y, y), (itf.y_h, y_h)):
+                if name:
+                    names[name] = safe_name(name)
+                    outputs.append(mb.identity(x=value, name=names[name]))
+            described.append({"name": layer.name, "strategy": chosen, "target": target, **describe(layer)})
+        function.set_outputs(outputs)
+    if len(set(names.values())) != len(names):
+        raise UsageError(f"{model.path}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})")
+    program = Program()
+    program.add_function("main", function)
+    return program, {"layers": described, "names": names}
+
+
+def _time_major(mb, layer: RecurrentLayer, x, h0):
+    """X as [S,N,I] and initial_h as [D,N,H] (or None)."""
+    if layer.interface.layout:
+        x = mb.transpose(x=x, perm=[1, 0, 2])
+        h0 = mb.transpose(x=h0, perm=[1, 0, 2]) if h0 is not None else None
+    return x, h0
+
+
+def _zeros_state(mb, layer: RecurrentLayer, x_sm):
+    batch = mb.slice_by_index(x=mb.shape(x=x_sm), begin=[1], end=[2])
+    return mb.fill(shape=mb.concat(values=[batch, np.array([layer.hidden_size], np.int32)], axis=0), value=0.0)
+
+
+def _stack_directions(mb, layer: RecurrentLayer, ys: list, y_hs: list):
+    """Per-direction Y [S,N,H] and Y_h [N,H] -> the interface's Y and Y_h."""
+    y = mb.concat(values=[mb.expand_dims(x=v, axes=[1]) for v in ys], axis=1) if len(ys) > 1 else mb.expand_dims(x=ys[0], axes=[1])
+    y_h = mb.concat(values=[mb.expand_dims(x=v, axes=[0]) for v in y_hs], axis=0) if len(y_hs) > 1 else mb.expand_dims(x=y_hs[0], axes=[0])
+    if layer.interface.layout:
+        y, y_h = mb.transpose(x=y, perm=[2, 0, 1, 3]), mb.transpose(x=y_h, perm=[1, 0, 2])
+    return y, y_h
+
+
+def _emit_native(mb, layer: RecurrentLayer, x, lens, h0, target: str):
+    x_sm, h0_dm = _time_major(mb, layer, x, h0)
+    zeros = _zeros_state(mb, layer, x_sm) if h0 is None else None
+    ys, y_hs = [], []
+    prefix = safe_name(layer.name)
+    for k, params in enumerate(layer.directions):
+        reverse = layer.direction is Direction.REVERSE or k == 1
+        start = mb.gather(x=h0_dm, indices=k, axis=0) if h0 is not None else zeros
+        args = {key: mb.const(val=value, name=f"{prefix}_{key}_{k}") for key, value in mil_weights(layer, k).items()}
+        acts = [_NATIVE_ACTIVATIONS[a.name] for a in params.activations]
+        common = dict(x=x_sm, initial_h=start, direction="reverse" if reverse else "forward", output_sequence=True, name=f"{prefix}_{layer.cell.value}_{k}", **args)
+        if layer.cell is Cell.GRU:
+            if _target_rank(target) >= TARGETS.index("iOS18"):
+                common["reset_after"] = layer.linear_before_reset
+            y, y_h = mb.gru(recurrent_activation=acts[0], activation=acts[1], **common)
+        else:
+            y, y_h = mb.rnn(activation=acts[0], **common)
+        ys.append(mb.reverse(x=y, axes=[0]) if reverse else y)  # processing order -> input time
+        y_hs.append(y_h)
+    return _stack_directions(mb, layer, ys, y_hs)
+
+
+def _activation(mb, v, act: Activation):
+    """An ONNX activation from elementary MIL ops (stable for any input)."""
+    a, b = np.float32(act.alpha or 0.0), np.float32(act.beta or 0.0)
+    zero, one = np.float32(0.0), np.float32(1.0)
+    name = act.name
+    if name == "Sigmoid":
+        return mb.sigmoid(x=v)
+    if name == "Tanh":
+        return mb.tanh(x=v)
+    if name == "Relu":
+        return mb.relu(x=v)
+    if name == "Affine":
+        return mb.add(x=mb.mul(x=v, y=a), y=b)
+    if name == "LeakyRelu":
+        return mb.select(cond=mb.greater_equal(x=v, y=zero), a=v, b=mb.mul(x=v, y=a))
+    if name == "ThresholdedRelu":
+        return mb.select(cond=mb.greater(x=v, y=a), a=v, b=mb.mul(x=v, y=zero))
+    if name == "ScaledTanh":
+        return mb.mul(x=mb.tanh(x=mb.mul(x=v, y=b)), y=a)
+    if name == "HardSigmoid":
+        return mb.clip(x=mb.add(x=mb.mul(x=v, y=a), y=b), alpha=zero, beta=one)
+    if name == "Elu":
+        return mb.select(cond=mb.greater_equal(x=v, y=zero), a=v, b=mb.mul(x=mb.sub(x=mb.exp(x=mb.minimum(x=v, y=zero)), y=one), y=a))
+    if name == "Softsign":
+        return mb.real_div(x=v, y=mb.add(x=mb.abs(x=v), y=one))
+    if name == "Softplus":  # max(x, 0) + log(1 + exp(-|x|)): never overflows
+        return mb.add(x=mb.maximum(x=v, y=zero), y=mb.log(x=mb.add(x=mb.exp(x=mb.mul(x=mb.abs(x=v), y=np.float32(-1.0))), y=one)))
+    raise UsageError(f"activation {name} has no MIL decomposition")  # pragma: no cover - all eleven are covered
+
+
+def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, h0, target: str):
+    x_sm, h0_dm = _time_major(mb, layer, x, h0)
+    h = layer.hidden_size
+    zeros = _zeros_state(mb, layer, x_sm)
+    seq = mb.slice_by_index(x=mb.shape(x=x_sm), begin=[0], end=[1])  # [1] int32
+    ys_shape = mb.concat(values=[seq, mb.slice_by_index(x=mb.shape(x=zeros), begin=[0], end=[2])], axis=0)
+    valid = None
+    if lens is not None:
+        steps = mb.range_1d(start=np.int32(0), end=mb.squeeze(x=seq, axes=[0]), step=np.int32(1))
+        inside = mb.less(x=mb.expand_dims(x=steps, axes=[1]), y=mb.expand_dims(x=lens, axes=[0]))
+        valid = mb.expand_dims(x=mb.cast(x=inside, dtype="fp32"), axes=[2])  # [S,N,1], 1 where step t is inside the sequence (gather takes no bool)
+    # min(max(v, -c), c): MIL's clip op refuses alpha == beta, and RNN allows clip = 0
+    clip = (lambda v: mb.minimum(x=mb.maximum(x=v, y=np.float32(-layer.clip)), y=np.float32(layer.clip))) if layer.clip is not None else (lambda v: v)
+    prefix = safe_name(layer.name)
+    ys, y_hs = [], []
+    for k, p in enumerate(layer.directions):
+        reverse = layer.direction is Direction.REVERSE or k == 1
+        x_d = (mb.reverse_sequence(x=x_sm, lengths=lens, seq_axis=0, batch_axis=1) if lens is not None else mb.reverse(x=x_sm, axes=[0])) if reverse else x_sm
+        w_t = mb.const(val=np.ascontiguousarray(p.W.T, np.float32), name=f"{prefix}_W{k}")
+        wb = mb.const(val=np.asarray(p.Wb, np.float32), name=f"{prefix}_Wb{k}")
+        r_t = mb.const(val=np.ascontiguousarray(p.R.T, np.float32), name=f"{prefix}_R{k}")
+        rb = mb.const(val=np.asarray(p.Rb, np.float32), name=f"{prefix}_Rb{k}")
+        xw = mb.add(x=mb.matmul(x=x_d, y=w_t), y=wb)  # [S,N,G*H]: every step's input projection at once
+        f = p.activations[0]
+        g = p.activations[1] if layer.cell is Cell.GRU else None
+        start = mb.gather(x=h0_dm, indices=k, axis=0) if h0 is not None else zeros
+        valid_d = valid
+
+        def cond(i, state, out):
+            return mb.less(x=i, y=seq)
+
+        def body(i, state, out, xw=xw, r_t=r_t, rb=rb, f=f, g=g, valid_d=valid_d):
+            gx = mb.squeeze(x=mb.gather(x=xw, indices=i, axis=0), axes=[0])  # [N,G*H]
+            gh_all = mb.add(x=mb.matmul(x=state, y=r_t), y=rb)  # [N,G*H]
+            if layer.cell is Cell.RNN:
+                new = _activation(mb, clip(mb.add(x=gx, y=gh_all)), f)
+            else:
+                xz, xr, xh = mb.split(x=gx, num_splits=3, axis=1)
+                hz, hr, hh = mb.split(x=gh_all, num_splits=3, axis=1)
+                z = _activation(mb, clip(mb.add(x=xz, y=hz)), f)
+                reset = _activation(mb, clip(mb.add(x=xr, y=hr)), f)
+                if layer.linear_before_reset:
+                    cand_in = mb.mul(x=reset, y=hh)
+                else:  # (r * h) R_h^T + Rb_h
+                    r_h = mb.slice_by_index(x=r_t, begin=[0, 2 * h], end=[h, 3 * h])
+                    rb_h = mb.slice_by_index(x=rb, begin=[2 * h], end=[3 * h])
+                    cand_in = mb.add(x=mb.matmul(x=mb.mul(x=reset, y=state), y=r_h), y=rb_h)
+                cand = _activation(mb, clip(mb.add(x=xh, y=cand_in)), g)
+                new = mb.add(x=mb.mul(x=mb.sub(x=np.float32(1.0), y=z), y=cand), y=mb.mul(x=z, y=state))
+            y_t = new
+            if valid_d is not None:  # past its length a sequence keeps its state and outputs zeros
+                ok = mb.cast(x=mb.squeeze(x=mb.gather(x=valid_d, indices=i, axis=0), axes=[0]), dtype="bool")  # [N,1]
+                y_t = mb.select(cond=ok, a=new, b=np.float32(0.0))
+                new = mb.select(cond=ok, a=new, b=state)
+            out = mb.scatter(data=out, indices=i, updates=mb.expand_dims(x=y_t, axes=[0]), axis=0, mode="update")
+            return mb.add(x=i, y=np.int32(1)), new, out
+
+        _, last, y_d = mb.while_loop(_cond=cond, _body=body, loop_vars=(np.array([0], np.int32), start, mb.fill(shape=ys_shape, value=0.0)), name=f"{prefix}_loop{k}")
+        if reverse:
+            y_d = mb.reverse_sequence(x=y_d, lengths=lens, seq_axis=0, batch_axis=1) if lens is not None else mb.reverse(x=y_d, axes=[0])
+        if lens is not None:  # Y_h = 0 for an empty sequence (onnxruntime)
+            last = mb.select(cond=mb.expand_dims(x=mb.equal(x=lens, y=np.int32(0)), axes=[1]), a=np.float32(0.0), b=last)
+        ys.append(y_d)
+        y_hs.append(last)
+    return _stack_directions(mb, layer, ys, y_hs)
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+def _load_program(path: Path):
+    """(main function, gatepack metadata or None) of the package at ``path``, without a Core ML runtime."""
+    ct = _ct()
+    from coremltools.converters.mil.frontend.milproto.load import load
+
+    path = Path(path)
+    if not (path / "Manifest.json").is_file():
+        raise InputError(f"{path}: not an ML Program package (no Manifest.json)")
+    try:
+        mlmodel = ct.models.MLModel(str(path), skip_model_load=True)
+        spec = mlmodel.get_spec()
+        if spec.WhichOneof("Type") != "mlProgram":
+            raise InputError(f"{path}: a Core ML {spec.WhichOneof('Type')} model, not an ML Program")
+        program = load(spec, specification_version=spec.specificationVersion, file_weights_dir=mlmodel.weights_dir)
+    except InputError:
+        raise
+    except Exception as err:  # protobuf / blob reader errors for damaged packages
+        raise InputError(f"{path}: coremltools cannot read the package ({' '.join(str(err).split())[:200]})") from None
+    text = dict(spec.description.metadata.userDefined).get(METADATA_KEY)
+    try:
+        meta = json.loads(text) if text else None
+    except ValueError as err:
+        raise InputError(f"{path}: its gatepack metadata is unreadable ({err})") from None
+    return program.functions["main"], meta
+
+
+def _ops(block) -> list:
+    """Every op of a block, including those of nested blocks (while_loop bodies)."""
+    found = []
+    for op in block.operations:
+        found.append(op)
+        for inner in op.blocks:
+            found += _ops(inner)
+    return found
+
+
+def _value(var):
+    return None if var is None or var.val is None else (var.val if isinstance(var.val, (str, bool)) else np.asarray(var.val))
+
+
+def _activation_of(text: str, path: Path, layer: str) -> Activation:
+    if text not in _MIL_ACTIVATIONS:
+        raise InputError(f"{path}: layer {layer!r}: activation {text!r} is not one Core ML's gru/rnn computes ({', '.join(sorted(_MIL_ACTIVATIONS))})")
+    return _MIL_ACTIVATIONS[text]
+
+
+def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Finding]]:
+    """A native gru/rnn op's constants back in ONNX order: W, R, Wb, Rb, lbr, activations, reverse."""
+    at = where(path, layer)
+    w, r = _value(op.inputs.get("weight_ih")), _value(op.inputs.get("weight_hh"))
+    if w is None or r is None or w.ndim != 2 or r.ndim != 2:
+        raise InputError(f"{at}{op.op_type} op {op.name!r}: weight_ih/weight_hh are not constant matrices")
+    h = r.shape[1]
+    gh = cell.gates * h
+    if w.shape[0] != gh or r.shape != (gh, h):
+        raise InputError(f"{at}{op.op_type} op {op.name!r}: weight_ih {list(w.shape)} / weight_hh {list(r.shape)} do not fit hidden size {h} ({gh} rows expected)")
+    order = ONNX_GATES if cell is Cell.GRU else [0]
+    bias, input_bias = _value(op.inputs.get("bias")), _value(op.inputs.get("input_bias"))
+    for label, b in (("bias", bias), ("input_bias", input_bias)):
+        if b is not None and b.shape != (gh,):
+            raise InputError(f"{at}{op.op_type} op {op.name!r}: {label} has shape {list(b.shape)}, expected [{gh}]")
+    reset_after = bool(_value(op.inputs.get("reset_after")) or False)
+    zeros = np.zeros(gh, np.float32)
+    found = []
+    if reset_after:
+        wb, rb = (_rows(input_bias, order, h) if input_bias is not None else zeros), (_rows(bias, order, h) if bias is not None else zeros)
+    else:
+        wb, rb = (_rows(bias, order, h) if bias is not None else zeros), zeros
+        if input_bias is not None and input_bias.any():
+            raise InputError(f"{at}gru op {op.name!r}: input_bias is set but reset_after is false (Core ML ignores it there)")
+        found.append(Finding("bias", Status.FOLDED, "Core ML stores Wb + Rb summed (reset-before); read back as Wb = sum, Rb = 0"))
+    acts = [_value(op.inputs.get("recurrent_activation")) or "sigmoid", _value(op.inputs.get("activation")) or "tanh"] if cell is Cell.GRU else [_value(op.inputs.get("activation")) or "tanh"]
+    return {
+        "W": _rows(w, order, h), "R": _rows(r, order, h), "Wb": wb, "Rb": rb,
+        "lbr": reset_after, "activations": tuple(_activation_of(a, path, layer) for a in acts),
+        "reverse": (_value(op.inputs.get("direction")) or "forward") == "reverse", "has_bias": bias is not None or input_bias is not None,
+    }, found
+
+
+def read(path: str | Path, **_options) -> Model:
+    """Read the recurrent layers of an ML Program: gatepack's (from its metadata, checked against the
+    program) or any program's native gru/rnn ops."""
+    path = Path(path)
+    function, meta = _load_program(path)
+    ops = _ops(function)
+    if meta is not None:
+        layers, notes = [], {}
+        for entry in meta.get("layers", []):
+            layer, found = _read_described(path, entry, {op.name: op for op in ops}, {v.name: v for op in ops for v in op.outputs})
+            layers.append(layer)
+            notes[layer.name] = found
+        if not layers:
+            raise NoRecurrentLayerError(f"{path}: its gatepack metadata lists no layer")
+        return Model(path, FORMAT, layers, notes, meta={"gatepack": True, "names": meta.get("names", {})})
+    layers, notes = [], {}
+    for op in ops:
+        if op.op_type in ("gru", "rnn"):
+            cell = Cell.GRU if op.op_type == "gru" else Cell.RNN
+            got, found = _op_weights(op, cell, path, op.name)
+            params = DirectionParams(W=got["W"], R=got["R"], Wb=got["Wb"], Rb=got["Rb"], activations=got["activations"][: cell.activation_count])
+            x_shape = op.inputs["x"].shape
+            itf = Interface(x=op.inputs["x"].name, y=op.outputs[0].name, y_h=op.outputs[1].name, initial_h=op.inputs["initial_h"].name, layout=0,
+                            seq_length=x_shape[0] if isinstance(x_shape[0], int) else None, batch_size=x_shape[1] if isinstance(x_shape[1], int) else None, dtype="float32")
+            direction = Direction.REVERSE if got["reverse"] else Direction.FORWARD
+            found.append(Finding("direction", Status.REPACKED, f"{direction.value}: Core ML returns a reverse op's sequence in processing order; read as ONNX's time-aligned Y") if got["reverse"] else Finding("direction", Status.EXACT, "forward"))
+            try:
+                layer = RecurrentLayer(op.name, cell, int(params.W.shape[1]), int(params.R.shape[1]), direction, (params,), itf, got["lbr"], None, got["has_bias"], extras={FORMAT: (path, op.name, "node")})
+            except SpecError as err:
+                raise InputError(f"{path}: {err}") from None
+            layers.append(layer)
+            notes[layer.name] = found
+    if not layers:
+        raise NoRecurrentLayerError(f"{path}: no gru or rnn op in the program", hint="a package from coremltools' PyTorch frontend decomposes GRU into elementary ops")
+    return Model(path, FORMAT, layers, notes)
+
+
+def _read_described(path: Path, entry: dict, ops_by_name: dict, vars_by_name: dict) -> tuple[RecurrentLayer, list[Finding]]:
+    """A layer gatepack wrote: semantics from the metadata, weights from the program's named constants."""
+    info = parse(path, entry)
+    prefix = safe_name(info.name)
+    found: list[Finding] = []
+    directions = []
+    for k, acts in enumerate(info.activations):
+        if info.strategy == "native":
+            op = ops_by_name.get(f"{prefix}_{info.cell.value}_{k}")
+            if op is None:
+                raise InputError(f"{path}: layer {info.name!r}: the metadata says native but the program has no op {prefix}_{info.cell.value}_{k}")
+            got, folded = _op_weights(op, info.cell, path, info.name)
+            found += folded if k == 0 else []
+            if [a.name for a in got["activations"]] != [a.name for a in acts] or got["lbr"] != info.linear_before_reset:
+                raise InputError(f"{path}: layer {info.name!r}: its metadata contradicts op {op.name!r} (activations or reset_after)")
+            directions.append(DirectionParams(got["W"], got["R"], got["Wb"], got["Rb"], acts))
+        else:
+            def const(label: str) -> np.ndarray:
+                var = vars_by_name.get(f"{prefix}_{label}{k}")
+                if var is None or var.val is None:
+                    raise InputError(f"{path}: layer {info.name!r}: the program has no constant {prefix}_{label}{k} that its metadata describes")
+                return np.asarray(var.val)
+
+            directions.append(DirectionParams(const("W").T, const("R").T, const("Wb"), const("Rb"), acts))
+    return build_layer(path, info, directions, {FORMAT: (path, info.name, info.strategy)}), found
+
+
+# ------------------------------------------------------------------------------- the MIL executor
+
+
+_DTYPES = {"fp32": np.float32, "fp16": np.float16, "int32": np.int32, "bool": np.bool_, "int64": np.int64}
+
+
+def _slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, squeeze_mask=None, **_):
+    rank = x.ndim
+    stride = [1] * rank if stride is None else list(stride)
+    index = []
+    for axis in range(rank):
+        b = None if begin_mask is not None and begin_mask[axis] else int(begin[axis])
+        e = None if end_mask is not None and end_mask[axis] else int(end[axis])
+        index.append(slice(b, e, int(stride[axis])))
+    out = x[tuple(index)]
+    if squeeze_mask is not None and any(squeeze_mask):
+        out = out.squeeze(axis=tuple(a for a in range(rank) if squeeze_mask[a]))
+    return out
+
+
+def _reverse_sequence(x, lengths, seq_axis=0, batch_axis=0, **_):
+    out = np.array(x)
+    moved = np.moveaxis(out, (int(batch_axis), int(seq_axis)), (0, 1))
+    source = np.moveaxis(np.asarray(x), (int(batch_axis), int(seq_axis)), (0, 1))
+    for b, n in enumerate(np.asarray(lengths).astype(np.int64)):
+        moved[b, :n] = source[b, :n][::-1]
+    return out
+
+
+def _scatter(data, indices, updates, axis=0, mode="update", **_):
+    if mode != "update":
+        raise UsageError(f"scatter mode {mode!r} is not one gatepack's MIL executor runs")
+    out = np.array(data)
+    moved, upd = np.moveaxis(out, int(axis), 0), np.moveaxis(np.asarray(updates), int(axis), 0)
+    for j, index in enumerate(np.asarray(indices).reshape(-1)):
+        moved[int(index)] = upd[j]
+    return out
+
+
+def _recurrent(cell: Cell):
+    """MIL's gru / rnn, run on gatepack's shared recurrence kernel: gates r,o,z mapped back to z,r,h;
+    reset_after False = reset-before with one summed bias; reverse output in processing order."""
+    from converters.executor import run_recurrence
+
+    def run(x, initial_h, weight_ih, weight_hh, bias=None, input_bias=None, direction="forward", output_sequence=False, recurrent_activation="sigmoid", activation="tanh", reset_after=False, **_):
+        h = weight_hh.shape[1]
+        order = ONNX_GATES if cell is Cell.GRU else [0]
+        zeros = np.zeros(cell.gates * h, np.float32)
+        wb = input_bias if reset_after and input_bias is not None else (bias if not reset_after and bias is not None else zeros)
+        rb = bias if reset_after and bias is not None else zeros
+        names = [recurrent_activation, activation] if cell is Cell.GRU else [activation]
+        acts = tuple(_activation_of(str(n), Path("program"), "executor") for n in names)
+        reverse = str(direction) == "reverse"
+        y, y_h = run_recurrence(cell, [(_rows(weight_ih, order, h), _rows(weight_hh, order, h), _rows(wb, order, h), _rows(rb, order, h), acts)], reverse=[reverse], x=x, sequence_lens=None, initial_h=np.asarray(initial_h)[None], linear_before_reset=bool(reset_after))
+        seq = y[:, 0]
+        if reverse:  # Core ML: the output sequence in processing order
+            seq = seq[::-1]
+        return (seq if output_sequence else seq[-1:]), y_h[0]
+
+    return run
+
+
+_MIL_OPS = {
+    "identity": lambda x, **_: x,
+    "transpose": lambda x, perm, **_: np.transpose(x, perm),
+    "shape": lambda x, **_: np.array(x.shape, np.int32),
+    "slice_by_index": _slice_by_index,
+    "concat": lambda values, axis, **_: np.concatenate(values, int(axis)),
+    "fill": lambda shape, value=0.0, **_: np.full([int(v) for v in shape], value, np.asarray(value).dtype),
+    "gather": lambda x, indices, axis=0, **_: np.take(x, np.asarray(indices).astype(np.int64), int(axis)),
+    "expand_dims": lambda x, axes, **_: np.expand_dims(x, tuple(int(a) for a in axes)),
+    "squeeze": lambda x, axes, **_: np.squeeze(x, tuple(int(a) for a in axes)),
+    "reverse": lambda x, axes, **_: np.flip(x, tuple(int(a) for a in axes)),
+    "reverse_sequence": _reverse_sequence,
+    "matmul": lambda x, y, transpose_x=False, transpose_y=False, **_: np.matmul(np.swapaxes(x, -1, -2) if transpose_x else x, np.swapaxes(y, -1, -2) if transpose_y else y),
+    "add": lambda x, y, **_: np.add(x, y),
+    "sub": lambda x, y, **_: np.subtract(x, y),
+    "mul": lambda x, y, **_: np.multiply(x, y),
+    "real_div": lambda x, y, **_: np.divide(x, y),
+    "maximum": lambda x, y, **_: np.maximum(x, y),
+    "minimum": lambda x, y, **_: np.minimum(x, y),
+    "sigmoid": lambda x, **_: (1 / (1 + np.exp(-x.astype(np.float64)))).astype(x.dtype),
+    "tanh": lambda x, **_: np.tanh(x),
+    "relu": lambda x, **_: np.maximum(x, 0).astype(x.dtype),
+    "exp": lambda x, **_: np.exp(x),
+    "log": lambda x, **_: np.log(x),
+    "abs": lambda x, **_: np.abs(x),
+    "greater": lambda x, y, **_: np.greater(x, y),
+    "greater_equal": lambda x, y, **_: np.greater_equal(x, y),
+    "less": lambda x, y, **_: np.less(x, y),
+    "equal": lambda x, y, **_: np.equal(x, y),
+    "select": lambda cond, a, b, **_: np.where(cond, a, b).astype(np.result_type(a, b)),
+    "clip": lambda x, alpha, beta, **_: np.minimum(np.maximum(x, alpha), beta).astype(x.dtype),
+    "cast": lambda x, dtype, **_: np.asarray(x).astype(_DTYPES[str(dtype)]),
+    "range_1d": lambda start, end, step, **_: np.arange(int(start), int(end), int(step), dtype=np.int32),
+    "split": lambda x, axis, num_splits=None, split_sizes=None, **_: tuple(np.split(x, np.cumsum(split_sizes)[:-1] if split_sizes is not None else int(num_splits), int(axis))),
+    "scatter": _scatter,
+    "gru": _recurrent(Cell.GRU),
+    "rnn": _recurrent(Cell.RNN),
+}
+
+
+class _Missing(Exception):
+    """An op's input was not given (it belongs to another layer): skip the op."""
+
+
+def _run_block(block, env: dict, path: Path) -> None:
+    for op in block.operations:
+        try:
+            if op.op_type == "const":
+                env[op.outputs[0].name] = _value(op.outputs[0])
+                continue
+            args = {key: _lookup(var, env) for key, var in op.inputs.items()}
+        except _Missing:
+            continue
+        if op.op_type == "while_loop":
+            results = _while_loop(op, args["loop_vars"], env, path)
+        else:
+            fn = _MIL_OPS.get(op.op_type)
+            if fn is None:
+                raise UsageError(f"{path}: op {op.name!r} ({op.op_type}) is not one gatepack's MIL executor runs", hint="it runs the ops gatepack writes and native gru/rnn programs")
+            results = fn(**args)
+        for var, value in zip(op.outputs, results if isinstance(results, tuple) else (results,)):
+            env[var.name] = value
+
+
+def _lookup(var, env: dict):
+    if isinstance(var, (list, tuple)):
+        return [_lookup(v, env) for v in var]
+    if var.name in env:
+        return env[var.name]
+    if var.val is not None:
+        return _value(var)
+    raise _Missing(var.name)
+
+
+def _while_loop(op, values: list, env: dict, path: Path) -> tuple:
+    cond_block, body_block = op.blocks
+    while True:
+        scope = dict(env)
+        scope.update({var.name: value for var, value in zip(cond_block.inputs, values)})
+        _run_block(cond_block, scope, path)
+        if not bool(np.asarray(scope[cond_block.outputs[0].name]).reshape(-1)[0]):
+            return tuple(values)
+        scope = dict(env)
+        scope.update({var.name: value for var, value in zip(body_block.inputs, values)})
+        _run_block(body_block, scope, path)
+        values = [_lookup(var, scope) for var in body_block.outputs]
+
+
+def execute(function, inputs: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:
+    """Run a MIL function on named inputs (Core ML's names); return every output that was computable."""
+    from coremltools.converters.mil.mil import types
+
+    env = {}
+    for name, var in function.inputs.items():
+        if name in inputs:
+            env[var.name] = np.asarray(inputs[name]).astype(types.nptype_from_builtin(var.dtype))
+    _run_block(function, env, path)
+    return {var.name: env[var.name] for var in function.outputs if var.name in env}
+
+
+# ----------------------------------------------------------------------------------------- running
+
+
+def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the package's program on gatepack's MIL executor; inputs and outputs by the source's
+    tensor names (or Core ML's sanitised ones)."""
+    path = Path(path)
+    function, meta = _load_program(path)
+    names = (meta or {}).get("names", {})
+    feed = {names.get(k, k): v for k, v in inputs.items()}
+    missing = [n for n in function.inputs if n not in feed]
+    if missing:
+        raise InputError(f"{path}: missing input(s) {[_original(names, n) for n in missing]}", hint=f"the model takes {[_original(names, n) for n in function.inputs]}")
+    return {_original(names, k): v for k, v in execute(function, feed, path).items()}
+
+
+def _original(names: dict, sanitised: str) -> str:
+    return next((k for k, v in names.items() if v == sanitised), sanitised)
+
+
+def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    raise RuntimeFailure(f"{path}: Core ML runs only on Apple platforms; use --engine numpy (gatepack's MIL executor)")
+
+
+def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One layer of a saved package on gatepack's MIL executor (the program read from disk)."""
+    found = layer.extras.get(FORMAT)
+    if found is None:
+        raise UsageError(f"layer {layer.name!r} was not read from a Core ML package")
+    path, name, kind = found
+    function, meta = _load_program(path)
+    names = (meta or {}).get("names", {})
+    itf = layer.interface
+    if kind == "node":  # a foreign gru/rnn op: its own x and initial_h, output in processing order
+        feed = dict(feed)
+        feed.setdefault(itf.initial_h, np.zeros((1, feed[itf.x].shape[1], layer.hidden_size), np.float32))
+        op = next(op for op in _ops(function) if op.name == name)
+        env = {itf.x: np.asarray(feed[itf.x], np.float32), itf.initial_h: np.asarray(feed[itf.initial_h], np.float32)[0]}
+        args = {key: _lookup(var, env) for key, var in op.inputs.items()}
+        y, y_h = _MIL_OPS[op.op_type](**args)
+        if layer.direction is Direction.REVERSE:
+            y = y[::-1]  # processing order -> input time (ONNX)
+        return {itf.y: y[:, None], itf.y_h: y_h[None]}
+    wanted = {names.get(k, k): v for k, v in feed.items()}
+    outputs = execute(function, wanted, path)
+    return {_original(names, k): v for k, v in outputs.items()}
+
+
+# ---------------------------------------------------------------------------------------- findings
+
+
+def check(layer: RecurrentLayer, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET) -> list[Finding]:
+    """Findings for writing ``layer`` as a Core ML ML Program with ``strategy``."""
+    target = minimum_deployment_target
+    chosen, blockers = choose_strategy(layer, strategy, target)
+    op = f"MIL {layer.cell.value} ({target})"
+    itf = layer.interface
+    found = []
+    warning = None
+    if layer.cell is Cell.GRU and chosen == "native":
+        warning = "Core ML's own tests run the gru op with batch 1 only (later batches came out as zeros, rdar 59644603)"
+        if layer.linear_before_reset:
+            warning += "; coremltools marks its iOS18 reset_after parity test expected-to-fail (rdar 128479517)"
+    found.append(
+        cell_finding(
+            strategy, chosen, blockers,
+            native=f"the {op} op, gates permuted z,r,h -> r,o,z" if layer.cell is Cell.GRU else f"the {op} op",
+            refused=f"the {op} op cannot express it",
+            decomposed="elementary MIL ops in a while_loop per direction, input projections in one matmul",
+            alternative="use --strategy auto or decomposed (elementary MIL ops in a while_loop)",
+            warning=warning,
+        )
+    )
+    if layer.direction is Direction.BIDIRECTIONAL:
+        found.append(Finding("direction", Status.REPACKED, "bidirectional: a forward and a reverse " + ("op" if chosen == "native" else "loop") + ", stacked into Y [S,D,N,H]"))
+    elif layer.direction is Direction.REVERSE and chosen == "native":
+        found.append(Finding("direction", Status.REPACKED, "reverse: the op's output sequence (processing order) is reversed back to input time"))
+    else:
+        found.append(Finding("direction", Status.EXACT, layer.direction.value))
+    if chosen == "native":
+        found.append(Finding("weights", Status.REPACKED, "weight_ih / weight_hh rows permuted z,r,h -> r,o,z" if layer.cell is Cell.GRU else "weight_ih / weight_hh as ONNX's W / R"))
+        if layer.cell is Cell.GRU and layer.linear_before_reset:
+            found.append(Finding("bias", Status.REPACKED, "reset_after: bias = Rb, input_bias = Wb (permuted)"))
+        else:
+            summed = any(p.Rb.any() for p in layer.directions)
+            found.append(Finding("bias", Status.FOLDED if summed else Status.EXACT, "bias = Wb + Rb" + ("; reads back as [Wb + Rb, 0]" if summed else " (Rb is zero: nothing is lost)")))
+    else:
+        found.append(Finding("weights", Status.EXACT, "W, R (transposed for the matmul), Wb and Rb kept apart as constants, ONNX gate order"))
+    if layer.cell is Cell.GRU:
+        found.append(Finding("linear_before_reset", Status.EXACT, str(int(layer.linear_before_reset)) + (" (reset_after)" if chosen == "native" and layer.linear_before_reset else "")))
+    found.append(Finding("activations", Status.EXACT, layer.activation_summary() + (" (from elementary ops, alpha/beta as constants)" if chosen == "decomposed" else "")))
+    if layer.clip is not None:
+        found.append(Finding("clip", Status.DECOMPOSED if chosen == "decomposed" else Status.UNSUPPORTED, f"clip={layer.clip:g} (minimum/maximum)"))
+    if itf.sequence_lens:
+        found.append(Finding("sequence_lens", Status.DECOMPOSED if chosen == "decomposed" else Status.UNSUPPORTED, "sequence_lens input kept (masks; reverse from len-1 with reverse_sequence)"))
+    if itf.initial_h:
+        found.append(Finding("initial_h", Status.EXACT, "initial_h input kept"))
+    else:
+        found.append(Finding("initial_h", Status.EXACT, "zeros built inside the program (the op requires an initial state)" if chosen == "native" else "zeros"))
+    found.append(Finding("layout", Status.REPACKED if itf.layout else Status.EXACT, f"layout {itf.layout}" + (" interface kept; transposes inside the program" if itf.layout else " (sequence-major, as MIL)")))
+    if layer.dtype == np.float64:
+        found.append(Finding("dtype", Status.LOSSY, "float64 weights and inputs become float32 (Core ML has no double precision)", alternative="pass --allow-lossy to accept float32"))
+    elif layer.dtype == np.float16:
+        found.append(Finding("dtype", Status.REPACKED, "float16 weights stored as float32 (exact) and computed in float32; the interface takes float32"))
+    else:
+        found.append(Finding("dtype", Status.EXACT, "float32 (written with compute_precision FLOAT32: coremltools' default would cast to fp16)"))
+    renamed = [n for n in (itf.x, itf.sequence_lens, itf.initial_h, itf.y, itf.y_h) if n and safe_name(n) != n]
+    if renamed:
+        found.append(Finding("names", Status.REPACKED, f"Core ML sanitises {', '.join(repr(n) for n in renamed)} to {', '.join(repr(safe_name(n)) for n in renamed)}; the package's metadata keeps the originals, and gatepack's run takes either"))
+    found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (symbolic dimensions stay flexible)"))
+    found.append(Finding("deployment target", Status.EXACT, f"{target} (--minimum-deployment-target)"))
+    return found

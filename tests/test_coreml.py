@@ -1,0 +1,242 @@
+"""Core ML: the generated matrix written as ML Programs (auto, native where representable,
+decomposed), each package read back from disk and run on gatepack's MIL executor against
+onnxruntime; packing checked with coremltools' own loader; the executor's gru/rnn semantics checked
+against coremltools' numpy reference formulas; round trips; real models; bad packages."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import converters as gp
+from converters.formats import coreml
+from helpers import REALMODELS, Config, assert_matches_onnxruntime, build_model, inputs, matrix, ort_run, to_layout
+
+MATRIX = matrix()
+TOLERANCE = {"float32": (1e-5, 1e-4), "float64": (1e-5, 1e-4), "float16": (1e-5, 1e-4)}  # fp16 weights are computed in fp32
+
+
+def ct_program(path):
+    """The saved program as coremltools' own loader reads it (independent of gatepack's reader)."""
+    import coremltools as ct
+    from coremltools.converters.mil.frontend.milproto.load import load
+
+    model = ct.models.MLModel(str(path), skip_model_load=True)
+    spec = model.get_spec()
+    return load(spec, specification_version=spec.specificationVersion, file_weights_dir=model.weights_dir).functions["main"]
+
+
+def convert_and_check(cfg: Config, tmp_path, strategy: str) -> str:
+    src, out = tmp_path / "m.onnx", tmp_path / "m.mlpackage"
+    onnx.save(build_model(cfg), src)
+    result = gp.convert(src, out, to="coreml", strategy=strategy, allow_lossy=True, verify=False)
+    chosen = "decomposed" if any(f.feature == "cell" and f.status.value == "decomposed" for f in result.findings["rec"]) else "native"
+    feed0 = inputs(cfg)
+    outputs = gp.run(out, to_layout(cfg, feed0), engine="numpy")  # the saved package on the MIL executor
+    assert_matches_onnxruntime(cfg, feed0, outputs, *TOLERANCE[cfg.dtype])
+    ops = {op.op_type for op in ct_program(out).operations}  # loads back with coremltools
+    assert ("while_loop" in ops) == (chosen == "decomposed")
+    return chosen
+
+
+@pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
+def test_matrix_auto(cfg: Config, tmp_path):
+    chosen = convert_and_check(cfg, tmp_path, "auto")
+    assert chosen == ("decomposed" if coreml.native_blockers(gp.load(tmp_path / "m.onnx").layers[0]) else "native")
+
+
+@pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
+def test_matrix_decomposed(cfg: Config, tmp_path):
+    assert convert_and_check(cfg, tmp_path, "decomposed") == "decomposed"
+
+
+def native_variant(cfg: Config) -> Config:
+    """The configuration made representable by the native op: activations among Sigmoid, Tanh,
+    Relu (per slot, derived from the original), no clip, no sequence_lens."""
+    from dataclasses import replace
+
+    acts = None if cfg.activations is None else [("Sigmoid", "Tanh", "Relu")[len(name) % 3] for name in cfg.activations]
+    return replace(cfg, activations=acts, alphas=None, betas=None, clip=None, seq_lens="none")
+
+
+NATIVE = [native_variant(c) for c in MATRIX[::2]]  # 180: the native op covers less, and each package costs a conversion
+
+
+@pytest.mark.parametrize("cfg", NATIVE, ids=[c.label() for c in NATIVE])
+def test_matrix_native(cfg: Config, tmp_path):
+    assert convert_and_check(cfg, tmp_path, "native") == "native"
+
+
+def test_native_is_refused_where_it_is_not_exact(tmp_path):
+    cfg = Config(lbr=1)
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    with pytest.raises(gp.RefusedError, match="reset_after"):
+        gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml", strategy="native", minimum_deployment_target="iOS17")
+    assert not (tmp_path / "m.mlpackage").exists()
+
+
+@pytest.mark.parametrize("lbr", [0, 1])
+@pytest.mark.parametrize("cell", ["GRU", "RNN"])
+def test_packing_is_the_permuted_onnx_weights(cell, lbr, tmp_path):
+    if cell == "RNN" and lbr:
+        pytest.skip("RNN has no linear_before_reset")
+    cfg = Config(cell=cell, lbr=lbr, direction="bidirectional")
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml", strategy="native")
+    model = onnx.load(str(tmp_path / "m.onnx"))
+    w, r, b = (onnx.numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == n)) for n in "WRB")
+    h = cfg.H
+    ops = [op for op in ct_program(tmp_path / "m.mlpackage").operations if op.op_type == cell.lower()]
+    assert [op.inputs["direction"].val for op in ops] == ["forward", "reverse"]
+
+    def r_o_z(m):  # ONNX blocks z, r, h -> MIL r, o(=h), z
+        return np.concatenate([m[h : 2 * h], m[2 * h : 3 * h], m[0:h]]) if cell == "GRU" else m
+
+    for k, op in enumerate(ops):
+        wb, rb = b[k, : len(b[k]) // 2], b[k, len(b[k]) // 2 :]
+        np.testing.assert_array_equal(op.inputs["weight_ih"].val, r_o_z(w[k]))
+        np.testing.assert_array_equal(op.inputs["weight_hh"].val, r_o_z(r[k]))
+        if lbr:
+            assert op.inputs["reset_after"].val
+            np.testing.assert_array_equal(op.inputs["bias"].val, r_o_z(rb))
+            np.testing.assert_array_equal(op.inputs["input_bias"].val, r_o_z(wb))
+        else:
+            np.testing.assert_array_equal(op.inputs["bias"].val, r_o_z(wb + rb))
+
+
+def _coremltools_reference_gru(x, h, w_ih, w_hh, b, direction, output_sequence):
+    """coremltools' own numpy reference for MIL gru (iOS14 test_recurrent.py, which runs against
+    real Core ML): reset-*before*, reverse output in processing order; weights in r, o, z blocks."""
+    hidden = w_hh.shape[1]
+    w_r, w_o, w_z = np.split(w_ih, 3)
+    r_r, r_o, r_z = np.split(w_hh, 3)
+    b_r, b_o, b_z = np.split(b, 3)
+    sig = lambda v: 1.0 / (1 + np.exp(-v))  # noqa: E731
+    outs = []
+    for n in range(x.shape[1]):
+        state = h[n]
+        seq = x[:, n] if direction == "forward" else x[::-1, n]
+        steps = []
+        for xt in seq:
+            z = sig(w_z @ xt + r_z @ state + b_z)
+            r = sig(w_r @ xt + r_r @ state + b_r)
+            o = np.tanh(w_o @ xt + r_o @ (state * r) + b_o)
+            state = (1 - z) * o + z * state
+            steps.append(state)
+        outs.append(np.stack(steps))
+    y = np.stack(outs, axis=1).reshape(x.shape[0], x.shape[1], hidden)
+    return (y if output_sequence else y[-1:]), y[-1]
+
+
+def _save_program(build, shapes, tmp_path, target="iOS17"):
+    import coremltools as ct
+    from coremltools.converters.mil.mil import Builder as mb
+    from coremltools.converters.mil.mil import types
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=s, dtype=types.fp32) for s in shapes], opset_version=getattr(ct.target, target))
+    def prog(x, initial_h):
+        return build(mb, x, initial_h)
+
+    model = ct.convert(prog, source="milinternal", convert_to="mlprogram", minimum_deployment_target=getattr(ct.target, target), compute_precision=ct.precision.FLOAT32, pass_pipeline=ct.PassPipeline.EMPTY)
+    path = tmp_path / "hand.mlpackage"
+    model.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("output_sequence", [True, False])
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_executor_follows_coremltools_reference_for_gru(direction, output_sequence, tmp_path):
+    rng = np.random.default_rng(3)
+    s, n, i, h = 5, 2, 3, 4
+    w_ih, w_hh, b = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((3 * h, i), (3 * h, h), (3 * h,)))
+    path = _save_program(lambda mb, x, h0: mb.gru(x=x, initial_h=h0, weight_ih=w_ih, weight_hh=w_hh, bias=b, direction=direction, output_sequence=output_sequence), [(s, n, i), (n, h)], tmp_path)
+    x, h0 = rng.uniform(-1, 1, (s, n, i)).astype(np.float32), rng.uniform(-1, 1, (n, h)).astype(np.float32)
+    out = list(coreml.run_numpy(path, {"x": x, "initial_h": h0}).values())
+    ref_y, ref_h = _coremltools_reference_gru(x.astype(np.float64), h0.astype(np.float64), w_ih, w_hh, b, direction, output_sequence)
+    np.testing.assert_allclose(out[0], ref_y, atol=1e-6)
+    np.testing.assert_allclose(out[1], ref_h, atol=1e-6)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_executor_follows_coremltools_reference_for_rnn(direction, tmp_path):
+    """coremltools' rnn test compares with torch.nn.RNN run on the flipped input: processing order."""
+    rng = np.random.default_rng(4)
+    s, n, i, h = 6, 3, 2, 5
+    w_ih, w_hh, b = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((h, i), (h, h), (h,)))
+    path = _save_program(lambda mb, x, h0: mb.rnn(x=x, initial_h=h0, weight_ih=w_ih, weight_hh=w_hh, bias=b, direction=direction, output_sequence=True), [(s, n, i), (n, h)], tmp_path)
+    x, h0 = rng.uniform(-1, 1, (s, n, i)), rng.uniform(-1, 1, (n, h))
+    out = list(coreml.run_numpy(path, {"x": x.astype(np.float32), "initial_h": h0.astype(np.float32)}).values())
+    state, steps = h0, []
+    for xt in (x if direction == "forward" else x[::-1]):
+        state = np.tanh(xt @ w_ih.T + state @ w_hh.T + b)
+        steps.append(state)
+    np.testing.assert_allclose(out[0], np.stack(steps), atol=1e-6)
+    np.testing.assert_allclose(out[1], state, atol=1e-6)
+
+
+def test_reads_a_coremltools_made_gru_and_verifies_it(tmp_path):
+    rng = np.random.default_rng(5)
+    w_ih, w_hh = rng.uniform(-1, 1, (12, 3)).astype(np.float32), rng.uniform(-1, 1, (12, 4)).astype(np.float32)
+    bias, input_bias = rng.uniform(-1, 1, 12).astype(np.float32), rng.uniform(-1, 1, 12).astype(np.float32)
+    path = _save_program(lambda mb, x, h0: mb.gru(x=x, initial_h=h0, weight_ih=w_ih, weight_hh=w_hh, bias=bias, input_bias=input_bias, reset_after=True, direction="reverse", output_sequence=True), [(5, 1, 3), (1, 4)], tmp_path, "iOS18")
+    (layer,) = gp.load(path).layers
+    assert layer.linear_before_reset and layer.direction.value == "reverse"
+    np.testing.assert_array_equal(layer.directions[0].W[:4], w_ih[8:])  # z block is MIL's last
+    np.testing.assert_array_equal(layer.directions[0].Rb[4:8], bias[:4])  # r block is MIL's first
+    onnx_path = tmp_path / "back.onnx"
+    result = gp.convert(path, onnx_path, to="onnx")
+    assert result.verification.passed, result.verification.to_text()
+
+
+@pytest.mark.parametrize("cfg", [c for c in MATRIX if c.dtype == "float32"][:24], ids=lambda c: c.label())
+def test_round_trip_onnx_coreml_onnx(cfg: Config, tmp_path):
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml")
+    gp.convert(tmp_path / "m.mlpackage", tmp_path / "back.onnx", to="onnx")
+    a, b = gp.load(tmp_path / "m.onnx").layers[0], gp.load(tmp_path / "back.onnx").layers[0]
+    folded = any(f.feature == "bias" and f.status.value == "folded" for f in gp.load(tmp_path / "m.mlpackage").notes_for(gp.load(tmp_path / "m.mlpackage").layers[0]))
+    for p, q in zip(a.directions, b.directions):
+        np.testing.assert_array_equal(q.W, p.W)
+        np.testing.assert_array_equal(q.R, p.R)
+        if folded:
+            np.testing.assert_array_equal(q.Wb, p.Wb + p.Rb)
+            assert not q.Rb.any()
+        else:
+            np.testing.assert_array_equal(q.Wb, p.Wb)
+            np.testing.assert_array_equal(q.Rb, p.Rb)
+    feed = to_layout(cfg, inputs(cfg))
+    names = {i.name for i in onnx.load(str(tmp_path / "m.onnx")).graph.input}
+    if not cfg.layout:
+        ref, got = ort_run(tmp_path / "m.onnx", feed), ort_run(tmp_path / "back.onnx", {k: v for k, v in feed.items() if k in names})
+        for x, y in zip(got, ref):
+            np.testing.assert_allclose(x, y, atol=1e-6, rtol=1e-5)
+
+
+REAL = sorted(p.name for p in REALMODELS.glob("*.onnx") if "lstm" not in p.name and p.name != "gtcrn_stream.onnx")
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_models_convert_and_verify(name, tmp_path):
+    result = gp.convert(REALMODELS / name, tmp_path / "m.mlpackage", to="coreml")
+    assert result.verification.passed, result.verification.to_text()
+    assert len(gp.load(tmp_path / "m.mlpackage").layers) == len(gp.load(REALMODELS / name).layers)
+
+
+def test_bad_packages(tmp_path):
+    from click.testing import CliRunner
+
+    from cli import main
+
+    runner = CliRunner()
+    onnx.save(build_model(Config(H=16, I=16)), tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml")
+    blob = next((tmp_path / "m.mlpackage").rglob("weight.bin"))
+    blob.write_bytes(blob.read_bytes()[: blob.stat().st_size // 2])
+    result = runner.invoke(main, ["convert", str(tmp_path / "m.mlpackage"), "--to", "onnx", "-o", str(tmp_path / "o.onnx")])
+    assert result.exit_code == 3 and "m.mlpackage" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "o.onnx").exists()
+    # a gru op whose bias has the wrong length (coremltools does not check it)
+    path = _save_program(lambda mb, x, h0: mb.gru(x=x, initial_h=h0, weight_ih=np.zeros((12, 3), np.float32), weight_hh=np.zeros((12, 4), np.float32), bias=np.zeros(9, np.float32), output_sequence=True), [(5, 1, 3), (1, 4)], tmp_path)
+    result = runner.invoke(main, ["inspect", str(path)])
+    assert result.exit_code == 3 and "bias has shape [9], expected [12]" in result.output and len(result.output.strip().splitlines()) == 1, result.output
