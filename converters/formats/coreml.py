@@ -130,12 +130,13 @@ def mil_weights(layer: RecurrentLayer, k: int) -> dict[str, np.ndarray]:
     """The native op's constants for direction ``k``: weight_ih, weight_hh, bias (and input_bias for
     linear_before_reset), gates permuted z,r,h -> r,o,z; float32."""
     p, h = layer.directions[k], layer.hidden_size
+    wb, rb = p.Wb.astype(np.float32), p.Rb.astype(np.float32)  # float16 sources: sum in float32
     order = MIL_GATES if layer.cell is Cell.GRU else [0]
     out = {"weight_ih": _rows(p.W, order, h), "weight_hh": _rows(p.R, order, h)}
     if layer.cell is Cell.GRU and layer.linear_before_reset:
-        out["bias"], out["input_bias"] = _rows(p.Rb, order, h), _rows(p.Wb, order, h)
+        out["bias"], out["input_bias"] = _rows(rb, order, h), _rows(wb, order, h)
     elif layer.has_bias:
-        out["bias"] = _rows(p.Wb + p.Rb, order, h)
+        out["bias"] = _rows(wb + rb, order, h)
     return {key: np.ascontiguousarray(value, dtype=np.float32) for key, value in out.items()}
 
 
