@@ -31,21 +31,9 @@ import openvino as ov
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import converters as gp  # noqa: E402
-from helpers import Config, build_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout  # noqa: E402
+from helpers import OPENVINO_TOLERANCE, Config, build_model, static_case, static_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout  # noqa: E402
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
-TOLERANCE = {"float32": (1e-5, 1e-4), "float64": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}  # as in the tests
-
-
-def static_dims(model: onnx.ModelProto, cfg: Config) -> onnx.ModelProto:
-    sizes = {"S": cfg.S, "N": cfg.N}
-    for value in model.graph.input:
-        for dim in value.type.tensor_type.shape.dim:
-            if dim.dim_param in sizes:
-                dim.dim_value = sizes[dim.dim_param]
-    return model
-
-
 def outcome(run, cfg: Config, feed0: dict, reference: tuple) -> tuple[str, str]:
     try:
         y, y_h = run()
@@ -56,7 +44,7 @@ def outcome(run, cfg: Config, feed0: dict, reference: tuple) -> tuple[str, str]:
         finite = np.isfinite(ref)
         if got.shape != ref.shape:
             return "wrong", f"shape {list(got.shape)} instead of {list(ref.shape)}"
-        atol, rtol = TOLERANCE[cfg.dtype]
+        atol, rtol = OPENVINO_TOLERANCE[cfg.dtype]
         if not np.allclose(got[finite], ref[finite], atol=atol, rtol=rtol):
             return "wrong", f"max abs error {float(np.abs(got[finite] - ref[finite]).max()):.3g}"
     return "pass", ""
@@ -72,10 +60,8 @@ def main() -> None:
     reasons: dict[str, collections.Counter] = {"refused": collections.Counter(), "wrong": collections.Counter()}
     with tempfile.TemporaryDirectory() as tmp:
         for cfg in cases:
-            static = cfg.seq_lens != "none" and cfg.seed % 4 < 2
-            model = build_model(cfg)
             src = Path(tmp) / "m.onnx"
-            onnx.save(static_dims(model, cfg) if static else model, src)
+            onnx.save(static_model(cfg) if static_case(cfg) else build_model(cfg), src)
             feed0 = inputs(cfg)
             feed = to_layout(cfg, feed0)
             reference = ort_reference(cfg, feed0)

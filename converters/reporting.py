@@ -168,15 +168,18 @@ def target_findings(model: Model, layer: RecurrentLayer, target: str, options: d
 
 
 def _surroundings_finding(model: Model, module, title: str) -> Finding | None:
-    """What happens to the operators around the recurrent layers (None: the model has none)."""
+    """What happens to the operators around the recurrent layers (None: the model has none). A
+    format that writes whole models says so itself (``whole_model_finding``)."""
     other = model.meta.get("other_ops")
     if not other:
         return None
-    listed = ", ".join(other[:6]) + (f" and {len(other) - 6} more" if len(other) > 6 else "")
-    whole = getattr(module, "is_whole_model", None)
-    if whole is not None and whole(model):
-        return Finding("model", Status.EXACT, f"whole model in one artifact: OpenVINO's ONNX frontend converts the other operators ({listed}); gatepack translates every GRU/RNN node")
-    return Finding("model", Status.EXACT, f"only the recurrent layers are written; the model's other operators ({listed}) are not part of the {title} artifact", warning="layers only")
+    own = getattr(module, "whole_model_finding", None)
+    found = own(model) if own is not None else None
+    return found or Finding("model", Status.EXACT, f"only the recurrent layers are written; the model's other operators ({operator_list(other)}) are not part of the {title} artifact", warning="layers only")
+
+
+def operator_list(ops: list[str], shown: int = 6) -> str:
+    return ", ".join(ops[:shown]) + (f" and {len(ops) - shown} more" if len(ops) > shown else "")
 
 
 def build_report(model: Model, targets: list[str], options: dict | None = None) -> Report:

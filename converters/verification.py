@@ -203,11 +203,11 @@ def verify_whole(source: Model, target: Model, *, seed: int = 0, dim_size: int =
     expected = registry.module(source.format).run_native(source.path, feed)
     actual = registry.module(target.format).run_native(target_file, feed)
     for name, value in expected.items():
-        dtypes = tuple(d for d in (str(value.dtype), str(actual[name].dtype) if name in actual else "") if d in TOLERANCES) or ("float32",)
         if name not in actual:
-            result.outputs.append(OutputComparison(WHOLE_MODEL, f"{name} (missing from {target.path})", float("inf"), float("inf"), *TOLERANCES[dtypes[0]], False))
-        else:
-            result.outputs.append(compare(WHOLE_MODEL, name, actual[name], value, dtypes))
+            result.outputs.append(OutputComparison(WHOLE_MODEL, f"{name} (missing from {target.path})", float("inf"), float("inf"), *TOLERANCES["float32"], False))
+            continue
+        dtypes = tuple(d for d in (str(value.dtype), str(actual[name].dtype)) if d in TOLERANCES) or ("float32",)  # integer outputs: float32's
+        result.outputs.append(compare(WHOLE_MODEL, name, actual[name], value, dtypes))
     result.notes.append(f"whole models compared end to end (every dynamic dimension = {dim_size})")
     return result
 

@@ -10,23 +10,9 @@ import pytest
 
 import converters as gp
 from converters.formats import openvino as ovf
-from helpers import assert_matches_onnxruntime, REALMODELS, Config, build_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout
+from helpers import OPENVINO_TOLERANCE, assert_matches_onnxruntime, static_case, static_model, REALMODELS, Config, build_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout
 
 MATRIX = matrix()
-TOLERANCE = {"float32": (1e-5, 1e-4), "float64": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}
-
-
-def static_model(cfg: Config) -> onnx.ModelProto:
-    """The config's model with every input dimension fixed (S, N known)."""
-    model = build_model(cfg)
-    sizes = {"S": cfg.S, "N": cfg.N}
-    for value in model.graph.input:
-        for dim in value.type.tensor_type.shape.dim:
-            if dim.dim_param in sizes:
-                dim.dim_value = sizes[dim.dim_param]
-    return model
-
-
 def convert_and_check(cfg: Config, tmp_path, strategy: str, static: bool = False) -> str:
     src = tmp_path / "m.onnx"
     onnx.save(static_model(cfg) if static else build_model(cfg), src)
@@ -35,15 +21,13 @@ def convert_and_check(cfg: Config, tmp_path, strategy: str, static: bool = False
     chosen = "decomposed" if any(f.status.value == "decomposed" for f in result.findings["rec"]) else "native"
     feed0 = inputs(cfg)
     outputs = gp.run(out, to_layout(cfg, feed0))  # the saved IR on OpenVINO CPU
-    assert_matches_onnxruntime(cfg, feed0, outputs, *TOLERANCE[cfg.dtype])
+    assert_matches_onnxruntime(cfg, feed0, outputs, *OPENVINO_TOLERANCE[cfg.dtype])
     return chosen
 
 
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_matrix_auto(cfg: Config, tmp_path):
-    # Half of the sequence_lens cases get static shapes (native is exact there), half stay dynamic.
-    static = cfg.seq_lens != "none" and cfg.seed % 4 < 2
-    chosen = convert_and_check(cfg, tmp_path, "auto", static=static)
+    chosen = convert_and_check(cfg, tmp_path, "auto", static=static_case(cfg))
     layer = gp.load(tmp_path / "m.onnx").layers[0]
     assert chosen == ("decomposed" if ovf.native_blockers(layer) else "native")
 

@@ -116,7 +116,8 @@ def choose_strategy(layer: RecurrentLayer, strategy: str, target: str = DEFAULT_
 
 
 def safe_name(name: str) -> str:
-    """Core ML's spelling of a tensor name (what coremltools' sanitiser makes of it)."""
+    """A name Core ML accepts: letters, digits and underscores, not starting with a digit (the rule
+    of coremltools' own sanitiser, applied by gatepack so the mapping is known and stored)."""
     text = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return text if re.match(r"[A-Za-z_]", text) else "_" + text
 

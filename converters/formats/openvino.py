@@ -113,6 +113,15 @@ def is_whole_model(model: Model) -> bool:
     return model.format == "onnx" and bool(model.meta.get("other_ops")) and model.path is not None
 
 
+def whole_model_finding(model: Model) -> Finding | None:
+    """The report's ``model`` finding when the whole ONNX model goes into the IR (None otherwise)."""
+    if not is_whole_model(model):
+        return None
+    from converters.reporting import operator_list
+
+    return Finding("model", Status.EXACT, f"whole model in one artifact: OpenVINO's ONNX frontend converts the other operators ({operator_list(model.meta['other_ops'])}); gatepack translates every GRU/RNN node")
+
+
 def build(model: Model, *, strategy: str = "auto"):
     """An ``openvino.Model`` holding every layer, with the source's interface."""
     ov, ops = _ov()
