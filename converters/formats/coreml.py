@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.apple import NATIVE_ACTIVATIONS, activation_of, apple_weights, feature_blockers, onnx_weights, recurrence, runtime_doubts
 from converters.description import build_layer, describe, parse
 from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
 from converters.findings import Finding, Status
@@ -55,11 +56,7 @@ FORMAT = "coreml"
 METADATA_KEY = "gatepack"
 TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
 DEFAULT_TARGET = "iOS18"
-MIL_GATES = [1, 2, 0]  # ONNX z, r, h -> MIL r, o, z (row blocks of H)
-ONNX_GATES = [2, 0, 1]  # MIL r, o, z -> ONNX z, r, h
-_NATIVE_ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
-# What a parameterless MIL activation string computes, as an ONNX activation (for foreign packages).
-_MIL_ACTIVATIONS = {"sigmoid": Activation("Sigmoid"), "tanh": Activation("Tanh"), "relu": Activation("Relu"), "linear": Activation("Affine", 1.0, 0.0), "scaled_tanh": Activation("ScaledTanh", 1.0, 1.0), "hard_sigmoid": Activation("HardSigmoid", 0.2, 0.5), "sigmoid_hard": Activation("HardSigmoid", 0.2, 0.5)}
+
 
 
 def _ct():
@@ -94,14 +91,7 @@ def _target_rank(target: str) -> int:
 
 def native_blockers(layer: RecurrentLayer, target: str = DEFAULT_TARGET) -> list[str]:
     """Why MIL's own gru/rnn op would not compute what ONNX specifies (empty: it would)."""
-    reasons = []
-    names = {a.name for p in layer.directions for a in p.activations}
-    if not names <= set(_NATIVE_ACTIVATIONS):
-        reasons.append(f"activations {layer.activation_summary()}: the {layer.cell.value} op takes parameterless sigmoid/tanh/relu (gatepack maps no other kind onto Core ML's fixed-parameter variants)")
-    if layer.clip is not None:
-        reasons.append(f"clip {layer.clip:g}: the {layer.cell.value} op has no clip")
-    if layer.interface.sequence_lens:
-        reasons.append(f"sequence_lens: the {layer.cell.value} op has no sequence lengths")
+    reasons = feature_blockers(layer, f"{layer.cell.value} op")
     if layer.cell is Cell.GRU and layer.linear_before_reset and _target_rank(target) < TARGETS.index("iOS18"):
         reasons.append(f"linear_before_reset = 1 needs the gru op's reset_after (iOS18); the target is {target}")
     return reasons
@@ -120,25 +110,6 @@ def safe_name(name: str) -> str:
     of coremltools' own sanitiser, applied by gatepack so the mapping is known and stored)."""
     text = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return text if re.match(r"[A-Za-z_]", text) else "_" + text
-
-
-def _rows(matrix: np.ndarray, order: list[int], hidden: int) -> np.ndarray:
-    """Row blocks of H of ``matrix`` in ``order`` (gate permutation)."""
-    return np.concatenate([matrix[g * hidden : (g + 1) * hidden] for g in order]) if len(matrix) > hidden else matrix
-
-
-def mil_weights(layer: RecurrentLayer, k: int) -> dict[str, np.ndarray]:
-    """The native op's constants for direction ``k``: weight_ih, weight_hh, bias (and input_bias for
-    linear_before_reset), gates permuted z,r,h -> r,o,z; float32."""
-    p, h = layer.directions[k], layer.hidden_size
-    wb, rb = p.Wb.astype(np.float32), p.Rb.astype(np.float32)  # float16 sources: sum in float32
-    order = MIL_GATES if layer.cell is Cell.GRU else [0]
-    out = {"weight_ih": _rows(p.W, order, h), "weight_hh": _rows(p.R, order, h)}
-    if layer.cell is Cell.GRU and layer.linear_before_reset:
-        out["bias"], out["input_bias"] = _rows(rb, order, h), _rows(wb, order, h)
-    elif layer.has_bias:
-        out["bias"] = _rows(wb + rb, order, h)
-    return {key: np.ascontiguousarray(value, dtype=np.float32) for key, value in out.items()}
 
 
 def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET) -> None:
@@ -253,8 +224,8 @@ def _emit_native(mb, layer: RecurrentLayer, x, lens, h0, target: str):
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
         start = mb.gather(x=h0_dm, indices=k, axis=0) if h0 is not None else zeros
-        args = {key: mb.const(val=value, name=f"{prefix}_{key}_{k}") for key, value in mil_weights(layer, k).items()}
-        acts = [_NATIVE_ACTIVATIONS[a.name] for a in params.activations]
+        args = {key: mb.const(val=value, name=f"{prefix}_{key}_{k}") for key, value in apple_weights(layer, k).items()}
+        acts = [NATIVE_ACTIVATIONS[a.name] for a in params.activations]
         common = dict(x=x_sm, initial_h=start, direction="reverse" if reverse else "forward", output_sequence=True, name=f"{prefix}_{layer.cell.value}_{k}", **args)
         if layer.cell is Cell.GRU:
             if _target_rank(target) >= TARGETS.index("iOS18"):
@@ -407,12 +378,6 @@ def _value(var):
     return None if var is None or var.val is None else (var.val if isinstance(var.val, (str, bool)) else np.asarray(var.val))
 
 
-def _activation_of(text: str, path: Path, layer: str) -> Activation:
-    if text not in _MIL_ACTIVATIONS:
-        raise InputError(f"{path}: layer {layer!r}: activation {text!r} is not one Core ML's gru/rnn computes ({', '.join(sorted(_MIL_ACTIVATIONS))})")
-    return _MIL_ACTIVATIONS[text]
-
-
 def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Finding]]:
     """A native gru/rnn op's constants back in ONNX order: W, R, Wb, Rb, lbr, activations, reverse."""
     at = where(path, layer)
@@ -423,25 +388,20 @@ def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Find
     gh = cell.gates * h
     if w.shape[0] != gh or r.shape != (gh, h):
         raise InputError(f"{at}{op.op_type} op {op.name!r}: weight_ih {list(w.shape)} / weight_hh {list(r.shape)} do not fit hidden size {h} ({gh} rows expected)")
-    order = ONNX_GATES if cell is Cell.GRU else [0]
     bias, input_bias = _value(op.inputs.get("bias")), _value(op.inputs.get("input_bias"))
     for label, b in (("bias", bias), ("input_bias", input_bias)):
         if b is not None and b.shape != (gh,):
             raise InputError(f"{at}{op.op_type} op {op.name!r}: {label} has shape {list(b.shape)}, expected [{gh}]")
     reset_after = bool(_value(op.inputs.get("reset_after")) or False)
-    zeros = np.zeros(gh, np.float32)
     found = []
-    if reset_after:
-        wb, rb = (_rows(input_bias, order, h) if input_bias is not None else zeros), (_rows(bias, order, h) if bias is not None else zeros)
-    else:
-        wb, rb = (_rows(bias, order, h) if bias is not None else zeros), zeros
+    if not reset_after:
         if input_bias is not None and input_bias.any():
             raise InputError(f"{at}gru op {op.name!r}: input_bias is set but reset_after is false (Core ML ignores it there)")
         found.append(Finding("bias", Status.FOLDED, "Core ML stores Wb + Rb summed (reset-before); read back as Wb = sum, Rb = 0"))
     acts = [_value(op.inputs.get("recurrent_activation")) or "sigmoid", _value(op.inputs.get("activation")) or "tanh"] if cell is Cell.GRU else [_value(op.inputs.get("activation")) or "tanh"]
     return {
-        "W": _rows(w, order, h), "R": _rows(r, order, h), "Wb": wb, "Rb": rb,
-        "lbr": reset_after, "activations": tuple(_activation_of(a, path, layer) for a in acts),
+        **onnx_weights(cell, w, r, bias, input_bias, reset_after),
+        "lbr": reset_after, "activations": tuple(activation_of(a, at) for a in acts),
         "reverse": (_value(op.inputs.get("direction")) or "forward") == "reverse", "has_bias": bias is not None or input_bias is not None,
     }, found
 
@@ -550,24 +510,14 @@ def _scatter(data, indices, updates, axis=0, mode="update", **_):
 
 
 def _recurrent(cell: Cell):
-    """MIL's gru / rnn, run on gatepack's shared recurrence kernel: gates r,o,z mapped back to z,r,h;
-    reset_after False = reset-before with one summed bias; reverse output in processing order."""
-    from converters.executor import run_recurrence
+    """MIL's gru / rnn with Core ML's semantics (``converters.apple``): reset-before when reset_after
+    is false, the output sequence in processing order."""
 
     def run(x, initial_h, weight_ih, weight_hh, bias=None, input_bias=None, direction="forward", output_sequence=False, recurrent_activation="sigmoid", activation="tanh", reset_after=False, **_):
-        h = weight_hh.shape[1]
-        order = ONNX_GATES if cell is Cell.GRU else [0]
-        zeros = np.zeros(cell.gates * h, np.float32)
-        wb = input_bias if reset_after and input_bias is not None else (bias if not reset_after and bias is not None else zeros)
-        rb = bias if reset_after and bias is not None else zeros
         names = [recurrent_activation, activation] if cell is Cell.GRU else [activation]
-        acts = tuple(_activation_of(str(n), Path("program"), "executor") for n in names)
-        reverse = str(direction) == "reverse"
-        y, y_h = run_recurrence(cell, [(_rows(weight_ih, order, h), _rows(weight_hh, order, h), _rows(wb, order, h), _rows(rb, order, h), acts)], reverse=[reverse], x=x, sequence_lens=None, initial_h=np.asarray(initial_h)[None], linear_before_reset=bool(reset_after))
-        seq = y[:, 0]
-        if reverse:  # Core ML: the output sequence in processing order
-            seq = seq[::-1]
-        return (seq if output_sequence else seq[-1:]), y_h[0]
+        acts = tuple(activation_of(str(n), "MIL executor: ") for n in names)
+        seq, y_h = recurrence(cell, x, initial_h, weight_ih, weight_hh, bias, input_bias, reverse=str(direction) == "reverse", activations=acts, reset_after=bool(reset_after))
+        return (seq if output_sequence else seq[-1:]), y_h
 
     return run
 
@@ -730,11 +680,7 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", minimum_deployment_t
     op = f"MIL {layer.cell.value} ({target})"
     itf = layer.interface
     found = []
-    warning = None
-    if layer.cell is Cell.GRU and chosen == "native":
-        warning = "Core ML's own tests run the gru op with batch 1 only (later batches came out as zeros, rdar 59644603)"
-        if layer.linear_before_reset:
-            warning += "; coremltools marks its iOS18 reset_after parity test expected-to-fail (rdar 128479517)"
+    warning = runtime_doubts(layer) if chosen == "native" else None
     found.append(
         cell_finding(
             strategy, chosen, blockers,

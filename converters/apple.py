@@ -1,0 +1,130 @@
+"""What Core ML's MIL ``gru``/``rnn`` ops and ``BNNSGraph.Builder``'s ``gru``/``rnn`` calls share
+(BNNSGraph executes ML Programs on the CPU; its Builder is a facade over the same ops, CONVENTIONS.md
+section 5): gate order, bias layout, activations, semantics, and the known runtime doubts.
+
+Per step, with gate blocks in Apple's order r, o, z (o, BNNS's "n", is the candidate)::
+
+    r = RA(W_ir x + b_ir + W_hr h + b_hr)
+    z = RA(W_iz x + b_iz + W_hz h + b_hz)
+    o = A(W_io x + b_io + W_ho (r * h) + b_ho)          reset_after / applyResetGateAfterMatMul false
+    o = A(W_io x + b_io + r * (W_ho h + b_ho))          ... true (ONNX linear_before_reset = 1)
+    h = (1 - z) * o + z * h
+
+* ONNX's z, r, h row blocks are permuted by ``APPLE_GATES``; Apple's back by ``ONNX_GATES``;
+* false is reset-*before*, whatever Apple's docs print (they show ``W_ho h * r + b_ho``; every
+  executable source, coremltools' numpy reference tested against real Core ML and the NeuralNetwork
+  GRU layer, computes ``W_ho (r * h)``); the two candidate biases are then additive, so one
+  ``bias = Wb + Rb`` holds them (folded);
+* true takes the hidden biases in ``bias`` and the input biases in ``input_bias`` / ``inputBias``;
+* a reverse op returns its output sequence in *processing order* (coremltools' tests expect it so);
+  ONNX aligns it to input time;
+* activations are parameterless; no clip, no sequence lengths, no bidirectional mode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from converters.errors import InputError
+from schemas.activations import Activation
+from schemas.layer import Cell, RecurrentLayer
+
+APPLE_GATES = [1, 2, 0]  # ONNX z, r, h -> Apple r, o, z (row blocks of H)
+ONNX_GATES = [2, 0, 1]  # Apple r, o, z -> ONNX z, r, h
+# The ONNX activations the native ops compute exactly, and their Apple spelling (MIL strings).
+NATIVE_ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
+# What each parameterless Apple activation computes, as an ONNX activation (for reading back).
+APPLE_ACTIVATIONS = {
+    "sigmoid": Activation("Sigmoid"),
+    "tanh": Activation("Tanh"),
+    "relu": Activation("Relu"),
+    "linear": Activation("Affine", 1.0, 0.0),
+    "scaled_tanh": Activation("ScaledTanh", 1.0, 1.0),
+    "hard_sigmoid": Activation("HardSigmoid", 0.2, 0.5),
+    "sigmoid_hard": Activation("HardSigmoid", 0.2, 0.5),
+}
+
+
+def rows(matrix: np.ndarray, order: list[int], hidden: int) -> np.ndarray:
+    """Row blocks of H of ``matrix`` in ``order`` (a gate permutation); RNN's single block as is."""
+    return np.concatenate([matrix[g * hidden : (g + 1) * hidden] for g in order]) if len(matrix) > hidden else matrix
+
+
+def gate_order(cell: Cell, to_apple: bool) -> list[int]:
+    if cell is not Cell.GRU:
+        return [0]
+    return APPLE_GATES if to_apple else ONNX_GATES
+
+
+def apple_weights(layer: RecurrentLayer, k: int) -> dict[str, np.ndarray]:
+    """Direction ``k``'s tensors in Apple's layout, float32, MIL names: ``weight_ih`` [G*H, I],
+    ``weight_hh`` [G*H, H], ``bias`` (Wb + Rb; or Rb with linear_before_reset) and, with
+    linear_before_reset, ``input_bias`` (Wb); gates permuted z,r,h -> r,o,z."""
+    p, h = layer.directions[k], layer.hidden_size
+    wb, rb = p.Wb.astype(np.float32), p.Rb.astype(np.float32)  # float16 sources: sum in float32
+    order = gate_order(layer.cell, to_apple=True)
+    out = {"weight_ih": rows(p.W, order, h), "weight_hh": rows(p.R, order, h)}
+    if layer.cell is Cell.GRU and layer.linear_before_reset:
+        out["bias"], out["input_bias"] = rows(rb, order, h), rows(wb, order, h)
+    elif layer.has_bias:
+        out["bias"] = rows(wb + rb, order, h)
+    return {key: np.ascontiguousarray(value, dtype=np.float32) for key, value in out.items()}
+
+
+def onnx_weights(cell: Cell, weight_ih: np.ndarray, weight_hh: np.ndarray, bias: np.ndarray | None, input_bias: np.ndarray | None, reset_after: bool) -> dict[str, np.ndarray]:
+    """The inverse of ``apple_weights``: W, R, Wb, Rb in ONNX's z, r, h order (shapes already
+    checked by the caller). Without reset_after the summed bias reads back as Wb, with Rb = 0."""
+    h = weight_hh.shape[1]
+    order = gate_order(cell, to_apple=False)
+    zeros = np.zeros(cell.gates * h, np.float32)
+    if reset_after:
+        wb = rows(input_bias, order, h) if input_bias is not None else zeros
+        rb = rows(bias, order, h) if bias is not None else zeros
+    else:
+        wb, rb = (rows(bias, order, h) if bias is not None else zeros), zeros
+    return {"W": rows(weight_ih, order, h), "R": rows(weight_hh, order, h), "Wb": wb, "Rb": rb}
+
+
+def activation_of(text: str, at: str) -> Activation:
+    """The ONNX activation an Apple activation string computes; ``at`` names file and layer."""
+    if text not in APPLE_ACTIVATIONS:
+        raise InputError(f"{at}activation {text!r} is not one Apple's gru/rnn computes ({', '.join(sorted(APPLE_ACTIVATIONS))})")
+    return APPLE_ACTIVATIONS[text]
+
+
+def feature_blockers(layer: RecurrentLayer, op: str) -> list[str]:
+    """What the native op ``op`` cannot express in ``layer``: activations other than Sigmoid/Tanh/
+    Relu, clip, sequence lengths (empty: it computes exactly what ONNX specifies)."""
+    reasons = []
+    if not {a.name for p in layer.directions for a in p.activations} <= set(NATIVE_ACTIVATIONS):
+        reasons.append(f"activations {layer.activation_summary()}: the {op} takes parameterless sigmoid/tanh/relu (gatepack maps no other kind onto Apple's fixed-parameter variants, whose results nothing here can confirm)")
+    if layer.clip is not None:
+        reasons.append(f"clip {layer.clip:g}: the {op} has no clip")
+    if layer.interface.sequence_lens:
+        reasons.append(f"sequence_lens: the {op} has no sequence lengths")
+    return reasons
+
+
+def runtime_doubts(layer: RecurrentLayer) -> str | None:
+    """The known doubts about Apple's GRU runtime (a warning whenever its native gru is used)."""
+    if layer.cell is not Cell.GRU:
+        return None
+    text = "Core ML's own tests run the gru op with batch 1 only (later batches came out as zeros, rdar 59644603)"
+    if layer.linear_before_reset:
+        text += "; coremltools marks its iOS18 reset_after parity test expected-to-fail (rdar 128479517)"
+    return text
+
+
+def recurrence(cell: Cell, x: np.ndarray, initial_h: np.ndarray, weight_ih: np.ndarray, weight_hh: np.ndarray, bias: np.ndarray | None, input_bias: np.ndarray | None, *, reverse: bool, activations: tuple[Activation, ...], reset_after: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One Apple gru/rnn op on ``x`` [S,N,I] from ``initial_h`` [N,H]: the output sequence [S,N,H] in
+    *processing order* (a reverse op's first row is the last time step) and the final state [N,H].
+
+    ``activations`` are (recurrent, candidate) for GRU, (activation,) for RNN. The arithmetic runs on
+    gatepack's shared recurrence kernel after mapping the gates back to ONNX's order; reset-before
+    when ``reset_after`` is false."""
+    from converters.executor import run_recurrence
+
+    w = onnx_weights(cell, weight_ih, weight_hh, bias, input_bias if reset_after else None, reset_after)
+    y, y_h = run_recurrence(cell, [(w["W"], w["R"], w["Wb"], w["Rb"], activations)], reverse=[reverse], x=x, sequence_lens=None, initial_h=np.asarray(initial_h)[None], linear_before_reset=bool(reset_after))
+    seq = y[:, 0]
+    return (seq[::-1] if reverse else seq), y_h[0]
