@@ -4,7 +4,7 @@ writer) and run them on onnxruntime, the oracle."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +68,13 @@ class Config:
             f"{self.cell}-{self.direction}-lbr{self.lbr}-{acts}-clip{self.clip}-seq{self.seq_lens}"
             f"-h0{int(self.initial_h)}-b{int(self.bias)}-L{self.layout}-S{self.S}N{self.N}I{self.I}H{self.H}-{self.dtype}"
         )
+
+
+def native_variant(cfg: Config) -> Config:
+    """The configuration made representable by Apple's gru/rnn ops: activations among Sigmoid, Tanh,
+    Relu (per slot, derived from the original), no clip, no sequence_lens."""
+    acts = None if cfg.activations is None else [("Sigmoid", "Tanh", "Relu")[len(name) % 3] for name in cfg.activations]
+    return replace(cfg, activations=acts, alphas=None, betas=None, clip=None, seq_lens="none")
 
 
 def weights(cfg: Config) -> dict[str, np.ndarray]:
@@ -263,3 +270,29 @@ def static_model(cfg: Config) -> onnx.ModelProto:
 def static_case(cfg: Config) -> bool:
     """Half of the sequence_lens cases get static shapes (OpenVINO's native op is exact only there)."""
     return cfg.seq_lens != "none" and cfg.seed % 4 < 2
+
+
+def assert_round_trip(cfg: Config, source: Path, back: Path, folded: bool) -> None:
+    """ONNX -> a format -> ONNX: W and R bit-exact; biases bit-exact, or summed exactly into Wb
+    (Rb = 0) where the format folds them; for layout 0, onnxruntime gives both models' outputs equal."""
+    a, b = read_layer(source), read_layer(back)
+    for p, q in zip(a.directions, b.directions):
+        np.testing.assert_array_equal(q.W, p.W)
+        np.testing.assert_array_equal(q.R, p.R)
+        if folded:
+            np.testing.assert_array_equal(q.Wb, p.Wb + p.Rb)
+            assert not q.Rb.any()
+        else:
+            np.testing.assert_array_equal(q.Wb, p.Wb)
+            np.testing.assert_array_equal(q.Rb, p.Rb)
+    if not cfg.layout:
+        feed = inputs(cfg)
+        names = {i.name for i in onnx.load(str(back)).graph.input}
+        for x, y in zip(ort_run(back, {k: v for k, v in feed.items() if k in names}), ort_run(source, feed)):
+            np.testing.assert_allclose(x, y, atol=1e-6, rtol=1e-5)
+
+
+def read_layer(path: Path):
+    import converters as gp
+
+    return gp.load(path).layers[0]

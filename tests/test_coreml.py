@@ -11,7 +11,7 @@ import pytest
 
 import converters as gp
 from converters.formats import coreml
-from helpers import REALMODELS, Config, assert_matches_onnxruntime, build_model, inputs, matrix, ort_run, to_layout
+from helpers import REALMODELS, Config, assert_matches_onnxruntime, assert_round_trip, build_model, inputs, matrix, native_variant, to_layout
 
 MATRIX = matrix()
 
@@ -61,15 +61,6 @@ def test_matrix_auto(cfg: Config, tmp_path):
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_matrix_decomposed(cfg: Config, tmp_path):
     assert convert_and_check(cfg, tmp_path, "decomposed") == "decomposed"
-
-
-def native_variant(cfg: Config) -> Config:
-    """The configuration made representable by the native op: activations among Sigmoid, Tanh,
-    Relu (per slot, derived from the original), no clip, no sequence_lens."""
-    from dataclasses import replace
-
-    acts = None if cfg.activations is None else [("Sigmoid", "Tanh", "Relu")[len(name) % 3] for name in cfg.activations]
-    return replace(cfg, activations=acts, alphas=None, betas=None, clip=None, seq_lens="none")
 
 
 NATIVE = [native_variant(c) for c in MATRIX[::2]]  # 180: the native op covers less, and each package costs a conversion
@@ -206,23 +197,8 @@ def test_round_trip_onnx_coreml_onnx(cfg: Config, tmp_path):
     onnx.save(build_model(cfg), tmp_path / "m.onnx")
     gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml")
     gp.convert(tmp_path / "m.mlpackage", tmp_path / "back.onnx", to="onnx")
-    a, b = gp.load(tmp_path / "m.onnx").layers[0], gp.load(tmp_path / "back.onnx").layers[0]
     folded = any(f.feature == "bias" and f.status.value == "folded" for f in gp.load(tmp_path / "m.mlpackage").notes_for(gp.load(tmp_path / "m.mlpackage").layers[0]))
-    for p, q in zip(a.directions, b.directions):
-        np.testing.assert_array_equal(q.W, p.W)
-        np.testing.assert_array_equal(q.R, p.R)
-        if folded:
-            np.testing.assert_array_equal(q.Wb, p.Wb + p.Rb)
-            assert not q.Rb.any()
-        else:
-            np.testing.assert_array_equal(q.Wb, p.Wb)
-            np.testing.assert_array_equal(q.Rb, p.Rb)
-    feed = to_layout(cfg, inputs(cfg))
-    names = {i.name for i in onnx.load(str(tmp_path / "m.onnx")).graph.input}
-    if not cfg.layout:
-        ref, got = ort_run(tmp_path / "m.onnx", feed), ort_run(tmp_path / "back.onnx", {k: v for k, v in feed.items() if k in names})
-        for x, y in zip(got, ref):
-            np.testing.assert_allclose(x, y, atol=1e-6, rtol=1e-5)
+    assert_round_trip(cfg, tmp_path / "m.onnx", tmp_path / "back.onnx", folded)
 
 
 REAL = sorted(p.name for p in REALMODELS.glob("*.onnx") if "lstm" not in p.name and p.name != "gtcrn_stream.onnx")

@@ -1,0 +1,175 @@
+"""gatepack's performance, measured against peers in the same run: one table of ratios.
+
+    python bench/run.py            # the full sizes (a 277 MB model; several minutes)
+    python bench/run.py --quick    # small sizes, one repetition (CI: under a minute)
+
+Every measurement runs in fresh child processes (``bench/measure.py``): the median wall time of the
+measured part over the repetitions, and the child's peak resident memory (``ru_maxrss``). Inputs
+are generated here, never committed:
+
+* conversion of a large stacked model (4 bidirectional GRUs, H = I = 1024, fp32, ONNX with external
+  data: 277 MB) to every target, against a plain copy of the weight file (the floor) and, for
+  OpenVINO, against OpenVINO's own ``ov.convert_model`` + ``ov.save_model``;
+* verification of each conversion, against the conversion itself;
+* gatepack's NumPy executor against onnxruntime and ``onnx.reference`` on one GRU node
+  (S=100, N=16, I=H=512 bidirectional; S=200, N=1, I=H=64; and the first with sequence_lens);
+* CLI start-up (``--help``, ``formats``, ``inspect`` of a small model) against a bare interpreter.
+
+The goals (issue 7) are read from the table, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import ROOT, Sample, measure  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+
+TARGETS = ("onnx", "openvino", "directml", "coreml", "bnns")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    layers: int
+    hidden: int
+    seq: int  # of the large model's verification inputs, chosen by gatepack (S = 7)
+    repeat: int
+    executor: tuple[tuple[str, int, int, int, str, bool], ...]  # label, S, N, H, direction, sequence_lens
+
+
+FULL = Sizes(4, 1024, 7, 3, (("S=100 N=16 I=H=512 bidirectional", 100, 16, 512, "bidirectional", False), ("S=200 N=1 I=H=64", 200, 1, 64, "forward", False), ("S=100 N=16 I=H=512 bidirectional, sequence_lens", 100, 16, 512, "bidirectional", True)))
+QUICK = Sizes(2, 128, 7, 1, (("S=20 N=4 I=H=64 bidirectional", 20, 4, 64, "bidirectional", False), ("S=50 N=1 I=H=16", 50, 1, 16, "forward", False), ("S=20 N=4 I=H=64 bidirectional, sequence_lens", 20, 4, 64, "bidirectional", True)))
+
+
+def stacked_model(path: Path, layers: int, hidden: int) -> int:
+    """A stack of ``layers`` bidirectional GRUs (I = H = ``hidden``; each next layer takes the
+    previous Y reshaped to [S, N, 2H]) with random fp32 weights, saved with external data; returns
+    the weight bytes."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    x, width = "X", hidden
+    scale = 1 / np.sqrt(hidden)
+    for k in range(layers):
+        w = (rng.standard_normal((2, 3 * hidden, width), dtype=np.float32) * scale)
+        r = (rng.standard_normal((2, 3 * hidden, hidden), dtype=np.float32) * scale)
+        b = (rng.standard_normal((2, 6 * hidden), dtype=np.float32) * scale)
+        inits += [numpy_helper.from_array(w, f"W{k}"), numpy_helper.from_array(r, f"R{k}"), numpy_helper.from_array(b, f"B{k}")]
+        y, y_h = f"Y{k}", f"Y_h{k}" if k < layers - 1 else "Y_h"
+        nodes.append(helper.make_node("GRU", [x, f"W{k}", f"R{k}", f"B{k}"], [y, y_h], name=f"gru{k}", hidden_size=hidden, direction="bidirectional", linear_before_reset=1))
+        if k < layers - 1:
+            nodes.append(helper.make_node("Transpose", [y], [f"T{k}"], perm=[0, 2, 1, 3]))
+            nodes.append(helper.make_node("Reshape", [f"T{k}", "shape"], [f"X{k + 1}"]))
+            x = f"X{k + 1}"
+        width = 2 * hidden
+    inits.append(numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape"))
+    graph = helper.make_graph(
+        nodes, "stacked_gru", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["S", "N", hidden])],
+        [helper.make_tensor_value_info(f"Y{layers - 1}", TensorProto.FLOAT, None), helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, None)], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    weight_bytes = sum(int(np.prod(t.dims)) * 4 for t in inits)
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data", size_threshold=1024)
+    return weight_bytes
+
+
+def gru_node(path: Path, seq: int, batch: int, hidden: int, direction: str, lens: bool) -> None:
+    """One GRU node (I = H) for the executor comparison."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import onnx
+    from helpers import Config, build_model
+
+    cfg = Config(direction=direction, S=seq, N=batch, I=hidden, H=hidden, seq_lens="mixed" if lens else "none")
+    onnx.save(build_model(cfg), str(path))
+
+
+@dataclass
+class Row:
+    what: str
+    ours: Sample
+    peer: Sample | None
+    peer_name: str
+    goal: str
+
+    def cells(self) -> list[str]:
+        ratio = f"{self.ours.seconds / self.peer.seconds:.2f}x" if self.peer else "-"
+        peer = f"{_time(self.peer.seconds)} ({self.peer_name})" if self.peer else self.peer_name
+        mem = f"{self.ours.peak_mb:.0f}" + (f" / {self.peer.peak_mb:.0f}" if self.peer else "")
+        return [self.what, _time(self.ours.seconds), peer, ratio, mem, self.goal]
+
+
+def _time(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repetition (CI)")
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets for the large-model conversion")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    targets = [t for t in args.targets.split(",") if t]
+    rows: list[Row] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gatepack-bench-") as tmp:
+        work = Path(tmp)
+        src = work / "stacked.onnx"
+        weight_bytes = stacked_model(src, sizes.layers, sizes.hidden)
+        label = f"{sizes.layers} x bidirectional GRU H={sizes.hidden} ({weight_bytes / 1e6:.0f} MB)"
+        print(f"# {label}, repeat {sizes.repeat}", file=sys.stderr)
+        data = str(src) + ".data"
+        floor = measure("import shutil", f"shutil.copyfile({data!r}, {str(work / 'copy.data')!r})", sizes.repeat)
+        rows.append(Row(f"copy of the weight file ({weight_bytes / 1e6:.0f} MB)", floor, None, "the floor", ""))
+        setup = "import converters as gp"
+        for target in targets:
+            out = work / ("out." + {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage"}.get(target, "dir"))
+            ours = measure(setup, f"gp.convert({str(src)!r}, {str(out)!r}, to={target!r}, verify=False)", sizes.repeat)
+            if target == "openvino":
+                peer = measure("import openvino as ov", f"ov.save_model(ov.convert_model({str(src)!r}), {str(work / 'ov.xml')!r}, compress_to_fp16=False)", sizes.repeat)
+                rows.append(Row(f"convert {label} -> openvino", ours, peer, "ov.convert_model + save_model", "<= 1.0x; RSS <= 1.5 x weights"))
+            else:
+                rows.append(Row(f"convert {label} -> {target}", ours, floor, "weight-file copy", "within 1.5x of OpenVINO's own convert + save"))
+            verify_body = f"from converters.verification import verify_models\nverify_models(gp.load({str(src)!r}), gp.load({str(out)!r}))"
+            verified = measure(setup, verify_body, sizes.repeat)
+            rows.append(Row(f"verify {target} conversion", verified, ours, "the conversion", "<= 1.0x the conversion"))
+        for text, seq, batch, hidden, direction, lens in sizes.executor:
+            node = work / f"gru_{seq}_{batch}_{hidden}_{int(lens)}.onnx"
+            gru_node(node, seq, batch, hidden, direction, lens)
+            feed = (
+                f"import numpy as np, onnx\nrng = np.random.default_rng(0)\n"
+                f"feed = {{'X': rng.uniform(-1, 1, ({seq}, {batch}, {hidden})).astype(np.float32)}}\n"
+                + (f"feed['sequence_lens'] = np.array([max(1, {seq} - 3 * i) for i in range({batch})], np.int32)\n" if lens else "")
+                + f"model = onnx.load({str(node)!r})\nnames = {{i.name for i in model.graph.input}}\nfeed = {{k: v for k, v in feed.items() if k in names}}\n"
+            )
+            ours = measure(feed + f"import converters as gp\nfrom converters.executor import run_layer\nlayer = gp.load({str(node)!r}).layers[0]", "run_layer(layer, feed['X'], feed.get('sequence_lens'), None)", sizes.repeat)
+            ort = measure(feed + "import onnxruntime as ort\ns = ort.InferenceSession(" + repr(str(node)) + ", providers=['CPUExecutionProvider'])\ns.run(None, feed)", "s.run(None, feed)", sizes.repeat)
+            ref = measure(feed + "from onnx.reference import ReferenceEvaluator\nr = ReferenceEvaluator(model)", "r.run(None, feed)", sizes.repeat)
+            goal = "<= 1.5x" if batch > 1 else "<= 5x"
+            rows.append(Row(f"executor {text}", ours, ort, "onnxruntime", goal + " onnxruntime"))
+            rows.append(Row(f"executor {text}", ours, ref, "onnx.reference", ""))
+        small = ROOT / "fixtures" / "gru_lbr0.onnx"
+        bare = measure("import subprocess, sys", "subprocess.run([sys.executable, '-c', 'pass'], check=True)", max(sizes.repeat, 3))
+        for command in (["--help"], ["formats"], ["inspect", str(small)]):
+            cli = measure("import subprocess, sys", f"subprocess.run([sys.executable, '-m', 'cli', *{command!r}], check=True, capture_output=True, cwd={str(ROOT)!r})", max(sizes.repeat, 3))
+            rows.append(Row(f"gatepack {command[0]}", cli, bare, "python -c pass", "<= 0.25 s" if command == ["--help"] else ""))
+    header = ["measurement", "gatepack", "peer", "ratio", "peak RSS MB (gatepack / peer)", "goal"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row.cells()) + " |")
+    print(f"\n{'quick' if args.quick else 'full'} run, medians of {sizes.repeat}, {time.perf_counter() - started:.0f} s in all", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

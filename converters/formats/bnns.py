@@ -1,0 +1,397 @@
+"""BNNSGraph bundles: GRU/RNN layers as ``BNNSGraph.Builder`` calls, with their tensors as ``.npy``
+files, a generated Swift source that builds the graph, a reader, and an executor of BNNS semantics.
+
+A bundle is a directory::
+
+    bnns.json     the contract (JSON Schema: schemas/bnns.schema.json)
+    model.swift   generated Swift that loads the tensors and builds the graph (not compiled here)
+    tensors/NNN_LAYER/K_LABEL.npy   float32, C order, in the Swift shapes
+
+``bnns.json``::
+
+    {"format": "gatepack-bnns", "version": 1, "swift": "model.swift",
+     "layers": [{"name", "cell": "gru"|"rnn", "input_size", "hidden_size", "has_bias",
+                 "interface": {"x", "y", "y_h", "initial_h", "layout", "seq_length", "batch_size", "dtype"},
+                 "calls": [CALL, ...],            one per direction: forward, then reverse
+                 "output_time_order": ["input"|"processing", ...],   per call
+                 "combine": "stack_directions"}]}
+
+Each CALL is one ``BNNSGraph.Builder.Tensor.gru(...)`` / ``rnn(...)`` call on X [S,N,I] with its
+Swift argument labels (CONVENTIONS.md section 5, seed ``bnnsgraph-builder-gru.txt``)::
+
+    {"op": "gru", "direction": "forward"|"reverse",
+     "initialHiddenStates": {"input": NAME, "index": K} | null (zeros [N,H]),
+     "inputHiddenWeight": NPY [3H,I], "hiddenHiddenWeight": NPY [3H,H],   rows r, n, z
+     "bias": NPY [3H], "inputBias": NPY [3H] | null (zeros),
+     "activation": "tanh", "recurrentActivation": "sigmoid",
+     "applyResetGateAfterMatMul": bool, "outputSequence": true}
+    rnn: no inputBias, recurrentActivation, applyResetGateAfterMatMul; tensors [H,I], [H,H], [H].
+
+Semantics (``converters.apple``): gates r, n, z = ONNX's z, r, h rows permuted; with
+``applyResetGateAfterMatMul`` false the reset gate applies *before* the matmul (Apple's page prints
+the opposite; every executable source computes reset-before) and ``bias`` holds Wb + Rb (folded);
+with true (ONNX linear_before_reset = 1) ``bias`` holds the hidden biases and ``inputBias`` the input
+biases. A reverse call's ``output`` comes in processing order (``output_time_order``); combining
+re-aligns it to input time and stacks the calls into ONNX's Y [S,D,N,H] and Y_h [D,N,H]. Layout 1
+interfaces transpose X in and Y / Y_h out. BNNS has no clip, no sequence lengths and only
+parameterless activations: such layers are refused, never approximated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from converters.apple import APPLE_ACTIVATIONS, NATIVE_ACTIVATIONS, activation_of, apple_weights, feature_blockers, onnx_weights, recurrence, runtime_doubts
+from converters.errors import InputError, NoRecurrentLayerError, RefusedError, RuntimeFailure, UsageError, where
+from converters.fileio import atomic_path
+from converters.findings import Finding, Status
+from converters.model import Model
+from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+
+FORMAT = "bnns"
+MANIFEST = "bnns.json"
+SWIFT_FILE = "model.swift"
+BUNDLE_FORMAT = "gatepack-bnns"
+VERSION = 1
+OP = "BNNSGraph.Builder"
+# Swift's BNNSGraph.Builder.Activation cases and the MIL strings they stand for.
+SWIFT_ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "linear": "linear", "scaledTanh": "scaled_tanh", "hardSigmoid": "hard_sigmoid"}
+_SWIFT_OF_MIL = {mil: swift for swift, mil in SWIFT_ACTIVATIONS.items()}
+assert set(SWIFT_ACTIVATIONS.values()) <= set(APPLE_ACTIVATIONS)
+_INTERFACE_KEYS = {"x", "y", "y_h", "initial_h", "layout", "seq_length", "batch_size", "dtype"}
+
+
+# ----------------------------------------------------------------------------------------- writing
+
+
+def blockers(layer: RecurrentLayer) -> list[str]:
+    """What BNNSGraph.Builder's gru/rnn cannot express in ``layer`` (empty: every feature maps)."""
+    return feature_blockers(layer, f"{OP} {layer.cell.value}")
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60] or "layer"
+
+
+def _calls(layer: RecurrentLayer, folder: str) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """The layer's Builder calls (one per direction) and the arrays their .npy paths name."""
+    calls, arrays = [], {}
+    gh = layer.cell.gates * layer.hidden_size
+    for k, params in enumerate(layer.directions):
+        reverse = layer.direction is Direction.REVERSE or k == 1
+        tensors = apple_weights(layer, k)
+        tensors.setdefault("bias", np.zeros(gh, np.float32))  # a layer without B: zeros, as ONNX
+        labels = {"weight_ih": "inputHiddenWeight", "weight_hh": "hiddenHiddenWeight", "bias": "bias", "input_bias": "inputBias"}
+        call: dict = {"op": layer.cell.value, "direction": "reverse" if reverse else "forward"}
+        call["initialHiddenStates"] = {"input": layer.interface.initial_h, "index": k} if layer.interface.initial_h else None
+        for key, label in labels.items():
+            if key in tensors:
+                rel = f"{folder}/{k}_{label}.npy"
+                arrays[rel] = tensors[key]
+                call[label] = rel
+            elif layer.cell is Cell.GRU:
+                call[label] = None  # inputBias without applyResetGateAfterMatMul: zeros
+        names = [NATIVE_ACTIVATIONS[a.name] for a in params.activations]
+        call["activation"] = _SWIFT_OF_MIL[names[-1]]
+        if layer.cell is Cell.GRU:
+            call["recurrentActivation"] = _SWIFT_OF_MIL[names[0]]
+            call["applyResetGateAfterMatMul"] = bool(layer.linear_before_reset)
+        call["outputSequence"] = True
+        calls.append(call)
+    return calls, arrays
+
+
+def describe_bundle(model: Model) -> tuple[dict, dict[str, np.ndarray]]:
+    """``bnns.json``'s document for ``model`` and the arrays of its .npy files (by relative path)."""
+    layers, arrays = [], {}
+    for i, layer in enumerate(model.layers):
+        found = blockers(layer)
+        if found:
+            raise RefusedError(f"{where(model.path, layer.name)}BNNS cannot express it: {'; '.join(found)}", hint="convert to coreml (decomposed) or openvino instead")
+        calls, layer_arrays = _calls(layer, f"tensors/{i:03d}_{_slug(layer.name)}")
+        arrays.update(layer_arrays)
+        itf = layer.interface
+        layers.append({
+            "name": layer.name,
+            "cell": layer.cell.value,
+            "input_size": layer.input_size,
+            "hidden_size": layer.hidden_size,
+            "has_bias": layer.has_bias,
+            "interface": {"x": itf.x, "y": itf.y, "y_h": itf.y_h, "initial_h": itf.initial_h, "layout": itf.layout, "seq_length": itf.seq_length, "batch_size": itf.batch_size, "dtype": "float32"},
+            "calls": calls,
+            "output_time_order": ["processing" if c["direction"] == "reverse" else "input" for c in calls],
+            "combine": "stack_directions",
+        })
+    return {"format": BUNDLE_FORMAT, "version": VERSION, "swift": SWIFT_FILE, "source": str(model.path or ""), "layers": layers}, arrays
+
+
+def write(model: Model, path: str | Path, **_options) -> None:
+    """Write ``model``'s layers as a BNNS bundle directory at ``path`` (atomically)."""
+    from converters.formats.bnns_swift import emit
+
+    document, arrays = describe_bundle(model)
+    with atomic_path(Path(path), directory=True) as tmp:
+        for rel, array in arrays.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            np.save(tmp / rel, array, allow_pickle=False)
+        (tmp / MANIFEST).write_text(json.dumps(document, indent=2) + "\n")
+        (tmp / SWIFT_FILE).write_text(emit(document))
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+def _manifest(path: Path) -> dict:
+    file = path / MANIFEST
+    if not file.is_file():
+        raise InputError(f"{path}: not a BNNS bundle (no {MANIFEST})")
+    try:
+        document = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{file}: cannot read it ({err})") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{file}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    if not isinstance(document, dict) or document.get("format") != BUNDLE_FORMAT:
+        raise InputError(f"{file}: its format is {document.get('format') if isinstance(document, dict) else None!r}, not {BUNDLE_FORMAT!r}")
+    if document.get("version") != VERSION:
+        raise InputError(f"{file}: version {document.get('version')!r} is not one this gatepack reads ({VERSION})")
+    if not isinstance(document.get("layers"), list) or not document["layers"]:
+        raise NoRecurrentLayerError(f"{file}: it lists no layer")
+    return document
+
+
+class _Layer:
+    """One layer entry of bnns.json, validated against its .npy files."""
+
+    def __init__(self, bundle: Path, entry: object, index: int) -> None:
+        at = f"{bundle / MANIFEST}: layer {index}: "
+        if not isinstance(entry, dict):
+            raise InputError(f"{at}is not an object")
+        self.bundle = bundle
+        try:
+            self.name = str(entry["name"])
+            self.at = where(bundle / MANIFEST, self.name)
+            self.cell = Cell(entry["cell"])
+            self.input_size, self.hidden_size = int(entry["input_size"]), int(entry["hidden_size"])
+            self.has_bias = bool(entry.get("has_bias", True))
+            interface = dict(entry["interface"])
+            unknown = set(interface) - _INTERFACE_KEYS
+            if unknown:
+                raise ValueError(f"interface keys {sorted(unknown)} are not ones a bundle has (BNNS has no sequence lengths)")
+            if interface.get("dtype", "float32") != "float32":
+                raise ValueError(f"interface dtype {interface['dtype']!r} is not float32")
+            self.interface = Interface(**interface)
+            calls = entry["calls"]
+            combine = entry.get("combine", "stack_directions")
+            order = entry.get("output_time_order")
+        except (KeyError, TypeError, ValueError) as err:
+            raise InputError(f"{at}missing or malformed field ({err})") from None
+        if combine != "stack_directions":
+            raise InputError(f"{self.at}combine {combine!r} is not 'stack_directions'")
+        if not isinstance(calls, list) or len(calls) not in (1, 2):
+            raise InputError(f"{self.at}{len(calls) if isinstance(calls, list) else calls!r} calls; a layer has one call per direction (1 or 2)")
+        directions = [c.get("direction") if isinstance(c, dict) else None for c in calls]
+        if directions not in (["forward"], ["reverse"], ["forward", "reverse"]):
+            raise InputError(f"{self.at}call directions {directions} are not forward, reverse, or forward then reverse")
+        expected_order = ["processing" if d == "reverse" else "input" for d in directions]
+        if order is not None and order != expected_order:
+            raise InputError(f"{self.at}output_time_order {order} contradicts the calls (BNNS returns a reverse call's output in processing order: {expected_order})")
+        self.direction = Direction.BIDIRECTIONAL if len(calls) == 2 else Direction(directions[0])
+        self.calls = [self._call(k, c) for k, c in enumerate(calls)]
+        flags = {c["reset_after"] for c in self.calls}
+        if len(flags) > 1:
+            raise InputError(f"{self.at}its calls disagree on applyResetGateAfterMatMul")
+        self.reset_after = flags.pop()
+
+    def _call(self, k: int, call: dict) -> dict:
+        at = f"{self.at}call {k} ({call.get('direction')}): "
+        if call.get("op") != self.cell.value:
+            raise InputError(f"{at}op {call.get('op')!r} in a {self.cell.value} layer")
+        gh, i, h = self.cell.gates * self.hidden_size, self.input_size, self.hidden_size
+        shapes = {"inputHiddenWeight": (gh, i), "hiddenHiddenWeight": (gh, h), "bias": (gh,)}
+        if self.cell is Cell.GRU:
+            shapes["inputBias"] = (gh,)
+        out: dict = {}
+        for label, shape in shapes.items():
+            out[label] = self._tensor(at, label, call.get(label), shape, optional=label == "inputBias")
+        state = call.get("initialHiddenStates")
+        if state is not None and (not isinstance(state, dict) or state.get("input") != self.interface.initial_h or state.get("index") != k):
+            raise InputError(f"{at}initialHiddenStates {state!r} is not direction {k} of the interface's initial_h {self.interface.initial_h!r}")
+        if state is None and self.interface.initial_h:
+            raise InputError(f"{at}initialHiddenStates is null but the interface has initial_h {self.interface.initial_h!r}")
+        names = [call.get("recurrentActivation"), call.get("activation")] if self.cell is Cell.GRU else [call.get("activation")]
+        for name in names:
+            if name not in SWIFT_ACTIVATIONS:
+                raise InputError(f"{at}activation {name!r} is not a BNNSGraph.Builder.Activation case ({', '.join(SWIFT_ACTIVATIONS)})")
+        out["activations"] = tuple(activation_of(SWIFT_ACTIVATIONS[n], at) for n in names)
+        reset_after = call.get("applyResetGateAfterMatMul", False) if self.cell is Cell.GRU else False
+        if not isinstance(reset_after, bool):
+            raise InputError(f"{at}applyResetGateAfterMatMul {reset_after!r} is not true or false")
+        if not reset_after and out.get("inputBias") is not None and np.any(out["inputBias"]):
+            raise InputError(f"{at}inputBias is set but applyResetGateAfterMatMul is false (the input biases belong in bias, summed)")
+        if call.get("outputSequence") is not True:
+            raise InputError(f"{at}outputSequence {call.get('outputSequence')!r}: gatepack's layers need the whole sequence (true)")
+        out["reset_after"], out["reverse"] = reset_after, call["direction"] == "reverse"
+        return out
+
+    def _tensor(self, at: str, label: str, rel: object, shape: tuple, optional: bool) -> np.ndarray | None:
+        if rel is None and optional:
+            return None
+        if not isinstance(rel, str) or not rel.endswith(".npy"):
+            raise InputError(f"{at}{label} {rel!r} is not the path of a .npy file")
+        file = (self.bundle / rel).resolve()
+        if not file.is_relative_to(self.bundle.resolve()):
+            raise InputError(f"{at}{label} {rel!r} points outside the bundle")
+        try:
+            array = np.load(file, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise InputError(f"{at}{label}: {rel} does not exist") from None
+        except (OSError, ValueError) as err:
+            raise InputError(f"{at}{label}: {rel} is not a readable .npy file ({' '.join(str(err).split())[:160]})") from None
+        if array.dtype != np.float32:
+            raise InputError(f"{at}{label}: {rel} holds {array.dtype}, not float32")
+        if array.shape != shape:
+            raise InputError(f"{at}{label}: {rel} has shape {list(array.shape)}, but bnns.json's input_size {self.input_size} and hidden_size {self.hidden_size} make it {list(shape)}")
+        return array
+
+    def to_layer(self) -> tuple[RecurrentLayer, list[Finding]]:
+        directions = []
+        for c in self.calls:
+            w = onnx_weights(self.cell, c["inputHiddenWeight"], c["hiddenHiddenWeight"], c["bias"], c.get("inputBias"), c["reset_after"])
+            directions.append(DirectionParams(np.array(w["W"]), np.array(w["R"]), np.array(w["Wb"]), np.array(w["Rb"]), c["activations"]))
+        try:
+            layer = RecurrentLayer(self.name, self.cell, self.input_size, self.hidden_size, self.direction, tuple(directions), self.interface, self.reset_after, None, self.has_bias, extras={FORMAT: (self.bundle, self.name)})
+        except SpecError as err:
+            raise InputError(f"{self.bundle / MANIFEST}: {err}") from None
+        found = [] if self.reset_after else [Finding("bias", Status.FOLDED, "BNNS stores Wb + Rb summed (reset-before); read back as Wb = sum, Rb = 0")]
+        return layer, found
+
+
+def _layers(path: Path) -> list[_Layer]:
+    document = _manifest(path)
+    layers = [_Layer(path, entry, i) for i, entry in enumerate(document["layers"])]
+    names = [lay.name for lay in layers]
+    if len(set(names)) != len(names):
+        raise InputError(f"{path / MANIFEST}: layer names repeat ({names})")
+    return layers
+
+
+def read(path: str | Path, **_options) -> Model:
+    """Read a BNNS bundle back to canonical layers (the .npy files checked against bnns.json)."""
+    path = Path(path)
+    layers, notes = [], {}
+    for entry in _layers(path):
+        layer, found = entry.to_layer()
+        layers.append(layer)
+        notes[layer.name] = found
+    return Model(path, FORMAT, layers, notes)
+
+
+# ----------------------------------------------------------------------------------------- running
+
+
+def _execute(entry: _Layer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run one layer's calls with BNNS semantics on ``feed`` (the interface's names and layout)."""
+    itf = entry.interface
+    if itf.x not in feed:
+        raise InputError(f"{entry.at}missing input {itf.x!r}")
+    x = np.asarray(feed[itf.x], np.float32)
+    if x.ndim != 3 or x.shape[2] != entry.input_size:
+        raise InputError(f"{entry.at}input {itf.x!r} has shape {list(x.shape)}; expected rank 3 with {entry.input_size} features")
+    x = x.transpose(1, 0, 2) if itf.layout else x  # the calls take X [S,N,I]
+    batch = x.shape[1]
+    h0 = None
+    if itf.initial_h:
+        if itf.initial_h not in feed:
+            raise InputError(f"{entry.at}missing input {itf.initial_h!r}")
+        h0 = np.asarray(feed[itf.initial_h], np.float32)
+        h0 = h0.transpose(1, 0, 2) if itf.layout else h0
+    ys, y_hs = [], []
+    for k, call in enumerate(entry.calls):
+        start = h0[k] if h0 is not None else np.zeros((batch, entry.hidden_size), np.float32)
+        output, hidden = recurrence(entry.cell, x, start, call["inputHiddenWeight"], call["hiddenHiddenWeight"], call["bias"], call.get("inputBias"), reverse=call["reverse"], activations=call["activations"], reset_after=call["reset_after"])
+        ys.append(output[::-1] if call["reverse"] else output)  # processing order -> input time
+        y_hs.append(hidden)
+    y, y_h = np.stack(ys, axis=1), np.stack(y_hs, axis=0)
+    if itf.layout:
+        y, y_h = y.transpose(2, 0, 1, 3), y_h.transpose(1, 0, 2)
+    return {name: value for name, value in ((itf.y, y), (itf.y_h, y_h)) if name}
+
+
+def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run every layer of the bundle, read from disk, with BNNS semantics."""
+    outputs: dict[str, np.ndarray] = {}
+    for entry in _layers(Path(path)):
+        outputs.update(_execute(entry, inputs))
+    return outputs
+
+
+def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    raise RuntimeFailure(f"{path}: BNNSGraph runs only on Apple platforms (iOS / macOS 26); use --engine numpy (gatepack's executor of BNNS semantics)")
+
+
+def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One layer of a saved bundle, re-read from disk and run with BNNS semantics."""
+    found = layer.extras.get(FORMAT)
+    if found is None:
+        raise UsageError(f"layer {layer.name!r} was not read from a BNNS bundle")
+    bundle, name = found
+    entry = next((e for e in _layers(bundle) if e.name == name), None)
+    if entry is None:
+        raise InputError(f"{bundle / MANIFEST}: no layer {name!r} any more")
+    return _execute(entry, feed)
+
+
+# ---------------------------------------------------------------------------------------- findings
+
+
+def check(layer: RecurrentLayer, **_options) -> list[Finding]:
+    """Findings for writing ``layer`` as BNNSGraph.Builder calls."""
+    itf = layer.interface
+    alternative = "convert to coreml (decomposed) or openvino, which can express it"
+    op = f"{OP} {layer.cell.value}"
+    found: list[Finding] = []
+    kinds = {a.name for p in layer.directions for a in p.activations}
+    cell_ok = kinds <= set(NATIVE_ACTIVATIONS)
+    detail = f"{op}, rows permuted z,r,h -> r,n,z" if layer.cell is Cell.GRU else op
+    found.append(Finding("cell", Status.EXACT, detail + "; the generated Swift cannot be compiled or run here (BNNSGraph.Builder needs iOS / macOS 26)", warning=runtime_doubts(layer)))
+    if layer.direction is Direction.BIDIRECTIONAL:
+        found.append(Finding("direction", Status.REPACKED, "bidirectional: a forward and a reverse call; the reverse output (processing order) is re-aligned to input time and both stacked into Y [S,D,N,H]"))
+    elif layer.direction is Direction.REVERSE:
+        found.append(Finding("direction", Status.REPACKED, "reverse: the call's output sequence (processing order) is re-aligned to input time"))
+    else:
+        found.append(Finding("direction", Status.EXACT, "forward"))
+    found.append(Finding("weights", Status.REPACKED, "inputHiddenWeight / hiddenHiddenWeight rows permuted z,r,h -> r,n,z" if layer.cell is Cell.GRU else "inputHiddenWeight / hiddenHiddenWeight as ONNX's W / R"))
+    if layer.cell is Cell.GRU and layer.linear_before_reset:
+        found.append(Finding("bias", Status.REPACKED, "applyResetGateAfterMatMul: bias = Rb, inputBias = Wb (permuted)"))
+    else:
+        summed = any(p.Rb.any() for p in layer.directions)
+        found.append(Finding("bias", Status.FOLDED if summed else Status.EXACT, "bias = Wb + Rb" + ("; reads back as [Wb + Rb, 0]" if summed else " (Rb is zero: nothing is lost)")))
+    if layer.cell is Cell.GRU:
+        found.append(Finding("linear_before_reset", Status.EXACT, f"{int(layer.linear_before_reset)}: applyResetGateAfterMatMul {str(bool(layer.linear_before_reset)).lower()}" + ("" if layer.linear_before_reset else " (reset before the matmul, whatever Apple's page prints)")))
+    if cell_ok:
+        warning = "Apple's page calls relu 'Clamped ReLU' without saying where it clamps; gatepack assumes MIL's plain relu" if "Relu" in kinds else None
+        found.append(Finding("activations", Status.EXACT, layer.activation_summary(), warning=warning))
+    else:
+        found.append(Finding("activations", Status.UNSUPPORTED, f"{layer.activation_summary()}: {op} takes parameterless sigmoid/tanh/relu only", alternative=alternative))
+    if layer.clip is not None:
+        found.append(Finding("clip", Status.UNSUPPORTED, f"clip={layer.clip:g}: {op} has no clip", alternative=alternative))
+    if itf.sequence_lens:
+        found.append(Finding("sequence_lens", Status.UNSUPPORTED, f"{op} has no sequence lengths", alternative=alternative + ", or pad and drop sequence_lens"))
+    if itf.initial_h:
+        found.append(Finding("initial_h", Status.EXACT, "initial_h input kept (initialHiddenStates per direction)"))
+    else:
+        found.append(Finding("initial_h", Status.EXACT, "zeros (initialHiddenStates is required: the Swift builds a zero state)"))
+    found.append(Finding("layout", Status.REPACKED if itf.layout else Status.EXACT, f"layout {itf.layout}" + (" interface kept; transposes around the calls" if itf.layout else " (sequence-major, as BNNS)")))
+    if layer.dtype == np.float64:
+        found.append(Finding("dtype", Status.LOSSY, "float64 weights and inputs become float32 (BNNS has no double precision)", alternative="pass --allow-lossy to accept float32"))
+    elif layer.dtype == np.float16:
+        found.append(Finding("dtype", Status.REPACKED, "float16 weights stored as float32 (exact) and computed in float32; the interface takes float32"))
+    else:
+        found.append(Finding("dtype", Status.EXACT, "float32"))
+    found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (unknown dimensions become flexible, -1)"))
+    return found
