@@ -16,6 +16,7 @@ import click
 
 import converters as gp
 from converters.errors import GatepackError, InputError
+from converters.progress import Progress
 
 FORMAT_NAMES = ["onnx", "openvino", "directml", "coreml", "bnns"]
 
@@ -90,6 +91,7 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 @click.option("--strategy", type=click.Choice(["auto", "native", "decomposed"]), default="auto", show_default=True, help="Target's recurrent op, or elementary ops.")
 @click.option("--opset", type=click.Choice(["7", "14"]), default=None, help="ONNX opset to write (default 14).")
 @click.option("--onnx-layout", type=click.Choice(["transpose", "attribute"]), default=None, help="How ONNX expresses a batch-major layer (default: transpose, which every runtime runs).")
+@click.option("--external-data/--no-external-data", default=None, help="ONNX: weights in NAME.onnx.data beside the model (default: as the source stores them, and always above 1 GiB).")
 @click.option("--compress-to-fp16", is_flag=True, default=None, help="OpenVINO: store weights as fp16 (lossy; the default keeps fp32).")
 @click.option("--emit-cpp", is_flag=True, default=None, help="DirectML: also write desc.cpp, C++ that fills the operator descs.")
 @click.option("--seq-length", type=click.IntRange(min=1), default=None, help="DirectML: sequence length for a symbolic S (its tensors are static; default 7).")
@@ -101,10 +103,10 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @handle_errors
-def convert(model, to, output, from_format, no_verify, allow_lossy, strategy, opset, onnx_layout, compress_to_fp16, emit_cpp, seq_length, batch_size, minimum_deployment_target, layout, activation_defaults, seed, as_json, quiet) -> None:
+def convert(model, to, output, from_format, no_verify, allow_lossy, strategy, opset, onnx_layout, external_data, compress_to_fp16, emit_cpp, seq_length, batch_size, minimum_deployment_target, layout, activation_defaults, seed, as_json, quiet) -> None:
     """Convert the recurrent layers of MODEL to another format, and verify the result."""
     options = {"activation_defaults": activation_defaults}
-    for key, value in (("compress_to_fp16", compress_to_fp16), ("emit_cpp", emit_cpp), ("seq_length", seq_length), ("batch_size", batch_size), ("minimum_deployment_target", minimum_deployment_target)):
+    for key, value in (("external_data", external_data), ("compress_to_fp16", compress_to_fp16), ("emit_cpp", emit_cpp), ("seq_length", seq_length), ("batch_size", batch_size), ("minimum_deployment_target", minimum_deployment_target)):
         if value is not None:
             options[key] = value
     if opset is not None:
@@ -121,6 +123,7 @@ def convert(model, to, output, from_format, no_verify, allow_lossy, strategy, op
         strategy=strategy,
         layout=None if layout == "keep" else int(layout),
         seed=seed,
+        progress=None if quiet else Progress("gatepack convert"),
         **options,
     )
     if as_json:
@@ -166,7 +169,7 @@ def report(model, targets, fmt, output, from_format, activation_defaults) -> Non
 @handle_errors
 def verify(source, target, seed, as_json) -> None:
     """Run SOURCE and TARGET on the same random inputs and compare (exit 5 when they differ)."""
-    result = gp.verify(source, target, seed=seed)
+    result = gp.verify(source, target, seed=seed, progress=Progress("gatepack verify"))
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())
     if not result.passed:
         sys.exit(5)

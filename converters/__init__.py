@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from converters.findings import Finding
     from converters.model import Model
+    from converters.progress import Progress
     from converters.reporting import Report
     from converters.verification import Verification
 
@@ -111,13 +112,25 @@ def convert(
     strategy: str = "auto",
     layout: int | None = None,
     seed: int = 0,
+    progress: "Progress | None" = None,
     **options,
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``; verify unless told not to.
 
     Refuses (RefusedError) when a finding is ``unsupported``, or ``lossy`` without ``allow_lossy``.
-    Nothing is written unless the conversion and its verification succeed.
+    Nothing is written unless the conversion and its verification succeed. ``progress`` (e.g.
+    ``converters.progress.Progress("convert")``) reports the steps on stderr.
     """
+    from converters.progress import Silent
+
+    progress = progress or Silent()
+    try:
+        return _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, seed, progress, options)
+    finally:
+        progress.close()
+
+
+def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, seed, progress: "Progress", options: dict) -> Result:
     from converters import registry
     from converters.fileio import atomic_files, atomic_path, refuse_overwriting_inputs
     from converters.findings import Status
@@ -136,6 +149,7 @@ def convert(
     for output in [Path(dst)] + [Path(dst).with_suffix(c) for c in info.companions]:
         refuse_overwriting_inputs(output, inputs)
     read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
+    progress.step(f"reading {src}")
     source = load(src, from_format, **read_opts)
     model = with_layout(source, layout) if layout is not None else source
     rep = build_report(model, [fmt], options)
@@ -149,13 +163,15 @@ def convert(
     result = Result(str(src), str(dst), fmt, findings)
     staging = atomic_files(Path(dst), info.companions) if info.companions else atomic_path(Path(dst), directory=info.is_directory)
     with staging as tmp:
+        progress.step(f"writing {len(model.layers)} layer(s) as {fmt}")
         save(model, tmp, fmt, **options)
         if verify:
+            progress.step(f"reading back {dst}")
             written = registry.module(fmt).read(tmp)
             written.path = Path(dst)
             from converters.verification import verify_models
 
-            result.verification = verify_models(source, written, seed=seed, target_file=tmp)
+            result.verification = verify_models(source, written, seed=seed, target_file=tmp, progress=progress)
             if not result.verification.passed:
                 worst = max(result.verification.outputs, key=lambda o: o.max_abs_error, default=None)
                 what = f"{worst.layer} {worst.output} max abs error {worst.max_abs_error:.3g}" if worst else "no output compared"
@@ -163,11 +179,16 @@ def convert(
     return result
 
 
-def verify(src: str | Path, dst: str | Path, *, seed: int = 0, src_format: str | None = None, dst_format: str | None = None, **options) -> "Verification":
+def verify(src: str | Path, dst: str | Path, *, seed: int = 0, src_format: str | None = None, dst_format: str | None = None, progress: "Progress | None" = None, **options) -> "Verification":
     """Run both artifacts on the same random inputs and compare their outputs."""
+    from converters.progress import Silent
     from converters.verification import verify_models
 
-    return verify_models(load(src, src_format, **options), load(dst, dst_format, **options), seed=seed)
+    progress = progress or Silent()
+    try:
+        return verify_models(load(src, src_format, **options), load(dst, dst_format, **options), seed=seed, progress=progress)
+    finally:
+        progress.close()
 
 
 def report(model_or_path: "Model | str | Path", targets: list[str] | None = None, **options) -> "Report":

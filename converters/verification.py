@@ -13,6 +13,7 @@ pass when ``|a - b| <= atol + rtol * |b|`` everywhere.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from converters import registry
 from converters.errors import InputError, RuntimeFailure
 from converters.model import Model
 from schemas.layer import PERM_SWAP_01, PERM_Y_TO_SEQ_MAJOR, RecurrentLayer
+
+if TYPE_CHECKING:
+    from converters.progress import Progress
 
 TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2)}
 DEFAULT_SEQ_LENGTH = 7
@@ -212,15 +216,21 @@ def verify_whole(source: Model, target: Model, *, seed: int = 0, dim_size: int =
     return result
 
 
-def verify_models(source: Model, target: Model, *, seed: int = 0, target_file=None) -> Verification:
+def verify_models(source: Model, target: Model, *, seed: int = 0, target_file=None, progress: "Progress | None" = None) -> Verification:
     """Compare ``target`` with ``source``: end to end when both hold whole models (other operators
     around their recurrent layers), else layer by layer. ``target_file`` is where the target's
     artifact is while it is being written (its ``path`` is where it will land)."""
+    from converters.progress import Silent
+
+    progress = progress or Silent()
     if source.meta.get("other_ops") and target.meta.get("other_ops"):
+        progress.step("verifying the whole model")
         return verify_whole(source, target, seed=seed, target_file=target_file)
     result = Verification(str(source.path), str(target.path), seed)
     rng = np.random.default_rng(seed)
-    for src_layer, dst_layer in pair_layers(source, target):
+    pairs = pair_layers(source, target)
+    for k, (src_layer, dst_layer) in enumerate(pairs):
+        progress.step(f"verifying layer {src_layer.name!r}", k, len(pairs))
         role_inputs = sample_inputs(src_layer, rng, sample_sizes(src_layer, dst_layer))
         expected = run_layer(source, src_layer, role_inputs, result.notes)
         actual = run_layer(target, dst_layer, {k: v.astype(dst_layer.dtype) if k != "sequence_lens" else v for k, v in role_inputs.items()}, result.notes)
@@ -228,4 +238,5 @@ def verify_models(source: Model, target: Model, *, seed: int = 0, target_file=No
         for output in ("Y", "Y_h"):
             if output in expected and output in actual:
                 result.outputs.append(compare(src_layer.name, output, actual[output], expected[output], dtypes))
+    progress.step("verified", len(pairs), len(pairs))
     return result

@@ -215,3 +215,19 @@ def test_help_does_not_import_heavy_frameworks():
 def test_strategy_does_not_apply_to_onnx(tmp_path):
     result = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "onnx", "-o", str(tmp_path / "o.onnx"), "--strategy", "decomposed"])
     assert result.exit_code == 2 and "does not apply to ONNX" in result.output and not (tmp_path / "o.onnx").exists()
+
+
+def test_progress_goes_to_stderr_only_and_quiet_silences_it(tmp_path):
+    runner = CliRunner()
+    env = {"GATEPACK_PROGRESS_DELAY": "0"}  # show progress at once (normally after one second)
+    args = ["convert", str(FIXTURES / "gru_lbr1_bidirectional.onnx"), "-o", str(tmp_path / "m.xml")]
+    shown = runner.invoke(main, args + ["--json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert "verifying layer 'rec'" in shown.stderr and "1/1" in shown.stderr
+    assert json.loads(shown.stdout)["verification"]["passed"]  # stdout is the JSON alone
+    quiet = runner.invoke(main, args + ["-q"], env=env)
+    assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""
+    verified = runner.invoke(main, ["verify", str(FIXTURES / "gru_lbr1_bidirectional.onnx"), str(tmp_path / "m.xml"), "--json"], env=env)
+    assert verified.exit_code == 0 and "verified" in verified.stderr and json.loads(verified.stdout)["passed"]
+    slow_only = runner.invoke(main, args + ["--json"], env={"GATEPACK_PROGRESS_DELAY": "1000"})
+    assert slow_only.exit_code == 0 and slow_only.stderr == ""  # fast conversions print no progress
