@@ -48,16 +48,21 @@ def atomic_path(target: Path, *, directory: bool = False) -> Iterator[Path]:
 @contextmanager
 def atomic_files(target: Path, companions: tuple[str, ...] = ()) -> Iterator[Path]:
     """Like ``atomic_path`` for an artifact made of ``target`` plus files with the same stem and the
-    ``companions`` suffixes (e.g. an OpenVINO ``.xml`` and its ``.bin``): the block writes
-    ``tmp/target.name`` (and its companions) in a temporary directory; on success the companions
-    move into place first, the target last."""
+    ``companions`` suffixes (e.g. an OpenVINO ``.xml`` and its ``.bin``, an ONNX model's
+    ``.onnx.data``): the block writes ``tmp/target.name`` (and its companions) in a temporary
+    directory; on success the companions move into place first, the target last. A companion the
+    block did not write is optional: a stale one beside the target is removed."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield tmp / target.name
         for suffix in companions:
-            os.replace(tmp / target.with_suffix(suffix).name, target.with_suffix(suffix))
+            written, final = tmp / target.with_suffix(suffix).name, target.with_suffix(suffix)
+            if written.exists():
+                os.replace(written, final)
+            elif final.is_file():
+                final.unlink()
         os.replace(tmp / target.name, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -82,6 +82,21 @@ def dim_text(dim: "Dim") -> str:
     return "?" if dim is None else str(dim)
 
 
+def stack_directions(parts: "list[np.ndarray]") -> "np.ndarray":
+    """``np.stack(parts)``, without a copy when the parts are the consecutive rows of one C-contiguous
+    array (per-direction views of a source's [D, ...] tensor, e.g. memory-mapped external data)."""
+    base = parts[0].base
+    if (
+        isinstance(base, np.ndarray)
+        and base.flags.c_contiguous
+        and base.shape == (len(parts), *parts[0].shape)
+        and base.dtype == parts[0].dtype
+        and all(p.base is base and p.flags.c_contiguous and p.ctypes.data == base.ctypes.data + k * p.nbytes for k, p in enumerate(parts))
+    ):
+        return base
+    return np.stack(parts)
+
+
 class SpecError(ValueError):
     """A canonical layer that contradicts itself; the message names the layer and the value."""
 

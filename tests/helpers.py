@@ -296,3 +296,34 @@ def read_layer(path: Path):
     import converters as gp
 
     return gp.load(path).layers[0]
+
+
+def stacked_model(path: Path, layers: int, hidden: int) -> int:
+    """A stack of ``layers`` bidirectional GRUs (I = H = ``hidden``; each next layer takes the
+    previous Y reshaped to [S, N, 2H]) with random fp32 weights, saved with external data; returns
+    the weight bytes."""
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    x, width = "X", hidden
+    scale = 1 / np.sqrt(hidden)
+    for k in range(layers):
+        w = rng.standard_normal((2, 3 * hidden, width), dtype=np.float32) * np.float32(scale)
+        r = rng.standard_normal((2, 3 * hidden, hidden), dtype=np.float32) * np.float32(scale)
+        b = rng.standard_normal((2, 6 * hidden), dtype=np.float32) * np.float32(scale)
+        inits += [numpy_helper.from_array(w, f"W{k}"), numpy_helper.from_array(r, f"R{k}"), numpy_helper.from_array(b, f"B{k}")]
+        y, y_h = f"Y{k}", f"Y_h{k}" if k < layers - 1 else "Y_h"
+        nodes.append(helper.make_node("GRU", [x, f"W{k}", f"R{k}", f"B{k}"], [y, y_h], name=f"gru{k}", hidden_size=hidden, direction="bidirectional", linear_before_reset=1))
+        if k < layers - 1:
+            nodes.append(helper.make_node("Transpose", [y], [f"T{k}"], perm=[0, 2, 1, 3]))
+            nodes.append(helper.make_node("Reshape", [f"T{k}", "shape"], [f"X{k + 1}"]))
+            x = f"X{k + 1}"
+        width = 2 * hidden
+    inits.append(numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape"))
+    graph = helper.make_graph(
+        nodes, "stacked_gru", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["S", "N", hidden])],
+        [helper.make_tensor_value_info(f"Y{layers - 1}", TensorProto.FLOAT, None), helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, None)], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    weight_bytes = sum(int(np.prod(t.dims)) * 4 for t in inits)
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data", size_threshold=1024)
+    return weight_bytes

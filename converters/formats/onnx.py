@@ -18,6 +18,7 @@ they are named by their path (``If_0/then_branch/GRU_3``).
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -27,11 +28,11 @@ import onnx
 from onnx import helper, numpy_helper
 
 from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
-from converters.fileio import atomic_path
+from converters.fileio import atomic_files
 from converters.findings import Finding, Status
 from converters.model import Model
 from schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
-from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
 
 FORMAT = "onnx"
 DEFAULT_OPSET = 14
@@ -69,6 +70,28 @@ def load_proto(path: Path) -> onnx.ModelProto:
     if not proto.opset_import or not proto.HasField("graph"):
         raise InputError(f"{path}: not an ONNX model (no graph or no opset import)")
     return proto
+
+
+def _map_external(tensor: onnx.TensorProto, base_dir: Path) -> np.ndarray | None:
+    """A little-endian numeric tensor stored as external data, memory-mapped (no copy:
+    pages load as they are used); None where numpy_helper must decode it (other types, big-endian)."""
+    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    if dtype.kind not in "fiub" or sys.byteorder != "little":
+        return None
+    info = {e.key: e.value for e in tensor.external_data}
+    location = info.get("location", "")
+    file = (base_dir / location).resolve()
+    if not location or Path(location).is_absolute() or not file.is_relative_to(base_dir.resolve()):
+        raise InputError(f"{base_dir}: tensor {tensor.name!r}: external data location {location!r} is not a file beside the model")
+    offset, count = int(info.get("offset", 0)), int(np.prod(tensor.dims, dtype=np.int64))
+    length = int(info.get("length", count * dtype.itemsize))
+    if not file.is_file():
+        raise InputError(f"{file}: the external data of tensor {tensor.name!r} does not exist")
+    if length != count * dtype.itemsize or offset + length > file.stat().st_size:
+        raise InputError(f"{file}: tensor {tensor.name!r} needs {count * dtype.itemsize} bytes at offset {offset}; the file has {file.stat().st_size} (length {length})")
+    if count == 0:
+        return np.zeros(tuple(tensor.dims), dtype)
+    return np.memmap(file, dtype=dtype, mode="c", offset=offset, shape=tuple(tensor.dims))  # copy-on-write: never writes the file
 
 
 class _Scope:
@@ -126,6 +149,7 @@ class _Reader:
         self.notes: dict[str, list[Finding]] = {}
         self.skipped: list[tuple[str, str]] = []
         self.op_types: set[str] = set()
+        self.external_data = False
 
     def read(self) -> Model:
         for node, scope, name in self._walk(self.proto.graph, None, ""):
@@ -140,7 +164,7 @@ class _Reader:
             raise NoRecurrentLayerError(f"{self.path}: no GRU/RNN layer found{self._why_none()}")
         absorbed = {id(n) for layer in self.layers for n in layer.extras["onnx"].nodes}
         other_ops = sorted({n.op_type for n in self.proto.graph.node if id(n) not in absorbed})
-        return Model(self.path, FORMAT, self.layers, self.notes, self.skipped, {"opset": self.opset, "other_ops": other_ops})
+        return Model(self.path, FORMAT, self.layers, self.notes, self.skipped, {"opset": self.opset, "other_ops": other_ops, "external_data": self.external_data})
 
     def _why_none(self) -> str:
         if self.skipped:
@@ -171,7 +195,14 @@ class _Reader:
 
     def _tensor(self, tensor: onnx.TensorProto) -> np.ndarray:
         try:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                self.external_data = True
+                mapped = _map_external(tensor, Path(self.base_dir))
+                if mapped is not None:
+                    return mapped
             return numpy_helper.to_array(tensor, base_dir=self.base_dir)
+        except InputError:
+            raise
         except Exception as err:
             raise InputError(f"{self.path}: tensor {tensor.name!r} cannot be loaded ({str(err).splitlines()[0]})") from None
 
@@ -489,26 +520,71 @@ def _dims(tensor_type: onnx.TypeProto | None) -> list | None:
 # ----------------------------------------------------------------------------------------- writing
 
 
+EXTERNAL_THRESHOLD = 1 << 30  # weights above 1 GiB go to external data (protobuf stops at 2 GiB)
+
+
 def write(
     model: Model,
     path: str | Path,
     *,
     opset: int = DEFAULT_OPSET,
     layout_encoding: str = "transpose",
+    external_data: bool | None = None,
 ) -> None:
     """Write ``model``'s layers as one ONNX model: one node per layer, each with the source layer's
     interface (names, layout, optional inputs and outputs). Atomic: nothing is left on failure.
 
     ``layout_encoding`` for batch-major (layout 1) layers: ``transpose`` (default) wraps a layout-0
     node in Transposes, which every runtime runs; ``attribute`` writes ``layout=1`` (opset >= 14).
+    ``external_data`` stores the weights in ``NAME.onnx.data`` beside the model, streamed from the
+    layers' arrays without an in-memory copy of the model; by default when the source stored its
+    weights so, or when they exceed 1 GiB (ONNX files stop at 2 GiB).
     """
-    proto = build(model, opset=opset, layout_encoding=layout_encoding)
     path = Path(path)
-    with atomic_path(path) as tmp:
+    if external_data is None:
+        weight_bytes = sum(p.W.nbytes + p.R.nbytes + p.Wb.nbytes + p.Rb.nbytes for layer in model.layers for p in layer.directions)
+        external_data = bool(model.meta.get("external_data")) or weight_bytes > EXTERNAL_THRESHOLD
+    data_name = path.name + ".data"
+    with atomic_files(path, (".onnx.data",) if path.suffix == ".onnx" else ()) as tmp:
+        if external_data:
+            if path.suffix != ".onnx":
+                raise UsageError(f"{path}: a model with external data must be named NAME.onnx (its data goes to NAME.onnx.data)")
+            with open(tmp.parent / data_name, "wb") as data:
+                proto = build(model, opset=opset, layout_encoding=layout_encoding, external=(data, data_name))
+        else:
+            proto = build(model, opset=opset, layout_encoding=layout_encoding)
         onnx.save(proto, str(tmp))
 
 
-def build(model: Model, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "transpose") -> onnx.ModelProto:
+@dataclass
+class _Stacked:
+    """An initializer made of per-direction arrays stacked on a new first axis, materialised only
+    when the model is built: in memory, or streamed part by part into an external data file."""
+
+    name: str
+    parts: list[np.ndarray]
+
+    def embedded(self) -> onnx.TensorProto:
+        return numpy_helper.from_array(stack_directions(self.parts), self.name)
+
+    def external(self, data, location: str) -> onnx.TensorProto:
+        dtype = self.parts[0].dtype
+        tensor = onnx.TensorProto(name=self.name, data_type=helper.np_dtype_to_tensor_dtype(dtype), dims=[len(self.parts), *self.parts[0].shape])
+        offset = data.tell()
+        for part in self.parts:
+            data.write(memoryview(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<"))).cast("B"))
+        length = data.tell() - offset
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+            tensor.external_data.add(key=key, value=value)
+        pad = -data.tell() % 64  # keep the next tensor aligned for memory-mapped readers
+        data.write(b"\0" * pad)
+        return tensor
+
+
+def build(model: Model, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "transpose", external: tuple | None = None) -> onnx.ModelProto:
+    """The ONNX model of ``model``'s layers; ``external`` = (binary file, location) streams the
+    weights into that file instead of the protobuf."""
     if opset not in WRITABLE_OPSETS:
         raise UsageError(f"ONNX opset {opset} cannot be written", hint=f"choose one of {WRITABLE_OPSETS}")
     if layout_encoding not in ("transpose", "attribute"):
@@ -517,11 +593,12 @@ def build(model: Model, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "t
         raise UsageError(f"the layout attribute needs opset 14 or later (asked for opset {opset})", hint="use the transpose layout encoding")
     names = _NameBook()
     nodes: list[onnx.NodeProto] = []
-    inits: list[onnx.TensorProto] = []
+    stacked: list[_Stacked] = []
     graph_inputs: list[onnx.ValueInfoProto] = []
     graph_outputs: list[onnx.ValueInfoProto] = []
     for layer in model.layers:
-        _emit_layer(layer, layout_encoding, names, nodes, inits, graph_inputs, graph_outputs)
+        _emit_layer(layer, layout_encoding, names, nodes, stacked, graph_inputs, graph_outputs)
+    inits = [t.external(*external) if external else t.embedded() for t in stacked]
     opsets = [helper.make_opsetid("", opset)]
     ir_version = helper.find_min_ir_version_for(opsets)
     if ir_version < 4:  # IR 3 wants every initializer declared as a graph input too
@@ -578,12 +655,12 @@ def _emit_layer(layer: RecurrentLayer, encoding: str, names: _NameBook, nodes: l
         x = transposed(x, _PERM_IN, "seq_major")
     weight_prefix = layer.name.replace("/", ".")
     w_name, r_name = names.fresh(f"{weight_prefix}.W"), names.fresh(f"{weight_prefix}.R")
-    inits.append(numpy_helper.from_array(np.stack([p.W for p in layer.directions]), w_name))
-    inits.append(numpy_helper.from_array(np.stack([p.R for p in layer.directions]), r_name))
+    inits.append(_Stacked(w_name, [p.W for p in layer.directions]))
+    inits.append(_Stacked(r_name, [p.R for p in layer.directions]))
     node_inputs = [x, w_name, r_name, "", "", ""]
     if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
         b_name = names.fresh(f"{weight_prefix}.B")
-        inits.append(numpy_helper.from_array(np.stack([np.concatenate([p.Wb, p.Rb]) for p in layer.directions]), b_name))
+        inits.append(_Stacked(b_name, [np.concatenate([p.Wb, p.Rb]) for p in layer.directions]))
         node_inputs[3] = b_name
     if itf.sequence_lens:
         node_inputs[4] = declare_input(itf.sequence_lens, onnx.TensorProto.INT32, [n])
@@ -642,7 +719,7 @@ def _attributes(layer: RecurrentLayer) -> dict:
 # ---------------------------------------------------------------------------------------- findings
 
 
-def check(layer: RecurrentLayer, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "transpose") -> list[Finding]:
+def check(layer: RecurrentLayer, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "transpose", external_data: bool | None = None) -> list[Finding]:
     """Findings for writing ``layer`` as ONNX (every canonical layer is expressible)."""
     op = layer.cell.value.upper()
     found = [
@@ -696,11 +773,19 @@ def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[s
     if itf.initial_h:
         graph_inputs.append(helper.make_tensor_value_info(itf.initial_h, elem, None))
     outputs = [helper.make_tensor_value_info(name, elem, None) for name in (itf.y, itf.y_h) if name]
-    graph = helper.make_graph(isolated.nodes, "isolated", graph_inputs, outputs, [numpy_helper.from_array(v, k) for k, v in isolated.constants.items()])
+    # Large constants (the weights) are fed as inputs, straight from their arrays: serialising them
+    # into the session's protobuf would copy them twice and dominate the run.
+    fed = {k: np.ascontiguousarray(v) for k, v in isolated.constants.items() if v.nbytes >= _FEED_AS_INPUT}
+    graph_inputs += [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in fed.items()]
+    inits = [numpy_helper.from_array(v, k) for k, v in isolated.constants.items() if k not in fed]
+    graph = helper.make_graph(isolated.nodes, "isolated", graph_inputs, outputs, inits)
     opsets = [helper.make_opsetid("", isolated.opset)]
     proto = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
     label = f"layer {layer.name!r}"
-    return _run_session(_session(proto.SerializeToString(), label), inputs, label)
+    return _run_session(_session(proto.SerializeToString(), label), {**inputs, **fed}, label)
+
+
+_FEED_AS_INPUT = 1 << 16  # bytes
 
 
 run_layer_native = run_isolated

@@ -1,0 +1,112 @@
+"""Scale: models with external data (memory-mapped on reading, streamed on writing), the 1 GiB
+rule for writing external data, and the benchmark's quick run (its table, never its numbers)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+import converters as gp
+from cli import main
+from converters.formats import onnx as onnx_format
+from helpers import Config, build_model, ort_run, stacked_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def stacked(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("stacked") / "stacked.onnx"
+    stacked_model(path, layers=2, hidden=16)
+    assert (path.parent / "stacked.onnx.data").stat().st_size > 0
+    return path
+
+
+def test_external_data_is_memory_mapped_not_copied(stacked):
+    layer = gp.load(stacked).layers[0]
+    assert isinstance(layer.directions[0].W.base, np.memmap)  # a view of the file, not a copy
+
+
+@pytest.mark.parametrize("target", ["onnx", "openvino", "directml", "coreml", "bnns"])
+def test_model_with_external_data_converts_and_verifies(stacked, target, tmp_path):
+    out = tmp_path / {"onnx": "m.onnx", "openvino": "m.xml", "coreml": "m.mlpackage"}.get(target, "m")
+    result = gp.convert(stacked, out, to=target)
+    assert result.verification.passed, result.verification.to_text()
+    assert len(gp.load(out).layers) == 2
+
+
+def test_onnx_output_keeps_external_data_and_onnxruntime_runs_it(stacked, tmp_path):
+    out = tmp_path / "m.onnx"
+    gp.convert(stacked, out, to="onnx")
+    assert (tmp_path / "m.onnx.data").is_file() and out.stat().st_size < 10_000
+    onnx.checker.check_model(str(out))
+    source = onnx.load(str(stacked))
+    weights = {t.name: onnx.numpy_helper.to_array(t, base_dir=str(stacked.parent)) for t in source.graph.initializer}
+    written = onnx.load(str(out))
+    node = next(n for n in written.graph.node if n.op_type == "GRU")
+    w = next(t for t in written.graph.initializer if t.name == node.input[1])
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(w, base_dir=str(tmp_path)), weights["W0"])  # bit-exact through the data file
+    # the first layer alone, on onnxruntime: the source's node vs gatepack's
+    x = np.random.default_rng(0).uniform(-1, 1, (5, 2, 16)).astype(np.float32)
+    feed = {i.name: x if i.name == node.input[0] else np.zeros((5, 2, 32), np.float32) for i in written.graph.input}  # X, and X1 of the second layer
+    got = dict(zip([o.name for o in written.graph.output], ort_run(out, feed)))
+    gru0 = onnx.helper.make_model(
+        onnx.helper.make_graph([source.graph.node[0]], "g", [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, None)],
+                               [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in source.graph.node[0].output],
+                               [onnx.numpy_helper.from_array(weights[k], k) for k in source.graph.node[0].input[1:]]),
+        opset_imports=[onnx.helper.make_opsetid("", 14)], ir_version=8)
+    expected = ort_run(gru0, {"X": x})
+    np.testing.assert_array_equal(got[node.output[0]], expected[0])
+
+
+def test_without_external_data_the_data_file_goes(stacked, tmp_path):
+    out = tmp_path / "m.onnx"
+    gp.convert(stacked, out, to="onnx")
+    gp.convert(stacked, out, to="onnx", external_data=False)
+    assert not (tmp_path / "m.onnx.data").exists()
+    assert gp.verify(stacked, out).passed
+
+
+def test_weights_above_the_threshold_go_to_external_data(monkeypatch, tmp_path):
+    onnx.save(build_model(Config(H=8, I=8)), tmp_path / "small.onnx")
+    monkeypatch.setattr(onnx_format, "EXTERNAL_THRESHOLD", 100)  # bytes: stands for 1 GiB
+    result = gp.convert(tmp_path / "small.onnx", tmp_path / "o.onnx", to="onnx")
+    assert result.verification.passed and (tmp_path / "o.onnx.data").is_file()
+
+
+def test_external_data_outside_the_model_directory_is_refused(stacked, tmp_path):
+    model = onnx.load(str(stacked), load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "../../elsewhere.data"
+    onnx.save(model, str(tmp_path / "bad.onnx"))
+    result = CliRunner().invoke(main, ["inspect", str(tmp_path / "bad.onnx")])
+    assert result.exit_code == 3 and "is not a file beside the model" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_truncated_external_data_is_a_one_line_error(stacked, tmp_path):
+    import shutil
+
+    shutil.copy(stacked, tmp_path / "stacked.onnx")
+    data = (stacked.parent / "stacked.onnx.data").read_bytes()
+    (tmp_path / "stacked.onnx.data").write_bytes(data[: len(data) // 2])
+    result = CliRunner().invoke(main, ["convert", str(tmp_path / "stacked.onnx"), "--to", "bnns", "-o", str(tmp_path / "b")])
+    assert result.exit_code == 3 and "stacked.onnx.data" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "b").exists()
+
+
+def test_benchmark_quick_run_prints_its_table():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = [line for line in done.stdout.splitlines() if line.startswith("|")]
+    assert table[0].startswith("| measurement | gatepack | peer | ratio")
+    for what in ("convert", "verify", "executor", "gatepack --help"):
+        assert any(row.startswith(f"| {what}") for row in table), what
+    assert any("ov.convert_model" in row for row in table) and any("onnx.reference" in row for row in table)
