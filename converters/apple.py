@@ -56,19 +56,35 @@ def gate_order(cell: Cell, to_apple: bool) -> list[int]:
     return APPLE_GATES if to_apple else ONNX_GATES
 
 
-def apple_weights(layer: RecurrentLayer, k: int) -> dict[str, np.ndarray]:
-    """Direction ``k``'s tensors in Apple's layout, float32, MIL names: ``weight_ih`` [G*H, I],
-    ``weight_hh`` [G*H, H], ``bias`` (Wb + Rb; or Rb with linear_before_reset) and, with
-    linear_before_reset, ``input_bias`` (Wb); gates permuted z,r,h -> r,o,z."""
+APPLE_TENSORS = ("weight_ih", "weight_hh", "bias", "input_bias")
+
+
+def apple_tensor(layer: RecurrentLayer, k: int, key: str) -> np.ndarray | None:
+    """One of direction ``k``'s tensors in Apple's layout (``APPLE_TENSORS``, MIL names), float32,
+    gates permuted z,r,h -> r,o,z: ``weight_ih`` [G*H, I], ``weight_hh`` [G*H, H], ``bias`` (Wb + Rb;
+    Rb with linear_before_reset) and ``input_bias`` (Wb, with linear_before_reset only); None where
+    the layer has no such tensor."""
     p, h = layer.directions[k], layer.hidden_size
-    wb, rb = p.Wb.astype(np.float32), p.Rb.astype(np.float32)  # float16 sources: sum in float32
     order = gate_order(layer.cell, to_apple=True)
-    out = {"weight_ih": rows(p.W, order, h), "weight_hh": rows(p.R, order, h)}
-    if layer.cell is Cell.GRU and layer.linear_before_reset:
-        out["bias"], out["input_bias"] = rows(rb, order, h), rows(wb, order, h)
-    elif layer.has_bias:
-        out["bias"] = rows(wb + rb, order, h)
-    return {key: np.ascontiguousarray(value, dtype=np.float32) for key, value in out.items()}
+    lbr = layer.cell is Cell.GRU and layer.linear_before_reset
+    if key == "weight_ih":
+        out = rows(p.W, order, h)
+    elif key == "weight_hh":
+        out = rows(p.R, order, h)
+    elif key == "bias" and (lbr or layer.has_bias):
+        # float16 sources: sum in float32
+        out = rows(p.Rb.astype(np.float32), order, h) if lbr else rows(p.Wb.astype(np.float32) + p.Rb.astype(np.float32), order, h)
+    elif key == "input_bias" and lbr:
+        out = rows(p.Wb, order, h)
+    else:
+        return None
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def apple_weights(layer: RecurrentLayer, k: int) -> dict[str, np.ndarray]:
+    """Every tensor of direction ``k`` that the layer has, by MIL name (see ``apple_tensor``)."""
+    found = {key: apple_tensor(layer, k, key) for key in APPLE_TENSORS}
+    return {key: value for key, value in found.items() if value is not None}
 
 
 def onnx_weights(cell: Cell, weight_ih: np.ndarray, weight_hh: np.ndarray, bias: np.ndarray | None, input_bias: np.ndarray | None, reset_after: bool) -> dict[str, np.ndarray]:

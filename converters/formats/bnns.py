@@ -39,13 +39,15 @@ parameterless activations: such layers are refused, never approximated.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from converters.apple import APPLE_ACTIVATIONS, NATIVE_ACTIVATIONS, activation_of, apple_weights, feature_blockers, onnx_weights, recurrence, runtime_doubts
+from converters.apple import APPLE_ACTIVATIONS, NATIVE_ACTIVATIONS, activation_of, apple_tensor, feature_blockers, onnx_weights, recurrence, runtime_doubts
 from converters.errors import InputError, NoRecurrentLayerError, RefusedError, RuntimeFailure, UsageError, where
 from converters.fileio import atomic_path
 from converters.findings import Finding, Status
@@ -77,21 +79,20 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60] or "layer"
 
 
-def _calls(layer: RecurrentLayer, folder: str) -> tuple[list[dict], dict[str, np.ndarray]]:
-    """The layer's Builder calls (one per direction) and the arrays their .npy paths name."""
+def _calls(layer: RecurrentLayer, folder: str) -> tuple[list[dict], dict[str, Callable[[], np.ndarray]]]:
+    """The layer's Builder calls (one per direction) and, per .npy path, how to make its array
+    (made one at a time while writing, so the permuted copies never pile up)."""
     calls, arrays = [], {}
-    gh = layer.cell.gates * layer.hidden_size
+    labels = {"weight_ih": "inputHiddenWeight", "weight_hh": "hiddenHiddenWeight", "bias": "bias", "input_bias": "inputBias"}
+    present = {"weight_ih", "weight_hh", "bias"} | ({"input_bias"} if layer.cell is Cell.GRU and layer.linear_before_reset else set())
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
-        tensors = apple_weights(layer, k)
-        tensors.setdefault("bias", np.zeros(gh, np.float32))  # a layer without B: zeros, as ONNX
-        labels = {"weight_ih": "inputHiddenWeight", "weight_hh": "hiddenHiddenWeight", "bias": "bias", "input_bias": "inputBias"}
         call: dict = {"op": layer.cell.value, "direction": "reverse" if reverse else "forward"}
         call["initialHiddenStates"] = {"input": layer.interface.initial_h, "index": k} if layer.interface.initial_h else None
         for key, label in labels.items():
-            if key in tensors:
+            if key in present:
                 rel = f"{folder}/{k}_{label}.npy"
-                arrays[rel] = tensors[key]
+                arrays[rel] = functools.partial(_apple_tensor, layer, k, key)
                 call[label] = rel
             elif layer.cell is Cell.GRU:
                 call[label] = None  # inputBias without applyResetGateAfterMatMul: zeros
@@ -105,8 +106,14 @@ def _calls(layer: RecurrentLayer, folder: str) -> tuple[list[dict], dict[str, np
     return calls, arrays
 
 
-def describe_bundle(model: Model) -> tuple[dict, dict[str, np.ndarray]]:
-    """``bnns.json``'s document for ``model`` and the arrays of its .npy files (by relative path)."""
+def _apple_tensor(layer: RecurrentLayer, k: int, key: str) -> np.ndarray:
+    """One tensor of direction ``k`` in Apple's layout; a layer without B has zero biases, as ONNX."""
+    found = apple_tensor(layer, k, key)
+    return found if found is not None else np.zeros(layer.cell.gates * layer.hidden_size, np.float32)
+
+
+def describe_bundle(model: Model) -> tuple[dict, dict[str, Callable[[], np.ndarray]]]:
+    """``bnns.json``'s document for ``model`` and, per .npy path, how to make its array."""
     layers, arrays = [], {}
     for i, layer in enumerate(model.layers):
         found = blockers(layer)
@@ -135,9 +142,9 @@ def write(model: Model, path: str | Path, **_options) -> None:
 
     document, arrays = describe_bundle(model)
     with atomic_path(Path(path), directory=True) as tmp:
-        for rel, array in arrays.items():
+        for rel, make in arrays.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            np.save(tmp / rel, array, allow_pickle=False)
+            np.save(tmp / rel, make(), allow_pickle=False)
         (tmp / MANIFEST).write_text(json.dumps(document, indent=2) + "\n")
         (tmp / SWIFT_FILE).write_text(emit(document))
 

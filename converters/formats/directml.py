@@ -50,7 +50,7 @@ from converters.fileio import atomic_path
 from converters.findings import Finding, Status
 from converters.model import Model
 from schemas.activations import Activation
-from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
 
 FORMAT = "directml"
 MODEL_FILE = "model.json"
@@ -175,8 +175,9 @@ class _ModelWriter:
 
         cast = np.dtype(dtype)
         bind_array("InputTensor", itf.x, role_inputs["X"].astype(cast)[None], "X", itf.x)
-        bind_array("WeightTensor", f"{prefix}.W", np.stack([p.W for p in layer.directions]).astype(cast)[None])
-        bind_array("RecurrenceTensor", f"{prefix}.R", np.stack([p.R for p in layer.directions]).astype(cast)[None])
+        # the source's [D, ...] weights as they are when possible (no copy of a memory-mapped model)
+        bind_array("WeightTensor", f"{prefix}.W", stack_directions([p.W for p in layer.directions]).astype(cast, copy=False)[None])
+        bind_array("RecurrenceTensor", f"{prefix}.R", stack_directions([p.R for p in layer.directions]).astype(cast, copy=False)[None])
         if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
             bias = np.stack([np.concatenate([p.Wb, p.Rb]) for p in layer.directions]).astype(cast)
             bind_array("BiasTensor", f"{prefix}.B", bias[None, None])

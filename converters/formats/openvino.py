@@ -51,7 +51,7 @@ from converters.strategy import cell_finding, choose
 from converters.findings import Finding, Status
 from converters.model import Model
 from schemas.activations import Activation, canonical_name
-from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
 
 FORMAT = "openvino"
 RT_INFO_PATH = ["gatepack", "layers"]
@@ -221,7 +221,10 @@ def build_whole(model: Model, *, strategy: str = "auto"):
 
 
 def _const(ops, array: np.ndarray, name: str):
-    node = ops.constant(np.ascontiguousarray(array), name=name)
+    """A Constant sharing ``array``'s memory where OpenVINO allows it (writeable arrays: no copy;
+    OpenVINO keeps the array alive), else a copy."""
+    array = np.ascontiguousarray(array)
+    node = ops.constant(array, name=name, shared_memory=bool(array.flags.writeable))
     node.set_friendly_name(name)
     return node
 
@@ -255,8 +258,8 @@ def _emit_native(ops, layer: RecurrentLayer, x, lens, h0):
     else:
         h0_bm = h0 if itf.layout else ops.transpose(h0, [1, 0, 2])  # -> [N,D,H]
     seq = ops.convert(lens, "i64") if lens is not None else ops.broadcast(ops.squeeze(s_dim, [0]), n_dim)
-    w = _const(ops, np.stack([p.W for p in layer.directions]), f"{layer.name}/W")
-    r = _const(ops, np.stack([p.R for p in layer.directions]), f"{layer.name}/R")
+    w = _const(ops, stack_directions([p.W for p in layer.directions]), f"{layer.name}/W")
+    r = _const(ops, stack_directions([p.R for p in layer.directions]), f"{layer.name}/R")
     b = _const(ops, folded_bias(layer), f"{layer.name}/B")
     acts = [a.name.lower() for a in layer.directions[0].activations]
     common = dict(hidden_size=h, direction=layer.direction.value, activations=acts, clip=layer.clip or 0.0, name=layer.name)
@@ -394,7 +397,7 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
 # ----------------------------------------------------------------------------------------- reading
 
 
-COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}  # the CPU plugin's default is bf16 where the CPU has it
+COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}  # fp32: the CPU plugin defaults to bf16 where the CPU has it; LATENCY: gatepack runs single inferences (less to set up)
 
 
 def _read_ir(path: Path):
