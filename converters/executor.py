@@ -122,9 +122,13 @@ def run_recurrence(
     make_step = _gru_step if cell is Cell.GRU else _rnn_step
     for d, (w, r, wb, rb, activations) in enumerate(directions):
         h0 = np.zeros((batch, hidden), compute) if initial_h is None else np.asarray(initial_h[d], compute)
-        step = make_step(hidden, activations, r.astype(compute, copy=False), rb.astype(compute, copy=False), linear_before_reset, _clipper(clip))
-        # Every time step's input projection at once: [S*N, I] @ [I, G*H].
-        xw = (x.reshape(seq_len * batch, -1) @ w.astype(compute, copy=False).T + wb.astype(compute, copy=False)).reshape(seq_len, batch, -1)
+        rb = rb.astype(compute, copy=False)
+        step, additive_rb = make_step(hidden, activations, r.astype(compute, copy=False), rb, linear_before_reset, _clipper(clip))
+        # Every time step's input projection at once, [S*N, I] @ [I, G*H], with the recurrent biases
+        # that only add to it folded in (fewer operations per step).
+        xw = x.reshape(seq_len * batch, -1) @ w.astype(compute, copy=False).T
+        xw += wb.astype(compute, copy=False) + additive_rb
+        xw = xw.reshape(seq_len, batch, -1)
         # A divergent recurrence (e.g. Relu gates) overflows to inf (and inf - inf to NaN) as in
         # every runtime; that is the arithmetic, not a fault to warn about. The activations are
         # stable, so saturating cells stay finite for any input.
@@ -166,42 +170,55 @@ def _clipper(clip: float | None):
 
 
 def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, linear_before_reset: bool, clip):
-    """The GRU step h_{t-1} -> h_t for pre-projected inputs gx = x_t W^T + Wb ([N, 3H])."""
+    """The GRU step h_{t-1} -> h_t for pre-projected inputs gx ([N, 3H], gates z, r, h), and the part
+    of Rb the caller adds to gx (Rb_z, Rb_r; and Rb_h unless linear_before_reset)::
+
+        z = f(gx_z + h Rz^T + Rb_z)          r = f(gx_r + h Rr^T + Rb_r)
+        n = g(gx_h + (r * h) Rh^T + Rb_h)              linear_before_reset = 0
+        n = g(gx_h + r * (h Rh^T + Rb_h))              linear_before_reset = 1
+        h' = (1 - z) * n + z * h         (as written: with inf, n + z * (h - n) would make NaN)
+
+    z and r share f, so they are computed on one [N, 2H] slab."""
     f, g = activations
+    additive = rb.copy()
     if linear_before_reset:
+        additive[2 * H :] = 0
         r_t = np.ascontiguousarray(r.T)  # [H, 3H]
+        rb_h = rb[2 * H :]
 
         def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:
-            gh = h @ r_t + rb
-            z = f(clip(gx[:, :H] + gh[:, :H]))
-            reset = f(clip(gx[:, H : 2 * H] + gh[:, H : 2 * H]))
-            n = g(clip(gx[:, 2 * H :] + reset * gh[:, 2 * H :]))
+            gh = h @ r_t
+            zr = f(clip(gx[:, : 2 * H] + gh[:, : 2 * H]))
+            gh_h = gh[:, 2 * H :]
+            gh_h += rb_h
+            gh_h *= zr[:, H:]
+            n = g(clip(gh_h + gx[:, 2 * H :]))
+            z = zr[:, :H]
             return (1 - z) * n + z * h
 
     else:
         r_zr_t = np.ascontiguousarray(r[: 2 * H].T)  # [H, 2H]
         r_h_t = np.ascontiguousarray(r[2 * H :].T)  # [H, H]
-        rb_zr, rb_h = rb[: 2 * H], rb[2 * H :]
 
         def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:
-            gh = h @ r_zr_t + rb_zr
-            z = f(clip(gx[:, :H] + gh[:, :H]))
-            reset = f(clip(gx[:, H : 2 * H] + gh[:, H:]))
-            n = g(clip(gx[:, 2 * H :] + (reset * h) @ r_h_t + rb_h))
+            zr = f(clip(gx[:, : 2 * H] + h @ r_zr_t))
+            n = g(clip(gx[:, 2 * H :] + (zr[:, H:] * h) @ r_h_t))
+            z = zr[:, :H]
             return (1 - z) * n + z * h
 
-    return step
+    return step, additive
 
 
 def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, linear_before_reset: bool, clip):
-    """The RNN step h_{t-1} -> h_t for pre-projected inputs gx = x_t W^T + Wb ([N, H])."""
+    """The RNN step h_{t-1} -> h_t = f(gx + h R^T + Rb) for pre-projected inputs gx ([N, H]); Rb is
+    returned for the caller to add to gx."""
     (f,) = activations
     r_t = np.ascontiguousarray(r.T)
 
     def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:
-        return f(clip(gx + h @ r_t + rb))
+        return f(clip(gx + h @ r_t))
 
-    return step
+    return step, rb
 
 
 def _check_inputs(
