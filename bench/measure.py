@@ -1,6 +1,9 @@
 """Measure a piece of Python in a fresh child process: wall time of the measured part, and the
-child's peak resident memory (``ru_maxrss``) over its whole life, and its resident memory just
-before the measured part starts (after imports), so the increment is visible."""
+child's peak resident memory (``VmHWM``) over its whole life, and its resident memory just before
+the measured part starts (after imports), so the increment is visible.
+
+``VmHWM`` rather than ``getrusage``'s ``ru_maxrss``: Linux carries ``ru_maxrss`` across ``execve``,
+so a child would report its parent's peak when that is higher."""
 
 from __future__ import annotations
 
@@ -15,17 +18,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 _CHILD = """
-import json, resource, sys, time
+import json, sys, time
 sys.path.insert(0, {root!r})
 {setup}
-def _rss_mb():
+def _status_mb(key):
     with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) / 1024
-before = _rss_mb()
+        return next(int(l.split()[1]) for l in f if l.startswith(key)) / 1024
+before = _status_mb("VmRSS")
 start = time.perf_counter()
 {body}
 seconds = time.perf_counter() - start
-print(json.dumps({{"seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "before_mb": before}}))
+print(json.dumps({{"seconds": seconds, "peak_mb": _status_mb("VmHWM"), "before_mb": before}}))
 """
 
 

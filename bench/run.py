@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import ROOT, Sample, measure  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+from helpers import stacked_model  # noqa: E402  (the test suite's generator of the large model)
 
 TARGETS = ("onnx", "openvino", "directml", "coreml", "bnns")
 
@@ -48,49 +50,21 @@ FULL = Sizes(4, 1024, 7, 3, (("S=100 N=16 I=H=512 bidirectional", 100, 16, 512, 
 QUICK = Sizes(2, 128, 7, 1, (("S=20 N=4 I=H=64 bidirectional", 20, 4, 64, "bidirectional", False), ("S=50 N=1 I=H=16", 50, 1, 16, "forward", False), ("S=20 N=4 I=H=64 bidirectional, sequence_lens", 20, 4, 64, "bidirectional", True)))
 
 
-def stacked_model(path: Path, layers: int, hidden: int) -> int:
-    """A stack of ``layers`` bidirectional GRUs (I = H = ``hidden``; each next layer takes the
-    previous Y reshaped to [S, N, 2H]) with random fp32 weights, saved with external data; returns
-    the weight bytes."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    nodes, inits = [], []
-    x, width = "X", hidden
-    scale = 1 / np.sqrt(hidden)
-    for k in range(layers):
-        w = (rng.standard_normal((2, 3 * hidden, width), dtype=np.float32) * scale)
-        r = (rng.standard_normal((2, 3 * hidden, hidden), dtype=np.float32) * scale)
-        b = (rng.standard_normal((2, 6 * hidden), dtype=np.float32) * scale)
-        inits += [numpy_helper.from_array(w, f"W{k}"), numpy_helper.from_array(r, f"R{k}"), numpy_helper.from_array(b, f"B{k}")]
-        y, y_h = f"Y{k}", f"Y_h{k}" if k < layers - 1 else "Y_h"
-        nodes.append(helper.make_node("GRU", [x, f"W{k}", f"R{k}", f"B{k}"], [y, y_h], name=f"gru{k}", hidden_size=hidden, direction="bidirectional", linear_before_reset=1))
-        if k < layers - 1:
-            nodes.append(helper.make_node("Transpose", [y], [f"T{k}"], perm=[0, 2, 1, 3]))
-            nodes.append(helper.make_node("Reshape", [f"T{k}", "shape"], [f"X{k + 1}"]))
-            x = f"X{k + 1}"
-        width = 2 * hidden
-    inits.append(numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape"))
-    graph = helper.make_graph(
-        nodes, "stacked_gru", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["S", "N", hidden])],
-        [helper.make_tensor_value_info(f"Y{layers - 1}", TensorProto.FLOAT, None), helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, None)], inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    weight_bytes = sum(int(np.prod(t.dims)) * 4 for t in inits)
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data", size_threshold=1024)
-    return weight_bytes
-
-
 def gru_node(path: Path, seq: int, batch: int, hidden: int, direction: str, lens: bool) -> None:
     """One GRU node (I = H) for the executor comparison."""
-    sys.path.insert(0, str(ROOT / "tests"))
     import onnx
     from helpers import Config, build_model
 
     cfg = Config(direction=direction, S=seq, N=batch, I=hidden, H=hidden, seq_lens="mixed" if lens else "none")
     onnx.save(build_model(cfg), str(path))
+
+
+class Rows(list):
+    """The table's rows; each is echoed to stderr as it is measured."""
+
+    def append(self, row: "Row") -> None:
+        super().append(row)
+        print("  " + " | ".join(row.cells()), file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -100,11 +74,17 @@ class Row:
     peer: Sample | None
     peer_name: str
     goal: str
+    weights_mb: float | None = None  # conversions: peak RSS is also given as a multiple of the weights
+    floor: Sample | None = None  # conversions: the weight-file copy
 
     def cells(self) -> list[str]:
         ratio = f"{self.ours.seconds / self.peer.seconds:.2f}x" if self.peer else "-"
+        if self.floor:
+            ratio += f" ({self.ours.seconds / self.floor.seconds:.1f}x the copy)"
         peer = f"{_time(self.peer.seconds)} ({self.peer_name})" if self.peer else self.peer_name
         mem = f"{self.ours.peak_mb:.0f}" + (f" / {self.peer.peak_mb:.0f}" if self.peer else "")
+        if self.weights_mb:
+            mem += f" ({self.ours.peak_mb / self.weights_mb:.2f}x the weights)"
         return [self.what, _time(self.ours.seconds), peer, ratio, mem, self.goal]
 
 
@@ -119,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     targets = [t for t in args.targets.split(",") if t]
-    rows: list[Row] = []
+    rows = Rows()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gatepack-bench-") as tmp:
         work = Path(tmp)
@@ -130,15 +110,16 @@ def main(argv: list[str] | None = None) -> int:
         data = str(src) + ".data"
         floor = measure("import shutil", f"shutil.copyfile({data!r}, {str(work / 'copy.data')!r})", sizes.repeat)
         rows.append(Row(f"copy of the weight file ({weight_bytes / 1e6:.0f} MB)", floor, None, "the floor", ""))
-        setup = "import converters as gp"
+        frameworks = {"openvino": "import openvino", "coreml": "import coremltools"}
+        weights_mb = weight_bytes / 2**20
+        ov_peer = measure("import onnx, openvino as ov", f"ov.save_model(ov.convert_model({str(src)!r}), {str(work / 'ov.xml')!r}, compress_to_fp16=False)", sizes.repeat)
         for target in targets:
             out = work / ("out." + {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage"}.get(target, "dir"))
+            # both sides import their frameworks before the clock starts (the peer's setup does too)
+            setup = f"import onnx, onnxruntime, converters as gp, converters.formats.onnx, converters.formats.{target}\n{frameworks.get(target, '')}"
             ours = measure(setup, f"gp.convert({str(src)!r}, {str(out)!r}, to={target!r}, verify=False)", sizes.repeat)
-            if target == "openvino":
-                peer = measure("import openvino as ov", f"ov.save_model(ov.convert_model({str(src)!r}), {str(work / 'ov.xml')!r}, compress_to_fp16=False)", sizes.repeat)
-                rows.append(Row(f"convert {label} -> openvino", ours, peer, "ov.convert_model + save_model", "<= 1.0x; RSS <= 1.5 x weights"))
-            else:
-                rows.append(Row(f"convert {label} -> {target}", ours, floor, "weight-file copy", "within 1.5x of OpenVINO's own convert + save"))
+            goal = "<= 1.0x" if target == "openvino" else "<= 1.5x"
+            rows.append(Row(f"convert {label} -> {target}", ours, ov_peer, "ov.convert_model + save_model", goal + "; RSS <= 1.5x the weights", weights_mb, floor))
             verify_body = f"from converters.verification import verify_models\nverify_models(gp.load({str(src)!r}), gp.load({str(out)!r}))"
             verified = measure(setup, verify_body, sizes.repeat)
             rows.append(Row(f"verify {target} conversion", verified, ours, "the conversion", "<= 1.0x the conversion"))
