@@ -338,8 +338,31 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, h0, target: str):
 # ----------------------------------------------------------------------------------------- reading
 
 
+def _package_key(path: Path) -> tuple:
+    """The package's identity on disk: its path and every file's size and modification time
+    (Manifest.json's content instead: coremltools rewrites that file whenever it reads a package)."""
+    files = sorted(f for f in path.rglob("*") if f.is_file())
+    return (str(path.resolve()), tuple((str(f), f.read_bytes() if f.name == "Manifest.json" else (f.stat().st_size, f.stat().st_mtime_ns)) for f in files))
+
+
+_LOADED: dict[tuple, tuple] = {}  # the last package read: verification reads one package once per layer
+
+
 def _load_program(path: Path):
-    """(main function, gatepack metadata or None) of the package at ``path``, without a Core ML runtime."""
+    """(main function, gatepack metadata or None) of the package at ``path``, without a Core ML
+    runtime; the last package read is kept while its files are unchanged."""
+    path = Path(path)
+    key = _package_key(path) if path.is_dir() else None
+    if key is not None and key in _LOADED:
+        return _LOADED[key]
+    loaded = _read_program(path)
+    if key is not None:
+        _LOADED.clear()
+        _LOADED[key] = loaded
+    return loaded
+
+
+def _read_program(path: Path):
     ct = _ct()
     from coremltools.converters.mil.frontend.milproto.load import load
 
