@@ -8,6 +8,7 @@ so a child would report its parent's peak when that is higher."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def measure(setup: str, body: str, repeat: int = 3) -> Sample:
     code = _CHILD.format(root=str(ROOT), setup=textwrap.dedent(setup), body=textwrap.dedent(body))
     runs = []
     for _ in range(repeat):
+        os.sync()  # start from clean page cache write-back: an earlier run's dirty pages would throttle this one
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
         if done.returncode != 0:
             raise RuntimeError(f"benchmark child failed:\n{done.stderr[-2000:]}")
