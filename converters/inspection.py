@@ -27,29 +27,62 @@ def _tensors(layer: RecurrentLayer) -> list[tuple[str, str, list[str]]]:
     return [(role, name, shapes[role]) for role, name in roles if name]
 
 
+COMPACT_ABOVE = 8  # layers: above this, inspect groups identical layer kinds and lists one line per layer
+
+
+def _attributes(layer: RecurrentLayer) -> str:
+    itf = layer.interface
+    attrs = [f"I={layer.input_size}", f"H={layer.hidden_size}"]
+    if layer.cell.value == "gru":
+        attrs.append(f"linear_before_reset={int(layer.linear_before_reset)}")
+    attrs.append(f"clip={layer.clip:g}" if layer.clip is not None else "no clip")
+    attrs.append(f"layout={itf.layout}")
+    attrs.append(itf.dtype)
+    return f"{layer.cell.value.upper()} {layer.direction.value}, {', '.join(attrs)}"
+
+
 def describe_text(model: Model) -> str:
     count = len(model.layers)
     opset = f", opset {model.meta['opset']}" if "opset" in model.meta else ""
     lines = [f"{model.path} ({model.format}{opset}): {count} recurrent layer{'s' if count != 1 else ''}"]
-    for layer in model.layers:
-        itf = layer.interface
-        attrs = [f"I={layer.input_size}", f"H={layer.hidden_size}"]
-        if layer.cell.value == "gru":
-            attrs.append(f"linear_before_reset={int(layer.linear_before_reset)}")
-        attrs.append(f"clip={layer.clip:g}" if layer.clip is not None else "no clip")
-        attrs.append(f"layout={itf.layout}")
-        attrs.append(itf.dtype)
-        lines.append(f"{layer.name}: {layer.cell.value.upper()} {layer.direction.value}, {', '.join(attrs)}")
-        lines.append(f"  activations: {layer.activation_summary()}")
-        for role, name, shape in _tensors(layer):
-            dtype = "int32" if role == "sequence_lens" else itf.dtype
-            lines.append(f"  {role:<13} {name} [{', '.join(shape)}] {dtype}")
-        lines.append(f"  parameters: {layer.parameter_count():,}" + ("" if layer.has_bias else " (no bias)"))
-        for note in model.notes_for(layer):
-            lines.append(f"  note: {note.detail}" + (f" [warning: {note.warning}]" if note.warning else ""))
+    if count > COMPACT_ABOVE:
+        lines += _compact(model)
+    else:
+        for layer in model.layers:
+            itf = layer.interface
+            lines.append(f"{layer.name}: {_attributes(layer)}")
+            lines.append(f"  activations: {layer.activation_summary()}")
+            for role, name, shape in _tensors(layer):
+                dtype = "int32" if role == "sequence_lens" else itf.dtype
+                lines.append(f"  {role:<13} {name} [{', '.join(shape)}] {dtype}")
+            lines.append(f"  parameters: {layer.parameter_count():,}" + ("" if layer.has_bias else " (no bias)"))
+            for note in model.notes_for(layer):
+                lines.append(f"  note: {note.detail}" + (f" [warning: {note.warning}]" if note.warning else ""))
     for name, reason in model.skipped:
         lines.append(f"skipped {name}: {reason}")
     return "\n".join(lines)
+
+
+def _compact(model: Model) -> list[str]:
+    """Many layers: identical kinds counted, one line per layer, identical notes counted."""
+    kinds: dict[str, int] = {}
+    notes: dict[str, int] = {}
+    for layer in model.layers:
+        key = f"{_attributes(layer)}; activations {layer.activation_summary()}"
+        kinds[key] = kinds.get(key, 0) + 1
+        for note in model.notes_for(layer):
+            text = note.detail + (f" [warning: {note.warning}]" if note.warning else "")
+            notes[text] = notes.get(text, 0) + 1
+    lines = [f"  {n} x {kind}" for kind, n in kinds.items()]
+    total = sum(layer.parameter_count() for layer in model.layers)
+    lines.append(f"parameters: {total:,} in all")
+    width = max(len(layer.name) for layer in model.layers)
+    for layer in model.layers:
+        tensors = "  ".join(f"{role} [{', '.join(shape)}]" for role, _, shape in _tensors(layer) if role in ("X", "Y"))
+        lines.append(f"  {layer.name:<{width}}  {layer.cell.value.upper()} {layer.direction.value:<13} I={layer.input_size:<5} H={layer.hidden_size:<5} {tensors}  {layer.parameter_count():,} parameters")
+    lines += [f"note ({n} layer{'s' if n > 1 else ''}): {text}" for text, n in notes.items()]
+    lines.append("(--json gives every layer's tensor names and notes)")
+    return lines
 
 
 def describe_json(model: Model) -> dict:

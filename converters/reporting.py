@@ -48,6 +48,15 @@ class LayerReport:
 
 
 @dataclass
+class GroupedFinding:
+    """One finding as it occurs in several layers (``variants`` > 1: several details, one feature)."""
+
+    finding: Finding
+    layers: list[str]
+    variants: int = 1
+
+
+@dataclass
 class Report:
     source: str
     format: str
@@ -68,13 +77,43 @@ class Report:
     def render(self, fmt: str = "text") -> str:
         return {"text": self.to_text, "json": lambda: json.dumps(self.to_json(), indent=2), "markdown": self.to_markdown, "html": self.to_html}[fmt]()
 
-    def _groups(self) -> list[tuple[list[str], LayerReport]]:
-        """Layers whose findings are identical for every target, grouped (big models stay readable)."""
-        groups: dict[str, tuple[list[str], LayerReport]] = {}
+    def summary(self, target: str, *, everything: bool = False) -> list["GroupedFinding"]:
+        """``target``'s findings over every layer, identical ones grouped with their layers, worst
+        first; a feature whose detail differs in more than 3 ways (e.g. per-layer tensor names) is
+        one line. Without ``everything``: only what is not exact, and warnings."""
+        groups: dict[str, GroupedFinding] = {}
         for lay in self.layers:
-            key = json.dumps({t: r.to_json() for t, r in lay.targets.items()}, sort_keys=True) + _describe(lay.layer)
-            groups.setdefault(key, ([], lay))[0].append(lay.layer.name)
-        return list(groups.values())
+            for f in lay.targets[target].findings:
+                if everything or f.status is not Status.EXACT or f.warning:
+                    key = json.dumps(f.to_json(), sort_keys=True)
+                    groups.setdefault(key, GroupedFinding(f, [])).layers.append(lay.layer.name)
+        by_feature: dict[tuple, list[GroupedFinding]] = {}
+        for g in groups.values():
+            by_feature.setdefault((g.finding.status.rank, g.finding.feature), []).append(g)
+        out = []
+        for (_, _), items in sorted(by_feature.items(), key=lambda kv: kv[0][0]):
+            if len(items) > 3:
+                layers = [name for g in items for name in g.layers]
+                out.append(GroupedFinding(items[0].finding, layers, len(items)))
+            else:
+                out += items
+        return out
+
+    def status_counts(self, target: str) -> str:
+        counts: dict[Status, int] = {}
+        for lay in self.layers:
+            counts[lay.targets[target].status] = counts.get(lay.targets[target].status, 0) + 1
+        return ", ".join(f"{n} {status.value}" for status, n in sorted(counts.items(), key=lambda kv: kv[0].rank))
+
+    def _where(self, group: "GroupedFinding") -> str:
+        """Which layers a grouped finding is about ('' for a one-layer report)."""
+        total = len(self.layers)
+        if total == 1:
+            return ""
+        if len(group.layers) == total:
+            return f"all {total} layers"
+        shown = ", ".join(group.layers[:3]) + (f" and {len(group.layers) - 3} more" if len(group.layers) > 3 else "")
+        return f"{len(group.layers)} layer{'s' if len(group.layers) > 1 else ''}: {shown}"
 
     def to_text(self) -> str:
         targets = self.targets()
@@ -83,14 +122,14 @@ class Report:
         lines.append("  " + "layer".ljust(width) + "  " + "  ".join(t.ljust(11) for t in targets))
         for lay in self.layers:
             lines.append("  " + _layer_label(lay).ljust(width) + "  " + "  ".join(lay.targets[t].status.value.ljust(11) for t in targets))
-        for names, lay in self._groups():
-            head = names[0] if len(names) == 1 else f"{len(names)} layers like {names[0]}"
-            for target in targets:
-                tr = lay.targets[target]
-                lines.append(f"{head} -> {target}: {tr.status.value}")
-                for f in tr.findings:
-                    if f.status is not Status.EXACT or f.warning:
-                        lines.append(f"  {f.status.value:<11} {f.feature}: {f.detail}" + (f" [warning: {f.warning}]" if f.warning else "") + (f" -> {f.alternative}" if f.alternative else ""))
+        for target in targets:
+            lines.append(f"{target}: {self.status_counts(target)}")
+            for g in self.summary(target):
+                f, where = g.finding, self._where(g)
+                detail = f"{g.variants} variants, e.g. {f.detail}" if g.variants > 1 else f.detail
+                lines.append(
+                    f"  {f.status.value:<11} {f.feature}: {detail}" + (f" [warning: {f.warning}]" if f.warning else "") + (f" -> {f.alternative}" if f.alternative else "") + (f" ({where})" if where else "")
+                )
         for name, reason in self.skipped:
             lines.append(f"skipped {name}: {reason}")
         return "\n".join(lines)
@@ -102,18 +141,15 @@ class Report:
         out.append("|---|" + "---|" * len(targets))
         for lay in self.layers:
             out.append(f"| `{lay.layer.name}` ({_describe(lay.layer)}) | " + " | ".join(lay.targets[t].status.value for t in targets) + " |")
-        for names, lay in self._groups():
-            title = f"`{names[0]}`" if len(names) == 1 else f"{len(names)} layers like `{names[0]}`"
-            out += ["", f"## {title}", ""]
-            for target in targets:
-                tr = lay.targets[target]
-                out += [f"### {target}: {tr.status.value}", "", "| feature | status | detail |", "|---|---|---|"]
-                for f in tr.findings:
-                    detail = f.detail + (f" **Warning:** {f.warning}." if f.warning else "") + (f" Instead: {f.alternative}." if f.alternative else "")
-                    out.append(f"| {f.feature} | {f.status.value} | {detail.replace('|', '/')} |")
-                out.append("")
+        many = len(self.layers) > 1
+        for target in targets:
+            out += ["", f"## {target}: {self.status_counts(target)}", "", "| feature | status | detail |" + (" layers |" if many else ""), "|---|---|---|" + ("---|" if many else "")]
+            for g in self.summary(target, everything=True):
+                f = g.finding
+                detail = (f"{g.variants} variants, e.g. " if g.variants > 1 else "") + f.detail + (f" **Warning:** {f.warning}." if f.warning else "") + (f" Instead: {f.alternative}." if f.alternative else "")
+                out.append(f"| {f.feature} | {f.status.value} | {detail.replace('|', '/')} |" + (f" {self._where(g)} |" if many else ""))
         if self.skipped:
-            out += ["## Skipped", ""] + [f"- `{n}`: {r}" for n, r in self.skipped]
+            out += ["", "## Skipped", ""] + [f"- `{n}`: {r}" for n, r in self.skipped]
         return "\n".join(out).rstrip() + "\n"
 
     def to_html(self) -> str:
@@ -139,10 +175,12 @@ class Report:
             ".lossy{background:#fbd0a8}.unsupported{background:#f6b0b0}li{background:none}"
         )
         head = "".join(f"<th>{esc(t)}</th>" for t in targets)
+        legend = " ".join(f"<span class='{status.value}'>&nbsp;{status.value}&nbsp;</span>" for status in sorted(Status, key=lambda st: st.rank, reverse=True))
         return (
             f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>gatepack report</title><style>{style}</style></head><body>"
             f"<h1>gatepack report</h1><p>{esc(self.source)} ({esc(self.format)}): {len(self.layers)} recurrent layer(s)</p>"
-            f"<table id='matrix'><tr><th>layer</th>{head}</tr>{''.join(rows)}</table></body></html>\n"
+            f"<table id='matrix'><tr><th>layer</th>{head}</tr>{''.join(rows)}</table>"
+            f"<p id='legend'>{legend} &mdash; a cell shows the worst status of its findings; open it for every finding.</p></body></html>\n"
         )
 
 

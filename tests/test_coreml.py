@@ -16,16 +16,6 @@ from helpers import REALMODELS, Config, assert_matches_onnxruntime, assert_round
 MATRIX = matrix()
 
 
-@pytest.fixture(autouse=True)
-def _forget_coremltools_tensor_types():
-    """coremltools memoises one class per tensor type, and symbolic shapes make new types at every
-    conversion: without this the heap, and the gc.collect inside every ct.convert, grow test after test."""
-    yield
-    from coremltools.converters.mil.mil.types import type_tensor
-
-    for cell in type_tensor.tensor.__closure__ or ():
-        if isinstance(cell.cell_contents, dict):
-            cell.cell_contents.clear()
 TOLERANCE = {"float32": (1e-5, 1e-4), "float64": (1e-5, 1e-4), "float16": (1e-5, 1e-4)}  # fp16 weights are computed in fp32
 
 

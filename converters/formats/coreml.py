@@ -117,7 +117,8 @@ def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_dep
     ct = _ct()
     path = Path(path)
     _target_rank(minimum_deployment_target)
-    program, described = build(model, strategy=strategy, target=minimum_deployment_target)
+    with _quiet():  # coremltools prints notes while building constants
+        program, described = build(model, strategy=strategy, target=minimum_deployment_target)
     try:
         with _quiet():
             mlmodel = ct.convert(
@@ -185,7 +186,9 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
                 if name:
                     names[name] = safe_name(name)
                     outputs.append(mb.identity(x=value, name=names[name]))
-            described.append({"name": layer.name, "strategy": chosen, "target": target, **describe(layer)})
+            description = describe(layer)
+            description["interface"]["dtype"] = "float32"  # the package's interface and weights, whatever the source's
+            described.append({"name": layer.name, "strategy": chosen, "target": target, **description})
         function.set_outputs(outputs)
     if len(set(names.values())) != len(names):
         raise UsageError(f"{model.path}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})")

@@ -108,6 +108,11 @@ def write(model: Model, path: str | Path, *, strategy: str = "auto", compress_to
         ov.save_model(ov_model, str(tmp), compress_to_fp16=compress_to_fp16)
 
 
+def compute_dtype(layer: RecurrentLayer) -> str:
+    """What the CPU plugin computes the layer in: float64 IRs run in float32."""
+    return "float32" if layer.interface.dtype == "float64" else layer.interface.dtype
+
+
 def is_whole_model(model: Model) -> bool:
     """An ONNX model with operators other than its recurrent nodes: written as one IR of everything."""
     return model.format == "onnx" and bool(model.meta.get("other_ops")) and model.path is not None

@@ -1,0 +1,170 @@
+"""The report as a product: it agrees with what `convert` does on the generated matrix × every
+target; every pair of formats converts and verifies; JSON against its schema; Markdown against a
+reviewed file; the HTML page rendered by a real headless browser; many-layer models stay readable."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+import converters as gp
+from cli import main
+from converters.findings import Status
+from helpers import FIXTURES, REALMODELS, Config, build_model, matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
+TARGETS = ["onnx", "openvino", "directml", "coreml", "bnns"]
+ARTIFACT = {"onnx": "m.onnx", "openvino": "m.xml", "coreml": "m.mlpackage", "directml": "dml", "bnns": "bnns"}
+MATRIX = matrix()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
+def test_report_agrees_with_convert(cfg: Config, target: str, tmp_path):
+    """What the report calls convertible converts and verifies (against onnxruntime) with the same
+    findings; what it calls unsupported is refused with the same reason, and nothing is written."""
+    src, out = tmp_path / "source.onnx", tmp_path / ARTIFACT[target]
+    onnx.save(build_model(cfg), src)
+    verdict = gp.report(src, targets=[target]).layers[0].targets[target]
+    if verdict.status is Status.UNSUPPORTED:
+        first = next(f for f in verdict.findings if f.status is Status.UNSUPPORTED)
+        assert all(f.alternative for f in verdict.findings if f.status is Status.UNSUPPORTED)  # what to do instead
+        with pytest.raises(gp.RefusedError) as refused:
+            gp.convert(src, out, to=target, allow_lossy=True)
+        assert f"unsupported: {first.feature}: {first.detail}" in str(refused.value)
+        assert not out.exists()
+        return
+    if verdict.status is Status.LOSSY:
+        with pytest.raises(gp.RefusedError, match="lossy"):
+            gp.convert(src, out, to=target)
+        assert not out.exists()
+    result = gp.convert(src, out, to=target, allow_lossy=True)
+    assert result.verification.passed, result.verification.to_text()
+    assert [f.to_json() for f in result.findings["rec"]] == [f.to_json() for f in verdict.findings]
+
+
+LAYERS = {
+    "gru_lbr0_h0": Config(lbr=0, initial_h=True, seed=11),
+    "gru_lbr1_bidirectional": Config(lbr=1, direction="bidirectional", seed=12),
+    "rnn_reverse_h0": Config(cell="RNN", direction="reverse", initial_h=True, seed=13),
+    "gru_batch_major": Config(lbr=1, layout=1, initial_h=True, seed=14),
+    "gru_sequence_lens": Config(lbr=1, seq_lens="mixed", seed=15),
+}
+
+
+def _holds(target: str, name: str) -> bool:
+    return not (target == "bnns" and name == "gru_sequence_lens")  # BNNS has no sequence lengths
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_every_pair_of_formats_converts_and_verifies(name, tmp_path):
+    """ONNX -> A, then A -> B for all 5 x 5 pairs, each verified on both sides' own runtimes or
+    format-semantics executors; pairs that cannot hold the layer are refused, never written."""
+    src = tmp_path / "src.onnx"
+    onnx.save(build_model(LAYERS[name]), src)
+    firsts = {}
+    for a in TARGETS:
+        if _holds(a, name):
+            firsts[a] = tmp_path / f"first_{a}" / ARTIFACT[a]
+            firsts[a].parent.mkdir()
+            assert gp.convert(src, firsts[a], to=a).verification.passed
+    for a, path in firsts.items():
+        for b in TARGETS:
+            out = tmp_path / f"{a}_to_{b}" / ARTIFACT[b]
+            out.parent.mkdir()
+            if not _holds(b, name):
+                with pytest.raises(gp.RefusedError, match="sequence_lens"):
+                    gp.convert(path, out, to=b)
+                assert not out.exists()
+                continue
+            result = gp.convert(path, out, to=b)
+            assert result.verification.passed, f"{a} -> {b}: {result.verification.to_text()}"
+            assert {o.output for o in result.verification.outputs} >= {"Y", "Y_h"}
+
+
+@pytest.mark.parametrize("model", ["gru_clip.onnx", "gru_seqlens.onnx", "rnn_activations.onnx", "realmodels/ulunas_stream_simple.onnx", "realmodels/dfn3_enc.onnx"])
+def test_json_report_validates_against_its_schema(model):
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    report = json.loads(CliRunner().invoke(main, ["report", str(FIXTURES / model), "--format", "json"]).output)
+    jsonschema.Draft202012Validator(SCHEMA).validate(report)
+    assert {t for lay in report["layers"] for t in lay["targets"]} == set(TARGETS)
+
+
+@pytest.mark.parametrize("fixture", ["gru_clip", "gru_lbr1_bidirectional"])
+def test_markdown_report_equals_the_reviewed_file(fixture):
+    """tests/expected/*.report.md were read line by line against CONVENTIONS.md when written; a
+    change to any finding shows up here as a diff to review."""
+    text = gp.report(FIXTURES / f"{fixture}.onnx").render("markdown").replace(str(ROOT) + "/", "")
+    assert text == (ROOT / "tests" / "expected" / f"{fixture}.report.md").read_text()
+
+
+def test_many_layers_stay_readable():
+    runner = CliRunner()
+    report = runner.invoke(main, ["report", str(REALMODELS / "ulunas_stream_simple.onnx")]).output.splitlines()
+    assert len(report) < 80  # 28 layers x 5 targets: identical findings grouped
+    assert any("(all 28 layers)" in line for line in report) and any("14 layers: " in line for line in report)
+    assert any("names: 28 variants" in line for line in report)
+    inspect = runner.invoke(main, ["inspect", str(REALMODELS / "ulunas_stream_simple.onnx")]).output.splitlines()
+    assert len(inspect) < 50 and any(line.startswith("  10 x GRU bidirectional") for line in inspect)
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def test_html_report_renders_its_matrix_in_a_browser(tmp_path):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium here: .ci/run installs Debian's chromium when it can; without it this screenshot test cannot run")
+    from PIL import Image
+
+    page = tmp_path / "report.html"
+    assert CliRunner().invoke(main, ["report", str(FIXTURES / "gru_clip.onnx"), "--format", "html", "-o", str(page)]).exit_code == 0
+    shot = tmp_path / "shot.png"
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,400", f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert shot.is_file(), done.stderr[-1000:]
+    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
+
+    def area(hex_colour: str) -> int:
+        rgb = [int(hex_colour[i : i + 2], 16) for i in (0, 2, 4)]
+        return int(np.all(pixels == rgb, axis=1).sum())
+
+    # gru_clip: onnx exact (green), openvino folded, directml and bnns unsupported (red), coreml decomposed
+    assert area("d4f7d4") > 1000 and area("f6b0b0") > 2 * 1000 and area("fbe7b5") > 1000 and area("f0f3c8") > 1000
+    dark = int((pixels.sum(axis=1) < 200).sum())
+    assert dark > 2000  # the text (title, layer, statuses) was drawn
+
+
+def test_verify_compares_any_two_artifacts_of_a_layer(tmp_path):
+    """`gatepack verify A B` for every pair of formats holding the same layer: A's random inputs
+    mapped into B's convention, both run on their own runtimes; JSON per output; exit 5 when a
+    different layer is given."""
+    cfg = LAYERS["gru_lbr1_bidirectional"]
+    onnx.save(build_model(cfg), tmp_path / "src.onnx")
+    artifacts = {}
+    for fmt in TARGETS:
+        artifacts[fmt] = tmp_path / fmt / ARTIFACT[fmt]
+        artifacts[fmt].parent.mkdir()
+        gp.convert(tmp_path / "src.onnx", artifacts[fmt], to=fmt, verify=False)
+    runner = CliRunner()
+    for a in TARGETS:
+        for b in TARGETS:
+            done = runner.invoke(main, ["verify", str(artifacts[a]), str(artifacts[b]), "--json"])
+            assert done.exit_code == 0, f"{a} vs {b}: {done.output}"
+            result = json.loads(done.stdout)
+            assert result["passed"] and {o["output"] for o in result["outputs"]} == {"Y", "Y_h"}
+            assert all({"max_abs_error", "max_rel_error", "atol", "rtol"} <= set(o) for o in result["outputs"])
+    from dataclasses import replace
+
+    onnx.save(build_model(replace(cfg, seed=99)), tmp_path / "other.onnx")  # same shapes, other weights
+    differs = runner.invoke(main, ["verify", str(tmp_path / "other.onnx"), str(artifacts["bnns"]), "--json"])
+    assert differs.exit_code == 5 and not json.loads(differs.stdout)["passed"]
