@@ -92,7 +92,7 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 @click.option("--opset", type=click.Choice(["7", "14"]), default=None, help="ONNX opset to write (default 14).")
 @click.option("--onnx-layout", type=click.Choice(["transpose", "attribute"]), default=None, help="How ONNX expresses a batch-major layer (default: transpose, which every runtime runs).")
 @click.option("--external-data/--no-external-data", default=None, help="ONNX: weights in NAME.onnx.data beside the model (default: as the source stores them, and always above 1 GiB).")
-@click.option("--compress-to-fp16", is_flag=True, default=None, help="OpenVINO: store weights as fp16 (lossy; the default keeps fp32).")
+@click.option("--compress-to-fp16", is_flag=True, default=None, help="OpenVINO: store weights as fp16; Core ML: fp16 weights and arithmetic, iOS17+ (lossy; the default keeps fp32).")
 @click.option("--emit-cpp", is_flag=True, default=None, help="DirectML: also write desc.cpp, C++ that fills the operator descs.")
 @click.option("--seq-length", type=click.IntRange(min=1), default=None, help="DirectML: sequence length for a symbolic S (its tensors are static; default 7).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="DirectML: batch size for a symbolic N (default 3).")

@@ -42,7 +42,7 @@ FORMATS: dict[str, FormatInfo] = {
         FormatInfo("onnx", "ONNX", "NAME.onnx (+ NAME.onnx.data with external data)", "onnxruntime (CPU)", True, ("opset", "layout_encoding", "external_data"), companions=(".onnx.data",)),
         FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", True, ("strategy", "compress_to_fp16"), companions=(".bin",)),
         FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", True, ("emit_cpp", "seq_length", "batch_size"), is_directory=True),
-        FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", True, ("strategy", "minimum_deployment_target"), is_directory=True),
+        FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", True, ("strategy", "minimum_deployment_target", "compress_to_fp16"), is_directory=True),
         FormatInfo("bnns", "BNNSGraph bundle", "directory with bnns.json", "none here (NumPy executor of BNNS semantics)", True, is_directory=True),
     )
 }

@@ -180,8 +180,28 @@ class Report:
             f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>gatepack report</title><style>{style}</style></head><body>"
             f"<h1>gatepack report</h1><p>{esc(self.source)} ({esc(self.format)}): {len(self.layers)} recurrent layer(s)</p>"
             f"<table id='matrix'><tr><th>layer</th>{head}</tr>{''.join(rows)}</table>"
-            f"<p id='legend'>{legend} &mdash; a cell shows the worst status of its findings; open it for every finding.</p></body></html>\n"
+            f"<p id='legend'>{legend} &mdash; a cell shows the worst status of its findings; open it for every finding.</p>"
+            f"<h2>Per target</h2><div id='summary'>{self._html_summary()}</div></body></html>\n"
         )
+
+    def _html_summary(self) -> str:
+        """Each target's findings over all layers, grouped (what is not exact, and warnings)."""
+        esc = html.escape
+        parts = []
+        for target in self.targets():
+            items = []
+            for g in self.summary(target):
+                f, where = g.finding, self._where(g)
+                detail = (f"{g.variants} variants, e.g. " if g.variants > 1 else "") + f.detail
+                items.append(
+                    f"<li><span class='{f.status.value}'>&nbsp;{f.status.value}&nbsp;</span> <b>{esc(f.feature)}</b>: {esc(detail)}"
+                    + (f" <em>warning: {esc(f.warning)}</em>" if f.warning else "")
+                    + (f" <em>instead: {esc(f.alternative)}</em>" if f.alternative else "")
+                    + (f" <small>({esc(where)})</small>" if where else "")
+                    + "</li>"
+                )
+            parts.append(f"<h3>{esc(target)}: {esc(self.status_counts(target))}</h3><ul>{''.join(items) or '<li>every feature exact</li>'}</ul>")
+        return "".join(parts)
 
 
 def _describe(layer: RecurrentLayer) -> str:

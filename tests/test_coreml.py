@@ -218,3 +218,37 @@ def test_bad_packages(tmp_path):
     path = _save_program(lambda mb, x, h0: mb.gru(x=x, initial_h=h0, weight_ih=np.zeros((12, 3), np.float32), weight_hh=np.zeros((12, 4), np.float32), bias=np.zeros(9, np.float32), output_sequence=True), [(5, 1, 3), (1, 4)], tmp_path)
     result = runner.invoke(main, ["inspect", str(path)])
     assert result.exit_code == 3 and "bias has shape [9], expected [12]" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+
+
+FP16 = MATRIX[::6]  # 60 configurations, each package converted twice by coremltools' passes
+
+
+@pytest.mark.parametrize("cfg", FP16, ids=[c.label() for c in FP16])
+def test_fp16_packages(cfg: Config, tmp_path):
+    """--compress-to-fp16: coremltools' fp16 cast pass over gatepack's program; every weight
+    constant is fp16 in the saved package, the interface stays fp32, and the program run from disk
+    agrees with onnxruntime within fp16 tolerance."""
+    src, out = tmp_path / "m.onnx", tmp_path / "m.mlpackage"
+    onnx.save(build_model(cfg), src)
+    result = gp.convert(src, out, to="coreml", compress_to_fp16=True, minimum_deployment_target="iOS17", allow_lossy=True, verify=False)
+    assert any(f.feature == "dtype" and f.status.value == "lossy" for f in result.findings["rec"])
+    program = ct_program(out)
+    weights = [op.outputs[0].val for op in program.operations if op.op_type == "const" and np.asarray(op.outputs[0].val).ndim == 2]
+    assert weights and all(np.asarray(w).dtype == np.float16 for w in weights)
+    from coremltools.converters.mil.mil import types
+
+    assert {types.builtin_to_string(v.dtype) for v in program.inputs.values()} <= {"fp32", "int32"}  # the interface stays fp32
+    feed0 = inputs(cfg)
+    outputs = gp.run(out, to_layout(cfg, feed0), engine="numpy")
+    assert all(v.dtype == np.float32 for v in outputs.values())
+    assert_matches_onnxruntime(cfg, feed0, outputs, 1e-2, 1e-2)
+    back = gp.load(out).layers[0]
+    source = gp.load(src).layers[0]
+    np.testing.assert_array_equal(back.directions[0].W, source.directions[0].W.astype(np.float16).astype(np.float32))
+
+
+def test_fp16_needs_ios17(tmp_path):
+    onnx.save(build_model(Config()), tmp_path / "m.onnx")
+    with pytest.raises(gp.RefusedError, match="fp16 packages need iOS17"):
+        gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml", compress_to_fp16=True, minimum_deployment_target="iOS16")
+    assert not (tmp_path / "m.mlpackage").exists()

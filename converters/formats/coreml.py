@@ -112,13 +112,22 @@ def safe_name(name: str) -> str:
     return text if re.match(r"[A-Za-z_]", text) else "_" + text
 
 
-def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET) -> None:
-    """Write ``model``'s layers as one ML Program package at ``path`` (NAME.mlpackage), fp32."""
+FP16_PASSES = ["common::add_fp16_cast", "common::const_elimination", "common::cast_optimization", "common::dead_code_elimination"]
+FP16_TARGET = "iOS17"  # the gru/rnn ops take fp16 from iOS17 (CONVENTIONS.md section 5)
+
+
+def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET, compress_to_fp16: bool = False) -> None:
+    """Write ``model``'s layers as one ML Program package at ``path`` (NAME.mlpackage): fp32, or
+    with ``compress_to_fp16`` fp16 weights and fp16 arithmetic behind an fp32 interface (coremltools'
+    own fp16 cast pass, nothing else)."""
     ct = _ct()
     path = Path(path)
     _target_rank(minimum_deployment_target)
+    if compress_to_fp16 and _target_rank(minimum_deployment_target) < TARGETS.index(FP16_TARGET):
+        raise UsageError(f"fp16 packages need --minimum-deployment-target {FP16_TARGET} or later (the target is {minimum_deployment_target})")
     with _quiet():  # coremltools prints notes while building constants
         program, described = build(model, strategy=strategy, target=minimum_deployment_target)
+    described["precision"] = "fp16" if compress_to_fp16 else "fp32"
     try:
         with _quiet():
             mlmodel = ct.convert(
@@ -126,8 +135,9 @@ def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_dep
                 source="milinternal",
                 convert_to="mlprogram",
                 minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
-                compute_precision=ct.precision.FLOAT32,
-                pass_pipeline=ct.PassPipeline.EMPTY,  # the program as written: no fusion, no fp16 cast
+                compute_precision=ct.precision.FLOAT16 if compress_to_fp16 else ct.precision.FLOAT32,
+                # the program as written: no fusion, and no fp16 cast unless asked for
+                pass_pipeline=ct.PassPipeline(pass_names=FP16_PASSES) if compress_to_fp16 else ct.PassPipeline.EMPTY,
             )
     except Exception as err:  # coremltools raises ValueError/AssertionError with long messages
         raise RuntimeFailure(f"{path}: coremltools cannot convert the program: {' '.join(str(err).split())[:240]}") from None
@@ -446,13 +456,19 @@ def read(path: str | Path, **_options) -> Model:
             notes[layer.name] = found
         if not layers:
             raise NoRecurrentLayerError(f"{path}: its gatepack metadata lists no layer")
-        return Model(path, FORMAT, layers, notes, meta={"gatepack": True, "names": meta.get("names", {})})
+        precision = meta.get("precision", "fp32")
+        if precision == "fp16":
+            for found in notes.values():
+                found.append(Finding("dtype", Status.LOSSY, "an fp16 package: weights stored and arithmetic done in fp16 (read back widened to float32)"))
+        return Model(path, FORMAT, layers, notes, meta={"gatepack": True, "names": meta.get("names", {}), "precision": precision})
     layers, notes = [], {}
     for op in ops:
         if op.op_type in ("gru", "rnn"):
             cell = Cell.GRU if op.op_type == "gru" else Cell.RNN
             got, found = _op_weights(op, cell, path, op.name)
-            params = DirectionParams(W=got["W"], R=got["R"], Wb=got["Wb"], Rb=got["Rb"], activations=got["activations"][: cell.activation_count])
+            if got["W"].dtype == np.float16:
+                found.append(Finding("dtype", Status.LOSSY, "fp16 weights (read back widened to float32)"))
+            params = DirectionParams(*(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")), activations=got["activations"][: cell.activation_count])
             x_shape = op.inputs["x"].shape
             itf = Interface(x=op.inputs["x"].name, y=op.outputs[0].name, y_h=op.outputs[1].name, initial_h=op.inputs["initial_h"].name, layout=0,
                             seq_length=x_shape[0] if isinstance(x_shape[0], int) else None, batch_size=x_shape[1] if isinstance(x_shape[1], int) else None, dtype="float32")
@@ -469,6 +485,14 @@ def read(path: str | Path, **_options) -> Model:
     return Model(path, FORMAT, layers, notes)
 
 
+def _named(found: dict, name: str):
+    """``found[name]``, or what coremltools' fp16 cast pass renamed it to."""
+    for candidate in (name, f"{name}_cast_fp16", f"{name}_to_fp16"):
+        if candidate in found:
+            return found[candidate]
+    return None
+
+
 def _read_described(path: Path, entry: dict, ops_by_name: dict, vars_by_name: dict) -> tuple[RecurrentLayer, list[Finding]]:
     """A layer gatepack wrote: semantics from the metadata, weights from the program's named constants."""
     info = parse(path, entry)
@@ -477,20 +501,20 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict, vars_by_name: di
     directions = []
     for k, acts in enumerate(info.activations):
         if info.strategy == "native":
-            op = ops_by_name.get(f"{prefix}_{info.cell.value}_{k}")
+            op = _named(ops_by_name, f"{prefix}_{info.cell.value}_{k}")
             if op is None:
                 raise InputError(f"{path}: layer {info.name!r}: the metadata says native but the program has no op {prefix}_{info.cell.value}_{k}")
             got, folded = _op_weights(op, info.cell, path, info.name)
             found += folded if k == 0 else []
             if [a.name for a in got["activations"]] != [a.name for a in acts] or got["lbr"] != info.linear_before_reset:
                 raise InputError(f"{path}: layer {info.name!r}: its metadata contradicts op {op.name!r} (activations or reset_after)")
-            directions.append(DirectionParams(got["W"], got["R"], got["Wb"], got["Rb"], acts))
+            directions.append(DirectionParams(*(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")), acts))
         else:
             def const(label: str) -> np.ndarray:
-                var = vars_by_name.get(f"{prefix}_{label}{k}")
+                var = _named(vars_by_name, f"{prefix}_{label}{k}")
                 if var is None or var.val is None:
                     raise InputError(f"{path}: layer {info.name!r}: the program has no constant {prefix}_{label}{k} that its metadata describes")
-                return np.asarray(var.val)
+                return np.asarray(var.val, np.float32)  # fp16 packages: the fp16 values, widened exactly
 
             directions.append(DirectionParams(const("W").T, const("R").T, const("Wb"), const("Rb"), acts))
     return build_layer(path, info, directions, {FORMAT: (path, info.name, info.strategy)}), found
@@ -543,6 +567,7 @@ def _recurrent(cell: Cell):
         names = [recurrent_activation, activation] if cell is Cell.GRU else [activation]
         acts = tuple(activation_of(str(n), "MIL executor: ") for n in names)
         seq, y_h = recurrence(cell, x, initial_h, weight_ih, weight_hh, bias, input_bias, reverse=str(direction) == "reverse", activations=acts, reset_after=bool(reset_after))
+        seq, y_h = seq.astype(x.dtype, copy=False), y_h.astype(x.dtype, copy=False)  # fp16 programs: fp16 results (computed in fp32)
         return (seq if output_sequence else seq[-1:]), y_h
 
     return run
@@ -668,6 +693,18 @@ def _original(names: dict, sanitised: str) -> str:
     return next((k for k, v in names.items() if v == sanitised), sanitised)
 
 
+def compute_dtype(layer: RecurrentLayer) -> str:
+    """The precision a package read from disk computes ``layer`` in (fp16 packages: float16)."""
+    found = layer.extras.get(FORMAT)
+    if found is None:
+        return layer.interface.dtype
+    function, meta = _load_program(found[0])
+    if meta is not None:
+        return "float16" if meta.get("precision") == "fp16" else "float32"
+    op = next(op for op in _ops(function) if op.name == found[1])
+    return "float16" if np.asarray(op.inputs["weight_ih"].val).dtype == np.float16 else "float32"
+
+
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     raise RuntimeFailure(f"{path}: Core ML runs only on Apple platforms; use --engine numpy (gatepack's MIL executor)")
 
@@ -699,7 +736,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 # ---------------------------------------------------------------------------------------- findings
 
 
-def check(layer: RecurrentLayer, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET) -> list[Finding]:
+def check(layer: RecurrentLayer, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET, compress_to_fp16: bool = False) -> list[Finding]:
     """Findings for writing ``layer`` as a Core ML ML Program with ``strategy``."""
     target = minimum_deployment_target
     chosen, blockers = choose_strategy(layer, strategy, target)
@@ -744,7 +781,11 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", minimum_deployment_t
     else:
         found.append(Finding("initial_h", Status.EXACT, "zeros built inside the program (the op requires an initial state)" if chosen == "native" else "zeros"))
     found.append(Finding("layout", Status.REPACKED if itf.layout else Status.EXACT, f"layout {itf.layout}" + (" interface kept; transposes inside the program" if itf.layout else " (sequence-major, as MIL)")))
-    if layer.dtype == np.float64:
+    if compress_to_fp16 and _target_rank(target) < TARGETS.index(FP16_TARGET):
+        found.append(Finding("dtype", Status.UNSUPPORTED, f"fp16 packages need {FP16_TARGET} or later; the target is {target}", alternative=f"pass --minimum-deployment-target {FP16_TARGET}, or drop --compress-to-fp16"))
+    elif compress_to_fp16:
+        found.append(Finding("dtype", Status.LOSSY, "fp16 weights and fp16 arithmetic (coremltools' fp16 cast pass; the interface stays float32; results differ ~1e-3)", alternative="drop --compress-to-fp16 for an fp32 package, or pass --allow-lossy"))
+    elif layer.dtype == np.float64:
         found.append(Finding("dtype", Status.LOSSY, "float64 weights and inputs become float32 (Core ML has no double precision)", alternative="pass --allow-lossy to accept float32"))
     elif layer.dtype == np.float16:
         found.append(Finding("dtype", Status.REPACKED, "float16 weights stored as float32 (exact) and computed in float32; the interface takes float32"))
