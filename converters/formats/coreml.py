@@ -119,7 +119,7 @@ FP16_TARGET = "iOS17"  # the gru/rnn ops take fp16 from iOS17 (CONVENTIONS.md se
 def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET, compress_to_fp16: bool = False) -> None:
     """Write ``model``'s layers as one ML Program package at ``path`` (NAME.mlpackage): fp32, or
     with ``compress_to_fp16`` fp16 weights and fp16 arithmetic behind an fp32 interface (coremltools'
-    own fp16 cast pass, nothing else)."""
+    own fp16 cast pass, then only constant folding and cast/dead-code clean-up)."""
     ct = _ct()
     path = Path(path)
     _target_rank(minimum_deployment_target)
