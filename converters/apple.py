@@ -108,16 +108,16 @@ def activation_of(text: str, at: str) -> Activation:
     return APPLE_ACTIVATIONS[text]
 
 
-def feature_blockers(layer: RecurrentLayer, op: str) -> list[str]:
-    """What the native op ``op`` cannot express in ``layer``: activations other than Sigmoid/Tanh/
-    Relu, clip, sequence lengths (empty: it computes exactly what ONNX specifies)."""
-    reasons = []
+def feature_blockers(layer: RecurrentLayer, op: str) -> dict[str, str]:
+    """What the native op ``op`` cannot express in ``layer``, by feature (activations other than
+    Sigmoid/Tanh/Relu, clip, sequence lengths); empty: it computes exactly what ONNX specifies."""
+    reasons = {}
     if not {a.name for p in layer.directions for a in p.activations} <= set(NATIVE_ACTIVATIONS):
-        reasons.append(f"activations {layer.activation_summary()}: the {op} takes parameterless sigmoid/tanh/relu (gatepack maps no other kind onto Apple's fixed-parameter variants, whose results nothing here can confirm)")
+        reasons["activations"] = f"{layer.activation_summary()}: the {op} takes parameterless sigmoid/tanh/relu (gatepack maps no other kind onto Apple's fixed-parameter variants, whose results nothing here can confirm)"
     if layer.clip is not None:
-        reasons.append(f"clip {layer.clip:g}: the {op} has no clip")
+        reasons["clip"] = f"clip {layer.clip:g}: the {op} has no clip"
     if layer.interface.sequence_lens:
-        reasons.append(f"sequence_lens: the {op} has no sequence lengths")
+        reasons["sequence_lens"] = f"sequence_lens: the {op} has no sequence lengths"
     return reasons
 
 

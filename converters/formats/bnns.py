@@ -60,6 +60,7 @@ SWIFT_FILE = "model.swift"
 BUNDLE_FORMAT = "gatepack-bnns"
 VERSION = 1
 OP = "BNNSGraph.Builder"
+ALTERNATIVE = "convert to coreml (decomposed) or openvino, which can express it"
 # Swift's BNNSGraph.Builder.Activation cases and the MIL strings they stand for.
 SWIFT_ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "linear": "linear", "scaledTanh": "scaled_tanh", "hardSigmoid": "hard_sigmoid"}
 _SWIFT_OF_MIL = {mil: swift for swift, mil in SWIFT_ACTIVATIONS.items()}
@@ -70,8 +71,9 @@ _INTERFACE_KEYS = {"x", "y", "y_h", "initial_h", "layout", "seq_length", "batch_
 # ----------------------------------------------------------------------------------------- writing
 
 
-def blockers(layer: RecurrentLayer) -> list[str]:
-    """What BNNSGraph.Builder's gru/rnn cannot express in ``layer`` (empty: every feature maps)."""
+def blockers(layer: RecurrentLayer) -> dict[str, str]:
+    """What BNNSGraph.Builder's gru/rnn cannot express in ``layer``, by feature (empty: every
+    feature maps)."""
     return feature_blockers(layer, f"{OP} {layer.cell.value}")
 
 
@@ -118,7 +120,7 @@ def describe_bundle(model: Model) -> tuple[dict, dict[str, Callable[[], np.ndarr
     for i, layer in enumerate(model.layers):
         found = blockers(layer)
         if found:
-            raise RefusedError(f"{where(model.path, layer.name)}BNNS cannot express it: {'; '.join(found)}", hint="convert to coreml (decomposed) or openvino instead")
+            raise RefusedError(f"{where(model.path, layer.name)}BNNS cannot express it: {'; '.join(found.values())}", hint=ALTERNATIVE)
         calls, layer_arrays = _calls(layer, f"tensors/{i:03d}_{_slug(layer.name)}")
         arrays.update(layer_arrays)
         itf = layer.interface
@@ -278,13 +280,13 @@ class _Layer:
         return layer, found
 
 
-def _layers(path: Path) -> list[_Layer]:
-    document = _manifest(path)
-    layers = [_Layer(path, entry, i) for i, entry in enumerate(document["layers"])]
-    names = [lay.name for lay in layers]
+def _layers(path: Path, only: str | None = None) -> list[_Layer]:
+    """The bundle's layers, each checked against its .npy files (``only``: just that one)."""
+    entries = _manifest(path)["layers"]
+    names = [entry.get("name") if isinstance(entry, dict) else None for entry in entries]
     if len(set(names)) != len(names):
         raise InputError(f"{path / MANIFEST}: layer names repeat ({names})")
-    return layers
+    return [_Layer(path, entry, i) for i, entry in enumerate(entries) if only is None or names[i] == only]
 
 
 def read(path: str | Path, **_options) -> Model:
@@ -347,7 +349,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     if found is None:
         raise UsageError(f"layer {layer.name!r} was not read from a BNNS bundle")
     bundle, name = found
-    entry = next((e for e in _layers(bundle) if e.name == name), None)
+    entry = next(iter(_layers(bundle, only=name)), None)
     if entry is None:
         raise InputError(f"{bundle / MANIFEST}: no layer {name!r} any more")
     return _execute(entry, feed)
@@ -359,11 +361,9 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 def check(layer: RecurrentLayer, **_options) -> list[Finding]:
     """Findings for writing ``layer`` as BNNSGraph.Builder calls."""
     itf = layer.interface
-    alternative = "convert to coreml (decomposed) or openvino, which can express it"
     op = f"{OP} {layer.cell.value}"
     found: list[Finding] = []
-    kinds = {a.name for p in layer.directions for a in p.activations}
-    cell_ok = kinds <= set(NATIVE_ACTIVATIONS)
+    refused = blockers(layer)
     detail = f"{op}, rows permuted z,r,h -> r,n,z" if layer.cell is Cell.GRU else op
     found.append(Finding("cell", Status.EXACT, detail + "; the generated Swift cannot be compiled or run here (BNNSGraph.Builder needs iOS / macOS 26)", warning=runtime_doubts(layer)))
     if layer.direction is Direction.BIDIRECTIONAL:
@@ -380,15 +380,10 @@ def check(layer: RecurrentLayer, **_options) -> list[Finding]:
         found.append(Finding("bias", Status.FOLDED if summed else Status.EXACT, "bias = Wb + Rb" + ("; reads back as [Wb + Rb, 0]" if summed else " (Rb is zero: nothing is lost)")))
     if layer.cell is Cell.GRU:
         found.append(Finding("linear_before_reset", Status.EXACT, f"{int(layer.linear_before_reset)}: applyResetGateAfterMatMul {str(bool(layer.linear_before_reset)).lower()}" + ("" if layer.linear_before_reset else " (reset before the matmul, whatever Apple's page prints)")))
-    if cell_ok:
-        warning = "Apple's page calls relu 'Clamped ReLU' without saying where it clamps; gatepack assumes MIL's plain relu" if "Relu" in kinds else None
+    found += [Finding(feature, Status.UNSUPPORTED, reason, alternative=ALTERNATIVE + (", or pad and drop sequence_lens" if feature == "sequence_lens" else "")) for feature, reason in refused.items()]
+    if "activations" not in refused:
+        warning = "Apple's page calls relu 'Clamped ReLU' without saying where it clamps; gatepack assumes MIL's plain relu" if any(a.name == "Relu" for p in layer.directions for a in p.activations) else None
         found.append(Finding("activations", Status.EXACT, layer.activation_summary(), warning=warning))
-    else:
-        found.append(Finding("activations", Status.UNSUPPORTED, f"{layer.activation_summary()}: {op} takes parameterless sigmoid/tanh/relu only", alternative=alternative))
-    if layer.clip is not None:
-        found.append(Finding("clip", Status.UNSUPPORTED, f"clip={layer.clip:g}: {op} has no clip", alternative=alternative))
-    if itf.sequence_lens:
-        found.append(Finding("sequence_lens", Status.UNSUPPORTED, f"{op} has no sequence lengths", alternative=alternative + ", or pad and drop sequence_lens"))
     if itf.initial_h:
         found.append(Finding("initial_h", Status.EXACT, "initial_h input kept (initialHiddenStates per direction)"))
     else:

@@ -91,7 +91,7 @@ def _target_rank(target: str) -> int:
 
 def native_blockers(layer: RecurrentLayer, target: str = DEFAULT_TARGET) -> list[str]:
     """Why MIL's own gru/rnn op would not compute what ONNX specifies (empty: it would)."""
-    reasons = feature_blockers(layer, f"{layer.cell.value} op")
+    reasons = list(feature_blockers(layer, f"{layer.cell.value} op").values())
     if layer.cell is Cell.GRU and layer.linear_before_reset and _target_rank(target) < TARGETS.index("iOS18"):
         reasons.append(f"linear_before_reset = 1 needs the gru op's reset_after (iOS18); the target is {target}")
     return reasons
