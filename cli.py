@@ -15,10 +15,13 @@ from pathlib import Path
 import click
 
 import converters as gp
-from converters.errors import GatepackError, InputError
+from converters.errors import GatepackError
+from converters.fileio import OutputKind, has_suffix
 from converters.progress import Progress
 
 FORMAT_NAMES = ["onnx", "openvino", "directml", "coreml", "bnns"]
+REPORT_OUTPUT = OutputKind("report (.txt, .md, .json, .html)", False, has_suffix(".txt", ".md", ".markdown", ".json", ".html", ".htm"))
+NPZ_OUTPUT = OutputKind(".npz file", False, has_suffix(".npz"))
 
 
 def _fail(message: str, code: int) -> None:
@@ -99,7 +102,7 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 @click.option("--minimum-deployment-target", type=click.Choice(["iOS15", "iOS16", "iOS17", "iOS18"]), default=None, help="Core ML: oldest OS the package must run on (default iOS18; linear_before_reset = 1 runs natively only from iOS18).")
 @click.option("--layout", type=click.Choice(["keep", "0", "1"]), default="keep", show_default=True, help="Interface layout of the output: keep the source's (drop-in), 0 = [S,N,I], 1 = [N,S,I].")
 @_defaults_option
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the verification's random inputs.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the verification's random inputs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @handle_errors
@@ -152,9 +155,9 @@ def report(model, targets, fmt, output, from_format, activation_defaults) -> Non
     loaded = gp.load(model, from_format, activation_defaults=activation_defaults)
     text = gp.report(loaded, list(targets) or None).render(fmt)
     if output:
-        from converters.fileio import atomic_path, refuse_overwriting_inputs
+        from converters.fileio import atomic_path, prepare_output
 
-        refuse_overwriting_inputs(Path(output), [Path(model)])
+        prepare_output(output, REPORT_OUTPUT, [Path(model), *loaded.files])
         with atomic_path(Path(output)) as tmp:
             tmp.write_text(text if text.endswith("\n") else text + "\n")
     else:
@@ -164,7 +167,7 @@ def report(model, targets, fmt, output, from_format, activation_defaults) -> Non
 @main.command()
 @click.argument("source", type=click.Path())
 @click.argument("target", type=click.Path())
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def verify(source, target, seed, as_json) -> None:
@@ -186,14 +189,10 @@ def run(artifact, inputs_path, output, engine, from_format) -> None:
     """Execute ARTIFACT on the tensors in --inputs and save its outputs."""
     import numpy as np
 
-    from converters.fileio import atomic_path, refuse_overwriting_inputs
+    from converters.fileio import atomic_path, load_npz, prepare_output
 
-    refuse_overwriting_inputs(Path(output), [Path(artifact), Path(inputs_path)])
-    try:
-        with np.load(inputs_path, allow_pickle=False) as data:
-            inputs = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as err:
-        raise InputError(f"{inputs_path}: not a readable .npz file ({' '.join(str(err).split())[:200]})") from None
+    prepare_output(output, NPZ_OUTPUT, [Path(artifact), Path(inputs_path)])
+    inputs = load_npz(inputs_path, allowed=gp.input_names(artifact, format=from_format))
     outputs = gp.run(artifact, inputs, engine=engine, format=from_format)
     with atomic_path(Path(output)) as tmp:
         with open(tmp, "wb") as handle:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from converters.reporting import Report
     from converters.verification import Verification
 
-__all__ = ["load", "save", "convert", "verify", "report", "run", "Result"]
+__all__ = ["load", "save", "convert", "verify", "report", "run", "input_names", "Result"]
 
 READ_OPTIONS = ("activation_defaults",)
 
@@ -77,20 +77,39 @@ def load(path: str | Path, format: str | None = None, **options) -> "Model":
     """Read the recurrent layers of the artifact at ``path`` (format detected from the path)."""
     from converters import registry
 
+    from converters.fileio import track_reads
+
     fmt = format or registry.detect(path)
-    return registry.module(fmt).read(path, **_read_options(options))
+    read_options = _read_options(options)
+    with track_reads() as opened:
+        model = registry.module(fmt).read(path, **read_options)
+    model.files = tuple(sorted(opened))
+    return model
+
+
+def _inputs_of(model: "Model") -> list[Path]:
+    """Every path ``model`` was read from: its artifact and each file opened to read it."""
+    return ([Path(model.path)] if model.path else []) + list(model.files)
 
 
 def save(model: "Model", path: str | Path, format: str, **options) -> None:
-    """Write ``model`` as ``format`` at ``path`` (atomically)."""
+    """Write ``model`` as ``format`` at ``path`` (atomically), under the output policy: never over
+    the files it was read from, and over an existing path only if it is an artifact of ``format``."""
     from converters import registry
+    from converters.fileio import prepare_output
 
     info = registry.check_name(format)
-    module = registry.module(format)
+    prepare_output(path, info.output_kind, _inputs_of(model))
+    _write(model, path, info, options)
+
+
+def _write(model: "Model", path: str | Path, info, options: dict) -> None:
+    from converters import registry
+
     unknown = set(options) - set(info.write_options)
     if unknown:
-        raise UsageError(f"option(s) {sorted(unknown)} do not apply to the {format} format", hint=f"it takes {list(info.write_options) or 'none'}")
-    module.write(model, path, **options)
+        raise UsageError(f"option(s) {sorted(unknown)} do not apply to the {info.name} format", hint=f"it takes {list(info.write_options) or 'none'}")
+    registry.module(info.name).write(model, path, **options)
 
 
 def with_layout(model: "Model", layout: int) -> "Model":
@@ -98,7 +117,7 @@ def with_layout(model: "Model", layout: int) -> "Model":
     from converters.model import Model
 
     layers = [replace(layer, interface=replace(layer.interface, layout=layout), extras={}) for layer in model.layers]
-    return Model(model.path, model.format, layers, model.notes, model.skipped, model.meta)
+    return Model(model.path, model.format, layers, model.notes, model.skipped, model.meta, model.files)
 
 
 def convert(
@@ -132,7 +151,7 @@ def convert(
 
 def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, seed, progress: "Progress", options: dict) -> Result:
     from converters import registry
-    from converters.fileio import atomic_files, atomic_path, refuse_overwriting_inputs
+    from converters.fileio import atomic_files, atomic_path, prepare_output
     from converters.findings import Status
     from converters.reporting import build_report
 
@@ -144,13 +163,14 @@ def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, s
         raise UsageError(f"--strategy {strategy} does not apply to {info.title}, which has one way to write a layer", hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)")
     if "strategy" in info.write_options:
         options["strategy"] = strategy
+    _check_seed(seed)
     source_info = registry.check_name(from_format or registry.detect(src))
     inputs = [Path(src)] + [Path(src).with_suffix(c) for c in source_info.companions]
-    for output in [Path(dst)] + [Path(dst).with_suffix(c) for c in info.companions]:
-        refuse_overwriting_inputs(output, inputs)
+    prepare_output(dst, info.output_kind, inputs)
     read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
     progress.step(f"reading {src}")
     source = load(src, from_format, **read_opts)
+    prepare_output(dst, info.output_kind, _inputs_of(source))  # and every file the source was read from
     model = with_layout(source, layout) if layout is not None else source
     rep = build_report(model, [fmt], options)
     findings = {lay.layer.name: lay.targets[fmt].findings for lay in rep.layers}
@@ -164,7 +184,7 @@ def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, s
     staging = atomic_files(Path(dst), info.companions) if info.companions else atomic_path(Path(dst), directory=info.is_directory)
     with staging as tmp:
         progress.step(f"writing {len(model.layers)} layer(s) as {fmt}")
-        save(model, tmp, fmt, **options)
+        _write(model, tmp, info, options)
         if verify:
             progress.step(f"reading back {dst}")
             written = registry.module(fmt).read(tmp)
@@ -179,9 +199,16 @@ def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, s
     return result
 
 
+def _check_seed(seed: object) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UsageError(f"seed {seed!r} is not a non-negative integer")
+
+
 def verify(src: str | Path, dst: str | Path, *, seed: int = 0, src_format: str | None = None, dst_format: str | None = None, progress: "Progress | None" = None, **options) -> "Verification":
     """Run both artifacts on the same random inputs and compare their outputs."""
     from converters.progress import Silent
+
+    _check_seed(seed)
     from converters.verification import verify_models
 
     progress = progress or Silent()
@@ -202,6 +229,18 @@ def report(model_or_path: "Model | str | Path", targets: list[str] | None = None
     for target in targets:
         registry.check_name(target)
     return build_report(model, targets, options)
+
+
+def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
+    """The names of the tensors ``run`` takes for ``artifact`` (its graph inputs)."""
+    from converters import registry
+
+    fmt = format or registry.detect(artifact)
+    module = registry.module(fmt)
+    if hasattr(module, "graph_inputs"):
+        return [name for name, _, _ in module.graph_inputs(artifact)]
+    itf = [layer.interface for layer in load(artifact, fmt).layers]
+    return list(dict.fromkeys(n for i in itf for n in (i.x, i.sequence_lens, i.initial_h) if n))
 
 
 def run(artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "native", format: str | None = None, **options) -> dict[str, "np.ndarray"]:

@@ -48,24 +48,54 @@ class Described:
         return self.cell.gates
 
 
-def parse(path: Path, entry: dict) -> Described:
-    """Parse one stored description; a one-line InputError naming the file if it is inconsistent."""
+def typed_field(entry: dict, key: str, kinds: tuple, default: object = KeyError) -> object:
+    """``entry[key]`` if it is one of ``kinds`` (a bool is not an int here); ValueError naming the field otherwise."""
+    if key not in entry:
+        if default is KeyError:
+            raise ValueError(f"field {key!r} is missing")
+        return default
+    value = entry[key]
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        raise ValueError(f"field {key!r} is {value!r}, not {' or '.join(k.__name__ for k in kinds)}")
+    return value
+
+
+def _activation(item: object) -> Activation:
+    if not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], str):
+        raise ValueError(f"activation {item!r} is not [name, alpha, beta]")
+    for value in item[1:]:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"activation {item!r}: its parameters must be numbers or null")
+    return Activation(item[0], item[1], item[2])
+
+
+def parse(path: Path, entry: object) -> Described:
+    """Parse one stored description, every field typed; a one-line InputError naming the file, the
+    field and the value if it is malformed."""
     try:
+        if not isinstance(entry, dict):
+            raise ValueError(f"a layer entry is {type(entry).__name__}, not an object")
+        activations = typed_field(entry, "activations", (list,))
+        if not all(isinstance(per, list) for per in activations):
+            raise ValueError("field 'activations' must hold one list per direction")
+        interface = typed_field(entry, "interface", (dict,))
+        if entry.get("strategy") not in ("native", "decomposed"):
+            raise ValueError(f"field 'strategy' is {entry.get('strategy')!r}, not 'native' or 'decomposed'")
         return Described(
-            name=entry["name"],
-            strategy=entry["strategy"],
-            cell=Cell(entry["cell"]),
-            direction=Direction(entry["direction"]),
-            hidden_size=int(entry["hidden_size"]),
-            input_size=int(entry["input_size"]),
-            linear_before_reset=bool(entry["linear_before_reset"]),
-            clip=entry["clip"],
-            has_bias=bool(entry.get("has_bias", True)),
-            activations=[tuple(Activation(a[0], a[1], a[2]) for a in per) for per in entry["activations"]],
-            interface=Interface(**entry["interface"]),
+            name=typed_field(entry, "name", (str,)),
+            strategy=typed_field(entry, "strategy", (str,)),
+            cell=Cell(typed_field(entry, "cell", (str,))),
+            direction=Direction(typed_field(entry, "direction", (str,))),
+            hidden_size=typed_field(entry, "hidden_size", (int,)),
+            input_size=typed_field(entry, "input_size", (int,)),
+            linear_before_reset=typed_field(entry, "linear_before_reset", (bool,)),
+            clip=typed_field(entry, "clip", (int, float, type(None))),
+            has_bias=typed_field(entry, "has_bias", (bool,), True),
+            activations=[tuple(_activation(a) for a in per) for per in activations],
+            interface=Interface(**interface),
         )
-    except (KeyError, ValueError, TypeError, IndexError) as err:
-        raise InputError(f"{path}: its gatepack description of a layer is inconsistent ({err})") from None
+    except (ValueError, TypeError) as err:
+        raise InputError(f"{path}: its gatepack description of a layer is malformed ({' '.join(str(err).split())[:200]})") from None
 
 
 def build_layer(path: Path, info: Described, directions: list, extras: dict) -> RecurrentLayer:

@@ -1,47 +1,396 @@
-"""Atomic output: a failed run leaves nothing behind, and an input is never overwritten."""
+"""Every file gatepack reads or writes goes through here, under three rules.
+
+* **Outputs** (``prepare_output`` + ``atomic_path`` / ``atomic_files``): the output is never an input,
+  never inside one and never a parent of one; an existing output is replaced only when it is an
+  artifact of the same kind (recognised by its marker file or suffix); a failed run leaves nothing
+  behind; an OS error on the output path is a usage error naming it.
+* **Paths read from inside an artifact** (``contained_file``): relative, resolved inside the
+  artifact's own directory, and a regular file, checked before anything is opened.
+* **Reading**: only regular files are opened (a FIFO or a device would block or never end), with
+  ``O_NONBLOCK`` so that even a file swapped for a FIFO after the check cannot hang; sizes declared
+  inside a file (``.npy`` headers, ``.npz`` members, JSON) are checked against the bytes really
+  present before anything is allocated; reading never writes.
+"""
 
 from __future__ import annotations
 
+import contextvars
+import json
 import os
 import shutil
+import stat
 import tempfile
+import zipfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from converters.errors import UsageError
+from converters.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+MAX_JSON_BYTES = 64 << 20  # a manifest larger than this is not one gatepack wrote or can use
+MAX_NPZ_BYTES = 4 << 30  # the decompressed size of all tensors of one `run --inputs` file
 
 
-def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
-    """Raise UsageError if ``output`` is (or would replace) one of ``inputs``."""
-    out = Path(output).resolve()
-    for source in inputs:
-        src = Path(source).resolve()
-        if out == src or (out.exists() and src.exists() and os.path.samefile(out, src)):
-            raise UsageError(f"{output}: the output would overwrite the input {source}", hint="choose another -o path")
+def _squash(err: object, limit: int = 160) -> str:
+    return " ".join(str(err).split())[:limit]
+
+
+# ------------------------------------------------------------------------------------- reading
+
+
+_OPENED: contextvars.ContextVar[set[Path] | None] = contextvars.ContextVar("gatepack_opened", default=None)
+
+
+@contextmanager
+def track_reads() -> Iterator[set[Path]]:
+    """Collect the resolved paths of every file opened through this module inside the block (so a
+    command can refuse an output that is one of the files its input was read from)."""
+    opened: set[Path] = set()
+    token = _OPENED.set(opened)
+    try:
+        yield opened
+    finally:
+        _OPENED.reset(token)
+
+
+def _record(path: Path) -> None:
+    opened = _OPENED.get()
+    if opened is not None:
+        opened.add(Path(path).resolve())
+
+
+def regular_file(path: str | Path, what: str | None = None) -> Path:
+    """``path`` if it names a regular file (symbolic links followed); InputError naming it otherwise."""
+    path = Path(path)
+    label = f"{what}: " if what else ""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(f"{label}{path}: no such file") from None
+    except OSError as err:
+        raise InputError(f"{label}{path}: cannot be read ({err.strerror or _squash(err)})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise InputError(f"{label}{path}: is {kind}; gatepack reads regular files only")
+    return path
+
+
+def open_regular(path: str | Path, what: str | None = None):
+    """Open a regular file for binary reading without ever blocking on a FIFO or a device."""
+    path = regular_file(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as err:
+        raise InputError(f"{path}: cannot be read ({err.strerror or _squash(err)})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped after the check
+        os.close(fd)
+        raise InputError(f"{path}: is not a regular file; gatepack reads regular files only")
+    _record(path)
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: str | Path, what: str | None = None, limit: int | None = None) -> bytes:
+    """The contents of a regular file; InputError if it is larger than ``limit`` bytes."""
+    with open_regular(path, what) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if limit is not None and size > limit:
+            raise InputError(f"{path}: {size} bytes is more than gatepack reads for such a file ({limit})")
+        return handle.read()
+
+
+def parse_json(text: str | bytes, where: str) -> object:
+    """JSON parsed, with any failure (deep nesting included) an InputError naming ``where``."""
+    try:
+        return json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise InputError(f"{where}: not valid JSON ({_squash(err)})") from None
+
+
+def read_json(path: str | Path, what: str | None = None) -> object:
+    """A JSON file (regular, at most ``MAX_JSON_BYTES``), parsed with ``parse_json``."""
+    return parse_json(read_bytes(path, what, MAX_JSON_BYTES), str(path))
+
+
+def contained_file(root: str | Path, relative: object, where: str) -> Path:
+    """The regular file ``relative`` names inside the directory ``root``, resolved.
+
+    A path read from inside an artifact must stay inside it: absolute paths, ``..`` and symbolic
+    links leading out of ``root`` are refused, and so is anything but a regular file.
+    """
+    if not isinstance(relative, str) or not relative or "\x00" in relative:
+        raise InputError(f"{where}: {relative!r} is not a file path")
+    if Path(relative).is_absolute() or Path(relative).drive:
+        raise InputError(f"{where}: {relative!r} is an absolute path; paths inside an artifact are relative to it")
+    base = Path(root).resolve()
+    try:
+        resolved = (base / relative).resolve()
+    except (OSError, RuntimeError) as err:
+        raise InputError(f"{where}: {relative!r} cannot be resolved ({_squash(err)})") from None
+    if not resolved.is_relative_to(base):
+        raise InputError(f"{where}: {relative!r} leads outside the artifact ({base})")
+    return regular_file(resolved, where)
+
+
+# ------------------------------------------------------------------------------------- .npy / .npz
+
+
+def _npy_header(handle, where: str) -> "tuple[tuple[int, ...], bool, np.dtype]":
+    import numpy as np
+
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(handle)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(handle, max_header_size=1 << 16)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = fmt.read_array_header_2_0(handle, max_header_size=1 << 16)
+        else:
+            raise ValueError(f"version {version} is not 1.0, 2.0 or 3.0")
+    except (ValueError, OSError, SyntaxError, TypeError) as err:
+        raise InputError(f"{where}: not a readable .npy file ({_squash(err)})") from None
+    if dtype.hasobject:
+        raise InputError(f"{where}: holds Python objects (dtype {dtype}); gatepack never unpickles")
+    return tuple(shape), fortran, dtype
+
+
+def _declared_bytes(shape: tuple[int, ...], dtype: "np.dtype") -> int:
+    count = 1
+    for dim in shape:
+        count *= int(dim)  # Python ints: no overflow for absurd headers
+    return count * dtype.itemsize
+
+
+def load_npy(path: str | Path, where: str | None = None) -> "np.ndarray":
+    """A ``.npy`` file as a read-only memory map, its header checked against the file's size first."""
+    import numpy as np
+
+    where = where or str(path)
+    with open_regular(path, where) as handle:
+        shape, fortran, dtype = _npy_header(handle, where)
+        offset = handle.tell()
+        present = os.fstat(handle.fileno()).st_size - offset
+    declared = _declared_bytes(shape, dtype)
+    if declared != present:
+        raise InputError(f"{where}: its header declares shape {list(shape)} of {dtype} ({declared} bytes) but the file holds {present} bytes of data")
+    if declared == 0:
+        return np.zeros(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+
+
+def load_npz(path: str | Path, allowed: Iterable[str] | None = None) -> "dict[str, np.ndarray]":
+    """The arrays of an ``.npz`` file named in ``allowed`` (all if None; others, such as expected
+    outputs kept beside the inputs, are never decompressed). Every such member's header and size are
+    checked before any is decompressed; together they may not exceed ``MAX_NPZ_BYTES``."""
+    import numpy as np
+
+    where = str(path)
+    allowed = None if allowed is None else list(allowed)
+    try:
+        with open_regular(path, where) as handle, zipfile.ZipFile(handle) as archive:
+            members = [m for m in archive.infolist() if not m.is_dir()]
+            members = [m for m in members if allowed is None or m.filename.removesuffix(".npy") in allowed]
+            total = 0
+            for member in members:
+                at = f"{where}: array {member.filename.removesuffix('.npy')!r}"
+                with archive.open(member) as stream:
+                    shape, _, dtype = _npy_header(stream, at)
+                    declared, present = _declared_bytes(shape, dtype), member.file_size - stream.tell()
+                if declared != present:
+                    raise InputError(f"{at}: its header declares {declared} bytes of data, the archive holds {present}")
+                total += declared
+                if total > MAX_NPZ_BYTES:
+                    raise InputError(f"{where}: its arrays decompress to more than {MAX_NPZ_BYTES >> 30} GiB, gatepack's limit for run inputs")
+            handle.seek(0)
+            with np.load(handle, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files if allowed is None or k in allowed}
+    except zipfile.BadZipFile as err:
+        raise InputError(f"{where}: not a readable .npz file ({_squash(err)})") from None
+    except (OSError, ValueError, EOFError) as err:
+        raise InputError(f"{where}: not a readable .npz file ({_squash(err)})") from None
+
+
+# ------------------------------------------------------------------------------------- outputs
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """What an output is, so that an existing one is replaced only when it is of the same kind."""
+
+    title: str  # e.g. "BNNS bundle", "report"
+    is_directory: bool
+    recognise: Callable[[Path], bool]  # True when an existing path is such an artifact
+    companions: tuple[str, ...] = ()  # suffixes of files that belong to it (.bin beside .xml)
+
+
+def is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def has_suffix(*suffixes: str) -> Callable[[Path], bool]:
+    return lambda p: is_regular(p) and p.name.lower().endswith(tuple(s.lower() for s in suffixes))
+
+
+def has_markers(*names: str) -> Callable[[Path], bool]:
+    return lambda p: p.is_dir() and all(is_regular(p / n) for n in names)
+
+
+def starts_with(marker: bytes, suffix: str) -> Callable[[Path], bool]:
+    """A regular file with ``suffix`` whose first 4 KiB contain ``marker``."""
+
+    def recognise(p: Path) -> bool:
+        if not has_suffix(suffix)(p):
+            return False
+        try:
+            with open_regular(p) as handle:
+                return marker in handle.read(4096)
+        except InputError:
+            return False
+
+    return recognise
+
+
+def _companion(path: Path, suffix: str) -> Path:
+    return path.with_suffix(suffix)
+
+
+def _relation(output: Path, source: Path) -> str | None:
+    if output == source:
+        return "is"
+    if output.is_relative_to(source):
+        return "is inside"
+    if source.is_relative_to(output):
+        return "contains"
+    return None
+
+
+def prepare_output(output: str | Path, kind: OutputKind, inputs: Iterable[str | Path] = ()) -> Path:
+    """Check ``output`` against the output policy (module docstring) before anything is read or written.
+
+    Raises UsageError naming the path when the output is, is inside, or contains an input; when it is
+    a symbolic link; or when something that is not a ``kind`` artifact (or a companion file without
+    its artifact) is in the way.
+    """
+    output = Path(output)
+    if not str(output) or output.name in ("", ".", ".."):
+        raise UsageError(f"{output}: not a usable output path", hint="name the file or directory to write")
+    with _output_errors(output):
+        _check_output(output, kind, inputs)
+    return output
+
+
+def _check_output(output: Path, kind: OutputKind, inputs: Iterable[str | Path]) -> None:
+    resolved = output.resolve()
+    paths = [(output, resolved)] + [(_companion(output, c), _companion(resolved, c)) for c in kind.companions]
+    for given in inputs:
+        source = Path(given).resolve()
+        for shown, candidate in paths:
+            relation = _relation(candidate, source)
+            if relation:
+                raise UsageError(f"{shown}: the output {relation} the input {given}; gatepack never writes over what it reads", hint="choose another -o path")
+    if output.is_symlink():
+        raise UsageError(f"{output}: is a symbolic link; gatepack replaces only real files and directories", hint="remove the link or choose another -o path")
+    if output.exists() or os.path.lexists(output):
+        if not kind.recognise(output):
+            what = "directory" if output.is_dir() else "file"
+            raise UsageError(f"{output}: an existing {what} that gatepack does not recognise as {kind.title}; it replaces only an artifact of the same kind", hint="remove it or choose another -o path")
+    else:
+        for shown, _ in paths[1:]:
+            if os.path.lexists(shown):
+                raise UsageError(f"{shown}: exists without the {kind.title} {output.name} it would belong to; gatepack does not replace it", hint="remove it or choose another -o path")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def _output_errors(target: Path) -> Iterator[None]:
+    """OS errors on the output path become usage errors naming it."""
+    try:
+        yield
+    except OSError as err:
+        name = err.filename if err.filename else target
+        raise UsageError(f"{target}: cannot write the output ({err.strerror or _squash(err)}: {name})", hint="check the -o path: its folder, permissions and name") from None
+
+
+def _make_parent(target: Path) -> list[Path]:
+    """Create the missing folders above ``target``; returns them, outermost first (to undo)."""
+    missing = []
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise UsageError(f"{target}: its folder {parent} is a file", hint="choose another -o path")
+    for folder in reversed(missing):
+        folder.mkdir()
+    return list(reversed(missing))
+
+
+def _undo_parents(created: list[Path]) -> None:
+    for folder in reversed(created):
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+
+
+def _discard(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 @contextmanager
 def atomic_path(target: Path, *, directory: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; move it onto ``target`` only if the block succeeds.
 
-    With ``directory=True`` the temporary path is a fresh directory and ``target`` is replaced whole.
+    With ``directory=True`` the temporary path is a fresh directory and an existing ``target``
+    directory is replaced whole (moved aside first, removed only once the new one is in place).
+    Call ``prepare_output`` first: this does not judge whether ``target`` may be replaced.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if directory:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    else:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        os.close(fd)
-        tmp = Path(name)
+    created: list[Path] = []
+    tmp: Path | None = None
     try:
+        with _output_errors(target):
+            created = _make_parent(target)
+            if directory:
+                tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+                tmp.chmod(0o777 & ~_umask())
+            else:
+                fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+                os.close(fd)
+                tmp = Path(name)
+                tmp.chmod(0o666 & ~_umask())
         yield tmp
-        if directory and target.is_dir():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        with _output_errors(target):
+            if directory and target.is_dir() and not target.is_symlink():
+                aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+                os.replace(target, aside / "old")
+                try:
+                    os.replace(tmp, target)
+                except OSError:
+                    os.replace(aside / "old", target)
+                    raise
+                finally:
+                    shutil.rmtree(aside, ignore_errors=True)
+            else:
+                os.replace(tmp, target)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            _discard(tmp)
+        _undo_parents(created)
         raise
 
 
@@ -53,16 +402,24 @@ def atomic_files(target: Path, companions: tuple[str, ...] = ()) -> Iterator[Pat
     directory; on success the companions move into place first, the target last. A companion the
     block did not write is optional: a stale one beside the target is removed."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    created: list[Path] = []
+    tmp: Path | None = None
     try:
+        with _output_errors(target):
+            created = _make_parent(target)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
         yield tmp / target.name
-        for suffix in companions:
-            written, final = tmp / target.with_suffix(suffix).name, target.with_suffix(suffix)
-            if written.exists():
-                os.replace(written, final)
-            elif final.is_file():
-                final.unlink()
-        os.replace(tmp / target.name, target)
+        with _output_errors(target):
+            for suffix in companions:
+                written, final = tmp / target.with_suffix(suffix).name, target.with_suffix(suffix)
+                if written.exists():
+                    os.replace(written, final)
+                elif is_regular(final):
+                    final.unlink()
+            os.replace(tmp / target.name, target)
+    except BaseException:
+        _undo_parents(created)
+        raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -25,6 +25,7 @@ class Model:
     notes: dict[str, list[Finding]] = field(default_factory=dict)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    files: tuple[Path, ...] = ()  # every file opened to read the artifact (resolved), set by ``load``
 
     def notes_for(self, layer: RecurrentLayer) -> list[Finding]:
         return self.notes.get(layer.name, [])

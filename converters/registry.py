@@ -20,8 +20,10 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Callable
 
 from converters.errors import UsageError
+from converters.fileio import OutputKind, has_markers, has_suffix, starts_with
 
 
 @dataclass(frozen=True)
@@ -34,16 +36,22 @@ class FormatInfo:
     write_options: tuple[str, ...] = ()
     is_directory: bool = False  # the artifact is a directory rather than a file
     companions: tuple[str, ...] = ()  # suffixes of files that belong to the artifact (.bin beside .xml)
+    recognise: Callable[[Path], bool] = lambda _path: False  # an existing path is such an artifact
+
+    @property
+    def output_kind(self) -> OutputKind:
+        """What an output of this format is: an existing path is replaced only if ``recognise`` says so."""
+        return OutputKind(self.title, self.is_directory, self.recognise, self.companions)
 
 
 FORMATS: dict[str, FormatInfo] = {
     f.name: f
     for f in (
-        FormatInfo("onnx", "ONNX", "NAME.onnx (+ NAME.onnx.data with external data)", "onnxruntime (CPU)", True, ("opset", "layout_encoding", "external_data"), companions=(".onnx.data",)),
-        FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", True, ("strategy", "compress_to_fp16"), companions=(".bin",)),
-        FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", True, ("emit_cpp", "seq_length", "batch_size"), is_directory=True),
-        FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", True, ("strategy", "minimum_deployment_target", "compress_to_fp16"), is_directory=True),
-        FormatInfo("bnns", "BNNSGraph bundle", "directory with bnns.json", "none here (NumPy executor of BNNS semantics)", True, is_directory=True),
+        FormatInfo("onnx", "ONNX", "NAME.onnx (+ NAME.onnx.data with external data)", "onnxruntime (CPU)", True, ("opset", "layout_encoding", "external_data"), companions=(".onnx.data",), recognise=has_suffix(".onnx")),
+        FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", True, ("strategy", "compress_to_fp16"), companions=(".bin",), recognise=starts_with(b"<net", ".xml")),
+        FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", True, ("emit_cpp", "seq_length", "batch_size"), is_directory=True, recognise=has_markers("model.json", "gatepack.json")),
+        FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", True, ("strategy", "minimum_deployment_target", "compress_to_fp16"), is_directory=True, recognise=has_markers("Manifest.json")),
+        FormatInfo("bnns", "BNNSGraph bundle", "directory with bnns.json", "none here (NumPy executor of BNNS semantics)", True, is_directory=True, recognise=has_markers("bnns.json")),
     )
 }
 

@@ -130,6 +130,21 @@ class Interface:
     batch_size: Dim = None
     dtype: str = "float32"
 
+    def __post_init__(self) -> None:
+        """Types checked on construction: interfaces are also read from manifests gatepack did not write."""
+        for label in ("x", "y", "y_h", "sequence_lens", "initial_h"):
+            value = getattr(self, label)
+            if not (value is None and label != "x") and (not isinstance(value, str) or not value):
+                raise SpecError(f"interface {label} {value!r} is not a tensor name")
+        if isinstance(self.layout, bool) or self.layout not in (0, 1):
+            raise SpecError(f"interface layout {self.layout!r} is not 0 or 1")
+        for label in ("seq_length", "batch_size"):
+            value = getattr(self, label)
+            if isinstance(value, bool) or not (value is None or isinstance(value, str) or (isinstance(value, (int, np.integer)) and value >= 0)):
+                raise SpecError(f"interface {label} {value!r} is not a size, a symbol or unknown")
+        if self.dtype not in FLOAT_DTYPES:
+            raise SpecError(f"interface dtype {self.dtype!r} is not one of {FLOAT_DTYPES}")
+
 
 @dataclass(frozen=True, eq=False)
 class RecurrentLayer:
@@ -170,6 +185,13 @@ class RecurrentLayer:
 
     def validate(self) -> None:
         """Check every invariant; raise SpecError naming the layer and the offending value."""
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"layer name {self.name!r} is not a non-empty string")
+        for label in ("linear_before_reset", "has_bias"):
+            if not isinstance(getattr(self, label), (bool, np.bool_)):
+                raise self._fail(f"{label} {getattr(self, label)!r} is not true or false")
+        if self.clip is not None and (isinstance(self.clip, bool) or not isinstance(self.clip, (int, float, np.floating, np.integer))):
+            raise self._fail(f"clip {self.clip!r} is not a number")
         if not isinstance(self.cell, Cell):
             raise self._fail(f"cell {self.cell!r} is not one of {[c.value for c in Cell]}")
         if not isinstance(self.direction, Direction):

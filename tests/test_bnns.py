@@ -197,9 +197,9 @@ def _edit(bundle: Path, change) -> None:
 
 BAD = {
     "shape_contradicts_npy": (lambda b: _edit(b, lambda lay: lay.update(hidden_size=7)), "has shape [18, 5], but bnns.json's input_size 5 and hidden_size 7 make it [21, 5]"),
-    "truncated_npy": (lambda b: (lambda f: f.write_bytes(f.read_bytes()[:100]))(next(b.rglob("*_hiddenHiddenWeight.npy"))), "is not a readable .npy file"),
-    "missing_npy": (lambda b: next(b.rglob("*_bias.npy")).unlink(), "does not exist"),
-    "escaping_path": (lambda b: _edit(b, lambda lay: lay["calls"][0].update(bias="../../etc/passwd.npy")), "points outside the bundle"),
+    "truncated_npy": (lambda b: (lambda f: f.write_bytes(f.read_bytes()[:100]))(next(b.rglob("*_hiddenHiddenWeight.npy"))), "not a readable .npy file"),
+    "missing_npy": (lambda b: next(b.rglob("*_bias.npy")).unlink(), "no such file"),
+    "escaping_path": (lambda b: _edit(b, lambda lay: lay["calls"][0].update(bias="../../etc/passwd.npy")), "leads outside the artifact"),
     "float64_npy": (lambda b: (lambda f: np.save(f, np.load(f).astype(np.float64)))(next(b.rglob("*_bias.npy"))), "holds float64, not float32"),
     "bad_activation": (lambda b: _edit(b, lambda lay: lay["calls"][0].update(activation="gelu")), "activation 'gelu' is not a BNNSGraph.Builder.Activation case"),
     "input_bias_without_flag": (lambda b: (lambda f: (_edit(b, lambda lay: lay["calls"][0].update(inputBias="x.npy")), np.save(b / "x.npy", np.ones(18, np.float32))))(None), "inputBias is set but applyResetGateAfterMatMul is false"),

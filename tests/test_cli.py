@@ -192,7 +192,7 @@ def test_refusals_and_usage_errors(tmp_path):
     forced = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr1_bidirectional.onnx"), "--to", "coreml", "--strategy", "native", "--minimum-deployment-target", "iOS17", "-o", str(tmp_path / "m.mlpackage")])
     assert forced.exit_code == 4 and "reset_after (iOS18)" in forced.output and not (tmp_path / "m.mlpackage").exists()
     overwrite = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "onnx", "-o", str(FIXTURES / "gru_lbr0.onnx")])
-    assert overwrite.exit_code == 2 and "would overwrite the input" in overwrite.output
+    assert overwrite.exit_code == 2 and "never writes over what it reads" in overwrite.output
     usage = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx")])
     assert usage.exit_code == 2
 

@@ -345,10 +345,10 @@ def break_model(tmp_path, edit) -> str:
     "edit, message",
     [
         (lambda out, doc: np.save(out / "rec.W.npy", np.load(out / "rec.W.npy").reshape(1, 1, 2, 9)), r"model.json: layer 'rec': WeightTensor: Sizes \[1, 1, 9, 2\] contradict resource 'rec.W', which holds shape \[1, 1, 2, 9\]"),
-        (lambda out, doc: (out / "rec.R.npy").unlink(), r"layer 'rec': RecurrenceTensor: resource 'rec.R': its file .*rec.R.npy does not exist"),
+        (lambda out, doc: (out / "rec.R.npy").unlink(), r"layer 'rec': RecurrenceTensor: resource 'rec.R': sourcePath: .*rec.R.npy: no such file"),
         (lambda out, doc: doc["dispatchables"]["rec"]["desc"]["ActivationDescs"][0].update(Type="ACTIVATION_GELU"), r"layer 'rec': ActivationDescs: \[0\] type 'ACTIVATION_GELU' is not an activation"),
         (lambda out, doc: doc["dispatchables"]["rec"]["desc"]["InputTensor"].update(Sizes=[3, 2, 2], DimensionCount=3), r"layer 'rec': InputTensor: Sizes \[3, 2, 2\] are 3-D; DirectML recurrent operators take 4-D tensors"),
-        (lambda out, doc: (out / "rec.B.npy").write_bytes(b"\x93NUMPY garbage"), r"rec.B.npy is not a readable .npy file"),
+        (lambda out, doc: (out / "rec.B.npy").write_bytes(b"\x93NUMPY garbage"), r"rec.B.npy: not a readable .npy file"),
         (lambda out, doc: doc["dispatchables"]["rec"]["desc"].update(Direction="SIDEWAYS"), r"layer 'rec': Direction: 'SIDEWAYS' is not FORWARD, BACKWARD or BIDIRECTIONAL"),
     ],
     ids=["sizes-vs-npy", "missing-npy", "unknown-activation", "3d-sizes", "corrupt-npy", "bad-direction"],

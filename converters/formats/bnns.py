@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from pathlib import Path
 from typing import Callable
@@ -49,7 +50,8 @@ import numpy as np
 
 from converters.apple import APPLE_ACTIVATIONS, NATIVE_ACTIVATIONS, activation_of, apple_tensor, feature_blockers, onnx_weights, recurrence, runtime_doubts
 from converters.errors import InputError, NoRecurrentLayerError, RefusedError, RuntimeFailure, UsageError, where
-from converters.fileio import atomic_path
+from converters.description import typed_field
+from converters.fileio import atomic_path, contained_file, load_npy, read_json
 from converters.findings import Finding, Status
 from converters.model import Model
 from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
@@ -156,14 +158,9 @@ def write(model: Model, path: str | Path, **_options) -> None:
 
 def _manifest(path: Path) -> dict:
     file = path / MANIFEST
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise InputError(f"{path}: not a BNNS bundle (no {MANIFEST})")
-    try:
-        document = json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{file}: cannot read it ({err})") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"{file}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    document = read_json(contained_file(path, MANIFEST, str(file)))
     if not isinstance(document, dict) or document.get("format") != BUNDLE_FORMAT:
         raise InputError(f"{file}: its format is {document.get('format') if isinstance(document, dict) else None!r}, not {BUNDLE_FORMAT!r}")
     if document.get("version") != VERSION:
@@ -182,12 +179,14 @@ class _Layer:
             raise InputError(f"{at}is not an object")
         self.bundle = bundle
         try:
-            self.name = str(entry["name"])
+            self.name = typed_field(entry, "name", (str,))
             self.at = where(bundle / MANIFEST, self.name)
-            self.cell = Cell(entry["cell"])
-            self.input_size, self.hidden_size = int(entry["input_size"]), int(entry["hidden_size"])
-            self.has_bias = bool(entry.get("has_bias", True))
-            interface = dict(entry["interface"])
+            self.cell = Cell(typed_field(entry, "cell", (str,)))
+            self.input_size, self.hidden_size = typed_field(entry, "input_size", (int,)), typed_field(entry, "hidden_size", (int,))
+            if self.input_size < 1 or self.hidden_size < 1:
+                raise ValueError(f"input_size {self.input_size} and hidden_size {self.hidden_size} must be positive")
+            self.has_bias = typed_field(entry, "has_bias", (bool,), True)
+            interface = typed_field(entry, "interface", (dict,))
             unknown = set(interface) - _INTERFACE_KEYS
             if unknown:
                 raise ValueError(f"interface keys {sorted(unknown)} are not ones a bundle has (BNNS has no sequence lengths)")
@@ -218,6 +217,8 @@ class _Layer:
 
     def _call(self, k: int, call: dict) -> dict:
         at = f"{self.at}call {k} ({call.get('direction')}): "
+        if not isinstance(call, dict):
+            raise InputError(f"{self.at}call {k} is not an object")
         if call.get("op") != self.cell.value:
             raise InputError(f"{at}op {call.get('op')!r} in a {self.cell.value} layer")
         gh, i, h = self.cell.gates * self.hidden_size, self.input_size, self.hidden_size
@@ -252,15 +253,7 @@ class _Layer:
             return None
         if not isinstance(rel, str) or not rel.endswith(".npy"):
             raise InputError(f"{at}{label} {rel!r} is not the path of a .npy file")
-        file = (self.bundle / rel).resolve()
-        if not file.is_relative_to(self.bundle.resolve()):
-            raise InputError(f"{at}{label} {rel!r} points outside the bundle")
-        try:
-            array = np.load(file, mmap_mode="r", allow_pickle=False)
-        except FileNotFoundError:
-            raise InputError(f"{at}{label}: {rel} does not exist") from None
-        except (OSError, ValueError) as err:
-            raise InputError(f"{at}{label}: {rel} is not a readable .npy file ({' '.join(str(err).split())[:160]})") from None
+        array = load_npy(contained_file(self.bundle, rel, f"{at}{label}"), f"{at}{label}: {rel}")
         if array.dtype != np.float32:
             raise InputError(f"{at}{label}: {rel} holds {array.dtype}, not float32")
         if array.shape != shape:
@@ -284,6 +277,8 @@ def _layers(path: Path, only: str | None = None) -> list[_Layer]:
     """The bundle's layers, each checked against its .npy files (``only``: just that one)."""
     entries = _manifest(path)["layers"]
     names = [entry.get("name") if isinstance(entry, dict) else None for entry in entries]
+    if not all(isinstance(n, str) for n in names):
+        raise InputError(f"{path / MANIFEST}: layer names {names} are not all strings")
     if len(set(names)) != len(names):
         raise InputError(f"{path / MANIFEST}: layer names repeat ({names})")
     return [_Layer(path, entry, i) for i, entry in enumerate(entries) if only is None or names[i] == only]

@@ -39,6 +39,7 @@ import re
 import shutil
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,7 @@ import numpy as np
 from converters.apple import NATIVE_ACTIVATIONS, activation_of, apple_weights, feature_blockers, onnx_weights, recurrence, runtime_doubts
 from converters.description import build_layer, describe, parse
 from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
+from converters.fileio import contained_file, parse_json, read_bytes, read_json
 from converters.findings import Finding, Status
 from converters.strategy import cell_finding, choose
 from converters.model import Model
@@ -351,11 +353,73 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, h0, target: str):
 # ----------------------------------------------------------------------------------------- reading
 
 
-def _package_key(path: Path) -> tuple:
-    """The package's identity on disk: its path and every file's size and modification time
-    (Manifest.json's content instead: coremltools rewrites that file whenever it reads a package)."""
-    files = sorted(f for f in path.rglob("*") if f.is_file())
-    return (str(path.resolve()), tuple((str(f), f.read_bytes() if f.name == "Manifest.json" else (f.stat().st_size, f.stat().st_mtime_ns)) for f in files))
+@dataclass(frozen=True)
+class _PackageFiles:
+    """The files of an ``.mlpackage`` that gatepack reads, found through its ``Manifest.json``.
+
+    A package is ``Manifest.json`` plus ``Data/``; the manifest's ``itemInfoEntries`` map ids to
+    ``{"path", "name", "author", ...}`` (paths relative to ``Data/``), and ``rootModelIdentifier`` names
+    the model specification's entry. The weights directory is the entry named ``weights``; the MIL
+    program's blob values name files in it by base name (``@model_path/weights/weight.bin``). Every one
+    of these paths is checked to stay inside the package before anything is opened, and coremltools
+    is handed the parsed specification, never the package path (its package reader rewrites a
+    ``Manifest.json`` that is not in its own canonical form, even when it then fails).
+    """
+
+    manifest: Path
+    model: Path
+    weights_dir: Path | None
+
+
+def _package_files(path: Path) -> _PackageFiles:
+    manifest_file = path / "Manifest.json"
+    if not os.path.lexists(manifest_file):
+        raise InputError(f"{path}: not an ML Program package (no Manifest.json)")
+    manifest = read_json(contained_file(path, "Manifest.json", f"{path}: Manifest.json"))
+    at = f"{manifest_file}: "
+    entries = manifest.get("itemInfoEntries") if isinstance(manifest, dict) else None
+    if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
+        raise InputError(f"{at}itemInfoEntries is missing or not an object of item objects")
+    root = manifest.get("rootModelIdentifier")
+    if not isinstance(root, str) or root not in entries:
+        raise InputError(f"{at}rootModelIdentifier {root!r} names no entry of itemInfoEntries")
+    data = path / "Data"
+    model = contained_file(data, entries[root].get("path"), f"{at}item {root!r} path")
+    weights_dir = None
+    for key, entry in entries.items():
+        if entry.get("name") == "weights" and entry.get("author", "com.apple.CoreML") == "com.apple.CoreML":
+            relative = entry.get("path")
+            if not isinstance(relative, str) or Path(relative).is_absolute():
+                raise InputError(f"{at}item {key!r} path {relative!r} is not a path inside the package")
+            weights_dir = (data / relative).resolve()
+            if not weights_dir.is_relative_to(data.resolve()) or not weights_dir.is_dir():
+                raise InputError(f"{at}item {key!r} path {relative!r} is not a directory inside the package")
+    return _PackageFiles(manifest_file, model, weights_dir)
+
+
+def _blob_files(message, found: set[str]) -> set[str]:
+    """The file names of every blob value in a MIL program specification (a walk over the protobuf)."""
+    for descriptor, value in message.ListFields():
+        if descriptor.message_type is None:
+            continue
+        if descriptor.message_type.name == "BlobFileValue":
+            found.add(value.fileName)
+            continue
+        repeated = descriptor.is_repeated if hasattr(descriptor, "is_repeated") else descriptor.label == descriptor.LABEL_REPEATED
+        values = value if repeated else [value]
+        if descriptor.message_type.GetOptions().map_entry:
+            values = value.values()
+            if not values or not hasattr(next(iter(values)), "ListFields"):
+                continue
+        for item in values:
+            _blob_files(item, found)
+    return found
+
+
+def _package_key(files: _PackageFiles) -> tuple:
+    """The package's identity on disk: its files' paths, sizes and modification times."""
+    listed = [files.manifest, files.model] + (sorted(f for f in files.weights_dir.iterdir()) if files.weights_dir else [])
+    return tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in listed)
 
 
 _LOADED: dict[tuple, tuple] = {}  # the last package read: verification reads one package once per layer
@@ -365,38 +429,45 @@ def _load_program(path: Path):
     """(main function, gatepack metadata or None) of the package at ``path``, without a Core ML
     runtime; the last package read is kept while its files are unchanged."""
     path = Path(path)
-    key = _package_key(path) if path.is_dir() else None
-    if key is not None and key in _LOADED:
-        return _LOADED[key]
-    loaded = _read_program(path)
-    if key is not None:
+    if not path.is_dir():
+        raise InputError(f"{path}: not an ML Program package (a .mlpackage is a directory)")
+    files = _package_files(path)
+    key = _package_key(files)
+    if key not in _LOADED:
+        loaded = _read_program(path, files)
         _LOADED.clear()
         _LOADED[key] = loaded
-    return loaded
+    return _LOADED[key]
 
 
-def _read_program(path: Path):
-    ct = _ct()
+def _read_program(path: Path, files: _PackageFiles):
+    _ct()
     from coremltools.converters.mil.frontend.milproto.load import load
+    from coremltools.proto import Model_pb2
 
-    path = Path(path)
-    if not (path / "Manifest.json").is_file():
-        raise InputError(f"{path}: not an ML Program package (no Manifest.json)")
+    spec = Model_pb2.Model()
     try:
-        mlmodel = ct.models.MLModel(str(path), skip_model_load=True)
-        spec = mlmodel.get_spec()
-        if spec.WhichOneof("Type") != "mlProgram":
-            raise InputError(f"{path}: a Core ML {spec.WhichOneof('Type')} model, not an ML Program")
-        program = load(spec, specification_version=spec.specificationVersion, file_weights_dir=mlmodel.weights_dir)
-    except InputError:
-        raise
-    except Exception as err:  # protobuf / blob reader errors for damaged packages
-        raise InputError(f"{path}: coremltools cannot read the package ({' '.join(str(err).split())[:200]})") from None
+        spec.ParseFromString(read_bytes(files.model))
+    except Exception as err:  # protobuf's DecodeError and friends
+        raise InputError(f"{files.model}: not a readable Core ML model specification ({' '.join(str(err).split())[:160]})") from None
+    if spec.WhichOneof("Type") != "mlProgram":
+        raise InputError(f"{path}: a Core ML {spec.WhichOneof('Type')} model, not an ML Program")
+    blobs = _blob_files(spec.mlProgram, set())
+    if blobs and files.weights_dir is None:
+        raise InputError(f"{files.manifest}: the program reads weight files {sorted(blobs)} but the manifest has no weights item")
+    for name in blobs:  # the loader opens weights_dir / base name: each must be a regular file inside the package
+        contained_file(files.weights_dir, name.split("/")[-1], f"{files.model}: blob file {name!r}")
+    try:
+        with _quiet():
+            program = load(spec, specification_version=spec.specificationVersion, file_weights_dir=str(files.weights_dir or ""))
+    except Exception as err:  # blob reader and MIL errors for damaged packages
+        raise InputError(f"{path}: coremltools cannot read the program ({' '.join(str(err).split())[:200]})") from None
+    if "main" not in program.functions:
+        raise InputError(f"{path}: the program has no 'main' function")
     text = dict(spec.description.metadata.userDefined).get(METADATA_KEY)
-    try:
-        meta = json.loads(text) if text else None
-    except ValueError as err:
-        raise InputError(f"{path}: its gatepack metadata is unreadable ({err})") from None
+    meta = parse_json(text, f"{path}: metadata {METADATA_KEY!r}") if text else None
+    if meta is not None and (not isinstance(meta, dict) or not isinstance(meta.get("layers", []), list)):
+        raise InputError(f"{path}: metadata {METADATA_KEY!r} is not an object with a 'layers' list")
     return program.functions["main"], meta
 
 

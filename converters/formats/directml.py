@@ -46,7 +46,7 @@ from typing import Callable, Union
 import numpy as np
 
 from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
-from converters.fileio import atomic_path
+from converters.fileio import atomic_path, contained_file, load_npy, read_json
 from converters.findings import Finding, Status
 from converters.model import Model
 from schemas.activations import Activation
@@ -281,12 +281,9 @@ class _Document:
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
         self.file = path / MODEL_FILE if path.is_dir() else path
-        if not self.file.is_file():
+        if not self.file.exists():
             raise InputError(f"{path}: no DxDispatch model here (expected a directory with {MODEL_FILE}, or a .json file)")
-        try:
-            self.data = json.loads(self.file.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise InputError(f"{self.file}: not a readable JSON file ({' '.join(str(err).split())[:160]})") from None
+        self.data = read_json(self.file)
         if not isinstance(self.data, dict) or not all(isinstance(self.data.get(k), t) for k, t in (("resources", dict), ("dispatchables", dict), ("commands", list))):
             raise InputError(f"{self.file}: not a DxDispatch model (it needs 'resources' and 'dispatchables' objects and a 'commands' list)")
         self._cache: dict[str, np.ndarray] = {}
@@ -328,32 +325,33 @@ class _Document:
         sizes, dtype = tensor_shape(dispatch, field)
         values = self._cache.get(resource)
         if values is None:
-            values = self._cache[resource] = self._load(dispatch, field, resource, spec, dtype)
+            values = self._cache[resource] = self._load(dispatch, field, resource, spec, dtype, int(np.prod(sizes, dtype=object)))
         if values.shape != tuple(sizes) and not (values.ndim == 1 and values.size == int(np.prod(sizes))):
             raise InputError(f"{dispatch.at(field)}Sizes {sizes} contradict resource {resource!r}, which holds shape {list(values.shape)}")
         if values.dtype != dtype:
             raise InputError(f"{dispatch.at(field)}DataType {DATA_TYPES[dtype.name]} but resource {resource!r} holds {values.dtype}")
         return values.reshape(sizes)
 
-    def _load(self, dispatch: _Dispatch, field: str, resource: str, spec: dict, dtype: np.dtype) -> np.ndarray:
+    def _load(self, dispatch: _Dispatch, field: str, resource: str, spec: dict, dtype: np.dtype, size: int) -> np.ndarray:
+        """The resource's initial values; a declared count is checked against the desc's ``size``
+        elements before anything is allocated."""
         init = spec.get("initialValues")
         at = f"{dispatch.at(field)}resource {resource!r}: "
         if isinstance(init, dict) and "sourcePath" in init:
-            file = self.file.parent / str(init["sourcePath"])
-            if file.suffix.lower() != ".npy":
-                raise InputError(f"{at}gatepack reads .npy initial values only, not {file.name}")
-            if not file.is_file():
-                raise InputError(f"{at}its file {file} does not exist")
-            try:
-                return np.load(file, allow_pickle=False)
-            except (OSError, ValueError) as err:
-                raise InputError(f"{at}{file} is not a readable .npy file ({' '.join(str(err).split())[:160]})") from None
+            source = init["sourcePath"]
+            if not isinstance(source, str) or not source.lower().endswith(".npy"):
+                raise InputError(f"{at}sourcePath {source!r}: gatepack reads .npy initial values only")
+            return load_npy(contained_file(self.file.parent, source, f"{at}sourcePath"), f"{at}{source}")
         declared = spec.get("initialValuesDataType", "")
         try:
             if isinstance(init, list):
+                if len(init) != size:
+                    raise InputError(f"{at}{len(init)} initial values for a tensor of {size} elements")
                 return np.asarray([float(v) for v in init]).astype(dtype)
             if isinstance(init, dict) and "valueCount" in init:
-                count = int(init["valueCount"])
+                count = init["valueCount"]
+                if isinstance(count, bool) or not isinstance(count, int) or count != size:
+                    raise InputError(f"{at}valueCount {count!r} does not match the tensor's {size} elements")
                 if "value" in init:
                     return np.full(count, float(init["value"])).astype(dtype)
                 return (float(init["valueStart"]) + float(init["valueDelta"]) * np.arange(count)).astype(dtype)
@@ -548,19 +546,45 @@ def read(path: str | Path, **_options) -> Model:
 
 def _manifest(document: _Document) -> dict[str, dict]:
     file = document.file.parent / MANIFEST_FILE
-    if not file.is_file():
+    if not file.exists():
         return {}
+    data = read_json(file)
     try:
-        data = json.loads(file.read_text())
-        if data.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"format {data.get('format')!r} is not {MANIFEST_FORMAT!r}")
-        entries = {e["dispatchable"]: e for e in data["layers"]}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise InputError(f"{file}: not a readable gatepack manifest ({' '.join(str(err).split())[:160]})", hint=f"delete it to read {MODEL_FILE} alone") from None
+        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"format {data.get('format') if isinstance(data, dict) else None!r} is not {MANIFEST_FORMAT!r}")
+        if not isinstance(data.get("layers"), list) or not all(isinstance(e, dict) and isinstance(e.get("dispatchable"), str) for e in data["layers"]):
+            raise ValueError("'layers' must be a list of objects, each naming its 'dispatchable'")
+        entries = {e["dispatchable"]: _checked_entry(e) for e in data["layers"]}
+        if len(entries) != len(data["layers"]):
+            raise ValueError("two layers name the same dispatchable")
+    except ValueError as err:
+        raise InputError(f"{file}: not a usable gatepack manifest ({' '.join(str(err).split())[:200]})", hint=f"delete it to read {MODEL_FILE} alone") from None
     missing = sorted(set(entries) - set(document.data["dispatchables"]))
     if missing:
         raise InputError(f"{file}: names dispatchable(s) {missing} that {document.file.name} does not have")
     return entries
+
+
+_ENTRY_TYPES = {"name": str, "source_layout": int, "source_dims": dict, "source_dtype": str, "tensors": dict}
+_TENSOR_ROLES = ("X", "Y", "Y_h", "sequence_lens", "initial_h")
+
+
+def _checked_entry(entry: dict) -> dict:
+    """One manifest entry, its fields typed (ValueError naming the field and value otherwise)."""
+    at = f"layer {entry['dispatchable']!r}: "
+    for key, kind in _ENTRY_TYPES.items():
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise ValueError(f"{at}{key} {value!r} is not a {kind.__name__}")
+    if entry.get("source_layout", 0) not in (0, 1):
+        raise ValueError(f"{at}source_layout {entry['source_layout']!r} is not 0 or 1")
+    for role, tensor in (entry.get("tensors") or {}).items():
+        if role not in _TENSOR_ROLES or not isinstance(tensor, dict) or not isinstance(tensor.get("source_name", ""), (str, type(None))):
+            raise ValueError(f"{at}tensors[{role!r}] {tensor!r} is not a tensor entry with a source_name string")
+    for key, dim in (entry.get("source_dims") or {}).items():
+        if key not in ("seq_length", "batch_size") or isinstance(dim, bool) or not isinstance(dim, (int, str, type(None))):
+            raise ValueError(f"{at}source_dims[{key!r}] {dim!r} is not a size, a symbol or null")
+    return entry
 
 
 def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
@@ -585,19 +609,18 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
         return (tensors.get(role) or {}).get("source_name") or dispatch.bindings.get(field) or role
 
     dims = entry.get("source_dims", {})
-    layout = entry.get("source_layout", 0)
-    interface = Interface(
-        x=name_of("X", "InputTensor"),
-        y=name_of("Y", "OutputSequenceTensor"),
-        y_h=name_of("Y_h", "OutputSingleTensor"),
-        sequence_lens=name_of("sequence_lens", "SequenceLengthsTensor"),
-        initial_h=name_of("initial_h", "HiddenInitTensor"),
-        layout=layout if layout in (0, 1) else 0,
-        seq_length=s,
-        batch_size=n,
-        dtype=directions[0].W.dtype.name,
-    )
     try:
+        interface = Interface(
+            x=name_of("X", "InputTensor"),
+            y=name_of("Y", "OutputSequenceTensor"),
+            y_h=name_of("Y_h", "OutputSingleTensor"),
+            sequence_lens=name_of("sequence_lens", "SequenceLengthsTensor"),
+            initial_h=name_of("initial_h", "HiddenInitTensor"),
+            layout=entry.get("source_layout", 0),
+            seq_length=s,
+            batch_size=n,
+            dtype=directions[0].W.dtype.name,
+        )
         layer = RecurrentLayer(
             name=entry.get("name", dispatch.name),
             cell=dispatch.cell,

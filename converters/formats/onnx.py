@@ -28,7 +28,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
-from converters.fileio import atomic_files
+from converters.fileio import atomic_files, contained_file, read_bytes
 from converters.findings import Finding, Status
 from converters.model import Model
 from schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
@@ -41,6 +41,13 @@ _CELLS = {"GRU": Cell.GRU, "RNN": Cell.RNN}
 _NOT_YET = {"LSTM": "LSTM is not supported yet (GRU and RNN are)"}
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 _ONNX_DOMAINS = ("", "ai.onnx")
+_A = onnx.AttributeProto
+# The type every attribute of GRU/RNN must have (the operator schemas); any other type is malformed
+# (onnxruntime rejects the graph), never reinterpreted.
+_ATTRIBUTE_TYPES = {
+    "hidden_size": _A.INT, "direction": _A.STRING, "activations": _A.STRINGS, "activation_alpha": _A.FLOATS,
+    "activation_beta": _A.FLOATS, "clip": _A.FLOAT, "linear_before_reset": _A.INT, "layout": _A.INT, "output_sequence": _A.INT,
+}
 
 # Transposes between a batch-major interface and a layout-0 node.
 _PERM_IN = list(PERM_SWAP_01)  # X, initial_h: batch-major -> sequence-major
@@ -60,10 +67,9 @@ def read(path: str | Path, *, defaults: DefaultsPolicy = DefaultsPolicy.ONNXRUNT
 
 def load_proto(path: Path) -> onnx.ModelProto:
     """Load the model structure (external data stays on disk until a tensor is needed)."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
+    data = read_bytes(path)
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        proto = onnx.load_model_from_string(data)
     except Exception as err:  # protobuf raises several types for corrupt input
         detail = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise InputError(f"{path}: not a readable ONNX model ({detail})") from None
@@ -78,20 +84,27 @@ def _map_external(tensor: onnx.TensorProto, base_dir: Path) -> np.ndarray | None
     dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
     if dtype.kind not in "fiub" or sys.byteorder != "little":
         return None
+    file = external_file(tensor, base_dir)
     info = {e.key: e.value for e in tensor.external_data}
-    location = info.get("location", "")
-    file = (base_dir / location).resolve()
-    if not location or Path(location).is_absolute() or not file.is_relative_to(base_dir.resolve()):
-        raise InputError(f"{base_dir}: tensor {tensor.name!r}: external data location {location!r} is not a file beside the model")
-    offset, count = int(info.get("offset", 0)), int(np.prod(tensor.dims, dtype=np.int64))
-    length = int(info.get("length", count * dtype.itemsize))
-    if not file.is_file():
-        raise InputError(f"{file}: the external data of tensor {tensor.name!r} does not exist")
-    if length != count * dtype.itemsize or offset + length > file.stat().st_size:
+    try:
+        offset, length = int(info.get("offset", 0)), int(info["length"]) if "length" in info else None
+    except ValueError:
+        raise InputError(f"{base_dir}: tensor {tensor.name!r}: external data offset/length {info.get('offset')!r}/{info.get('length')!r} are not integers") from None
+    count = 1
+    for dim in tensor.dims:
+        count *= int(dim)
+    length = count * dtype.itemsize if length is None else length
+    if offset < 0 or any(dim < 0 for dim in tensor.dims) or length != count * dtype.itemsize or offset + length > file.stat().st_size:
         raise InputError(f"{file}: tensor {tensor.name!r} needs {count * dtype.itemsize} bytes at offset {offset}; the file has {file.stat().st_size} (length {length})")
     if count == 0:
         return np.zeros(tuple(tensor.dims), dtype)
     return np.memmap(file, dtype=dtype, mode="c", offset=offset, shape=tuple(tensor.dims))  # copy-on-write: never writes the file
+
+
+def external_file(tensor: onnx.TensorProto, base_dir: Path) -> Path:
+    """The file holding a tensor's external data: a regular file inside the model's directory."""
+    location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+    return contained_file(base_dir, location, f"{base_dir}: tensor {tensor.name!r}: external data location")
 
 
 class _Scope:
@@ -144,6 +157,9 @@ class _Reader:
         self.opset = next((o.version for o in proto.opset_import if o.domain in _ONNX_DOMAINS), None)
         if self.opset is None:
             raise InputError(f"{path}: the model imports no ai.onnx opset")
+        newest = onnx.defs.onnx_opset_version()
+        if not 1 <= self.opset <= newest:
+            raise InputError(f"{path}: ai.onnx opset {self.opset} is outside 1..{newest}, the opsets this onnx package defines")
         self.types = _value_types(proto)
         self.layers: list[RecurrentLayer] = []
         self.notes: dict[str, list[Finding]] = {}
@@ -200,6 +216,7 @@ class _Reader:
                 mapped = _map_external(tensor, Path(self.base_dir))
                 if mapped is not None:
                     return mapped
+                external_file(tensor, Path(self.base_dir))  # contained and regular before onnx opens it
             return numpy_helper.to_array(tensor, base_dir=self.base_dir)
         except InputError:
             raise
@@ -223,35 +240,43 @@ class _Reader:
         nodes: list[onnx.NodeProto] = []
         inits: dict[str, np.ndarray] = {}
         self._collect_cone(name, scope, nodes, inits, set(), at, role)
-        if len(nodes) == 1 and nodes[0].op_type == "Constant" and nodes[0].attribute[0].name == "value":
+        if len(nodes) == 1 and nodes[0].op_type == "Constant" and [a.name for a in nodes[0].attribute] == ["value"]:
             return self._tensor(nodes[0].attribute[0].t)
         return self._fold(nodes, inits, name, at, role)
 
     def _collect_cone(self, name: str, scope: _Scope, nodes: list, inits: dict, seen: set, at: str, role: str) -> None:
-        if not name or name in seen:
-            return
-        seen.add(name)
-        found = scope.lookup(name)
-        if found is None:
-            raise InputError(f"{at}{role} depends on {name!r}, which is not defined")
-        kind, obj, owner = found
-        if kind == "initializer":
-            inits[name] = self._tensor(obj)
-            return
-        if kind == "input":
-            raise InputError(
-                f"{at}{role} depends on graph input {name!r}: it is not a constant",
-                hint="gatepack needs weights computable from constants alone",
-            )
-        node: onnx.NodeProto = obj
-        if node.op_type in _NONDETERMINISTIC or node.domain not in _ONNX_DOMAINS:
-            raise InputError(f"{at}{role} depends on a {node.domain or 'ai.onnx'}::{node.op_type} node, which gatepack cannot fold")
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-            raise InputError(f"{at}{role} depends on control flow ({node.op_type} {node.name!r}), which gatepack cannot fold")
-        for inp in node.input:
-            self._collect_cone(inp, owner, nodes, inits, seen, at, role)
-        if not any(n is node for n in nodes):
-            nodes.append(node)
+        """The nodes computing ``name`` from constants, in execution order (iterative: a chain of
+        thousands of nodes is no deeper than one)."""
+        stack: list[tuple[str, _Scope, bool]] = [(name, scope, False)]
+        while stack:
+            current, where_from, expanded = stack.pop()
+            if expanded:
+                node = where_from
+                if not any(n is node for n in nodes):
+                    nodes.append(node)
+                continue
+            if not current or current in seen:
+                continue
+            seen.add(current)
+            found = where_from.lookup(current)
+            if found is None:
+                raise InputError(f"{at}{role} depends on {current!r}, which is not defined")
+            kind, obj, owner = found
+            if kind == "initializer":
+                inits[current] = self._tensor(obj)
+                continue
+            if kind == "input":
+                raise InputError(
+                    f"{at}{role} depends on graph input {current!r}: it is not a constant",
+                    hint="gatepack needs weights computable from constants alone",
+                )
+            node: onnx.NodeProto = obj
+            if node.op_type in _NONDETERMINISTIC or node.domain not in _ONNX_DOMAINS:
+                raise InputError(f"{at}{role} depends on a {node.domain or 'ai.onnx'}::{node.op_type} node, which gatepack cannot fold")
+            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+                raise InputError(f"{at}{role} depends on control flow ({node.op_type} {node.name!r}), which gatepack cannot fold")
+            stack.append((current, node, True))  # emitted after its inputs
+            stack.extend((inp, owner, False) for inp in reversed(node.input))
 
     def _fold(self, nodes: list, inits: dict, name: str, at: str, role: str) -> np.ndarray:
         from onnx.reference import ReferenceEvaluator
@@ -277,6 +302,10 @@ class _Reader:
         cell = _CELLS[node.op_type]
         at = where(self.path, name)
         version = onnx.defs.get_schema(node.op_type, self.opset).since_version
+        for a in node.attribute:
+            if a.name in _ATTRIBUTE_TYPES and a.type != _ATTRIBUTE_TYPES[a.name]:
+                expected = _A.AttributeType.Name(_ATTRIBUTE_TYPES[a.name])
+                raise InputError(f"{at}attribute {a.name!r} is of type {_A.AttributeType.Name(a.type)}, {node.op_type} takes {expected}")
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         allowed = {"hidden_size", "direction", "activations", "activation_alpha", "activation_beta", "clip"}
         allowed |= {"linear_before_reset"} if cell is Cell.GRU and version >= 3 else set()
@@ -285,6 +314,8 @@ class _Reader:
         for key in attrs:
             if key not in allowed:
                 raise InputError(f"{at}attribute {key!r} is not part of {node.op_type}-{version}")
+        if len(node.input) > 6 or len(node.output) > 2:
+            raise InputError(f"{at}{node.op_type} has {len(node.input)} inputs and {len(node.output)} outputs; it takes at most 6 and 2")
         inputs = list(node.input) + [""] * (6 - len(node.input))
         if not inputs[0] or not inputs[1] or not inputs[2]:
             raise InputError(f"{at}{node.op_type} needs inputs X, W and R; got {list(node.input)}")
@@ -828,10 +859,9 @@ def _ort_message(err: Exception) -> str:
 
 
 def _session(source, label: str):
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise RuntimeFailure(f"{label}: onnxruntime is not installed", hint="pip install onnxruntime (or gatepack[test])") from None
+    from converters.runtimes import onnxruntime
+
+    ort = onnxruntime()
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # failures are reported by gatepack, once, on one line

@@ -39,6 +39,7 @@ back whole; any other IR's GRUSequence/RNNSequence nodes are read from the graph
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,7 +47,7 @@ import numpy as np
 
 from converters.description import build_layer, describe, parse
 from converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
-from converters.fileio import atomic_files
+from converters.fileio import atomic_files, contained_file, parse_json, read_bytes
 from converters.strategy import cell_finding, choose
 from converters.findings import Finding, Status
 from converters.model import Model
@@ -61,12 +62,9 @@ _OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN}
 
 
 def _ov():
-    try:
-        import openvino as ov
-        import openvino.opset15 as ops
-    except ImportError:  # pragma: no cover - a dependency of gatepack
-        raise RuntimeFailure("OpenVINO is not installed", hint="pip install openvino") from None
-    return ov, ops
+    from converters.runtimes import openvino
+
+    return openvino()
 
 
 # ---------------------------------------------------------------------------------------- strategy
@@ -406,16 +404,28 @@ COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENC
 
 
 def _read_ir(path: Path):
+    """The IR at ``path``. gatepack opens both files itself (regular files; the .bin beside the .xml,
+    never through a link leading elsewhere) and hands OpenVINO their contents - the .bin memory-mapped
+    copy-on-write - so OpenVINO opens no path, tries no other frontend and writes nothing."""
     ov, _ = _ov()
     path = Path(path)
-    if path.suffix.lower() != ".xml" or not path.is_file():
+    if path.suffix.lower() != ".xml" or not path.exists():
         raise InputError(f"{path}: no OpenVINO IR here (expected an existing NAME.xml with NAME.bin beside it)")
-    if not path.with_suffix(".bin").is_file():
-        raise InputError(f"{path}: its weights file {path.with_suffix('.bin').name} is missing", hint="an IR is the .xml and the .bin together")
+    xml = read_bytes(path)
+    if b"<net" not in xml[:4096]:
+        raise InputError(f"{path}: not an OpenVINO IR (no <net> element at its start)")
+    bin_name = path.with_suffix(".bin").name
+    if not os.path.lexists(path.with_suffix(".bin")):
+        raise InputError(f"{path}: its weights file {bin_name} is missing", hint="an IR is the .xml and the .bin together")
+    weights_file = contained_file(path.parent, bin_name, f"{path}: weights file")
+    size = weights_file.stat().st_size
+    weights = np.memmap(weights_file, dtype=np.uint8, mode="c") if size else np.zeros(0, np.uint8)
     try:
-        return ov.Core().read_model(str(path))
+        model = ov.Core().read_model(model=xml.decode("utf-8", "replace"), weights=ov.Tensor(weights, shared_memory=True))
     except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
         raise InputError(f"{path}: OpenVINO cannot read it ({_ov_message(err)})") from None
+    model.gatepack_weights = weights  # the model's constants point into this map: it lives as long as the model
+    return model
 
 
 def _ov_message(err: Exception) -> str:
@@ -425,16 +435,24 @@ def _ov_message(err: Exception) -> str:
 
 def _constant(node, index: int, path: Path, layer: str, role: str) -> tuple[np.ndarray, bool]:
     """The constant feeding input ``index`` of ``node`` (through a decompression Convert); (value, was fp16-compressed)."""
+    if index >= node.get_input_size():
+        raise InputError(f"{path}: layer {layer!r}: the node has no input {index} ({role})")
     source = node.input_value(index).get_node()
-    compressed = False
     if source.get_type_name() == "Convert" and source.input_value(0).get_node().get_type_name() == "Constant":
-        compressed = True
-        target = source.get_output_element_type(0).to_dtype()
-        source = source.input_value(0).get_node()
-        return np.asarray(source.get_data()).astype(target), compressed
+        return _constant_data(source.input_value(0).get_node(), path, layer, role, source.get_output_element_type(0)), True
     if source.get_type_name() != "Constant":
         raise InputError(f"{path}: layer {layer!r}: {role} comes from a {source.get_type_name()} node ({source.get_friendly_name()!r}), not a constant", hint="gatepack reads recurrent weights stored as constants")
-    return np.array(source.get_data()), compressed
+    return _constant_data(source, path, layer, role), False
+
+
+def _constant_data(constant, path: Path, layer: str, role: str, widen_to=None) -> np.ndarray:
+    """A Constant's values (a copy, widened to ``widen_to``'s type when given); InputError for an element
+    type that holds no numbers (e.g. dynamic) or data the .bin does not hold."""
+    try:
+        data = np.array(constant.get_data())
+        return data.astype(widen_to.to_dtype()) if widen_to is not None else data
+    except Exception as err:  # OpenVINO's errors for undefined element types and short weights
+        raise InputError(f"{path}: layer {layer!r}: {role} constant {constant.get_friendly_name()!r} of element type {constant.get_element_type()} cannot be read ({_ov_message(err)})") from None
 
 
 def read(path: str | Path, **_options) -> Model:
@@ -444,16 +462,19 @@ def read(path: str | Path, **_options) -> Model:
     ov_model = _read_ir(path)
     ops_by_name = {op.get_friendly_name(): op for op in _all_ops(ov_model)}
     if ov_model.has_rt_info(RT_INFO_PATH):
-        try:
-            entries = json.loads(ov_model.get_rt_info(RT_INFO_PATH).astype(str))
-        except (ValueError, TypeError) as err:
-            raise InputError(f"{path}: its gatepack description in rt_info is unreadable ({err})") from None
+        entries = parse_json(ov_model.get_rt_info(RT_INFO_PATH).astype(str), f"{path}: rt_info {'/'.join(RT_INFO_PATH)}")
+        if not isinstance(entries, list) or not entries:
+            raise InputError(f"{path}: rt_info {'/'.join(RT_INFO_PATH)} is not a non-empty list of layer descriptions")
         layers, notes = [], {}
         for entry in entries:
             layer, found = _read_described(path, entry, ops_by_name)
             layers.append(layer)
             notes[layer.name] = found
-        other = json.loads(ov_model.get_rt_info(RT_INFO_OTHER_OPS).astype(str)) if ov_model.has_rt_info(RT_INFO_OTHER_OPS) else []
+        other = parse_json(ov_model.get_rt_info(RT_INFO_OTHER_OPS).astype(str), f"{path}: rt_info") if ov_model.has_rt_info(RT_INFO_OTHER_OPS) else []
+        if not isinstance(other, list) or not all(isinstance(op, str) for op in other):
+            raise InputError(f"{path}: rt_info {'/'.join(RT_INFO_OTHER_OPS)} {other!r} is not a list of operator types")
+        if len({layer.name for layer in layers}) != len(layers):
+            raise InputError(f"{path}: rt_info describes two layers with the same name")
         return Model(path, FORMAT, layers, notes, meta={"gatepack": True, "other_ops": other})
     layers, notes = [], {}
     for op in ov_model.get_ordered_ops():
@@ -498,13 +519,23 @@ def _read_sequence_op(path: Path, op) -> tuple[RecurrentLayer, list[Finding]]:
     w, cw = _constant(op, 3, path, name, "W")
     r, cr = _constant(op, 4, path, name, "R")
     b, cb = _constant(op, 5, path, name, "B")
-    h = int(attrs["hidden_size"])
-    direction = Direction(attrs["direction"])
-    lbr = bool(attrs.get("linear_before_reset", False))
-    clip = float(attrs.get("clip", 0.0))
-    names = list(attrs.get("activations", []))
-    acts = _activations(names, list(attrs.get("activations_alpha", [])), list(attrs.get("activations_beta", [])), path, name)
-    gh = cell.gates * h
+    try:
+        h = int(attrs["hidden_size"])
+        direction = Direction(str(attrs["direction"]).lower())
+        lbr = bool(attrs.get("linear_before_reset", False))
+        clip = float(attrs.get("clip", 0.0))
+        names = [str(a) for a in attrs.get("activations", [])]
+        alphas, betas = [float(a) for a in attrs.get("activations_alpha", [])], [float(a) for a in attrs.get("activations_beta", [])]
+        acts = _activations(names, alphas, betas, path, name)
+    except (KeyError, ValueError, TypeError) as err:
+        raise InputError(f"{path}: layer {name!r}: {op.get_type_name()} attributes are malformed ({' '.join(str(err).split())[:160]})") from None
+    gh, d = cell.gates * h, direction.count
+    bias_rows = gh + h if cell is Cell.GRU and lbr else gh
+    for label, array, shape in (("W", w, (d, gh, w.shape[-1] if w.ndim == 3 else -1)), ("R", r, (d, gh, h)), ("B", b, (d, bias_rows))):
+        if array.shape != shape:
+            raise InputError(f"{path}: layer {name!r}: {label} has shape {list(array.shape)}, but hidden_size {h} and direction {direction.value} make it {list(shape)}")
+    if not np.isfinite(clip) or len(acts) < cell.activation_count:
+        raise InputError(f"{path}: layer {name!r}: clip {clip} or activations {names} are not usable for {op.get_type_name()}")
     found = [Finding("bias", Status.FOLDED, "OpenVINO stores Wb + Rb summed; read back as Wb = sum, Rb = 0" + (" (Rb_h kept apart: linear_before_reset)" if lbr else ""))]
     if cw or cr or cb:
         found.append(Finding("weights", Status.LOSSY, "the IR stores its weights compressed to fp16 (Convert after each Constant); read as their fp16 values"))
@@ -540,8 +571,11 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
             raise InputError(f"{path}: layer {name!r}: the graph has no constant {name}/{label} that its rt_info describes")
         if node.get_type_name() == "Convert":  # fp16-compressed
             found.append(Finding("weights", Status.LOSSY, "weights stored compressed to fp16"))
-            return np.asarray(node.input_value(0).get_node().get_data()).astype(node.get_output_element_type(0).to_dtype())
-        return np.array(node.get_data())
+            source = node.input_value(0).get_node()
+            if source.get_type_name() != "Constant":
+                raise InputError(f"{path}: layer {name!r}: {name}/{label} converts a {source.get_type_name()} node, not a constant")
+            return _constant_data(source, path, name, label, node.get_output_element_type(0))
+        return _constant_data(node, path, name, label)
 
     directions = []
     if strategy == "native":

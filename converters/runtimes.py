@@ -1,0 +1,46 @@
+"""Importing the runtimes gatepack drives, so that they write nothing and print nothing of their own.
+
+* onnxruntime records a device id under ``~/.cache/Microsoft/DeveloperTools`` when it is imported,
+  unless ``ORT_DISABLE_TELEMETRY`` is set before the import: gatepack sets it (unless the user did).
+* OpenVINO's Python package starts its telemetry (a client id under ``~/intel`` and events sent in the
+  background) when ``openvino`` is imported, through ``openvino.tools.ovc``, which falls back to a
+  no-op stub when ``openvino_telemetry`` cannot be imported. gatepack hides that module during its
+  own first import of ``openvino`` only, so the stub is used; nothing else in the process changes.
+
+Neither runtime offers another switch that needs no file in the user's home directory.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import ModuleType
+
+from converters.errors import RuntimeFailure
+
+
+def onnxruntime() -> ModuleType:
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise RuntimeFailure("onnxruntime is not installed", hint="pip install onnxruntime") from None
+    return ort
+
+
+def openvino() -> tuple[ModuleType, ModuleType]:
+    """``openvino`` and its ``opset15`` builders."""
+    if "openvino" not in sys.modules and "openvino_telemetry" not in sys.modules:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # an ImportError for ovc
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            raise RuntimeFailure("OpenVINO is not installed", hint="pip install openvino") from None
+        finally:
+            del sys.modules["openvino_telemetry"]
+    try:
+        import openvino as ov
+        import openvino.opset15 as ops
+    except ImportError:
+        raise RuntimeFailure("OpenVINO is not installed", hint="pip install openvino") from None
+    return ov, ops
