@@ -84,7 +84,21 @@ def load(path: str | Path, format: str | None = None, **options) -> "Model":
     with track_reads() as opened:
         model = registry.module(fmt).read(path, **read_options)
     model.files = tuple(sorted(opened))
+    _check_names(model)
     return model
+
+
+def _check_names(model: "Model") -> None:
+    """Layer names and output tensor names are unique in a model (each output is computed once)."""
+    seen: dict[str, str] = {}
+    for layer in model.layers:
+        if layer.name in seen.values():
+            raise InputError(f"{model.path}: two layers are named {layer.name!r}")
+        for output in (layer.interface.y, layer.interface.y_h):
+            if output is not None and output in seen:
+                raise InputError(f"{model.path}: layers {seen[output]!r} and {layer.name!r} both produce output {output!r}")
+            if output is not None:
+                seen[output] = layer.name
 
 
 def _inputs_of(model: "Model") -> list[Path]:
@@ -247,12 +261,20 @@ def run(artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "na
     """Execute an artifact: ``native`` on its own runtime, ``numpy`` on gatepack's executor."""
     from converters import registry
 
+    from converters.executor import check_model_inputs
+
     fmt = format or registry.detect(artifact)
-    if engine == "native":
-        return registry.module(fmt).run_native(artifact, inputs)
-    if engine != "numpy":
+    if engine not in ("native", "numpy"):
         raise UsageError(f"engine {engine!r} is not 'native' or 'numpy'")
+    try:
+        if registry.check_name(fmt).interface_inputs:
+            check_model_inputs(load(artifact, fmt, **options), inputs)
+    except NoRecurrentLayerError:
+        if engine == "numpy":
+            raise
     module = registry.module(fmt)
+    if engine == "native":
+        return module.run_native(artifact, inputs)
     if hasattr(module, "run_numpy"):  # the format's own semantics, read from the artifact
         return module.run_numpy(artifact, inputs)
     from converters.executor import run_model

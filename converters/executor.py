@@ -49,9 +49,6 @@ def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarr
                 if name not in inputs:
                     raise InputError(f"{where(model.path, layer.name)}input {name!r} ({key}) is missing")
                 optional[key] = inputs[name]
-        for name, value in ((itf.x, inputs[itf.x]), (itf.initial_h, optional.get("initial_h"))):
-            if value is not None and np.asarray(value).dtype != layer.dtype:
-                raise InputError(f"{where(model.path, layer.name)}input {name!r} is {np.asarray(value).dtype}, the layer takes {layer.dtype}")
         y, y_h = run_layer(layer, inputs[itf.x], optional.get("sequence_lens"), optional.get("initial_h"))
         if itf.y:
             outputs[itf.y] = y
@@ -67,7 +64,7 @@ def run_layer(
     initial_h: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run ``layer`` on inputs in its own layout; return ``(Y, Y_h)`` in that layout and dtype."""
-    x, sequence_lens, initial_h = _check_inputs(layer, x, sequence_lens, initial_h)
+    x, sequence_lens, initial_h = check_layer_inputs(layer, x, sequence_lens, initial_h)
     if layer.interface.layout == 1:
         x = x.transpose(PERM_SWAP_01)  # -> [S, N, I]
         if initial_h is not None:
@@ -221,20 +218,41 @@ def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, line
     return step, rb
 
 
-def _check_inputs(
+def check_model_inputs(model: Model, inputs: dict[str, np.ndarray]) -> None:
+    """Check the inputs a run gives each layer whose tensors are the artifact's own inputs (shapes,
+    dtypes, lengths), so that no runtime or executor meets a tensor it cannot take."""
+    for layer in model.layers:
+        itf = layer.interface
+        if itf.x in inputs:
+            at = where(model.path, layer.name)
+            try:
+                check_layer_inputs(layer, inputs[itf.x], inputs.get(itf.sequence_lens or ""), inputs.get(itf.initial_h or ""))
+            except InputError as err:
+                raise InputError(f"{at}{err.message.removeprefix(where(None, layer.name))}", hint=err.hint) from None
+
+
+def check_layer_inputs(
     layer: RecurrentLayer,
     x: np.ndarray,
     sequence_lens: np.ndarray | None,
     initial_h: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """The inputs as arrays, checked against the layer: X [S,N,I] (or [N,S,I]) with S, N >= 1 and the
+    layer's dtype; sequence_lens [N] integers in [0, S]; initial_h [D,N,H] (or [N,D,H])."""
     at = where(None, layer.name)
     x = np.asarray(x)
     if x.ndim != 3 or x.shape[2] != layer.input_size:
         expected = "[N, S, I]" if layer.interface.layout else "[S, N, I]"
         raise InputError(f"{at}X has shape {list(x.shape)}, expected {expected} with I = {layer.input_size}")
+    if x.dtype.kind != "f":
+        raise InputError(f"{at}X is {x.dtype}, the layer takes {layer.dtype}")
     seq_len, batch = (x.shape[1], x.shape[0]) if layer.interface.layout else (x.shape[0], x.shape[1])
+    if seq_len < 1 or batch < 1:
+        raise InputError(f"{at}X has shape {list(x.shape)}: an empty sequence or batch (onnxruntime aborts on a zero-length sequence; gatepack runs none)")
     if sequence_lens is not None:
         sequence_lens = np.asarray(sequence_lens)
+        if sequence_lens.dtype.kind not in "iu":
+            raise InputError(f"{at}sequence_lens is {sequence_lens.dtype}, not integers")
         if sequence_lens.shape != (batch,):
             raise InputError(f"{at}sequence_lens has shape {list(sequence_lens.shape)}, expected [{batch}]")
         bad = sequence_lens[(sequence_lens < 0) | (sequence_lens > seq_len)]
@@ -246,4 +264,6 @@ def _check_inputs(
         expected = (batch, d, layer.hidden_size) if layer.interface.layout else (d, batch, layer.hidden_size)
         if initial_h.shape != expected:
             raise InputError(f"{at}initial_h has shape {list(initial_h.shape)}, expected {list(expected)}")
+        if initial_h.dtype.kind != "f":
+            raise InputError(f"{at}initial_h is {initial_h.dtype}, the layer takes {layer.dtype}")
     return x, sequence_lens, initial_h

@@ -256,6 +256,23 @@ def starts_with(marker: bytes, suffix: str) -> Callable[[Path], bool]:
     return recognise
 
 
+def starts_like_protobuf(suffix: str, first_tags: bytes) -> Callable[[Path], bool]:
+    """A regular file with ``suffix`` whose first byte is one of ``first_tags`` (protobuf field tags):
+    enough to tell a serialised message from text or another file that merely has the suffix."""
+
+    def recognise(p: Path) -> bool:
+        if not has_suffix(suffix)(p):
+            return False
+        try:
+            with open_regular(p) as handle:
+                first = handle.read(1)
+        except InputError:
+            return False
+        return len(first) == 1 and first[0] in first_tags
+
+    return recognise
+
+
 def _companion(path: Path, suffix: str) -> Path:
     return path.with_suffix(suffix)
 

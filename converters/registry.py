@@ -17,13 +17,14 @@ Modules are imported only when a command needs them, so the CLI starts fast.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
 from converters.errors import UsageError
-from converters.fileio import OutputKind, has_markers, has_suffix, starts_with
+from converters.fileio import OutputKind, has_markers, starts_like_protobuf, starts_with
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class FormatInfo:
     is_directory: bool = False  # the artifact is a directory rather than a file
     companions: tuple[str, ...] = ()  # suffixes of files that belong to the artifact (.bin beside .xml)
     recognise: Callable[[Path], bool] = lambda _path: False  # an existing path is such an artifact
+    interface_inputs: bool = True  # `run` takes the layers' interface tensors (False: the format's own shapes, which it checks)
 
     @property
     def output_kind(self) -> OutputKind:
@@ -44,12 +46,16 @@ class FormatInfo:
         return OutputKind(self.title, self.is_directory, self.recognise, self.companions)
 
 
+# The first byte of each field tag of onnx.ModelProto (field number << 3 | wire type): ir_version 1, producer_name 2
+# ... graph 7, opset_import 8, metadata_props 14, and the two-byte tags of training_info 20, functions 25, configuration 26.
+ONNX_FIRST_TAGS = bytes([0x08, 0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72, 0xA2, 0xCA, 0xD2])
+
 FORMATS: dict[str, FormatInfo] = {
     f.name: f
     for f in (
-        FormatInfo("onnx", "ONNX", "NAME.onnx (+ NAME.onnx.data with external data)", "onnxruntime (CPU)", True, ("opset", "layout_encoding", "external_data"), companions=(".onnx.data",), recognise=has_suffix(".onnx")),
+        FormatInfo("onnx", "ONNX", "NAME.onnx (+ NAME.onnx.data with external data)", "onnxruntime (CPU)", True, ("opset", "layout_encoding", "external_data"), companions=(".onnx.data",), recognise=starts_like_protobuf(".onnx", ONNX_FIRST_TAGS)),
         FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", True, ("strategy", "compress_to_fp16"), companions=(".bin",), recognise=starts_with(b"<net", ".xml")),
-        FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", True, ("emit_cpp", "seq_length", "batch_size"), is_directory=True, recognise=has_markers("model.json", "gatepack.json")),
+        FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", True, ("emit_cpp", "seq_length", "batch_size"), is_directory=True, recognise=has_markers("model.json", "gatepack.json"), interface_inputs=False),
         FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", True, ("strategy", "minimum_deployment_target", "compress_to_fp16"), is_directory=True, recognise=has_markers("Manifest.json")),
         FormatInfo("bnns", "BNNSGraph bundle", "directory with bnns.json", "none here (NumPy executor of BNNS semantics)", True, is_directory=True, recognise=has_markers("bnns.json")),
     )
@@ -66,9 +72,10 @@ def detect(path: str | Path) -> str:
         return "openvino"
     if suffix == ".mlpackage":
         return "coreml"
-    if p.is_dir() and (p / "bnns.json").is_file():
+    # a marker that exists is enough to name the format: its reader then refuses anything but a regular file
+    if p.is_dir() and os.path.lexists(p / "bnns.json"):
         return "bnns"
-    if suffix == ".json" or (p.is_dir() and (p / "model.json").is_file()):
+    if suffix == ".json" or (p.is_dir() and os.path.lexists(p / "model.json")):
         return "directml"
     raise UsageError(f"{path}: cannot tell the format from the name", hint=f"pass --from/--to, one of {', '.join(FORMATS)}")
 

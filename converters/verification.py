@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from converters import registry
-from converters.errors import InputError, RuntimeFailure
+from converters.errors import InputError, RuntimeFailure, UsageError
 from converters.model import Model
 from schemas.layer import PERM_SWAP_01, PERM_Y_TO_SEQ_MAJOR, RecurrentLayer
 
@@ -28,6 +28,17 @@ if TYPE_CHECKING:
 TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2)}
 DEFAULT_SEQ_LENGTH = 7
 DEFAULT_BATCH = 3
+MAX_SAMPLE_VALUES = 1 << 26  # per sample tensor (X or Y): 256 MiB of float32
+
+
+def check_sample_size(layer: RecurrentLayer, s: int, n: int, options: str = "the sizes") -> None:
+    """UsageError when random inputs of ``s`` x ``n`` for ``layer`` (or its Y) would exceed ``MAX_SAMPLE_VALUES``."""
+    largest = s * n * max(layer.input_size, layer.num_directions * layer.hidden_size)
+    if largest > MAX_SAMPLE_VALUES:
+        raise UsageError(
+            f"layer {layer.name!r}: S={s} x N={n} makes sample tensors of {largest:,} values, more than gatepack's limit of {MAX_SAMPLE_VALUES:,}",
+            hint=f"choose smaller {options}",
+        )
 
 
 @dataclass
@@ -92,6 +103,7 @@ def sample_inputs(layer: RecurrentLayer, rng: np.random.Generator, sizes: tuple[
     """Random inputs for ``layer`` in layout 0, keyed by role: X, sequence_lens, initial_h."""
     itf = layer.interface
     s, n = sizes or sample_sizes(layer)
+    check_sample_size(layer, s, n)
     dtype = layer.dtype
     inputs = {"X": rng.uniform(-1, 1, (s, n, layer.input_size)).astype(dtype)}
     if itf.sequence_lens:

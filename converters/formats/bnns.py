@@ -235,7 +235,7 @@ class _Layer:
             raise InputError(f"{at}initialHiddenStates is null but the interface has initial_h {self.interface.initial_h!r}")
         names = [call.get("recurrentActivation"), call.get("activation")] if self.cell is Cell.GRU else [call.get("activation")]
         for name in names:
-            if name not in SWIFT_ACTIVATIONS:
+            if not isinstance(name, str) or name not in SWIFT_ACTIVATIONS:
                 raise InputError(f"{at}activation {name!r} is not a BNNSGraph.Builder.Activation case ({', '.join(SWIFT_ACTIVATIONS)})")
         out["activations"] = tuple(activation_of(SWIFT_ACTIVATIONS[n], at) for n in names)
         reset_after = call.get("applyResetGateAfterMatMul", False) if self.cell is Cell.GRU else False

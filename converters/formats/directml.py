@@ -86,6 +86,7 @@ _BY_DML_TYPE = {dml: name for name, (dml, _) in ACTIVATIONS.items()}
 INPUT_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor", "BiasTensor", "HiddenInitTensor", "SequenceLengthsTensor")
 OUTPUT_FIELDS = ("OutputSequenceTensor", "OutputSingleTensor")
 REQUIRED_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor")
+MAX_INLINE_VALUES = 1 << 26  # values an inline (constant or sequence) initializer may declare: a few bytes of JSON
 SEQUENCE_LENGTHS_NOTE = (
     "DirectML does not document sequence-length behaviour; gatepack assumes onnxruntime's "
     "(zeros past each length, the reverse direction starts at len-1, Y_h = 0 for len 0)"
@@ -231,6 +232,9 @@ def written_sizes(layer: RecurrentLayer, seq_length: SizeOption = None, batch_si
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{label} must be a positive integer, got {value!r}")
         out.append(dim if isinstance(dim, int) else value or default)
+    from converters.verification import check_sample_size
+
+    check_sample_size(layer, out[0], out[1], "--seq-length / --batch-size")
     return out[0], out[1]
 
 
@@ -305,7 +309,10 @@ class _Document:
             if not uses:
                 raise InputError(f"{self.file}: layer {name!r}: no dispatch command binds its tensors", hint="add {\"type\": \"dispatch\", \"dispatchable\": ..., \"bindings\": {...}}")
             bindings = {}
-            for field, value in (uses[0].get("bindings") or {}).items():
+            given = uses[0].get("bindings")
+            if not isinstance(given, dict):
+                raise InputError(f"{self.file}: layer {name!r}: the dispatch command's bindings {given!r} are not an object of desc field -> resource")
+            for field, value in given.items():
                 resource = value.get("name") if isinstance(value, dict) else value
                 if not isinstance(resource, str):
                     raise InputError(f"{self.file}: layer {name!r}: binding {field} must name one resource, got {value!r}")
@@ -352,6 +359,8 @@ class _Document:
                 count = init["valueCount"]
                 if isinstance(count, bool) or not isinstance(count, int) or count != size:
                     raise InputError(f"{at}valueCount {count!r} does not match the tensor's {size} elements")
+                if count > MAX_INLINE_VALUES:
+                    raise InputError(f"{at}valueCount {count:,} is more than gatepack generates from an inline initializer ({MAX_INLINE_VALUES:,}); store the values in a .npy file")
                 if "value" in init:
                     return np.full(count, float(init["value"])).astype(dtype)
                 return (float(init["valueStart"]) + float(init["valueDelta"]) * np.arange(count)).astype(dtype)
@@ -367,7 +376,7 @@ def tensor_shape(dispatch: _Dispatch, field: str) -> tuple[list[int], np.dtype]:
         raise InputError(f"{dispatch.at(field)}the desc has no tensor desc for it")
     tensor = tensor.get("Desc", tensor) if "Desc" in tensor else tensor
     sizes = tensor.get("Sizes")
-    if not isinstance(sizes, list) or not all(isinstance(v, int) and v > 0 for v in sizes):
+    if not isinstance(sizes, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
         raise InputError(f"{dispatch.at(field)}Sizes {sizes!r} is not a list of positive integers")
     if len(sizes) != 4:
         raise InputError(f"{dispatch.at(field)}Sizes {sizes} are {len(sizes)}-D; DirectML recurrent operators take 4-D tensors")
@@ -479,6 +488,8 @@ def load_recurrence(document: _Document, dispatch: _Dispatch, overrides: dict[st
             value = np.asarray(overrides[field])
             if value.shape != tuple(sizes):
                 raise InputError(f"{dispatch.at(field)}the input has shape {list(value.shape)}, the desc's Sizes are {sizes}")
+            if value.dtype.kind not in ("f" if dtype.kind == "f" else "iu"):
+                raise InputError(f"{dispatch.at(field)}the input is {value.dtype}; the desc's DataType is {DATA_TYPES[dtype.name]}")
             tensors[field] = value.astype(dtype, copy=False)
         else:
             tensors[field] = document.initial_values(dispatch, field)
@@ -601,14 +612,14 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
             acts.append(to_activation(kind, params))
         directions.append(DirectionParams(W=np.ascontiguousarray(w), R=np.ascontiguousarray(r), Wb=wb.copy(), Rb=rb.copy(), activations=tuple(acts)))
     bias = rec.tensors["BiasTensor"]
-    tensors = entry.get("tensors", {})
+    tensors = entry.get("tensors") or {}
 
     def name_of(role: str, field: str) -> str | None:
         if field not in dispatch.desc:
             return None
         return (tensors.get(role) or {}).get("source_name") or dispatch.bindings.get(field) or role
 
-    dims = entry.get("source_dims", {})
+    dims = entry.get("source_dims") or {}
     try:
         interface = Interface(
             x=name_of("X", "InputTensor"),

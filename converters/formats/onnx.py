@@ -468,7 +468,10 @@ class _Reader:
             if isinstance(x_dims[2], int) and x_dims[2] != w.shape[2]:
                 raise InputError(f"{at}X {names['x']!r} has input size {x_dims[2]} but W has {w.shape[2]}")
         seq, batch = (None, None) if x_dims is None else ((x_dims[1], x_dims[0]) if layout else (x_dims[0], x_dims[1]))
-        return Interface(layout=layout, seq_length=seq, batch_size=batch, dtype=w.dtype.name, **names)
+        try:
+            return Interface(layout=layout, seq_length=seq, batch_size=batch, dtype=w.dtype.name, **names)
+        except SpecError as err:  # e.g. a tensor name that is not valid UTF-8
+            raise InputError(f"{at}{err}") from None
 
 
 def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> tuple[dict, list] | None:
@@ -511,7 +514,7 @@ def _perm(node: onnx.NodeProto) -> list | None:
 
 
 def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _value_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
