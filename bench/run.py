@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         weights_mb = weight_bytes / 2**20
         ov_peer = measure("import onnx, openvino as ov", f"ov.save_model(ov.convert_model({str(src)!r}), {str(work / 'ov.xml')!r}, compress_to_fp16=False)", sizes.repeat)
         for target in targets:
-            out = work / ("out." + {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage"}.get(target, "dir"))
+            out = work / ("out." + {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage"}.get(target, target))  # one per target: a directory of another format is never replaced
             # both sides import their frameworks before the clock starts (the peer's setup does too)
             setup = f"import onnx, onnxruntime, converters as gp, converters.formats.onnx, converters.formats.{target}\n{frameworks.get(target, '')}"
             ours = measure(setup, f"gp.convert({str(src)!r}, {str(out)!r}, to={target!r}, verify=False)", sizes.repeat)

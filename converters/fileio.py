@@ -278,8 +278,8 @@ def _companion(path: Path, suffix: str) -> Path:
 
 
 def _relation(output: Path, source: Path) -> str | None:
-    if output == source:
-        return "is"
+    if output == source or (output.exists() and source.exists() and os.path.samefile(output, source)):
+        return "is"  # samefile: the same file under another spelling (case-insensitive file systems)
     if output.is_relative_to(source):
         return "is inside"
     if source.is_relative_to(output):

@@ -224,6 +224,19 @@ def test_os_errors_on_the_output_path_are_usage_errors(tmp_path, make_output):
     assert leftovers(tmp_path) == []
 
 
+def test_permission_errors_on_the_output_are_usage_errors(tmp_path, monkeypatch):
+    """A read-only destination (simulated: the suite runs as root, which ignores permissions)."""
+    from converters import fileio
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "ro"))
+
+    monkeypatch.setattr(fileio.os, "replace", denied)
+    for fmt in ("onnx", "bnns"):
+        one_line_error(cli("convert", SOURCE, "--to", fmt, "-o", tmp_path / "ro" / f"m{SUFFIX[fmt]}"), 2, "Permission denied")
+        assert not (tmp_path / "ro").exists()
+
+
 def test_failed_conversion_leaves_no_folders_behind(tmp_path):
     result = cli("convert", FIXTURES / "gru_clip.onnx", "--to", "bnns", "-o", tmp_path / "new" / "sub" / "b.bnns")
     assert result.exit_code == 4 and not (tmp_path / "new").exists()

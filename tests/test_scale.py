@@ -88,7 +88,7 @@ def test_external_data_outside_the_model_directory_is_refused(stacked, tmp_path)
                 entry.value = "../../elsewhere.data"
     onnx.save(model, str(tmp_path / "bad.onnx"))
     result = CliRunner().invoke(main, ["inspect", str(tmp_path / "bad.onnx")])
-    assert result.exit_code == 3 and "is not a file beside the model" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert result.exit_code == 3 and "leads outside the artifact" in result.output and len(result.output.strip().splitlines()) == 1, result.output
 
 
 def test_truncated_external_data_is_a_one_line_error(stacked, tmp_path):
