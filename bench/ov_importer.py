@@ -95,7 +95,7 @@ def main() -> None:
 
 
 def classify(cfg: Config, result: str, why: str) -> str:
-    """The first documented cause that applies to a configuration (CONVENTIONS.md section 3)."""
+    """The first documented cause that applies to a configuration (docs/conventions.md §3)."""
     acts = cfg.activations or []
     native = {"GRU": {"Sigmoid", "Tanh"}, "RNN": {"Sigmoid", "Tanh", "Relu"}}[cfg.cell]
     half = len(acts) // 2

@@ -1,6 +1,6 @@
 """What Core ML's MIL ``gru``/``rnn`` ops and ``BNNSGraph.Builder``'s ``gru``/``rnn`` calls share
-(BNNSGraph executes ML Programs on the CPU; its Builder is a facade over the same ops, CONVENTIONS.md
-section 5): gate order, bias layout, activations, semantics, and the known runtime doubts.
+(BNNSGraph executes ML Programs on the CPU; its Builder is a facade over the same ops, docs/conventions.md
+§5): gate order, bias layout, activations, semantics, and the known runtime doubts.
 
 Per step, with gate blocks in Apple's order r, o, z (o, BNNS's "n", is the candidate)::
 

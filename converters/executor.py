@@ -1,7 +1,7 @@
 """Vectorised NumPy executor of the canonical GRU/RNN layer, with the complete ONNX semantics.
 
 It is the oracle-independent reference gatepack checks every format against, and it follows
-onnxruntime wherever the ONNX specification leaves room (CONVENTIONS.md section 2):
+onnxruntime wherever the ONNX specification leaves room (docs/conventions.md §2):
 
 * equations: see ``schemas.layer`` (z, r, h gate order; reset before or after the matmul);
 * ``clip`` bounds every gate's pre-activation sum, biases included, before its activation;

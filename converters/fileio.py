@@ -394,12 +394,13 @@ def atomic_path(target: Path, *, directory: bool = False) -> Iterator[Path]:
         with _output_errors(target):
             if directory and target.is_dir() and not target.is_symlink():
                 aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
-                os.replace(target, aside / "old")
                 try:
-                    os.replace(tmp, target)
-                except OSError:
-                    os.replace(aside / "old", target)
-                    raise
+                    os.replace(target, aside / "old")
+                    try:
+                        os.replace(tmp, target)
+                    except OSError:
+                        os.replace(aside / "old", target)  # put the old artifact back
+                        raise
                 finally:
                     shutil.rmtree(aside, ignore_errors=True)
             else:
@@ -435,8 +436,9 @@ def atomic_files(target: Path, companions: tuple[str, ...] = ()) -> Iterator[Pat
                     final.unlink()
             os.replace(tmp / target.name, target)
     except BaseException:
-        _undo_parents(created)
-        raise
-    finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        _undo_parents(created)
+        raise
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,6 +1,6 @@
 """Compatibility findings: what happens to each feature of a layer when it moves to a target.
 
-Statuses, worst first (DESIGN.md, "Compatibility findings"):
+Statuses, worst first (docs/design.md, "Findings"):
 
 * ``unsupported`` - the target cannot express it; ``convert`` refuses.
 * ``lossy``       - changes results beyond float rounding (e.g. fp64 -> fp32); refused unless allowed.

@@ -1,6 +1,6 @@
 """The layout-compatibility report: per layer and target, what each feature becomes.
 
-JSON shape (DESIGN.md contract; extra keys are additions)::
+JSON shape (docs/design.md, "Findings"; extra keys are additions)::
 
     {"source": ..., "format": ...,
      "layers": [{"name": ..., "cell": ..., "direction": ..., "hidden_size": ..., "input_size": ...,

@@ -21,7 +21,7 @@ Softplus           log(1 + e^x)                            -            -
 ``activation_alpha`` and ``activation_beta`` are two independent stacks consumed in activation order,
 popped only by the activations that take that parameter (onnxruntime, ``rnn_helpers.cc``).
 When a stack runs out, the default applies - and the defaults differ between runtimes for
-ThresholdedRelu, ScaledTanh and Affine (CONVENTIONS.md section 2). gatepack resolves them as
+ThresholdedRelu, ScaledTanh and Affine (docs/conventions.md §2). gatepack resolves them as
 onnxruntime does by default (the runtime a model was most likely validated with) and reports that
 the model relied on an ambiguous default; ``DefaultsPolicy.ONNX`` uses the ONNX operator defaults.
 Everything gatepack writes carries explicit values.

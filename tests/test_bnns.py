@@ -105,7 +105,7 @@ def test_npy_files_are_the_permuted_onnx_weights(cell, lbr, tmp_path):
 
 def _documented_gru(x, h, w_ih, w_hh, bias, input_bias, after, reverse):
     """Apple's equations for BNNSGraph.Builder.gru (seed bnnsgraph-builder-gru.txt), with the reset
-    gate before the matmul when ``after`` is false (CONVENTIONS.md section 5), written out per gate
+    gate before the matmul when ``after`` is false (docs/conventions.md §5), written out per gate
     block r, n, z; returns the output in processing order and the last state."""
     sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
     H = h.shape[1]

@@ -101,7 +101,7 @@ def test_json_report_validates_against_its_schema(model):
 
 @pytest.mark.parametrize("fixture", ["gru_clip", "gru_lbr1_bidirectional"])
 def test_markdown_report_equals_the_reviewed_file(fixture):
-    """tests/expected/*.report.md were read line by line against CONVENTIONS.md when written; a
+    """tests/expected/*.report.md were read line by line against docs/conventions.md when written; a
     change to any finding shows up here as a diff to review."""
     text = gp.report(FIXTURES / f"{fixture}.onnx").render("markdown").replace(str(ROOT) + "/", "")
     assert text == (ROOT / "tests" / "expected" / f"{fixture}.report.md").read_text()

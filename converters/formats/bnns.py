@@ -17,7 +17,7 @@ A bundle is a directory::
                  "combine": "stack_directions"}]}
 
 Each CALL is one ``BNNSGraph.Builder.Tensor.gru(...)`` / ``rnn(...)`` call on X [S,N,I] with its
-Swift argument labels (CONVENTIONS.md section 5, seed ``bnnsgraph-builder-gru.txt``)::
+Swift argument labels (docs/conventions.md §5, seed ``bnnsgraph-builder-gru.txt``)::
 
     {"op": "gru", "direction": "forward"|"reverse",
      "initialHiddenStates": {"input": NAME, "index": K} | null (zeros [N,H]),

@@ -1,7 +1,7 @@
 """Core ML ML Programs: GRU/RNN layers written with coremltools' MIL builder, read back without a
 Core ML runtime, and executed by a NumPy interpreter of the MIL ops gatepack emits.
 
-MIL's recurrent ops (CONVENTIONS.md section 5) differ from ONNX::
+MIL's recurrent ops (docs/conventions.md §5) differ from ONNX::
 
     gru(x [S,N,I], initial_h [N,H] (required), weight_ih [3H,I], weight_hh [3H,H], bias [3H],
         input_bias [3H] (iOS18), reset_after (iOS18), direction forward|reverse,
@@ -115,7 +115,7 @@ def safe_name(name: str) -> str:
 
 
 FP16_PASSES = ["common::add_fp16_cast", "common::const_elimination", "common::cast_optimization", "common::dead_code_elimination"]
-FP16_TARGET = "iOS17"  # the gru/rnn ops take fp16 from iOS17 (CONVENTIONS.md section 5)
+FP16_TARGET = "iOS17"  # the gru/rnn ops take fp16 from iOS17 (docs/conventions.md §5)
 
 
 def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET, compress_to_fp16: bool = False) -> None:

@@ -12,7 +12,7 @@ An artifact is a directory:
   dimensions (DirectML tensors are static and sequence-major), so the layer reads back whole.
 * ``desc.cpp`` (``emit_cpp=True``) - C++ that fills the same descs for DirectML users who write C++.
 
-Conventions (CONVENTIONS.md section 4; identical to ONNX up to a reshape, so nothing is repacked)::
+Conventions (docs/conventions.md §4; identical to ONNX up to a reshape, so nothing is repacked)::
 
     InputTensor            {1, S, N, I}        X, sequence-major
     WeightTensor           {1, D, G*H, I}      W, gate order z, r, h (GRU) as ONNX

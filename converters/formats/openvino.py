@@ -11,7 +11,7 @@ everything else::
 Summing the biases is exact (they are added outside every product) but the split cannot be
 recovered: a summed bias reads back as ``[Wb + Rb, 0]`` (``folded``).
 
-Strategies (CONVENTIONS.md section 3 says where OpenVINO's CPU plugin is exact):
+Strategies (docs/conventions.md §3 says where OpenVINO's CPU plugin is exact):
 
 * ``native``: the sequence op, with the transposes, the folded bias, a zero initial state and full
   sequence lengths inside the model. Exact only for GRU activations (Sigmoid, Tanh), RNN activations
