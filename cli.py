@@ -1,7 +1,7 @@
-"""gatepack's command line: a thin shell over the ``converters`` API.
+"""gatepack's command line: a thin shell over the API (``gatepack.converters``).
 
 Errors print as one line on stderr (``gatepack: error: ...``) with a distinct exit code (see
-``converters.errors``); ``--debug`` shows the traceback. Heavy frameworks load only in the commands
+``gatepack.converters.errors``); ``--debug`` shows the traceback. Heavy frameworks load only in the commands
 that need them.
 """
 
@@ -14,12 +14,14 @@ from pathlib import Path
 
 import click
 
-import converters as gp
-from converters.errors import GatepackError
-from converters.fileio import OutputKind, has_suffix
-from converters.progress import Progress
+import gatepack as gp
+from gatepack.converters.errors import GatepackError
+from gatepack.converters.fileio import OutputKind, has_suffix
+from gatepack.converters.progress import Progress
 
-FORMAT_NAMES = ["onnx", "openvino", "directml", "coreml", "bnns"]
+from gatepack.converters.registry import FORMATS  # noqa: E402  (light: no framework is imported)
+
+FORMAT_NAMES = list(FORMATS)
 REPORT_OUTPUT = OutputKind("report (.txt, .md, .json, .html)", False, has_suffix(".txt", ".md", ".markdown", ".json", ".html", ".htm"))
 NPZ_OUTPUT = OutputKind(".npz file", False, has_suffix(".npz"))
 
@@ -52,6 +54,7 @@ def handle_errors(fn):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(gp.__version__, "--version", prog_name="gatepack", message="%(prog)s %(version)s")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
@@ -78,7 +81,7 @@ _defaults_option = click.option(
 @handle_errors
 def inspect(model: str, from_format: str | None, activation_defaults: str, as_json: bool) -> None:
     """List the recurrent layers of MODEL: attributes, shapes, parameter counts."""
-    from converters.inspection import describe_json, describe_text
+    from gatepack.converters.inspection import describe_json, describe_text
 
     loaded = gp.load(model, from_format, activation_defaults=activation_defaults)
     click.echo(json.dumps(describe_json(loaded), indent=2) if as_json else describe_text(loaded))
@@ -155,7 +158,7 @@ def report(model, targets, fmt, output, from_format, activation_defaults) -> Non
     loaded = gp.load(model, from_format, activation_defaults=activation_defaults)
     text = gp.report(loaded, list(targets) or None).render(fmt)
     if output:
-        from converters.fileio import atomic_path, prepare_output
+        from gatepack.converters.fileio import atomic_path, prepare_output
 
         prepare_output(output, REPORT_OUTPUT, [Path(model), *loaded.files])
         with atomic_path(Path(output)) as tmp:
@@ -189,7 +192,7 @@ def run(artifact, inputs_path, output, engine, from_format) -> None:
     """Execute ARTIFACT on the tensors in --inputs and save its outputs."""
     import numpy as np
 
-    from converters.fileio import atomic_path, load_npz, prepare_output
+    from gatepack.converters.fileio import atomic_path, load_npz, prepare_output
 
     prepare_output(output, NPZ_OUTPUT, [Path(artifact), Path(inputs_path)])
     inputs = load_npz(inputs_path, allowed=gp.input_names(artifact, format=from_format))
@@ -204,12 +207,11 @@ def run(artifact, inputs_path, output, engine, from_format) -> None:
 @handle_errors
 def formats() -> None:
     """What each format reads and writes."""
-    from converters.registry import FORMATS
-
     click.echo(f"{'format':<9} {'status':<16} {'artifact':<26} runs here on")
     for info in FORMATS.values():
         status = "reads, writes" if info.implemented else "not yet"
-        click.echo(f"{info.name:<9} {status:<16} {info.artifact:<26} {info.runtime}")
+        missing = f" [needs: pip install 'gatepack[{info.extra}]']" if not info.installed else ""
+        click.echo(f"{info.name:<9} {status:<16} {info.artifact:<26} {info.runtime}{missing}")
 
 
 if __name__ == "__main__":  # pragma: no cover

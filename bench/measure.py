@@ -20,7 +20,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 _CHILD = """
 import json, sys, time
-sys.path.insert(0, {root!r})
 {setup}
 def _status_mb(key):
     with open("/proc/self/status") as f:
@@ -46,7 +45,7 @@ class Sample:
 
 def measure(setup: str, body: str, repeat: int = 3) -> Sample:
     """Run ``setup`` then ``body`` (timed) in ``repeat`` fresh interpreters; medians."""
-    code = _CHILD.format(root=str(ROOT), setup=textwrap.dedent(setup), body=textwrap.dedent(body))
+    code = _CHILD.format(setup=textwrap.dedent(setup), body=textwrap.dedent(body))
     runs = []
     for _ in range(repeat):
         os.sync()  # start from clean page cache write-back: an earlier run's dirty pages would throttle this one

@@ -30,7 +30,7 @@ import onnx
 import openvino as ov
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import converters as gp  # noqa: E402
+import gatepack as gp  # noqa: E402
 from helpers import OPENVINO_TOLERANCE, Config, build_model, static_case, static_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout  # noqa: E402
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}

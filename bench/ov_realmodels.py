@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import ROOT, measure  # noqa: E402
 
 MODELS = ["dfn3_df_dec.onnx", "dfn3_erb_dec.onnx", "dfn3_enc.onnx", "ulunas_stream_simple.onnx", "gtcrn_stream_simple.onnx"]
-SETUP = "import onnx, openvino as ov, converters as gp, converters.formats.onnx, converters.formats.openvino"
+SETUP = "import onnx, openvino as ov, gatepack as gp, gatepack.converters.formats.onnx, gatepack.converters.formats.openvino"
 
 
 def main() -> None:

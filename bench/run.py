@@ -116,11 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         for target in targets:
             out = work / ("out." + {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage"}.get(target, target))  # one per target: a directory of another format is never replaced
             # both sides import their frameworks before the clock starts (the peer's setup does too)
-            setup = f"import onnx, onnxruntime, converters as gp, converters.formats.onnx, converters.formats.{target}\n{frameworks.get(target, '')}"
+            setup = f"import onnx, onnxruntime, gatepack as gp, gatepack.converters.formats.onnx, gatepack.converters.formats.{target}\n{frameworks.get(target, '')}"
             ours = measure(setup, f"gp.convert({str(src)!r}, {str(out)!r}, to={target!r}, verify=False)", sizes.repeat)
             goal = "<= 1.0x" if target == "openvino" else "<= 1.5x"
             rows.append(Row(f"convert {label} -> {target}", ours, ov_peer, "ov.convert_model + save_model", goal + "; RSS <= 1.5x the weights", weights_mb, floor))
-            verify_body = f"from converters.verification import verify_models\nverify_models(gp.load({str(src)!r}), gp.load({str(out)!r}))"
+            verify_body = f"from gatepack.converters.verification import verify_models\nverify_models(gp.load({str(src)!r}), gp.load({str(out)!r}))"
             verified = measure(setup, verify_body, sizes.repeat)
             rows.append(Row(f"verify {target} conversion", verified, ours, "the conversion", "<= 1.0x the conversion"))
         for text, seq, batch, hidden, direction, lens in sizes.executor:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 + (f"feed['sequence_lens'] = np.array([max(1, {seq} - 3 * i) for i in range({batch})], np.int32)\n" if lens else "")
                 + f"model = onnx.load({str(node)!r})\nnames = {{i.name for i in model.graph.input}}\nfeed = {{k: v for k, v in feed.items() if k in names}}\n"
             )
-            ours = measure(feed + f"import converters as gp\nfrom converters.executor import run_layer\nlayer = gp.load({str(node)!r}).layers[0]", "run_layer(layer, feed['X'], feed.get('sequence_lens'), None)", sizes.repeat)
+            ours = measure(feed + f"import gatepack as gp\nfrom gatepack.converters.executor import run_layer\nlayer = gp.load({str(node)!r}).layers[0]", "run_layer(layer, feed['X'], feed.get('sequence_lens'), None)", sizes.repeat)
             ort = measure(feed + "import onnxruntime as ort\ns = ort.InferenceSession(" + repr(str(node)) + ", providers=['CPUExecutionProvider'])\ns.run(None, feed)", "s.run(None, feed)", sizes.repeat)
             ref = measure(feed + "from onnx.reference import ReferenceEvaluator\nr = ReferenceEvaluator(model)", "r.run(None, feed)", sizes.repeat)
             goal = "<= 1.5x" if batch > 1 else "<= 5x"

@@ -1,6 +1,6 @@
 """gatepack's Python API: convert GRU/RNN layers between runtimes and prove the result numerically.
 
->>> import converters as gp
+>>> import gatepack as gp
 >>> model = gp.load("fixtures/gru_lbr1_bidirectional.onnx")
 >>> result = gp.convert("fixtures/gru_lbr1_bidirectional.onnx", "out/gru.onnx", to="onnx")
 >>> result.verification.passed
@@ -8,7 +8,7 @@ True
 >>> gp.report(model, targets=["onnx"]).render("text")   # doctest: +SKIP
 
 Heavy frameworks (onnx, onnxruntime, OpenVINO, coremltools) are imported by the functions that need
-them, never by ``import converters``.
+them, never by ``import gatepack``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from converters.errors import (  # noqa: F401  (re-exported)
+from gatepack.converters.errors import (  # noqa: F401  (re-exported)
     GatepackError,
     InputError,
     NoRecurrentLayerError,
@@ -30,11 +30,11 @@ from converters.errors import (  # noqa: F401  (re-exported)
 if TYPE_CHECKING:
     import numpy as np
 
-    from converters.findings import Finding
-    from converters.model import Model
-    from converters.progress import Progress
-    from converters.reporting import Report
-    from converters.verification import Verification
+    from gatepack.converters.findings import Finding
+    from gatepack.converters.model import Model
+    from gatepack.converters.progress import Progress
+    from gatepack.converters.reporting import Report
+    from gatepack.converters.verification import Verification
 
 __all__ = ["load", "save", "convert", "verify", "report", "run", "input_names", "Result"]
 
@@ -64,7 +64,7 @@ class Result:
 def _read_options(options: dict) -> dict:
     out = {}
     if options.get("activation_defaults"):
-        from schemas.activations import DefaultsPolicy
+        from gatepack.schemas.activations import DefaultsPolicy
 
         try:
             out["defaults"] = DefaultsPolicy(options["activation_defaults"])
@@ -75,9 +75,9 @@ def _read_options(options: dict) -> dict:
 
 def load(path: str | Path, format: str | None = None, **options) -> "Model":
     """Read the recurrent layers of the artifact at ``path`` (format detected from the path)."""
-    from converters import registry
+    from gatepack.converters import registry
 
-    from converters.fileio import track_reads
+    from gatepack.converters.fileio import track_reads
 
     fmt = format or registry.detect(path)
     read_options = _read_options(options)
@@ -109,8 +109,8 @@ def _inputs_of(model: "Model") -> list[Path]:
 def save(model: "Model", path: str | Path, format: str, **options) -> None:
     """Write ``model`` as ``format`` at ``path`` (atomically), under the output policy: never over
     the files it was read from, and over an existing path only if it is an artifact of ``format``."""
-    from converters import registry
-    from converters.fileio import prepare_output
+    from gatepack.converters import registry
+    from gatepack.converters.fileio import prepare_output
 
     info = registry.check_name(format)
     prepare_output(path, info.output_kind, _inputs_of(model))
@@ -118,7 +118,7 @@ def save(model: "Model", path: str | Path, format: str, **options) -> None:
 
 
 def _write(model: "Model", path: str | Path, info, options: dict) -> None:
-    from converters import registry
+    from gatepack.converters import registry
 
     unknown = set(options) - set(info.write_options)
     if unknown:
@@ -128,7 +128,7 @@ def _write(model: "Model", path: str | Path, info, options: dict) -> None:
 
 def with_layout(model: "Model", layout: int) -> "Model":
     """The same layers with a different interface layout (0: sequence-major, 1: batch-major)."""
-    from converters.model import Model
+    from gatepack.converters.model import Model
 
     layers = [replace(layer, interface=replace(layer.interface, layout=layout), extras={}) for layer in model.layers]
     return Model(model.path, model.format, layers, model.notes, model.skipped, model.meta, model.files)
@@ -152,9 +152,9 @@ def convert(
 
     Refuses (RefusedError) when a finding is ``unsupported``, or ``lossy`` without ``allow_lossy``.
     Nothing is written unless the conversion and its verification succeed. ``progress`` (e.g.
-    ``converters.progress.Progress("convert")``) reports the steps on stderr.
+    ``gatepack.converters.progress.Progress("convert")``) reports the steps on stderr.
     """
-    from converters.progress import Silent
+    from gatepack.converters.progress import Silent
 
     progress = progress or Silent()
     try:
@@ -164,10 +164,10 @@ def convert(
 
 
 def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, seed, progress: "Progress", options: dict) -> Result:
-    from converters import registry
-    from converters.fileio import atomic_files, atomic_path, prepare_output
-    from converters.findings import Status
-    from converters.reporting import build_report
+    from gatepack.converters import registry
+    from gatepack.converters.fileio import atomic_files, atomic_path, prepare_output
+    from gatepack.converters.findings import Status
+    from gatepack.converters.reporting import build_report
 
     fmt = to or registry.detect(dst)
     info = registry.check_name(fmt)
@@ -203,7 +203,7 @@ def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, s
             progress.step(f"reading back {dst}")
             written = registry.module(fmt).read(tmp)
             written.path = Path(dst)
-            from converters.verification import verify_models
+            from gatepack.converters.verification import verify_models
 
             result.verification = verify_models(source, written, seed=seed, target_file=tmp, progress=progress)
             if not result.verification.passed:
@@ -220,10 +220,10 @@ def _check_seed(seed: object) -> None:
 
 def verify(src: str | Path, dst: str | Path, *, seed: int = 0, src_format: str | None = None, dst_format: str | None = None, progress: "Progress | None" = None, **options) -> "Verification":
     """Run both artifacts on the same random inputs and compare their outputs."""
-    from converters.progress import Silent
+    from gatepack.converters.progress import Silent
 
     _check_seed(seed)
-    from converters.verification import verify_models
+    from gatepack.converters.verification import verify_models
 
     progress = progress or Silent()
     try:
@@ -234,8 +234,8 @@ def verify(src: str | Path, dst: str | Path, *, seed: int = 0, src_format: str |
 
 def report(model_or_path: "Model | str | Path", targets: list[str] | None = None, **options) -> "Report":
     """Per layer and target, what every feature becomes (exact ... unsupported)."""
-    from converters import registry
-    from converters.reporting import build_report
+    from gatepack.converters import registry
+    from gatepack.converters.reporting import build_report
 
     read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
     model = load(model_or_path, **read_opts) if isinstance(model_or_path, (str, Path)) else model_or_path
@@ -247,7 +247,7 @@ def report(model_or_path: "Model | str | Path", targets: list[str] | None = None
 
 def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
     """The names of the tensors ``run`` takes for ``artifact`` (its graph inputs)."""
-    from converters import registry
+    from gatepack.converters import registry
 
     fmt = format or registry.detect(artifact)
     module = registry.module(fmt)
@@ -259,9 +259,9 @@ def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
 
 def run(artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "native", format: str | None = None, **options) -> dict[str, "np.ndarray"]:
     """Execute an artifact: ``native`` on its own runtime, ``numpy`` on gatepack's executor."""
-    from converters import registry
+    from gatepack.converters import registry
 
-    from converters.executor import check_model_inputs
+    from gatepack.converters.executor import check_model_inputs
 
     fmt = format or registry.detect(artifact)
     if engine not in ("native", "numpy"):
@@ -277,6 +277,6 @@ def run(artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "na
         return module.run_native(artifact, inputs)
     if hasattr(module, "run_numpy"):  # the format's own semantics, read from the artifact
         return module.run_numpy(artifact, inputs)
-    from converters.executor import run_model
+    from gatepack.converters.executor import run_model
 
     return run_model(load(artifact, fmt, **options), inputs)

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from converters.errors import InputError
-from schemas.activations import Activation
-from schemas.layer import Cell, RecurrentLayer
+from gatepack.converters.errors import InputError
+from gatepack.schemas.activations import Activation
+from gatepack.schemas.layer import Cell, RecurrentLayer
 
 APPLE_GATES = [1, 2, 0]  # ONNX z, r, h -> Apple r, o, z (row blocks of H)
 ONNX_GATES = [2, 0, 1]  # Apple r, o, z -> ONNX z, r, h
@@ -138,7 +138,7 @@ def recurrence(cell: Cell, x: np.ndarray, initial_h: np.ndarray, weight_ih: np.n
     ``activations`` are (recurrent, candidate) for GRU, (activation,) for RNN. The arithmetic runs on
     gatepack's shared recurrence kernel after mapping the gates back to ONNX's order; reset-before
     when ``reset_after`` is false."""
-    from converters.executor import run_recurrence
+    from gatepack.converters.executor import run_recurrence
 
     w = onnx_weights(cell, weight_ih, weight_hh, bias, input_bias if reset_after else None, reset_after)
     y, y_h = run_recurrence(cell, [(w["W"], w["R"], w["Wb"], w["Rb"], activations)], reverse=[reverse], x=x, sequence_lens=None, initial_h=np.asarray(initial_h)[None], linear_before_reset=bool(reset_after))

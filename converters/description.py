@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.errors import InputError
-from schemas.activations import Activation
-from schemas.layer import Cell, Direction, Interface, RecurrentLayer
+from gatepack.converters.errors import InputError
+from gatepack.schemas.activations import Activation
+from gatepack.schemas.layer import Cell, Direction, Interface, RecurrentLayer
 
 
 def describe(layer: RecurrentLayer) -> dict:
@@ -101,7 +101,7 @@ def parse(path: Path, entry: object) -> Described:
 def build_layer(path: Path, info: Described, directions: list, extras: dict) -> RecurrentLayer:
     """The described layer with ``directions``' weights, read from the artifact's graph; the weights'
     shapes are checked against the description."""
-    from schemas.layer import SpecError
+    from gatepack.schemas.layer import SpecError
 
     gh, i, h = info.gates * info.hidden_size, info.input_size, info.hidden_size
     if len(directions) != info.direction.count:

@@ -24,9 +24,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from converters.errors import InputError, UsageError, where
-from converters.model import Model
-from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, RecurrentLayer
+from gatepack.converters.errors import InputError, UsageError, where
+from gatepack.converters.model import Model
+from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, RecurrentLayer
 
 
 def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

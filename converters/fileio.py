@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from converters.errors import InputError, UsageError
+from gatepack.converters.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from converters.model import Model
-from schemas.layer import RecurrentLayer, dim_text
+from gatepack.converters.model import Model
+from gatepack.schemas.layer import RecurrentLayer, dim_text
 
 
 def _shapes(layer: RecurrentLayer) -> dict[str, list[str]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from converters.findings import Finding
-from schemas.layer import RecurrentLayer
+from gatepack.converters.findings import Finding
+from gatepack.schemas.layer import RecurrentLayer
 
 
 @dataclass

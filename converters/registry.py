@@ -23,8 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from converters.errors import UsageError
-from converters.fileio import OutputKind, has_markers, starts_like_protobuf, starts_with
+from gatepack.converters.errors import UsageError
+from gatepack.converters.fileio import OutputKind, has_markers, starts_like_protobuf, starts_with
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,15 @@ class FormatInfo:
     companions: tuple[str, ...] = ()  # suffixes of files that belong to the artifact (.bin beside .xml)
     recognise: Callable[[Path], bool] = lambda _path: False  # an existing path is such an artifact
     interface_inputs: bool = True  # `run` takes the layers' interface tensors (False: the format's own shapes, which it checks)
+    extra: str | None = None  # the pip extra that installs the framework this format needs (None: always installed)
+    framework: str | None = None  # that framework's module
+
+    @property
+    def installed(self) -> bool:
+        """Whether the framework this format needs is importable (checked without importing it)."""
+        import importlib.util
+
+        return self.framework is None or importlib.util.find_spec(self.framework) is not None
 
     @property
     def output_kind(self) -> OutputKind:
@@ -54,9 +63,9 @@ FORMATS: dict[str, FormatInfo] = {
     f.name: f
     for f in (
         FormatInfo("onnx", "ONNX", "NAME.onnx (+ NAME.onnx.data with external data)", "onnxruntime (CPU)", True, ("opset", "layout_encoding", "external_data"), companions=(".onnx.data",), recognise=starts_like_protobuf(".onnx", ONNX_FIRST_TAGS)),
-        FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", True, ("strategy", "compress_to_fp16"), companions=(".bin",), recognise=starts_with(b"<net", ".xml")),
+        FormatInfo("openvino", "OpenVINO IR", "NAME.xml + NAME.bin", "OpenVINO CPU", True, ("strategy", "compress_to_fp16"), companions=(".bin",), recognise=starts_with(b"<net", ".xml"), extra="openvino", framework="openvino"),
         FormatInfo("directml", "DirectML (DxDispatch model)", "directory with model.json", "none here (NumPy executor of DirectML semantics)", True, ("emit_cpp", "seq_length", "batch_size"), is_directory=True, recognise=has_markers("model.json", "gatepack.json"), interface_inputs=False),
-        FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", True, ("strategy", "minimum_deployment_target", "compress_to_fp16"), is_directory=True, recognise=has_markers("Manifest.json")),
+        FormatInfo("coreml", "Core ML ML Program", "NAME.mlpackage", "none here (NumPy executor of MIL semantics)", True, ("strategy", "minimum_deployment_target", "compress_to_fp16"), is_directory=True, recognise=has_markers("Manifest.json"), extra="coreml", framework="coremltools"),
         FormatInfo("bnns", "BNNSGraph bundle", "directory with bnns.json", "none here (NumPy executor of BNNS semantics)", True, is_directory=True, recognise=has_markers("bnns.json")),
     )
 }
@@ -91,4 +100,4 @@ def module(name: str) -> ModuleType:
     info = check_name(name)
     if not info.implemented:
         raise UsageError(f"the {info.title} format is not implemented yet in this version of gatepack", hint="see `gatepack formats`")
-    return importlib.import_module(f"converters.formats.{name}")
+    return importlib.import_module(f"gatepack.converters.formats.{name}")

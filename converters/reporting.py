@@ -14,10 +14,10 @@ import html
 import json
 from dataclasses import dataclass, field
 
-from converters import registry
-from converters.findings import Finding, Status, sort_worst_first, worst
-from converters.model import Model
-from schemas.layer import RecurrentLayer
+from gatepack.converters import registry
+from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
+from gatepack.converters.model import Model
+from gatepack.schemas.layer import RecurrentLayer
 
 
 @dataclass

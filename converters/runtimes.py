@@ -16,7 +16,10 @@ import os
 import sys
 from types import ModuleType
 
-from converters.errors import RuntimeFailure
+from gatepack.converters.errors import RuntimeFailure
+
+OPENVINO_MISSING = "OpenVINO is not installed: the openvino format needs the openvino extra"
+COREML_MISSING = "coremltools is not installed: the coreml format needs the coreml extra"
 
 
 def onnxruntime() -> ModuleType:
@@ -24,7 +27,7 @@ def onnxruntime() -> ModuleType:
     try:
         import onnxruntime as ort
     except ImportError:
-        raise RuntimeFailure("onnxruntime is not installed", hint="pip install onnxruntime") from None
+        raise RuntimeFailure("onnxruntime is not installed (a dependency of gatepack)", hint="pip install onnxruntime") from None
     return ort
 
 
@@ -35,12 +38,30 @@ def openvino() -> tuple[ModuleType, ModuleType]:
         try:
             import openvino  # noqa: F401
         except ImportError:
-            raise RuntimeFailure("OpenVINO is not installed", hint="pip install openvino") from None
+            raise RuntimeFailure(OPENVINO_MISSING, hint="pip install 'gatepack[openvino]'") from None
         finally:
             del sys.modules["openvino_telemetry"]
     try:
         import openvino as ov
         import openvino.opset15 as ops
     except ImportError:
-        raise RuntimeFailure("OpenVINO is not installed", hint="pip install openvino") from None
+        raise RuntimeFailure(OPENVINO_MISSING, hint="pip install 'gatepack[openvino]'") from None
     return ov, ops
+
+
+def coremltools() -> ModuleType:
+    """coremltools, imported without the messages it logs on Linux about its missing Core ML runtime."""
+    import contextlib
+    import io
+    import logging
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            logging.disable(logging.WARNING)
+            try:
+                import coremltools as ct
+            finally:
+                logging.disable(logging.NOTSET)
+    except ImportError:
+        raise RuntimeFailure(COREML_MISSING, hint="pip install 'gatepack[coreml]' (coremltools has wheels for Linux and macOS)") from None
+    return ct

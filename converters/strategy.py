@@ -3,8 +3,8 @@ shared by the formats that offer both (OpenVINO, Core ML)."""
 
 from __future__ import annotations
 
-from converters.errors import UsageError
-from converters.findings import Finding, Status
+from gatepack.converters.errors import UsageError
+from gatepack.converters.findings import Finding, Status
 
 STRATEGIES = ("auto", "native", "decomposed")
 

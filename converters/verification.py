@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from converters import registry
-from converters.errors import InputError, RuntimeFailure, UsageError
-from converters.model import Model
-from schemas.layer import PERM_SWAP_01, PERM_Y_TO_SEQ_MAJOR, RecurrentLayer
+from gatepack.converters import registry
+from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
+from gatepack.converters.model import Model
+from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_SEQ_MAJOR, RecurrentLayer
 
 if TYPE_CHECKING:
-    from converters.progress import Progress
+    from gatepack.converters.progress import Progress
 
 TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2)}
 DEFAULT_SEQ_LENGTH = 7
@@ -146,7 +146,7 @@ def from_interface(layer: RecurrentLayer, outputs: dict[str, np.ndarray]) -> dic
 
 def run_layer(model: Model, layer: RecurrentLayer, role_inputs: dict[str, np.ndarray], notes: list[str]) -> dict[str, np.ndarray]:
     """Run one layer of ``model`` natively (falling back to the executor, with a note)."""
-    from converters.executor import run_layer as execute
+    from gatepack.converters.executor import run_layer as execute
 
     feed = to_interface(layer, role_inputs)
     try:
@@ -253,7 +253,7 @@ def verify_models(source: Model, target: Model, *, seed: int = 0, target_file=No
     """Compare ``target`` with ``source``: end to end when both hold whole models (other operators
     around their recurrent layers), else layer by layer. ``target_file`` is where the target's
     artifact is while it is being written (its ``path`` is where it will land)."""
-    from converters.progress import Silent
+    from gatepack.converters.progress import Silent
 
     progress = progress or Silent()
     if source.meta.get("other_ops") and target.meta.get("other_ops"):

@@ -31,7 +31,7 @@ from typing import Union
 
 import numpy as np
 
-from schemas.activations import Activation
+from gatepack.schemas.activations import Activation
 
 Dim = Union[int, str, None]  # static size, symbolic name, or unknown
 

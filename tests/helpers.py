@@ -293,7 +293,7 @@ def assert_round_trip(cfg: Config, source: Path, back: Path, folded: bool) -> No
 
 
 def read_layer(path: Path):
-    import converters as gp
+    import gatepack as gp
 
     return gp.load(path).layers[0]
 

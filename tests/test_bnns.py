@@ -15,8 +15,8 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-import converters as gp
-from cli import main
+import gatepack as gp
+from gatepack.cli import main
 from helpers import REALMODELS, Config, assert_matches_onnxruntime, assert_round_trip, build_model, inputs, matrix, native_variant, to_layout
 
 ROOT = Path(__file__).resolve().parents[1]

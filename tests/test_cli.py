@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from onnx import helper
 
-from cli import main
+from gatepack.cli import main
 from helpers import FIXTURES, ROOT, Config, build_model
 
 FIXTURE_NAMES = ["gru_lbr0", "gru_lbr1_bidirectional", "gru_seqlens", "gru_layout1", "gru_clip", "rnn_activations"]
@@ -200,14 +200,14 @@ def test_refusals_and_usage_errors(tmp_path):
 def test_console_script_and_debug_traceback(tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_text("nope")
-    plain = subprocess.run([sys.executable, "-c", "from cli import main; main()", "inspect", str(bad)], capture_output=True, text=True, cwd=ROOT)
+    plain = subprocess.run([sys.executable, "-c", "from gatepack.cli import main; main()", "inspect", str(bad)], capture_output=True, text=True, cwd=ROOT)
     assert plain.returncode == 3 and plain.stderr.count("\n") == 1 and "Traceback" not in plain.stderr
-    debug = subprocess.run([sys.executable, "-c", "from cli import main; main()", "--debug", "inspect", str(bad)], capture_output=True, text=True, cwd=ROOT)
+    debug = subprocess.run([sys.executable, "-c", "from gatepack.cli import main; main()", "--debug", "inspect", str(bad)], capture_output=True, text=True, cwd=ROOT)
     assert "Traceback" in debug.stderr
 
 
 def test_help_does_not_import_heavy_frameworks():
-    code = "import sys; from cli import main\ntry:\n    main(['--help'])\nexcept SystemExit: pass\nprint(sorted(m for m in ('onnx', 'onnxruntime', 'openvino', 'coremltools', 'numpy') if m in sys.modules))"
+    code = "import sys; from gatepack.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit: pass\nprint(sorted(m for m in ('onnx', 'onnxruntime', 'openvino', 'coremltools', 'numpy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout
     assert out.strip().endswith("[]")
 

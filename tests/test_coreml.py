@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
-import converters as gp
-from converters.formats import coreml
+import gatepack as gp
+from gatepack.converters.formats import coreml
 from helpers import REALMODELS, Config, assert_matches_onnxruntime, assert_round_trip, build_model, inputs, matrix, native_variant, to_layout
 
 MATRIX = matrix()
@@ -204,7 +204,7 @@ def test_real_models_convert_and_verify(name, tmp_path):
 def test_bad_packages(tmp_path):
     from click.testing import CliRunner
 
-    from cli import main
+    from gatepack.cli import main
 
     runner = CliRunner()
     onnx.save(build_model(Config(H=16, I=16)), tmp_path / "m.onnx")

@@ -13,10 +13,10 @@ import numpy as np
 import onnx
 import pytest
 
-import converters as gp
-from converters.errors import RefusedError
-from converters.formats import directml
-from converters.formats.directml_cpp import struct_name
+import gatepack as gp
+from gatepack.converters.errors import RefusedError
+from gatepack.converters.formats import directml
+from gatepack.converters.formats.directml_cpp import struct_name
 from helpers import FIXTURES, REALMODELS, ROOT, Config, build_model, inputs, matrix, ort_reference, ort_run
 
 MATRIX = matrix()
@@ -321,7 +321,7 @@ int main() {
 def test_cli_emit_cpp_and_run(tmp_path):
     from click.testing import CliRunner
 
-    from cli import main
+    from gatepack.cli import main
 
     runner = CliRunner()
     out = tmp_path / "gru.dml"
@@ -356,7 +356,7 @@ def break_model(tmp_path, edit) -> str:
 def test_bad_input_gives_one_line_errors(tmp_path, edit, message):
     from click.testing import CliRunner
 
-    from cli import main
+    from gatepack.cli import main
 
     path = break_model(tmp_path, edit)
     result = CliRunner().invoke(main, ["inspect", path])

@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 import pytest
 
-from converters.executor import run_layer
-from converters.formats import onnx as onnx_format
+from gatepack.converters.executor import run_layer
+from gatepack.converters.formats import onnx as onnx_format
 from helpers import Config, build_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout
 
 MATRIX = matrix()
@@ -76,7 +76,7 @@ def test_huge_inputs_stay_finite(cell, direction, tmp_path):
 @pytest.mark.parametrize("name", ["Sigmoid", "Tanh", "Softplus", "Elu", "Softsign", "HardSigmoid", "ScaledTanh", "ThresholdedRelu", "LeakyRelu", "Relu", "Affine"])
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_activations_are_stable_on_huge_values(name, dtype):
-    from schemas.activations import KINDS, Activation
+    from gatepack.schemas.activations import KINDS, Activation
 
     kind = KINDS[name]
     act = Activation(name, 0.5 if kind.takes_alpha else None, 0.25 if kind.takes_beta else None)

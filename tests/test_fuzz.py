@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import AttributeProto, helper
 
-import converters as gp
-from converters.errors import GatepackError
+import gatepack as gp
+from gatepack.converters.errors import GatepackError
 
 SOURCE = FIXTURES / "gru_lbr1_bidirectional.onnx"
 FUZZ = settings(max_examples=int(__import__("os").environ.get("GATEPACK_FUZZ_EXAMPLES", 60)), deadline=None, suppress_health_check=list(HealthCheck), derandomize=not __import__("os").environ.get("GATEPACK_FUZZ_EXAMPLES"))

@@ -10,8 +10,8 @@ import onnx.backend.test.case.node.rnn as rnn_cases
 import pytest
 from onnx import helper, numpy_helper
 
-from converters.executor import run_layer
-from converters.formats import onnx as onnx_format
+from gatepack.converters.executor import run_layer
+from gatepack.converters.formats import onnx as onnx_format
 
 
 def collect(module, cls) -> list[tuple]:

@@ -7,8 +7,8 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-import converters as gp
-from converters.formats import onnx as onnx_format
+import gatepack as gp
+from gatepack.converters.formats import onnx as onnx_format
 from helpers import FIXTURES as FIXTURES_DIR
 from helpers import REALMODELS as REALMODELS_DIR
 from helpers import Config, build_model, inputs, matrix, ort_run, to_layout, weights
@@ -131,7 +131,7 @@ def test_folded_cones_inside_if_subgraph(tmp_path, external):
     # the layer runs like onnxruntime runs the whole model with the branch taken
     x = np.random.default_rng(0).uniform(-1, 1, (4, 2, 2)).astype(np.float32)
     ref_y, ref_y_h = ort_run(path, {"X": x, "cond": np.array(True)})
-    from converters.executor import run_layer
+    from gatepack.converters.executor import run_layer
 
     y, y_h = run_layer(layer, x)
     np.testing.assert_allclose(y, ref_y, atol=1e-6)
@@ -167,7 +167,7 @@ def test_ambiguous_default_is_reported_and_policy_switches_value(tmp_path):
 
 def test_opset_1_and_3_nodes_are_read(tmp_path):
     # onnxruntime has no kernel below opset 7; the same node at opset 7 is the oracle.
-    from converters.executor import run_layer
+    from gatepack.converters.executor import run_layer
 
     for cell, opset in (("GRU", 3), ("GRU", 1), ("RNN", 1)):
         cfg = Config(cell=cell, direction="bidirectional", opset=opset, lbr=1 if opset == 3 else 0, extra={"output_sequence": 1}, seq_lens="mixed")
@@ -206,7 +206,7 @@ def test_without_onnxruntime_verification_says_it_used_the_executor(tmp_path, mo
 
 @pytest.mark.parametrize("cell", ["GRU", "RNN"])
 def test_opset_22_nodes_are_read(cell, tmp_path):
-    from converters.executor import run_layer
+    from gatepack.converters.executor import run_layer
 
     cfg = Config(cell=cell, direction="bidirectional", lbr=1 if cell == "GRU" else 0, opset=22, seq_lens="mixed", initial_h=True)
     path = tmp_path / "m22.onnx"
@@ -223,7 +223,7 @@ def test_opset_22_nodes_are_read(cell, tmp_path):
 def test_canonical_spec_validation_names_layer_and_value():
     from dataclasses import replace
 
-    from schemas.layer import SpecError
+    from gatepack.schemas.layer import SpecError
 
     (layer,) = gp.load(FIXTURES_DIR / "gru_lbr0.onnx").layers
     with pytest.raises(SpecError, match=r"layer 'rec': direction 0 W has shape \[12, 2\], expected \[12, 3\]"):
@@ -237,7 +237,7 @@ def test_canonical_spec_validation_names_layer_and_value():
 
 
 def test_forward_rnn_with_two_activation_names_uses_the_first_like_onnxruntime(tmp_path):
-    from converters.executor import run_layer
+    from gatepack.converters.executor import run_layer
 
     cfg = Config(cell="RNN", direction="forward", activations=["Relu", "Tanh"], seq_lens="mixed")
     path = tmp_path / "two.onnx"

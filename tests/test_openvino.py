@@ -8,8 +8,8 @@ import onnx
 import openvino as ov
 import pytest
 
-import converters as gp
-from converters.formats import openvino as ovf
+import gatepack as gp
+from gatepack.converters.formats import openvino as ovf
 from helpers import OPENVINO_TOLERANCE, assert_matches_onnxruntime, static_case, static_model, REALMODELS, Config, build_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout
 
 MATRIX = matrix()
@@ -116,7 +116,7 @@ def test_reads_irs_made_by_openvinos_own_converter(name, compress, tmp_path):
 def test_bad_input(tmp_path):
     from click.testing import CliRunner
 
-    from cli import main
+    from gatepack.cli import main
 
     runner = CliRunner()
     # weights from a non-constant subgraph

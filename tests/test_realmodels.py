@@ -9,8 +9,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-import converters as gp
-from converters.executor import run_layer
+import gatepack as gp
+from gatepack.converters.executor import run_layer
 from helpers import REALMODELS
 
 GRU_RNN_MODELS = sorted(p.name for p in REALMODELS.glob("*.onnx") if "lstm" not in p.name)

@@ -15,9 +15,9 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-import converters as gp
-from cli import main
-from converters.findings import Status
+import gatepack as gp
+from gatepack.cli import main
+from gatepack.converters.findings import Status
 from helpers import FIXTURES, REALMODELS, Config, build_model, matrix
 
 ROOT = Path(__file__).resolve().parents[1]

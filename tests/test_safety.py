@@ -23,8 +23,8 @@ from click.testing import CliRunner
 from helpers import FIXTURES
 from onnx import TensorProto, helper, numpy_helper
 
-import converters as gp
-from cli import main
+import gatepack as gp
+from gatepack.cli import main
 
 SOURCE = FIXTURES / "gru_lbr0.onnx"
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "directml": ".dml", "coreml": ".mlpackage", "bnns": ".bnns"}
@@ -226,7 +226,7 @@ def test_os_errors_on_the_output_path_are_usage_errors(tmp_path, make_output):
 
 def test_permission_errors_on_the_output_are_usage_errors(tmp_path, monkeypatch):
     """A read-only destination (simulated: the suite runs as root, which ignores permissions)."""
-    from converters import fileio
+    from gatepack.converters import fileio
 
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / "ro"))
@@ -430,7 +430,7 @@ def test_a_fifo_in_an_artifact_never_blocks(made, case):
     victim = pick(made)
     victim.unlink()
     os.mkfifo(victim)
-    run = subprocess.run([sys.executable, "-m", "cli", "inspect", str(made[fmt])], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
+    run = subprocess.run([sys.executable, "-m", "gatepack", "inspect", str(made[fmt])], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
     assert run.returncode == 3, run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith("gatepack: error: ") and "FIFO" in run.stderr
 
@@ -468,7 +468,7 @@ def test_sample_sizes_are_limited(tmp_path):
 def test_npz_members_are_checked_before_decompressing(made, tmp_path, monkeypatch):
     import zipfile
 
-    from converters import fileio
+    from gatepack.converters import fileio
 
     bomb = tmp_path / "bomb.npz"
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -667,9 +667,9 @@ def test_garbage_xml_prints_one_line_and_runtimes_write_nothing_home(tmp_path):
     env = {**os.environ, "HOME": str(home)}
     env.pop("ORT_DISABLE_TELEMETRY", None)
     root = Path(__file__).parent.parent
-    bad = subprocess.run([sys.executable, "-m", "cli", "inspect", str(tmp_path / "bad.xml")], capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    bad = subprocess.run([sys.executable, "-m", "gatepack", "inspect", str(tmp_path / "bad.xml")], capture_output=True, text=True, env=env, cwd=root, timeout=300)
     assert bad.returncode == 3 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     for target in ("openvino", "onnx"):
-        good = subprocess.run([sys.executable, "-m", "cli", "convert", str(SOURCE), "--to", target, "-o", str(tmp_path / f"o{SUFFIX[target]}")], capture_output=True, text=True, env=env, cwd=root, timeout=300)
+        good = subprocess.run([sys.executable, "-m", "gatepack", "convert", str(SOURCE), "--to", target, "-o", str(tmp_path / f"o{SUFFIX[target]}")], capture_output=True, text=True, env=env, cwd=root, timeout=300)
         assert good.returncode == 0, good.stderr
     assert sorted(p.name for p in home.rglob("*")) == []

@@ -12,9 +12,9 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-import converters as gp
-from cli import main
-from converters.formats import onnx as onnx_format
+import gatepack as gp
+from gatepack.cli import main
+from gatepack.converters.formats import onnx as onnx_format
 from helpers import Config, build_model, ort_run, stacked_model
 
 ROOT = Path(__file__).resolve().parents[1]

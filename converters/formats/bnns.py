@@ -48,13 +48,13 @@ from typing import Callable
 
 import numpy as np
 
-from converters.apple import APPLE_ACTIVATIONS, NATIVE_ACTIVATIONS, activation_of, apple_tensor, feature_blockers, onnx_weights, recurrence, runtime_doubts
-from converters.errors import InputError, NoRecurrentLayerError, RefusedError, RuntimeFailure, UsageError, where
-from converters.description import typed_field
-from converters.fileio import atomic_path, contained_file, load_npy, read_json
-from converters.findings import Finding, Status
-from converters.model import Model
-from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+from gatepack.converters.apple import APPLE_ACTIVATIONS, NATIVE_ACTIVATIONS, activation_of, apple_tensor, feature_blockers, onnx_weights, recurrence, runtime_doubts
+from gatepack.converters.errors import InputError, NoRecurrentLayerError, RefusedError, RuntimeFailure, UsageError, where
+from gatepack.converters.description import typed_field
+from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
+from gatepack.converters.findings import Finding, Status
+from gatepack.converters.model import Model
+from gatepack.schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
 
 FORMAT = "bnns"
 MANIFEST = "bnns.json"
@@ -142,7 +142,7 @@ def describe_bundle(model: Model) -> tuple[dict, dict[str, Callable[[], np.ndarr
 
 def write(model: Model, path: str | Path, **_options) -> None:
     """Write ``model``'s layers as a BNNS bundle directory at ``path`` (atomically)."""
-    from converters.formats.bnns_swift import emit
+    from gatepack.converters.formats.bnns_swift import emit
 
     document, arrays = describe_bundle(model)
     with atomic_path(Path(path), directory=True) as tmp:

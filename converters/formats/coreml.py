@@ -44,15 +44,15 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.apple import NATIVE_ACTIVATIONS, activation_of, apple_weights, feature_blockers, onnx_weights, recurrence, runtime_doubts
-from converters.description import build_layer, describe, parse
-from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
-from converters.fileio import contained_file, parse_json, read_bytes, read_json
-from converters.findings import Finding, Status
-from converters.strategy import cell_finding, choose
-from converters.model import Model
-from schemas.activations import Activation
-from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+from gatepack.converters.apple import NATIVE_ACTIVATIONS, activation_of, apple_weights, feature_blockers, onnx_weights, recurrence, runtime_doubts
+from gatepack.converters.description import build_layer, describe, parse
+from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
+from gatepack.converters.fileio import contained_file, parse_json, read_bytes, read_json
+from gatepack.converters.findings import Finding, Status
+from gatepack.converters.strategy import cell_finding, choose
+from gatepack.converters.model import Model
+from gatepack.schemas.activations import Activation
+from gatepack.schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
 
 FORMAT = "coreml"
 METADATA_KEY = "gatepack"
@@ -62,12 +62,9 @@ DEFAULT_TARGET = "iOS18"
 
 
 def _ct():
-    try:
-        with _quiet():  # on Linux, coremltools logs that its Core ML runtime proxies are missing
-            import coremltools as ct
-    except ImportError:  # pragma: no cover - a dependency of gatepack
-        raise RuntimeFailure("coremltools is not installed", hint="pip install coremltools") from None
-    return ct
+    from gatepack.converters.runtimes import coremltools
+
+    return coremltools()
 
 
 @contextlib.contextmanager

@@ -45,12 +45,12 @@ from typing import Callable, Union
 
 import numpy as np
 
-from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
-from converters.fileio import atomic_path, contained_file, load_npy, read_json
-from converters.findings import Finding, Status
-from converters.model import Model
-from schemas.activations import Activation
-from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
+from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
+from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
+from gatepack.converters.findings import Finding, Status
+from gatepack.converters.model import Model
+from gatepack.schemas.activations import Activation
+from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
 
 FORMAT = "directml"
 MODEL_FILE = "model.json"
@@ -106,7 +106,7 @@ def write(model: Model, path: str | Path, *, emit_cpp: bool = False, seq_length:
     size, or a size per layer name; default 7 / 3); the sample inputs are random (seed 0).
     float64 layers are written as FLOAT32 (lossy).
     """
-    from converters.verification import sample_inputs
+    from gatepack.converters.verification import sample_inputs
 
     rng = np.random.default_rng(0)
     writer = _ModelWriter()
@@ -119,7 +119,7 @@ def write(model: Model, path: str | Path, *, emit_cpp: bool = False, seq_length:
         (tmp / MODEL_FILE).write_text(json.dumps(writer.document(), indent=2) + "\n")
         (tmp / MANIFEST_FILE).write_text(json.dumps({"format": MANIFEST_FORMAT, "version": 1, "model": MODEL_FILE, "layers": writer.manifest}, indent=2) + "\n")
         if emit_cpp:
-            from converters.formats.directml_cpp import emit
+            from gatepack.converters.formats.directml_cpp import emit
 
             (tmp / CPP_FILE).write_text(emit(writer.document(), str(model.path or "")))
 
@@ -224,7 +224,7 @@ class _ModelWriter:
 
 def written_sizes(layer: RecurrentLayer, seq_length: SizeOption = None, batch_size: SizeOption = None) -> tuple[int, int]:
     """(S, N) of a layer's static DirectML tensors: the source's static sizes, else the options'."""
-    from converters.verification import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
+    from gatepack.converters.verification import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
 
     out = []
     for label, dim, option, default in (("seq_length", layer.interface.seq_length, seq_length, DEFAULT_SEQ_LENGTH), ("batch_size", layer.interface.batch_size, batch_size, DEFAULT_BATCH)):
@@ -232,7 +232,7 @@ def written_sizes(layer: RecurrentLayer, seq_length: SizeOption = None, batch_si
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{label} must be a positive integer, got {value!r}")
         out.append(dim if isinstance(dim, int) else value or default)
-    from converters.verification import check_sample_size
+    from gatepack.converters.verification import check_sample_size
 
     check_sample_size(layer, out[0], out[1], "--seq-length / --batch-size")
     return out[0], out[1]
@@ -672,7 +672,7 @@ def dml_activation(kind: str, params: dict[str, float]) -> Callable[[np.ndarray]
 
 def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
     """Run a GRU/RNN desc as DirectML defines it; returns its bound outputs (desc field -> 4-D array)."""
-    from converters.executor import run_recurrence
+    from gatepack.converters.executor import run_recurrence
 
     s, n, i, d, h = rec.sizes
     directions = []

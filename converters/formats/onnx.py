@@ -27,12 +27,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
-from converters.fileio import atomic_files, contained_file, read_bytes
-from converters.findings import Finding, Status
-from converters.model import Model
-from schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
-from schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
+from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
+from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
+from gatepack.converters.findings import Finding, Status
+from gatepack.converters.model import Model
+from gatepack.schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
+from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
 
 FORMAT = "onnx"
 DEFAULT_OPSET = 14
@@ -862,7 +862,7 @@ def _ort_message(err: Exception) -> str:
 
 
 def _session(source, label: str):
-    from converters.runtimes import onnxruntime
+    from gatepack.converters.runtimes import onnxruntime
 
     ort = onnxruntime()
 

@@ -45,14 +45,14 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.description import build_layer, describe, parse
-from converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
-from converters.fileio import atomic_files, contained_file, parse_json, read_bytes
-from converters.strategy import cell_finding, choose
-from converters.findings import Finding, Status
-from converters.model import Model
-from schemas.activations import Activation, canonical_name
-from schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
+from gatepack.converters.description import build_layer, describe, parse
+from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
+from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
+from gatepack.converters.strategy import cell_finding, choose
+from gatepack.converters.findings import Finding, Status
+from gatepack.converters.model import Model
+from gatepack.schemas.activations import Activation, canonical_name
+from gatepack.schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
 
 FORMAT = "openvino"
 RT_INFO_PATH = ["gatepack", "layers"]
@@ -62,7 +62,7 @@ _OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN}
 
 
 def _ov():
-    from converters.runtimes import openvino
+    from gatepack.converters.runtimes import openvino
 
     return openvino()
 
@@ -120,7 +120,7 @@ def whole_model_finding(model: Model) -> Finding | None:
     """The report's ``model`` finding when the whole ONNX model goes into the IR (None otherwise)."""
     if not is_whole_model(model):
         return None
-    from converters.reporting import operator_list
+    from gatepack.converters.reporting import operator_list
 
     return Finding("model", Status.EXACT, f"whole model in one artifact: OpenVINO's ONNX frontend converts the other operators ({operator_list(model.meta['other_ops'])}); gatepack translates every GRU/RNN node")
 
@@ -499,7 +499,7 @@ def _all_ops(ov_model) -> list:
 
 
 def _activations(names: list[str], alphas: list[float], betas: list[float], path: Path, layer: str) -> list[Activation]:
-    from schemas.activations import resolve_activations
+    from gatepack.schemas.activations import resolve_activations
 
     canonical = []
     for name in names:
