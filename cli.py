@@ -18,11 +18,12 @@ import gatepack as gp
 from gatepack.converters.errors import GatepackError
 from gatepack.converters.fileio import OutputKind, has_suffix
 from gatepack.converters.progress import Progress
-
 from gatepack.converters.registry import FORMATS  # noqa: E402  (light: no framework is imported)
 
 FORMAT_NAMES = list(FORMATS)
-REPORT_OUTPUT = OutputKind("report (.txt, .md, .json, .html)", False, has_suffix(".txt", ".md", ".markdown", ".json", ".html", ".htm"))
+REPORT_OUTPUT = OutputKind(
+    "report (.txt, .md, .json, .html)", False, has_suffix(".txt", ".md", ".markdown", ".json", ".html", ".htm")
+)
 NPZ_OUTPUT = OutputKind(".npz file", False, has_suffix(".npz"))
 
 
@@ -48,7 +49,11 @@ def handle_errors(fn):
         except Exception as err:  # a bug: say so plainly
             if debug:
                 raise
-            _fail(f"internal error: {type(err).__name__}: {' '.join(str(err).split())[:300]} (rerun with --debug for a traceback)", 1)
+            _fail(
+                f"internal error: {type(err).__name__}: {' '.join(str(err).split())[:300]} (rerun with --debug for "
+                "a traceback)",
+                1,
+            )
 
     return wrapper
 
@@ -63,13 +68,18 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
-_from_option = click.option("--from", "from_format", type=click.Choice(FORMAT_NAMES), help="Source format (default: from the path).")
+_from_option = click.option(
+    "--from", "from_format", type=click.Choice(FORMAT_NAMES), help="Source format (default: from the path)."
+)
 _defaults_option = click.option(
     "--activation-defaults",
     type=click.Choice(["onnxruntime", "onnx"]),
     default="onnxruntime",
     show_default=True,
-    help="Values for activation parameters a model leaves out (runtimes disagree for ThresholdedRelu, ScaledTanh, Affine).",
+    help=(
+        "Values for activation parameters a model leaves out (runtimes disagree for ThresholdedRelu, ScaledTanh, "
+        "Affine)."
+    ),
 )
 
 
@@ -94,25 +104,102 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 @_from_option
 @click.option("--no-verify", is_flag=True, help="Skip the numerical verification.")
 @click.option("--allow-lossy", is_flag=True, help="Accept conversions that change results beyond float rounding.")
-@click.option("--strategy", type=click.Choice(["auto", "native", "decomposed"]), default="auto", show_default=True, help="Target's recurrent op, or elementary ops.")
+@click.option(
+    "--strategy",
+    type=click.Choice(["auto", "native", "decomposed"]),
+    default="auto",
+    show_default=True,
+    help="Target's recurrent op, or elementary ops.",
+)
 @click.option("--opset", type=click.Choice(["7", "14"]), default=None, help="ONNX opset to write (default 14).")
-@click.option("--onnx-layout", type=click.Choice(["transpose", "attribute"]), default=None, help="How ONNX expresses a batch-major layer (default: transpose, which every runtime runs).")
-@click.option("--external-data/--no-external-data", default=None, help="ONNX: weights in NAME.onnx.data beside the model (default: as the source stores them, and always above 1 GiB).")
-@click.option("--compress-to-fp16", is_flag=True, default=None, help="OpenVINO: store weights as fp16; Core ML: fp16 weights and arithmetic, iOS17+ (lossy; the default keeps fp32).")
-@click.option("--emit-cpp", is_flag=True, default=None, help="DirectML: also write desc.cpp, C++ that fills the operator descs.")
-@click.option("--seq-length", type=click.IntRange(min=1), default=None, help="DirectML: sequence length for a symbolic S (its tensors are static; default 7).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="DirectML: batch size for a symbolic N (default 3).")
-@click.option("--minimum-deployment-target", type=click.Choice(["iOS15", "iOS16", "iOS17", "iOS18"]), default=None, help="Core ML: oldest OS the package must run on (default iOS18; linear_before_reset = 1 runs natively only from iOS18).")
-@click.option("--layout", type=click.Choice(["keep", "0", "1"]), default="keep", show_default=True, help="Interface layout of the output: keep the source's (drop-in), 0 = [S,N,I], 1 = [N,S,I].")
+@click.option(
+    "--onnx-layout",
+    type=click.Choice(["transpose", "attribute"]),
+    default=None,
+    help="How ONNX expresses a batch-major layer (default: transpose, which every runtime runs).",
+)
+@click.option(
+    "--external-data/--no-external-data",
+    default=None,
+    help=(
+        "ONNX: weights in NAME.onnx.data beside the model (default: as the source stores them, and always above 1 GiB)."
+    ),
+)
+@click.option(
+    "--compress-to-fp16",
+    is_flag=True,
+    default=None,
+    help=(
+        "OpenVINO: store weights as fp16; Core ML: fp16 weights and arithmetic, iOS17+ (lossy; the default keeps fp32)."
+    ),
+)
+@click.option(
+    "--emit-cpp", is_flag=True, default=None, help="DirectML: also write desc.cpp, C++ that fills the operator descs."
+)
+@click.option(
+    "--seq-length",
+    type=click.IntRange(min=1),
+    default=None,
+    help="DirectML: sequence length for a symbolic S (its tensors are static; default 7).",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=None, help="DirectML: batch size for a symbolic N (default 3)."
+)
+@click.option(
+    "--minimum-deployment-target",
+    type=click.Choice(["iOS15", "iOS16", "iOS17", "iOS18"]),
+    default=None,
+    help=(
+        "Core ML: oldest OS the package must run on (default iOS18; linear_before_reset = 1 runs natively only "
+        "from iOS18)."
+    ),
+)
+@click.option(
+    "--layout",
+    type=click.Choice(["keep", "0", "1"]),
+    default="keep",
+    show_default=True,
+    help="Interface layout of the output: keep the source's (drop-in), 0 = [S,N,I], 1 = [N,S,I].",
+)
 @_defaults_option
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the verification's random inputs.")
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the verification's random inputs."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @handle_errors
-def convert(model, to, output, from_format, no_verify, allow_lossy, strategy, opset, onnx_layout, external_data, compress_to_fp16, emit_cpp, seq_length, batch_size, minimum_deployment_target, layout, activation_defaults, seed, as_json, quiet) -> None:
+def convert(
+    model,
+    to,
+    output,
+    from_format,
+    no_verify,
+    allow_lossy,
+    strategy,
+    opset,
+    onnx_layout,
+    external_data,
+    compress_to_fp16,
+    emit_cpp,
+    seq_length,
+    batch_size,
+    minimum_deployment_target,
+    layout,
+    activation_defaults,
+    seed,
+    as_json,
+    quiet,
+) -> None:
     """Convert the recurrent layers of MODEL to another format, and verify the result."""
     options = {"activation_defaults": activation_defaults}
-    for key, value in (("external_data", external_data), ("compress_to_fp16", compress_to_fp16), ("emit_cpp", emit_cpp), ("seq_length", seq_length), ("batch_size", batch_size), ("minimum_deployment_target", minimum_deployment_target)):
+    for key, value in (
+        ("external_data", external_data),
+        ("compress_to_fp16", compress_to_fp16),
+        ("emit_cpp", emit_cpp),
+        ("seq_length", seq_length),
+        ("batch_size", batch_size),
+        ("minimum_deployment_target", minimum_deployment_target),
+    ):
         if value is not None:
             options[key] = value
     if opset is not None:
@@ -141,14 +228,21 @@ def convert(model, to, output, from_format, no_verify, allow_lossy, strategy, op
     for name, findings in result.findings.items():
         for f in findings:
             if f.status.value != "exact" or f.warning:
-                click.echo(f"  {name}: {f.status.value} {f.feature}: {f.detail}" + (f" [warning: {f.warning}]" if f.warning else ""))
+                click.echo(
+                    f"  {name}: {f.status.value} {f.feature}: {f.detail}"
+                    + (f" [warning: {f.warning}]" if f.warning else "")
+                )
     click.echo(result.verification.to_text() if result.verification else "verification skipped (--no-verify)")
 
 
 @main.command()
 @click.argument("model", type=click.Path())
-@click.option("--to", "targets", multiple=True, type=click.Choice(FORMAT_NAMES), help="Target format (repeatable; default: all).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True)
+@click.option(
+    "--to", "targets", multiple=True, type=click.Choice(FORMAT_NAMES), help="Target format (repeatable; default: all)."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True
+)
 @click.option("-o", "--output", type=click.Path(), help="Write the report to this file instead of stdout.")
 @_from_option
 @_defaults_option
@@ -183,9 +277,17 @@ def verify(source, target, seed, as_json) -> None:
 
 @main.command()
 @click.argument("artifact", type=click.Path())
-@click.option("--inputs", "inputs_path", required=True, type=click.Path(), help=".npz whose keys are the artifact's input names.")
+@click.option(
+    "--inputs", "inputs_path", required=True, type=click.Path(), help=".npz whose keys are the artifact's input names."
+)
 @click.option("-o", "--output", required=True, type=click.Path(), help=".npz to write, keyed by output names.")
-@click.option("--engine", type=click.Choice(["native", "numpy"]), default="native", show_default=True, help="native: the format's own runtime; numpy: gatepack's executor.")
+@click.option(
+    "--engine",
+    type=click.Choice(["native", "numpy"]),
+    default="native",
+    show_default=True,
+    help="native: the format's own runtime; numpy: gatepack's executor.",
+)
 @_from_option
 @handle_errors
 def run(artifact, inputs_path, output, engine, from_format) -> None:
@@ -216,4 +318,3 @@ def formats() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     main()
-

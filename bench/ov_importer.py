@@ -30,10 +30,24 @@ import onnx
 import openvino as ov
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from helpers import (
+    OPENVINO_TOLERANCE,
+    Config,
+    build_model,
+    inputs,
+    matrix,
+    ort_reference,
+    outputs_to_layout0,
+    static_case,
+    static_model,
+    to_layout,
+)  # noqa: E402
+
 import gatepack as gp  # noqa: E402
-from helpers import OPENVINO_TOLERANCE, Config, build_model, static_case, static_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout  # noqa: E402
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
 def outcome(run, cfg: Config, feed0: dict, reference: tuple) -> tuple[str, str]:
     try:
         y, y_h = run()
@@ -101,7 +115,9 @@ def classify(cfg: Config, result: str, why: str) -> str:
     half = len(acts) // 2
     per_direction = cfg.direction == "bidirectional" and acts and acts[:half] != acts[half:]
     used = acts[:half] if per_direction else acts  # the importer uses the forward pair for both directions
-    if per_direction and result == "wrong":  # compiled (OpenVINO decomposes a GRU with Relu itself), reverse pair ignored
+    if (
+        per_direction and result == "wrong"
+    ):  # compiled (OpenVINO decomposes a GRU with Relu itself), reverse pair ignored
         return "reverse direction's own activations ignored"
     if "nknown activation" in why or "nsupported activation" in why or not set(used) <= native:
         return "activation the CPU plugin lacks"

@@ -46,8 +46,28 @@ class Sizes:
     executor: tuple[tuple[str, int, int, int, str, bool], ...]  # label, S, N, H, direction, sequence_lens
 
 
-FULL = Sizes(4, 1024, 7, 3, (("S=100 N=16 I=H=512 bidirectional", 100, 16, 512, "bidirectional", False), ("S=200 N=1 I=H=64", 200, 1, 64, "forward", False), ("S=100 N=16 I=H=512 bidirectional, sequence_lens", 100, 16, 512, "bidirectional", True)))
-QUICK = Sizes(2, 128, 7, 1, (("S=20 N=4 I=H=64 bidirectional", 20, 4, 64, "bidirectional", False), ("S=50 N=1 I=H=16", 50, 1, 16, "forward", False), ("S=20 N=4 I=H=64 bidirectional, sequence_lens", 20, 4, 64, "bidirectional", True)))
+FULL = Sizes(
+    4,
+    1024,
+    7,
+    3,
+    (
+        ("S=100 N=16 I=H=512 bidirectional", 100, 16, 512, "bidirectional", False),
+        ("S=200 N=1 I=H=64", 200, 1, 64, "forward", False),
+        ("S=100 N=16 I=H=512 bidirectional, sequence_lens", 100, 16, 512, "bidirectional", True),
+    ),
+)
+QUICK = Sizes(
+    2,
+    128,
+    7,
+    1,
+    (
+        ("S=20 N=4 I=H=64 bidirectional", 20, 4, 64, "bidirectional", False),
+        ("S=50 N=1 I=H=16", 50, 1, 16, "forward", False),
+        ("S=20 N=4 I=H=64 bidirectional, sequence_lens", 20, 4, 64, "bidirectional", True),
+    ),
+)
 
 
 def gru_node(path: Path, seq: int, batch: int, hidden: int, direction: str, lens: bool) -> None:
@@ -95,7 +115,9 @@ def _time(seconds: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one repetition (CI)")
-    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets for the large-model conversion")
+    parser.add_argument(
+        "--targets", default=",".join(TARGETS), help="comma-separated targets for the large-model conversion"
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     targets = [t for t in args.targets.split(",") if t]
@@ -112,15 +134,37 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(Row(f"copy of the weight file ({weight_bytes / 1e6:.0f} MB)", floor, None, "the floor", ""))
         frameworks = {"openvino": "import openvino", "coreml": "import coremltools"}
         weights_mb = weight_bytes / 2**20
-        ov_peer = measure("import onnx, openvino as ov", f"ov.save_model(ov.convert_model({str(src)!r}), {str(work / 'ov.xml')!r}, compress_to_fp16=False)", sizes.repeat)
+        ov_peer = measure(
+            "import onnx, openvino as ov",
+            f"ov.save_model(ov.convert_model({str(src)!r}), {str(work / 'ov.xml')!r}, compress_to_fp16=False)",
+            sizes.repeat,
+        )
         for target in targets:
-            out = work / ("out." + {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage"}.get(target, target))  # one per target: a directory of another format is never replaced
+            out = work / (
+                "out." + {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage"}.get(target, target)
+            )  # one per target: a directory of another format is never replaced
             # both sides import their frameworks before the clock starts (the peer's setup does too)
-            setup = f"import onnx, onnxruntime, gatepack as gp, gatepack.converters.formats.onnx, gatepack.converters.formats.{target}\n{frameworks.get(target, '')}"
+            setup = (
+                "import onnx, onnxruntime, gatepack as gp, gatepack.converters.formats.onnx, "
+                f"gatepack.converters.formats.{target}\n{frameworks.get(target, '')}"
+            )
             ours = measure(setup, f"gp.convert({str(src)!r}, {str(out)!r}, to={target!r}, verify=False)", sizes.repeat)
             goal = "<= 1.0x" if target == "openvino" else "<= 1.5x"
-            rows.append(Row(f"convert {label} -> {target}", ours, ov_peer, "ov.convert_model + save_model", goal + "; RSS <= 1.5x the weights", weights_mb, floor))
-            verify_body = f"from gatepack.converters.verification import verify_models\nverify_models(gp.load({str(src)!r}), gp.load({str(out)!r}))"
+            rows.append(
+                Row(
+                    f"convert {label} -> {target}",
+                    ours,
+                    ov_peer,
+                    "ov.convert_model + save_model",
+                    goal + "; RSS <= 1.5x the weights",
+                    weights_mb,
+                    floor,
+                )
+            )
+            verify_body = (
+                "from gatepack.converters.verification import "
+                f"verify_models\nverify_models(gp.load({str(src)!r}), gp.load({str(out)!r}))"
+            )
             verified = measure(setup, verify_body, sizes.repeat)
             rows.append(Row(f"verify {target} conversion", verified, ours, "the conversion", "<= 1.0x the conversion"))
         for text, seq, batch, hidden, direction, lens in sizes.executor:
@@ -129,26 +173,60 @@ def main(argv: list[str] | None = None) -> int:
             feed = (
                 f"import numpy as np, onnx\nrng = np.random.default_rng(0)\n"
                 f"feed = {{'X': rng.uniform(-1, 1, ({seq}, {batch}, {hidden})).astype(np.float32)}}\n"
-                + (f"feed['sequence_lens'] = np.array([max(1, {seq} - 3 * i) for i in range({batch})], np.int32)\n" if lens else "")
-                + f"model = onnx.load({str(node)!r})\nnames = {{i.name for i in model.graph.input}}\nfeed = {{k: v for k, v in feed.items() if k in names}}\n"
+                + (
+                    f"feed['sequence_lens'] = np.array([max(1, {seq} - 3 * i) for i in range({batch})], np.int32)\n"
+                    if lens
+                    else ""
+                )
+                + f"model = onnx.load({str(node)!r})\nnames = {{i.name for i in model.graph.input}}\n"
+                "feed = {k: v for k, v in feed.items() if k in names}\n"
             )
-            ours = measure(feed + f"import gatepack as gp\nfrom gatepack.converters.executor import run_layer\nlayer = gp.load({str(node)!r}).layers[0]", "run_layer(layer, feed['X'], feed.get('sequence_lens'), None)", sizes.repeat)
-            ort = measure(feed + "import onnxruntime as ort\ns = ort.InferenceSession(" + repr(str(node)) + ", providers=['CPUExecutionProvider'])\ns.run(None, feed)", "s.run(None, feed)", sizes.repeat)
-            ref = measure(feed + "from onnx.reference import ReferenceEvaluator\nr = ReferenceEvaluator(model)", "r.run(None, feed)", sizes.repeat)
+            ours = measure(
+                feed + "import gatepack as gp\nfrom gatepack.converters.executor import run_layer\nlayer = "
+                f"gp.load({str(node)!r}).layers[0]",
+                "run_layer(layer, feed['X'], feed.get('sequence_lens'), None)",
+                sizes.repeat,
+            )
+            ort = measure(
+                feed
+                + "import onnxruntime as ort\ns = ort.InferenceSession("
+                + repr(str(node))
+                + ", providers=['CPUExecutionProvider'])\ns.run(None, feed)",
+                "s.run(None, feed)",
+                sizes.repeat,
+            )
+            ref = measure(
+                feed + "from onnx.reference import ReferenceEvaluator\nr = ReferenceEvaluator(model)",
+                "r.run(None, feed)",
+                sizes.repeat,
+            )
             goal = "<= 1.5x" if batch > 1 else "<= 5x"
             rows.append(Row(f"executor {text}", ours, ort, "onnxruntime", goal + " onnxruntime"))
             rows.append(Row(f"executor {text}", ours, ref, "onnx.reference", ""))
         small = ROOT / "fixtures" / "gru_lbr0.onnx"
-        bare = measure("import subprocess, sys", "subprocess.run([sys.executable, '-c', 'pass'], check=True)", max(sizes.repeat, 3))
+        bare = measure(
+            "import subprocess, sys", "subprocess.run([sys.executable, '-c', 'pass'], check=True)", max(sizes.repeat, 3)
+        )
         for command in (["--help"], ["formats"], ["inspect", str(small)]):
-            cli = measure("import subprocess, sys", f"subprocess.run([sys.executable, '-m', 'cli', *{command!r}], check=True, capture_output=True, cwd={str(ROOT)!r})", max(sizes.repeat, 3))
-            rows.append(Row(f"gatepack {command[0]}", cli, bare, "python -c pass", "<= 0.25 s" if command == ["--help"] else ""))
+            cli = measure(
+                "import subprocess, sys",
+                f"subprocess.run([sys.executable, '-m', 'cli', *{command!r}], check=True, capture_output=True, "
+                f"cwd={str(ROOT)!r})",
+                max(sizes.repeat, 3),
+            )
+            rows.append(
+                Row(f"gatepack {command[0]}", cli, bare, "python -c pass", "<= 0.25 s" if command == ["--help"] else "")
+            )
     header = ["measurement", "gatepack", "peer", "ratio", "peak RSS MB (gatepack / peer)", "goal"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row.cells()) + " |")
-    print(f"\n{'quick' if args.quick else 'full'} run, medians of {sizes.repeat}, {time.perf_counter() - started:.0f} s in all", file=sys.stderr)
+    print(
+        f"\n{'quick' if args.quick else 'full'} run, medians of {sizes.repeat}, "
+        f"{time.perf_counter() - started:.0f} s in all",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -69,14 +69,15 @@ def _read_options(options: dict) -> dict:
         try:
             out["defaults"] = DefaultsPolicy(options["activation_defaults"])
         except ValueError:
-            raise UsageError(f"activation defaults policy {options['activation_defaults']!r} is not 'onnxruntime' or 'onnx'") from None
+            raise UsageError(
+                f"activation defaults policy {options['activation_defaults']!r} is not 'onnxruntime' or 'onnx'"
+            ) from None
     return out
 
 
 def load(path: str | Path, format: str | None = None, **options) -> "Model":
     """Read the recurrent layers of the artifact at ``path`` (format detected from the path)."""
     from gatepack.converters import registry
-
     from gatepack.converters.fileio import track_reads
 
     fmt = format or registry.detect(path)
@@ -96,7 +97,9 @@ def _check_names(model: "Model") -> None:
             raise InputError(f"{model.path}: two layers are named {layer.name!r}")
         for output in (layer.interface.y, layer.interface.y_h):
             if output is not None and output in seen:
-                raise InputError(f"{model.path}: layers {seen[output]!r} and {layer.name!r} both produce output {output!r}")
+                raise InputError(
+                    f"{model.path}: layers {seen[output]!r} and {layer.name!r} both produce output {output!r}"
+                )
             if output is not None:
                 seen[output] = layer.name
 
@@ -122,7 +125,10 @@ def _write(model: "Model", path: str | Path, info, options: dict) -> None:
 
     unknown = set(options) - set(info.write_options)
     if unknown:
-        raise UsageError(f"option(s) {sorted(unknown)} do not apply to the {info.name} format", hint=f"it takes {list(info.write_options) or 'none'}")
+        raise UsageError(
+            f"option(s) {sorted(unknown)} do not apply to the {info.name} format",
+            hint=f"it takes {list(info.write_options) or 'none'}",
+        )
     registry.module(info.name).write(model, path, **options)
 
 
@@ -163,7 +169,9 @@ def convert(
         progress.close()
 
 
-def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, seed, progress: "Progress", options: dict) -> Result:
+def _convert(
+    src, dst, to, from_format, verify, allow_lossy, strategy, layout, seed, progress: "Progress", options: dict
+) -> Result:
     from gatepack.converters import registry
     from gatepack.converters.fileio import atomic_files, atomic_path, prepare_output
     from gatepack.converters.findings import Status
@@ -174,7 +182,10 @@ def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, s
     if strategy not in ("auto", "native", "decomposed"):
         raise UsageError(f"strategy {strategy!r} is not auto, native or decomposed")
     if strategy != "auto" and "strategy" not in info.write_options:
-        raise UsageError(f"--strategy {strategy} does not apply to {info.title}, which has one way to write a layer", hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)")
+        raise UsageError(
+            f"--strategy {strategy} does not apply to {info.title}, which has one way to write a layer",
+            hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)",
+        )
     if "strategy" in info.write_options:
         options["strategy"] = strategy
     _check_seed(seed)
@@ -188,14 +199,27 @@ def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, s
     model = with_layout(source, layout) if layout is not None else source
     rep = build_report(model, [fmt], options)
     findings = {lay.layer.name: lay.targets[fmt].findings for lay in rep.layers}
-    blocking = [(name, f) for name, fs in findings.items() for f in fs if f.status is Status.UNSUPPORTED or (f.status is Status.LOSSY and not allow_lossy)]
+    blocking = [
+        (name, f)
+        for name, fs in findings.items()
+        for f in fs
+        if f.status is Status.UNSUPPORTED or (f.status is Status.LOSSY and not allow_lossy)
+    ]
     if blocking:
         name, first = blocking[0]
         more = f" (and {len(blocking) - 1} more finding(s))" if len(blocking) > 1 else ""
         hint = first.alternative or ("pass --allow-lossy to accept it" if first.status is Status.LOSSY else None)
-        raise RefusedError(f"{src}: layer {name!r}: {first.status.value}: {first.feature}: {first.detail}{more}", findings=[f for _, f in blocking], hint=hint)
+        raise RefusedError(
+            f"{src}: layer {name!r}: {first.status.value}: {first.feature}: {first.detail}{more}",
+            findings=[f for _, f in blocking],
+            hint=hint,
+        )
     result = Result(str(src), str(dst), fmt, findings)
-    staging = atomic_files(Path(dst), info.companions) if info.companions else atomic_path(Path(dst), directory=info.is_directory)
+    staging = (
+        atomic_files(Path(dst), info.companions)
+        if info.companions
+        else atomic_path(Path(dst), directory=info.is_directory)
+    )
     with staging as tmp:
         progress.step(f"writing {len(model.layers)} layer(s) as {fmt}")
         _write(model, tmp, info, options)
@@ -208,8 +232,16 @@ def _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, s
             result.verification = verify_models(source, written, seed=seed, target_file=tmp, progress=progress)
             if not result.verification.passed:
                 worst = max(result.verification.outputs, key=lambda o: o.max_abs_error, default=None)
-                what = f"{worst.layer} {worst.output} max abs error {worst.max_abs_error:.3g}" if worst else "no output compared"
-                raise VerificationError(f"{dst}: verification failed: {what}; nothing was written", verification=result.verification, hint="rerun with --no-verify to keep the output for inspection")
+                what = (
+                    f"{worst.layer} {worst.output} max abs error {worst.max_abs_error:.3g}"
+                    if worst
+                    else "no output compared"
+                )
+                raise VerificationError(
+                    f"{dst}: verification failed: {what}; nothing was written",
+                    verification=result.verification,
+                    hint="rerun with --no-verify to keep the output for inspection",
+                )
     return result
 
 
@@ -218,7 +250,16 @@ def _check_seed(seed: object) -> None:
         raise UsageError(f"seed {seed!r} is not a non-negative integer")
 
 
-def verify(src: str | Path, dst: str | Path, *, seed: int = 0, src_format: str | None = None, dst_format: str | None = None, progress: "Progress | None" = None, **options) -> "Verification":
+def verify(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    seed: int = 0,
+    src_format: str | None = None,
+    dst_format: str | None = None,
+    progress: "Progress | None" = None,
+    **options,
+) -> "Verification":
     """Run both artifacts on the same random inputs and compare their outputs."""
     from gatepack.converters.progress import Silent
 
@@ -227,7 +268,9 @@ def verify(src: str | Path, dst: str | Path, *, seed: int = 0, src_format: str |
 
     progress = progress or Silent()
     try:
-        return verify_models(load(src, src_format, **options), load(dst, dst_format, **options), seed=seed, progress=progress)
+        return verify_models(
+            load(src, src_format, **options), load(dst, dst_format, **options), seed=seed, progress=progress
+        )
     finally:
         progress.close()
 
@@ -257,10 +300,11 @@ def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
     return list(dict.fromkeys(n for i in itf for n in (i.x, i.sequence_lens, i.initial_h) if n))
 
 
-def run(artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "native", format: str | None = None, **options) -> dict[str, "np.ndarray"]:
+def run(
+    artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "native", format: str | None = None, **options
+) -> dict[str, "np.ndarray"]:
     """Execute an artifact: ``native`` on its own runtime, ``numpy`` on gatepack's executor."""
     from gatepack.converters import registry
-
     from gatepack.converters.executor import check_model_inputs
 
     fmt = format or registry.detect(artifact)

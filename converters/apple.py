@@ -73,7 +73,11 @@ def apple_tensor(layer: RecurrentLayer, k: int, key: str) -> np.ndarray | None:
         out = rows(p.R, order, h)
     elif key == "bias" and (lbr or layer.has_bias):
         # float16 sources: sum in float32
-        out = rows(p.Rb.astype(np.float32), order, h) if lbr else rows(p.Wb.astype(np.float32) + p.Rb.astype(np.float32), order, h)
+        out = (
+            rows(p.Rb.astype(np.float32), order, h)
+            if lbr
+            else rows(p.Wb.astype(np.float32) + p.Rb.astype(np.float32), order, h)
+        )
     elif key == "input_bias" and lbr:
         out = rows(p.Wb, order, h)
     else:
@@ -87,7 +91,14 @@ def apple_weights(layer: RecurrentLayer, k: int) -> dict[str, np.ndarray]:
     return {key: value for key, value in found.items() if value is not None}
 
 
-def onnx_weights(cell: Cell, weight_ih: np.ndarray, weight_hh: np.ndarray, bias: np.ndarray | None, input_bias: np.ndarray | None, reset_after: bool) -> dict[str, np.ndarray]:
+def onnx_weights(
+    cell: Cell,
+    weight_ih: np.ndarray,
+    weight_hh: np.ndarray,
+    bias: np.ndarray | None,
+    input_bias: np.ndarray | None,
+    reset_after: bool,
+) -> dict[str, np.ndarray]:
     """The inverse of ``apple_weights``: W, R, Wb, Rb in ONNX's z, r, h order (shapes already
     checked by the caller). Without reset_after the summed bias reads back as Wb, with Rb = 0."""
     h = weight_hh.shape[1]
@@ -104,7 +115,9 @@ def onnx_weights(cell: Cell, weight_ih: np.ndarray, weight_hh: np.ndarray, bias:
 def activation_of(text: str, at: str) -> Activation:
     """The ONNX activation an Apple activation string computes; ``at`` names file and layer."""
     if text not in APPLE_ACTIVATIONS:
-        raise InputError(f"{at}activation {text!r} is not one Apple's gru/rnn computes ({', '.join(sorted(APPLE_ACTIVATIONS))})")
+        raise InputError(
+            f"{at}activation {text!r} is not one Apple's gru/rnn computes ({', '.join(sorted(APPLE_ACTIVATIONS))})"
+        )
     return APPLE_ACTIVATIONS[text]
 
 
@@ -113,7 +126,10 @@ def feature_blockers(layer: RecurrentLayer, op: str) -> dict[str, str]:
     Sigmoid/Tanh/Relu, clip, sequence lengths); empty: it computes exactly what ONNX specifies."""
     reasons = {}
     if not {a.name for p in layer.directions for a in p.activations} <= set(NATIVE_ACTIVATIONS):
-        reasons["activations"] = f"{layer.activation_summary()}: the {op} takes parameterless sigmoid/tanh/relu (gatepack maps no other kind onto Apple's fixed-parameter variants, whose results nothing here can confirm)"
+        reasons["activations"] = (
+            f"{layer.activation_summary()}: the {op} takes parameterless sigmoid/tanh/relu (gatepack maps no other "
+            "kind onto Apple's fixed-parameter variants, whose results nothing here can confirm)"
+        )
     if layer.clip is not None:
         reasons["clip"] = f"clip {layer.clip:g}: the {op} has no clip"
     if layer.interface.sequence_lens:
@@ -131,7 +147,19 @@ def runtime_doubts(layer: RecurrentLayer) -> str | None:
     return text
 
 
-def recurrence(cell: Cell, x: np.ndarray, initial_h: np.ndarray, weight_ih: np.ndarray, weight_hh: np.ndarray, bias: np.ndarray | None, input_bias: np.ndarray | None, *, reverse: bool, activations: tuple[Activation, ...], reset_after: bool) -> tuple[np.ndarray, np.ndarray]:
+def recurrence(
+    cell: Cell,
+    x: np.ndarray,
+    initial_h: np.ndarray,
+    weight_ih: np.ndarray,
+    weight_hh: np.ndarray,
+    bias: np.ndarray | None,
+    input_bias: np.ndarray | None,
+    *,
+    reverse: bool,
+    activations: tuple[Activation, ...],
+    reset_after: bool,
+) -> tuple[np.ndarray, np.ndarray]:
     """One Apple gru/rnn op on ``x`` [S,N,I] from ``initial_h`` [N,H]: the output sequence [S,N,H] in
     *processing order* (a reverse op's first row is the last time step) and the final state [N,H].
 
@@ -141,6 +169,14 @@ def recurrence(cell: Cell, x: np.ndarray, initial_h: np.ndarray, weight_ih: np.n
     from gatepack.converters.executor import run_recurrence
 
     w = onnx_weights(cell, weight_ih, weight_hh, bias, input_bias if reset_after else None, reset_after)
-    y, y_h = run_recurrence(cell, [(w["W"], w["R"], w["Wb"], w["Rb"], activations)], reverse=[reverse], x=x, sequence_lens=None, initial_h=np.asarray(initial_h)[None], linear_before_reset=bool(reset_after))
+    y, y_h = run_recurrence(
+        cell,
+        [(w["W"], w["R"], w["Wb"], w["Rb"], activations)],
+        reverse=[reverse],
+        x=x,
+        sequence_lens=None,
+        initial_h=np.asarray(initial_h)[None],
+        linear_before_reset=bool(reset_after),
+    )
     seq = y[:, 0]
     return (seq[::-1] if reverse else seq), y_h[0]

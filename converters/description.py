@@ -23,7 +23,17 @@ def describe(layer: RecurrentLayer) -> dict:
         "clip": layer.clip,
         "has_bias": layer.has_bias,
         "activations": [[[a.name, a.alpha, a.beta] for a in p.activations] for p in layer.directions],
-        "interface": {"x": itf.x, "y": itf.y, "y_h": itf.y_h, "sequence_lens": itf.sequence_lens, "initial_h": itf.initial_h, "layout": itf.layout, "seq_length": itf.seq_length, "batch_size": itf.batch_size, "dtype": itf.dtype},
+        "interface": {
+            "x": itf.x,
+            "y": itf.y,
+            "y_h": itf.y_h,
+            "sequence_lens": itf.sequence_lens,
+            "initial_h": itf.initial_h,
+            "layout": itf.layout,
+            "seq_length": itf.seq_length,
+            "batch_size": itf.batch_size,
+            "dtype": itf.dtype,
+        },
     }
 
 
@@ -95,7 +105,9 @@ def parse(path: Path, entry: object) -> Described:
             interface=Interface(**interface),
         )
     except (ValueError, TypeError) as err:
-        raise InputError(f"{path}: its gatepack description of a layer is malformed ({' '.join(str(err).split())[:200]})") from None
+        raise InputError(
+            f"{path}: its gatepack description of a layer is malformed ({' '.join(str(err).split())[:200]})"
+        ) from None
 
 
 def build_layer(path: Path, info: Described, directions: list, extras: dict) -> RecurrentLayer:
@@ -105,11 +117,28 @@ def build_layer(path: Path, info: Described, directions: list, extras: dict) -> 
 
     gh, i, h = info.gates * info.hidden_size, info.input_size, info.hidden_size
     if len(directions) != info.direction.count:
-        raise InputError(f"{path}: layer {info.name!r}: {len(directions)} direction(s) of weights for a {info.direction.value} layer")
+        raise InputError(
+            f"{path}: layer {info.name!r}: {len(directions)} direction(s) of weights for a {info.direction.value} layer"
+        )
     for k, p in enumerate(directions):
         if p.W.shape != (gh, i) or p.R.shape != (gh, h):
-            raise InputError(f"{path}: layer {info.name!r}: direction {k} weights {list(p.W.shape)}, {list(p.R.shape)} contradict its description (I={i}, H={h})")
+            raise InputError(
+                f"{path}: layer {info.name!r}: direction {k} weights {list(p.W.shape)}, {list(p.R.shape)} "
+                f"contradict its description (I={i}, H={h})"
+            )
     try:
-        return RecurrentLayer(info.name, info.cell, i, h, info.direction, tuple(directions), info.interface, info.linear_before_reset, info.clip, info.has_bias, extras=extras)
+        return RecurrentLayer(
+            info.name,
+            info.cell,
+            i,
+            h,
+            info.direction,
+            tuple(directions),
+            info.interface,
+            info.linear_before_reset,
+            info.clip,
+            info.has_bias,
+            extras=extras,
+        )
     except SpecError as err:
         raise InputError(f"{path}: {err}") from None

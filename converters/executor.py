@@ -34,14 +34,17 @@ def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarr
     other = model.meta.get("other_ops")
     if other:
         raise UsageError(
-            f"{model.path}: the numpy engine runs recurrent layers only, and this model also has {', '.join(other)} nodes",
+            f"{model.path}: the numpy engine runs recurrent layers only, and this model also has "
+            f"{', '.join(other)} nodes",
             hint="use --engine native, or convert the model first (the result holds only its recurrent layers)",
         )
     outputs: dict[str, np.ndarray] = {}
     for layer in model.layers:
         itf = layer.interface
         if itf.x not in inputs:
-            raise InputError(f"{where(model.path, layer.name)}input {itf.x!r} is missing", hint=f"inputs given: {sorted(inputs)}")
+            raise InputError(
+                f"{where(model.path, layer.name)}input {itf.x!r} is missing", hint=f"inputs given: {sorted(inputs)}"
+            )
         optional = {}
         for key in ("sequence_lens", "initial_h"):
             name = getattr(itf, key)
@@ -120,7 +123,9 @@ def run_recurrence(
     for d, (w, r, wb, rb, activations) in enumerate(directions):
         h0 = np.zeros((batch, hidden), compute) if initial_h is None else np.asarray(initial_h[d], compute)
         rb = rb.astype(compute, copy=False)
-        step, additive_rb = make_step(hidden, activations, r.astype(compute, copy=False), rb, linear_before_reset, _clipper(clip))
+        step, additive_rb = make_step(
+            hidden, activations, r.astype(compute, copy=False), rb, linear_before_reset, _clipper(clip)
+        )
         # Every time step's input projection at once, [S*N, I] @ [I, G*H], with the recurrent biases
         # that only add to it folded in (fewer operations per step).
         xw = x.reshape(seq_len * batch, -1) @ w.astype(compute, copy=False).T
@@ -134,7 +139,9 @@ def run_recurrence(
     return y.astype(dtype, copy=False), y_h.astype(dtype, copy=False)
 
 
-def _run_direction(step, xw: np.ndarray, lens: np.ndarray | None, h: np.ndarray, reverse: bool, y: np.ndarray) -> np.ndarray:
+def _run_direction(
+    step, xw: np.ndarray, lens: np.ndarray | None, h: np.ndarray, reverse: bool, y: np.ndarray
+) -> np.ndarray:
     """Run one direction over projected inputs xw [S,N,G*H]; write outputs into ``y`` [S,N,H]; return Y_h [N,H]."""
     seq_len, batch, _ = xw.shape
     rows = np.arange(batch)
@@ -226,7 +233,9 @@ def check_model_inputs(model: Model, inputs: dict[str, np.ndarray]) -> None:
         if itf.x in inputs:
             at = where(model.path, layer.name)
             try:
-                check_layer_inputs(layer, inputs[itf.x], inputs.get(itf.sequence_lens or ""), inputs.get(itf.initial_h or ""))
+                check_layer_inputs(
+                    layer, inputs[itf.x], inputs.get(itf.sequence_lens or ""), inputs.get(itf.initial_h or "")
+                )
             except InputError as err:
                 raise InputError(f"{at}{err.message.removeprefix(where(None, layer.name))}", hint=err.hint) from None
 
@@ -248,7 +257,10 @@ def check_layer_inputs(
         raise InputError(f"{at}X is {x.dtype}, the layer takes {layer.dtype}")
     seq_len, batch = (x.shape[1], x.shape[0]) if layer.interface.layout else (x.shape[0], x.shape[1])
     if seq_len < 1 or batch < 1:
-        raise InputError(f"{at}X has shape {list(x.shape)}: an empty sequence or batch (onnxruntime aborts on a zero-length sequence; gatepack runs none)")
+        raise InputError(
+            f"{at}X has shape {list(x.shape)}: an empty sequence or batch (onnxruntime aborts on a zero-length "
+            "sequence; gatepack runs none)"
+        )
     if sequence_lens is not None:
         sequence_lens = np.asarray(sequence_lens)
         if sequence_lens.dtype.kind not in "iu":

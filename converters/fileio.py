@@ -175,7 +175,10 @@ def load_npy(path: str | Path, where: str | None = None) -> "np.ndarray":
         present = os.fstat(handle.fileno()).st_size - offset
     declared = _declared_bytes(shape, dtype)
     if declared != present:
-        raise InputError(f"{where}: its header declares shape {list(shape)} of {dtype} ({declared} bytes) but the file holds {present} bytes of data")
+        raise InputError(
+            f"{where}: its header declares shape {list(shape)} of {dtype} ({declared} bytes) but the file holds "
+            f"{present} bytes of data"
+        )
     if declared == 0:
         return np.zeros(shape, dtype)
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
@@ -203,7 +206,10 @@ def load_npz(path: str | Path, allowed: Iterable[str] | None = None) -> "dict[st
                     raise InputError(f"{at}: its header declares {declared} bytes of data, the archive holds {present}")
                 total += declared
                 if total > MAX_NPZ_BYTES:
-                    raise InputError(f"{where}: its arrays decompress to more than {MAX_NPZ_BYTES >> 30} GiB, gatepack's limit for run inputs")
+                    raise InputError(
+                        f"{where}: its arrays decompress to more than {MAX_NPZ_BYTES >> 30} GiB, gatepack's limit "
+                        "for run inputs"
+                    )
             handle.seek(0)
             with np.load(handle, allow_pickle=False) as data:
                 return {k: data[k] for k in data.files if allowed is None or k in allowed}
@@ -310,17 +316,31 @@ def _check_output(output: Path, kind: OutputKind, inputs: Iterable[str | Path]) 
         for shown, candidate in paths:
             relation = _relation(candidate, source)
             if relation:
-                raise UsageError(f"{shown}: the output {relation} the input {given}; gatepack never writes over what it reads", hint="choose another -o path")
+                raise UsageError(
+                    f"{shown}: the output {relation} the input {given}; gatepack never writes over what it reads",
+                    hint="choose another -o path",
+                )
     if output.is_symlink():
-        raise UsageError(f"{output}: is a symbolic link; gatepack replaces only real files and directories", hint="remove the link or choose another -o path")
+        raise UsageError(
+            f"{output}: is a symbolic link; gatepack replaces only real files and directories",
+            hint="remove the link or choose another -o path",
+        )
     if output.exists() or os.path.lexists(output):
         if not kind.recognise(output):
             what = "directory" if output.is_dir() else "file"
-            raise UsageError(f"{output}: an existing {what} that gatepack does not recognise as {kind.title}; it replaces only an artifact of the same kind", hint="remove it or choose another -o path")
+            raise UsageError(
+                f"{output}: an existing {what} that gatepack does not recognise as {kind.title}; it replaces only "
+                "an artifact of the same kind",
+                hint="remove it or choose another -o path",
+            )
     else:
         for shown, _ in paths[1:]:
             if os.path.lexists(shown):
-                raise UsageError(f"{shown}: exists without the {kind.title} {output.name} it would belong to; gatepack does not replace it", hint="remove it or choose another -o path")
+                raise UsageError(
+                    f"{shown}: exists without the {kind.title} {output.name} it would belong to; gatepack does not "
+                    "replace it",
+                    hint="remove it or choose another -o path",
+                )
 
 
 def _umask() -> int:
@@ -336,7 +356,10 @@ def _output_errors(target: Path) -> Iterator[None]:
         yield
     except OSError as err:
         name = err.filename if err.filename else target
-        raise UsageError(f"{target}: cannot write the output ({err.strerror or _squash(err)}: {name})", hint="check the -o path: its folder, permissions and name") from None
+        raise UsageError(
+            f"{target}: cannot write the output ({err.strerror or _squash(err)}: {name})",
+            hint="check the -o path: its folder, permissions and name",
+        ) from None
 
 
 def _make_parent(target: Path) -> list[Path]:

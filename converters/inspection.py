@@ -8,7 +8,13 @@ from gatepack.schemas.layer import RecurrentLayer, dim_text
 
 def _shapes(layer: RecurrentLayer) -> dict[str, list[str]]:
     itf = layer.interface
-    s, n, d, h, i = dim_text(itf.seq_length), dim_text(itf.batch_size), str(layer.num_directions), str(layer.hidden_size), str(layer.input_size)
+    s, n, d, h, i = (
+        dim_text(itf.seq_length),
+        dim_text(itf.batch_size),
+        str(layer.num_directions),
+        str(layer.hidden_size),
+        str(layer.input_size),
+    )
     batch_major = itf.layout == 1
     return {
         "X": [n, s, i] if batch_major else [s, n, i],
@@ -23,7 +29,13 @@ def _tensors(layer: RecurrentLayer) -> list[tuple[str, str, list[str]]]:
     """(role, name, shape) of every interface tensor the layer has."""
     itf = layer.interface
     shapes = _shapes(layer)
-    roles = (("X", itf.x), ("sequence_lens", itf.sequence_lens), ("initial_h", itf.initial_h), ("Y", itf.y), ("Y_h", itf.y_h))
+    roles = (
+        ("X", itf.x),
+        ("sequence_lens", itf.sequence_lens),
+        ("initial_h", itf.initial_h),
+        ("Y", itf.y),
+        ("Y_h", itf.y_h),
+    )
     return [(role, name, shapes[role]) for role, name in roles if name]
 
 
@@ -79,7 +91,10 @@ def _compact(model: Model) -> list[str]:
     width = max(len(layer.name) for layer in model.layers)
     for layer in model.layers:
         tensors = "  ".join(f"{role} [{', '.join(shape)}]" for role, _, shape in _tensors(layer) if role in ("X", "Y"))
-        lines.append(f"  {layer.name:<{width}}  {layer.cell.value.upper()} {layer.direction.value:<13} I={layer.input_size:<5} H={layer.hidden_size:<5} {tensors}  {layer.parameter_count():,} parameters")
+        lines.append(
+            f"  {layer.name:<{width}}  {layer.cell.value.upper()} {layer.direction.value:<13} "
+            f"I={layer.input_size:<5} H={layer.hidden_size:<5} {tensors}  {layer.parameter_count():,} parameters"
+        )
     lines += [f"note ({n} layer{'s' if n > 1 else ''}): {text}" for text, n in notes.items()]
     lines.append("(--json gives every layer's tensor names and notes)")
     return lines
@@ -101,10 +116,20 @@ def describe_json(model: Model) -> dict:
                 "layout": itf.layout,
                 "dtype": itf.dtype,
                 "activations": [
-                    [{"name": a.name, **({"alpha": a.alpha} if a.alpha is not None else {}), **({"beta": a.beta} if a.beta is not None else {})} for a in p.activations]
+                    [
+                        {
+                            "name": a.name,
+                            **({"alpha": a.alpha} if a.alpha is not None else {}),
+                            **({"beta": a.beta} if a.beta is not None else {}),
+                        }
+                        for a in p.activations
+                    ]
                     for p in layer.directions
                 ],
-                "tensors": {role: {"name": name, "shape": [int(d) if d.isdigit() else d for d in shape]} for role, name, shape in _tensors(layer)},
+                "tensors": {
+                    role: {"name": name, "shape": [int(d) if d.isdigit() else d for d in shape]}
+                    for role, name, shape in _tensors(layer)
+                },
                 "parameters": layer.parameter_count(),
                 "has_bias": layer.has_bias,
                 "notes": [n.to_json() for n in model.notes_for(layer)],

@@ -75,7 +75,12 @@ class Report:
         return list(self.layers[0].targets) if self.layers else []
 
     def render(self, fmt: str = "text") -> str:
-        return {"text": self.to_text, "json": lambda: json.dumps(self.to_json(), indent=2), "markdown": self.to_markdown, "html": self.to_html}[fmt]()
+        return {
+            "text": self.to_text,
+            "json": lambda: json.dumps(self.to_json(), indent=2),
+            "markdown": self.to_markdown,
+            "html": self.to_html,
+        }[fmt]()
 
     def summary(self, target: str, *, everything: bool = False) -> list["GroupedFinding"]:
         """``target``'s findings over every layer, identical ones grouped with their layers, worst
@@ -121,14 +126,22 @@ class Report:
         width = max([len(_layer_label(lay)) for lay in self.layers] + [5])
         lines.append("  " + "layer".ljust(width) + "  " + "  ".join(t.ljust(11) for t in targets))
         for lay in self.layers:
-            lines.append("  " + _layer_label(lay).ljust(width) + "  " + "  ".join(lay.targets[t].status.value.ljust(11) for t in targets))
+            lines.append(
+                "  "
+                + _layer_label(lay).ljust(width)
+                + "  "
+                + "  ".join(lay.targets[t].status.value.ljust(11) for t in targets)
+            )
         for target in targets:
             lines.append(f"{target}: {self.status_counts(target)}")
             for g in self.summary(target):
                 f, where = g.finding, self._where(g)
                 detail = f"{g.variants} variants, e.g. {f.detail}" if g.variants > 1 else f.detail
                 lines.append(
-                    f"  {f.status.value:<11} {f.feature}: {detail}" + (f" [warning: {f.warning}]" if f.warning else "") + (f" -> {f.alternative}" if f.alternative else "") + (f" ({where})" if where else "")
+                    f"  {f.status.value:<11} {f.feature}: {detail}"
+                    + (f" [warning: {f.warning}]" if f.warning else "")
+                    + (f" -> {f.alternative}" if f.alternative else "")
+                    + (f" ({where})" if where else "")
                 )
         for name, reason in self.skipped:
             lines.append(f"skipped {name}: {reason}")
@@ -136,18 +149,41 @@ class Report:
 
     def to_markdown(self) -> str:
         targets = self.targets()
-        out = [f"# gatepack report: `{self.source}`", "", f"{len(self.layers)} recurrent layer(s), source format `{self.format}`.", ""]
+        out = [
+            f"# gatepack report: `{self.source}`",
+            "",
+            f"{len(self.layers)} recurrent layer(s), source format `{self.format}`.",
+            "",
+        ]
         out.append("| layer | " + " | ".join(targets) + " |")
         out.append("|---|" + "---|" * len(targets))
         for lay in self.layers:
-            out.append(f"| `{lay.layer.name}` ({_describe(lay.layer)}) | " + " | ".join(lay.targets[t].status.value for t in targets) + " |")
+            out.append(
+                f"| `{lay.layer.name}` ({_describe(lay.layer)}) | "
+                + " | ".join(lay.targets[t].status.value for t in targets)
+                + " |"
+            )
         many = len(self.layers) > 1
         for target in targets:
-            out += ["", f"## {target}: {self.status_counts(target)}", "", "| feature | status | detail |" + (" layers |" if many else ""), "|---|---|---|" + ("---|" if many else "")]
+            out += [
+                "",
+                f"## {target}: {self.status_counts(target)}",
+                "",
+                "| feature | status | detail |" + (" layers |" if many else ""),
+                "|---|---|---|" + ("---|" if many else ""),
+            ]
             for g in self.summary(target, everything=True):
                 f = g.finding
-                detail = (f"{g.variants} variants, e.g. " if g.variants > 1 else "") + f.detail + (f" **Warning:** {f.warning}." if f.warning else "") + (f" Instead: {f.alternative}." if f.alternative else "")
-                out.append(f"| {f.feature} | {f.status.value} | {detail.replace('|', '/')} |" + (f" {self._where(g)} |" if many else ""))
+                detail = (
+                    (f"{g.variants} variants, e.g. " if g.variants > 1 else "")
+                    + f.detail
+                    + (f" **Warning:** {f.warning}." if f.warning else "")
+                    + (f" Instead: {f.alternative}." if f.alternative else "")
+                )
+                out.append(
+                    f"| {f.feature} | {f.status.value} | {detail.replace('|', '/')} |"
+                    + (f" {self._where(g)} |" if many else "")
+                )
         if self.skipped:
             out += ["", "## Skipped", ""] + [f"- `{n}`: {r}" for n, r in self.skipped]
         return "\n".join(out).rstrip() + "\n"
@@ -167,20 +203,30 @@ class Report:
                     + "</li>"
                     for f in tr.findings
                 )
-                cells.append(f"<td class='{tr.status.value}'><details><summary>{tr.status.value}</summary><ul>{items}</ul></details></td>")
-            rows.append(f"<tr><th>{esc(lay.layer.name)}<br><small>{esc(_describe(lay.layer))}</small></th>{''.join(cells)}</tr>")
+                summary = f"<summary>{tr.status.value}</summary>"
+                cells.append(f"<td class='{tr.status.value}'><details>{summary}<ul>{items}</ul></details></td>")
+            rows.append(
+                f"<tr><th>{esc(lay.layer.name)}<br><small>{esc(_describe(lay.layer))}</small></th>{''.join(cells)}</tr>"
+            )
         style = (
-            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}"
+            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid "
+            "#ccc;padding:4px 8px;vertical-align:top;text-align:left}"
             ".exact{background:#d4f7d4}.repacked{background:#e3f2d0}.folded{background:#f0f3c8}.decomposed{background:#fbe7b5}"
             ".lossy{background:#fbd0a8}.unsupported{background:#f6b0b0}li{background:none}"
         )
         head = "".join(f"<th>{esc(t)}</th>" for t in targets)
-        legend = " ".join(f"<span class='{status.value}'>&nbsp;{status.value}&nbsp;</span>" for status in sorted(Status, key=lambda st: st.rank, reverse=True))
+        legend = " ".join(
+            f"<span class='{status.value}'>&nbsp;{status.value}&nbsp;</span>"
+            for status in sorted(Status, key=lambda st: st.rank, reverse=True)
+        )
         return (
-            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>gatepack report</title><style>{style}</style></head><body>"
-            f"<h1>gatepack report</h1><p>{esc(self.source)} ({esc(self.format)}): {len(self.layers)} recurrent layer(s)</p>"
+            "<!DOCTYPE html><html><head><meta charset='utf-8'><title>gatepack "
+            f"report</title><style>{style}</style></head><body>"
+            f"<h1>gatepack report</h1><p>{esc(self.source)} ({esc(self.format)}): {len(self.layers)} recurrent "
+            "layer(s)</p>"
             f"<table id='matrix'><tr><th>layer</th>{head}</tr>{''.join(rows)}</table>"
-            f"<p id='legend'>{legend} &mdash; a cell shows the worst status of its findings; open it for every finding.</p>"
+            f"<p id='legend'>{legend} &mdash; a cell shows the worst status of its findings; open it for every "
+            "finding.</p>"
             f"<h2>Per target</h2><div id='summary'>{self._html_summary()}</div></body></html>\n"
         )
 
@@ -194,13 +240,17 @@ class Report:
                 f, where = g.finding, self._where(g)
                 detail = (f"{g.variants} variants, e.g. " if g.variants > 1 else "") + f.detail
                 items.append(
-                    f"<li><span class='{f.status.value}'>&nbsp;{f.status.value}&nbsp;</span> <b>{esc(f.feature)}</b>: {esc(detail)}"
+                    f"<li><span class='{f.status.value}'>&nbsp;{f.status.value}&nbsp;</span> "
+                    f"<b>{esc(f.feature)}</b>: {esc(detail)}"
                     + (f" <em>warning: {esc(f.warning)}</em>" if f.warning else "")
                     + (f" <em>instead: {esc(f.alternative)}</em>" if f.alternative else "")
                     + (f" <small>({esc(where)})</small>" if where else "")
                     + "</li>"
                 )
-            parts.append(f"<h3>{esc(target)}: {esc(self.status_counts(target))}</h3><ul>{''.join(items) or '<li>every feature exact</li>'}</ul>")
+            parts.append(
+                f"<h3>{esc(target)}: "
+                f"{esc(self.status_counts(target))}</h3><ul>{''.join(items) or '<li>every feature exact</li>'}</ul>"
+            )
         return "".join(parts)
 
 
@@ -217,7 +267,14 @@ def target_findings(model: Model, layer: RecurrentLayer, target: str, options: d
     """Everything that happens to ``layer`` when written as ``target``, worst first."""
     info = registry.check_name(target)
     if not info.implemented:
-        found = [Finding("format", Status.UNSUPPORTED, f"gatepack cannot write {info.title} yet", alternative="convert to onnx for now; this target is planned")]
+        found = [
+            Finding(
+                "format",
+                Status.UNSUPPORTED,
+                f"gatepack cannot write {info.title} yet",
+                alternative="convert to onnx for now; this target is planned",
+            )
+        ]
     else:
         module = registry.module(target)
         accepted = {k: v for k, v in options.items() if k in info.write_options}
@@ -233,7 +290,13 @@ def _surroundings_finding(model: Model, module, title: str) -> Finding | None:
         return None
     own = getattr(module, "whole_model_finding", None)
     found = own(model) if own is not None else None
-    return found or Finding("model", Status.EXACT, f"only the recurrent layers are written; the model's other operators ({operator_list(other)}) are not part of the {title} artifact", warning="layers only")
+    return found or Finding(
+        "model",
+        Status.EXACT,
+        f"only the recurrent layers are written; the model's other operators ({operator_list(other)}) are not part "
+        f"of the {title} artifact",
+        warning="layers only",
+    )
 
 
 def operator_list(ops: list[str], shown: int = 6) -> str:

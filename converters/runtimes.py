@@ -27,7 +27,9 @@ def onnxruntime() -> ModuleType:
     try:
         import onnxruntime as ort
     except ImportError:
-        raise RuntimeFailure("onnxruntime is not installed (a dependency of gatepack)", hint="pip install onnxruntime") from None
+        raise RuntimeFailure(
+            "onnxruntime is not installed (a dependency of gatepack)", hint="pip install onnxruntime"
+        ) from None
     return ort
 
 
@@ -63,5 +65,7 @@ def coremltools() -> ModuleType:
             finally:
                 logging.disable(logging.NOTSET)
     except ImportError:
-        raise RuntimeFailure(COREML_MISSING, hint="pip install 'gatepack[coreml]' (coremltools has wheels for Linux and macOS)") from None
+        raise RuntimeFailure(
+            COREML_MISSING, hint="pip install 'gatepack[coreml]' (coremltools has wheels for Linux and macOS)"
+        ) from None
     return ct

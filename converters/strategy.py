@@ -18,7 +18,17 @@ def choose(strategy: str, blockers: list[str]) -> str:
     return strategy
 
 
-def cell_finding(strategy: str, chosen: str, blockers: list[str], *, native: str, refused: str, decomposed: str, alternative: str, warning: str | None = None) -> Finding:
+def cell_finding(
+    strategy: str,
+    chosen: str,
+    blockers: list[str],
+    *,
+    native: str,
+    refused: str,
+    decomposed: str,
+    alternative: str,
+    warning: str | None = None,
+) -> Finding:
     """The ``cell`` finding: exact native op, decomposed (and why), or native forced where it is wrong."""
     if chosen == "native" and blockers:
         return Finding("cell", Status.UNSUPPORTED, f"{refused}: {'; '.join(blockers)}", alternative=alternative)

@@ -36,7 +36,8 @@ def check_sample_size(layer: RecurrentLayer, s: int, n: int, options: str = "the
     largest = s * n * max(layer.input_size, layer.num_directions * layer.hidden_size)
     if largest > MAX_SAMPLE_VALUES:
         raise UsageError(
-            f"layer {layer.name!r}: S={s} x N={n} makes sample tensors of {largest:,} values, more than gatepack's limit of {MAX_SAMPLE_VALUES:,}",
+            f"layer {layer.name!r}: S={s} x N={n} makes sample tensors of {largest:,} values, more than gatepack's "
+            f"limit of {MAX_SAMPLE_VALUES:,}",
             hint=f"choose smaller {options}",
         )
 
@@ -80,12 +81,20 @@ class Verification:
         }
 
     def to_text(self) -> str:
-        lines = [f"verification {'passed' if self.passed else 'FAILED'}: {self.source} vs {self.target} (seed {self.seed})"]
+        lines = [
+            f"verification {'passed' if self.passed else 'FAILED'}: {self.source} vs {self.target} (seed {self.seed})"
+        ]
         for o in self.outputs:
             mark = "ok  " if o.passed else "FAIL"
-            lines.append(f"  {mark} {o.layer} {o.output}: max abs {o.max_abs_error:.3g}, max rel {o.max_rel_error:.3g} (atol {o.atol:g}, rtol {o.rtol:g})")
+            lines.append(
+                f"  {mark} {o.layer} {o.output}: max abs {o.max_abs_error:.3g}, max rel {o.max_rel_error:.3g} "
+                f"(atol {o.atol:g}, rtol {o.rtol:g})"
+            )
             if o.nonfinite_in_source:
-                lines.append(f"       {o.nonfinite_in_source} entries are inf/NaN in the source's result, or in a sequence where it overflowed, and not in the target's; compared on the rest")
+                lines.append(
+                    f"       {o.nonfinite_in_source} entries are inf/NaN in the source's result, or in a sequence "
+                    "where it overflowed, and not in the target's; compared on the rest"
+                )
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -93,13 +102,16 @@ class Verification:
 def sample_sizes(*layers: RecurrentLayer) -> tuple[int, int]:
     """(S, N) for random inputs: the first static size among ``layers`` (a static target such as a
     DirectML desc fixes what a symbolic source leaves open), else small defaults."""
+
     def pick(attr: str, default: int) -> int:
         return next((v for v in (getattr(lay.interface, attr) for lay in layers) if isinstance(v, int)), default)
 
     return pick("seq_length", DEFAULT_SEQ_LENGTH), pick("batch_size", DEFAULT_BATCH)
 
 
-def sample_inputs(layer: RecurrentLayer, rng: np.random.Generator, sizes: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+def sample_inputs(
+    layer: RecurrentLayer, rng: np.random.Generator, sizes: tuple[int, int] | None = None
+) -> dict[str, np.ndarray]:
     """Random inputs for ``layer`` in layout 0, keyed by role: X, sequence_lens, initial_h."""
     itf = layer.interface
     s, n = sizes or sample_sizes(layer)
@@ -144,7 +156,9 @@ def from_interface(layer: RecurrentLayer, outputs: dict[str, np.ndarray]) -> dic
     return out
 
 
-def run_layer(model: Model, layer: RecurrentLayer, role_inputs: dict[str, np.ndarray], notes: list[str]) -> dict[str, np.ndarray]:
+def run_layer(
+    model: Model, layer: RecurrentLayer, role_inputs: dict[str, np.ndarray], notes: list[str]
+) -> dict[str, np.ndarray]:
     """Run one layer of ``model`` natively (falling back to the executor, with a note)."""
     from gatepack.converters.executor import run_layer as execute
 
@@ -154,12 +168,24 @@ def run_layer(model: Model, layer: RecurrentLayer, role_inputs: dict[str, np.nda
     except RuntimeFailure as err:
         reason = err.message.removeprefix(f"layer {layer.name!r}: ")
         notes.append(f"{model.path} layer {layer.name!r} ran on gatepack's executor: {reason}")
-        y, y_h = execute(layer, feed[layer.interface.x], feed.get(layer.interface.sequence_lens or ""), feed.get(layer.interface.initial_h or ""))
+        y, y_h = execute(
+            layer,
+            feed[layer.interface.x],
+            feed.get(layer.interface.sequence_lens or ""),
+            feed.get(layer.interface.initial_h or ""),
+        )
         outputs = {layer.interface.y: y, layer.interface.y_h: y_h}
     return from_interface(layer, outputs)
 
 
-def compare(layer_name: str, output: str, actual: np.ndarray, expected: np.ndarray, dtypes: tuple[str, ...], untrusted: np.ndarray | None = None) -> OutputComparison:
+def compare(
+    layer_name: str,
+    output: str,
+    actual: np.ndarray,
+    expected: np.ndarray,
+    dtypes: tuple[str, ...],
+    untrusted: np.ndarray | None = None,
+) -> OutputComparison:
     """Compare ``actual`` with ``expected`` (the source's result).
 
     Where the source runtime itself overflowed (``expected`` is inf/NaN: a divergent recurrence,
@@ -172,14 +198,24 @@ def compare(layer_name: str, output: str, actual: np.ndarray, expected: np.ndarr
     atol, rtol = max(TOLERANCES[d][0] for d in dtypes), max(TOLERANCES[d][1] for d in dtypes)
     a, b = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
     if a.shape != b.shape:
-        return OutputComparison(layer_name, f"{output} (shape {list(a.shape)} vs {list(b.shape)})", float("inf"), float("inf"), atol, rtol, False)
+        return OutputComparison(
+            layer_name,
+            f"{output} (shape {list(a.shape)} vs {list(b.shape)})",
+            float("inf"),
+            float("inf"),
+            atol,
+            rtol,
+            False,
+        )
     finite = np.isfinite(b)
     same_special = ~finite & ((a == b) | (np.isnan(a) & np.isnan(b)))
     trusted = finite if untrusted is None else finite & ~np.broadcast_to(untrusted, b.shape)
     a_cmp, b_cmp = a[trusted], b[trusted]
     diff = np.abs(a_cmp - b_cmp)
     max_abs = float(np.nan_to_num(diff, nan=np.inf).max(initial=0.0))
-    max_rel = float(np.nan_to_num(diff / np.maximum(np.abs(b_cmp), np.finfo(np.float64).tiny), nan=np.inf).max(initial=0.0))
+    max_rel = float(
+        np.nan_to_num(diff / np.maximum(np.abs(b_cmp), np.finfo(np.float64).tiny), nan=np.inf).max(initial=0.0)
+    )
     passed = bool(np.all(diff <= atol + rtol * np.abs(b_cmp)))
     nonfinite = int((~trusted & ~same_special).sum())
     if nonfinite and (nonfinite * 2 > b.size or np.isnan(a[~finite & ~same_special]).any()):
@@ -221,17 +257,23 @@ def pair_layers(source: Model, target: Model) -> list[tuple[RecurrentLayer, Recu
 WHOLE_MODEL = "(whole model)"
 
 
-def sample_graph_inputs(model: Model, rng: np.random.Generator, dim_size: int = DEFAULT_SEQ_LENGTH) -> dict[str, np.ndarray]:
+def sample_graph_inputs(
+    model: Model, rng: np.random.Generator, dim_size: int = DEFAULT_SEQ_LENGTH
+) -> dict[str, np.ndarray]:
     """Random inputs for every input of a whole model: floats in [-1, 1), integers and booleans zero
     (indices and flags with a safe value); dynamic dimensions take ``dim_size``."""
     feed = {}
     for name, dtype, dims in registry.module(model.format).graph_inputs(model.path):
         shape = [d if isinstance(d, int) else dim_size for d in dims]
-        feed[name] = rng.uniform(-1, 1, shape).astype(dtype) if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype)
+        feed[name] = (
+            rng.uniform(-1, 1, shape).astype(dtype) if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype)
+        )
     return feed
 
 
-def verify_whole(source: Model, target: Model, *, seed: int = 0, dim_size: int = DEFAULT_SEQ_LENGTH, target_file=None) -> Verification:
+def verify_whole(
+    source: Model, target: Model, *, seed: int = 0, dim_size: int = DEFAULT_SEQ_LENGTH, target_file=None
+) -> Verification:
     """Run two whole models (recurrent layers and every other operator) on their own runtimes on
     the same random inputs; compare every output of the source by name."""
     target_file = target_file or target.path
@@ -241,15 +283,28 @@ def verify_whole(source: Model, target: Model, *, seed: int = 0, dim_size: int =
     actual = registry.module(target.format).run_native(target_file, feed)
     for name, value in expected.items():
         if name not in actual:
-            result.outputs.append(OutputComparison(WHOLE_MODEL, f"{name} (missing from {target.path})", float("inf"), float("inf"), *TOLERANCES["float32"], False))
+            result.outputs.append(
+                OutputComparison(
+                    WHOLE_MODEL,
+                    f"{name} (missing from {target.path})",
+                    float("inf"),
+                    float("inf"),
+                    *TOLERANCES["float32"],
+                    False,
+                )
+            )
             continue
-        dtypes = tuple(d for d in (str(value.dtype), str(actual[name].dtype)) if d in TOLERANCES) or ("float32",)  # integer outputs: float32's
+        dtypes = tuple(d for d in (str(value.dtype), str(actual[name].dtype)) if d in TOLERANCES) or (
+            "float32",
+        )  # integer outputs: float32's
         result.outputs.append(compare(WHOLE_MODEL, name, actual[name], value, dtypes))
     result.notes.append(f"whole models compared end to end (every dynamic dimension = {dim_size})")
     return result
 
 
-def verify_models(source: Model, target: Model, *, seed: int = 0, target_file=None, progress: "Progress | None" = None) -> Verification:
+def verify_models(
+    source: Model, target: Model, *, seed: int = 0, target_file=None, progress: "Progress | None" = None
+) -> Verification:
     """Compare ``target`` with ``source``: end to end when both hold whole models (other operators
     around their recurrent layers), else layer by layer. ``target_file`` is where the target's
     artifact is while it is being written (its ``path`` is where it will land)."""
@@ -266,12 +321,28 @@ def verify_models(source: Model, target: Model, *, seed: int = 0, target_file=No
         progress.step(f"verifying layer {src_layer.name!r}", k, len(pairs))
         role_inputs = sample_inputs(src_layer, rng, sample_sizes(src_layer, dst_layer))
         expected = run_layer(source, src_layer, role_inputs, result.notes)
-        actual = run_layer(target, dst_layer, {k: v.astype(dst_layer.dtype) if k != "sequence_lens" else v for k, v in role_inputs.items()}, result.notes)
-        dtypes = (src_layer.interface.dtype, dst_layer.interface.dtype, _computed_in(source, src_layer), _computed_in(target, dst_layer))
+        actual = run_layer(
+            target,
+            dst_layer,
+            {k: v.astype(dst_layer.dtype) if k != "sequence_lens" else v for k, v in role_inputs.items()},
+            result.notes,
+        )
+        dtypes = (
+            src_layer.interface.dtype,
+            dst_layer.interface.dtype,
+            _computed_in(source, src_layer),
+            _computed_in(target, dst_layer),
+        )
         overflowed = _overflowed_sequences(expected)
         for output in ("Y", "Y_h"):
             if output in expected and output in actual:
-                untrusted = None if overflowed is None else (overflowed[None, :, :, None] if output == "Y" else overflowed[:, :, None])
-                result.outputs.append(compare(src_layer.name, output, actual[output], expected[output], dtypes, untrusted))
+                untrusted = (
+                    None
+                    if overflowed is None
+                    else (overflowed[None, :, :, None] if output == "Y" else overflowed[:, :, None])
+                )
+                result.outputs.append(
+                    compare(src_layer.name, output, actual[output], expected[output], dtypes, untrusted)
+                )
     progress.step("verified", len(pairs), len(pairs))
     return result

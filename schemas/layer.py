@@ -91,7 +91,10 @@ def stack_directions(parts: "list[np.ndarray]") -> "np.ndarray":
         and base.flags.c_contiguous
         and base.shape == (len(parts), *parts[0].shape)
         and base.dtype == parts[0].dtype
-        and all(p.base is base and p.flags.c_contiguous and p.ctypes.data == base.ctypes.data + k * p.nbytes for k, p in enumerate(parts))
+        and all(
+            p.base is base and p.flags.c_contiguous and p.ctypes.data == base.ctypes.data + k * p.nbytes
+            for k, p in enumerate(parts)
+        )
     ):
         return base
     return np.stack(parts)
@@ -140,7 +143,9 @@ class Interface:
             raise SpecError(f"interface layout {self.layout!r} is not 0 or 1")
         for label in ("seq_length", "batch_size"):
             value = getattr(self, label)
-            if isinstance(value, bool) or not (value is None or isinstance(value, str) or (isinstance(value, (int, np.integer)) and value >= 0)):
+            if isinstance(value, bool) or not (
+                value is None or isinstance(value, str) or (isinstance(value, (int, np.integer)) and value >= 0)
+            ):
                 raise SpecError(f"interface {label} {value!r} is not a size, a symbol or unknown")
         if self.dtype not in FLOAT_DTYPES:
             raise SpecError(f"interface dtype {self.dtype!r} is not one of {FLOAT_DTYPES}")
@@ -190,7 +195,9 @@ class RecurrentLayer:
         for label in ("linear_before_reset", "has_bias"):
             if not isinstance(getattr(self, label), (bool, np.bool_)):
                 raise self._fail(f"{label} {getattr(self, label)!r} is not true or false")
-        if self.clip is not None and (isinstance(self.clip, bool) or not isinstance(self.clip, (int, float, np.floating, np.integer))):
+        if self.clip is not None and (
+            isinstance(self.clip, bool) or not isinstance(self.clip, (int, float, np.floating, np.integer))
+        ):
             raise self._fail(f"clip {self.clip!r} is not a number")
         if not isinstance(self.cell, Cell):
             raise self._fail(f"cell {self.cell!r} is not one of {[c.value for c in Cell]}")
@@ -210,7 +217,8 @@ class RecurrentLayer:
             raise self._fail("linear_before_reset applies to GRU only")
         if len(self.directions) != self.num_directions:
             raise self._fail(
-                f"direction {self.direction.value} needs {self.num_directions} weight set(s), got {len(self.directions)}"
+                f"direction {self.direction.value} needs {self.num_directions} weight set(s), got "
+                f"{len(self.directions)}"
             )
         gh, h, i = self.gates * self.hidden_size, self.hidden_size, self.input_size
         for d, params in enumerate(self.directions):

@@ -110,14 +110,23 @@ def inputs(cfg: Config, scale: float = 1.0) -> dict[str, np.ndarray]:
     return feed
 
 
-def build_model(cfg: Config, layout: int | None = None, dtype: str | None = None, opset: int | None = None) -> onnx.ModelProto:
+def build_model(
+    cfg: Config, layout: int | None = None, dtype: str | None = None, opset: int | None = None
+) -> onnx.ModelProto:
     """An ONNX model with one GRU/RNN node; W, R, B are initializers, the rest graph inputs."""
     layout = cfg.layout if layout is None else layout
     dtype = dtype or cfg.dtype
     opset = opset or cfg.opset
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     w = {k: v.astype(dtype) for k, v in weights(cfg).items()}
-    node_inputs = ["X", "W", "R", "B" if cfg.bias else "", "sequence_lens" if cfg.seq_lens != "none" else "", "initial_h" if cfg.initial_h else ""]
+    node_inputs = [
+        "X",
+        "W",
+        "R",
+        "B" if cfg.bias else "",
+        "sequence_lens" if cfg.seq_lens != "none" else "",
+        "initial_h" if cfg.initial_h else "",
+    ]
     while not node_inputs[-1]:
         node_inputs.pop()
     attrs: dict = {"hidden_size": cfg.H, "direction": cfg.direction}
@@ -146,7 +155,9 @@ def build_model(cfg: Config, layout: int | None = None, dtype: str | None = None
     outputs = [helper.make_tensor_value_info("Y", elem, None), helper.make_tensor_value_info("Y_h", elem, None)]
     graph = helper.make_graph([node], "g", graph_inputs, outputs, [numpy_helper.from_array(v, k) for k, v in w.items()])
     opsets = [helper.make_opsetid("", opset)]
-    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets) if opset >= 7 else 3)
+    return helper.make_model(
+        graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets) if opset >= 7 else 3
+    )
 
 
 def ort_run(model: onnx.ModelProto | str | Path, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -192,7 +203,9 @@ def random_activation_params(rng: random.Random, names: list[str]) -> tuple[list
     for name in names:
         takes_alpha, takes_beta = ACTIVATIONS[name]
         if takes_alpha:
-            alphas.append(round(rng.uniform(0.1, 1.5), 3) if name != "ThresholdedRelu" else round(rng.uniform(-0.5, 0.5), 3))
+            alphas.append(
+                round(rng.uniform(0.1, 1.5), 3) if name != "ThresholdedRelu" else round(rng.uniform(-0.5, 0.5), 3)
+            )
         if takes_beta:
             betas.append(round(rng.uniform(-0.5, 1.2), 3))
     return alphas, betas
@@ -242,7 +255,9 @@ def matrix(count: int = 360, seed: int = 2026) -> list[Config]:
     return configs
 
 
-def assert_matches_onnxruntime(cfg: Config, feed0: dict[str, np.ndarray], outputs: dict[str, np.ndarray], atol: float, rtol: float) -> None:
+def assert_matches_onnxruntime(
+    cfg: Config, feed0: dict[str, np.ndarray], outputs: dict[str, np.ndarray], atol: float, rtol: float
+) -> None:
     """``outputs`` (Y, Y_h in the config's layout) agree with onnxruntime on the layer-0 inputs
     ``feed0``; entries where onnxruntime overflowed (its naive Softplus) are skipped, if few."""
     y, y_h = outputs_to_layout0(cfg, outputs["Y"], outputs["Y_h"])
@@ -310,9 +325,23 @@ def stacked_model(path: Path, layers: int, hidden: int) -> int:
         w = rng.standard_normal((2, 3 * hidden, width), dtype=np.float32) * np.float32(scale)
         r = rng.standard_normal((2, 3 * hidden, hidden), dtype=np.float32) * np.float32(scale)
         b = rng.standard_normal((2, 6 * hidden), dtype=np.float32) * np.float32(scale)
-        inits += [numpy_helper.from_array(w, f"W{k}"), numpy_helper.from_array(r, f"R{k}"), numpy_helper.from_array(b, f"B{k}")]
+        inits += [
+            numpy_helper.from_array(w, f"W{k}"),
+            numpy_helper.from_array(r, f"R{k}"),
+            numpy_helper.from_array(b, f"B{k}"),
+        ]
         y, y_h = f"Y{k}", f"Y_h{k}" if k < layers - 1 else "Y_h"
-        nodes.append(helper.make_node("GRU", [x, f"W{k}", f"R{k}", f"B{k}"], [y, y_h], name=f"gru{k}", hidden_size=hidden, direction="bidirectional", linear_before_reset=1))
+        nodes.append(
+            helper.make_node(
+                "GRU",
+                [x, f"W{k}", f"R{k}", f"B{k}"],
+                [y, y_h],
+                name=f"gru{k}",
+                hidden_size=hidden,
+                direction="bidirectional",
+                linear_before_reset=1,
+            )
+        )
         if k < layers - 1:
             nodes.append(helper.make_node("Transpose", [y], [f"T{k}"], perm=[0, 2, 1, 3]))
             nodes.append(helper.make_node("Reshape", [f"T{k}", "shape"], [f"X{k + 1}"]))
@@ -320,10 +349,23 @@ def stacked_model(path: Path, layers: int, hidden: int) -> int:
         width = 2 * hidden
     inits.append(numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape"))
     graph = helper.make_graph(
-        nodes, "stacked_gru", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["S", "N", hidden])],
-        [helper.make_tensor_value_info(f"Y{layers - 1}", TensorProto.FLOAT, None), helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, None)], inits,
+        nodes,
+        "stacked_gru",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["S", "N", hidden])],
+        [
+            helper.make_tensor_value_info(f"Y{layers - 1}", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, None),
+        ],
+        inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
     weight_bytes = sum(int(np.prod(t.dims)) * 4 for t in inits)
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data", size_threshold=1024)
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=path.name + ".data",
+        size_threshold=1024,
+    )
     return weight_bytes

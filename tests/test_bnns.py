@@ -14,10 +14,20 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from helpers import (
+    REALMODELS,
+    Config,
+    assert_matches_onnxruntime,
+    assert_round_trip,
+    build_model,
+    inputs,
+    matrix,
+    native_variant,
+    to_layout,
+)
 
 import gatepack as gp
 from gatepack.cli import main
-from helpers import REALMODELS, Config, assert_matches_onnxruntime, assert_round_trip, build_model, inputs, matrix, native_variant, to_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "schemas" / "bnns.schema.json").read_text())
@@ -114,7 +124,7 @@ def _documented_gru(x, h, w_ih, w_hh, bias, input_bias, after, reverse):
     br, bn, bz = bias[:H], bias[H : 2 * H], bias[2 * H :]
     ir, in_, iz = (input_bias[:H], input_bias[H : 2 * H], input_bias[2 * H :]) if after else (0, 0, 0)
     out = []
-    for t in (range(len(x))[::-1] if reverse else range(len(x))):
+    for t in range(len(x))[::-1] if reverse else range(len(x)):
         r = sig(x[t] @ Wr.T + ir + h @ Ur.T + br)
         z = sig(x[t] @ Wz.T + iz + h @ Uz.T + bz)
         n = np.tanh(x[t] @ Wn.T + in_ + r * (h @ Un.T + bn)) if after else np.tanh(x[t] @ Wn.T + (r * h) @ Un.T + bn)
@@ -129,22 +139,55 @@ def test_executor_follows_apples_equations(direction, after, tmp_path):
     """A hand-made bundle (no gatepack writer) runs as the documented equations say."""
     rng = np.random.default_rng(7)
     S, N, I, H = 5, 2, 3, 4
-    tensors = {"wih": rng.uniform(-1, 1, (3 * H, I)), "whh": rng.uniform(-1, 1, (3 * H, H)), "b": rng.uniform(-1, 1, 3 * H), "ib": rng.uniform(-1, 1, 3 * H)}
+    tensors = {
+        "wih": rng.uniform(-1, 1, (3 * H, I)),
+        "whh": rng.uniform(-1, 1, (3 * H, H)),
+        "b": rng.uniform(-1, 1, 3 * H),
+        "ib": rng.uniform(-1, 1, 3 * H),
+    }
     bundle = tmp_path / "hand"
     bundle.mkdir()
     for name, value in tensors.items():
         np.save(bundle / f"{name}.npy", value.astype(np.float32))
-    call = {"op": "gru", "direction": direction, "initialHiddenStates": {"input": "h0", "index": 0}, "inputHiddenWeight": "wih.npy", "hiddenHiddenWeight": "whh.npy", "bias": "b.npy",
-            "inputBias": "ib.npy" if after else None, "activation": "tanh", "recurrentActivation": "sigmoid", "applyResetGateAfterMatMul": after, "outputSequence": True}
-    layer = {"name": "g", "cell": "gru", "input_size": I, "hidden_size": H, "interface": {"x": "x", "y": "y", "y_h": "y_h", "initial_h": "h0", "layout": 0},
-             "calls": [call], "output_time_order": ["processing" if direction == "reverse" else "input"], "combine": "stack_directions"}
+    call = {
+        "op": "gru",
+        "direction": direction,
+        "initialHiddenStates": {"input": "h0", "index": 0},
+        "inputHiddenWeight": "wih.npy",
+        "hiddenHiddenWeight": "whh.npy",
+        "bias": "b.npy",
+        "inputBias": "ib.npy" if after else None,
+        "activation": "tanh",
+        "recurrentActivation": "sigmoid",
+        "applyResetGateAfterMatMul": after,
+        "outputSequence": True,
+    }
+    layer = {
+        "name": "g",
+        "cell": "gru",
+        "input_size": I,
+        "hidden_size": H,
+        "interface": {"x": "x", "y": "y", "y_h": "y_h", "initial_h": "h0", "layout": 0},
+        "calls": [call],
+        "output_time_order": ["processing" if direction == "reverse" else "input"],
+        "combine": "stack_directions",
+    }
     document = {"format": "gatepack-bnns", "version": 1, "layers": [layer]}
     VALIDATOR.validate(document)
     (bundle / "bnns.json").write_text(json.dumps(document))
     x, h0 = rng.uniform(-1, 1, (S, N, I)).astype(np.float32), rng.uniform(-1, 1, (1, N, H)).astype(np.float32)
     got = gp.run(bundle, {"x": x, "h0": h0}, engine="numpy")
     f = {k: v.astype(np.float32).astype(np.float64) for k, v in tensors.items()}
-    seq, last = _documented_gru(x.astype(np.float64), h0[0].astype(np.float64), f["wih"], f["whh"], f["b"], f["ib"], after, direction == "reverse")
+    seq, last = _documented_gru(
+        x.astype(np.float64),
+        h0[0].astype(np.float64),
+        f["wih"],
+        f["whh"],
+        f["b"],
+        f["ib"],
+        after,
+        direction == "reverse",
+    )
     expected_y = seq[::-1] if direction == "reverse" else seq  # combine: processing order -> input time
     np.testing.assert_allclose(got["y"][:, 0], expected_y, atol=1e-6)
     np.testing.assert_allclose(got["y_h"][0], last, atol=1e-6)
@@ -196,15 +239,44 @@ def _edit(bundle: Path, change) -> None:
 
 
 BAD = {
-    "shape_contradicts_npy": (lambda b: _edit(b, lambda lay: lay.update(hidden_size=7)), "has shape [18, 5], but bnns.json's input_size 5 and hidden_size 7 make it [21, 5]"),
-    "truncated_npy": (lambda b: (lambda f: f.write_bytes(f.read_bytes()[:100]))(next(b.rglob("*_hiddenHiddenWeight.npy"))), "not a readable .npy file"),
+    "shape_contradicts_npy": (
+        lambda b: _edit(b, lambda lay: lay.update(hidden_size=7)),
+        "has shape [18, 5], but bnns.json's input_size 5 and hidden_size 7 make it [21, 5]",
+    ),
+    "truncated_npy": (
+        lambda b: (lambda f: f.write_bytes(f.read_bytes()[:100]))(next(b.rglob("*_hiddenHiddenWeight.npy"))),
+        "not a readable .npy file",
+    ),
     "missing_npy": (lambda b: next(b.rglob("*_bias.npy")).unlink(), "no such file"),
-    "escaping_path": (lambda b: _edit(b, lambda lay: lay["calls"][0].update(bias="../../etc/passwd.npy")), "leads outside the artifact"),
-    "float64_npy": (lambda b: (lambda f: np.save(f, np.load(f).astype(np.float64)))(next(b.rglob("*_bias.npy"))), "holds float64, not float32"),
-    "bad_activation": (lambda b: _edit(b, lambda lay: lay["calls"][0].update(activation="gelu")), "activation 'gelu' is not a BNNSGraph.Builder.Activation case"),
-    "input_bias_without_flag": (lambda b: (lambda f: (_edit(b, lambda lay: lay["calls"][0].update(inputBias="x.npy")), np.save(b / "x.npy", np.ones(18, np.float32))))(None), "inputBias is set but applyResetGateAfterMatMul is false"),
-    "wrong_time_order": (lambda b: _edit(b, lambda lay: lay.update(output_time_order=["processing"])), "output_time_order ['processing'] contradicts the calls"),
-    "sequence_lens": (lambda b: _edit(b, lambda lay: lay["interface"].update(sequence_lens="lens")), "BNNS has no sequence lengths"),
+    "escaping_path": (
+        lambda b: _edit(b, lambda lay: lay["calls"][0].update(bias="../../etc/passwd.npy")),
+        "leads outside the artifact",
+    ),
+    "float64_npy": (
+        lambda b: (lambda f: np.save(f, np.load(f).astype(np.float64)))(next(b.rglob("*_bias.npy"))),
+        "holds float64, not float32",
+    ),
+    "bad_activation": (
+        lambda b: _edit(b, lambda lay: lay["calls"][0].update(activation="gelu")),
+        "activation 'gelu' is not a BNNSGraph.Builder.Activation case",
+    ),
+    "input_bias_without_flag": (
+        lambda b: (
+            lambda f: (
+                _edit(b, lambda lay: lay["calls"][0].update(inputBias="x.npy")),
+                np.save(b / "x.npy", np.ones(18, np.float32)),
+            )
+        )(None),
+        "inputBias is set but applyResetGateAfterMatMul is false",
+    ),
+    "wrong_time_order": (
+        lambda b: _edit(b, lambda lay: lay.update(output_time_order=["processing"])),
+        "output_time_order ['processing'] contradicts the calls",
+    ),
+    "sequence_lens": (
+        lambda b: _edit(b, lambda lay: lay["interface"].update(sequence_lens="lens")),
+        "BNNS has no sequence lengths",
+    ),
     "not_json": (lambda b: (b / "bnns.json").write_text("{oops"), "not valid JSON"),
 }
 
@@ -225,5 +297,19 @@ def test_bad_bundles_give_one_line_errors(case, tmp_path):
 def test_native_engine_says_it_needs_apple_hardware(tmp_path):
     bundle = _bundle(tmp_path)
     np.savez(tmp_path / "in.npz", X=inputs(Config())["X"])
-    result = CliRunner().invoke(main, ["run", str(bundle), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz"), "--engine", "native"])
-    assert result.exit_code != 0 and "Apple" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(bundle),
+            "--inputs",
+            str(tmp_path / "in.npz"),
+            "-o",
+            str(tmp_path / "out.npz"),
+            "--engine",
+            "native",
+        ],
+    )
+    assert result.exit_code != 0 and "Apple" in result.output and len(result.output.strip().splitlines()) == 1, (
+        result.output
+    )

@@ -10,10 +10,10 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from helpers import FIXTURES, ROOT, Config, build_model
 from onnx import helper
 
 from gatepack.cli import main
-from helpers import FIXTURES, ROOT, Config, build_model
 
 FIXTURE_NAMES = ["gru_lbr0", "gru_lbr1_bidirectional", "gru_seqlens", "gru_layout1", "gru_clip", "rnn_activations"]
 
@@ -43,7 +43,10 @@ def test_inspect_json_and_notes(monkeypatch):
     monkeypatch.chdir(ROOT)
     data = json.loads(invoke("inspect", "fixtures/rnn_activations.onnx", "--json").output)
     (layer,) = data["layers"]
-    assert layer["activations"] == [[{"name": "LeakyRelu", "alpha": pytest.approx(0.1)}], [{"name": "HardSigmoid", "alpha": pytest.approx(0.3), "beta": pytest.approx(0.4)}]]
+    assert layer["activations"] == [
+        [{"name": "LeakyRelu", "alpha": pytest.approx(0.1)}],
+        [{"name": "HardSigmoid", "alpha": pytest.approx(0.3), "beta": pytest.approx(0.4)}],
+    ]
     assert layer["tensors"]["Y"] == {"name": "Y", "shape": ["S", 2, "N", 4]}
     assert layer["parameters"] == 2 * (4 * 3 + 4 * 4 + 8)
 
@@ -52,7 +55,19 @@ def test_inspect_json_and_notes(monkeypatch):
 @pytest.mark.parametrize("engine", ["native", "numpy"])
 def test_run_matches_expected_fixture_outputs(name, engine, tmp_path):
     out = tmp_path / "out.npz"
-    result = CliRunner().invoke(main, ["run", str(FIXTURES / f"{name}.onnx"), "--inputs", str(FIXTURES / f"{name}.expected.npz"), "-o", str(out), "--engine", engine])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(FIXTURES / f"{name}.onnx"),
+            "--inputs",
+            str(FIXTURES / f"{name}.expected.npz"),
+            "-o",
+            str(out),
+            "--engine",
+            engine,
+        ],
+    )
     if engine == "native" and name == "gru_layout1":
         assert result.exit_code == 6 and "layout == 1" in result.output and "--engine numpy" in result.output
         assert not out.exists()
@@ -66,7 +81,9 @@ def test_run_matches_expected_fixture_outputs(name, engine, tmp_path):
 
 def test_convert_onnx_to_onnx_layout_and_opset(tmp_path):
     out = tmp_path / "seq_major.onnx"
-    result = invoke("convert", FIXTURES / "gru_layout1.onnx", "--to", "onnx", "-o", out, "--layout", "0", "--opset", "7")
+    result = invoke(
+        "convert", FIXTURES / "gru_layout1.onnx", "--to", "onnx", "-o", out, "--layout", "0", "--opset", "7"
+    )
     assert result.exit_code == 0, result.output
     assert "verification passed" in result.output
     model = onnx.load(str(out))
@@ -139,10 +156,16 @@ def _weights_from_input(model):
 
 
 BAD = {
-    "truncated": (lambda p: p.write_bytes((FIXTURES / "gru_lbr0.onnx").read_bytes()[:200]), "not a readable ONNX model"),
+    "truncated": (
+        lambda p: p.write_bytes((FIXTURES / "gru_lbr0.onnx").read_bytes()[:200]),
+        "not a readable ONNX model",
+    ),
     "not_onnx": (lambda p: p.write_text("this is not a model\n"), "not a readable ONNX model"),
     "no_recurrent": (None, "no GRU/RNN layer found"),
-    "wrong_shape": (lambda m: _set_attr(m, "hidden_size", 5), "W has shape [1, 18, 5], expected [1, 15, input_size] for hidden_size=5"),
+    "wrong_shape": (
+        lambda m: _set_attr(m, "hidden_size", 5),
+        "W has shape [1, 18, 5], expected [1, 15, input_size] for hidden_size=5",
+    ),
     "no_hidden_size": (lambda m: _set_attr(m, "hidden_size", None), "hidden_size is missing"),
     "unknown_activation": (lambda m: _set_attr(m, "activations", ["Sigmoid", "Swish"]), "unknown activation 'Swish'"),
     "weights_from_input": (_weights_from_input, "W 'W' is a graph input, not a constant"),
@@ -157,7 +180,12 @@ def test_bad_input_gives_one_line_error_and_no_output(case, tmp_path):
         action(path)
         path = str(path)
     elif case == "no_recurrent":
-        graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", 1, [2])], [helper.make_tensor_value_info("y", 1, [2])])
+        graph = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", 1, [2])],
+            [helper.make_tensor_value_info("y", 1, [2])],
+        )
         path = str(tmp_path / "relu.onnx")
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), path)
     else:
@@ -180,18 +208,38 @@ def test_sequence_lens_out_of_range(tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, **data)
     out = tmp_path / "o.npz"
-    result = CliRunner().invoke(main, ["run", str(FIXTURES / "gru_seqlens.onnx"), "--inputs", str(bad), "-o", str(out), "--engine", "numpy"])
+    result = CliRunner().invoke(
+        main, ["run", str(FIXTURES / "gru_seqlens.onnx"), "--inputs", str(bad), "-o", str(out), "--engine", "numpy"]
+    )
     assert result.exit_code == 3
     assert "layer 'rec'" in result.output and "sequence_lens value 9 is outside [0, 6]" in result.output
     assert not out.exists()
 
 
 def test_refusals_and_usage_errors(tmp_path):
-    refused = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_clip.onnx"), "--to", "bnns", "-o", str(tmp_path / "bundle")])
+    refused = CliRunner().invoke(
+        main, ["convert", str(FIXTURES / "gru_clip.onnx"), "--to", "bnns", "-o", str(tmp_path / "bundle")]
+    )
     assert refused.exit_code == 4 and "unsupported: clip" in refused.output and not (tmp_path / "bundle").exists()
-    forced = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr1_bidirectional.onnx"), "--to", "coreml", "--strategy", "native", "--minimum-deployment-target", "iOS17", "-o", str(tmp_path / "m.mlpackage")])
+    forced = CliRunner().invoke(
+        main,
+        [
+            "convert",
+            str(FIXTURES / "gru_lbr1_bidirectional.onnx"),
+            "--to",
+            "coreml",
+            "--strategy",
+            "native",
+            "--minimum-deployment-target",
+            "iOS17",
+            "-o",
+            str(tmp_path / "m.mlpackage"),
+        ],
+    )
     assert forced.exit_code == 4 and "reset_after (iOS18)" in forced.output and not (tmp_path / "m.mlpackage").exists()
-    overwrite = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "onnx", "-o", str(FIXTURES / "gru_lbr0.onnx")])
+    overwrite = CliRunner().invoke(
+        main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "onnx", "-o", str(FIXTURES / "gru_lbr0.onnx")]
+    )
     assert overwrite.exit_code == 2 and "never writes over what it reads" in overwrite.output
     usage = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx")])
     assert usage.exit_code == 2
@@ -200,20 +248,46 @@ def test_refusals_and_usage_errors(tmp_path):
 def test_console_script_and_debug_traceback(tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_text("nope")
-    plain = subprocess.run([sys.executable, "-c", "from gatepack.cli import main; main()", "inspect", str(bad)], capture_output=True, text=True, cwd=ROOT)
+    plain = subprocess.run(
+        [sys.executable, "-c", "from gatepack.cli import main; main()", "inspect", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert plain.returncode == 3 and plain.stderr.count("\n") == 1 and "Traceback" not in plain.stderr
-    debug = subprocess.run([sys.executable, "-c", "from gatepack.cli import main; main()", "--debug", "inspect", str(bad)], capture_output=True, text=True, cwd=ROOT)
+    debug = subprocess.run(
+        [sys.executable, "-c", "from gatepack.cli import main; main()", "--debug", "inspect", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert "Traceback" in debug.stderr
 
 
 def test_help_does_not_import_heavy_frameworks():
-    code = "import sys; from gatepack.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit: pass\nprint(sorted(m for m in ('onnx', 'onnxruntime', 'openvino', 'coremltools', 'numpy') if m in sys.modules))"
+    code = (
+        "import sys; from gatepack.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit: "
+        "pass\nheavy = ('onnx', 'onnxruntime', 'openvino', 'coremltools', 'numpy')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout
     assert out.strip().endswith("[]")
 
 
 def test_strategy_does_not_apply_to_onnx(tmp_path):
-    result = CliRunner().invoke(main, ["convert", str(FIXTURES / "gru_lbr0.onnx"), "--to", "onnx", "-o", str(tmp_path / "o.onnx"), "--strategy", "decomposed"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "convert",
+            str(FIXTURES / "gru_lbr0.onnx"),
+            "--to",
+            "onnx",
+            "-o",
+            str(tmp_path / "o.onnx"),
+            "--strategy",
+            "decomposed",
+        ],
+    )
     assert result.exit_code == 2 and "does not apply to ONNX" in result.output and not (tmp_path / "o.onnx").exists()
 
 
@@ -227,7 +301,9 @@ def test_progress_goes_to_stderr_only_and_quiet_silences_it(tmp_path):
     assert json.loads(shown.stdout)["verification"]["passed"]  # stdout is the JSON alone
     quiet = runner.invoke(main, args + ["-q"], env=env)
     assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""
-    verified = runner.invoke(main, ["verify", str(FIXTURES / "gru_lbr1_bidirectional.onnx"), str(tmp_path / "m.xml"), "--json"], env=env)
+    verified = runner.invoke(
+        main, ["verify", str(FIXTURES / "gru_lbr1_bidirectional.onnx"), str(tmp_path / "m.xml"), "--json"], env=env
+    )
     assert verified.exit_code == 0 and "verified" in verified.stderr and json.loads(verified.stdout)["passed"]
     slow_only = runner.invoke(main, args + ["--json"], env={"GATEPACK_PROGRESS_DELAY": "1000"})
     assert slow_only.exit_code == 0 and slow_only.stderr == ""  # fast conversions print no progress

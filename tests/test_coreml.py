@@ -8,15 +8,29 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from helpers import (
+    REALMODELS,
+    Config,
+    assert_matches_onnxruntime,
+    assert_round_trip,
+    build_model,
+    inputs,
+    matrix,
+    native_variant,
+    to_layout,
+)
 
 import gatepack as gp
 from gatepack.converters.formats import coreml
-from helpers import REALMODELS, Config, assert_matches_onnxruntime, assert_round_trip, build_model, inputs, matrix, native_variant, to_layout
 
 MATRIX = matrix()
 
 
-TOLERANCE = {"float32": (1e-5, 1e-4), "float64": (1e-5, 1e-4), "float16": (1e-5, 1e-4)}  # fp16 weights are computed in fp32
+TOLERANCE = {
+    "float32": (1e-5, 1e-4),
+    "float64": (1e-5, 1e-4),
+    "float16": (1e-5, 1e-4),
+}  # fp16 weights are computed in fp32
 
 
 def ct_program(path):
@@ -26,14 +40,20 @@ def ct_program(path):
 
     model = ct.models.MLModel(str(path), skip_model_load=True)
     spec = model.get_spec()
-    return load(spec, specification_version=spec.specificationVersion, file_weights_dir=model.weights_dir).functions["main"]
+    return load(spec, specification_version=spec.specificationVersion, file_weights_dir=model.weights_dir).functions[
+        "main"
+    ]
 
 
 def convert_and_check(cfg: Config, tmp_path, strategy: str) -> str:
     src, out = tmp_path / "m.onnx", tmp_path / "m.mlpackage"
     onnx.save(build_model(cfg), src)
     result = gp.convert(src, out, to="coreml", strategy=strategy, allow_lossy=True, verify=False)
-    chosen = "decomposed" if any(f.feature == "cell" and f.status.value == "decomposed" for f in result.findings["rec"]) else "native"
+    chosen = (
+        "decomposed"
+        if any(f.feature == "cell" and f.status.value == "decomposed" for f in result.findings["rec"])
+        else "native"
+    )
     feed0 = inputs(cfg)
     outputs = gp.run(out, to_layout(cfg, feed0), engine="numpy")  # the saved package on the MIL executor
     assert_matches_onnxruntime(cfg, feed0, outputs, *TOLERANCE[cfg.dtype])
@@ -65,7 +85,13 @@ def test_native_is_refused_where_it_is_not_exact(tmp_path):
     cfg = Config(lbr=1)
     onnx.save(build_model(cfg), tmp_path / "m.onnx")
     with pytest.raises(gp.RefusedError, match="reset_after"):
-        gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml", strategy="native", minimum_deployment_target="iOS17")
+        gp.convert(
+            tmp_path / "m.onnx",
+            tmp_path / "m.mlpackage",
+            to="coreml",
+            strategy="native",
+            minimum_deployment_target="iOS17",
+        )
     assert not (tmp_path / "m.mlpackage").exists()
 
 
@@ -127,11 +153,20 @@ def _save_program(build, shapes, tmp_path, target="iOS17"):
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import types
 
-    @mb.program(input_specs=[mb.TensorSpec(shape=s, dtype=types.fp32) for s in shapes], opset_version=getattr(ct.target, target))
+    @mb.program(
+        input_specs=[mb.TensorSpec(shape=s, dtype=types.fp32) for s in shapes], opset_version=getattr(ct.target, target)
+    )
     def prog(x, initial_h):
         return build(mb, x, initial_h)
 
-    model = ct.convert(prog, source="milinternal", convert_to="mlprogram", minimum_deployment_target=getattr(ct.target, target), compute_precision=ct.precision.FLOAT32, pass_pipeline=ct.PassPipeline.EMPTY)
+    model = ct.convert(
+        prog,
+        source="milinternal",
+        convert_to="mlprogram",
+        minimum_deployment_target=getattr(ct.target, target),
+        compute_precision=ct.precision.FLOAT32,
+        pass_pipeline=ct.PassPipeline.EMPTY,
+    )
     path = tmp_path / "hand.mlpackage"
     model.save(str(path))
     return path
@@ -143,10 +178,24 @@ def test_executor_follows_coremltools_reference_for_gru(direction, output_sequen
     rng = np.random.default_rng(3)
     s, n, i, h = 5, 2, 3, 4
     w_ih, w_hh, b = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((3 * h, i), (3 * h, h), (3 * h,)))
-    path = _save_program(lambda mb, x, h0: mb.gru(x=x, initial_h=h0, weight_ih=w_ih, weight_hh=w_hh, bias=b, direction=direction, output_sequence=output_sequence), [(s, n, i), (n, h)], tmp_path)
+    path = _save_program(
+        lambda mb, x, h0: mb.gru(
+            x=x,
+            initial_h=h0,
+            weight_ih=w_ih,
+            weight_hh=w_hh,
+            bias=b,
+            direction=direction,
+            output_sequence=output_sequence,
+        ),
+        [(s, n, i), (n, h)],
+        tmp_path,
+    )
     x, h0 = rng.uniform(-1, 1, (s, n, i)).astype(np.float32), rng.uniform(-1, 1, (n, h)).astype(np.float32)
     out = list(coreml.run_numpy(path, {"x": x, "initial_h": h0}).values())
-    ref_y, ref_h = _coremltools_reference_gru(x.astype(np.float64), h0.astype(np.float64), w_ih, w_hh, b, direction, output_sequence)
+    ref_y, ref_h = _coremltools_reference_gru(
+        x.astype(np.float64), h0.astype(np.float64), w_ih, w_hh, b, direction, output_sequence
+    )
     np.testing.assert_allclose(out[0], ref_y, atol=1e-6)
     np.testing.assert_allclose(out[1], ref_h, atol=1e-6)
 
@@ -157,11 +206,17 @@ def test_executor_follows_coremltools_reference_for_rnn(direction, tmp_path):
     rng = np.random.default_rng(4)
     s, n, i, h = 6, 3, 2, 5
     w_ih, w_hh, b = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((h, i), (h, h), (h,)))
-    path = _save_program(lambda mb, x, h0: mb.rnn(x=x, initial_h=h0, weight_ih=w_ih, weight_hh=w_hh, bias=b, direction=direction, output_sequence=True), [(s, n, i), (n, h)], tmp_path)
+    path = _save_program(
+        lambda mb, x, h0: mb.rnn(
+            x=x, initial_h=h0, weight_ih=w_ih, weight_hh=w_hh, bias=b, direction=direction, output_sequence=True
+        ),
+        [(s, n, i), (n, h)],
+        tmp_path,
+    )
     x, h0 = rng.uniform(-1, 1, (s, n, i)), rng.uniform(-1, 1, (n, h))
     out = list(coreml.run_numpy(path, {"x": x.astype(np.float32), "initial_h": h0.astype(np.float32)}).values())
     state, steps = h0, []
-    for xt in (x if direction == "forward" else x[::-1]):
+    for xt in x if direction == "forward" else x[::-1]:
         state = np.tanh(xt @ w_ih.T + state @ w_hh.T + b)
         steps.append(state)
     np.testing.assert_allclose(out[0], np.stack(steps), atol=1e-6)
@@ -172,7 +227,22 @@ def test_reads_a_coremltools_made_gru_and_verifies_it(tmp_path):
     rng = np.random.default_rng(5)
     w_ih, w_hh = rng.uniform(-1, 1, (12, 3)).astype(np.float32), rng.uniform(-1, 1, (12, 4)).astype(np.float32)
     bias, input_bias = rng.uniform(-1, 1, 12).astype(np.float32), rng.uniform(-1, 1, 12).astype(np.float32)
-    path = _save_program(lambda mb, x, h0: mb.gru(x=x, initial_h=h0, weight_ih=w_ih, weight_hh=w_hh, bias=bias, input_bias=input_bias, reset_after=True, direction="reverse", output_sequence=True), [(5, 1, 3), (1, 4)], tmp_path, "iOS18")
+    path = _save_program(
+        lambda mb, x, h0: mb.gru(
+            x=x,
+            initial_h=h0,
+            weight_ih=w_ih,
+            weight_hh=w_hh,
+            bias=bias,
+            input_bias=input_bias,
+            reset_after=True,
+            direction="reverse",
+            output_sequence=True,
+        ),
+        [(5, 1, 3), (1, 4)],
+        tmp_path,
+        "iOS18",
+    )
     (layer,) = gp.load(path).layers
     assert layer.linear_before_reset and layer.direction.value == "reverse"
     np.testing.assert_array_equal(layer.directions[0].W[:4], w_ih[8:])  # z block is MIL's last
@@ -187,7 +257,10 @@ def test_round_trip_onnx_coreml_onnx(cfg: Config, tmp_path):
     onnx.save(build_model(cfg), tmp_path / "m.onnx")
     gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml")
     gp.convert(tmp_path / "m.mlpackage", tmp_path / "back.onnx", to="onnx")
-    folded = any(f.feature == "bias" and f.status.value == "folded" for f in gp.load(tmp_path / "m.mlpackage").notes_for(gp.load(tmp_path / "m.mlpackage").layers[0]))
+    folded = any(
+        f.feature == "bias" and f.status.value == "folded"
+        for f in gp.load(tmp_path / "m.mlpackage").notes_for(gp.load(tmp_path / "m.mlpackage").layers[0])
+    )
     assert_round_trip(cfg, tmp_path / "m.onnx", tmp_path / "back.onnx", folded)
 
 
@@ -211,13 +284,32 @@ def test_bad_packages(tmp_path):
     gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml")
     blob = next((tmp_path / "m.mlpackage").rglob("weight.bin"))
     blob.write_bytes(blob.read_bytes()[: blob.stat().st_size // 2])
-    result = runner.invoke(main, ["convert", str(tmp_path / "m.mlpackage"), "--to", "onnx", "-o", str(tmp_path / "o.onnx")])
-    assert result.exit_code == 3 and "m.mlpackage" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    result = runner.invoke(
+        main, ["convert", str(tmp_path / "m.mlpackage"), "--to", "onnx", "-o", str(tmp_path / "o.onnx")]
+    )
+    assert result.exit_code == 3 and "m.mlpackage" in result.output and len(result.output.strip().splitlines()) == 1, (
+        result.output
+    )
     assert not (tmp_path / "o.onnx").exists()
     # a gru op whose bias has the wrong length (coremltools does not check it)
-    path = _save_program(lambda mb, x, h0: mb.gru(x=x, initial_h=h0, weight_ih=np.zeros((12, 3), np.float32), weight_hh=np.zeros((12, 4), np.float32), bias=np.zeros(9, np.float32), output_sequence=True), [(5, 1, 3), (1, 4)], tmp_path)
+    path = _save_program(
+        lambda mb, x, h0: mb.gru(
+            x=x,
+            initial_h=h0,
+            weight_ih=np.zeros((12, 3), np.float32),
+            weight_hh=np.zeros((12, 4), np.float32),
+            bias=np.zeros(9, np.float32),
+            output_sequence=True,
+        ),
+        [(5, 1, 3), (1, 4)],
+        tmp_path,
+    )
     result = runner.invoke(main, ["inspect", str(path)])
-    assert result.exit_code == 3 and "bias has shape [9], expected [12]" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert (
+        result.exit_code == 3
+        and "bias has shape [9], expected [12]" in result.output
+        and len(result.output.strip().splitlines()) == 1
+    ), result.output
 
 
 FP16 = MATRIX[::6]  # 60 configurations, each package converted twice by coremltools' passes
@@ -230,14 +322,23 @@ def test_fp16_packages(cfg: Config, tmp_path):
     agrees with onnxruntime within fp16 tolerance."""
     src, out = tmp_path / "m.onnx", tmp_path / "m.mlpackage"
     onnx.save(build_model(cfg), src)
-    result = gp.convert(src, out, to="coreml", compress_to_fp16=True, minimum_deployment_target="iOS17", allow_lossy=True, verify=False)
+    result = gp.convert(
+        src, out, to="coreml", compress_to_fp16=True, minimum_deployment_target="iOS17", allow_lossy=True, verify=False
+    )
     assert any(f.feature == "dtype" and f.status.value == "lossy" for f in result.findings["rec"])
     program = ct_program(out)
-    weights = [op.outputs[0].val for op in program.operations if op.op_type == "const" and np.asarray(op.outputs[0].val).ndim == 2]
+    weights = [
+        op.outputs[0].val
+        for op in program.operations
+        if op.op_type == "const" and np.asarray(op.outputs[0].val).ndim == 2
+    ]
     assert weights and all(np.asarray(w).dtype == np.float16 for w in weights)
     from coremltools.converters.mil.mil import types
 
-    assert {types.builtin_to_string(v.dtype) for v in program.inputs.values()} <= {"fp32", "int32"}  # the interface stays fp32
+    assert {types.builtin_to_string(v.dtype) for v in program.inputs.values()} <= {
+        "fp32",
+        "int32",
+    }  # the interface stays fp32
     feed0 = inputs(cfg)
     outputs = gp.run(out, to_layout(cfg, feed0), engine="numpy")
     assert all(v.dtype == np.float32 for v in outputs.values())
@@ -250,5 +351,11 @@ def test_fp16_packages(cfg: Config, tmp_path):
 def test_fp16_needs_ios17(tmp_path):
     onnx.save(build_model(Config()), tmp_path / "m.onnx")
     with pytest.raises(gp.RefusedError, match="fp16 packages need iOS17"):
-        gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml", compress_to_fp16=True, minimum_deployment_target="iOS16")
+        gp.convert(
+            tmp_path / "m.onnx",
+            tmp_path / "m.mlpackage",
+            to="coreml",
+            compress_to_fp16=True,
+            minimum_deployment_target="iOS16",
+        )
     assert not (tmp_path / "m.mlpackage").exists()

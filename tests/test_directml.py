@@ -12,12 +12,12 @@ import jsonschema
 import numpy as np
 import onnx
 import pytest
+from helpers import FIXTURES, REALMODELS, ROOT, Config, build_model, inputs, matrix, ort_reference, ort_run
 
 import gatepack as gp
 from gatepack.converters.errors import RefusedError
 from gatepack.converters.formats import directml
 from gatepack.converters.formats.directml_cpp import struct_name
-from helpers import FIXTURES, REALMODELS, ROOT, Config, build_model, inputs, matrix, ort_reference, ort_run
 
 MATRIX = matrix()
 SCHEMA = json.loads((ROOT / "schemas" / "dxdispatch_model.schema.json").read_text())
@@ -81,15 +81,34 @@ def test_matrix_covers_refusals_and_every_activation():
 
 
 def test_desc_fields_and_tensor_shapes(tmp_path):
-    cfg = Config(cell="GRU", direction="bidirectional", lbr=1, seq_lens="mixed", initial_h=True, S=5, N=2, I=3, H=4, activations=["HardSigmoid", "Softplus", "Sigmoid", "Affine"], alphas=[0.3, 0.7], betas=[0.4, -0.2])
+    cfg = Config(
+        cell="GRU",
+        direction="bidirectional",
+        lbr=1,
+        seq_lens="mixed",
+        initial_h=True,
+        S=5,
+        N=2,
+        I=3,
+        H=4,
+        activations=["HardSigmoid", "Softplus", "Sigmoid", "Affine"],
+        alphas=[0.3, 0.7],
+        betas=[0.4, -0.2],
+    )
     out, result = convert(cfg, tmp_path)
     document = json.loads((out / "model.json").read_text())
-    (name, dispatchable), = document["dispatchables"].items()
+    ((name, dispatchable),) = document["dispatchables"].items()
     desc = dispatchable["desc"]
     assert dispatchable["type"] == "DML_OPERATOR_GRU"
     expected_sizes = {
-        "InputTensor": [1, 5, 2, 3], "WeightTensor": [1, 2, 12, 3], "RecurrenceTensor": [1, 2, 12, 4], "BiasTensor": [1, 1, 2, 24],
-        "HiddenInitTensor": [1, 2, 2, 4], "SequenceLengthsTensor": [1, 1, 1, 2], "OutputSequenceTensor": [5, 2, 2, 4], "OutputSingleTensor": [1, 2, 2, 4],
+        "InputTensor": [1, 5, 2, 3],
+        "WeightTensor": [1, 2, 12, 3],
+        "RecurrenceTensor": [1, 2, 12, 4],
+        "BiasTensor": [1, 1, 2, 24],
+        "HiddenInitTensor": [1, 2, 2, 4],
+        "SequenceLengthsTensor": [1, 1, 1, 2],
+        "OutputSequenceTensor": [5, 2, 2, 4],
+        "OutputSingleTensor": [1, 2, 2, 4],
     }
     assert {k: v["Sizes"] for k, v in desc.items() if isinstance(v, dict)} == expected_sizes
     assert desc["SequenceLengthsTensor"]["DataType"] == "UINT32" and desc["InputTensor"]["DataType"] == "FLOAT32"
@@ -100,7 +119,11 @@ def test_desc_fields_and_tensor_shapes(tmp_path):
         {"Type": "ACTIVATION_SIGMOID"},
         {"Type": "ACTIVATION_LINEAR", "Alpha": pytest.approx(0.7), "Beta": pytest.approx(-0.2)},
     ]
-    assert desc["ActivationDescCount"] == 4 and desc["Direction"] == "DML_RECURRENT_NETWORK_DIRECTION_BIDIRECTIONAL" and desc["LinearBeforeReset"] is True
+    assert (
+        desc["ActivationDescCount"] == 4
+        and desc["Direction"] == "DML_RECURRENT_NETWORK_DIRECTION_BIDIRECTIONAL"
+        and desc["LinearBeforeReset"] is True
+    )
     (command,) = [c for c in document["commands"] if c["type"] == "dispatch"]
     for field, resource in command["bindings"].items():
         spec = document["resources"][resource]["initialValues"]
@@ -130,7 +153,12 @@ def test_optional_tensors_present_exactly_when_the_source_has_them(tmp_path):
     onnx.save(model, src)
     gp.convert(src, tmp_path / "m.dml", to="directml", seq_length=3, batch_size=2)
     desc = json.loads((tmp_path / "m.dml" / "model.json").read_text())["dispatchables"]["rec"]["desc"]
-    assert set(k for k in desc if k.endswith("Tensor")) == {"InputTensor", "WeightTensor", "RecurrenceTensor", "OutputSingleTensor"}
+    assert set(k for k in desc if k.endswith("Tensor")) == {
+        "InputTensor",
+        "WeightTensor",
+        "RecurrenceTensor",
+        "OutputSingleTensor",
+    }
     assert "LinearBeforeReset" not in desc
 
 
@@ -148,7 +176,10 @@ def test_layout1_is_sequence_major_and_reads_back_batch_major(tmp_path):
 
 def test_float16_and_float64(tmp_path):
     out, _ = convert(Config(dtype="float16", seed=4), tmp_path)
-    assert json.loads((out / "model.json").read_text())["dispatchables"]["rec"]["desc"]["WeightTensor"]["DataType"] == "FLOAT16"
+    assert (
+        json.loads((out / "model.json").read_text())["dispatchables"]["rec"]["desc"]["WeightTensor"]["DataType"]
+        == "FLOAT16"
+    )
     assert np.load(out / "rec.W.npy").dtype == np.float16
     src = tmp_path / "d.onnx"
     onnx.save(build_model(Config(dtype="float64")), src)
@@ -157,7 +188,9 @@ def test_float16_and_float64(tmp_path):
     assert not (tmp_path / "d.dml").exists()
 
 
-@pytest.mark.parametrize("cfg", [c for c in MATRIX[:80] if c.clip is None or (c.cell == "RNN" and c.clip < 0)][:40], ids=lambda c: c.label())
+@pytest.mark.parametrize(
+    "cfg", [c for c in MATRIX[:80] if c.clip is None or (c.cell == "RNN" and c.clip < 0)][:40], ids=lambda c: c.label()
+)
 def test_round_trip_onnx_directml_onnx_is_bit_exact(cfg: Config, tmp_path):
     out, _ = convert(cfg, tmp_path)
     back = tmp_path / "back.onnx"
@@ -173,12 +206,24 @@ def test_round_trip_onnx_directml_onnx_is_bit_exact(cfg: Config, tmp_path):
     for attr in ("cell", "direction", "linear_before_reset", "has_bias", "hidden_size", "input_size"):
         assert getattr(src_layer, attr) == getattr(layer, attr)
     src_itf, itf = src_layer.interface, layer.interface
-    assert (itf.x, itf.y, itf.y_h, itf.sequence_lens, itf.initial_h, itf.layout) == (src_itf.x, src_itf.y, src_itf.y_h, src_itf.sequence_lens, src_itf.initial_h, src_itf.layout)
+    assert (itf.x, itf.y, itf.y_h, itf.sequence_lens, itf.initial_h, itf.layout) == (
+        src_itf.x,
+        src_itf.y,
+        src_itf.y_h,
+        src_itf.sequence_lens,
+        src_itf.initial_h,
+        src_itf.layout,
+    )
     if cfg.dtype == "float32" and cfg.cell == "GRU":  # same weights on the same runtime: the same numbers
         feed = inputs(cfg)
         if cfg.layout:
-            feed = {k: (np.ascontiguousarray(v.transpose(1, 0, 2)) if k != "sequence_lens" else v) for k, v in feed.items()}
-        for ours, ref in zip(ort_run(back, feed), ort_run(gp.convert(tmp_path / "m.onnx", tmp_path / "direct.onnx", to="onnx").output, feed)):
+            feed = {
+                k: (np.ascontiguousarray(v.transpose(1, 0, 2)) if k != "sequence_lens" else v) for k, v in feed.items()
+            }
+        for ours, ref in zip(
+            ort_run(back, feed),
+            ort_run(gp.convert(tmp_path / "m.onnx", tmp_path / "direct.onnx", to="onnx").output, feed),
+        ):
             np.testing.assert_array_equal(ours, ref)
 
 
@@ -209,7 +254,9 @@ def test_real_models_convert_run_and_match(name, tmp_path):
         outputs = directml.run_layer_native(layer, feed)
         for key in (itf.y, itf.y_h):
             if key:
-                np.testing.assert_allclose(outputs[key], values[key], atol=1e-5, rtol=1e-4, err_msg=f"{name} {layer.name} {key}")
+                np.testing.assert_allclose(
+                    outputs[key], values[key], atol=1e-5, rtol=1e-4, err_msg=f"{name} {layer.name} {key}"
+                )
 
 
 def test_reads_directmls_own_hand_written_rnn_example():
@@ -217,15 +264,37 @@ def test_reads_directmls_own_hand_written_rnn_example():
     # bidirectional, ELU with a different Alpha per direction. Oracle: the same RNN on onnxruntime.
     path = FIXTURES / "directml" / "dml_rnn.json"
     (layer,) = gp.load(path).layers
-    assert (layer.cell.value, layer.direction.value, layer.input_size, layer.hidden_size, layer.has_bias) == ("rnn", "bidirectional", 4, 5, False)
+    assert (layer.cell.value, layer.direction.value, layer.input_size, layer.hidden_size, layer.has_bias) == (
+        "rnn",
+        "bidirectional",
+        4,
+        5,
+        False,
+    )
     assert [str(p.activations[0]) for p in layer.directions] == ["Elu(alpha=0.5)", "Elu(alpha=3.5)"]
     outputs = gp.run(path, {}, engine="numpy")
     x = np.arange(1, 33, dtype=np.float32).reshape(1, 8, 4)
     w = (1 + 0.4 * np.arange(40, dtype=np.float32)).reshape(2, 5, 4)
     r = np.full((2, 5, 5), 0.3, np.float32)
-    node = onnx.helper.make_node("RNN", ["X", "W", "R"], ["", "Y_h"], hidden_size=5, direction="bidirectional", activations=["Elu", "Elu"], activation_alpha=[0.5, 3.5])
-    graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [1, 8, 4])], [onnx.helper.make_tensor_value_info("Y_h", onnx.TensorProto.FLOAT, None)], [onnx.numpy_helper.from_array(w, "W"), onnx.numpy_helper.from_array(r, "R")])
-    (ref,) = ort_run(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 14)], ir_version=8), {"X": x})
+    node = onnx.helper.make_node(
+        "RNN",
+        ["X", "W", "R"],
+        ["", "Y_h"],
+        hidden_size=5,
+        direction="bidirectional",
+        activations=["Elu", "Elu"],
+        activation_alpha=[0.5, 3.5],
+    )
+    graph = onnx.helper.make_graph(
+        [node],
+        "g",
+        [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [1, 8, 4])],
+        [onnx.helper.make_tensor_value_info("Y_h", onnx.TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(w, "W"), onnx.numpy_helper.from_array(r, "R")],
+    )
+    (ref,) = ort_run(
+        onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 14)], ir_version=8), {"X": x}
+    )
     np.testing.assert_allclose(outputs["output"].reshape(2, 8, 5), ref, rtol=1e-5)
 
 
@@ -246,31 +315,79 @@ def test_softplus_steepness_is_directml_semantics(tmp_path):
         gp.load(out)  # the canonical layer holds Softplus with Steepness 1 only
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on this machine to compile the emitted desc.cpp")
+@pytest.mark.skipif(
+    shutil.which("g++") is None, reason="no C++ compiler (g++) on this machine to compile the emitted desc.cpp"
+)
 def test_emitted_cpp_compiles_and_matches_the_json(tmp_path):
-    cfg = Config(cell="GRU", direction="bidirectional", lbr=1, seq_lens="mixed", initial_h=True, S=5, N=2, activations=["HardSigmoid", "Softplus", "ThresholdedRelu", "Affine"], alphas=[0.3, 0.25, 0.7], betas=[0.4, -0.2])
+    cfg = Config(
+        cell="GRU",
+        direction="bidirectional",
+        lbr=1,
+        seq_lens="mixed",
+        initial_h=True,
+        S=5,
+        N=2,
+        activations=["HardSigmoid", "Softplus", "ThresholdedRelu", "Affine"],
+        alphas=[0.3, 0.25, 0.7],
+        betas=[0.4, -0.2],
+    )
     out, _ = convert(cfg, tmp_path, emit_cpp=True)
     rnn_cfg = Config(cell="RNN", direction="reverse", bias=False, S=5, N=2, activations=["Elu"], alphas=[0.5])
     (tmp_path / "rnn").mkdir()
     rnn_out, _ = convert(rnn_cfg, tmp_path / "rnn", emit_cpp=True)
     for directory, cell in ((out, "GRU"), (rnn_out, "RNN")):
         document = json.loads((directory / "model.json").read_text())
-        (name, dispatchable), = document["dispatchables"].items()
+        ((name, dispatchable),) = document["dispatchables"].items()
         harness = tmp_path / f"main_{cell}.cpp"
-        harness.write_text(HARNESS.replace("CELL", cell).replace("STRUCT", struct_name(name)).replace("DESC_CPP", str(directory / "desc.cpp")))
+        harness.write_text(
+            HARNESS.replace("CELL", cell)
+            .replace("STRUCT", struct_name(name))
+            .replace("DESC_CPP", str(directory / "desc.cpp"))
+        )
         binary = tmp_path / f"main_{cell}"
         flags = ["-DIS_GRU"] if cell == "GRU" else []
-        subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", *flags, "-I", str(ROOT / "tests" / "directml_stub"), str(harness), "-o", str(binary)], check=True, capture_output=True, text=True)
+        subprocess.run(
+            [
+                "g++",
+                "-std=c++17",
+                "-Wall",
+                "-Werror",
+                *flags,
+                "-I",
+                str(ROOT / "tests" / "directml_stub"),
+                str(harness),
+                "-o",
+                str(binary),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         printed = json.loads(subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout)
         desc = dispatchable["desc"]
         types = {"FLOAT32": 1, "FLOAT16": 2, "UINT32": 3}
-        expected_tensors = {k: [v["Sizes"], types[v["DataType"]], v["TotalTensorSizeInBytes"]] for k, v in desc.items() if k.endswith("Tensor")}
+        expected_tensors = {
+            k: [v["Sizes"], types[v["DataType"]], v["TotalTensorSizeInBytes"]]
+            for k, v in desc.items()
+            if k.endswith("Tensor")
+        }
         assert printed["tensors"] == expected_tensors
-        codes = {"ACTIVATION_ELU": 35, "ACTIVATION_HARD_SIGMOID": 37, "ACTIVATION_LINEAR": 40, "ACTIVATION_SOFTPLUS": 49, "ACTIVATION_THRESHOLDED_RELU": 52}
+        codes = {
+            "ACTIVATION_ELU": 35,
+            "ACTIVATION_HARD_SIGMOID": 37,
+            "ACTIVATION_LINEAR": 40,
+            "ACTIVATION_SOFTPLUS": 49,
+            "ACTIVATION_THRESHOLDED_RELU": 52,
+        }
         assert [a[0] for a in printed["activations"]] == [codes[a["Type"]] for a in desc["ActivationDescs"]]
         for got, want in zip(printed["activations"], desc["ActivationDescs"]):
             assert got[1:] == pytest.approx([v for k, v in want.items() if k != "Type"], rel=1e-7)
-        assert printed["direction"] == {"DML_RECURRENT_NETWORK_DIRECTION_BIDIRECTIONAL": 2, "DML_RECURRENT_NETWORK_DIRECTION_BACKWARD": 1}[desc["Direction"]]
+        assert (
+            printed["direction"]
+            == {"DML_RECURRENT_NETWORK_DIRECTION_BIDIRECTIONAL": 2, "DML_RECURRENT_NETWORK_DIRECTION_BACKWARD": 1}[
+                desc["Direction"]
+            ]
+        )
         assert printed["op"] == {"GRU": 78, "RNN": 76}[cell]
         if cell == "GRU":
             assert printed["lbr"] == 1
@@ -325,11 +442,26 @@ def test_cli_emit_cpp_and_run(tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "gru.dml"
-    result = runner.invoke(main, ["convert", str(FIXTURES / "gru_seqlens.onnx"), "--to", "directml", "-o", str(out), "--emit-cpp", "--seq-length", "6"])
+    result = runner.invoke(
+        main,
+        [
+            "convert",
+            str(FIXTURES / "gru_seqlens.onnx"),
+            "--to",
+            "directml",
+            "-o",
+            str(out),
+            "--emit-cpp",
+            "--seq-length",
+            "6",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (out / "desc.cpp").is_file() and "verification passed" in result.output
     assert json.loads((out / "model.json").read_text())["dispatchables"]
-    result = runner.invoke(main, ["run", str(out), "--inputs", str(FIXTURES / "gru_seqlens.expected.npz"), "-o", str(tmp_path / "o.npz")])
+    result = runner.invoke(
+        main, ["run", str(out), "--inputs", str(FIXTURES / "gru_seqlens.expected.npz"), "-o", str(tmp_path / "o.npz")]
+    )
     assert result.exit_code == 6 and "Windows" in result.output
 
 
@@ -344,12 +476,33 @@ def break_model(tmp_path, edit) -> str:
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda out, doc: np.save(out / "rec.W.npy", np.load(out / "rec.W.npy").reshape(1, 1, 2, 9)), r"model.json: layer 'rec': WeightTensor: Sizes \[1, 1, 9, 2\] contradict resource 'rec.W', which holds shape \[1, 1, 2, 9\]"),
-        (lambda out, doc: (out / "rec.R.npy").unlink(), r"layer 'rec': RecurrenceTensor: resource 'rec.R': sourcePath: .*rec.R.npy: no such file"),
-        (lambda out, doc: doc["dispatchables"]["rec"]["desc"]["ActivationDescs"][0].update(Type="ACTIVATION_GELU"), r"layer 'rec': ActivationDescs: \[0\] type 'ACTIVATION_GELU' is not an activation"),
-        (lambda out, doc: doc["dispatchables"]["rec"]["desc"]["InputTensor"].update(Sizes=[3, 2, 2], DimensionCount=3), r"layer 'rec': InputTensor: Sizes \[3, 2, 2\] are 3-D; DirectML recurrent operators take 4-D tensors"),
-        (lambda out, doc: (out / "rec.B.npy").write_bytes(b"\x93NUMPY garbage"), r"rec.B.npy: not a readable .npy file"),
-        (lambda out, doc: doc["dispatchables"]["rec"]["desc"].update(Direction="SIDEWAYS"), r"layer 'rec': Direction: 'SIDEWAYS' is not FORWARD, BACKWARD or BIDIRECTIONAL"),
+        (
+            lambda out, doc: np.save(out / "rec.W.npy", np.load(out / "rec.W.npy").reshape(1, 1, 2, 9)),
+            r"model.json: layer 'rec': WeightTensor: Sizes \[1, 1, 9, 2\] contradict resource 'rec.W', which holds "
+            r"shape \[1, 1, 2, 9\]",
+        ),
+        (
+            lambda out, doc: (out / "rec.R.npy").unlink(),
+            r"layer 'rec': RecurrenceTensor: resource 'rec.R': sourcePath: .*rec.R.npy: no such file",
+        ),
+        (
+            lambda out, doc: doc["dispatchables"]["rec"]["desc"]["ActivationDescs"][0].update(Type="ACTIVATION_GELU"),
+            r"layer 'rec': ActivationDescs: \[0\] type 'ACTIVATION_GELU' is not an activation",
+        ),
+        (
+            lambda out, doc: doc["dispatchables"]["rec"]["desc"]["InputTensor"].update(
+                Sizes=[3, 2, 2], DimensionCount=3
+            ),
+            r"layer 'rec': InputTensor: Sizes \[3, 2, 2\] are 3-D; DirectML recurrent operators take 4-D tensors",
+        ),
+        (
+            lambda out, doc: (out / "rec.B.npy").write_bytes(b"\x93NUMPY garbage"),
+            r"rec.B.npy: not a readable .npy file",
+        ),
+        (
+            lambda out, doc: doc["dispatchables"]["rec"]["desc"].update(Direction="SIDEWAYS"),
+            r"layer 'rec': Direction: 'SIDEWAYS' is not FORWARD, BACKWARD or BIDIRECTIONAL",
+        ),
     ],
     ids=["sizes-vs-npy", "missing-npy", "unknown-activation", "3d-sizes", "corrupt-npy", "bad-direction"],
 )

@@ -7,10 +7,10 @@ import warnings
 import numpy as np
 import onnx
 import pytest
+from helpers import Config, build_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout
 
 from gatepack.converters.executor import run_layer
 from gatepack.converters.formats import onnx as onnx_format
-from helpers import Config, build_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout
 
 MATRIX = matrix()
 TOLERANCE = {"float32": (1e-5, 1e-4), "float64": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}
@@ -53,7 +53,9 @@ def test_matrix_is_large_and_covers_everything():
     assert {"none", "full", "mixed", "zero"} <= {c.seq_lens for c in MATRIX}
     for cell in ("GRU", "RNN"):
         used = {a for c in MATRIX if c.cell == cell and c.activations for a in c.activations}
-        assert used == set(("Relu Tanh Sigmoid Affine LeakyRelu ThresholdedRelu ScaledTanh HardSigmoid Elu Softsign Softplus").split())
+        assert used == set(
+            ("Relu Tanh Sigmoid Affine LeakyRelu ThresholdedRelu ScaledTanh HardSigmoid Elu Softsign Softplus").split()
+        )
     assert any(c.clip for c in MATRIX if c.cell == "GRU") and any(c.clip == 0.0 for c in MATRIX if c.cell == "RNN")
     assert {c.dtype for c in MATRIX} == {"float16", "float32", "float64"}
     assert any(c.H == 1 for c in MATRIX) and any(c.I == 1 for c in MATRIX) and any(c.S == 1 for c in MATRIX)
@@ -69,11 +71,28 @@ def test_executor_matches_onnxruntime(cfg: Config, tmp_path):
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 def test_huge_inputs_stay_finite(cell, direction, tmp_path):
     # onnxruntime's rational sigmoid/tanh stay finite for +-1e20; so must the executor, silently.
-    cfg = Config(cell=cell, direction=direction, lbr=1 if cell == "GRU" else 0, seq_lens="mixed", initial_h=True, seed=7)
+    cfg = Config(
+        cell=cell, direction=direction, lbr=1 if cell == "GRU" else 0, seq_lens="mixed", initial_h=True, seed=7
+    )
     check_against_ort(cfg, tmp_path, scale=1e20)
 
 
-@pytest.mark.parametrize("name", ["Sigmoid", "Tanh", "Softplus", "Elu", "Softsign", "HardSigmoid", "ScaledTanh", "ThresholdedRelu", "LeakyRelu", "Relu", "Affine"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Sigmoid",
+        "Tanh",
+        "Softplus",
+        "Elu",
+        "Softsign",
+        "HardSigmoid",
+        "ScaledTanh",
+        "ThresholdedRelu",
+        "LeakyRelu",
+        "Relu",
+        "Affine",
+    ],
+)
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_activations_are_stable_on_huge_values(name, dtype):
     from gatepack.schemas.activations import KINDS, Activation
@@ -107,7 +126,9 @@ def test_float16_against_onnxruntime_float16(tmp_path):
     # onnxruntime runs float16 GRU natively: compare with its own float16 result too.
     from helpers import ort_run
 
-    cfg = Config(cell="GRU", direction="bidirectional", lbr=1, seq_lens="mixed", initial_h=True, dtype="float16", seed=3)
+    cfg = Config(
+        cell="GRU", direction="bidirectional", lbr=1, seq_lens="mixed", initial_h=True, dtype="float16", seed=3
+    )
     layer = read_layer(cfg, tmp_path)
     feed = inputs(cfg)
     y, y_h = run_layer(layer, feed["X"], feed["sequence_lens"], feed["initial_h"])

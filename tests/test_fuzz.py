@@ -21,7 +21,12 @@ import gatepack as gp
 from gatepack.converters.errors import GatepackError
 
 SOURCE = FIXTURES / "gru_lbr1_bidirectional.onnx"
-FUZZ = settings(max_examples=int(__import__("os").environ.get("GATEPACK_FUZZ_EXAMPLES", 60)), deadline=None, suppress_health_check=list(HealthCheck), derandomize=not __import__("os").environ.get("GATEPACK_FUZZ_EXAMPLES"))
+FUZZ = settings(
+    max_examples=int(__import__("os").environ.get("GATEPACK_FUZZ_EXAMPLES", 60)),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=not __import__("os").environ.get("GATEPACK_FUZZ_EXAMPLES"),
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**64), 2**64) | st.floats() | st.text(max_size=8),
@@ -85,7 +90,10 @@ def _runs(artifact: Path, fmt: str) -> None:
     gp.run(artifact, feed, engine="numpy")
 
 
-@pytest.mark.parametrize("fmt, manifest", [("directml", "model.json"), ("directml", "gatepack.json"), ("bnns", "bnns.json"), ("coreml", "Manifest.json")])
+@pytest.mark.parametrize(
+    "fmt, manifest",
+    [("directml", "model.json"), ("directml", "gatepack.json"), ("bnns", "bnns.json"), ("coreml", "Manifest.json")],
+)
 def test_damaged_manifests_are_input_errors(artifacts, tmp_path_factory, fmt, manifest):
     original = json.loads((artifacts[fmt] / manifest).read_text())
     paths = list(_paths(original))
@@ -102,10 +110,23 @@ def test_damaged_manifests_are_input_errors(artifacts, tmp_path_factory, fmt, ma
     case()
 
 
-ATTRIBUTE_NAMES = ["hidden_size", "direction", "activations", "activation_alpha", "activation_beta", "clip", "linear_before_reset", "layout", "other"]
+ATTRIBUTE_NAMES = [
+    "hidden_size",
+    "direction",
+    "activations",
+    "activation_alpha",
+    "activation_beta",
+    "clip",
+    "linear_before_reset",
+    "layout",
+    "other",
+]
 attribute_values = st.one_of(
-    st.integers(-(2**63), 2**63 - 1), st.floats(width=32), st.text(max_size=12),
-    st.lists(st.integers(-5, 5), max_size=4), st.lists(st.floats(width=32), max_size=4),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(width=32),
+    st.text(max_size=12),
+    st.lists(st.integers(-5, 5), max_size=4),
+    st.lists(st.floats(width=32), max_size=4),
     st.lists(st.sampled_from(["Sigmoid", "Tanh", "Relu", "HardSigmoid", "bogus", ""]), max_size=5),
 )
 
@@ -115,7 +136,11 @@ def _base() -> onnx.ModelProto:
 
 
 @FUZZ
-@given(changes=st.lists(st.tuples(st.sampled_from(ATTRIBUTE_NAMES), attribute_values), min_size=1, max_size=3), drop_inputs=st.integers(0, 3), opset=st.integers(-1, 40))
+@given(
+    changes=st.lists(st.tuples(st.sampled_from(ATTRIBUTE_NAMES), attribute_values), min_size=1, max_size=3),
+    drop_inputs=st.integers(0, 3),
+    opset=st.integers(-1, 40),
+)
 def test_damaged_onnx_nodes_are_input_errors(tmp_path_factory, changes, drop_inputs, opset):
     model = _base()
     node = next(n for n in model.graph.node if n.op_type == "GRU")
@@ -139,7 +164,10 @@ def test_damaged_onnx_nodes_are_input_errors(tmp_path_factory, changes, drop_inp
 
 
 @FUZZ
-@given(flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=8), cut=st.integers(0, 2000))
+@given(
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=8),
+    cut=st.integers(0, 2000),
+)
 def test_corrupted_onnx_bytes_are_input_errors(tmp_path_factory, flips, cut):
     data = bytearray(SOURCE.read_bytes())
     for position, byte in flips:

@@ -47,10 +47,14 @@ def test_published_case(case, tmp_path):
         if index in constants:
             inits.append(numpy_helper.from_array(value, input_name))
         else:
-            graph_inputs.append(helper.make_tensor_value_info(input_name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
+            graph_inputs.append(
+                helper.make_tensor_value_info(input_name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
+            )
             feed[index] = value
     graph_outputs = [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in node.output if o]
-    model = helper.make_model(helper.make_graph([node], name, graph_inputs, graph_outputs, inits), opset_imports=[helper.make_opsetid("", 14)])
+    model = helper.make_model(
+        helper.make_graph([node], name, graph_inputs, graph_outputs, inits), opset_imports=[helper.make_opsetid("", 14)]
+    )
     path = tmp_path / f"{name}.onnx"
     onnx.save(model, path)
     (layer,) = onnx_format.read(path).layers

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from helpers import FIXTURES as FIXTURES_DIR
+from helpers import REALMODELS as REALMODELS_DIR
+from helpers import Config, build_model, inputs, matrix, ort_run, to_layout, weights
 from onnx import helper, numpy_helper
 
 import gatepack as gp
 from gatepack.converters.formats import onnx as onnx_format
-from helpers import FIXTURES as FIXTURES_DIR
-from helpers import REALMODELS as REALMODELS_DIR
-from helpers import Config, build_model, inputs, matrix, ort_run, to_layout, weights
 
 ROUND_TRIP = [c for c in matrix(count=60, seed=99) if c.dtype != "float64" and c.layout == 0] + [
     Config(cell="GRU", direction="bidirectional", lbr=1, layout=1, seq_lens="mixed", initial_h=True, seed=5),
@@ -22,7 +22,14 @@ ROUND_TRIP = [c for c in matrix(count=60, seed=99) if c.dtype != "float64" and c
 def assert_same_weights(a, b):
     assert len(a.layers) == len(b.layers)
     for la, lb in zip(a.layers, b.layers):
-        assert (la.cell, la.direction, la.hidden_size, la.input_size, la.linear_before_reset, la.clip) == (lb.cell, lb.direction, lb.hidden_size, lb.input_size, lb.linear_before_reset, lb.clip)
+        assert (la.cell, la.direction, la.hidden_size, la.input_size, la.linear_before_reset, la.clip) == (
+            lb.cell,
+            lb.direction,
+            lb.hidden_size,
+            lb.input_size,
+            lb.linear_before_reset,
+            lb.clip,
+        )
         assert la.interface == lb.interface
         for pa, pb in zip(la.directions, lb.directions):
             for field in ("W", "R", "Wb", "Rb"):
@@ -104,16 +111,46 @@ def _cone_model(tmp_path, external: bool = False):
         helper.make_node("Cast", ["b64"], ["b32"], to=onnx.TensorProto.FLOAT),
         helper.make_node("Identity", ["b32"], ["B"]),
     ]
-    branch_gru = helper.make_node("GRU", ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=3, linear_before_reset=1, name="inner_gru")
-    then_graph = helper.make_graph([branch_gru], "then", [], [helper.make_tensor_value_info("Y", 1, None), helper.make_tensor_value_info("Y_h", 1, None)])
-    else_graph = helper.make_graph([helper.make_node("Identity", ["X"], ["Y"]), helper.make_node("Identity", ["X"], ["Y_h"])], "else", [], [helper.make_tensor_value_info("Y", 1, None), helper.make_tensor_value_info("Y_h", 1, None)])
-    nodes.append(helper.make_node("If", ["cond"], ["out_y", "out_yh"], then_branch=then_graph, else_branch=else_graph, name="branch"))
-    inits = [numpy_helper.from_array(w["B"].astype(np.float64), "b64"), numpy_helper.from_array(np.array([0], np.int64), "axes0")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", 1, [4, 2, 2]), helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, [])], [helper.make_tensor_value_info("out_y", 1, None), helper.make_tensor_value_info("out_yh", 1, None)], inits)
+    branch_gru = helper.make_node(
+        "GRU", ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=3, linear_before_reset=1, name="inner_gru"
+    )
+    then_graph = helper.make_graph(
+        [branch_gru],
+        "then",
+        [],
+        [helper.make_tensor_value_info("Y", 1, None), helper.make_tensor_value_info("Y_h", 1, None)],
+    )
+    else_graph = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["Y"]), helper.make_node("Identity", ["X"], ["Y_h"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("Y", 1, None), helper.make_tensor_value_info("Y_h", 1, None)],
+    )
+    nodes.append(
+        helper.make_node(
+            "If", ["cond"], ["out_y", "out_yh"], then_branch=then_graph, else_branch=else_graph, name="branch"
+        )
+    )
+    inits = [
+        numpy_helper.from_array(w["B"].astype(np.float64), "b64"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("X", 1, [4, 2, 2]),
+            helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("out_y", 1, None), helper.make_tensor_value_info("out_yh", 1, None)],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=7)
     path = tmp_path / "cone.onnx"
     if external:
-        onnx.save(model, str(path), save_as_external_data=True, location="cone.data", size_threshold=64)  # B external, the tiny axes tensor inline
+        onnx.save(
+            model, str(path), save_as_external_data=True, location="cone.data", size_threshold=64
+        )  # B external, the tiny axes tensor inline
     else:
         onnx.save(model, str(path))
     return path, cfg, w
@@ -170,7 +207,14 @@ def test_opset_1_and_3_nodes_are_read(tmp_path):
     from gatepack.converters.executor import run_layer
 
     for cell, opset in (("GRU", 3), ("GRU", 1), ("RNN", 1)):
-        cfg = Config(cell=cell, direction="bidirectional", opset=opset, lbr=1 if opset == 3 else 0, extra={"output_sequence": 1}, seq_lens="mixed")
+        cfg = Config(
+            cell=cell,
+            direction="bidirectional",
+            opset=opset,
+            lbr=1 if opset == 3 else 0,
+            extra={"output_sequence": 1},
+            seq_lens="mixed",
+        )
         path = tmp_path / f"{cell}{opset}.onnx"
         onnx.save(build_model(cfg), path)
         model = gp.load(path)
@@ -208,7 +252,9 @@ def test_without_onnxruntime_verification_says_it_used_the_executor(tmp_path, mo
 def test_opset_22_nodes_are_read(cell, tmp_path):
     from gatepack.converters.executor import run_layer
 
-    cfg = Config(cell=cell, direction="bidirectional", lbr=1 if cell == "GRU" else 0, opset=22, seq_lens="mixed", initial_h=True)
+    cfg = Config(
+        cell=cell, direction="bidirectional", lbr=1 if cell == "GRU" else 0, opset=22, seq_lens="mixed", initial_h=True
+    )
     path = tmp_path / "m22.onnx"
     onnx.save(build_model(cfg), path)
     (layer,) = gp.load(path).layers

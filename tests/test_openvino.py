@@ -7,12 +7,27 @@ import numpy as np
 import onnx
 import openvino as ov
 import pytest
+from helpers import (
+    OPENVINO_TOLERANCE,
+    REALMODELS,
+    Config,
+    assert_matches_onnxruntime,
+    build_model,
+    inputs,
+    matrix,
+    ort_reference,
+    outputs_to_layout0,
+    static_case,
+    static_model,
+    to_layout,
+)
 
 import gatepack as gp
 from gatepack.converters.formats import openvino as ovf
-from helpers import OPENVINO_TOLERANCE, assert_matches_onnxruntime, static_case, static_model, REALMODELS, Config, build_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout
 
 MATRIX = matrix()
+
+
 def convert_and_check(cfg: Config, tmp_path, strategy: str, static: bool = False) -> str:
     src = tmp_path / "m.onnx"
     onnx.save(static_model(cfg) if static else build_model(cfg), src)
@@ -82,7 +97,9 @@ def test_round_trip_onnx_ir_onnx(cfg: Config, strategy, tmp_path):
     assert (a.interface.x, a.interface.y, a.interface.layout) == (b.interface.x, b.interface.y, b.interface.layout)
 
 
-GRU_RNN_MODELS = sorted(p.name for p in REALMODELS.glob("*.onnx") if "lstm" not in p.name and "gtcrn_stream.onnx" != p.name)
+GRU_RNN_MODELS = sorted(
+    p.name for p in REALMODELS.glob("*.onnx") if "lstm" not in p.name and "gtcrn_stream.onnx" != p.name
+)
 
 
 @pytest.mark.parametrize("compress", [False, True], ids=["fp32", "fp16-compressed"])
@@ -93,16 +110,28 @@ def test_reads_irs_made_by_openvinos_own_converter(name, compress, tmp_path):
     source = gp.load(REALMODELS / name)
     model = gp.load(xml)
     assert len(model.layers) == len(source.layers)
-    by_shape = sorted(source.layers, key=lambda l: (l.input_size, l.hidden_size, float(np.abs(l.directions[0].W).sum())))
+    by_shape = sorted(
+        source.layers, key=lambda l: (l.input_size, l.hidden_size, float(np.abs(l.directions[0].W).sum()))
+    )
     read = sorted(model.layers, key=lambda l: (l.input_size, l.hidden_size, float(np.abs(l.directions[0].W).sum())))
     for src_layer, layer in zip(by_shape, read):
-        assert (layer.cell, layer.direction, layer.linear_before_reset) == (src_layer.cell, src_layer.direction, src_layer.linear_before_reset)
+        assert (layer.cell, layer.direction, layer.linear_before_reset) == (
+            src_layer.cell,
+            src_layer.direction,
+            src_layer.linear_before_reset,
+        )
         statuses = {f.feature: f.status.value for f in model.notes_for(layer)}
         assert statuses["bias"] == "folded"
         for p, q in zip(src_layer.directions, layer.directions):
             expected_w = p.W.astype(np.float16).astype(np.float32) if compress else p.W
             np.testing.assert_array_equal(q.W, expected_w)
-            bias_sum = (p.Wb + p.Rb) if not layer.linear_before_reset else np.concatenate([p.Wb[: 2 * layer.hidden_size] + p.Rb[: 2 * layer.hidden_size], p.Wb[2 * layer.hidden_size :]])
+            bias_sum = (
+                (p.Wb + p.Rb)
+                if not layer.linear_before_reset
+                else np.concatenate(
+                    [p.Wb[: 2 * layer.hidden_size] + p.Rb[: 2 * layer.hidden_size], p.Wb[2 * layer.hidden_size :]]
+                )
+            )
             np.testing.assert_allclose(q.Wb, bias_sum, atol=2e-3 if compress else 1e-6)
         if compress:
             assert statuses["weights"] == "lossy"
@@ -123,17 +152,36 @@ def test_bad_input(tmp_path):
     ops = ov.opset15
     x = ops.parameter([1, 2, 3], np.float32, name="X")
     w = ops.parameter([1, 6, 3], np.float32, name="W")
-    gru = ops.rnn_sequence(x, np.zeros((1, 1, 6), np.float32), np.array([2], np.int64), w, np.zeros((1, 6, 6), np.float32), np.zeros((1, 6), np.float32), 6, "forward", name="rnn")
+    gru = ops.rnn_sequence(
+        x,
+        np.zeros((1, 1, 6), np.float32),
+        np.array([2], np.int64),
+        w,
+        np.zeros((1, 6, 6), np.float32),
+        np.zeros((1, 6), np.float32),
+        6,
+        "forward",
+        name="rnn",
+    )
     ov.save_model(ov.Model([ops.result(gru.output(0))], [x, w]), str(tmp_path / "p.xml"))
     result = runner.invoke(main, ["inspect", str(tmp_path / "p.xml")])
-    assert result.exit_code == 3 and "layer 'rnn': W comes from a Parameter node" in result.output and len(result.output.strip().splitlines()) == 1
+    assert (
+        result.exit_code == 3
+        and "layer 'rnn': W comes from a Parameter node" in result.output
+        and len(result.output.strip().splitlines()) == 1
+    )
     # a truncated .bin and an .xml without its .bin
     onnx.save(build_model(Config()), tmp_path / "m.onnx")
     gp.convert(tmp_path / "m.onnx", tmp_path / "m.xml", to="openvino")
     data = (tmp_path / "m.bin").read_bytes()
     (tmp_path / "m.bin").write_bytes(data[: len(data) // 2])
     result = runner.invoke(main, ["convert", str(tmp_path / "m.xml"), "--to", "onnx", "-o", str(tmp_path / "o.onnx")])
-    assert result.exit_code == 3 and result.output.startswith("gatepack: error: ") and "m.xml" in result.output and len(result.output.strip().splitlines()) == 1
+    assert (
+        result.exit_code == 3
+        and result.output.startswith("gatepack: error: ")
+        and "m.xml" in result.output
+        and len(result.output.strip().splitlines()) == 1
+    )
     assert not (tmp_path / "o.onnx").exists()
     (tmp_path / "m.bin").unlink()
     result = runner.invoke(main, ["inspect", str(tmp_path / "m.xml")])
@@ -160,14 +208,27 @@ def whole_model_cases() -> list[Config]:
     with a dynamic X) or its CPU plugin refuses (other activations), plus the plain cases."""
     picks = {
         "layout1-h0": lambda c: c.layout == 1 and c.initial_h,
-        "per-direction": lambda c: c.direction == "bidirectional" and c.activations and c.activations[: len(c.activations) // 2] != c.activations[len(c.activations) // 2 :],
+        "per-direction": lambda c: (
+            c.direction == "bidirectional"
+            and c.activations
+            and c.activations[: len(c.activations) // 2] != c.activations[len(c.activations) // 2 :]
+        ),
         "seq-lens-dynamic": lambda c: c.seq_lens == "mixed",
         "exotic": lambda c: c.activations and not set(c.activations) <= {"Sigmoid", "Tanh", "Relu"},
-        "plain-gru": lambda c: c.cell == "GRU" and c.activations is None and c.clip is None and c.seq_lens == "none" and c.layout == 0,
-        "plain-rnn": lambda c: c.cell == "RNN" and c.activations is None and c.clip is None and c.seq_lens == "none" and c.layout == 0,
+        "plain-gru": lambda c: (
+            c.cell == "GRU" and c.activations is None and c.clip is None and c.seq_lens == "none" and c.layout == 0
+        ),
+        "plain-rnn": lambda c: (
+            c.cell == "RNN" and c.activations is None and c.clip is None and c.seq_lens == "none" and c.layout == 0
+        ),
     }
     cases = [c for c in MATRIX if c.dtype == "float32"]
-    return [next(c for c in cases if pick(c) and c.cell == cell) for pick in picks.values() for cell in ("GRU", "RNN") if any(pick(c) and c.cell == cell for c in cases)]
+    return [
+        next(c for c in cases if pick(c) and c.cell == cell)
+        for pick in picks.values()
+        for cell in ("GRU", "RNN")
+        if any(pick(c) and c.cell == cell for c in cases)
+    ]
 
 
 @pytest.mark.parametrize("cfg", whole_model_cases(), ids=lambda c: c.label())
@@ -179,7 +240,9 @@ def test_whole_model_with_other_operators(cfg: Config, tmp_path):
     assert any(f.feature == "model" and "whole model" in f.detail for f in result.findings["rec"])
     assert not result.verification or result.verification.outputs[0].layer == "(whole model)"
     compiled = ov.Core().compile_model(str(out), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    assert "Negative" in {op.get_type_name() for op in ov.Core().read_model(str(out)).get_ops()}  # the other operators are in the IR
+    assert "Negative" in {
+        op.get_type_name() for op in ov.Core().read_model(str(out)).get_ops()
+    }  # the other operators are in the IR
     feed0 = inputs(cfg)
     feed = to_layout(cfg, feed0)
     feed["X_in"] = -feed.pop("X")
@@ -197,7 +260,14 @@ def test_whole_model_with_other_operators(cfg: Config, tmp_path):
         np.testing.assert_array_equal(q.W, p.W)
 
 
-WHOLE_REAL_MODELS = ["gtcrn_stream_simple.onnx", "gtcrn_stream.onnx", "ulunas_stream_simple.onnx", "dfn3_enc.onnx", "dfn3_erb_dec.onnx", "dfn3_df_dec.onnx"]
+WHOLE_REAL_MODELS = [
+    "gtcrn_stream_simple.onnx",
+    "gtcrn_stream.onnx",
+    "ulunas_stream_simple.onnx",
+    "dfn3_enc.onnx",
+    "dfn3_erb_dec.onnx",
+    "dfn3_df_dec.onnx",
+]
 
 
 def real_inputs(path, seq_length: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -224,12 +294,14 @@ def test_whole_real_models_match_onnxruntime(name, tmp_path):
     compiled = ov.Core().compile_model(str(out), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     names = [o.name for o in onnx.load(str(src), load_external_data=False).graph.output]
     # DeepFilterNet3's time axis is dynamic: several lengths
-    for seq_length in ((1, 10, 40) if name.startswith("dfn3") else (7,)):
+    for seq_length in (1, 10, 40) if name.startswith("dfn3") else (7,):
         feed = real_inputs(src, seq_length)
         expected = ort_run(src, feed)
         got = compiled(feed)
         for output, ref in zip(names, expected):
-            np.testing.assert_allclose(got[output], ref, atol=1e-4, rtol=1e-3, err_msg=f"{name} {output} at S={seq_length}")
+            np.testing.assert_allclose(
+                got[output], ref, atol=1e-4, rtol=1e-3, err_msg=f"{name} {output} at S={seq_length}"
+            )
 
 
 def test_whole_model_is_refused_by_the_numpy_engine_and_layers_only_elsewhere(tmp_path):

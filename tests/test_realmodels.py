@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from helpers import REALMODELS
 
 import gatepack as gp
 from gatepack.converters.executor import run_layer
-from helpers import REALMODELS
 
 GRU_RNN_MODELS = sorted(p.name for p in REALMODELS.glob("*.onnx") if "lstm" not in p.name)
 
@@ -53,7 +53,9 @@ def test_every_node_matches_onnxruntime(name):
         for role, ours in (("y", y), ("y_h", y_h)):
             ref_name = getattr(itf, role)
             if ref_name:
-                np.testing.assert_allclose(ours, values[ref_name], atol=1e-5, rtol=1e-4, err_msg=f"{name} {layer.name} {role}")
+                np.testing.assert_allclose(
+                    ours, values[ref_name], atol=1e-5, rtol=1e-4, err_msg=f"{name} {layer.name} {role}"
+                )
 
 
 def test_node_counts():
@@ -75,11 +77,24 @@ def test_weights_from_constant_nodes_match_onnx_reference():
     producers = {o: n for n in proto.graph.node for o in n.output}
     w_node = producers[node.input[1]]
     assert w_node.op_type == "Constant"
-    (w,) = ReferenceEvaluator(onnx.helper.make_model(onnx.helper.make_graph([w_node], "w", [], [onnx.ValueInfoProto(name=node.input[1])]), opset_imports=proto.opset_import)).run(None, {})
+    (w,) = ReferenceEvaluator(
+        onnx.helper.make_model(
+            onnx.helper.make_graph([w_node], "w", [], [onnx.ValueInfoProto(name=node.input[1])]),
+            opset_imports=proto.opset_import,
+        )
+    ).run(None, {})
     np.testing.assert_array_equal(np.stack([d.W for d in layer.directions]), w)
 
 
-@pytest.mark.parametrize("name", ["gtcrn_stream_simple.onnx", "dfn3_erb_dec.onnx", "burn_gru_bidirectional.onnx", "burn_rnn_with_initial_state.onnx"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gtcrn_stream_simple.onnx",
+        "dfn3_erb_dec.onnx",
+        "burn_gru_bidirectional.onnx",
+        "burn_rnn_with_initial_state.onnx",
+    ],
+)
 def test_real_model_converts_and_verifies(name, tmp_path):
     out = tmp_path / "layers.onnx"
     result = gp.convert(REALMODELS / name, out, to="onnx")

@@ -14,11 +14,11 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from helpers import FIXTURES, REALMODELS, Config, build_model, matrix
 
 import gatepack as gp
 from gatepack.cli import main
 from gatepack.converters.findings import Status
-from helpers import FIXTURES, REALMODELS, Config, build_model, matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
@@ -91,7 +91,16 @@ def test_every_pair_of_formats_converts_and_verifies(name, tmp_path):
             assert {o.output for o in result.verification.outputs} >= {"Y", "Y_h"}
 
 
-@pytest.mark.parametrize("model", ["gru_clip.onnx", "gru_seqlens.onnx", "rnn_activations.onnx", "realmodels/ulunas_stream_simple.onnx", "realmodels/dfn3_enc.onnx"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "gru_clip.onnx",
+        "gru_seqlens.onnx",
+        "rnn_activations.onnx",
+        "realmodels/ulunas_stream_simple.onnx",
+        "realmodels/dfn3_enc.onnx",
+    ],
+)
 def test_json_report_validates_against_its_schema(model):
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     report = json.loads(CliRunner().invoke(main, ["report", str(FIXTURES / model), "--format", "json"]).output)
@@ -124,13 +133,36 @@ def _chromium() -> str | None:
 def test_html_report_renders_its_matrix_in_a_browser(tmp_path):
     browser = _chromium()
     if browser is None:
-        pytest.skip("no chromium here: .ci/run installs Debian's chromium when it can; without it this screenshot test cannot run")
+        pytest.skip(
+            "no chromium here: .ci/run installs Debian's chromium when it can; without it this screenshot test "
+            "cannot run"
+        )
     from PIL import Image
 
     page = tmp_path / "report.html"
-    assert CliRunner().invoke(main, ["report", str(FIXTURES / "gru_clip.onnx"), "--format", "html", "-o", str(page)]).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(main, ["report", str(FIXTURES / "gru_clip.onnx"), "--format", "html", "-o", str(page)])
+        .exit_code
+        == 0
+    )
     shot = tmp_path / "shot.png"
-    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,400", f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1000,400",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert shot.is_file(), done.stderr[-1000:]
     pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
 

@@ -123,7 +123,12 @@ def test_output_dot_is_refused(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "source, target, inside",
-    [("bnns", "directml", "tensors"), ("directml", "onnx", "model.json"), ("coreml", "bnns", "Data"), ("directml", "bnns", "x")],
+    [
+        ("bnns", "directml", "tensors"),
+        ("directml", "onnx", "model.json"),
+        ("coreml", "bnns", "Data"),
+        ("directml", "bnns", "x"),
+    ],
 )
 def test_output_inside_the_input_is_refused(made, source, target, inside):
     before = digest(made[source])
@@ -134,14 +139,18 @@ def test_output_inside_the_input_is_refused(made, source, target, inside):
 @pytest.mark.parametrize("output", ["model.json", "X.npy", "new.npz"])
 def test_run_output_inside_the_input_is_refused(made, tmp_path, output):
     before = digest(made["directml"])
-    result = cli("run", made["directml"], "--inputs", inputs_npz(tmp_path), "-o", made["directml"] / output, "--engine", "numpy")
+    result = cli(
+        "run", made["directml"], "--inputs", inputs_npz(tmp_path), "-o", made["directml"] / output, "--engine", "numpy"
+    )
     one_line_error(result, 2, "is inside the input")
     assert digest(made["directml"]) == before
 
 
 def test_output_that_is_an_input_companion_is_refused(made):
     before = digest(made["openvino"].with_suffix(".bin"))
-    one_line_error(cli("convert", made["openvino"], "--to", "onnx", "-o", made["openvino"].with_suffix(".bin")), 2, "is the input")
+    one_line_error(
+        cli("convert", made["openvino"], "--to", "onnx", "-o", made["openvino"].with_suffix(".bin")), 2, "is the input"
+    )
     assert digest(made["openvino"].with_suffix(".bin")) == before
 
 
@@ -233,7 +242,9 @@ def test_permission_errors_on_the_output_are_usage_errors(tmp_path, monkeypatch)
 
     monkeypatch.setattr(fileio.os, "replace", denied)
     for fmt in ("onnx", "bnns"):
-        one_line_error(cli("convert", SOURCE, "--to", fmt, "-o", tmp_path / "ro" / f"m{SUFFIX[fmt]}"), 2, "Permission denied")
+        one_line_error(
+            cli("convert", SOURCE, "--to", fmt, "-o", tmp_path / "ro" / f"m{SUFFIX[fmt]}"), 2, "Permission denied"
+        )
         assert not (tmp_path / "ro").exists()
 
 
@@ -322,7 +333,22 @@ def _escape_cases():
         weights.unlink()
         weights.symlink_to(foreign.parent / "w.bin")
 
-    return {f.__name__: f for f in (dml_relative, dml_absolute, dml_file_link, dml_folder_link, bnns_relative, bnns_link, coreml_manifest_path, coreml_absolute, coreml_weight_link, coreml_manifest_link, ir_bin_link)}
+    return {
+        f.__name__: f
+        for f in (
+            dml_relative,
+            dml_absolute,
+            dml_file_link,
+            dml_folder_link,
+            bnns_relative,
+            bnns_link,
+            coreml_manifest_path,
+            coreml_absolute,
+            coreml_weight_link,
+            coreml_manifest_link,
+            ir_bin_link,
+        )
+    }
 
 
 ESCAPES = _escape_cases()
@@ -348,7 +374,14 @@ def test_onnx_external_data_never_leads_outside(tmp_path, location):
     folder = tmp_path / "m"
     folder.mkdir()
     model = onnx.load(str(SOURCE))
-    onnx.save_model(model, str(folder / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=True, location="w.data", size_threshold=0)
+    onnx.save_model(
+        model,
+        str(folder / "m.onnx"),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="w.data",
+        size_threshold=0,
+    )
     if location == "link.data":
         shutil.move(folder / "w.data", tmp_path / "w.data")
         (folder / "link.data").symlink_to(tmp_path / "w.data")
@@ -379,7 +412,11 @@ def test_reading_a_core_ml_package_never_rewrites_it(made, tmp_path, edit):
     manifest = made["coreml"] / "Manifest.json"
     manifest.write_text(edit(json.loads(manifest.read_text())))
     before = digest(made["coreml"])
-    for args in (["inspect", made["coreml"]], ["convert", made["coreml"], "--to", "onnx", "-o", tmp_path / "o.onnx"], ["report", made["coreml"]]):
+    for args in (
+        ["inspect", made["coreml"]],
+        ["convert", made["coreml"], "--to", "onnx", "-o", tmp_path / "o.onnx"],
+        ["report", made["coreml"]],
+    ):
         result = cli(*args)
         assert result.exit_code in (0, 3) and "internal error" not in result.output, result.output
     assert digest(made["coreml"]) == before
@@ -430,7 +467,13 @@ def test_a_fifo_in_an_artifact_never_blocks(made, case):
     victim = pick(made)
     victim.unlink()
     os.mkfifo(victim)
-    run = subprocess.run([sys.executable, "-m", "gatepack", "inspect", str(made[fmt])], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
+    run = subprocess.run(
+        [sys.executable, "-m", "gatepack", "inspect", str(made[fmt])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
     assert run.returncode == 3, run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith("gatepack: error: ") and "FIFO" in run.stderr
 
@@ -461,7 +504,9 @@ def test_declared_sizes_are_checked_before_allocating(made, tmp_path):
 
 
 def test_sample_sizes_are_limited(tmp_path):
-    one_line_error(cli("convert", SOURCE, "--to", "directml", "-o", tmp_path / "d", "--seq-length", "100000000"), 2, "limit")
+    one_line_error(
+        cli("convert", SOURCE, "--to", "directml", "-o", tmp_path / "d", "--seq-length", "100000000"), 2, "limit"
+    )
     assert not (tmp_path / "d").exists()
 
 
@@ -473,7 +518,9 @@ def test_npz_members_are_checked_before_decompressing(made, tmp_path, monkeypatc
     bomb = tmp_path / "bomb.npz"
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         with archive.open("X.npy", "w", force_zip64=True) as member:
-            np.lib.format.write_array_header_1_0(member, {"descr": "<f4", "fortran_order": False, "shape": (2000, 1000, 3)})
+            np.lib.format.write_array_header_1_0(
+                member, {"descr": "<f4", "fortran_order": False, "shape": (2000, 1000, 3)}
+            )
             member.write(b"\0" * (2000 * 1000 * 3 * 4))
     assert bomb.stat().st_size < 100_000
     monkeypatch.setattr(fileio, "MAX_NPZ_BYTES", 1 << 20)
@@ -525,7 +572,10 @@ def test_wrongly_typed_manifest_fields_are_input_errors(made, case):
     one_line_error(cli("inspect", made[fmt]), 3, name)
 
 
-@pytest.mark.parametrize("fmt, name", [("directml", "model.json"), ("directml", "gatepack.json"), ("bnns", "bnns.json"), ("coreml", "Manifest.json")])
+@pytest.mark.parametrize(
+    "fmt, name",
+    [("directml", "model.json"), ("directml", "gatepack.json"), ("bnns", "bnns.json"), ("coreml", "Manifest.json")],
+)
 def test_deeply_nested_json_is_an_input_error(made, fmt, name):
     (made[fmt] / name).write_text(_deep(100_000))
     one_line_error(cli("inspect", made[fmt]), 3, name)
@@ -574,7 +624,14 @@ def test_malformed_layer_descriptions_are_input_errors(made, fmt, case):
     one_line_error(cli("inspect", made[fmt]), 3)
 
 
-def _gru_model(tmp_path: Path, *, attributes: list | None = None, opset: int = 14, weights_behind: int = 0, constant_without_value: bool = False) -> Path:
+def _gru_model(
+    tmp_path: Path,
+    *,
+    attributes: list | None = None,
+    opset: int = 14,
+    weights_behind: int = 0,
+    constant_without_value: bool = False,
+) -> Path:
     """A one-GRU ONNX model built with onnx.helper; attributes as AttributeProtos (any type)."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((1, 12, 3)).astype(np.float32), "W0")
@@ -591,8 +648,14 @@ def _gru_model(tmp_path: Path, *, attributes: list | None = None, opset: int = 1
     gru.attribute.extend(attributes or [])
     nodes.append(gru)
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 2, 3])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None), helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, None)], inits,
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 2, 3])],
+        [
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, None),
+        ],
+        inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     path = tmp_path / "m.onnx"
@@ -603,7 +666,12 @@ def _gru_model(tmp_path: Path, *, attributes: list | None = None, opset: int = 1
 ONNX_CASES = {
     "clip-string": dict(attributes=[helper.make_attribute("clip", "abc")]),
     "clip-int": dict(attributes=[helper.make_attribute("clip", 3)]),
-    "alpha-ints": dict(attributes=[helper.make_attribute("activations", ["HardSigmoid", "Tanh"]), helper.make_attribute("activation_alpha", [1, 2])]),
+    "alpha-ints": dict(
+        attributes=[
+            helper.make_attribute("activations", ["HardSigmoid", "Tanh"]),
+            helper.make_attribute("activation_alpha", [1, 2]),
+        ]
+    ),
     "direction-int": dict(attributes=[helper.make_attribute("direction", 1)]),
     "opset-0": dict(opset=0),
     "opset-100": dict(opset=100),
@@ -649,7 +717,12 @@ def test_run_with_wrong_shapes_or_an_empty_sequence_is_an_input_error(made, tmp_
     if fmt == "directml" and engine == "native":
         pytest.skip("DirectML runs on Windows only: refused before any input is read")
     lead = (1,) if fmt == "directml" else ()
-    for x in (np.zeros((0, 3, 3), np.float32), np.zeros((5, 3, 7), np.float32), np.zeros((5, 3), np.float32), np.zeros((7, 3, 3), np.int64)):
+    for x in (
+        np.zeros((0, 3, 3), np.float32),
+        np.zeros((5, 3, 7), np.float32),
+        np.zeros((5, 3), np.float32),
+        np.zeros((7, 3, 3), np.int64),
+    ):
         np.savez(tmp_path / "in.npz", X=x.reshape(lead + x.shape), initial_h=np.zeros(lead + (1, 3, 4), np.float32))
         result = cli("run", made[fmt], "--inputs", tmp_path / "in.npz", "-o", tmp_path / "o.npz", "--engine", engine)
         one_line_error(result, 3, "layer 'rec'")
@@ -667,9 +740,33 @@ def test_garbage_xml_prints_one_line_and_runtimes_write_nothing_home(tmp_path):
     env = {**os.environ, "HOME": str(home)}
     env.pop("ORT_DISABLE_TELEMETRY", None)
     root = Path(__file__).parent.parent
-    bad = subprocess.run([sys.executable, "-m", "gatepack", "inspect", str(tmp_path / "bad.xml")], capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, "-m", "gatepack", "inspect", str(tmp_path / "bad.xml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=300,
+    )
     assert bad.returncode == 3 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     for target in ("openvino", "onnx"):
-        good = subprocess.run([sys.executable, "-m", "gatepack", "convert", str(SOURCE), "--to", target, "-o", str(tmp_path / f"o{SUFFIX[target]}")], capture_output=True, text=True, env=env, cwd=root, timeout=300)
+        good = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gatepack",
+                "convert",
+                str(SOURCE),
+                "--to",
+                target,
+                "-o",
+                str(tmp_path / f"o{SUFFIX[target]}"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=root,
+            timeout=300,
+        )
         assert good.returncode == 0, good.stderr
     assert sorted(p.name for p in home.rglob("*")) == []

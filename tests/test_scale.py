@@ -11,11 +11,11 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from helpers import Config, build_model, ort_run, stacked_model
 
 import gatepack as gp
 from gatepack.cli import main
 from gatepack.converters.formats import onnx as onnx_format
-from helpers import Config, build_model, ort_run, stacked_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,16 +51,26 @@ def test_onnx_output_keeps_external_data_and_onnxruntime_runs_it(stacked, tmp_pa
     written = onnx.load(str(out))
     node = next(n for n in written.graph.node if n.op_type == "GRU")
     w = next(t for t in written.graph.initializer if t.name == node.input[1])
-    np.testing.assert_array_equal(onnx.numpy_helper.to_array(w, base_dir=str(tmp_path)), weights["W0"])  # bit-exact through the data file
+    np.testing.assert_array_equal(
+        onnx.numpy_helper.to_array(w, base_dir=str(tmp_path)), weights["W0"]
+    )  # bit-exact through the data file
     # the first layer alone, on onnxruntime: the source's node vs gatepack's
     x = np.random.default_rng(0).uniform(-1, 1, (5, 2, 16)).astype(np.float32)
-    feed = {i.name: x if i.name == node.input[0] else np.zeros((5, 2, 32), np.float32) for i in written.graph.input}  # X, and X1 of the second layer
+    feed = {
+        i.name: x if i.name == node.input[0] else np.zeros((5, 2, 32), np.float32) for i in written.graph.input
+    }  # X, and X1 of the second layer
     got = dict(zip([o.name for o in written.graph.output], ort_run(out, feed)))
     gru0 = onnx.helper.make_model(
-        onnx.helper.make_graph([source.graph.node[0]], "g", [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, None)],
-                               [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in source.graph.node[0].output],
-                               [onnx.numpy_helper.from_array(weights[k], k) for k in source.graph.node[0].input[1:]]),
-        opset_imports=[onnx.helper.make_opsetid("", 14)], ir_version=8)
+        onnx.helper.make_graph(
+            [source.graph.node[0]],
+            "g",
+            [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, None)],
+            [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in source.graph.node[0].output],
+            [onnx.numpy_helper.from_array(weights[k], k) for k in source.graph.node[0].input[1:]],
+        ),
+        opset_imports=[onnx.helper.make_opsetid("", 14)],
+        ir_version=8,
+    )
     expected = ort_run(gru0, {"X": x})
     np.testing.assert_array_equal(got[node.output[0]], expected[0])
 
@@ -88,7 +98,11 @@ def test_external_data_outside_the_model_directory_is_refused(stacked, tmp_path)
                 entry.value = "../../elsewhere.data"
     onnx.save(model, str(tmp_path / "bad.onnx"))
     result = CliRunner().invoke(main, ["inspect", str(tmp_path / "bad.onnx")])
-    assert result.exit_code == 3 and "leads outside the artifact" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert (
+        result.exit_code == 3
+        and "leads outside the artifact" in result.output
+        and len(result.output.strip().splitlines()) == 1
+    ), result.output
 
 
 def test_truncated_external_data_is_a_one_line_error(stacked, tmp_path):
@@ -97,13 +111,23 @@ def test_truncated_external_data_is_a_one_line_error(stacked, tmp_path):
     shutil.copy(stacked, tmp_path / "stacked.onnx")
     data = (stacked.parent / "stacked.onnx.data").read_bytes()
     (tmp_path / "stacked.onnx.data").write_bytes(data[: len(data) // 2])
-    result = CliRunner().invoke(main, ["convert", str(tmp_path / "stacked.onnx"), "--to", "bnns", "-o", str(tmp_path / "b")])
-    assert result.exit_code == 3 and "stacked.onnx.data" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    result = CliRunner().invoke(
+        main, ["convert", str(tmp_path / "stacked.onnx"), "--to", "bnns", "-o", str(tmp_path / "b")]
+    )
+    assert (
+        result.exit_code == 3 and "stacked.onnx.data" in result.output and len(result.output.strip().splitlines()) == 1
+    ), result.output
     assert not (tmp_path / "b").exists()
 
 
 def test_benchmark_quick_run_prints_its_table():
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     table = [line for line in done.stdout.splitlines() if line.startswith("|")]
     assert table[0].startswith("| measurement | gatepack | peer | ratio")

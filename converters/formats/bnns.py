@@ -48,9 +48,25 @@ from typing import Callable
 
 import numpy as np
 
-from gatepack.converters.apple import APPLE_ACTIVATIONS, NATIVE_ACTIVATIONS, activation_of, apple_tensor, feature_blockers, onnx_weights, recurrence, runtime_doubts
-from gatepack.converters.errors import InputError, NoRecurrentLayerError, RefusedError, RuntimeFailure, UsageError, where
+from gatepack.converters.apple import (
+    APPLE_ACTIVATIONS,
+    NATIVE_ACTIVATIONS,
+    activation_of,
+    apple_tensor,
+    feature_blockers,
+    onnx_weights,
+    recurrence,
+    runtime_doubts,
+)
 from gatepack.converters.description import typed_field
+from gatepack.converters.errors import (
+    InputError,
+    NoRecurrentLayerError,
+    RefusedError,
+    RuntimeFailure,
+    UsageError,
+    where,
+)
 from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
@@ -64,7 +80,14 @@ VERSION = 1
 OP = "BNNSGraph.Builder"
 ALTERNATIVE = "convert to coreml (decomposed) or openvino, which can express it"
 # Swift's BNNSGraph.Builder.Activation cases and the MIL strings they stand for.
-SWIFT_ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "linear": "linear", "scaledTanh": "scaled_tanh", "hardSigmoid": "hard_sigmoid"}
+SWIFT_ACTIVATIONS = {
+    "sigmoid": "sigmoid",
+    "tanh": "tanh",
+    "relu": "relu",
+    "linear": "linear",
+    "scaledTanh": "scaled_tanh",
+    "hardSigmoid": "hard_sigmoid",
+}
 _SWIFT_OF_MIL = {mil: swift for swift, mil in SWIFT_ACTIVATIONS.items()}
 assert set(SWIFT_ACTIVATIONS.values()) <= set(APPLE_ACTIVATIONS)
 _INTERFACE_KEYS = {"x", "y", "y_h", "initial_h", "layout", "seq_length", "batch_size", "dtype"}
@@ -87,12 +110,21 @@ def _calls(layer: RecurrentLayer, folder: str) -> tuple[list[dict], dict[str, Ca
     """The layer's Builder calls (one per direction) and, per .npy path, how to make its array
     (made one at a time while writing, so the permuted copies never pile up)."""
     calls, arrays = [], {}
-    labels = {"weight_ih": "inputHiddenWeight", "weight_hh": "hiddenHiddenWeight", "bias": "bias", "input_bias": "inputBias"}
-    present = {"weight_ih", "weight_hh", "bias"} | ({"input_bias"} if layer.cell is Cell.GRU and layer.linear_before_reset else set())
+    labels = {
+        "weight_ih": "inputHiddenWeight",
+        "weight_hh": "hiddenHiddenWeight",
+        "bias": "bias",
+        "input_bias": "inputBias",
+    }
+    present = {"weight_ih", "weight_hh", "bias"} | (
+        {"input_bias"} if layer.cell is Cell.GRU and layer.linear_before_reset else set()
+    )
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
         call: dict = {"op": layer.cell.value, "direction": "reverse" if reverse else "forward"}
-        call["initialHiddenStates"] = {"input": layer.interface.initial_h, "index": k} if layer.interface.initial_h else None
+        call["initialHiddenStates"] = (
+            {"input": layer.interface.initial_h, "index": k} if layer.interface.initial_h else None
+        )
         for key, label in labels.items():
             if key in present:
                 rel = f"{folder}/{k}_{label}.npy"
@@ -122,22 +154,41 @@ def describe_bundle(model: Model) -> tuple[dict, dict[str, Callable[[], np.ndarr
     for i, layer in enumerate(model.layers):
         found = blockers(layer)
         if found:
-            raise RefusedError(f"{where(model.path, layer.name)}BNNS cannot express it: {'; '.join(found.values())}", hint=ALTERNATIVE)
+            raise RefusedError(
+                f"{where(model.path, layer.name)}BNNS cannot express it: {'; '.join(found.values())}", hint=ALTERNATIVE
+            )
         calls, layer_arrays = _calls(layer, f"tensors/{i:03d}_{_slug(layer.name)}")
         arrays.update(layer_arrays)
         itf = layer.interface
-        layers.append({
-            "name": layer.name,
-            "cell": layer.cell.value,
-            "input_size": layer.input_size,
-            "hidden_size": layer.hidden_size,
-            "has_bias": layer.has_bias,
-            "interface": {"x": itf.x, "y": itf.y, "y_h": itf.y_h, "initial_h": itf.initial_h, "layout": itf.layout, "seq_length": itf.seq_length, "batch_size": itf.batch_size, "dtype": "float32"},
-            "calls": calls,
-            "output_time_order": ["processing" if c["direction"] == "reverse" else "input" for c in calls],
-            "combine": "stack_directions",
-        })
-    return {"format": BUNDLE_FORMAT, "version": VERSION, "swift": SWIFT_FILE, "source": str(model.path or ""), "layers": layers}, arrays
+        layers.append(
+            {
+                "name": layer.name,
+                "cell": layer.cell.value,
+                "input_size": layer.input_size,
+                "hidden_size": layer.hidden_size,
+                "has_bias": layer.has_bias,
+                "interface": {
+                    "x": itf.x,
+                    "y": itf.y,
+                    "y_h": itf.y_h,
+                    "initial_h": itf.initial_h,
+                    "layout": itf.layout,
+                    "seq_length": itf.seq_length,
+                    "batch_size": itf.batch_size,
+                    "dtype": "float32",
+                },
+                "calls": calls,
+                "output_time_order": ["processing" if c["direction"] == "reverse" else "input" for c in calls],
+                "combine": "stack_directions",
+            }
+        )
+    return {
+        "format": BUNDLE_FORMAT,
+        "version": VERSION,
+        "swift": SWIFT_FILE,
+        "source": str(model.path or ""),
+        "layers": layers,
+    }, arrays
 
 
 def write(model: Model, path: str | Path, **_options) -> None:
@@ -162,7 +213,10 @@ def _manifest(path: Path) -> dict:
         raise InputError(f"{path}: not a BNNS bundle (no {MANIFEST})")
     document = read_json(contained_file(path, MANIFEST, str(file)))
     if not isinstance(document, dict) or document.get("format") != BUNDLE_FORMAT:
-        raise InputError(f"{file}: its format is {document.get('format') if isinstance(document, dict) else None!r}, not {BUNDLE_FORMAT!r}")
+        raise InputError(
+            f"{file}: its format is {document.get('format') if isinstance(document, dict) else None!r}, not "
+            f"{BUNDLE_FORMAT!r}"
+        )
     if document.get("version") != VERSION:
         raise InputError(f"{file}: version {document.get('version')!r} is not one this gatepack reads ({VERSION})")
     if not isinstance(document.get("layers"), list) or not document["layers"]:
@@ -182,14 +236,19 @@ class _Layer:
             self.name = typed_field(entry, "name", (str,))
             self.at = where(bundle / MANIFEST, self.name)
             self.cell = Cell(typed_field(entry, "cell", (str,)))
-            self.input_size, self.hidden_size = typed_field(entry, "input_size", (int,)), typed_field(entry, "hidden_size", (int,))
+            self.input_size, self.hidden_size = (
+                typed_field(entry, "input_size", (int,)),
+                typed_field(entry, "hidden_size", (int,)),
+            )
             if self.input_size < 1 or self.hidden_size < 1:
                 raise ValueError(f"input_size {self.input_size} and hidden_size {self.hidden_size} must be positive")
             self.has_bias = typed_field(entry, "has_bias", (bool,), True)
             interface = typed_field(entry, "interface", (dict,))
             unknown = set(interface) - _INTERFACE_KEYS
             if unknown:
-                raise ValueError(f"interface keys {sorted(unknown)} are not ones a bundle has (BNNS has no sequence lengths)")
+                raise ValueError(
+                    f"interface keys {sorted(unknown)} are not ones a bundle has (BNNS has no sequence lengths)"
+                )
             if interface.get("dtype", "float32") != "float32":
                 raise ValueError(f"interface dtype {interface['dtype']!r} is not float32")
             self.interface = Interface(**interface)
@@ -201,13 +260,19 @@ class _Layer:
         if combine != "stack_directions":
             raise InputError(f"{self.at}combine {combine!r} is not 'stack_directions'")
         if not isinstance(calls, list) or len(calls) not in (1, 2):
-            raise InputError(f"{self.at}{len(calls) if isinstance(calls, list) else calls!r} calls; a layer has one call per direction (1 or 2)")
+            raise InputError(
+                f"{self.at}{len(calls) if isinstance(calls, list) else calls!r} calls; a layer has one call per "
+                "direction (1 or 2)"
+            )
         directions = [c.get("direction") if isinstance(c, dict) else None for c in calls]
         if directions not in (["forward"], ["reverse"], ["forward", "reverse"]):
             raise InputError(f"{self.at}call directions {directions} are not forward, reverse, or forward then reverse")
         expected_order = ["processing" if d == "reverse" else "input" for d in directions]
         if order is not None and order != expected_order:
-            raise InputError(f"{self.at}output_time_order {order} contradicts the calls (BNNS returns a reverse call's output in processing order: {expected_order})")
+            raise InputError(
+                f"{self.at}output_time_order {order} contradicts the calls (BNNS returns a reverse call's output "
+                f"in processing order: {expected_order})"
+            )
         self.direction = Direction.BIDIRECTIONAL if len(calls) == 2 else Direction(directions[0])
         self.calls = [self._call(k, c) for k, c in enumerate(calls)]
         flags = {c["reset_after"] for c in self.calls}
@@ -229,22 +294,40 @@ class _Layer:
         for label, shape in shapes.items():
             out[label] = self._tensor(at, label, call.get(label), shape, optional=label == "inputBias")
         state = call.get("initialHiddenStates")
-        if state is not None and (not isinstance(state, dict) or state.get("input") != self.interface.initial_h or state.get("index") != k):
-            raise InputError(f"{at}initialHiddenStates {state!r} is not direction {k} of the interface's initial_h {self.interface.initial_h!r}")
+        if state is not None and (
+            not isinstance(state, dict) or state.get("input") != self.interface.initial_h or state.get("index") != k
+        ):
+            raise InputError(
+                f"{at}initialHiddenStates {state!r} is not direction {k} of the interface's initial_h "
+                f"{self.interface.initial_h!r}"
+            )
         if state is None and self.interface.initial_h:
-            raise InputError(f"{at}initialHiddenStates is null but the interface has initial_h {self.interface.initial_h!r}")
-        names = [call.get("recurrentActivation"), call.get("activation")] if self.cell is Cell.GRU else [call.get("activation")]
+            raise InputError(
+                f"{at}initialHiddenStates is null but the interface has initial_h {self.interface.initial_h!r}"
+            )
+        names = (
+            [call.get("recurrentActivation"), call.get("activation")]
+            if self.cell is Cell.GRU
+            else [call.get("activation")]
+        )
         for name in names:
             if not isinstance(name, str) or name not in SWIFT_ACTIVATIONS:
-                raise InputError(f"{at}activation {name!r} is not a BNNSGraph.Builder.Activation case ({', '.join(SWIFT_ACTIVATIONS)})")
+                raise InputError(
+                    f"{at}activation {name!r} is not a BNNSGraph.Builder.Activation case "
+                    f"({', '.join(SWIFT_ACTIVATIONS)})"
+                )
         out["activations"] = tuple(activation_of(SWIFT_ACTIVATIONS[n], at) for n in names)
         reset_after = call.get("applyResetGateAfterMatMul", False) if self.cell is Cell.GRU else False
         if not isinstance(reset_after, bool):
             raise InputError(f"{at}applyResetGateAfterMatMul {reset_after!r} is not true or false")
         if not reset_after and out.get("inputBias") is not None and np.any(out["inputBias"]):
-            raise InputError(f"{at}inputBias is set but applyResetGateAfterMatMul is false (the input biases belong in bias, summed)")
+            raise InputError(
+                f"{at}inputBias is set but applyResetGateAfterMatMul is false (the input biases belong in bias, summed)"
+            )
         if call.get("outputSequence") is not True:
-            raise InputError(f"{at}outputSequence {call.get('outputSequence')!r}: gatepack's layers need the whole sequence (true)")
+            raise InputError(
+                f"{at}outputSequence {call.get('outputSequence')!r}: gatepack's layers need the whole sequence (true)"
+            )
         out["reset_after"], out["reverse"] = reset_after, call["direction"] == "reverse"
         return out
 
@@ -257,19 +340,53 @@ class _Layer:
         if array.dtype != np.float32:
             raise InputError(f"{at}{label}: {rel} holds {array.dtype}, not float32")
         if array.shape != shape:
-            raise InputError(f"{at}{label}: {rel} has shape {list(array.shape)}, but bnns.json's input_size {self.input_size} and hidden_size {self.hidden_size} make it {list(shape)}")
+            raise InputError(
+                f"{at}{label}: {rel} has shape {list(array.shape)}, but bnns.json's input_size {self.input_size} "
+                f"and hidden_size {self.hidden_size} make it {list(shape)}"
+            )
         return array
 
     def to_layer(self) -> tuple[RecurrentLayer, list[Finding]]:
         directions = []
         for c in self.calls:
-            w = onnx_weights(self.cell, c["inputHiddenWeight"], c["hiddenHiddenWeight"], c["bias"], c.get("inputBias"), c["reset_after"])
-            directions.append(DirectionParams(np.array(w["W"]), np.array(w["R"]), np.array(w["Wb"]), np.array(w["Rb"]), c["activations"]))
+            w = onnx_weights(
+                self.cell,
+                c["inputHiddenWeight"],
+                c["hiddenHiddenWeight"],
+                c["bias"],
+                c.get("inputBias"),
+                c["reset_after"],
+            )
+            directions.append(
+                DirectionParams(
+                    np.array(w["W"]), np.array(w["R"]), np.array(w["Wb"]), np.array(w["Rb"]), c["activations"]
+                )
+            )
         try:
-            layer = RecurrentLayer(self.name, self.cell, self.input_size, self.hidden_size, self.direction, tuple(directions), self.interface, self.reset_after, None, self.has_bias, extras={FORMAT: (self.bundle, self.name)})
+            layer = RecurrentLayer(
+                self.name,
+                self.cell,
+                self.input_size,
+                self.hidden_size,
+                self.direction,
+                tuple(directions),
+                self.interface,
+                self.reset_after,
+                None,
+                self.has_bias,
+                extras={FORMAT: (self.bundle, self.name)},
+            )
         except SpecError as err:
             raise InputError(f"{self.bundle / MANIFEST}: {err}") from None
-        found = [] if self.reset_after else [Finding("bias", Status.FOLDED, "BNNS stores Wb + Rb summed (reset-before); read back as Wb = sum, Rb = 0")]
+        found = (
+            []
+            if self.reset_after
+            else [
+                Finding(
+                    "bias", Status.FOLDED, "BNNS stores Wb + Rb summed (reset-before); read back as Wb = sum, Rb = 0"
+                )
+            ]
+        )
         return layer, found
 
 
@@ -305,7 +422,9 @@ def _execute(entry: _Layer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray
         raise InputError(f"{entry.at}missing input {itf.x!r}")
     x = np.asarray(feed[itf.x], np.float32)
     if x.ndim != 3 or x.shape[2] != entry.input_size:
-        raise InputError(f"{entry.at}input {itf.x!r} has shape {list(x.shape)}; expected rank 3 with {entry.input_size} features")
+        raise InputError(
+            f"{entry.at}input {itf.x!r} has shape {list(x.shape)}; expected rank 3 with {entry.input_size} features"
+        )
     x = x.transpose(1, 0, 2) if itf.layout else x  # the calls take X [S,N,I]
     batch = x.shape[1]
     h0 = None
@@ -317,7 +436,18 @@ def _execute(entry: _Layer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray
     ys, y_hs = [], []
     for k, call in enumerate(entry.calls):
         start = h0[k] if h0 is not None else np.zeros((batch, entry.hidden_size), np.float32)
-        output, hidden = recurrence(entry.cell, x, start, call["inputHiddenWeight"], call["hiddenHiddenWeight"], call["bias"], call.get("inputBias"), reverse=call["reverse"], activations=call["activations"], reset_after=call["reset_after"])
+        output, hidden = recurrence(
+            entry.cell,
+            x,
+            start,
+            call["inputHiddenWeight"],
+            call["hiddenHiddenWeight"],
+            call["bias"],
+            call.get("inputBias"),
+            reverse=call["reverse"],
+            activations=call["activations"],
+            reset_after=call["reset_after"],
+        )
         ys.append(output[::-1] if call["reverse"] else output)  # processing order -> input time
         y_hs.append(hidden)
     y, y_h = np.stack(ys, axis=1), np.stack(y_hs, axis=0)
@@ -335,7 +465,10 @@ def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.n
 
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    raise RuntimeFailure(f"{path}: BNNSGraph runs only on Apple platforms (iOS / macOS 26); use --engine numpy (gatepack's executor of BNNS semantics)")
+    raise RuntimeFailure(
+        f"{path}: BNNSGraph runs only on Apple platforms (iOS / macOS 26); use --engine numpy (gatepack's executor "
+        "of BNNS semantics)"
+    )
 
 
 def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -360,35 +493,119 @@ def check(layer: RecurrentLayer, **_options) -> list[Finding]:
     found: list[Finding] = []
     refused = blockers(layer)
     detail = f"{op}, rows permuted z,r,h -> r,n,z" if layer.cell is Cell.GRU else op
-    found.append(Finding("cell", Status.EXACT, detail + "; the generated Swift cannot be compiled or run here (BNNSGraph.Builder needs iOS / macOS 26)", warning=runtime_doubts(layer)))
+    found.append(
+        Finding(
+            "cell",
+            Status.EXACT,
+            detail + "; the generated Swift cannot be compiled or run here (BNNSGraph.Builder needs iOS / macOS 26)",
+            warning=runtime_doubts(layer),
+        )
+    )
     if layer.direction is Direction.BIDIRECTIONAL:
-        found.append(Finding("direction", Status.REPACKED, "bidirectional: a forward and a reverse call; the reverse output (processing order) is re-aligned to input time and both stacked into Y [S,D,N,H]"))
+        found.append(
+            Finding(
+                "direction",
+                Status.REPACKED,
+                "bidirectional: a forward and a reverse call; the reverse output (processing order) is re-aligned "
+                "to input time and both stacked into Y [S,D,N,H]",
+            )
+        )
     elif layer.direction is Direction.REVERSE:
-        found.append(Finding("direction", Status.REPACKED, "reverse: the call's output sequence (processing order) is re-aligned to input time"))
+        found.append(
+            Finding(
+                "direction",
+                Status.REPACKED,
+                "reverse: the call's output sequence (processing order) is re-aligned to input time",
+            )
+        )
     else:
         found.append(Finding("direction", Status.EXACT, "forward"))
-    found.append(Finding("weights", Status.REPACKED, "inputHiddenWeight / hiddenHiddenWeight rows permuted z,r,h -> r,n,z" if layer.cell is Cell.GRU else "inputHiddenWeight / hiddenHiddenWeight as ONNX's W / R"))
+    found.append(
+        Finding(
+            "weights",
+            Status.REPACKED,
+            "inputHiddenWeight / hiddenHiddenWeight rows permuted z,r,h -> r,n,z"
+            if layer.cell is Cell.GRU
+            else "inputHiddenWeight / hiddenHiddenWeight as ONNX's W / R",
+        )
+    )
     if layer.cell is Cell.GRU and layer.linear_before_reset:
-        found.append(Finding("bias", Status.REPACKED, "applyResetGateAfterMatMul: bias = Rb, inputBias = Wb (permuted)"))
+        found.append(
+            Finding("bias", Status.REPACKED, "applyResetGateAfterMatMul: bias = Rb, inputBias = Wb (permuted)")
+        )
     else:
         summed = any(p.Rb.any() for p in layer.directions)
-        found.append(Finding("bias", Status.FOLDED if summed else Status.EXACT, "bias = Wb + Rb" + ("; reads back as [Wb + Rb, 0]" if summed else " (Rb is zero: nothing is lost)")))
+        found.append(
+            Finding(
+                "bias",
+                Status.FOLDED if summed else Status.EXACT,
+                "bias = Wb + Rb" + ("; reads back as [Wb + Rb, 0]" if summed else " (Rb is zero: nothing is lost)"),
+            )
+        )
     if layer.cell is Cell.GRU:
-        found.append(Finding("linear_before_reset", Status.EXACT, f"{int(layer.linear_before_reset)}: applyResetGateAfterMatMul {str(bool(layer.linear_before_reset)).lower()}" + ("" if layer.linear_before_reset else " (reset before the matmul, whatever Apple's page prints)")))
-    found += [Finding(feature, Status.UNSUPPORTED, reason, alternative=ALTERNATIVE + (", or pad and drop sequence_lens" if feature == "sequence_lens" else "")) for feature, reason in refused.items()]
+        found.append(
+            Finding(
+                "linear_before_reset",
+                Status.EXACT,
+                f"{int(layer.linear_before_reset)}: applyResetGateAfterMatMul "
+                f"{str(bool(layer.linear_before_reset)).lower()}"
+                + ("" if layer.linear_before_reset else " (reset before the matmul, whatever Apple's page prints)"),
+            )
+        )
+    found += [
+        Finding(
+            feature,
+            Status.UNSUPPORTED,
+            reason,
+            alternative=ALTERNATIVE + (", or pad and drop sequence_lens" if feature == "sequence_lens" else ""),
+        )
+        for feature, reason in refused.items()
+    ]
     if "activations" not in refused:
-        warning = "Apple's page calls relu 'Clamped ReLU' without saying where it clamps; gatepack assumes MIL's plain relu" if any(a.name == "Relu" for p in layer.directions for a in p.activations) else None
+        warning = (
+            "Apple's page calls relu 'Clamped ReLU' without saying where it clamps; gatepack assumes MIL's plain relu"
+            if any(a.name == "Relu" for p in layer.directions for a in p.activations)
+            else None
+        )
         found.append(Finding("activations", Status.EXACT, layer.activation_summary(), warning=warning))
     if itf.initial_h:
         found.append(Finding("initial_h", Status.EXACT, "initial_h input kept (initialHiddenStates per direction)"))
     else:
-        found.append(Finding("initial_h", Status.EXACT, "zeros (initialHiddenStates is required: the Swift builds a zero state)"))
-    found.append(Finding("layout", Status.REPACKED if itf.layout else Status.EXACT, f"layout {itf.layout}" + (" interface kept; transposes around the calls" if itf.layout else " (sequence-major, as BNNS)")))
+        found.append(
+            Finding("initial_h", Status.EXACT, "zeros (initialHiddenStates is required: the Swift builds a zero state)")
+        )
+    found.append(
+        Finding(
+            "layout",
+            Status.REPACKED if itf.layout else Status.EXACT,
+            f"layout {itf.layout}"
+            + (" interface kept; transposes around the calls" if itf.layout else " (sequence-major, as BNNS)"),
+        )
+    )
     if layer.dtype == np.float64:
-        found.append(Finding("dtype", Status.LOSSY, "float64 weights and inputs become float32 (BNNS has no double precision)", alternative="pass --allow-lossy to accept float32"))
+        found.append(
+            Finding(
+                "dtype",
+                Status.LOSSY,
+                "float64 weights and inputs become float32 (BNNS has no double precision)",
+                alternative="pass --allow-lossy to accept float32",
+            )
+        )
     elif layer.dtype == np.float16:
-        found.append(Finding("dtype", Status.REPACKED, "float16 weights stored as float32 (exact) and computed in float32; the interface takes float32"))
+        found.append(
+            Finding(
+                "dtype",
+                Status.REPACKED,
+                "float16 weights stored as float32 (exact) and computed in float32; the interface takes float32",
+            )
+        )
     else:
         found.append(Finding("dtype", Status.EXACT, "float32"))
-    found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (unknown dimensions become flexible, -1)"))
+    found.append(
+        Finding(
+            "shapes",
+            Status.EXACT,
+            f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (unknown dimensions become flexible, -1)",
+        )
+    )
     return found

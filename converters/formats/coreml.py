@@ -44,13 +44,21 @@ from pathlib import Path
 
 import numpy as np
 
-from gatepack.converters.apple import NATIVE_ACTIVATIONS, activation_of, apple_weights, feature_blockers, onnx_weights, recurrence, runtime_doubts
+from gatepack.converters.apple import (
+    NATIVE_ACTIVATIONS,
+    activation_of,
+    apple_weights,
+    feature_blockers,
+    onnx_weights,
+    recurrence,
+    runtime_doubts,
+)
 from gatepack.converters.description import build_layer, describe, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
 from gatepack.converters.fileio import contained_file, parse_json, read_bytes, read_json
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.strategy import cell_finding, choose
 from gatepack.converters.model import Model
+from gatepack.converters.strategy import cell_finding, choose
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
 
@@ -58,7 +66,6 @@ FORMAT = "coreml"
 METADATA_KEY = "gatepack"
 TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
 DEFAULT_TARGET = "iOS18"
-
 
 
 def _ct():
@@ -111,11 +118,23 @@ def safe_name(name: str) -> str:
     return text if re.match(r"[A-Za-z_]", text) else "_" + text
 
 
-FP16_PASSES = ["common::add_fp16_cast", "common::const_elimination", "common::cast_optimization", "common::dead_code_elimination"]
+FP16_PASSES = [
+    "common::add_fp16_cast",
+    "common::const_elimination",
+    "common::cast_optimization",
+    "common::dead_code_elimination",
+]
 FP16_TARGET = "iOS17"  # the gru/rnn ops take fp16 from iOS17 (docs/conventions.md §5)
 
 
-def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET, compress_to_fp16: bool = False) -> None:
+def write(
+    model: Model,
+    path: str | Path,
+    *,
+    strategy: str = "auto",
+    minimum_deployment_target: str = DEFAULT_TARGET,
+    compress_to_fp16: bool = False,
+) -> None:
     """Write ``model``'s layers as one ML Program package at ``path`` (NAME.mlpackage): fp32, or
     with ``compress_to_fp16`` fp16 weights and fp16 arithmetic behind an fp32 interface (coremltools'
     own fp16 cast pass, then only constant folding and cast/dead-code clean-up)."""
@@ -123,7 +142,10 @@ def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_dep
     path = Path(path)
     _target_rank(minimum_deployment_target)
     if compress_to_fp16 and _target_rank(minimum_deployment_target) < TARGETS.index(FP16_TARGET):
-        raise UsageError(f"fp16 packages need --minimum-deployment-target {FP16_TARGET} or later (the target is {minimum_deployment_target})")
+        raise UsageError(
+            f"fp16 packages need --minimum-deployment-target {FP16_TARGET} or later (the target is "
+            f"{minimum_deployment_target})"
+        )
     with _quiet():  # coremltools prints notes while building constants
         program, described = build(model, strategy=strategy, target=minimum_deployment_target)
     described["precision"] = "fp16" if compress_to_fp16 else "fp32"
@@ -139,7 +161,9 @@ def write(model: Model, path: str | Path, *, strategy: str = "auto", minimum_dep
                 pass_pipeline=ct.PassPipeline(pass_names=FP16_PASSES) if compress_to_fp16 else ct.PassPipeline.EMPTY,
             )
     except Exception as err:  # coremltools raises ValueError/AssertionError with long messages
-        raise RuntimeFailure(f"{path}: coremltools cannot convert the program: {' '.join(str(err).split())[:240]}") from None
+        raise RuntimeFailure(
+            f"{path}: coremltools cannot convert the program: {' '.join(str(err).split())[:240]}"
+        ) from None
     mlmodel.user_defined_metadata[METADATA_KEY] = json.dumps(described)
     mlmodel.short_description = "GRU/RNN layers written by gatepack"
     staging = Path(tempfile.mkdtemp(prefix=".coreml.", dir=path.parent))
@@ -200,7 +224,9 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
             described.append({"name": layer.name, "strategy": chosen, "target": target, **description})
         function.set_outputs(outputs)
     if len(set(names.values())) != len(names):
-        raise UsageError(f"{model.path}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})")
+        raise UsageError(
+            f"{model.path}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})"
+        )
     program = Program()
     program.add_function("main", function)
     return program, {"layers": described, "names": names}
@@ -221,8 +247,16 @@ def _zeros_state(mb, layer: RecurrentLayer, x_sm):
 
 def _stack_directions(mb, layer: RecurrentLayer, ys: list, y_hs: list):
     """Per-direction Y [S,N,H] and Y_h [N,H] -> the interface's Y and Y_h."""
-    y = mb.concat(values=[mb.expand_dims(x=v, axes=[1]) for v in ys], axis=1) if len(ys) > 1 else mb.expand_dims(x=ys[0], axes=[1])
-    y_h = mb.concat(values=[mb.expand_dims(x=v, axes=[0]) for v in y_hs], axis=0) if len(y_hs) > 1 else mb.expand_dims(x=y_hs[0], axes=[0])
+    y = (
+        mb.concat(values=[mb.expand_dims(x=v, axes=[1]) for v in ys], axis=1)
+        if len(ys) > 1
+        else mb.expand_dims(x=ys[0], axes=[1])
+    )
+    y_h = (
+        mb.concat(values=[mb.expand_dims(x=v, axes=[0]) for v in y_hs], axis=0)
+        if len(y_hs) > 1
+        else mb.expand_dims(x=y_hs[0], axes=[0])
+    )
     if layer.interface.layout:
         y, y_h = mb.transpose(x=y, perm=[2, 0, 1, 3]), mb.transpose(x=y_h, perm=[1, 0, 2])
     return y, y_h
@@ -238,7 +272,14 @@ def _emit_native(mb, layer: RecurrentLayer, x, lens, h0, target: str):
         start = mb.gather(x=h0_dm, indices=k, axis=0) if h0 is not None else zeros
         args = {key: mb.const(val=value, name=f"{prefix}_{key}_{k}") for key, value in apple_weights(layer, k).items()}
         acts = [NATIVE_ACTIVATIONS[a.name] for a in params.activations]
-        common = dict(x=x_sm, initial_h=start, direction="reverse" if reverse else "forward", output_sequence=True, name=f"{prefix}_{layer.cell.value}_{k}", **args)
+        common = dict(
+            x=x_sm,
+            initial_h=start,
+            direction="reverse" if reverse else "forward",
+            output_sequence=True,
+            name=f"{prefix}_{layer.cell.value}_{k}",
+            **args,
+        )
         if layer.cell is Cell.GRU:
             if _target_rank(target) >= TARGETS.index("iOS18"):
                 common["reset_after"] = layer.linear_before_reset
@@ -272,11 +313,15 @@ def _activation(mb, v, act: Activation):
     if name == "HardSigmoid":
         return mb.clip(x=mb.add(x=mb.mul(x=v, y=a), y=b), alpha=zero, beta=one)
     if name == "Elu":
-        return mb.select(cond=mb.greater_equal(x=v, y=zero), a=v, b=mb.mul(x=mb.sub(x=mb.exp(x=mb.minimum(x=v, y=zero)), y=one), y=a))
+        return mb.select(
+            cond=mb.greater_equal(x=v, y=zero), a=v, b=mb.mul(x=mb.sub(x=mb.exp(x=mb.minimum(x=v, y=zero)), y=one), y=a)
+        )
     if name == "Softsign":
         return mb.real_div(x=v, y=mb.add(x=mb.abs(x=v), y=one))
     if name == "Softplus":  # max(x, 0) + log(1 + exp(-|x|)): never overflows
-        return mb.add(x=mb.maximum(x=v, y=zero), y=mb.log(x=mb.add(x=mb.exp(x=mb.mul(x=mb.abs(x=v), y=np.float32(-1.0))), y=one)))
+        return mb.add(
+            x=mb.maximum(x=v, y=zero), y=mb.log(x=mb.add(x=mb.exp(x=mb.mul(x=mb.abs(x=v), y=np.float32(-1.0))), y=one))
+        )
     raise UsageError(f"activation {name} has no MIL decomposition")  # pragma: no cover - all eleven are covered
 
 
@@ -290,14 +335,28 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, h0, target: str):
     if lens is not None:
         steps = mb.range_1d(start=np.int32(0), end=mb.squeeze(x=seq, axes=[0]), step=np.int32(1))
         inside = mb.less(x=mb.expand_dims(x=steps, axes=[1]), y=mb.expand_dims(x=lens, axes=[0]))
-        valid = mb.expand_dims(x=mb.cast(x=inside, dtype="fp32"), axes=[2])  # [S,N,1], 1 where step t is inside the sequence (gather takes no bool)
+        valid = mb.expand_dims(
+            x=mb.cast(x=inside, dtype="fp32"), axes=[2]
+        )  # [S,N,1], 1 where step t is inside the sequence (gather takes no bool)
     # min(max(v, -c), c): MIL's clip op refuses alpha == beta, and RNN allows clip = 0
-    clip = (lambda v: mb.minimum(x=mb.maximum(x=v, y=np.float32(-layer.clip)), y=np.float32(layer.clip))) if layer.clip is not None else (lambda v: v)
+    clip = (
+        (lambda v: mb.minimum(x=mb.maximum(x=v, y=np.float32(-layer.clip)), y=np.float32(layer.clip)))
+        if layer.clip is not None
+        else (lambda v: v)
+    )
     prefix = safe_name(layer.name)
     ys, y_hs = [], []
     for k, p in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
-        x_d = (mb.reverse_sequence(x=x_sm, lengths=lens, seq_axis=0, batch_axis=1) if lens is not None else mb.reverse(x=x_sm, axes=[0])) if reverse else x_sm
+        x_d = (
+            (
+                mb.reverse_sequence(x=x_sm, lengths=lens, seq_axis=0, batch_axis=1)
+                if lens is not None
+                else mb.reverse(x=x_sm, axes=[0])
+            )
+            if reverse
+            else x_sm
+        )
         w_t = mb.const(val=np.ascontiguousarray(p.W.T, np.float32), name=f"{prefix}_W{k}")
         wb = mb.const(val=np.asarray(p.Wb, np.float32), name=f"{prefix}_Wb{k}")
         r_t = mb.const(val=np.ascontiguousarray(p.R.T, np.float32), name=f"{prefix}_R{k}")
@@ -337,11 +396,22 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, h0, target: str):
             out = mb.scatter(data=out, indices=i, updates=mb.expand_dims(x=y_t, axes=[0]), axis=0, mode="update")
             return mb.add(x=i, y=np.int32(1)), new, out
 
-        _, last, y_d = mb.while_loop(_cond=cond, _body=body, loop_vars=(np.array([0], np.int32), start, mb.fill(shape=ys_shape, value=0.0)), name=f"{prefix}_loop{k}")
+        _, last, y_d = mb.while_loop(
+            _cond=cond,
+            _body=body,
+            loop_vars=(np.array([0], np.int32), start, mb.fill(shape=ys_shape, value=0.0)),
+            name=f"{prefix}_loop{k}",
+        )
         if reverse:
-            y_d = mb.reverse_sequence(x=y_d, lengths=lens, seq_axis=0, batch_axis=1) if lens is not None else mb.reverse(x=y_d, axes=[0])
+            y_d = (
+                mb.reverse_sequence(x=y_d, lengths=lens, seq_axis=0, batch_axis=1)
+                if lens is not None
+                else mb.reverse(x=y_d, axes=[0])
+            )
         if lens is not None:  # Y_h = 0 for an empty sequence (onnxruntime)
-            last = mb.select(cond=mb.expand_dims(x=mb.equal(x=lens, y=np.int32(0)), axes=[1]), a=np.float32(0.0), b=last)
+            last = mb.select(
+                cond=mb.expand_dims(x=mb.equal(x=lens, y=np.int32(0)), axes=[1]), a=np.float32(0.0), b=last
+            )
         ys.append(y_d)
         y_hs.append(last)
     return _stack_directions(mb, layer, ys, y_hs)
@@ -402,7 +472,11 @@ def _blob_files(message, found: set[str]) -> set[str]:
         if descriptor.message_type.name == "BlobFileValue":
             found.add(value.fileName)
             continue
-        repeated = descriptor.is_repeated if hasattr(descriptor, "is_repeated") else descriptor.label == descriptor.LABEL_REPEATED
+        repeated = (
+            descriptor.is_repeated
+            if hasattr(descriptor, "is_repeated")
+            else descriptor.label == descriptor.LABEL_REPEATED
+        )
         values = value if repeated else [value]
         if descriptor.message_type.GetOptions().map_entry:
             values = value.values()
@@ -415,7 +489,9 @@ def _blob_files(message, found: set[str]) -> set[str]:
 
 def _package_key(files: _PackageFiles) -> tuple:
     """The package's identity on disk: its files' paths, sizes and modification times."""
-    listed = [files.manifest, files.model] + (sorted(f for f in files.weights_dir.iterdir()) if files.weights_dir else [])
+    listed = [files.manifest, files.model] + (
+        sorted(f for f in files.weights_dir.iterdir()) if files.weights_dir else []
+    )
     return tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in listed)
 
 
@@ -446,17 +522,23 @@ def _read_program(path: Path, files: _PackageFiles):
     try:
         spec.ParseFromString(read_bytes(files.model))
     except Exception as err:  # protobuf's DecodeError and friends
-        raise InputError(f"{files.model}: not a readable Core ML model specification ({' '.join(str(err).split())[:160]})") from None
+        raise InputError(
+            f"{files.model}: not a readable Core ML model specification ({' '.join(str(err).split())[:160]})"
+        ) from None
     if spec.WhichOneof("Type") != "mlProgram":
         raise InputError(f"{path}: a Core ML {spec.WhichOneof('Type')} model, not an ML Program")
     blobs = _blob_files(spec.mlProgram, set())
     if blobs and files.weights_dir is None:
-        raise InputError(f"{files.manifest}: the program reads weight files {sorted(blobs)} but the manifest has no weights item")
+        raise InputError(
+            f"{files.manifest}: the program reads weight files {sorted(blobs)} but the manifest has no weights item"
+        )
     for name in blobs:  # the loader opens weights_dir / base name: each must be a regular file inside the package
         contained_file(files.weights_dir, name.split("/")[-1], f"{files.model}: blob file {name!r}")
     try:
         with _quiet():
-            program = load(spec, specification_version=spec.specificationVersion, file_weights_dir=str(files.weights_dir or ""))
+            program = load(
+                spec, specification_version=spec.specificationVersion, file_weights_dir=str(files.weights_dir or "")
+            )
     except Exception as err:  # blob reader and MIL errors for damaged packages
         raise InputError(f"{path}: coremltools cannot read the program ({' '.join(str(err).split())[:200]})") from None
     if "main" not in program.functions:
@@ -479,7 +561,11 @@ def _ops(block) -> list:
 
 
 def _value(var):
-    return None if var is None or var.val is None else (var.val if isinstance(var.val, (str, bool)) else np.asarray(var.val))
+    return (
+        None
+        if var is None or var.val is None
+        else (var.val if isinstance(var.val, (str, bool)) else np.asarray(var.val))
+    )
 
 
 def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Finding]]:
@@ -491,7 +577,10 @@ def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Find
     h = r.shape[1]
     gh = cell.gates * h
     if w.shape[0] != gh or r.shape != (gh, h):
-        raise InputError(f"{at}{op.op_type} op {op.name!r}: weight_ih {list(w.shape)} / weight_hh {list(r.shape)} do not fit hidden size {h} ({gh} rows expected)")
+        raise InputError(
+            f"{at}{op.op_type} op {op.name!r}: weight_ih {list(w.shape)} / weight_hh {list(r.shape)} do not fit "
+            f"hidden size {h} ({gh} rows expected)"
+        )
     bias, input_bias = _value(op.inputs.get("bias")), _value(op.inputs.get("input_bias"))
     for label, b in (("bias", bias), ("input_bias", input_bias)):
         if b is not None and b.shape != (gh,):
@@ -500,13 +589,25 @@ def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Find
     found = []
     if not reset_after:
         if input_bias is not None and input_bias.any():
-            raise InputError(f"{at}gru op {op.name!r}: input_bias is set but reset_after is false (Core ML ignores it there)")
-        found.append(Finding("bias", Status.FOLDED, "Core ML stores Wb + Rb summed (reset-before); read back as Wb = sum, Rb = 0"))
-    acts = [_value(op.inputs.get("recurrent_activation")) or "sigmoid", _value(op.inputs.get("activation")) or "tanh"] if cell is Cell.GRU else [_value(op.inputs.get("activation")) or "tanh"]
+            raise InputError(
+                f"{at}gru op {op.name!r}: input_bias is set but reset_after is false (Core ML ignores it there)"
+            )
+        found.append(
+            Finding(
+                "bias", Status.FOLDED, "Core ML stores Wb + Rb summed (reset-before); read back as Wb = sum, Rb = 0"
+            )
+        )
+    acts = (
+        [_value(op.inputs.get("recurrent_activation")) or "sigmoid", _value(op.inputs.get("activation")) or "tanh"]
+        if cell is Cell.GRU
+        else [_value(op.inputs.get("activation")) or "tanh"]
+    )
     return {
         **onnx_weights(cell, w, r, bias, input_bias, reset_after),
-        "lbr": reset_after, "activations": tuple(activation_of(a, at) for a in acts),
-        "reverse": (_value(op.inputs.get("direction")) or "forward") == "reverse", "has_bias": bias is not None or input_bias is not None,
+        "lbr": reset_after,
+        "activations": tuple(activation_of(a, at) for a in acts),
+        "reverse": (_value(op.inputs.get("direction")) or "forward") == "reverse",
+        "has_bias": bias is not None or input_bias is not None,
     }, found
 
 
@@ -519,7 +620,9 @@ def read(path: str | Path, **_options) -> Model:
     if meta is not None:
         layers, notes = [], {}
         for entry in meta.get("layers", []):
-            layer, found = _read_described(path, entry, {op.name: op for op in ops}, {v.name: v for op in ops for v in op.outputs})
+            layer, found = _read_described(
+                path, entry, {op.name: op for op in ops}, {v.name: v for op in ops for v in op.outputs}
+            )
             layers.append(layer)
             notes[layer.name] = found
         if not layers:
@@ -527,8 +630,16 @@ def read(path: str | Path, **_options) -> Model:
         precision = meta.get("precision", "fp32")
         if precision == "fp16":
             for found in notes.values():
-                found.append(Finding("dtype", Status.LOSSY, "an fp16 package: weights stored and arithmetic done in fp16 (read back widened to float32)"))
-        return Model(path, FORMAT, layers, notes, meta={"gatepack": True, "names": meta.get("names", {}), "precision": precision})
+                found.append(
+                    Finding(
+                        "dtype",
+                        Status.LOSSY,
+                        "an fp16 package: weights stored and arithmetic done in fp16 (read back widened to float32)",
+                    )
+                )
+        return Model(
+            path, FORMAT, layers, notes, meta={"gatepack": True, "names": meta.get("names", {}), "precision": precision}
+        )
     layers, notes = [], {}
     for op in ops:
         if op.op_type in ("gru", "rnn"):
@@ -536,20 +647,55 @@ def read(path: str | Path, **_options) -> Model:
             got, found = _op_weights(op, cell, path, op.name)
             if got["W"].dtype == np.float16:
                 found.append(Finding("dtype", Status.LOSSY, "fp16 weights (read back widened to float32)"))
-            params = DirectionParams(*(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")), activations=got["activations"][: cell.activation_count])
+            params = DirectionParams(
+                *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")),
+                activations=got["activations"][: cell.activation_count],
+            )
             x_shape = op.inputs["x"].shape
-            itf = Interface(x=op.inputs["x"].name, y=op.outputs[0].name, y_h=op.outputs[1].name, initial_h=op.inputs["initial_h"].name, layout=0,
-                            seq_length=x_shape[0] if isinstance(x_shape[0], int) else None, batch_size=x_shape[1] if isinstance(x_shape[1], int) else None, dtype="float32")
+            itf = Interface(
+                x=op.inputs["x"].name,
+                y=op.outputs[0].name,
+                y_h=op.outputs[1].name,
+                initial_h=op.inputs["initial_h"].name,
+                layout=0,
+                seq_length=x_shape[0] if isinstance(x_shape[0], int) else None,
+                batch_size=x_shape[1] if isinstance(x_shape[1], int) else None,
+                dtype="float32",
+            )
             direction = Direction.REVERSE if got["reverse"] else Direction.FORWARD
-            found.append(Finding("direction", Status.REPACKED, f"{direction.value}: Core ML returns a reverse op's sequence in processing order; read as ONNX's time-aligned Y") if got["reverse"] else Finding("direction", Status.EXACT, "forward"))
+            found.append(
+                Finding(
+                    "direction",
+                    Status.REPACKED,
+                    f"{direction.value}: Core ML returns a reverse op's sequence in processing order; read as "
+                    "ONNX's time-aligned Y",
+                )
+                if got["reverse"]
+                else Finding("direction", Status.EXACT, "forward")
+            )
             try:
-                layer = RecurrentLayer(op.name, cell, int(params.W.shape[1]), int(params.R.shape[1]), direction, (params,), itf, got["lbr"], None, got["has_bias"], extras={FORMAT: (path, op.name, "node")})
+                layer = RecurrentLayer(
+                    op.name,
+                    cell,
+                    int(params.W.shape[1]),
+                    int(params.R.shape[1]),
+                    direction,
+                    (params,),
+                    itf,
+                    got["lbr"],
+                    None,
+                    got["has_bias"],
+                    extras={FORMAT: (path, op.name, "node")},
+                )
             except SpecError as err:
                 raise InputError(f"{path}: {err}") from None
             layers.append(layer)
             notes[layer.name] = found
     if not layers:
-        raise NoRecurrentLayerError(f"{path}: no gru or rnn op in the program", hint="a package from coremltools' PyTorch frontend decomposes GRU into elementary ops")
+        raise NoRecurrentLayerError(
+            f"{path}: no gru or rnn op in the program",
+            hint="a package from coremltools' PyTorch frontend decomposes GRU into elementary ops",
+        )
     return Model(path, FORMAT, layers, notes)
 
 
@@ -561,7 +707,9 @@ def _named(found: dict, name: str):
     return None
 
 
-def _read_described(path: Path, entry: dict, ops_by_name: dict, vars_by_name: dict) -> tuple[RecurrentLayer, list[Finding]]:
+def _read_described(
+    path: Path, entry: dict, ops_by_name: dict, vars_by_name: dict
+) -> tuple[RecurrentLayer, list[Finding]]:
     """A layer gatepack wrote: semantics from the metadata, weights from the program's named constants."""
     info = parse(path, entry)
     prefix = safe_name(info.name)
@@ -571,17 +719,28 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict, vars_by_name: di
         if info.strategy == "native":
             op = _named(ops_by_name, f"{prefix}_{info.cell.value}_{k}")
             if op is None:
-                raise InputError(f"{path}: layer {info.name!r}: the metadata says native but the program has no op {prefix}_{info.cell.value}_{k}")
+                raise InputError(
+                    f"{path}: layer {info.name!r}: the metadata says native but the program has no op "
+                    f"{prefix}_{info.cell.value}_{k}"
+                )
             got, folded = _op_weights(op, info.cell, path, info.name)
             found += folded if k == 0 else []
             if [a.name for a in got["activations"]] != [a.name for a in acts] or got["lbr"] != info.linear_before_reset:
-                raise InputError(f"{path}: layer {info.name!r}: its metadata contradicts op {op.name!r} (activations or reset_after)")
-            directions.append(DirectionParams(*(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")), acts))
+                raise InputError(
+                    f"{path}: layer {info.name!r}: its metadata contradicts op {op.name!r} (activations or reset_after)"
+                )
+            directions.append(
+                DirectionParams(*(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")), acts)
+            )
         else:
+
             def const(label: str) -> np.ndarray:
                 var = _named(vars_by_name, f"{prefix}_{label}{k}")
                 if var is None or var.val is None:
-                    raise InputError(f"{path}: layer {info.name!r}: the program has no constant {prefix}_{label}{k} that its metadata describes")
+                    raise InputError(
+                        f"{path}: layer {info.name!r}: the program has no constant {prefix}_{label}{k} that its "
+                        "metadata describes"
+                    )
                 return np.asarray(var.val, np.float32)  # fp16 packages: the fp16 values, widened exactly
 
             directions.append(DirectionParams(const("W").T, const("R").T, const("Wb"), const("Rb"), acts))
@@ -631,11 +790,38 @@ def _recurrent(cell: Cell):
     """MIL's gru / rnn with Core ML's semantics (``converters.apple``): reset-before when reset_after
     is false, the output sequence in processing order."""
 
-    def run(x, initial_h, weight_ih, weight_hh, bias=None, input_bias=None, direction="forward", output_sequence=False, recurrent_activation="sigmoid", activation="tanh", reset_after=False, **_):
+    def run(
+        x,
+        initial_h,
+        weight_ih,
+        weight_hh,
+        bias=None,
+        input_bias=None,
+        direction="forward",
+        output_sequence=False,
+        recurrent_activation="sigmoid",
+        activation="tanh",
+        reset_after=False,
+        **_,
+    ):
         names = [recurrent_activation, activation] if cell is Cell.GRU else [activation]
         acts = tuple(activation_of(str(n), "MIL executor: ") for n in names)
-        seq, y_h = recurrence(cell, x, initial_h, weight_ih, weight_hh, bias, input_bias, reverse=str(direction) == "reverse", activations=acts, reset_after=bool(reset_after))
-        seq, y_h = seq.astype(x.dtype, copy=False), y_h.astype(x.dtype, copy=False)  # fp16 programs: fp16 results (computed in fp32)
+        seq, y_h = recurrence(
+            cell,
+            x,
+            initial_h,
+            weight_ih,
+            weight_hh,
+            bias,
+            input_bias,
+            reverse=str(direction) == "reverse",
+            activations=acts,
+            reset_after=bool(reset_after),
+        )
+        seq, y_h = (
+            seq.astype(x.dtype, copy=False),
+            y_h.astype(x.dtype, copy=False),
+        )  # fp16 programs: fp16 results (computed in fp32)
         return (seq if output_sequence else seq[-1:]), y_h
 
     return run
@@ -653,7 +839,9 @@ _MIL_OPS = {
     "squeeze": lambda x, axes, **_: np.squeeze(x, tuple(int(a) for a in axes)),
     "reverse": lambda x, axes, **_: np.flip(x, tuple(int(a) for a in axes)),
     "reverse_sequence": _reverse_sequence,
-    "matmul": lambda x, y, transpose_x=False, transpose_y=False, **_: np.matmul(np.swapaxes(x, -1, -2) if transpose_x else x, np.swapaxes(y, -1, -2) if transpose_y else y),
+    "matmul": lambda x, y, transpose_x=False, transpose_y=False, **_: np.matmul(
+        np.swapaxes(x, -1, -2) if transpose_x else x, np.swapaxes(y, -1, -2) if transpose_y else y
+    ),
     "add": lambda x, y, **_: np.add(x, y),
     "sub": lambda x, y, **_: np.subtract(x, y),
     "mul": lambda x, y, **_: np.multiply(x, y),
@@ -674,7 +862,9 @@ _MIL_OPS = {
     "clip": lambda x, alpha, beta, **_: np.minimum(np.maximum(x, alpha), beta).astype(x.dtype),
     "cast": lambda x, dtype, **_: np.asarray(x).astype(_DTYPES[str(dtype)]),
     "range_1d": lambda start, end, step, **_: np.arange(int(start), int(end), int(step), dtype=np.int32),
-    "split": lambda x, axis, num_splits=None, split_sizes=None, **_: tuple(np.split(x, np.cumsum(split_sizes)[:-1] if split_sizes is not None else int(num_splits), int(axis))),
+    "split": lambda x, axis, num_splits=None, split_sizes=None, **_: tuple(
+        np.split(x, np.cumsum(split_sizes)[:-1] if split_sizes is not None else int(num_splits), int(axis))
+    ),
     "scatter": _scatter,
     "gru": _recurrent(Cell.GRU),
     "rnn": _recurrent(Cell.RNN),
@@ -699,7 +889,10 @@ def _run_block(block, env: dict, path: Path) -> None:
         else:
             fn = _MIL_OPS.get(op.op_type)
             if fn is None:
-                raise UsageError(f"{path}: op {op.name!r} ({op.op_type}) is not one gatepack's MIL executor runs", hint="it runs the ops gatepack writes and native gru/rnn programs")
+                raise UsageError(
+                    f"{path}: op {op.name!r} ({op.op_type}) is not one gatepack's MIL executor runs",
+                    hint="it runs the ops gatepack writes and native gru/rnn programs",
+                )
             results = fn(**args)
         for var, value in zip(op.outputs, results if isinstance(results, tuple) else (results,)):
             env[var.name] = value
@@ -753,7 +946,10 @@ def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.n
     feed = {names.get(k, k): v for k, v in inputs.items()}
     missing = [n for n in function.inputs if n not in feed]
     if missing:
-        raise InputError(f"{path}: missing input(s) {[_original(names, n) for n in missing]}", hint=f"the model takes {[_original(names, n) for n in function.inputs]}")
+        raise InputError(
+            f"{path}: missing input(s) {[_original(names, n) for n in missing]}",
+            hint=f"the model takes {[_original(names, n) for n in function.inputs]}",
+        )
     return {_original(names, k): v for k, v in execute(function, feed, path).items()}
 
 
@@ -790,7 +986,10 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
         feed = dict(feed)
         feed.setdefault(itf.initial_h, np.zeros((1, feed[itf.x].shape[1], layer.hidden_size), np.float32))
         op = next(op for op in _ops(function) if op.name == name)
-        env = {itf.x: np.asarray(feed[itf.x], np.float32), itf.initial_h: np.asarray(feed[itf.initial_h], np.float32)[0]}
+        env = {
+            itf.x: np.asarray(feed[itf.x], np.float32),
+            itf.initial_h: np.asarray(feed[itf.initial_h], np.float32)[0],
+        }
         args = {key: _lookup(var, env) for key, var in op.inputs.items()}
         y, y_h = _MIL_OPS[op.op_type](**args)
         if layer.direction is Direction.REVERSE:
@@ -804,7 +1003,13 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 # ---------------------------------------------------------------------------------------- findings
 
 
-def check(layer: RecurrentLayer, *, strategy: str = "auto", minimum_deployment_target: str = DEFAULT_TARGET, compress_to_fp16: bool = False) -> list[Finding]:
+def check(
+    layer: RecurrentLayer,
+    *,
+    strategy: str = "auto",
+    minimum_deployment_target: str = DEFAULT_TARGET,
+    compress_to_fp16: bool = False,
+) -> list[Finding]:
     """Findings for writing ``layer`` as a Core ML ML Program with ``strategy``."""
     target = minimum_deployment_target
     chosen, blockers = choose_strategy(layer, strategy, target)
@@ -814,7 +1019,9 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", minimum_deployment_t
     warning = runtime_doubts(layer) if chosen == "native" else None
     found.append(
         cell_finding(
-            strategy, chosen, blockers,
+            strategy,
+            chosen,
+            blockers,
             native=f"the {op} op, gates permuted z,r,h -> r,o,z" if layer.cell is Cell.GRU else f"the {op} op",
             refused=f"the {op} op cannot express it",
             decomposed="elementary MIL ops in a while_loop per direction, input projections in one matmul",
@@ -823,45 +1030,166 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", minimum_deployment_t
         )
     )
     if layer.direction is Direction.BIDIRECTIONAL:
-        found.append(Finding("direction", Status.REPACKED, "bidirectional: a forward and a reverse " + ("op" if chosen == "native" else "loop") + ", stacked into Y [S,D,N,H]"))
+        found.append(
+            Finding(
+                "direction",
+                Status.REPACKED,
+                "bidirectional: a forward and a reverse "
+                + ("op" if chosen == "native" else "loop")
+                + ", stacked into Y [S,D,N,H]",
+            )
+        )
     elif layer.direction is Direction.REVERSE and chosen == "native":
-        found.append(Finding("direction", Status.REPACKED, "reverse: the op's output sequence (processing order) is reversed back to input time"))
+        found.append(
+            Finding(
+                "direction",
+                Status.REPACKED,
+                "reverse: the op's output sequence (processing order) is reversed back to input time",
+            )
+        )
     else:
         found.append(Finding("direction", Status.EXACT, layer.direction.value))
     if chosen == "native":
-        found.append(Finding("weights", Status.REPACKED, "weight_ih / weight_hh rows permuted z,r,h -> r,o,z" if layer.cell is Cell.GRU else "weight_ih / weight_hh as ONNX's W / R"))
+        found.append(
+            Finding(
+                "weights",
+                Status.REPACKED,
+                "weight_ih / weight_hh rows permuted z,r,h -> r,o,z"
+                if layer.cell is Cell.GRU
+                else "weight_ih / weight_hh as ONNX's W / R",
+            )
+        )
         if layer.cell is Cell.GRU and layer.linear_before_reset:
             found.append(Finding("bias", Status.REPACKED, "reset_after: bias = Rb, input_bias = Wb (permuted)"))
         else:
             summed = any(p.Rb.any() for p in layer.directions)
-            found.append(Finding("bias", Status.FOLDED if summed else Status.EXACT, "bias = Wb + Rb" + ("; reads back as [Wb + Rb, 0]" if summed else " (Rb is zero: nothing is lost)")))
+            found.append(
+                Finding(
+                    "bias",
+                    Status.FOLDED if summed else Status.EXACT,
+                    "bias = Wb + Rb" + ("; reads back as [Wb + Rb, 0]" if summed else " (Rb is zero: nothing is lost)"),
+                )
+            )
     else:
-        found.append(Finding("weights", Status.EXACT, "W, R (transposed for the matmul), Wb and Rb kept apart as constants, ONNX gate order"))
+        found.append(
+            Finding(
+                "weights",
+                Status.EXACT,
+                "W, R (transposed for the matmul), Wb and Rb kept apart as constants, ONNX gate order",
+            )
+        )
     if layer.cell is Cell.GRU:
-        found.append(Finding("linear_before_reset", Status.EXACT, str(int(layer.linear_before_reset)) + (" (reset_after)" if chosen == "native" and layer.linear_before_reset else "")))
-    found.append(Finding("activations", Status.EXACT, layer.activation_summary() + (" (from elementary ops, alpha/beta as constants)" if chosen == "decomposed" else "")))
+        found.append(
+            Finding(
+                "linear_before_reset",
+                Status.EXACT,
+                str(int(layer.linear_before_reset))
+                + (" (reset_after)" if chosen == "native" and layer.linear_before_reset else ""),
+            )
+        )
+    found.append(
+        Finding(
+            "activations",
+            Status.EXACT,
+            layer.activation_summary()
+            + (" (from elementary ops, alpha/beta as constants)" if chosen == "decomposed" else ""),
+        )
+    )
     if layer.clip is not None:
-        found.append(Finding("clip", Status.DECOMPOSED if chosen == "decomposed" else Status.UNSUPPORTED, f"clip={layer.clip:g} (minimum/maximum)"))
+        found.append(
+            Finding(
+                "clip",
+                Status.DECOMPOSED if chosen == "decomposed" else Status.UNSUPPORTED,
+                f"clip={layer.clip:g} (minimum/maximum)",
+            )
+        )
     if itf.sequence_lens:
-        found.append(Finding("sequence_lens", Status.DECOMPOSED if chosen == "decomposed" else Status.UNSUPPORTED, "sequence_lens input kept (masks; reverse from len-1 with reverse_sequence)"))
+        found.append(
+            Finding(
+                "sequence_lens",
+                Status.DECOMPOSED if chosen == "decomposed" else Status.UNSUPPORTED,
+                "sequence_lens input kept (masks; reverse from len-1 with reverse_sequence)",
+            )
+        )
     if itf.initial_h:
         found.append(Finding("initial_h", Status.EXACT, "initial_h input kept"))
     else:
-        found.append(Finding("initial_h", Status.EXACT, "zeros built inside the program (the op requires an initial state)" if chosen == "native" else "zeros"))
-    found.append(Finding("layout", Status.REPACKED if itf.layout else Status.EXACT, f"layout {itf.layout}" + (" interface kept; transposes inside the program" if itf.layout else " (sequence-major, as MIL)")))
+        found.append(
+            Finding(
+                "initial_h",
+                Status.EXACT,
+                "zeros built inside the program (the op requires an initial state)" if chosen == "native" else "zeros",
+            )
+        )
+    found.append(
+        Finding(
+            "layout",
+            Status.REPACKED if itf.layout else Status.EXACT,
+            f"layout {itf.layout}"
+            + (" interface kept; transposes inside the program" if itf.layout else " (sequence-major, as MIL)"),
+        )
+    )
     if compress_to_fp16 and _target_rank(target) < TARGETS.index(FP16_TARGET):
-        found.append(Finding("dtype", Status.UNSUPPORTED, f"fp16 packages need {FP16_TARGET} or later; the target is {target}", alternative=f"pass --minimum-deployment-target {FP16_TARGET}, or drop --compress-to-fp16"))
+        found.append(
+            Finding(
+                "dtype",
+                Status.UNSUPPORTED,
+                f"fp16 packages need {FP16_TARGET} or later; the target is {target}",
+                alternative=f"pass --minimum-deployment-target {FP16_TARGET}, or drop --compress-to-fp16",
+            )
+        )
     elif compress_to_fp16:
-        found.append(Finding("dtype", Status.LOSSY, "fp16 weights and fp16 arithmetic (coremltools' fp16 cast pass; the interface stays float32; results differ ~1e-3)", alternative="drop --compress-to-fp16 for an fp32 package, or pass --allow-lossy"))
+        found.append(
+            Finding(
+                "dtype",
+                Status.LOSSY,
+                "fp16 weights and fp16 arithmetic (coremltools' fp16 cast pass; the interface stays float32; "
+                "results differ ~1e-3)",
+                alternative="drop --compress-to-fp16 for an fp32 package, or pass --allow-lossy",
+            )
+        )
     elif layer.dtype == np.float64:
-        found.append(Finding("dtype", Status.LOSSY, "float64 weights and inputs become float32 (Core ML has no double precision)", alternative="pass --allow-lossy to accept float32"))
+        found.append(
+            Finding(
+                "dtype",
+                Status.LOSSY,
+                "float64 weights and inputs become float32 (Core ML has no double precision)",
+                alternative="pass --allow-lossy to accept float32",
+            )
+        )
     elif layer.dtype == np.float16:
-        found.append(Finding("dtype", Status.REPACKED, "float16 weights stored as float32 (exact) and computed in float32; the interface takes float32"))
+        found.append(
+            Finding(
+                "dtype",
+                Status.REPACKED,
+                "float16 weights stored as float32 (exact) and computed in float32; the interface takes float32",
+            )
+        )
     else:
-        found.append(Finding("dtype", Status.EXACT, "float32 (written with compute_precision FLOAT32: coremltools' default would cast to fp16)"))
+        found.append(
+            Finding(
+                "dtype",
+                Status.EXACT,
+                "float32 (written with compute_precision FLOAT32: coremltools' default would cast to fp16)",
+            )
+        )
     renamed = [n for n in (itf.x, itf.sequence_lens, itf.initial_h, itf.y, itf.y_h) if n and safe_name(n) != n]
     if renamed:
-        found.append(Finding("names", Status.REPACKED, f"Core ML sanitises {', '.join(repr(n) for n in renamed)} to {', '.join(repr(safe_name(n)) for n in renamed)}; the package's metadata keeps the originals, and gatepack's run takes either"))
-    found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (symbolic dimensions stay flexible)"))
+        found.append(
+            Finding(
+                "names",
+                Status.REPACKED,
+                f"Core ML sanitises {', '.join(repr(n) for n in renamed)} to "
+                f"{', '.join(repr(safe_name(n)) for n in renamed)}; the package's metadata keeps the originals, "
+                "and gatepack's run takes either",
+            )
+        )
+    found.append(
+        Finding(
+            "shapes",
+            Status.EXACT,
+            f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (symbolic dimensions stay flexible)",
+        )
+    )
     found.append(Finding("deployment target", Status.EXACT, f"{target} (--minimum-deployment-target)"))
     return found

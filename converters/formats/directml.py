@@ -50,7 +50,18 @@ from gatepack.converters.fileio import atomic_path, contained_file, load_npy, re
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
 from gatepack.schemas.activations import Activation
-from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
+from gatepack.schemas.layer import (
+    PERM_SWAP_01,
+    PERM_Y_TO_BATCH_MAJOR,
+    Cell,
+    Direction,
+    DirectionParams,
+    Interface,
+    RecurrentLayer,
+    SpecError,
+    dim_text,
+    stack_directions,
+)
 
 FORMAT = "directml"
 MODEL_FILE = "model.json"
@@ -83,7 +94,14 @@ ACTIVATIONS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 _BY_DML_TYPE = {dml: name for name, (dml, _) in ACTIVATIONS.items()}
 
 # Desc fields: (field, role, optional, is output)
-INPUT_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor", "BiasTensor", "HiddenInitTensor", "SequenceLengthsTensor")
+INPUT_FIELDS = (
+    "InputTensor",
+    "WeightTensor",
+    "RecurrenceTensor",
+    "BiasTensor",
+    "HiddenInitTensor",
+    "SequenceLengthsTensor",
+)
 OUTPUT_FIELDS = ("OutputSequenceTensor", "OutputSingleTensor")
 REQUIRED_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor")
 MAX_INLINE_VALUES = 1 << 26  # values an inline (constant or sequence) initializer may declare: a few bytes of JSON
@@ -99,7 +117,14 @@ SEQUENCE_LENGTHS_NOTE = (
 SizeOption = Union[int, dict[str, int], None]  # one size, or a size per layer name
 
 
-def write(model: Model, path: str | Path, *, emit_cpp: bool = False, seq_length: SizeOption = None, batch_size: SizeOption = None) -> None:
+def write(
+    model: Model,
+    path: str | Path,
+    *,
+    emit_cpp: bool = False,
+    seq_length: SizeOption = None,
+    batch_size: SizeOption = None,
+) -> None:
     """Write ``model``'s layers as a DxDispatch model directory at ``path`` (atomically).
 
     DirectML tensors are static: symbolic or unknown S/N take ``seq_length`` / ``batch_size`` (one
@@ -117,7 +142,12 @@ def write(model: Model, path: str | Path, *, emit_cpp: bool = False, seq_length:
         for name, array in writer.arrays.items():
             np.save(tmp / name, array, allow_pickle=False)
         (tmp / MODEL_FILE).write_text(json.dumps(writer.document(), indent=2) + "\n")
-        (tmp / MANIFEST_FILE).write_text(json.dumps({"format": MANIFEST_FORMAT, "version": 1, "model": MODEL_FILE, "layers": writer.manifest}, indent=2) + "\n")
+        (tmp / MANIFEST_FILE).write_text(
+            json.dumps(
+                {"format": MANIFEST_FORMAT, "version": 1, "model": MODEL_FILE, "layers": writer.manifest}, indent=2
+            )
+            + "\n"
+        )
         if emit_cpp:
             from gatepack.converters.formats.directml_cpp import emit
 
@@ -135,7 +165,12 @@ class _ModelWriter:
         self.arrays: dict[str, np.ndarray] = {}  # file name -> contents
 
     def document(self) -> dict:
-        return {"$schema": "https://raw.githubusercontent.com/microsoft/DirectML/master/DxDispatch/models/_schema.json", "resources": self.resources, "dispatchables": self.dispatchables, "commands": self.commands}
+        return {
+            "$schema": "https://raw.githubusercontent.com/microsoft/DirectML/master/DxDispatch/models/_schema.json",
+            "resources": self.resources,
+            "dispatchables": self.dispatchables,
+            "commands": self.commands,
+        }
 
     def _fresh(self, name: str, taken: dict) -> str:
         candidate, k = name, 1
@@ -148,12 +183,18 @@ class _ModelWriter:
         resource = self._fresh(name, self.resources)
         file_name = self._fresh(re.sub(r"[^A-Za-z0-9_.-]", "_", resource) + ".npy", self.arrays)
         self.arrays[file_name] = np.ascontiguousarray(array)
-        self.resources[resource] = {"initialValuesDataType": DATA_TYPES[array.dtype.name], "initialValues": {"sourcePath": file_name}}
+        self.resources[resource] = {
+            "initialValuesDataType": DATA_TYPES[array.dtype.name],
+            "initialValues": {"sourcePath": file_name},
+        }
         return resource
 
     def _output_resource(self, name: str, dtype: str, sizes: list[int]) -> str:
         resource = self._fresh(name, self.resources)
-        self.resources[resource] = {"initialValuesDataType": DATA_TYPES[dtype], "initialValues": {"valueCount": int(np.prod(sizes)), "value": 0}}
+        self.resources[resource] = {
+            "initialValuesDataType": DATA_TYPES[dtype],
+            "initialValues": {"valueCount": int(np.prod(sizes)), "value": 0},
+        }
         target = re.sub(r"[^A-Za-z0-9_.-]", "_", resource) + ".output.npy"
         self.commands.append({"type": "writeFile", "resource": resource, "targetPath": target})
         return resource
@@ -168,7 +209,9 @@ class _ModelWriter:
         bindings: dict[str, str] = {}
         tensors: dict[str, dict] = {}
 
-        def bind_array(field: str, name: str, array: np.ndarray, role: str | None = None, source_name: str | None = None) -> None:
+        def bind_array(
+            field: str, name: str, array: np.ndarray, role: str | None = None, source_name: str | None = None
+        ) -> None:
             desc[field] = tensor_desc(DATA_TYPES[array.dtype.name], list(array.shape))
             bindings[field] = self._file_resource(name, array)
             if role:
@@ -177,16 +220,39 @@ class _ModelWriter:
         cast = np.dtype(dtype)
         bind_array("InputTensor", itf.x, role_inputs["X"].astype(cast)[None], "X", itf.x)
         # the source's [D, ...] weights as they are when possible (no copy of a memory-mapped model)
-        bind_array("WeightTensor", f"{prefix}.W", stack_directions([p.W for p in layer.directions]).astype(cast, copy=False)[None])
-        bind_array("RecurrenceTensor", f"{prefix}.R", stack_directions([p.R for p in layer.directions]).astype(cast, copy=False)[None])
+        bind_array(
+            "WeightTensor",
+            f"{prefix}.W",
+            stack_directions([p.W for p in layer.directions]).astype(cast, copy=False)[None],
+        )
+        bind_array(
+            "RecurrenceTensor",
+            f"{prefix}.R",
+            stack_directions([p.R for p in layer.directions]).astype(cast, copy=False)[None],
+        )
         if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
             bias = np.stack([np.concatenate([p.Wb, p.Rb]) for p in layer.directions]).astype(cast)
             bind_array("BiasTensor", f"{prefix}.B", bias[None, None])
         if itf.initial_h:
-            bind_array("HiddenInitTensor", itf.initial_h, role_inputs["initial_h"].astype(cast)[None], "initial_h", itf.initial_h)
+            bind_array(
+                "HiddenInitTensor",
+                itf.initial_h,
+                role_inputs["initial_h"].astype(cast)[None],
+                "initial_h",
+                itf.initial_h,
+            )
         if itf.sequence_lens:
-            bind_array("SequenceLengthsTensor", itf.sequence_lens, role_inputs["sequence_lens"].astype(np.uint32).reshape(1, 1, 1, n), "sequence_lens", itf.sequence_lens)
-        for field, role, source_name, shape in (("OutputSequenceTensor", "Y", itf.y, [s, d, n, h]), ("OutputSingleTensor", "Y_h", itf.y_h, [1, d, n, h])):
+            bind_array(
+                "SequenceLengthsTensor",
+                itf.sequence_lens,
+                role_inputs["sequence_lens"].astype(np.uint32).reshape(1, 1, 1, n),
+                "sequence_lens",
+                itf.sequence_lens,
+            )
+        for field, role, source_name, shape in (
+            ("OutputSequenceTensor", "Y", itf.y, [s, d, n, h]),
+            ("OutputSingleTensor", "Y_h", itf.y_h, [1, d, n, h]),
+        ):
             if source_name:
                 desc[field] = tensor_desc(DATA_TYPES[dtype], shape)
                 bindings[field] = self._output_resource(source_name, dtype, shape)
@@ -200,7 +266,10 @@ class _ModelWriter:
         name = self._fresh(layer.name, self.dispatchables)
         self.dispatchables[name] = {"type": OPERATORS[layer.cell], "desc": desc}
         # Every dispatch runs before any writeFile (which saves the outputs), in layer order.
-        self.commands.insert(len([c for c in self.commands if c["type"] == "dispatch"]), {"type": "dispatch", "dispatchable": name, "bindings": bindings})
+        self.commands.insert(
+            len([c for c in self.commands if c["type"] == "dispatch"]),
+            {"type": "dispatch", "dispatchable": name, "bindings": bindings},
+        )
         self.manifest.append(
             {
                 "name": layer.name,
@@ -208,7 +277,8 @@ class _ModelWriter:
                 "source_layout": itf.layout,
                 "tensor_layout": "sequence-major: X {1,S,N,I}, initial_h {1,D,N,H}, Y {S,D,N,H}, Y_h {1,D,N,H}",
                 "layout_note": (
-                    "the source is batch-major (layout 1): transpose X [N,S,I] -> [S,N,I] and initial_h [N,D,H] -> [D,N,H] "
+                    "the source is batch-major (layout 1): transpose X [N,S,I] -> [S,N,I] and initial_h [N,D,H] -> "
+                    "[D,N,H] "
                     "before binding, and Y [S,D,N,H] -> [N,S,D,H], Y_h [D,N,H] -> [N,D,H] after"
                     if itf.layout == 1
                     else "the source is sequence-major (layout 0): tensors are the source's, with leading 1s"
@@ -222,12 +292,17 @@ class _ModelWriter:
         )
 
 
-def written_sizes(layer: RecurrentLayer, seq_length: SizeOption = None, batch_size: SizeOption = None) -> tuple[int, int]:
+def written_sizes(
+    layer: RecurrentLayer, seq_length: SizeOption = None, batch_size: SizeOption = None
+) -> tuple[int, int]:
     """(S, N) of a layer's static DirectML tensors: the source's static sizes, else the options'."""
     from gatepack.converters.verification import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
 
     out = []
-    for label, dim, option, default in (("seq_length", layer.interface.seq_length, seq_length, DEFAULT_SEQ_LENGTH), ("batch_size", layer.interface.batch_size, batch_size, DEFAULT_BATCH)):
+    for label, dim, option, default in (
+        ("seq_length", layer.interface.seq_length, seq_length, DEFAULT_SEQ_LENGTH),
+        ("batch_size", layer.interface.batch_size, batch_size, DEFAULT_BATCH),
+    ):
         value = option.get(layer.name) if isinstance(option, dict) else option
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{label} must be a positive integer, got {value!r}")
@@ -286,10 +361,18 @@ class _Document:
         path = Path(path)
         self.file = path / MODEL_FILE if path.is_dir() else path
         if not self.file.exists():
-            raise InputError(f"{path}: no DxDispatch model here (expected a directory with {MODEL_FILE}, or a .json file)")
+            raise InputError(
+                f"{path}: no DxDispatch model here (expected a directory with {MODEL_FILE}, or a .json file)"
+            )
         self.data = read_json(self.file)
-        if not isinstance(self.data, dict) or not all(isinstance(self.data.get(k), t) for k, t in (("resources", dict), ("dispatchables", dict), ("commands", list))):
-            raise InputError(f"{self.file}: not a DxDispatch model (it needs 'resources' and 'dispatchables' objects and a 'commands' list)")
+        if not isinstance(self.data, dict) or not all(
+            isinstance(self.data.get(k), t)
+            for k, t in (("resources", dict), ("dispatchables", dict), ("commands", list))
+        ):
+            raise InputError(
+                f"{self.file}: not a DxDispatch model (it needs 'resources' and 'dispatchables' objects and a "
+                "'commands' list)"
+            )
         self._cache: dict[str, np.ndarray] = {}
 
     def dispatches(self) -> tuple[list[_Dispatch], list[tuple[str, str]]]:
@@ -298,7 +381,9 @@ class _Document:
         commands = [c for c in self.data["commands"] if isinstance(c, dict) and c.get("type") == "dispatch"]
         for name, dispatchable in self.data["dispatchables"].items():
             kind = str(dispatchable.get("type", "")) if isinstance(dispatchable, dict) else ""
-            cell = {"DML_OPERATOR_GRU": Cell.GRU, "GRU": Cell.GRU, "DML_OPERATOR_RNN": Cell.RNN, "RNN": Cell.RNN}.get(kind)
+            cell = {"DML_OPERATOR_GRU": Cell.GRU, "GRU": Cell.GRU, "DML_OPERATOR_RNN": Cell.RNN, "RNN": Cell.RNN}.get(
+                kind
+            )
             if cell is None:
                 skipped.append((name, f"dispatchable type {kind or '?'} is not a GRU or RNN operator"))
                 continue
@@ -307,15 +392,23 @@ class _Document:
                 raise InputError(f"{self.file}: layer {name!r}: the dispatchable has no 'desc' object")
             uses = [c for c in commands if c.get("dispatchable") == name]
             if not uses:
-                raise InputError(f"{self.file}: layer {name!r}: no dispatch command binds its tensors", hint="add {\"type\": \"dispatch\", \"dispatchable\": ..., \"bindings\": {...}}")
+                raise InputError(
+                    f"{self.file}: layer {name!r}: no dispatch command binds its tensors",
+                    hint='add {"type": "dispatch", "dispatchable": ..., "bindings": {...}}',
+                )
             bindings = {}
             given = uses[0].get("bindings")
             if not isinstance(given, dict):
-                raise InputError(f"{self.file}: layer {name!r}: the dispatch command's bindings {given!r} are not an object of desc field -> resource")
+                raise InputError(
+                    f"{self.file}: layer {name!r}: the dispatch command's bindings {given!r} are not an object of "
+                    "desc field -> resource"
+                )
             for field, value in given.items():
                 resource = value.get("name") if isinstance(value, dict) else value
                 if not isinstance(resource, str):
-                    raise InputError(f"{self.file}: layer {name!r}: binding {field} must name one resource, got {value!r}")
+                    raise InputError(
+                        f"{self.file}: layer {name!r}: binding {field} must name one resource, got {value!r}"
+                    )
                 bindings[field] = resource
             found.append(_Dispatch(self.file, name, cell, desc, bindings))
         found.sort(key=lambda d: next(i for i, c in enumerate(commands) if c.get("dispatchable") == d.name))
@@ -332,14 +425,23 @@ class _Document:
         sizes, dtype = tensor_shape(dispatch, field)
         values = self._cache.get(resource)
         if values is None:
-            values = self._cache[resource] = self._load(dispatch, field, resource, spec, dtype, int(np.prod(sizes, dtype=object)))
+            values = self._cache[resource] = self._load(
+                dispatch, field, resource, spec, dtype, int(np.prod(sizes, dtype=object))
+            )
         if values.shape != tuple(sizes) and not (values.ndim == 1 and values.size == int(np.prod(sizes))):
-            raise InputError(f"{dispatch.at(field)}Sizes {sizes} contradict resource {resource!r}, which holds shape {list(values.shape)}")
+            raise InputError(
+                f"{dispatch.at(field)}Sizes {sizes} contradict resource {resource!r}, which holds shape "
+                f"{list(values.shape)}"
+            )
         if values.dtype != dtype:
-            raise InputError(f"{dispatch.at(field)}DataType {DATA_TYPES[dtype.name]} but resource {resource!r} holds {values.dtype}")
+            raise InputError(
+                f"{dispatch.at(field)}DataType {DATA_TYPES[dtype.name]} but resource {resource!r} holds {values.dtype}"
+            )
         return values.reshape(sizes)
 
-    def _load(self, dispatch: _Dispatch, field: str, resource: str, spec: dict, dtype: np.dtype, size: int) -> np.ndarray:
+    def _load(
+        self, dispatch: _Dispatch, field: str, resource: str, spec: dict, dtype: np.dtype, size: int
+    ) -> np.ndarray:
         """The resource's initial values; a declared count is checked against the desc's ``size``
         elements before anything is allocated."""
         init = spec.get("initialValues")
@@ -360,13 +462,18 @@ class _Document:
                 if isinstance(count, bool) or not isinstance(count, int) or count != size:
                     raise InputError(f"{at}valueCount {count!r} does not match the tensor's {size} elements")
                 if count > MAX_INLINE_VALUES:
-                    raise InputError(f"{at}valueCount {count:,} is more than gatepack generates from an inline initializer ({MAX_INLINE_VALUES:,}); store the values in a .npy file")
+                    raise InputError(
+                        f"{at}valueCount {count:,} is more than gatepack generates from an inline initializer "
+                        f"({MAX_INLINE_VALUES:,}); store the values in a .npy file"
+                    )
                 if "value" in init:
                     return np.full(count, float(init["value"])).astype(dtype)
                 return (float(init["valueStart"]) + float(init["valueDelta"]) * np.arange(count)).astype(dtype)
         except (TypeError, ValueError, KeyError) as err:
             raise InputError(f"{at}unreadable initialValues ({err})") from None
-        raise InputError(f"{at}initialValues of data type {declared or '?'} is not an array, constant, sequence or .npy initializer")
+        raise InputError(
+            f"{at}initialValues of data type {declared or '?'} is not an array, constant, sequence or .npy initializer"
+        )
 
 
 def tensor_shape(dispatch: _Dispatch, field: str) -> tuple[list[int], np.dtype]:
@@ -379,7 +486,9 @@ def tensor_shape(dispatch: _Dispatch, field: str) -> tuple[list[int], np.dtype]:
     if not isinstance(sizes, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
         raise InputError(f"{dispatch.at(field)}Sizes {sizes!r} is not a list of positive integers")
     if len(sizes) != 4:
-        raise InputError(f"{dispatch.at(field)}Sizes {sizes} are {len(sizes)}-D; DirectML recurrent operators take 4-D tensors")
+        raise InputError(
+            f"{dispatch.at(field)}Sizes {sizes} are {len(sizes)}-D; DirectML recurrent operators take 4-D tensors"
+        )
     if tensor.get("DimensionCount", 4) != 4:
         raise InputError(f"{dispatch.at(field)}DimensionCount {tensor['DimensionCount']} contradicts its 4-D Sizes")
     data_type = str(tensor.get("DataType", "")).removeprefix("DML_TENSOR_DATA_TYPE_")
@@ -389,10 +498,14 @@ def tensor_shape(dispatch: _Dispatch, field: str) -> tuple[list[int], np.dtype]:
     strides = tensor.get("Strides")
     packed = [int(np.prod(sizes[k + 1 :])) for k in range(4)]
     if strides is not None and list(strides) != packed:
-        raise InputError(f"{dispatch.at(field)}Strides {strides} are not packed ({packed}); gatepack reads packed tensors only")
+        raise InputError(
+            f"{dispatch.at(field)}Strides {strides} are not packed ({packed}); gatepack reads packed tensors only"
+        )
     flags = str(tensor.get("Flags", "NONE")).removeprefix("DML_TENSOR_FLAG_")
     if flags != "NONE":
-        raise InputError(f"{dispatch.at(field)}Flags {tensor.get('Flags')!r}: recurrent operators accept DML_TENSOR_FLAG_NONE only")
+        raise InputError(
+            f"{dispatch.at(field)}Flags {tensor.get('Flags')!r}: recurrent operators accept DML_TENSOR_FLAG_NONE only"
+        )
     return sizes, np.dtype(by_name[data_type])
 
 
@@ -405,11 +518,20 @@ def read_activation(dispatch: _Dispatch, index: int, desc: object) -> tuple[str,
     at = f"{dispatch.at('ActivationDescs')}[{index}] "
     if not isinstance(desc, dict):
         raise InputError(f"{at}is not an object")
-    fields = dict(desc.get("Desc", {})) if isinstance(desc.get("Desc"), dict) else {k: v for k, v in desc.items() if k != "Type"}
+    fields = (
+        dict(desc.get("Desc", {}))
+        if isinstance(desc.get("Desc"), dict)
+        else {k: v for k, v in desc.items() if k != "Type"}
+    )
     kind = _enum(desc.get("Type", ""), "DML_OPERATOR_")
     if kind not in _BY_DML_TYPE:
-        raise InputError(f"{at}type {desc.get('Type')!r} is not an activation a DirectML recurrent operator takes", hint=f"one of {', '.join(sorted(_BY_DML_TYPE))}")
-    wanted = [f for _, f in ACTIVATIONS[_BY_DML_TYPE[kind]][1]] + (["Steepness"] if kind == "ACTIVATION_SOFTPLUS" else [])
+        raise InputError(
+            f"{at}type {desc.get('Type')!r} is not an activation a DirectML recurrent operator takes",
+            hint=f"one of {', '.join(sorted(_BY_DML_TYPE))}",
+        )
+    wanted = [f for _, f in ACTIVATIONS[_BY_DML_TYPE[kind]][1]] + (
+        ["Steepness"] if kind == "ACTIVATION_SOFTPLUS" else []
+    )
     params = {}
     for name in wanted:
         value = fields.get(name)
@@ -420,15 +542,21 @@ def read_activation(dispatch: _Dispatch, index: int, desc: object) -> tuple[str,
     if extra:
         raise InputError(f"{at}{kind} has no field(s) {extra}")
     if kind == "ACTIVATION_SOFTPLUS" and params["Steepness"] < 1:
-        raise InputError(f"{at}ACTIVATION_SOFTPLUS Steepness {params['Steepness']:g} is below 1, which DirectML rejects")
+        raise InputError(
+            f"{at}ACTIVATION_SOFTPLUS Steepness {params['Steepness']:g} is below 1, which DirectML rejects"
+        )
     return kind, params
 
 
 def _direction(dispatch: _Dispatch) -> Direction:
     value = _enum(dispatch.desc.get("Direction", ""), "DML_RECURRENT_NETWORK_DIRECTION_")
-    found = {"FORWARD": Direction.FORWARD, "BACKWARD": Direction.REVERSE, "BIDIRECTIONAL": Direction.BIDIRECTIONAL}.get(value)
+    found = {"FORWARD": Direction.FORWARD, "BACKWARD": Direction.REVERSE, "BIDIRECTIONAL": Direction.BIDIRECTIONAL}.get(
+        value
+    )
     if found is None:
-        raise InputError(f"{dispatch.at('Direction')}{dispatch.desc.get('Direction')!r} is not FORWARD, BACKWARD or BIDIRECTIONAL")
+        raise InputError(
+            f"{dispatch.at('Direction')}{dispatch.desc.get('Direction')!r} is not FORWARD, BACKWARD or BIDIRECTIONAL"
+        )
     return found
 
 
@@ -457,20 +585,32 @@ class _Recurrence:
         _, d, _, h = self.tensors["RecurrenceTensor"].shape
         return s, n, i, d, h
 
-    def weights(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[tuple[str, dict[str, float]]]]:
+    def weights(
+        self, k: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[tuple[str, dict[str, float]]]]:
         """Direction ``k``'s (W, R, Wb, Rb, activation descs): the 4-D tensors unpacked, the bias split."""
-        w, r, bias = self.tensors["WeightTensor"][0, k], self.tensors["RecurrenceTensor"][0, k], self.tensors["BiasTensor"]
+        w, r, bias = (
+            self.tensors["WeightTensor"][0, k],
+            self.tensors["RecurrenceTensor"][0, k],
+            self.tensors["BiasTensor"],
+        )
         gh = w.shape[0]
         b = np.zeros(2 * gh, w.dtype) if bias is None else bias[0, 0, k]
         per = self.dispatch.cell.activation_count
         return w, r, b[:gh], b[gh:], self.activations[k * per : (k + 1) * per]
 
 
-def load_recurrence(document: _Document, dispatch: _Dispatch, overrides: dict[str, np.ndarray] | None = None) -> _Recurrence:
+def load_recurrence(
+    document: _Document, dispatch: _Dispatch, overrides: dict[str, np.ndarray] | None = None
+) -> _Recurrence:
     """Read and cross-check one GRU/RNN desc; ``overrides`` replace bound inputs (desc field -> array)."""
     overrides = overrides or {}
     desc = dispatch.desc
-    known = set(INPUT_FIELDS + OUTPUT_FIELDS) | {"ActivationDescCount", "ActivationDescs", "Direction"} | ({"LinearBeforeReset"} if dispatch.cell is Cell.GRU else set())
+    known = (
+        set(INPUT_FIELDS + OUTPUT_FIELDS)
+        | {"ActivationDescCount", "ActivationDescs", "Direction"}
+        | ({"LinearBeforeReset"} if dispatch.cell is Cell.GRU else set())
+    )
     unknown = sorted(set(desc) - known)
     if unknown:
         raise InputError(f"{dispatch.at()}unknown desc field(s) {unknown} for {OPERATORS[dispatch.cell]}")
@@ -487,9 +627,13 @@ def load_recurrence(document: _Document, dispatch: _Dispatch, overrides: dict[st
             sizes, dtype = tensor_shape(dispatch, field)
             value = np.asarray(overrides[field])
             if value.shape != tuple(sizes):
-                raise InputError(f"{dispatch.at(field)}the input has shape {list(value.shape)}, the desc's Sizes are {sizes}")
+                raise InputError(
+                    f"{dispatch.at(field)}the input has shape {list(value.shape)}, the desc's Sizes are {sizes}"
+                )
             if value.dtype.kind not in ("f" if dtype.kind == "f" else "iu"):
-                raise InputError(f"{dispatch.at(field)}the input is {value.dtype}; the desc's DataType is {DATA_TYPES[dtype.name]}")
+                raise InputError(
+                    f"{dispatch.at(field)}the input is {value.dtype}; the desc's DataType is {DATA_TYPES[dtype.name]}"
+                )
             tensors[field] = value.astype(dtype, copy=False)
         else:
             tensors[field] = document.initial_values(dispatch, field)
@@ -511,7 +655,10 @@ def load_recurrence(document: _Document, dispatch: _Dispatch, overrides: dict[st
     for field, shape in expected.items():
         value = tensors[field]
         if value is not None and list(value.shape) != shape:
-            raise InputError(f"{dispatch.at(field)}Sizes {list(value.shape)} do not fit the layer (expected {shape} for S={s}, N={n}, I={i}, D={d}, H={h})")
+            raise InputError(
+                f"{dispatch.at(field)}Sizes {list(value.shape)} do not fit the layer (expected {shape} for S={s}, "
+                f"N={n}, I={i}, D={d}, H={h})"
+            )
     for field, shape in (("OutputSequenceTensor", [s, d, n, h]), ("OutputSingleTensor", [1, d, n, h])):
         if field in outputs and outputs[field][0] != shape:
             raise InputError(f"{dispatch.at(field)}Sizes {outputs[field][0]} do not fit the layer (expected {shape})")
@@ -519,20 +666,30 @@ def load_recurrence(document: _Document, dispatch: _Dispatch, overrides: dict[st
     for field in INPUT_FIELDS[:5] + OUTPUT_FIELDS:
         value_type = tensors[field].dtype if tensors.get(field) is not None else outputs.get(field, (None, None))[1]
         if value_type is not None and (value_type != float_type or value_type.kind != "f"):
-            raise InputError(f"{dispatch.at(field)}DataType {DATA_TYPES.get(value_type.name, value_type.name)} differs from InputTensor's {DATA_TYPES.get(float_type.name, float_type.name)} (all must be FLOAT32 or all FLOAT16)")
+            raise InputError(
+                f"{dispatch.at(field)}DataType {DATA_TYPES.get(value_type.name, value_type.name)} differs from "
+                f"InputTensor's {DATA_TYPES.get(float_type.name, float_type.name)} (all must be FLOAT32 or all FLOAT16)"
+            )
     lengths = tensors["SequenceLengthsTensor"]
     if lengths is not None:
         if lengths.dtype != np.uint32:
             raise InputError(f"{dispatch.at('SequenceLengthsTensor')}DataType must be UINT32")
         if (lengths > s).any():
-            raise InputError(f"{dispatch.at('SequenceLengthsTensor')}length {int(lengths.max())} exceeds the sequence length {s}")
+            raise InputError(
+                f"{dispatch.at('SequenceLengthsTensor')}length {int(lengths.max())} exceeds the sequence length {s}"
+            )
     descs = desc.get("ActivationDescs")
     per_direction = dispatch.cell.activation_count
     if not isinstance(descs, list) or len(descs) != per_direction * d:
         got = len(descs) if isinstance(descs, list) else descs
-        raise InputError(f"{dispatch.at('ActivationDescs')}{OPERATORS[dispatch.cell]} {direction.value} needs {per_direction * d} activation descs, got {got}")
+        raise InputError(
+            f"{dispatch.at('ActivationDescs')}{OPERATORS[dispatch.cell]} {direction.value} needs "
+            f"{per_direction * d} activation descs, got {got}"
+        )
     if desc.get("ActivationDescCount", len(descs)) != len(descs):
-        raise InputError(f"{dispatch.at('ActivationDescCount')}{desc['ActivationDescCount']} but ActivationDescs holds {len(descs)}")
+        raise InputError(
+            f"{dispatch.at('ActivationDescCount')}{desc['ActivationDescCount']} but ActivationDescs holds {len(descs)}"
+        )
     activations = [read_activation(dispatch, k, a) for k, a in enumerate(descs)]
     return _Recurrence(dispatch, direction, lbr, activations, tensors, outputs)
 
@@ -543,7 +700,10 @@ def read(path: str | Path, **_options) -> Model:
     manifest = _manifest(document)
     dispatches, skipped = document.dispatches()
     if not dispatches:
-        raise NoRecurrentLayerError(f"{document.file}: no DML_OPERATOR_GRU or DML_OPERATOR_RNN dispatchable", hint="; ".join(r for _, r in skipped) or None)
+        raise NoRecurrentLayerError(
+            f"{document.file}: no DML_OPERATOR_GRU or DML_OPERATOR_RNN dispatchable",
+            hint="; ".join(r for _, r in skipped) or None,
+        )
     layers, notes = [], {}
     for dispatch in dispatches:
         rec = load_recurrence(document, dispatch)
@@ -551,8 +711,17 @@ def read(path: str | Path, **_options) -> Model:
         layer = _to_layer(rec, entry)
         layers.append(layer)
         if entry.get("source_dtype") == "float64":
-            notes[layer.name] = [Finding("dtype", Status.EXACT, "FLOAT32", warning="this DirectML model was written from a float64 source; the precision was lost then")]
-    return Model(document.file.parent if document.file.name == MODEL_FILE else document.file, FORMAT, layers, notes, skipped)
+            notes[layer.name] = [
+                Finding(
+                    "dtype",
+                    Status.EXACT,
+                    "FLOAT32",
+                    warning="this DirectML model was written from a float64 source; the precision was lost then",
+                )
+            ]
+    return Model(
+        document.file.parent if document.file.name == MODEL_FILE else document.file, FORMAT, layers, notes, skipped
+    )
 
 
 def _manifest(document: _Document) -> dict[str, dict]:
@@ -562,14 +731,21 @@ def _manifest(document: _Document) -> dict[str, dict]:
     data = read_json(file)
     try:
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"format {data.get('format') if isinstance(data, dict) else None!r} is not {MANIFEST_FORMAT!r}")
-        if not isinstance(data.get("layers"), list) or not all(isinstance(e, dict) and isinstance(e.get("dispatchable"), str) for e in data["layers"]):
+            raise ValueError(
+                f"format {data.get('format') if isinstance(data, dict) else None!r} is not {MANIFEST_FORMAT!r}"
+            )
+        if not isinstance(data.get("layers"), list) or not all(
+            isinstance(e, dict) and isinstance(e.get("dispatchable"), str) for e in data["layers"]
+        ):
             raise ValueError("'layers' must be a list of objects, each naming its 'dispatchable'")
         entries = {e["dispatchable"]: _checked_entry(e) for e in data["layers"]}
         if len(entries) != len(data["layers"]):
             raise ValueError("two layers name the same dispatchable")
     except ValueError as err:
-        raise InputError(f"{file}: not a usable gatepack manifest ({' '.join(str(err).split())[:200]})", hint=f"delete it to read {MODEL_FILE} alone") from None
+        raise InputError(
+            f"{file}: not a usable gatepack manifest ({' '.join(str(err).split())[:200]})",
+            hint=f"delete it to read {MODEL_FILE} alone",
+        ) from None
     missing = sorted(set(entries) - set(document.data["dispatchables"]))
     if missing:
         raise InputError(f"{file}: names dispatchable(s) {missing} that {document.file.name} does not have")
@@ -590,10 +766,18 @@ def _checked_entry(entry: dict) -> dict:
     if entry.get("source_layout", 0) not in (0, 1):
         raise ValueError(f"{at}source_layout {entry['source_layout']!r} is not 0 or 1")
     for role, tensor in (entry.get("tensors") or {}).items():
-        if role not in _TENSOR_ROLES or not isinstance(tensor, dict) or not isinstance(tensor.get("source_name", ""), (str, type(None))):
+        if (
+            role not in _TENSOR_ROLES
+            or not isinstance(tensor, dict)
+            or not isinstance(tensor.get("source_name", ""), (str, type(None)))
+        ):
             raise ValueError(f"{at}tensors[{role!r}] {tensor!r} is not a tensor entry with a source_name string")
     for key, dim in (entry.get("source_dims") or {}).items():
-        if key not in ("seq_length", "batch_size") or isinstance(dim, bool) or not isinstance(dim, (int, str, type(None))):
+        if (
+            key not in ("seq_length", "batch_size")
+            or isinstance(dim, bool)
+            or not isinstance(dim, (int, str, type(None)))
+        ):
             raise ValueError(f"{at}source_dims[{key!r}] {dim!r} is not a size, a symbol or null")
     return entry
 
@@ -608,9 +792,21 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
         acts = []
         for index, (kind, params) in enumerate(descs):
             if kind == "ACTIVATION_SOFTPLUS" and params["Steepness"] != 1.0:
-                raise InputError(f"{dispatch.at('ActivationDescs')}[{k * per + index}] ACTIVATION_SOFTPLUS Steepness {params['Steepness']:g}: gatepack's layer holds Softplus with Steepness 1 only (the ONNX function)")
+                raise InputError(
+                    f"{dispatch.at('ActivationDescs')}[{k * per + index}] ACTIVATION_SOFTPLUS Steepness "
+                    f"{params['Steepness']:g}: gatepack's layer holds Softplus with Steepness 1 only (the ONNX "
+                    "function)"
+                )
             acts.append(to_activation(kind, params))
-        directions.append(DirectionParams(W=np.ascontiguousarray(w), R=np.ascontiguousarray(r), Wb=wb.copy(), Rb=rb.copy(), activations=tuple(acts)))
+        directions.append(
+            DirectionParams(
+                W=np.ascontiguousarray(w),
+                R=np.ascontiguousarray(r),
+                Wb=wb.copy(),
+                Rb=rb.copy(),
+                activations=tuple(acts),
+            )
+        )
     bias = rec.tensors["BiasTensor"]
     tensors = entry.get("tensors") or {}
 
@@ -708,11 +904,16 @@ def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.n
     bound = {res for dispatch in dispatches for field, res in dispatch.bindings.items() if field in INPUT_FIELDS}
     unknown = sorted(set(inputs) - bound - {res for dispatch in dispatches for res in dispatch.bindings.values()})
     if unknown:
-        raise InputError(f"{document.file}: input(s) {unknown} are not resources of this model", hint=f"its input resources: {sorted(bound)}")
+        raise InputError(
+            f"{document.file}: input(s) {unknown} are not resources of this model",
+            hint=f"its input resources: {sorted(bound)}",
+        )
     store = dict(inputs)
     results: dict[str, np.ndarray] = {}
     for dispatch in dispatches:
-        overrides = {field: store[res] for field, res in dispatch.bindings.items() if field in INPUT_FIELDS and res in store}
+        overrides = {
+            field: store[res] for field, res in dispatch.bindings.items() if field in INPUT_FIELDS and res in store
+        }
         outputs = execute(load_recurrence(document, dispatch, overrides))
         for field, value in outputs.items():
             store[dispatch.bindings[field]] = results[dispatch.bindings[field]] = value
@@ -720,7 +921,10 @@ def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.n
 
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    raise RuntimeFailure(f"{path}: DirectML runs on Windows only, not here", hint="use --engine numpy (gatepack's executor of DirectML's semantics)")
+    raise RuntimeFailure(
+        f"{path}: DirectML runs on Windows only, not here",
+        hint="use --engine numpy (gatepack's executor of DirectML's semantics)",
+    )
 
 
 def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -758,24 +962,51 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 # ---------------------------------------------------------------------------------------- findings
 
 
-def check(layer: RecurrentLayer, *, emit_cpp: bool = False, seq_length: SizeOption = None, batch_size: SizeOption = None) -> list[Finding]:
+def check(
+    layer: RecurrentLayer, *, emit_cpp: bool = False, seq_length: SizeOption = None, batch_size: SizeOption = None
+) -> list[Finding]:
     """Findings for writing ``layer`` as a DirectML desc."""
     op = OPERATORS[layer.cell]
     itf = layer.interface
     found = [
         Finding("cell", Status.EXACT, f"{op} ({op.replace('DML_OPERATOR_', 'DML_')}_OPERATOR_DESC)"),
         Finding("direction", Status.EXACT, DIRECTIONS[layer.direction]),
-        Finding("weights", Status.EXACT, f"WeightTensor {{1,D,{layer.gates}H,I}}, RecurrenceTensor {{1,D,{layer.gates}H,H}}: ONNX gate order, reshaped only"),
-        Finding("bias", Status.EXACT, f"BiasTensor {{1,1,D,{2 * layer.gates}H}} = [Wb, Rb] as ONNX" if layer.has_bias else "no BiasTensor (zeros)"),
+        Finding(
+            "weights",
+            Status.EXACT,
+            f"WeightTensor {{1,D,{layer.gates}H,I}}, RecurrenceTensor {{1,D,{layer.gates}H,H}}: ONNX gate order, "
+            "reshaped only",
+        ),
+        Finding(
+            "bias",
+            Status.EXACT,
+            f"BiasTensor {{1,1,D,{2 * layer.gates}H}} = [Wb, Rb] as ONNX"
+            if layer.has_bias
+            else "no BiasTensor (zeros)",
+        ),
     ]
     if layer.cell is Cell.GRU:
-        found.append(Finding("linear_before_reset", Status.EXACT, f"LinearBeforeReset = {str(bool(layer.linear_before_reset)).upper()}"))
+        found.append(
+            Finding(
+                "linear_before_reset",
+                Status.EXACT,
+                f"LinearBeforeReset = {str(bool(layer.linear_before_reset)).upper()}",
+            )
+        )
     names = ", ".join(ACTIVATIONS[a.name][0] for a in layer.directions[0].activations)
     all_acts = {a.name for p in layer.directions for a in p.activations}
     warning = None
     if "Affine" in all_acts:
-        warning = "Affine is written as ACTIVATION_LINEAR (Alpha*x+Beta), which no shipping converter uses for recurrent operators: not verified on DirectML hardware (onnxruntime's DirectML provider rejects Affine)"
-    detail = f"ActivationDescs {names}" + (" per direction" if layer.num_directions == 2 else "") + ", every parameter explicit; names are spelling-independent (onnxruntime's DirectML provider accepts only exact spellings)"
+        warning = (
+            "Affine is written as ACTIVATION_LINEAR (Alpha*x+Beta), which no shipping converter uses for "
+            "recurrent operators: not verified on DirectML hardware (onnxruntime's DirectML provider rejects Affine)"
+        )
+    detail = (
+        f"ActivationDescs {names}"
+        + (" per direction" if layer.num_directions == 2 else "")
+        + ", every parameter explicit; names are spelling-independent (onnxruntime's DirectML provider accepts "
+        "only exact spellings)"
+    )
     if "Softplus" in all_acts:
         detail += "; ACTIVATION_SOFTPLUS with Steepness 1.0 (onnxruntime's DirectML provider writes an invalid 0)"
     found.append(Finding("activations", Status.EXACT, detail, warning=warning))
@@ -784,22 +1015,47 @@ def check(layer: RecurrentLayer, *, emit_cpp: bool = False, seq_length: SizeOpti
             Finding(
                 "clip",
                 Status.UNSUPPORTED,
-                f"clip={layer.clip:g}: DML_{layer.cell.value.upper()}_OPERATOR_DESC has no clip field (onnxruntime's DirectML provider drops clip silently, giving different results)",
-                alternative="target onnx or openvino, which keep clip; or remove clip from the source if its gates never reach it",
+                f"clip={layer.clip:g}: DML_{layer.cell.value.upper()}_OPERATOR_DESC has no clip field "
+                "(onnxruntime's DirectML provider drops clip silently, giving different results)",
+                alternative=(
+                    "target onnx or openvino, which keep clip; or remove clip from the source if its gates "
+                    "never reach it"
+                ),
             )
         )
     if itf.sequence_lens:
-        found.append(Finding("sequence_lens", Status.EXACT, "SequenceLengthsTensor {1,1,1,N} UINT32 (the ONNX int32 values)", warning=SEQUENCE_LENGTHS_NOTE))
+        found.append(
+            Finding(
+                "sequence_lens",
+                Status.EXACT,
+                "SequenceLengthsTensor {1,1,1,N} UINT32 (the ONNX int32 values)",
+                warning=SEQUENCE_LENGTHS_NOTE,
+            )
+        )
     if itf.initial_h:
         found.append(Finding("initial_h", Status.EXACT, "HiddenInitTensor {1,D,N,H}"))
     outputs = [f for f, name in (("OutputSequenceTensor", itf.y), ("OutputSingleTensor", itf.y_h)) if name]
     found.append(Finding("outputs", Status.EXACT, ", ".join(outputs) + " (as the source requests)"))
     if itf.layout == 1:
-        found.append(Finding("layout", Status.REPACKED, "batch-major source: DirectML tensors are sequence-major ({1,S,N,I}); transpose X, initial_h and the outputs around the operator (the manifest says so)"))
+        found.append(
+            Finding(
+                "layout",
+                Status.REPACKED,
+                "batch-major source: DirectML tensors are sequence-major ({1,S,N,I}); transpose X, initial_h and "
+                "the outputs around the operator (the manifest says so)",
+            )
+        )
     else:
         found.append(Finding("layout", Status.EXACT, "sequence-major, as the source"))
     if layer.dtype == np.float64:
-        found.append(Finding("dtype", Status.LOSSY, "DirectML recurrent operators take FLOAT32 or FLOAT16, not double: written as FLOAT32", alternative="pass --allow-lossy to accept FLOAT32"))
+        found.append(
+            Finding(
+                "dtype",
+                Status.LOSSY,
+                "DirectML recurrent operators take FLOAT32 or FLOAT16, not double: written as FLOAT32",
+                alternative="pass --allow-lossy to accept FLOAT32",
+            )
+        )
     else:
         found.append(Finding("dtype", Status.EXACT, DATA_TYPES[itf.dtype]))
     static = isinstance(itf.seq_length, int) and isinstance(itf.batch_size, int)
@@ -808,8 +1064,18 @@ def check(layer: RecurrentLayer, *, emit_cpp: bool = False, seq_length: SizeOpti
         Finding(
             "shapes",
             Status.EXACT,
-            f"static {written}" if static else f"DirectML tensors are static: the symbolic S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} are written as {written}",
-            warning=None if static else "other sizes need other Sizes in the desc (--seq-length/--batch-size; the C++ snippet takes them as parameters)",
+            f"static {written}"
+            if static
+            else (
+                f"DirectML tensors are static: the symbolic S={dim_text(itf.seq_length)}, "
+                f"N={dim_text(itf.batch_size)} are written as {written}"
+            ),
+            warning=None
+            if static
+            else (
+                "other sizes need other Sizes in the desc (--seq-length/--batch-size; the C++ snippet takes them "
+                "as parameters)"
+            ),
         )
     )
     return found

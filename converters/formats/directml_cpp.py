@@ -75,7 +75,15 @@ def _emit_layer(name: str, kind: str, desc: dict) -> str:
     cell = "GRU" if kind == "DML_OPERATOR_GRU" else "RNN"
     _, s, n, i = desc["InputTensor"]["Sizes"]
     _, d, gh, h = desc["RecurrenceTensor"]["Sizes"]
-    values = {"S": "seqLength", "N": "batchSize", "I": str(i), "D": str(d), "GH": str(gh), "BH": str(2 * gh), "H": str(h)}
+    values = {
+        "S": "seqLength",
+        "N": "batchSize",
+        "I": str(i),
+        "D": str(d),
+        "GH": str(gh),
+        "BH": str(2 * gh),
+        "H": str(h),
+    }
     tensors = [f for f in _SIZES if f in desc]
     struct = struct_name(name)
     lines = [
@@ -83,8 +91,12 @@ def _emit_layer(name: str, kind: str, desc: dict) -> str:
         f"struct {struct} {{",
     ]
     for field in tensors:
-        base = field[0].lower() + field[1:-len("Tensor")]
-        lines += [f"    UINT {base}Sizes[4];", f"    DML_BUFFER_TENSOR_DESC {base}Buffer{{}};", f"    DML_TENSOR_DESC {base}Desc{{}};"]
+        base = field[0].lower() + field[1 : -len("Tensor")]
+        lines += [
+            f"    UINT {base}Sizes[4];",
+            f"    DML_BUFFER_TENSOR_DESC {base}Buffer{{}};",
+            f"    DML_TENSOR_DESC {base}Desc{{}};",
+        ]
     activations = desc["ActivationDescs"]
     for k, act in enumerate(activations):
         lines.append(f"    DML_{act['Type']}_OPERATOR_DESC activation{k}{{}};")
@@ -96,12 +108,13 @@ def _emit_layer(name: str, kind: str, desc: dict) -> str:
         f"    explicit {struct}(UINT seqLength = {s}, UINT batchSize = {n}) {{",
     ]
     for field in tensors:
-        base = field[0].lower() + field[1:-len("Tensor")]
+        base = field[0].lower() + field[1 : -len("Tensor")]
         dims = ", ".join(re.sub(r"[A-Z]+", lambda m: values[m.group(0)], expr) for expr in _SIZES[field])
         data_type = desc[field]["DataType"]
         lines += [
             f"        SetSizes({base}Sizes, {dims});",
-            f"        SetBufferTensor({base}Buffer, {base}Desc, DML_TENSOR_DATA_TYPE_{data_type}, {_ELEMENT_SIZES[data_type]}, {base}Sizes);",
+            f"        SetBufferTensor({base}Buffer, {base}Desc, DML_TENSOR_DATA_TYPE_{data_type}, "
+            f"{_ELEMENT_SIZES[data_type]}, {base}Sizes);",
             f"        desc.{field} = &{base}Desc;",
         ]
     for field in _SIZES:

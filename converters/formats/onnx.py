@@ -32,21 +32,46 @@ from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
-from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
+from gatepack.schemas.layer import (
+    PERM_SWAP_01,
+    PERM_Y_TO_BATCH_MAJOR,
+    Cell,
+    Direction,
+    DirectionParams,
+    Interface,
+    RecurrentLayer,
+    SpecError,
+    dim_text,
+    stack_directions,
+)
 
 FORMAT = "onnx"
 DEFAULT_OPSET = 14
 WRITABLE_OPSETS = (7, 14)
 _CELLS = {"GRU": Cell.GRU, "RNN": Cell.RNN}
 _NOT_YET = {"LSTM": "LSTM is not supported yet (GRU and RNN are)"}
-_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+_NONDETERMINISTIC = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+}
 _ONNX_DOMAINS = ("", "ai.onnx")
 _A = onnx.AttributeProto
 # The type every attribute of GRU/RNN must have (the operator schemas); any other type is malformed
 # (onnxruntime rejects the graph), never reinterpreted.
 _ATTRIBUTE_TYPES = {
-    "hidden_size": _A.INT, "direction": _A.STRING, "activations": _A.STRINGS, "activation_alpha": _A.FLOATS,
-    "activation_beta": _A.FLOATS, "clip": _A.FLOAT, "linear_before_reset": _A.INT, "layout": _A.INT, "output_sequence": _A.INT,
+    "hidden_size": _A.INT,
+    "direction": _A.STRING,
+    "activations": _A.STRINGS,
+    "activation_alpha": _A.FLOATS,
+    "activation_beta": _A.FLOATS,
+    "clip": _A.FLOAT,
+    "linear_before_reset": _A.INT,
+    "layout": _A.INT,
+    "output_sequence": _A.INT,
 }
 
 # Transposes between a batch-major interface and a layout-0 node.
@@ -89,16 +114,29 @@ def _map_external(tensor: onnx.TensorProto, base_dir: Path) -> np.ndarray | None
     try:
         offset, length = int(info.get("offset", 0)), int(info["length"]) if "length" in info else None
     except ValueError:
-        raise InputError(f"{base_dir}: tensor {tensor.name!r}: external data offset/length {info.get('offset')!r}/{info.get('length')!r} are not integers") from None
+        raise InputError(
+            f"{base_dir}: tensor {tensor.name!r}: external data offset/length "
+            f"{info.get('offset')!r}/{info.get('length')!r} are not integers"
+        ) from None
     count = 1
     for dim in tensor.dims:
         count *= int(dim)
     length = count * dtype.itemsize if length is None else length
-    if offset < 0 or any(dim < 0 for dim in tensor.dims) or length != count * dtype.itemsize or offset + length > file.stat().st_size:
-        raise InputError(f"{file}: tensor {tensor.name!r} needs {count * dtype.itemsize} bytes at offset {offset}; the file has {file.stat().st_size} (length {length})")
+    if (
+        offset < 0
+        or any(dim < 0 for dim in tensor.dims)
+        or length != count * dtype.itemsize
+        or offset + length > file.stat().st_size
+    ):
+        raise InputError(
+            f"{file}: tensor {tensor.name!r} needs {count * dtype.itemsize} bytes at offset {offset}; the file has "
+            f"{file.stat().st_size} (length {length})"
+        )
     if count == 0:
         return np.zeros(tuple(tensor.dims), dtype)
-    return np.memmap(file, dtype=dtype, mode="c", offset=offset, shape=tuple(tensor.dims))  # copy-on-write: never writes the file
+    return np.memmap(
+        file, dtype=dtype, mode="c", offset=offset, shape=tuple(tensor.dims)
+    )  # copy-on-write: never writes the file
 
 
 def external_file(tensor: onnx.TensorProto, base_dir: Path) -> Path:
@@ -159,7 +197,9 @@ class _Reader:
             raise InputError(f"{path}: the model imports no ai.onnx opset")
         newest = onnx.defs.onnx_opset_version()
         if not 1 <= self.opset <= newest:
-            raise InputError(f"{path}: ai.onnx opset {self.opset} is outside 1..{newest}, the opsets this onnx package defines")
+            raise InputError(
+                f"{path}: ai.onnx opset {self.opset} is outside 1..{newest}, the opsets this onnx package defines"
+            )
         self.types = _value_types(proto)
         self.layers: list[RecurrentLayer] = []
         self.notes: dict[str, list[Finding]] = {}
@@ -180,14 +220,24 @@ class _Reader:
             raise NoRecurrentLayerError(f"{self.path}: no GRU/RNN layer found{self._why_none()}")
         absorbed = {id(n) for layer in self.layers for n in layer.extras["onnx"].nodes}
         other_ops = sorted({n.op_type for n in self.proto.graph.node if id(n) not in absorbed})
-        return Model(self.path, FORMAT, self.layers, self.notes, self.skipped, {"opset": self.opset, "other_ops": other_ops, "external_data": self.external_data})
+        return Model(
+            self.path,
+            FORMAT,
+            self.layers,
+            self.notes,
+            self.skipped,
+            {"opset": self.opset, "other_ops": other_ops, "external_data": self.external_data},
+        )
 
     def _why_none(self) -> str:
         if self.skipped:
             kinds = sorted({reason.split(" ")[0] for _, reason in self.skipped})
             return f" ({len(self.skipped)} {'/'.join(kinds)} node(s) found: {self.skipped[0][1]})"
         if {"MatMul", "Sigmoid", "Tanh"} <= self.op_types or {"Gemm", "Sigmoid", "Tanh"} <= self.op_types:
-            return " (it holds MatMul/Gemm, Sigmoid and Tanh nodes: it may be an unrolled recurrent cell, which gatepack does not recognise)"
+            return (
+                " (it holds MatMul/Gemm, Sigmoid and Tanh nodes: it may be an unrolled recurrent cell,"
+                " which gatepack does not recognise)"
+            )
         return ""
 
     def _walk(self, graph: onnx.GraphProto, parent: _Scope | None, prefix: str) -> Iterator[tuple]:
@@ -221,7 +271,9 @@ class _Reader:
         except InputError:
             raise
         except Exception as err:
-            raise InputError(f"{self.path}: tensor {tensor.name!r} cannot be loaded ({str(err).splitlines()[0]})") from None
+            raise InputError(
+                f"{self.path}: tensor {tensor.name!r} cannot be loaded ({str(err).splitlines()[0]})"
+            ) from None
 
     def constant(self, name: str, scope: _Scope, layer: str, role: str) -> np.ndarray:
         """The value of tensor ``name`` if it is a constant (folding any cone of operators)."""
@@ -272,9 +324,14 @@ class _Reader:
                 )
             node: onnx.NodeProto = obj
             if node.op_type in _NONDETERMINISTIC or node.domain not in _ONNX_DOMAINS:
-                raise InputError(f"{at}{role} depends on a {node.domain or 'ai.onnx'}::{node.op_type} node, which gatepack cannot fold")
+                raise InputError(
+                    f"{at}{role} depends on a {node.domain or 'ai.onnx'}::{node.op_type} node, which gatepack "
+                    "cannot fold"
+                )
             if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-                raise InputError(f"{at}{role} depends on control flow ({node.op_type} {node.name!r}), which gatepack cannot fold")
+                raise InputError(
+                    f"{at}{role} depends on control flow ({node.op_type} {node.name!r}), which gatepack cannot fold"
+                )
             stack.append((current, node, True))  # emitted after its inputs
             stack.extend((inp, owner, False) for inp in reversed(node.input))
 
@@ -293,7 +350,9 @@ class _Reader:
             (value,) = ReferenceEvaluator(model).run([name], {})
         except Exception as err:
             ops = ", ".join(sorted({n.op_type for n in nodes}))
-            raise InputError(f"{at}{role} {name!r} could not be folded from constants ({ops}): {str(err).splitlines()[0]}") from None
+            raise InputError(
+                f"{at}{role} {name!r} could not be folded from constants ({ops}): {str(err).splitlines()[0]}"
+            ) from None
         return np.asarray(value)
 
     # -- nodes
@@ -305,7 +364,10 @@ class _Reader:
         for a in node.attribute:
             if a.name in _ATTRIBUTE_TYPES and a.type != _ATTRIBUTE_TYPES[a.name]:
                 expected = _A.AttributeType.Name(_ATTRIBUTE_TYPES[a.name])
-                raise InputError(f"{at}attribute {a.name!r} is of type {_A.AttributeType.Name(a.type)}, {node.op_type} takes {expected}")
+                raise InputError(
+                    f"{at}attribute {a.name!r} is of type {_A.AttributeType.Name(a.type)}, {node.op_type} takes "
+                    f"{expected}"
+                )
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         allowed = {"hidden_size", "direction", "activations", "activation_alpha", "activation_beta", "clip"}
         allowed |= {"linear_before_reset"} if cell is Cell.GRU and version >= 3 else set()
@@ -315,7 +377,10 @@ class _Reader:
             if key not in allowed:
                 raise InputError(f"{at}attribute {key!r} is not part of {node.op_type}-{version}")
         if len(node.input) > 6 or len(node.output) > 2:
-            raise InputError(f"{at}{node.op_type} has {len(node.input)} inputs and {len(node.output)} outputs; it takes at most 6 and 2")
+            raise InputError(
+                f"{at}{node.op_type} has {len(node.input)} inputs and {len(node.output)} outputs; it takes at most "
+                "6 and 2"
+            )
         inputs = list(node.input) + [""] * (6 - len(node.input))
         if not inputs[0] or not inputs[1] or not inputs[2]:
             raise InputError(f"{at}{node.op_type} needs inputs X, W and R; got {list(node.input)}")
@@ -336,9 +401,14 @@ class _Reader:
         if hidden < 1:
             raise InputError(f"{at}hidden_size {hidden} must be positive")
         if w.ndim != 3 or w.shape[:2] != (d, gh):
-            raise InputError(f"{at}W has shape {list(w.shape)}, expected [{d}, {gh}, input_size] for hidden_size={hidden}, direction={direction.value}")
+            raise InputError(
+                f"{at}W has shape {list(w.shape)}, expected [{d}, {gh}, input_size] for hidden_size={hidden}, "
+                f"direction={direction.value}"
+            )
         if r.shape != (d, gh, hidden):
-            raise InputError(f"{at}R has shape {list(r.shape)}, expected [{d}, {gh}, {hidden}] for hidden_size={hidden}")
+            raise InputError(
+                f"{at}R has shape {list(r.shape)}, expected [{d}, {gh}, {hidden}] for hidden_size={hidden}"
+            )
         if b is not None and b.shape != (d, 2 * gh):
             raise InputError(f"{at}B has shape {list(b.shape)}, expected [{d}, {2 * gh}] for hidden_size={hidden}")
         if w.dtype.name not in ("float16", "float32", "float64"):
@@ -355,10 +425,19 @@ class _Reader:
             raise InputError(f"{at}layout {layout} is not 0 or 1")
         lbr = bool(attrs.get("linear_before_reset", 0))
         if "output_sequence" in attrs:
-            notes.append(Finding("outputs", Status.EXACT, f"output_sequence={attrs['output_sequence']} ({node.op_type}-{version}): Y is produced when it is named"))
+            notes.append(
+                Finding(
+                    "outputs",
+                    Status.EXACT,
+                    f"output_sequence={attrs['output_sequence']} ({node.op_type}-{version}): Y is produced when it "
+                    "is named",
+                )
+            )
 
         outputs = list(node.output) + ["", ""]
-        isolated = _Isolated([node], {k: v for k, v in ((inputs[1], w), (inputs[2], r), (inputs[3], b)) if k}, self.opset)
+        isolated = _Isolated(
+            [node], {k: v for k, v in ((inputs[1], w), (inputs[2], r), (inputs[3], b)) if k}, self.opset
+        )
         interface = self._interface(node, scope, inputs, outputs, layout, w, at, isolated)
         zeros = np.zeros(gh, dtype=w.dtype)
         directions = tuple(
@@ -398,10 +477,20 @@ class _Reader:
         if cell is Cell.RNN and d == 1 and len(names) == 2:
             # onnxruntime keeps the first of two names for a one-direction RNN (an old default was [Tanh, Tanh]).
             if names[0].lower() != names[1].lower():
-                notes.append(Finding("activations", Status.EXACT, f"a {direction.value} RNN lists two activations {names}; onnxruntime uses the first, {names[0]!r}, and so does gatepack", warning="second activation ignored"))
+                notes.append(
+                    Finding(
+                        "activations",
+                        Status.EXACT,
+                        f"a {direction.value} RNN lists two activations {names}; onnxruntime uses the first, "
+                        f"{names[0]!r}, and so does gatepack",
+                        warning="second activation ignored",
+                    )
+                )
             names = names[:1]
         if len(names) != per * d:
-            raise InputError(f"{at}activations lists {len(names)} names {names}, a {direction.value} {node.op_type} takes {per * d}")
+            raise InputError(
+                f"{at}activations lists {len(names)} names {names}, a {direction.value} {node.op_type} takes {per * d}"
+            )
         canonical = []
         for given in names:
             known = canonical_name(given)
@@ -409,7 +498,14 @@ class _Reader:
                 raise InputError(f"{at}unknown activation {given!r}", hint=f"known: {', '.join(KINDS)}")
             if known != given:
                 runtime = "onnxruntime rejects it for RNN and " if cell is Cell.RNN else ""
-                notes.append(Finding("activations", Status.EXACT, f"activation {given!r} spelled {known!r} ({runtime}the onnxruntime DirectML provider accepts only the exact spelling)"))
+                notes.append(
+                    Finding(
+                        "activations",
+                        Status.EXACT,
+                        f"activation {given!r} spelled {known!r} ({runtime}the onnxruntime DirectML provider "
+                        "accepts only the exact spelling)",
+                    )
+                )
             canonical.append(known)
         alphas = [float(a) for a in attrs.get("activation_alpha", [])]
         betas = [float(b) for b in attrs.get("activation_beta", [])]
@@ -420,7 +516,16 @@ class _Reader:
         used_alpha = sum(KINDS[n].takes_alpha for n in canonical)
         used_beta = sum(KINDS[n].takes_beta for n in canonical)
         if len(alphas) > used_alpha or len(betas) > used_beta:
-            notes.append(Finding("activations", Status.EXACT, f"{len(alphas) - used_alpha if len(alphas) > used_alpha else 0} activation_alpha and {max(len(betas) - used_beta, 0)} activation_beta value(s) are consumed by no activation and ignored (as onnxruntime does)", warning="unused activation parameters"))
+            notes.append(
+                Finding(
+                    "activations",
+                    Status.EXACT,
+                    f"{len(alphas) - used_alpha if len(alphas) > used_alpha else 0} activation_alpha and "
+                    f"{max(len(betas) - used_beta, 0)} activation_beta value(s) are consumed by no activation and "
+                    "ignored (as onnxruntime does)",
+                    warning="unused activation parameters",
+                )
+            )
         for item in filled:
             if item.ambiguous:
                 other = "has no default" if item.other_value is None else f"uses {item.other_value:g}"
@@ -429,13 +534,24 @@ class _Reader:
                         "activation defaults",
                         Status.EXACT,
                         f"{item.activation} {item.parameter} is not set; gatepack uses {item.value:g} "
-                        f"({self.policy.value} policy) and writes it explicitly, while the {'ONNX operator' if self.policy is DefaultsPolicy.ONNXRUNTIME else 'onnxruntime'} default {other}",
+                        f"({self.policy.value} policy) and writes it explicitly, while the "
+                        f"{'ONNX operator' if self.policy is DefaultsPolicy.ONNXRUNTIME else 'onnxruntime'} "
+                        f"default {other}",
                         warning="the model relies on a default that runtimes disagree on",
-                        alternative="set the parameter explicitly, or choose the other policy with --activation-defaults",
+                        alternative=(
+                            "set the parameter explicitly, or choose the other policy with --activation-defaults"
+                        ),
                     )
                 )
             else:
-                notes.append(Finding("activation defaults", Status.EXACT, f"{item.activation} {item.parameter} is not set; every runtime uses {item.value:g}, written explicitly"))
+                notes.append(
+                    Finding(
+                        "activation defaults",
+                        Status.EXACT,
+                        f"{item.activation} {item.parameter} is not set; every runtime uses {item.value:g}, "
+                        "written explicitly",
+                    )
+                )
         return [resolved[k * per : (k + 1) * per] for k in range(d)]
 
     def _clip(self, cell: Cell, attrs: dict, at: str, notes: list) -> float | None:
@@ -447,12 +563,26 @@ class _Reader:
         if not np.isfinite(clip):
             raise InputError(f"{at}clip {clip} is not a finite number")
         if clip < 0:
-            notes.append(Finding("clip", Status.EXACT, f"clip {clip:g} < 0 means no clip for RNN (onnxruntime); gatepack writes no clip"))
+            notes.append(
+                Finding(
+                    "clip",
+                    Status.EXACT,
+                    f"clip {clip:g} < 0 means no clip for RNN (onnxruntime); gatepack writes no clip",
+                )
+            )
             return None
         return clip
 
-    def _interface(self, node, scope: _Scope, inputs: list, outputs: list, layout: int, w: np.ndarray, at: str, isolated: _Isolated) -> Interface:
-        names = {"x": inputs[0], "sequence_lens": inputs[4] or None, "initial_h": inputs[5] or None, "y": outputs[0] or None, "y_h": outputs[1] or None}
+    def _interface(
+        self, node, scope: _Scope, inputs: list, outputs: list, layout: int, w: np.ndarray, at: str, isolated: _Isolated
+    ) -> Interface:
+        names = {
+            "x": inputs[0],
+            "sequence_lens": inputs[4] or None,
+            "initial_h": inputs[5] or None,
+            "y": outputs[0] or None,
+            "y_h": outputs[1] or None,
+        }
         if names["y"] is None and names["y_h"] is None:
             raise InputError(f"{at}the node has neither a Y nor a Y_h output")
         if layout == 0:
@@ -530,7 +660,7 @@ def _value_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
             types.setdefault(info.name, info.type)
         for node in graph.node:
             for attr in node.attribute:
-                for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
                     visit(sub)
 
     visit(inferred.graph)
@@ -576,13 +706,17 @@ def write(
     """
     path = Path(path)
     if external_data is None:
-        weight_bytes = sum(p.W.nbytes + p.R.nbytes + p.Wb.nbytes + p.Rb.nbytes for layer in model.layers for p in layer.directions)
+        weight_bytes = sum(
+            p.W.nbytes + p.R.nbytes + p.Wb.nbytes + p.Rb.nbytes for layer in model.layers for p in layer.directions
+        )
         external_data = bool(model.meta.get("external_data")) or weight_bytes > EXTERNAL_THRESHOLD
     data_name = path.name + ".data"
     with atomic_files(path, (".onnx.data",) if path.suffix == ".onnx" else ()) as tmp:
         if external_data:
             if path.suffix != ".onnx":
-                raise UsageError(f"{path}: a model with external data must be named NAME.onnx (its data goes to NAME.onnx.data)")
+                raise UsageError(
+                    f"{path}: a model with external data must be named NAME.onnx (its data goes to NAME.onnx.data)"
+                )
             with open(tmp.parent / data_name, "wb") as data:
                 proto = build(model, opset=opset, layout_encoding=layout_encoding, external=(data, data_name))
         else:
@@ -603,7 +737,11 @@ class _Stacked:
 
     def external(self, data, location: str) -> onnx.TensorProto:
         dtype = self.parts[0].dtype
-        tensor = onnx.TensorProto(name=self.name, data_type=helper.np_dtype_to_tensor_dtype(dtype), dims=[len(self.parts), *self.parts[0].shape])
+        tensor = onnx.TensorProto(
+            name=self.name,
+            data_type=helper.np_dtype_to_tensor_dtype(dtype),
+            dims=[len(self.parts), *self.parts[0].shape],
+        )
         offset = data.tell()
         for part in self.parts:
             data.write(memoryview(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<"))).cast("B"))
@@ -616,7 +754,9 @@ class _Stacked:
         return tensor
 
 
-def build(model: Model, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "transpose", external: tuple | None = None) -> onnx.ModelProto:
+def build(
+    model: Model, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "transpose", external: tuple | None = None
+) -> onnx.ModelProto:
     """The ONNX model of ``model``'s layers; ``external`` = (binary file, location) streams the
     weights into that file instead of the protobuf."""
     if opset not in WRITABLE_OPSETS:
@@ -624,7 +764,10 @@ def build(model: Model, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "t
     if layout_encoding not in ("transpose", "attribute"):
         raise UsageError(f"layout encoding {layout_encoding!r} is not 'transpose' or 'attribute'")
     if layout_encoding == "attribute" and opset < 14:
-        raise UsageError(f"the layout attribute needs opset 14 or later (asked for opset {opset})", hint="use the transpose layout encoding")
+        raise UsageError(
+            f"the layout attribute needs opset 14 or later (asked for opset {opset})",
+            hint="use the transpose layout encoding",
+        )
     names = _NameBook()
     nodes: list[onnx.NodeProto] = []
     stacked: list[_Stacked] = []
@@ -665,7 +808,9 @@ class _NameBook:
         return fresh, True
 
 
-def _emit_layer(layer: RecurrentLayer, encoding: str, names: _NameBook, nodes: list, inits: list, g_in: list, g_out: list) -> None:
+def _emit_layer(
+    layer: RecurrentLayer, encoding: str, names: _NameBook, nodes: list, inits: list, g_in: list, g_out: list
+) -> None:
     itf = layer.interface
     elem = helper.np_dtype_to_tensor_dtype(layer.dtype)
     d, h, i = layer.num_directions, layer.hidden_size, layer.input_size
@@ -681,7 +826,9 @@ def _emit_layer(layer: RecurrentLayer, encoding: str, names: _NameBook, nodes: l
 
     def transposed(name: str, perm: list, suffix: str) -> str:
         out = names.fresh(f"{name}__{suffix}")
-        nodes.append(helper.make_node("Transpose", [name], [out], perm=perm, name=names.fresh(f"{layer.name}/{suffix}")))
+        nodes.append(
+            helper.make_node("Transpose", [name], [out], perm=perm, name=names.fresh(f"{layer.name}/{suffix}"))
+        )
         return out
 
     x = declare_input(itf.x, elem, [n, s, i] if batch_major else [s, n, i])
@@ -705,7 +852,10 @@ def _emit_layer(layer: RecurrentLayer, encoding: str, names: _NameBook, nodes: l
         node_inputs.pop()
 
     node_outputs, after = [], []
-    for key, shape_bm, shape_sm, perm in (("y", [n, s, d, h], [s, d, n, h], _PERM_Y), ("y_h", [n, d, h], [d, n, h], _PERM_YH)):
+    for key, shape_bm, shape_sm, perm in (
+        ("y", [n, s, d, h], [s, d, n, h], _PERM_Y),
+        ("y_h", [n, d, h], [d, n, h], _PERM_YH),
+    ):
         name = getattr(itf, key)
         if name is None:
             node_outputs.append("")
@@ -714,7 +864,11 @@ def _emit_layer(layer: RecurrentLayer, encoding: str, names: _NameBook, nodes: l
         g_out.append(helper.make_tensor_value_info(final, elem, shape_bm if batch_major else shape_sm))
         if wrap:
             inner = names.fresh(f"{name}__seq_major")
-            after.append(helper.make_node("Transpose", [inner], [final], perm=perm, name=names.fresh(f"{layer.name}/{key}_batch_major")))
+            after.append(
+                helper.make_node(
+                    "Transpose", [inner], [final], perm=perm, name=names.fresh(f"{layer.name}/{key}_batch_major")
+                )
+            )
             node_outputs.append(inner)
         else:
             node_outputs.append(final)
@@ -753,7 +907,13 @@ def _attributes(layer: RecurrentLayer) -> dict:
 # ---------------------------------------------------------------------------------------- findings
 
 
-def check(layer: RecurrentLayer, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "transpose", external_data: bool | None = None) -> list[Finding]:
+def check(
+    layer: RecurrentLayer,
+    *,
+    opset: int = DEFAULT_OPSET,
+    layout_encoding: str = "transpose",
+    external_data: bool | None = None,
+) -> list[Finding]:
     """Findings for writing ``layer`` as ONNX (every canonical layer is expressible)."""
     op = layer.cell.value.upper()
     found = [
@@ -773,12 +933,28 @@ def check(layer: RecurrentLayer, *, opset: int = DEFAULT_OPSET, layout_encoding:
         found.append(Finding("initial_h", Status.EXACT, "initial_h input kept"))
     if itf.layout == 1:
         if layout_encoding == "transpose":
-            found.append(Finding("layout", Status.REPACKED, "batch-major interface kept with Transpose nodes around a layout-0 node (onnxruntime rejects layout=1; OpenVINO's importer ignores it)"))
+            found.append(
+                Finding(
+                    "layout",
+                    Status.REPACKED,
+                    "batch-major interface kept with Transpose nodes around a layout-0 node (onnxruntime rejects "
+                    "layout=1; OpenVINO's importer ignores it)",
+                )
+            )
         else:
-            found.append(Finding("layout", Status.EXACT, "layout=1 attribute", warning="onnxruntime rejects layout=1 and OpenVINO's ONNX importer ignores it"))
+            found.append(
+                Finding(
+                    "layout",
+                    Status.EXACT,
+                    "layout=1 attribute",
+                    warning="onnxruntime rejects layout=1 and OpenVINO's ONNX importer ignores it",
+                )
+            )
     else:
         found.append(Finding("layout", Status.EXACT, "layout 0 (sequence-major)"))
-    dtype_warning = "onnxruntime's CPU GRU does not run float64" if layer.cell is Cell.GRU and layer.dtype == np.float64 else None
+    dtype_warning = (
+        "onnxruntime's CPU GRU does not run float64" if layer.cell is Cell.GRU and layer.dtype == np.float64 else None
+    )
     found.append(Finding("dtype", Status.EXACT, layer.interface.dtype, warning=dtype_warning))
     found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)}"))
     return found
@@ -798,7 +974,10 @@ def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[s
     if isolated is None:
         raise UsageError(f"layer {layer.name!r} was not read from ONNX")
     if isolated.opset < 7:
-        raise RuntimeFailure(f"layer {layer.name!r}: onnxruntime has no kernel for opset {isolated.opset} recurrent operators", hint="use --engine numpy")
+        raise RuntimeFailure(
+            f"layer {layer.name!r}: onnxruntime has no kernel for opset {isolated.opset} recurrent operators",
+            hint="use --engine numpy",
+        )
     itf = layer.interface
     elem = helper.np_dtype_to_tensor_dtype(layer.dtype)
     graph_inputs = [helper.make_tensor_value_info(itf.x, elem, None)]
@@ -810,7 +989,10 @@ def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[s
     # Large constants (the weights) are fed as inputs, straight from their arrays: serialising them
     # into the session's protobuf would copy them twice and dominate the run.
     fed = {k: np.ascontiguousarray(v) for k, v in isolated.constants.items() if v.nbytes >= _FEED_AS_INPUT}
-    graph_inputs += [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in fed.items()]
+    graph_inputs += [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+        for k, v in fed.items()
+    ]
     inits = [numpy_helper.from_array(v, k) for k, v in isolated.constants.items() if k not in fed]
     graph = helper.make_graph(isolated.nodes, "isolated", graph_inputs, outputs, inits)
     opsets = [helper.make_opsetid("", isolated.opset)]
@@ -835,7 +1017,10 @@ def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
             continue
         dims = _dims(value.type)
         if dims is None or not value.type.tensor_type.elem_type:
-            raise InputError(f"{path}: input {value.name!r} has no declared element type and shape, so gatepack cannot draw inputs for it")
+            raise InputError(
+                f"{path}: input {value.name!r} has no declared element type and shape, so gatepack cannot draw "
+                "inputs for it"
+            )
         found.append((value.name, np.dtype(helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)), dims))
     return found
 
@@ -871,7 +1056,9 @@ def _session(source, label: str):
     try:
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as err:
-        raise RuntimeFailure(f"{label}: onnxruntime cannot load the model: {_ort_message(err)}", hint=_ort_hint(err)) from None
+        raise RuntimeFailure(
+            f"{label}: onnxruntime cannot load the model: {_ort_message(err)}", hint=_ort_hint(err)
+        ) from None
 
 
 def _ort_hint(err: Exception) -> str | None:

@@ -48,11 +48,20 @@ import numpy as np
 from gatepack.converters.description import build_layer, describe, parse
 from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
-from gatepack.converters.strategy import cell_finding, choose
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
+from gatepack.converters.strategy import cell_finding, choose
 from gatepack.schemas.activations import Activation, canonical_name
-from gatepack.schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text, stack_directions
+from gatepack.schemas.layer import (
+    Cell,
+    Direction,
+    DirectionParams,
+    Interface,
+    RecurrentLayer,
+    SpecError,
+    dim_text,
+    stack_directions,
+)
 
 FORMAT = "openvino"
 RT_INFO_PATH = ["gatepack", "layers"]
@@ -76,7 +85,10 @@ def native_blockers(layer: RecurrentLayer) -> list[str]:
     names = [tuple(a.name for a in p.activations) for p in layer.directions]
     if any(n not in _NATIVE_ACTIVATIONS[layer.cell] for n in names):
         allowed = " or ".join(", ".join(n) for n in sorted(_NATIVE_ACTIVATIONS[layer.cell]))
-        reasons.append(f"activations {layer.activation_summary()}: the CPU plugin runs {layer.cell.value.upper()}Sequence natively only with {allowed} (others fail to compile, and alpha/beta are ignored)")
+        reasons.append(
+            f"activations {layer.activation_summary()}: the CPU plugin runs {layer.cell.value.upper()}Sequence "
+            f"natively only with {allowed} (others fail to compile, and alpha/beta are ignored)"
+        )
     elif len(set(names)) > 1:
         reasons.append("per-direction activations: the sequence op takes one activation list for both directions")
     if layer.clip == 0:
@@ -122,7 +134,12 @@ def whole_model_finding(model: Model) -> Finding | None:
         return None
     from gatepack.converters.reporting import operator_list
 
-    return Finding("model", Status.EXACT, f"whole model in one artifact: OpenVINO's ONNX frontend converts the other operators ({operator_list(model.meta['other_ops'])}); gatepack translates every GRU/RNN node")
+    return Finding(
+        "model",
+        Status.EXACT,
+        "whole model in one artifact: OpenVINO's ONNX frontend converts the other operators "
+        f"({operator_list(model.meta['other_ops'])}); gatepack translates every GRU/RNN node",
+    )
 
 
 def build(model: Model, *, strategy: str = "auto"):
@@ -175,7 +192,10 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     for layer in model.layers:
         isolated = layer.extras.get("onnx")
         if isolated is None:
-            raise UsageError(f"{model.path}: layer {layer.name!r}: a model with other operators keeps its own interface: --layout cannot change it")
+            raise UsageError(
+                f"{model.path}: layer {layer.name!r}: a model with other operators keeps its own interface: "
+                "--layout cannot change it"
+            )
         node = next(n for n in isolated.nodes if n.op_type in ("GRU", "RNN"))
         candidates.setdefault(node.op_type, []).append((layer, node))
     described: list[dict] = []
@@ -186,16 +206,25 @@ def build_whole(model: Model, *, strategy: str = "auto"):
         def translate(ctx) -> list:
             try:
                 x_names, w_names = ctx.get_input(0).get_names(), ctx.get_input(1).get_names()
-                found = [(lay, node) for lay, node in candidates.get(op_type, []) if node.input[0] in x_names and node.input[1] in w_names]
+                found = [
+                    (lay, node)
+                    for lay, node in candidates.get(op_type, [])
+                    if node.input[0] in x_names and node.input[1] in w_names
+                ]
                 if len(found) != 1:
-                    raise InputError(f"{model.path}: cannot tell which {op_type} node OpenVINO's frontend is converting (X {sorted(x_names)}, W {sorted(w_names)}; {len(found)} candidates)")
+                    raise InputError(
+                        f"{model.path}: cannot tell which {op_type} node OpenVINO's frontend is converting (X "
+                        f"{sorted(x_names)}, W {sorted(w_names)}; {len(found)} candidates)"
+                    )
                 layer, node = found[0]
                 optional = [ctx.get_input(k) if ctx.get_input_size() > k else None for k in (4, 5)]
                 lens, h0 = (None if v is None or v.get_node().get_type_name() == "NullNode" else v for v in optional)
                 layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
                 node_layer = replace(layer, interface=replace(layer.interface, layout=layout))
                 chosen, _ = choose_strategy(layer, strategy)
-                y, y_h = (_emit_native if chosen == "native" else _emit_decomposed)(ops, node_layer, ctx.get_input(0), lens, h0)
+                y, y_h = (_emit_native if chosen == "native" else _emit_decomposed)(
+                    ops, node_layer, ctx.get_input(0), lens, h0
+                )
                 if chosen == "native":
                     names_to_restore.append((y.get_node().input_value(0).get_node(), layer.name))
                 if not any(e["name"] == layer.name for e in described):
@@ -215,7 +244,9 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     except Exception as err:
         if failures and isinstance(failures[0], GatepackError):
             raise failures[0] from None
-        raise RuntimeFailure(f"{model.path}: OpenVINO's ONNX frontend cannot convert the model's other operators: {_ov_message(err)}") from None
+        raise RuntimeFailure(
+            f"{model.path}: OpenVINO's ONNX frontend cannot convert the model's other operators: {_ov_message(err)}"
+        ) from None
     for node, name in names_to_restore:  # the frontend names ops after their ONNX outputs
         node.set_friendly_name(name)
     ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
@@ -265,7 +296,9 @@ def _emit_native(ops, layer: RecurrentLayer, x, lens, h0):
     r = _const(ops, stack_directions([p.R for p in layer.directions]), f"{layer.name}/R")
     b = _const(ops, folded_bias(layer), f"{layer.name}/B")
     acts = [a.name.lower() for a in layer.directions[0].activations]
-    common = dict(hidden_size=h, direction=layer.direction.value, activations=acts, clip=layer.clip or 0.0, name=layer.name)
+    common = dict(
+        hidden_size=h, direction=layer.direction.value, activations=acts, clip=layer.clip or 0.0, name=layer.name
+    )
     if layer.cell is Cell.GRU:
         node = ops.gru_sequence(x_bm, h0_bm, seq, w, r, b, linear_before_reset=layer.linear_before_reset, **common)
     else:
@@ -301,7 +334,9 @@ def _activation(ops, x, act: Activation):
     if name == "HardSigmoid":
         return ops.clamp(ops.add(ops.multiply(x, c(act.alpha)), c(act.beta)), 0.0, 1.0)
     if name == "Elu":
-        return ops.select(ops.greater_equal(x, c(0)), x, ops.multiply(ops.subtract(ops.exp(ops.minimum(x, c(0))), c(1)), c(act.alpha)))
+        return ops.select(
+            ops.greater_equal(x, c(0)), x, ops.multiply(ops.subtract(ops.exp(ops.minimum(x, c(0))), c(1)), c(act.alpha))
+        )
     if name == "Softsign":
         return ops.divide(x, ops.add(ops.abs(x), c(1)))
     if name == "Softplus":  # max(x, 0) + log(1 + exp(-|x|)): never overflows
@@ -365,7 +400,13 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
 
         def rows(tensor, start: int, stop: int, axis: int):
             """Gate blocks [start*H, stop*H) along ``axis``."""
-            return ops.slice(tensor, np.array([start * h], np.int64), np.array([stop * h], np.int64), np.array([1], np.int64), np.array([axis], np.int64))
+            return ops.slice(
+                tensor,
+                np.array([start * h], np.int64),
+                np.array([stop * h], np.int64),
+                np.array([1], np.int64),
+                np.array([axis], np.int64),
+            )
 
         def part(tensor, gate: int):  # one gate's H columns of an [N, G*H] tensor
             return rows(tensor, gate, gate + 1, 1)
@@ -379,7 +420,9 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
             gh_zr = ops.add(ops.matmul(state, rows(r_all, 0, 2, 0), False, True), rows(rb, 0, 2, 0))  # [N,2H]
             z = _activation(ops, clip(ops.add(part(gx, 0), part(gh_zr, 0))), f)
             reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_zr, 1))), f)
-            candidate_in = ops.add(ops.matmul(ops.multiply(reset, state), rows(r_all, 2, 3, 0), False, True), rows(rb, 2, 3, 0))
+            candidate_in = ops.add(
+                ops.matmul(ops.multiply(reset, state), rows(r_all, 2, 3, 0), False, True), rows(rb, 2, 3, 0)
+            )
             cand = _activation(ops, clip(ops.add(part(gx, 2), candidate_in)), g)
         one = np.array(1, dt)
         new = ops.add(ops.multiply(ops.subtract(one, z), cand), ops.multiply(z, state))
@@ -400,7 +443,8 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
 # ----------------------------------------------------------------------------------------- reading
 
 
-COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}  # fp32: the CPU plugin defaults to bf16 where the CPU has it; LATENCY: gatepack runs single inferences (less to set up)
+# f32: the CPU plugin defaults to bf16 where the CPU has it; LATENCY: gatepack runs single inferences (less to set up)
+COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
 
 
 def _read_ir(path: Path):
@@ -416,12 +460,16 @@ def _read_ir(path: Path):
         raise InputError(f"{path}: not an OpenVINO IR (no <net> element at its start)")
     bin_name = path.with_suffix(".bin").name
     if not os.path.lexists(path.with_suffix(".bin")):
-        raise InputError(f"{path}: its weights file {bin_name} is missing", hint="an IR is the .xml and the .bin together")
+        raise InputError(
+            f"{path}: its weights file {bin_name} is missing", hint="an IR is the .xml and the .bin together"
+        )
     weights_file = contained_file(path.parent, bin_name, f"{path}: weights file")
     size = weights_file.stat().st_size
     weights = np.memmap(weights_file, dtype=np.uint8, mode="c") if size else np.zeros(0, np.uint8)
     try:
-        model = ov.Core().read_model(model=xml.decode("utf-8", "replace"), weights=ov.Tensor(weights, shared_memory=True))
+        model = ov.Core().read_model(
+            model=xml.decode("utf-8", "replace"), weights=ov.Tensor(weights, shared_memory=True)
+        )
     except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
         raise InputError(f"{path}: OpenVINO cannot read it ({_ov_message(err)})") from None
     model.gatepack_weights = weights  # the model's constants point into this map: it lives as long as the model
@@ -429,19 +477,29 @@ def _read_ir(path: Path):
 
 
 def _ov_message(err: Exception) -> str:
-    lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.strip().startswith(("Exception from", "Check "))]
+    lines = [
+        line.strip()
+        for line in str(err).splitlines()
+        if line.strip() and not line.strip().startswith(("Exception from", "Check "))
+    ]
     return (" ".join(lines) or type(err).__name__)[:240]
 
 
 def _constant(node, index: int, path: Path, layer: str, role: str) -> tuple[np.ndarray, bool]:
-    """The constant feeding input ``index`` of ``node`` (through a decompression Convert); (value, was fp16-compressed)."""
+    """The constant feeding input ``index`` of ``node`` (through a decompression Convert): (value, fp16-compressed?)."""
     if index >= node.get_input_size():
         raise InputError(f"{path}: layer {layer!r}: the node has no input {index} ({role})")
     source = node.input_value(index).get_node()
     if source.get_type_name() == "Convert" and source.input_value(0).get_node().get_type_name() == "Constant":
-        return _constant_data(source.input_value(0).get_node(), path, layer, role, source.get_output_element_type(0)), True
+        return _constant_data(
+            source.input_value(0).get_node(), path, layer, role, source.get_output_element_type(0)
+        ), True
     if source.get_type_name() != "Constant":
-        raise InputError(f"{path}: layer {layer!r}: {role} comes from a {source.get_type_name()} node ({source.get_friendly_name()!r}), not a constant", hint="gatepack reads recurrent weights stored as constants")
+        raise InputError(
+            f"{path}: layer {layer!r}: {role} comes from a {source.get_type_name()} node "
+            f"({source.get_friendly_name()!r}), not a constant",
+            hint="gatepack reads recurrent weights stored as constants",
+        )
     return _constant_data(source, path, layer, role), False
 
 
@@ -452,7 +510,10 @@ def _constant_data(constant, path: Path, layer: str, role: str, widen_to=None) -
         data = np.array(constant.get_data())
         return data.astype(widen_to.to_dtype()) if widen_to is not None else data
     except Exception as err:  # OpenVINO's errors for undefined element types and short weights
-        raise InputError(f"{path}: layer {layer!r}: {role} constant {constant.get_friendly_name()!r} of element type {constant.get_element_type()} cannot be read ({_ov_message(err)})") from None
+        raise InputError(
+            f"{path}: layer {layer!r}: {role} constant {constant.get_friendly_name()!r} of element type "
+            f"{constant.get_element_type()} cannot be read ({_ov_message(err)})"
+        ) from None
 
 
 def read(path: str | Path, **_options) -> Model:
@@ -462,7 +523,9 @@ def read(path: str | Path, **_options) -> Model:
     ov_model = _read_ir(path)
     ops_by_name = {op.get_friendly_name(): op for op in _all_ops(ov_model)}
     if ov_model.has_rt_info(RT_INFO_PATH):
-        entries = parse_json(ov_model.get_rt_info(RT_INFO_PATH).astype(str), f"{path}: rt_info {'/'.join(RT_INFO_PATH)}")
+        entries = parse_json(
+            ov_model.get_rt_info(RT_INFO_PATH).astype(str), f"{path}: rt_info {'/'.join(RT_INFO_PATH)}"
+        )
         if not isinstance(entries, list) or not entries:
             raise InputError(f"{path}: rt_info {'/'.join(RT_INFO_PATH)} is not a non-empty list of layer descriptions")
         layers, notes = [], {}
@@ -470,7 +533,11 @@ def read(path: str | Path, **_options) -> Model:
             layer, found = _read_described(path, entry, ops_by_name)
             layers.append(layer)
             notes[layer.name] = found
-        other = parse_json(ov_model.get_rt_info(RT_INFO_OTHER_OPS).astype(str), f"{path}: rt_info") if ov_model.has_rt_info(RT_INFO_OTHER_OPS) else []
+        other = (
+            parse_json(ov_model.get_rt_info(RT_INFO_OTHER_OPS).astype(str), f"{path}: rt_info")
+            if ov_model.has_rt_info(RT_INFO_OTHER_OPS)
+            else []
+        )
         if not isinstance(other, list) or not all(isinstance(op, str) for op in other):
             raise InputError(f"{path}: rt_info {'/'.join(RT_INFO_OTHER_OPS)} {other!r} is not a list of operator types")
         if len({layer.name for layer in layers}) != len(layers):
@@ -483,8 +550,13 @@ def read(path: str | Path, **_options) -> Model:
             layers.append(layer)
             notes[layer.name] = found
     if not layers:
-        raise NoRecurrentLayerError(f"{path}: no GRUSequence or RNNSequence node", hint="OpenVINO's frontends may have unrolled or decomposed the layer (look for TensorIterator/Loop)")
-    other = sorted({op.get_type_name() for op in ov_model.get_ops()} - set(_OPS) - {"Parameter", "Result", "Constant", "Convert"})
+        raise NoRecurrentLayerError(
+            f"{path}: no GRUSequence or RNNSequence node",
+            hint="OpenVINO's frontends may have unrolled or decomposed the layer (look for TensorIterator/Loop)",
+        )
+    other = sorted(
+        {op.get_type_name() for op in ov_model.get_ops()} - set(_OPS) - {"Parameter", "Result", "Constant", "Convert"}
+    )
     return Model(path, FORMAT, layers, notes, meta={"other_ops": other})
 
 
@@ -525,20 +597,48 @@ def _read_sequence_op(path: Path, op) -> tuple[RecurrentLayer, list[Finding]]:
         lbr = bool(attrs.get("linear_before_reset", False))
         clip = float(attrs.get("clip", 0.0))
         names = [str(a) for a in attrs.get("activations", [])]
-        alphas, betas = [float(a) for a in attrs.get("activations_alpha", [])], [float(a) for a in attrs.get("activations_beta", [])]
+        alphas, betas = (
+            [float(a) for a in attrs.get("activations_alpha", [])],
+            [float(a) for a in attrs.get("activations_beta", [])],
+        )
         acts = _activations(names, alphas, betas, path, name)
     except (KeyError, ValueError, TypeError) as err:
-        raise InputError(f"{path}: layer {name!r}: {op.get_type_name()} attributes are malformed ({' '.join(str(err).split())[:160]})") from None
+        raise InputError(
+            f"{path}: layer {name!r}: {op.get_type_name()} attributes are malformed "
+            f"({' '.join(str(err).split())[:160]})"
+        ) from None
     gh, d = cell.gates * h, direction.count
     bias_rows = gh + h if cell is Cell.GRU and lbr else gh
-    for label, array, shape in (("W", w, (d, gh, w.shape[-1] if w.ndim == 3 else -1)), ("R", r, (d, gh, h)), ("B", b, (d, bias_rows))):
+    for label, array, shape in (
+        ("W", w, (d, gh, w.shape[-1] if w.ndim == 3 else -1)),
+        ("R", r, (d, gh, h)),
+        ("B", b, (d, bias_rows)),
+    ):
         if array.shape != shape:
-            raise InputError(f"{path}: layer {name!r}: {label} has shape {list(array.shape)}, but hidden_size {h} and direction {direction.value} make it {list(shape)}")
+            raise InputError(
+                f"{path}: layer {name!r}: {label} has shape {list(array.shape)}, but hidden_size {h} and direction "
+                f"{direction.value} make it {list(shape)}"
+            )
     if not np.isfinite(clip) or len(acts) < cell.activation_count:
-        raise InputError(f"{path}: layer {name!r}: clip {clip} or activations {names} are not usable for {op.get_type_name()}")
-    found = [Finding("bias", Status.FOLDED, "OpenVINO stores Wb + Rb summed; read back as Wb = sum, Rb = 0" + (" (Rb_h kept apart: linear_before_reset)" if lbr else ""))]
+        raise InputError(
+            f"{path}: layer {name!r}: clip {clip} or activations {names} are not usable for {op.get_type_name()}"
+        )
+    found = [
+        Finding(
+            "bias",
+            Status.FOLDED,
+            "OpenVINO stores Wb + Rb summed; read back as Wb = sum, Rb = 0"
+            + (" (Rb_h kept apart: linear_before_reset)" if lbr else ""),
+        )
+    ]
     if cw or cr or cb:
-        found.append(Finding("weights", Status.LOSSY, "the IR stores its weights compressed to fp16 (Convert after each Constant); read as their fp16 values"))
+        found.append(
+            Finding(
+                "weights",
+                Status.LOSSY,
+                "the IR stores its weights compressed to fp16 (Convert after each Constant); read as their fp16 values",
+            )
+        )
     directions = []
     for k in range(direction.count):
         if cell is Cell.GRU and lbr:
@@ -546,13 +646,37 @@ def _read_sequence_op(path: Path, op) -> tuple[RecurrentLayer, list[Finding]]:
             rb = np.concatenate([np.zeros(2 * h, b.dtype), b[k, 3 * h :]])
         else:
             wb, rb = b[k].copy(), np.zeros(gh, b.dtype)
-        directions.append(DirectionParams(W=w[k], R=r[k], Wb=wb, Rb=rb, activations=tuple(acts[: cell.activation_count])))
+        directions.append(
+            DirectionParams(W=w[k], R=r[k], Wb=wb, Rb=rb, activations=tuple(acts[: cell.activation_count]))
+        )
     x_shape = op.get_input_partial_shape(0)
     n = x_shape[0].get_length() if x_shape[0].is_static else None
     s = x_shape[1].get_length() if x_shape[1].is_static else None
-    interface = Interface(x=f"{name}/X", y=f"{name}/Y", y_h=f"{name}/Y_h", sequence_lens=f"{name}/sequence_lengths", initial_h=f"{name}/initial_hidden_state", layout=1, seq_length=s, batch_size=n, dtype=w.dtype.name)
+    interface = Interface(
+        x=f"{name}/X",
+        y=f"{name}/Y",
+        y_h=f"{name}/Y_h",
+        sequence_lens=f"{name}/sequence_lengths",
+        initial_h=f"{name}/initial_hidden_state",
+        layout=1,
+        seq_length=s,
+        batch_size=n,
+        dtype=w.dtype.name,
+    )
     try:
-        layer = RecurrentLayer(name, cell, int(w.shape[2]), h, direction, tuple(directions), interface, lbr, clip if clip > 0 else None, True, extras={FORMAT: (path, name, "node")})
+        layer = RecurrentLayer(
+            name,
+            cell,
+            int(w.shape[2]),
+            h,
+            direction,
+            tuple(directions),
+            interface,
+            lbr,
+            clip if clip > 0 else None,
+            True,
+            extras={FORMAT: (path, name, "node")},
+        )
     except SpecError as err:
         raise InputError(f"{path}: {err}") from None
     return layer, found
@@ -568,12 +692,16 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
     def const(label: str) -> np.ndarray:
         node = ops_by_name.get(f"{name}/{label}")
         if node is None or node.get_type_name() not in ("Constant", "Convert"):
-            raise InputError(f"{path}: layer {name!r}: the graph has no constant {name}/{label} that its rt_info describes")
+            raise InputError(
+                f"{path}: layer {name!r}: the graph has no constant {name}/{label} that its rt_info describes"
+            )
         if node.get_type_name() == "Convert":  # fp16-compressed
             found.append(Finding("weights", Status.LOSSY, "weights stored compressed to fp16"))
             source = node.input_value(0).get_node()
             if source.get_type_name() != "Constant":
-                raise InputError(f"{path}: layer {name!r}: {name}/{label} converts a {source.get_type_name()} node, not a constant")
+                raise InputError(
+                    f"{path}: layer {name!r}: {name}/{label} converts a {source.get_type_name()} node, not a constant"
+                )
             return _constant_data(source, path, name, label, node.get_output_element_type(0))
         return _constant_data(node, path, name, label)
 
@@ -581,16 +709,25 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
     if strategy == "native":
         op = ops_by_name.get(name)
         if op is None or op.get_type_name() not in _OPS:
-            raise InputError(f"{path}: layer {name!r}: rt_info says native but the graph has no sequence node of that name")
+            raise InputError(
+                f"{path}: layer {name!r}: rt_info says native but the graph has no sequence node of that name"
+            )
         layer, folded = _read_sequence_op(path, op)
         found += folded
         in_graph = [a.name for a in layer.directions[0].activations]
         if any([a.name for a in per] != in_graph for per in acts):
-            raise InputError(f"{path}: layer {name!r}: its rt_info activations {[[a.name for a in per] for per in acts]} contradict the graph's {in_graph}")
+            raise InputError(
+                f"{path}: layer {name!r}: its rt_info activations {[[a.name for a in per] for per in acts]} "
+                f"contradict the graph's {in_graph}"
+            )
         directions = [DirectionParams(p.W, p.R, p.Wb, p.Rb, acts[k]) for k, p in enumerate(layer.directions)]
     else:
         for k in range(info.direction.count):
-            directions.append(DirectionParams(W=const(f"W{k}"), R=const(f"R{k}"), Wb=const(f"Wb{k}"), Rb=const(f"Rb{k}"), activations=acts[k]))
+            directions.append(
+                DirectionParams(
+                    W=const(f"W{k}"), R=const(f"R{k}"), Wb=const(f"Wb{k}"), Rb=const(f"Rb{k}"), activations=acts[k]
+                )
+            )
     return build_layer(path, info, directions, {FORMAT: (path, name, strategy)}), found
 
 
@@ -628,7 +765,11 @@ def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.
 def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
     """The IR's inputs as (name, dtype, dims); a dynamic dim is None."""
     return [
-        (p.get_output_tensor(0).get_any_name(), p.get_element_type().to_dtype(), [d.get_length() if d.is_static else None for d in p.get_partial_shape()])
+        (
+            p.get_output_tensor(0).get_any_name(),
+            p.get_element_type().to_dtype(),
+            [d.get_length() if d.is_static else None for d in p.get_partial_shape()],
+        )
         for p in _read_ir(Path(path)).get_parameters()
     ]
 
@@ -685,42 +826,130 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
     found = []
     found.append(
         cell_finding(
-            strategy, chosen, blockers,
+            strategy,
+            chosen,
+            blockers,
             native=f"{op} (the CPU plugin computes this configuration as ONNX specifies)",
             refused=f"{op} would not compute what ONNX specifies",
             decomposed="elementary ops in a TensorIterator per direction, input projections in one MatMul",
             alternative="use --strategy auto or decomposed (elementary ops in a TensorIterator)",
         )
     )
-    found.append(Finding("direction", Status.EXACT, layer.direction.value + (" (reverse via ReverseSequence, which honours sequence_lens)" if chosen == "decomposed" and layer.direction is not Direction.FORWARD else "")))
+    found.append(
+        Finding(
+            "direction",
+            Status.EXACT,
+            layer.direction.value
+            + (
+                " (reverse via ReverseSequence, which honours sequence_lens)"
+                if chosen == "decomposed" and layer.direction is not Direction.FORWARD
+                else ""
+            ),
+        )
+    )
     found.append(Finding("weights", Status.EXACT, "W, R in ONNX gate order (z, r, h), unchanged"))
     if chosen == "native":
-        rb_summed = any(p.Rb[: 2 * layer.hidden_size].any() if layer.cell is Cell.GRU and layer.linear_before_reset else p.Rb.any() for p in layer.directions)
-        layout_text = "[D,4H] = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]" if layer.cell is Cell.GRU and layer.linear_before_reset else f"[D,{layer.gates}H] = Wb + Rb"
-        found.append(Finding("bias", Status.FOLDED if rb_summed else Status.EXACT, f"B {layout_text}" + ("; reads back as [Wb + Rb, 0]" if rb_summed else " (Rb is zero: nothing is lost)")))
+        rb_summed = any(
+            p.Rb[: 2 * layer.hidden_size].any() if layer.cell is Cell.GRU and layer.linear_before_reset else p.Rb.any()
+            for p in layer.directions
+        )
+        layout_text = (
+            "[D,4H] = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]"
+            if layer.cell is Cell.GRU and layer.linear_before_reset
+            else f"[D,{layer.gates}H] = Wb + Rb"
+        )
+        found.append(
+            Finding(
+                "bias",
+                Status.FOLDED if rb_summed else Status.EXACT,
+                f"B {layout_text}"
+                + ("; reads back as [Wb + Rb, 0]" if rb_summed else " (Rb is zero: nothing is lost)"),
+            )
+        )
     else:
         found.append(Finding("bias", Status.EXACT, "Wb and Rb kept apart as constants"))
     if layer.cell is Cell.GRU:
         found.append(Finding("linear_before_reset", Status.EXACT, str(int(layer.linear_before_reset))))
-    found.append(Finding("activations", Status.EXACT, f"{layer.activation_summary()}" + (" (alpha/beta as constants in the graph)" if chosen == "decomposed" else "")))
+    found.append(
+        Finding(
+            "activations",
+            Status.EXACT,
+            f"{layer.activation_summary()}"
+            + (" (alpha/beta as constants in the graph)" if chosen == "decomposed" else ""),
+        )
+    )
     if layer.clip is not None:
-        found.append(Finding("clip", Status.EXACT, f"clip={layer.clip:g}" + (" (Clamp)" if chosen == "decomposed" else "")))
+        found.append(
+            Finding("clip", Status.EXACT, f"clip={layer.clip:g}" + (" (Clamp)" if chosen == "decomposed" else ""))
+        )
     if itf.sequence_lens:
-        found.append(Finding("sequence_lens", Status.EXACT, "sequence_lens input kept" + (" (masks; reverse from len-1)" if chosen == "decomposed" else " (static shapes: the CPU plugin honours it)")))
+        found.append(
+            Finding(
+                "sequence_lens",
+                Status.EXACT,
+                "sequence_lens input kept"
+                + (
+                    " (masks; reverse from len-1)"
+                    if chosen == "decomposed"
+                    else " (static shapes: the CPU plugin honours it)"
+                ),
+            )
+        )
     if itf.initial_h:
         found.append(Finding("initial_h", Status.EXACT, "initial_h input kept"))
     elif chosen == "native":
-        found.append(Finding("initial_h", Status.EXACT, "zeros built inside the model (the sequence op requires an initial state)"))
+        found.append(
+            Finding(
+                "initial_h", Status.EXACT, "zeros built inside the model (the sequence op requires an initial state)"
+            )
+        )
     if chosen == "native" or itf.layout == 1:
-        found.append(Finding("layout", Status.REPACKED, f"layout {itf.layout} interface kept; Transposes inside the model" + (" (OpenVINO's sequence op is batch-major, Y [N,D,S,H])" if chosen == "native" else "")))
+        found.append(
+            Finding(
+                "layout",
+                Status.REPACKED,
+                f"layout {itf.layout} interface kept; Transposes inside the model"
+                + (" (OpenVINO's sequence op is batch-major, Y [N,D,S,H])" if chosen == "native" else ""),
+            )
+        )
     else:
         found.append(Finding("layout", Status.EXACT, "layout 0 (sequence-major)"))
     if layer.dtype == np.float64:
-        found.append(Finding("dtype", Status.LOSSY, "float64 IR, but OpenVINO's CPU plugin computes in float32", alternative="pass --allow-lossy to accept float32 arithmetic"))
+        found.append(
+            Finding(
+                "dtype",
+                Status.LOSSY,
+                "float64 IR, but OpenVINO's CPU plugin computes in float32",
+                alternative="pass --allow-lossy to accept float32 arithmetic",
+            )
+        )
     else:
         found.append(Finding("dtype", Status.EXACT, itf.dtype))
     if compress_to_fp16 and layer.dtype != np.float16:
-        found.append(Finding("weights storage", Status.LOSSY, "weights compressed to fp16 in the .bin (asked for)", alternative="leave weights in fp32 (the default)"))
-    found.append(Finding("inference precision", Status.EXACT, "fp32", warning="OpenVINO's CPU plugin defaults to bf16 on CPUs that have it (differences ~1e-3): compile with INFERENCE_PRECISION_HINT=f32, as gatepack's verification does"))
-    found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (dynamic dimensions stay dynamic)"))
+        found.append(
+            Finding(
+                "weights storage",
+                Status.LOSSY,
+                "weights compressed to fp16 in the .bin (asked for)",
+                alternative="leave weights in fp32 (the default)",
+            )
+        )
+    found.append(
+        Finding(
+            "inference precision",
+            Status.EXACT,
+            "fp32",
+            warning=(
+                "OpenVINO's CPU plugin defaults to bf16 on CPUs that have it (differences ~1e-3): compile with "
+                "INFERENCE_PRECISION_HINT=f32, as gatepack's verification does"
+            ),
+        )
+    )
+    found.append(
+        Finding(
+            "shapes",
+            Status.EXACT,
+            f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (dynamic dimensions stay dynamic)",
+        )
+    )
     return found
