@@ -18,9 +18,8 @@ import gatepack as gp
 from gatepack.converters.errors import GatepackError
 from gatepack.converters.fileio import OutputKind, has_suffix
 from gatepack.converters.progress import Progress
-from gatepack.converters.registry import FORMATS  # noqa: E402  (light: no framework is imported)
+from gatepack.converters.registry import FORMATS, READERS, WRITERS, all_write_options  # light: no framework
 
-FORMAT_NAMES = list(FORMATS)
 REPORT_OUTPUT = OutputKind(
     "report (.txt, .md, .json, .html)", False, has_suffix(".txt", ".md", ".markdown", ".json", ".html", ".htm")
 )
@@ -69,7 +68,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 _from_option = click.option(
-    "--from", "from_format", type=click.Choice(FORMAT_NAMES), help="Source format (default: from the path)."
+    "--from", "from_format", type=click.Choice(READERS), help="Source format (default: from the path)."
 )
 _defaults_option = click.option(
     "--activation-defaults",
@@ -97,63 +96,28 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
     click.echo(json.dumps(describe_json(loaded), indent=2) if as_json else describe_text(loaded))
 
 
+def _write_option_flags(fn):
+    """One CLI flag per write option of every format (``registry.WriteOption``), named by the option."""
+    for option in reversed(list(all_write_options().values())):
+        takers = [info.name for info in FORMATS.values() if option in info.write_options]
+        text = option.help if option.help.startswith(tuple(takers)) else f"{', '.join(takers)}: {option.help}"
+        if option.cli_type is bool:
+            flag = f"{option.flag}/--no-{option.flag.removeprefix('--')}"
+            fn = click.option(flag, option.name, default=None, help=text)(fn)
+        else:
+            kind = click.IntRange(min=1) if option.cli_type == "size" else click.Choice(list(option.cli_type))
+            fn = click.option(option.flag, option.name, type=kind, default=None, help=text)(fn)
+    return fn
+
+
 @main.command()
 @click.argument("model", type=click.Path())
-@click.option("--to", "to", type=click.Choice(FORMAT_NAMES), help="Target format (default: from the output path).")
+@click.option("--to", "to", type=click.Choice(WRITERS), help="Target format (default: from the output path).")
 @click.option("-o", "--output", required=True, type=click.Path(), help="Output path.")
 @_from_option
 @click.option("--no-verify", is_flag=True, help="Skip the numerical verification.")
 @click.option("--allow-lossy", is_flag=True, help="Accept conversions that change results beyond float rounding.")
-@click.option(
-    "--strategy",
-    type=click.Choice(["auto", "native", "decomposed"]),
-    default="auto",
-    show_default=True,
-    help="Target's recurrent op, or elementary ops.",
-)
-@click.option("--opset", type=click.Choice(["7", "14"]), default=None, help="ONNX opset to write (default 14).")
-@click.option(
-    "--onnx-layout",
-    type=click.Choice(["transpose", "attribute"]),
-    default=None,
-    help="How ONNX expresses a batch-major layer (default: transpose, which every runtime runs).",
-)
-@click.option(
-    "--external-data/--no-external-data",
-    default=None,
-    help=(
-        "ONNX: weights in NAME.onnx.data beside the model (default: as the source stores them, and always above 1 GiB)."
-    ),
-)
-@click.option(
-    "--compress-to-fp16",
-    is_flag=True,
-    default=None,
-    help=(
-        "OpenVINO: store weights as fp16; Core ML: fp16 weights and arithmetic, iOS17+ (lossy; the default keeps fp32)."
-    ),
-)
-@click.option(
-    "--emit-cpp", is_flag=True, default=None, help="DirectML: also write desc.cpp, C++ that fills the operator descs."
-)
-@click.option(
-    "--seq-length",
-    type=click.IntRange(min=1),
-    default=None,
-    help="DirectML: sequence length for a symbolic S (its tensors are static; default 7).",
-)
-@click.option(
-    "--batch-size", type=click.IntRange(min=1), default=None, help="DirectML: batch size for a symbolic N (default 3)."
-)
-@click.option(
-    "--minimum-deployment-target",
-    type=click.Choice(["iOS15", "iOS16", "iOS17", "iOS18"]),
-    default=None,
-    help=(
-        "Core ML: oldest OS the package must run on (default iOS18; linear_before_reset = 1 runs natively only "
-        "from iOS18)."
-    ),
-)
+@_write_option_flags
 @click.option(
     "--layout",
     type=click.Choice(["keep", "0", "1"]),
@@ -175,70 +139,49 @@ def convert(
     from_format,
     no_verify,
     allow_lossy,
-    strategy,
-    opset,
-    onnx_layout,
-    external_data,
-    compress_to_fp16,
-    emit_cpp,
-    seq_length,
-    batch_size,
-    minimum_deployment_target,
     layout,
     activation_defaults,
     seed,
     as_json,
     quiet,
+    **write_options,
 ) -> None:
     """Convert the recurrent layers of MODEL to another format, and verify the result."""
-    options = {"activation_defaults": activation_defaults}
-    for key, value in (
-        ("external_data", external_data),
-        ("compress_to_fp16", compress_to_fp16),
-        ("emit_cpp", emit_cpp),
-        ("seq_length", seq_length),
-        ("batch_size", batch_size),
-        ("minimum_deployment_target", minimum_deployment_target),
-    ):
-        if value is not None:
-            options[key] = value
-    if opset is not None:
-        options["opset"] = int(opset)
-    if onnx_layout is not None:
-        options["layout_encoding"] = onnx_layout
+    from gatepack.converters.registry import check_name, detect
+
+    given = {
+        name: all_write_options()[name].cli_convert(value) for name, value in write_options.items() if value is not None
+    }
+    target = check_name(to or detect(output))
+    if "strategy" in given and given["strategy"] != "auto" and "strategy" not in target.option_names:
+        raise gp.UsageError(
+            f"--strategy {given['strategy']} does not apply to {target.title}, which has one way to write a layer",
+            hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)",
+        )
+    given = {k: v for k, v in given.items() if k in target.option_names or k != "strategy"}
     result = gp.convert(
         model,
         output,
         to,
-        from_format=from_format,
+        format=from_format,
         verify=not no_verify,
         allow_lossy=allow_lossy,
-        strategy=strategy,
         layout=None if layout == "keep" else int(layout),
         seed=seed,
         progress=None if quiet else Progress("gatepack convert"),
-        **options,
+        activation_defaults=activation_defaults,
+        **given,
     )
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
-        return
-    if quiet:
-        return
-    click.echo(f"converted {model} -> {output} ({result.format}): {len(result.findings)} layer(s)")
-    for name, findings in result.findings.items():
-        for f in findings:
-            if f.status.value != "exact" or f.warning:
-                click.echo(
-                    f"  {name}: {f.status.value} {f.feature}: {f.detail}"
-                    + (f" [warning: {f.warning}]" if f.warning else "")
-                )
-    click.echo(result.verification.to_text() if result.verification else "verification skipped (--no-verify)")
+    elif not quiet:
+        click.echo(result.to_text().replace("(verify=False)", "(--no-verify)"))
 
 
 @main.command()
 @click.argument("model", type=click.Path())
 @click.option(
-    "--to", "targets", multiple=True, type=click.Choice(FORMAT_NAMES), help="Target format (repeatable; default: all)."
+    "--to", "targets", multiple=True, type=click.Choice(WRITERS), help="Target format (repeatable; default: all)."
 )
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True
@@ -309,11 +252,13 @@ def run(artifact, inputs_path, output, engine, from_format) -> None:
 @handle_errors
 def formats() -> None:
     """What each format reads and writes."""
-    click.echo(f"{'format':<9} {'status':<16} {'artifact':<26} runs here on")
+    click.echo(f"{'format':<9} {'status':<14} {'artifact':<26} runs here on")
     for info in FORMATS.values():
-        status = "reads, writes" if info.implemented else "not yet"
+        status = ", ".join(word for word, on in (("reads", info.reads), ("writes", info.writes)) if on)
         missing = f" [needs: pip install 'gatepack[{info.extra}]']" if not info.installed else ""
-        click.echo(f"{info.name:<9} {status:<16} {info.artifact:<26} {info.runtime}{missing}")
+        click.echo(f"{info.name:<9} {status:<14} {info.artifact:<26} {info.runtime}{missing}")
+        if info.write_options:
+            click.echo(f"{'':<9} options: {', '.join(o.flag for o in info.write_options)}")
 
 
 if __name__ == "__main__":  # pragma: no cover

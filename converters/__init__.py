@@ -39,17 +39,43 @@ if TYPE_CHECKING:
 __all__ = ["load", "save", "convert", "verify", "report", "run", "input_names", "Result"]
 
 READ_OPTIONS = ("activation_defaults",)
+ENGINES = ("native", "numpy")
 
 
 @dataclass
 class Result:
-    """What ``convert`` did: the output, the findings per layer, and the verification (if run)."""
+    """What ``convert`` did: the output, the findings per layer, and the verification (None when
+    ``verify=False``)."""
 
     source: str
     output: str
     format: str
     findings: dict[str, list["Finding"]] = field(default_factory=dict)
     verification: "Verification | None" = None
+
+    @property
+    def passed(self) -> bool:
+        """True when the output was verified and every compared output agreed (False: not verified)."""
+        return self.verification is not None and self.verification.passed
+
+    def to_text(self) -> str:
+        """The findings that are not plainly exact, grouped across layers, then the verification."""
+        import json
+
+        lines = [f"converted {self.source} -> {self.output} ({self.format}): {len(self.findings)} layer(s)"]
+        groups: dict[str, tuple["Finding", list[str]]] = {}
+        for name, findings in self.findings.items():
+            for f in findings:
+                if f.status.value != "exact" or f.warning:
+                    key = json.dumps(f.to_json(), sort_keys=True)
+                    groups.setdefault(key, (f, []))[1].append(name)
+        total = len(self.findings)
+        for f, names in groups.values():
+            who = names[0] if total == 1 else (f"all {total} layers" if len(names) == total else _names(names))
+            warning = f" [warning: {f.warning}]" if f.warning else ""
+            lines.append(f"  {who}: {f.status.value} {f.feature}: {f.detail}{warning}")
+        lines.append(self.verification.to_text() if self.verification else "verification skipped (verify=False)")
+        return "\n".join(lines)
 
     def to_json(self) -> dict:
         return {
@@ -61,9 +87,18 @@ class Result:
         }
 
 
+def _names(names: list[str], shown: int = 3) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{len(names)} layer(s): " + ", ".join(names[:shown]) + more
+
+
 def _read_options(options: dict) -> dict:
+    """The reader's keyword arguments from the API's read options; UsageError naming an unknown one."""
+    unknown = sorted(set(options) - set(READ_OPTIONS))
+    if unknown:
+        raise UsageError(f"option(s) {unknown} are not read options", hint=f"reading takes {list(READ_OPTIONS)}")
     out = {}
-    if options.get("activation_defaults"):
+    if options.get("activation_defaults") is not None:
         from gatepack.schemas.activations import DefaultsPolicy
 
         try:
@@ -75,15 +110,27 @@ def _read_options(options: dict) -> dict:
     return out
 
 
+def _split_options(options: dict) -> tuple[dict, dict]:
+    """(read options, the rest)."""
+    return {k: v for k, v in options.items() if k in READ_OPTIONS}, {
+        k: v for k, v in options.items() if k not in READ_OPTIONS
+    }
+
+
 def load(path: str | Path, format: str | None = None, **options) -> "Model":
-    """Read the recurrent layers of the artifact at ``path`` (format detected from the path)."""
+    """Read the recurrent layers of the artifact at ``path``.
+
+    ``format``: the source format (default: detected from the path). ``activation_defaults``:
+    ``"onnxruntime"`` (default) or ``"onnx"``, the values for activation parameters a model leaves out.
+    Raises InputError (a malformed artifact), NoRecurrentLayerError, UsageError (an unknown option).
+    """
     from gatepack.converters import registry
     from gatepack.converters.fileio import track_reads
 
     fmt = format or registry.detect(path)
     read_options = _read_options(options)
     with track_reads() as opened:
-        model = registry.module(fmt).read(path, **read_options)
+        model = registry.reader(fmt).read(path, **read_options)
     model.files = tuple(sorted(opened))
     _check_names(model)
     return model
@@ -109,13 +156,19 @@ def _inputs_of(model: "Model") -> list[Path]:
     return ([Path(model.path)] if model.path else []) + list(model.files)
 
 
-def save(model: "Model", path: str | Path, format: str, **options) -> None:
-    """Write ``model`` as ``format`` at ``path`` (atomically), under the output policy: never over
-    the files it was read from, and over an existing path only if it is an artifact of ``format``."""
+def save(model: "Model", path: str | Path, to: str | None = None, **options) -> None:
+    """Write ``model`` as format ``to`` (default: from the path) at ``path``, atomically, without
+    verification (``convert`` verifies).
+
+    Under the output policy: never over the files the model was read from, and over an existing path
+    only if it is an artifact of format ``to``. ``options`` are the format's write options (see
+    ``gatepack formats``); an unknown one or a value of the wrong type raises UsageError naming it.
+    """
     from gatepack.converters import registry
     from gatepack.converters.fileio import prepare_output
 
-    info = registry.check_name(format)
+    info, _ = registry.writer(to or registry.detect(path))
+    info.check_options(options)
     prepare_output(path, info.output_kind, _inputs_of(model))
     _write(model, path, info, options)
 
@@ -123,109 +176,97 @@ def save(model: "Model", path: str | Path, format: str, **options) -> None:
 def _write(model: "Model", path: str | Path, info, options: dict) -> None:
     from gatepack.converters import registry
 
-    unknown = set(options) - set(info.write_options)
-    if unknown:
-        raise UsageError(
-            f"option(s) {sorted(unknown)} do not apply to the {info.name} format",
-            hint=f"it takes {list(info.write_options) or 'none'}",
-        )
-    registry.module(info.name).write(model, path, **options)
+    info.check_options(options)
+    _, implementation = registry.writer(info.name)
+    implementation.write(model, path, **options)
 
 
 def with_layout(model: "Model", layout: int) -> "Model":
     """The same layers with a different interface layout (0: sequence-major, 1: batch-major)."""
     from gatepack.converters.model import Model
 
-    layers = [replace(layer, interface=replace(layer.interface, layout=layout), extras={}) for layer in model.layers]
+    layers = [
+        replace(layer, interface=replace(layer.interface, layout=layout), provenance=None) for layer in model.layers
+    ]
     return Model(model.path, model.format, layers, model.notes, model.skipped, model.meta, model.files)
 
 
 def convert(
-    src: str | Path,
+    src: "str | Path | Model",
     dst: str | Path,
     to: str | None = None,
     *,
-    from_format: str | None = None,
+    format: str | None = None,
     verify: bool = True,
     allow_lossy: bool = False,
-    strategy: str = "auto",
     layout: int | None = None,
     seed: int = 0,
     progress: "Progress | None" = None,
     **options,
 ) -> Result:
-    """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``; verify unless told not to.
+    """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
+
+    ``src``: an artifact's path, or a ``Model`` (from ``load``, or built in memory: its layers are
+    then verified against gatepack's executor). ``to``: the target format (default: from ``dst``).
+    ``format``: the source format (default: from ``src``). ``verify``: run both sides on random inputs
+    and compare (nothing is written when they differ: VerificationError). ``allow_lossy``: accept
+    findings that change results beyond float rounding. ``layout``: 0 or 1 to change the interface
+    layout (default: keep the source's). ``seed``: of the verification's inputs. ``progress``: e.g.
+    ``gatepack.converters.progress.Progress("convert")`` reports the steps on stderr.
+    ``options``: ``activation_defaults`` (reading) and the target's write options (``strategy``,
+    ``opset``, ``compress_to_fp16`` ...: ``gatepack formats`` lists them); an unknown option, one the
+    target does not take, or a value of the wrong type raises UsageError naming it.
 
     Refuses (RefusedError) when a finding is ``unsupported``, or ``lossy`` without ``allow_lossy``.
-    Nothing is written unless the conversion and its verification succeed. ``progress`` (e.g.
-    ``gatepack.converters.progress.Progress("convert")``) reports the steps on stderr.
+    Nothing is written unless the conversion and its verification succeed.
     """
     from gatepack.converters.progress import Silent
 
     progress = progress or Silent()
     try:
-        return _convert(src, dst, to, from_format, verify, allow_lossy, strategy, layout, seed, progress, options)
+        return _convert(src, dst, to, format, verify, allow_lossy, layout, seed, progress, options)
     finally:
         progress.close()
 
 
-def _convert(
-    src, dst, to, from_format, verify, allow_lossy, strategy, layout, seed, progress: "Progress", options: dict
-) -> Result:
+def _convert(src, dst, to, source_format, verify, allow_lossy, layout, seed, progress: "Progress", options) -> Result:
     from gatepack.converters import registry
     from gatepack.converters.fileio import atomic_files, atomic_path, prepare_output
-    from gatepack.converters.findings import Status
-    from gatepack.converters.reporting import build_report
+    from gatepack.converters.model import Model
 
-    fmt = to or registry.detect(dst)
-    info = registry.check_name(fmt)
-    if strategy not in ("auto", "native", "decomposed"):
-        raise UsageError(f"strategy {strategy!r} is not auto, native or decomposed")
-    if strategy != "auto" and "strategy" not in info.write_options:
-        raise UsageError(
-            f"--strategy {strategy} does not apply to {info.title}, which has one way to write a layer",
-            hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)",
-        )
-    if "strategy" in info.write_options:
-        options["strategy"] = strategy
+    info, implementation = registry.writer(to or registry.detect(dst))
+    read_options, write_options = _split_options(options)
+    _read_options(read_options)
+    info.check_options(write_options)
     _check_seed(seed)
-    source_info = registry.check_name(from_format or registry.detect(src))
-    inputs = [Path(src)] + [Path(src).with_suffix(c) for c in source_info.companions]
-    prepare_output(dst, info.output_kind, inputs)
-    read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
-    progress.step(f"reading {src}")
-    source = load(src, from_format, **read_opts)
+    if layout is not None and (isinstance(layout, bool) or layout not in (0, 1)):
+        raise UsageError(f"layout {layout!r} is not 0 or 1")
+    if isinstance(src, Model):
+        if read_options:
+            raise UsageError(f"option(s) {sorted(read_options)} apply to reading a path, not to an in-memory model")
+        source, label = src, str(src.path or "(in-memory model)")
+    else:
+        source_info = registry.check_name(source_format or registry.detect(src))
+        inputs = [Path(src)] + [Path(src).with_suffix(c) for c in source_info.companions]
+        prepare_output(dst, info.output_kind, inputs)
+        progress.step(f"reading {src}")
+        source, label = load(src, source_format, **read_options), str(src)
     prepare_output(dst, info.output_kind, _inputs_of(source))  # and every file the source was read from
     model = with_layout(source, layout) if layout is not None else source
-    rep = build_report(model, [fmt], options)
-    findings = {lay.layer.name: lay.targets[fmt].findings for lay in rep.layers}
-    blocking = [
-        (name, f)
-        for name, fs in findings.items()
-        for f in fs
-        if f.status is Status.UNSUPPORTED or (f.status is Status.LOSSY and not allow_lossy)
-    ]
-    if blocking:
-        name, first = blocking[0]
-        more = f" (and {len(blocking) - 1} more finding(s))" if len(blocking) > 1 else ""
-        hint = first.alternative or ("pass --allow-lossy to accept it" if first.status is Status.LOSSY else None)
-        raise RefusedError(
-            f"{src}: layer {name!r}: {first.status.value}: {first.feature}: {first.detail}{more}",
-            findings=[f for _, f in blocking],
-            hint=hint,
-        )
-    result = Result(str(src), str(dst), fmt, findings)
+    findings = _findings(model, info.name, write_options)
+    _refuse_blocking(label, findings, allow_lossy)
+    result = Result(label, str(dst), info.name, findings)
     staging = (
         atomic_files(Path(dst), info.companions)
         if info.companions
         else atomic_path(Path(dst), directory=info.is_directory)
     )
     with staging as tmp:
-        progress.step(f"writing {len(model.layers)} layer(s) as {fmt}")
-        _write(model, tmp, info, options)
+        progress.step(f"writing {len(model.layers)} layer(s) as {info.name}")
+        implementation.write(model, tmp, **write_options)
         if verify:
             progress.step(f"reading back {dst}")
-            written = registry.module(fmt).read(tmp)
+            written = implementation.read(tmp)
             written.path = Path(dst)
             from gatepack.converters.verification import verify_models
 
@@ -245,6 +286,35 @@ def _convert(
     return result
 
 
+def _findings(model: "Model", target: str, write_options: dict) -> dict[str, list["Finding"]]:
+    """Per layer, what writing it as ``target`` with ``write_options`` does to each feature."""
+    from gatepack.converters.reporting import build_report
+
+    report = build_report(model, [target], write_options)
+    return {lay.layer.name: lay.targets[target].findings for lay in report.layers}
+
+
+def _refuse_blocking(label: str, findings: dict[str, list["Finding"]], allow_lossy: bool) -> None:
+    """RefusedError naming the first layer and finding that is unsupported (or lossy without ``allow_lossy``)."""
+    from gatepack.converters.findings import Status
+
+    blocking = [
+        (name, f)
+        for name, fs in findings.items()
+        for f in fs
+        if f.status is Status.UNSUPPORTED or (f.status is Status.LOSSY and not allow_lossy)
+    ]
+    if blocking:
+        name, first = blocking[0]
+        more = f" (and {len(blocking) - 1} more finding(s))" if len(blocking) > 1 else ""
+        hint = first.alternative or ("pass --allow-lossy to accept it" if first.status is Status.LOSSY else None)
+        raise RefusedError(
+            f"{label}: layer {name!r}: {first.status.value}: {first.feature}: {first.detail}{more}",
+            findings=[f for _, f in blocking],
+            hint=hint,
+        )
+
+
 def _check_seed(seed: object) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UsageError(f"seed {seed!r} is not a non-negative integer")
@@ -254,38 +324,58 @@ def verify(
     src: str | Path,
     dst: str | Path,
     *,
+    format: str | None = None,
+    to: str | None = None,
     seed: int = 0,
-    src_format: str | None = None,
-    dst_format: str | None = None,
     progress: "Progress | None" = None,
     **options,
 ) -> "Verification":
-    """Run both artifacts on the same random inputs and compare their outputs."""
-    from gatepack.converters.progress import Silent
+    """Run the artifacts ``src`` and ``dst`` on the same random inputs and compare their outputs,
+    each on its own runtime (or gatepack's executor of its format's semantics).
 
-    _check_seed(seed)
+    ``format`` / ``to``: the formats of ``src`` / ``dst`` (default: from the paths); ``seed``: of the
+    inputs; ``options``: read options (``activation_defaults``). Returns the Verification (``passed``,
+    per-output errors); it does not raise when the outputs differ.
+    """
+    from gatepack.converters.progress import Silent
     from gatepack.converters.verification import verify_models
 
+    _check_seed(seed)
     progress = progress or Silent()
     try:
-        return verify_models(
-            load(src, src_format, **options), load(dst, dst_format, **options), seed=seed, progress=progress
-        )
+        return verify_models(load(src, format, **options), load(dst, to, **options), seed=seed, progress=progress)
     finally:
         progress.close()
 
 
-def report(model_or_path: "Model | str | Path", targets: list[str] | None = None, **options) -> "Report":
-    """Per layer and target, what every feature becomes (exact ... unsupported)."""
+def report(
+    model_or_path: "Model | str | Path", to: str | list[str] | None = None, *, format: str | None = None, **options
+) -> "Report":
+    """Per layer and target, what every feature becomes (exact, repacked, folded, decomposed, lossy,
+    unsupported), as ``convert`` would find it.
+
+    ``to``: a target format or a list of them (default: every format gatepack writes); ``format``: the
+    source's format when a path is given; ``options``: ``activation_defaults`` and write options,
+    each applied to the targets that take it (one no target takes raises UsageError naming it).
+    """
     from gatepack.converters import registry
     from gatepack.converters.reporting import build_report
 
-    read_opts = {k: options.pop(k) for k in READ_OPTIONS if k in options}
-    model = load(model_or_path, **read_opts) if isinstance(model_or_path, (str, Path)) else model_or_path
-    targets = list(targets) if targets else list(registry.FORMATS)
-    for target in targets:
-        registry.check_name(target)
-    return build_report(model, targets, options)
+    read_options, write_options = _split_options(options)
+    if isinstance(model_or_path, (str, Path)):
+        model = load(model_or_path, format, **read_options)
+    else:
+        _read_options(read_options)
+        model = model_or_path
+    targets = [to] if isinstance(to, str) else list(to) if to else list(registry.WRITERS)
+    infos = [registry.writer(target)[0] for target in targets]
+    known = {o.name: o for info in infos for o in info.write_options}
+    unknown = sorted(set(write_options) - set(known))
+    if unknown:
+        raise UsageError(f"option(s) {unknown} apply to none of {targets}", hint=f"they take {sorted(known) or 'none'}")
+    for name, value in write_options.items():
+        known[name].check(value)
+    return build_report(model, targets, write_options)
 
 
 def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
@@ -293,9 +383,9 @@ def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
     from gatepack.converters import registry
 
     fmt = format or registry.detect(artifact)
-    module = registry.module(fmt)
-    if hasattr(module, "graph_inputs"):
-        return [name for name, _, _ in module.graph_inputs(artifact)]
+    graph_inputs = registry.reader(fmt).graph_inputs
+    if graph_inputs is not None:
+        return [name for name, _, _ in graph_inputs(artifact)]
     itf = [layer.interface for layer in load(artifact, fmt).layers]
     return list(dict.fromkeys(n for i in itf for n in (i.x, i.sequence_lens, i.initial_h) if n))
 
@@ -303,24 +393,30 @@ def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
 def run(
     artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "native", format: str | None = None, **options
 ) -> dict[str, "np.ndarray"]:
-    """Execute an artifact: ``native`` on its own runtime, ``numpy`` on gatepack's executor."""
+    """Execute an artifact on named inputs; return its named outputs.
+
+    ``engine``: ``native`` (the format's own runtime where one runs here) or ``numpy`` (gatepack's
+    executor of the format's semantics, reading the artifact); ``format``: default from the path;
+    ``options``: read options (``activation_defaults``).
+    """
     from gatepack.converters import registry
     from gatepack.converters.executor import check_model_inputs
 
     fmt = format or registry.detect(artifact)
-    if engine not in ("native", "numpy"):
-        raise UsageError(f"engine {engine!r} is not 'native' or 'numpy'")
+    if engine not in ENGINES:
+        raise UsageError(f"engine {engine!r} is not one of {ENGINES}")
+    _read_options(options)
     try:
         if registry.check_name(fmt).interface_inputs:
             check_model_inputs(load(artifact, fmt, **options), inputs)
     except NoRecurrentLayerError:
         if engine == "numpy":
             raise
-    module = registry.module(fmt)
+    implementation = registry.reader(fmt)
     if engine == "native":
-        return module.run_native(artifact, inputs)
-    if hasattr(module, "run_numpy"):  # the format's own semantics, read from the artifact
-        return module.run_numpy(artifact, inputs)
+        return implementation.run_native(artifact, inputs)
+    if implementation.run_numpy is not None:  # the format's own semantics, read from the artifact
+        return implementation.run_numpy(artifact, inputs)
     from gatepack.converters.executor import run_model
 
     return run_model(load(artifact, fmt, **options), inputs)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gatepack.converters.errors import InputError
 from gatepack.schemas.activations import Activation
-from gatepack.schemas.layer import Cell, Direction, Interface, RecurrentLayer
+from gatepack.schemas.layer import Cell, Direction, Interface, Provenance, RecurrentLayer
 
 
 def describe(layer: RecurrentLayer) -> dict:
@@ -110,7 +110,7 @@ def parse(path: Path, entry: object) -> Described:
         ) from None
 
 
-def build_layer(path: Path, info: Described, directions: list, extras: dict) -> RecurrentLayer:
+def build_layer(path: Path, info: Described, directions: list, provenance: Provenance) -> RecurrentLayer:
     """The described layer with ``directions``' weights, read from the artifact's graph; the weights'
     shapes are checked against the description."""
     from gatepack.schemas.layer import SpecError
@@ -138,7 +138,7 @@ def build_layer(path: Path, info: Described, directions: list, extras: dict) -> 
             info.linear_before_reset,
             info.clip,
             info.has_bias,
-            extras=extras,
+            provenance=provenance,
         )
     except SpecError as err:
         raise InputError(f"{path}: {err}") from None

@@ -26,7 +26,8 @@ import numpy as np
 
 from gatepack.converters.errors import InputError, UsageError, where
 from gatepack.converters.model import Model
-from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, RecurrentLayer
+from gatepack.schemas.cells import Cell, spec_of
+from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, RecurrentLayer
 
 
 def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -119,7 +120,7 @@ def run_recurrence(
     lens = None
     if sequence_lens is not None and not np.all(np.asarray(sequence_lens) == seq_len):
         lens = np.asarray(sequence_lens).astype(np.int64)
-    make_step = _gru_step if cell is Cell.GRU else _rnn_step
+    make_step = _step_builder(cell)
     for d, (w, r, wb, rb, activations) in enumerate(directions):
         h0 = np.zeros((batch, hidden), compute) if initial_h is None else np.asarray(initial_h[d], compute)
         rb = rb.astype(compute, copy=False)
@@ -135,35 +136,38 @@ def run_recurrence(
         # every runtime; that is the arithmetic, not a fault to warn about. The activations are
         # stable, so saturating cells stay finite for any input.
         with np.errstate(over="ignore", invalid="ignore"):
-            y_h[d] = _run_direction(step, xw, lens, h0, reverse[d], y[:, d])
+            y_h[d] = _run_direction(step, xw, lens, (h0,), reverse[d], y[:, d])[0]
     return y.astype(dtype, copy=False), y_h.astype(dtype, copy=False)
 
 
 def _run_direction(
-    step, xw: np.ndarray, lens: np.ndarray | None, h: np.ndarray, reverse: bool, y: np.ndarray
-) -> np.ndarray:
-    """Run one direction over projected inputs xw [S,N,G*H]; write outputs into ``y`` [S,N,H]; return Y_h [N,H]."""
+    step, xw: np.ndarray, lens: np.ndarray | None, state: tuple[np.ndarray, ...], reverse: bool, y: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """Run one direction over projected inputs xw [S,N,G*H] from ``state`` (the cell's state tensors,
+    each [N,H], ``h`` first: the cell table's ``states``); write each step's ``h`` into ``y`` [S,N,H];
+    return the final states. Past a sequence's length a state keeps its value; after an empty
+    sequence every final state is 0 (onnxruntime)."""
     seq_len, batch, _ = xw.shape
     rows = np.arange(batch)
     steps = seq_len if lens is None else int(lens.max(initial=0))
     for k in range(steps):
         if lens is None:
             t = seq_len - 1 - k if reverse else k
-            h = step(xw[t], h)
-            y[t] = h
+            state = step(xw[t], state)
+            y[t] = state[0]
             continue
         valid = k < lens
         if reverse:
             t = np.maximum(lens - 1 - k, 0)  # each sequence starts from its own last valid step
-            h_new = step(xw[t, rows], h)
-            y[t[valid], rows[valid]] = h_new[valid]
+            new = step(xw[t, rows], state)
+            y[t[valid], rows[valid]] = new[0][valid]
         else:
-            h_new = step(xw[k], h)
-            y[k] = np.where(valid[:, None], h_new, 0)
-        h = np.where(valid[:, None], h_new, h)
+            new = step(xw[k], state)
+            y[k] = np.where(valid[:, None], new[0], 0)
+        state = tuple(np.where(valid[:, None], n, s) for n, s in zip(new, state))
     if lens is not None:
-        h = np.where((lens == 0)[:, None], 0, h)  # onnxruntime: Y_h = 0 for empty sequences
-    return h
+        state = tuple(np.where((lens == 0)[:, None], 0, s) for s in state)
+    return state
 
 
 def _clipper(clip: float | None):
@@ -190,7 +194,8 @@ def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, line
         r_t = np.ascontiguousarray(r.T)  # [H, 3H]
         rb_h = rb[2 * H :]
 
-        def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:
+        def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+            (h,) = state
             gh = h @ r_t
             zr = f(clip(gx[:, : 2 * H] + gh[:, : 2 * H]))
             gh_h = gh[:, 2 * H :]
@@ -198,17 +203,18 @@ def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, line
             gh_h *= zr[:, H:]
             n = g(clip(gh_h + gx[:, 2 * H :]))
             z = zr[:, :H]
-            return (1 - z) * n + z * h
+            return ((1 - z) * n + z * h,)
 
     else:
         r_zr_t = np.ascontiguousarray(r[: 2 * H].T)  # [H, 2H]
         r_h_t = np.ascontiguousarray(r[2 * H :].T)  # [H, H]
 
-        def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:
+        def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+            (h,) = state
             zr = f(clip(gx[:, : 2 * H] + h @ r_zr_t))
             n = g(clip(gx[:, 2 * H :] + (zr[:, H:] * h) @ r_h_t))
             z = zr[:, :H]
-            return (1 - z) * n + z * h
+            return ((1 - z) * n + z * h,)
 
     return step, additive
 
@@ -219,10 +225,21 @@ def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, line
     (f,) = activations
     r_t = np.ascontiguousarray(r.T)
 
-    def step(gx: np.ndarray, h: np.ndarray) -> np.ndarray:
-        return f(clip(gx + h @ r_t))
+    def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        return (f(clip(gx + state[0] @ r_t)),)
 
     return step, rb
+
+
+_STEP_BUILDERS = {Cell.GRU: _gru_step, Cell.RNN: _rnn_step}
+
+
+def _step_builder(cell: Cell):
+    """The step builder of ``cell``; an error for a cell the executor cannot run (never another cell's)."""
+    spec_of(cell)  # a cell without a row in the cell table raises there
+    if cell not in _STEP_BUILDERS:
+        raise UsageError(f"the executor cannot run {cell.op_name} cells yet")
+    return _STEP_BUILDERS[cell]
 
 
 def check_model_inputs(model: Model, inputs: dict[str, np.ndarray]) -> None:

@@ -54,3 +54,7 @@ def worst(findings: Iterable[Finding]) -> Status:
 
 def sort_worst_first(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: f.status.rank)
+
+
+def operator_list(ops: list[str], shown: int = 6) -> str:
+    return ", ".join(ops[:shown]) + (f" and {len(ops) - shown} more" if len(ops) > shown else "")

@@ -50,7 +50,7 @@ def _attributes(layer: RecurrentLayer) -> str:
     attrs.append(f"clip={layer.clip:g}" if layer.clip is not None else "no clip")
     attrs.append(f"layout={itf.layout}")
     attrs.append(itf.dtype)
-    return f"{layer.cell.value.upper()} {layer.direction.value}, {', '.join(attrs)}"
+    return f"{layer.cell.op_name} {layer.direction.value}, {', '.join(attrs)}"
 
 
 def describe_text(model: Model) -> str:
@@ -92,7 +92,7 @@ def _compact(model: Model) -> list[str]:
     for layer in model.layers:
         tensors = "  ".join(f"{role} [{', '.join(shape)}]" for role, _, shape in _tensors(layer) if role in ("X", "Y"))
         lines.append(
-            f"  {layer.name:<{width}}  {layer.cell.value.upper()} {layer.direction.value:<13} "
+            f"  {layer.name:<{width}}  {layer.cell.op_name} {layer.direction.value:<13} "
             f"I={layer.input_size:<5} H={layer.hidden_size:<5} {tensors}  {layer.parameter_count():,} parameters"
         )
     lines += [f"note ({n} layer{'s' if n > 1 else ''}): {text}" for text, n in notes.items()]

@@ -9,7 +9,7 @@ from gatepack.converters.findings import Finding
 from gatepack.schemas.layer import RecurrentLayer
 
 
-@dataclass
+@dataclass(repr=False)
 class Model:
     """The recurrent layers of one artifact.
 
@@ -26,6 +26,17 @@ class Model:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     files: tuple[Path, ...] = ()  # every file opened to read the artifact (resolved), set by ``load``
+
+    def __repr__(self) -> str:
+        cells: dict[str, int] = {}
+        for layer in self.layers:
+            kind = f"{layer.cell.op_name} {layer.direction.value}"
+            cells[kind] = cells.get(kind, 0) + 1
+        kinds = ", ".join(f"{n} {kind}" for kind, n in cells.items())
+        names = ", ".join(layer.name for layer in self.layers[:3]) + (", ..." if len(self.layers) > 3 else "")
+        other = self.meta.get("other_ops")
+        around = f"; other operators: {', '.join(other[:6])}{', ...' if len(other) > 6 else ''}" if other else ""
+        return f"Model({str(self.path)!r}, {self.format}, {len(self.layers)} layer(s): {kinds} [{names}]{around})"
 
     def notes_for(self, layer: RecurrentLayer) -> list[Finding]:
         return self.notes.get(layer.name, [])

@@ -1,60 +1,244 @@
-"""The formats gatepack knows, how each is recognised from a path, and which are implemented.
+"""The formats gatepack knows: one registration point per format (docs/design.md, "Adding a format").
 
-A format module (``converters/formats/NAME.py``) provides:
+A format is two things:
 
-* ``read(path, **options) -> Model``
-* ``write(model, path, **options) -> None`` (atomic)
-* ``check(layer, **options) -> list[Finding]`` (what writing the layer does to each feature)
-* ``run_native(path, inputs) -> outputs`` (its own runtime, where one runs here)
-* ``run_layer_native(layer, inputs) -> outputs`` (one layer of an artifact read from disk, on its own
-  runtime, or - where none runs here - on gatepack's executor of the format's own semantics)
-* optionally ``run_numpy(path, inputs) -> outputs`` (the artifact on that format-semantics executor;
-  without it, ``run --engine numpy`` uses the canonical executor)
+* a ``FormatInfo`` entry in ``FORMATS`` (this module, imported by the CLI at start-up, so it holds
+  only plain data): its names, how a path is recognised (suffixes, marker files, a content check),
+  whether it is read and/or written, its typed write options, and the pip extra it needs;
+* a module ``converters/formats/NAME.py`` whose ``IMPLEMENTATION`` is a ``FormatImplementation``:
+  ``read`` (every format), ``write`` and ``check`` (formats that are written), and optional hooks
+  with defaults (its runtime, its own executor, its graph inputs, its whole-model finding, the
+  precision its runtime computes in). Shared modules call these fields; they never probe a module
+  for attributes.
 
-Modules are imported only when a command needs them, so the CLI starts fast.
+Modules are imported only when a command needs them, so the CLI starts fast. A read-only format
+(e.g. a training framework's weights) is an entry with ``writes=False`` and an implementation
+without ``write``.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from gatepack.converters.errors import UsageError
+from gatepack.converters.errors import RuntimeFailure, UsageError
 from gatepack.converters.fileio import OutputKind, has_markers, starts_like_protobuf, starts_with
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from gatepack.converters.findings import Finding
+    from gatepack.converters.model import Model
+    from gatepack.schemas.layer import RecurrentLayer
+
+
+@dataclass(frozen=True)
+class WriteOption:
+    """A typed option of a format's writer: its API keyword, what values it accepts, its CLI flag.
+
+    ``accepts`` decides whether a value is valid; ``expected`` says what is (for the error). The CLI
+    builds its flag from ``flag``, ``cli_type`` (a click type, or ``bool`` for an on/off flag) and ``help``.
+    """
+
+    name: str
+    expected: str
+    accepts: Callable[[Any], bool]
+    flag: str
+    help: str
+    cli_type: Any = None  # click type or choices; bool: --flag/--no-flag
+    cli_convert: Callable[[Any], Any] = lambda value: value  # CLI value -> API value
+
+    def check(self, value: Any) -> None:
+        """UsageError naming the option and the value unless ``accepts(value)``."""
+        if not self.accepts(value):
+            raise UsageError(f"option {self.name}={value!r} is not {self.expected}")
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _one_of(*choices: Any) -> Callable[[Any], bool]:
+    return lambda value: not isinstance(value, bool) and value in choices
+
+
+def _size_or_sizes(value: Any) -> bool:
+    """One positive size, or a positive size per layer name (DirectML's static S and N)."""
+
+    def size(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+    return size(value) or (isinstance(value, dict) and all(isinstance(k, str) and size(v) for k, v in value.items()))
+
+
+STRATEGY = WriteOption(
+    "strategy",
+    "one of auto, native, decomposed",
+    _one_of("auto", "native", "decomposed"),
+    "--strategy",
+    "the target's recurrent op, or elementary ops (auto: the op where it computes exactly what the source does).",
+    ("auto", "native", "decomposed"),
+)
+COMPRESS_TO_FP16 = WriteOption(
+    "compress_to_fp16",
+    "true or false",
+    _is_bool,
+    "--compress-to-fp16",
+    "openvino: store weights as fp16; coreml: fp16 weights and arithmetic, iOS17+ (lossy; default: fp32).",
+    bool,
+)
+ONNX_OPTIONS = (
+    WriteOption("opset", "7 or 14", _one_of(7, 14), "--opset", "opset to write (default 14).", ("7", "14"), int),
+    WriteOption(
+        "layout_encoding",
+        "transpose or attribute",
+        _one_of("transpose", "attribute"),
+        "--onnx-layout",
+        "how a batch-major layer is expressed (default: transpose, which every runtime runs).",
+        ("transpose", "attribute"),
+    ),
+    WriteOption(
+        "external_data",
+        "true or false",
+        _is_bool,
+        "--external-data",
+        "weights in NAME.onnx.data beside the model (default: as the source stores them; always above 1 GiB).",
+        bool,
+    ),
+)
+DIRECTML_OPTIONS = (
+    WriteOption(
+        "emit_cpp",
+        "true or false",
+        _is_bool,
+        "--emit-cpp",
+        "also write desc.cpp, C++ that fills the operator descs.",
+        bool,
+    ),
+    WriteOption(
+        "seq_length",
+        "a positive size or a size per layer name",
+        _size_or_sizes,
+        "--seq-length",
+        "sequence length for a symbolic S (its tensors are static; default 7).",
+        "size",
+    ),
+    WriteOption(
+        "batch_size",
+        "a positive size or a size per layer name",
+        _size_or_sizes,
+        "--batch-size",
+        "batch size for a symbolic N (default 3).",
+        "size",
+    ),
+)
+CORE_ML_TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
+MINIMUM_DEPLOYMENT_TARGET = WriteOption(
+    "minimum_deployment_target",
+    f"one of {', '.join(CORE_ML_TARGETS)}",
+    _one_of(*CORE_ML_TARGETS),
+    "--minimum-deployment-target",
+    "oldest OS the package must run on (default iOS18; linear_before_reset = 1 is native from iOS18).",
+    CORE_ML_TARGETS,
+)
+
+
+def _no_runtime(path: str | Path, inputs: dict) -> dict:
+    raise RuntimeFailure(f"{path}: this format has no runtime here; use --engine numpy")
+
+
+def _no_layer_runtime(layer: "RecurrentLayer", feed: dict) -> dict:
+    raise RuntimeFailure(f"layer {layer.name!r}: this format has no runtime here")
+
+
+def _computed_as_stored(layer: "RecurrentLayer") -> str:
+    return layer.interface.dtype
+
+
+def _no_whole_model_finding(model: "Model") -> "Finding | None":
+    return None
+
+
+@dataclass(frozen=True)
+class FormatImplementation:
+    """What a format module provides, as its module-level ``IMPLEMENTATION``.
+
+    * ``read(path, **read_options) -> Model`` — every format;
+    * ``write(model, path, **write_options)`` (atomic) and ``check(layer, **write_options) ->
+      list[Finding]`` (what writing the layer does to each feature) — formats that are written;
+    * ``run_native(path, inputs) -> outputs``: the artifact on its own runtime where one runs here;
+    * ``run_layer_native(layer, feed) -> outputs``: one layer read from disk, on its own runtime, or
+      — where none runs here — on gatepack's executor of the format's own semantics;
+    * ``run_numpy(path, inputs)``: the artifact on that format-semantics executor (None: ``run
+      --engine numpy`` uses the canonical executor);
+    * ``graph_inputs(path) -> [(name, dtype, dims)]``: the inputs of a whole-model artifact (None: the
+      layers' interface tensors);
+    * ``whole_model_finding(model)``: what the format does with the operators around the layers
+      (None from the default: it writes the layers only);
+    * ``compute_dtype(layer)``: the precision its runtime computes a layer read from disk in.
+    """
+
+    read: Callable[..., "Model"]
+    write: Callable[..., None] | None = None
+    check: Callable[..., "list[Finding]"] | None = None
+    run_native: Callable[[Any, dict], dict] = _no_runtime
+    run_layer_native: Callable[["RecurrentLayer", dict], dict] = _no_layer_runtime
+    run_numpy: Callable[[Any, dict], dict] | None = None
+    graph_inputs: Callable[[Any], "list[tuple[str, np.dtype, list]]"] | None = None
+    whole_model_finding: Callable[["Model"], "Finding | None"] = _no_whole_model_finding
+    compute_dtype: Callable[["RecurrentLayer"], str] = _computed_as_stored
 
 
 @dataclass(frozen=True)
 class FormatInfo:
+    """A format's registry entry (plain data; see the module docstring)."""
+
     name: str
     title: str
     artifact: str
     runtime: str  # where `--engine native` runs it here
-    implemented: bool
-    write_options: tuple[str, ...] = ()
+    suffixes: tuple[str, ...] = ()  # path suffixes that name the format (lower case)
+    markers: tuple[str, ...] = ()  # files whose presence in a directory names the format
+    reads: bool = True
+    writes: bool = True
+    write_options: tuple[WriteOption, ...] = ()
     is_directory: bool = False  # the artifact is a directory rather than a file
     companions: tuple[str, ...] = ()  # suffixes of files that belong to the artifact (.bin beside .xml)
-    recognise: Callable[[Path], bool] = lambda _path: False  # an existing path is such an artifact
-    interface_inputs: bool = (
-        True  # `run` takes the layers' interface tensors (False: the format's own shapes, which it checks)
-    )
+    recognise: Callable[[Path], bool] = field(default=lambda _path: False)  # an existing path is such an artifact
+    interface_inputs: bool = True  # `run` takes the layers' interface tensors (False: the format's own shapes)
     extra: str | None = None  # the pip extra that installs the framework this format needs (None: always installed)
     framework: str | None = None  # that framework's module
+    module: str = ""  # the implementation module (default: gatepack.converters.formats.NAME)
 
     @property
     def installed(self) -> bool:
         """Whether the framework this format needs is importable (checked without importing it)."""
-        import importlib.util
-
         return self.framework is None or importlib.util.find_spec(self.framework) is not None
 
     @property
     def output_kind(self) -> OutputKind:
         """What an output of this format is: an existing path is replaced only if ``recognise`` says so."""
         return OutputKind(self.title, self.is_directory, self.recognise, self.companions)
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.write_options)
+
+    def check_options(self, options: dict) -> None:
+        """UsageError for an option this format's writer does not take (naming it) or a value of the wrong type."""
+        known = {o.name: o for o in self.write_options}
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise UsageError(
+                f"option(s) {unknown} do not apply to the {self.name} format",
+                hint=f"it takes {list(known) or 'none'}",
+            )
+        for name, value in options.items():
+            known[name].check(value)
 
 
 # The first byte of each field tag of onnx.ModelProto (field number << 3 | wire type): ir_version 1,
@@ -70,8 +254,8 @@ FORMATS: dict[str, FormatInfo] = {
             "ONNX",
             "NAME.onnx (+ NAME.onnx.data with external data)",
             "onnxruntime (CPU)",
-            True,
-            ("opset", "layout_encoding", "external_data"),
+            suffixes=(".onnx",),
+            write_options=ONNX_OPTIONS,
             companions=(".onnx.data",),
             recognise=starts_like_protobuf(".onnx", ONNX_FIRST_TAGS),
         ),
@@ -80,8 +264,8 @@ FORMATS: dict[str, FormatInfo] = {
             "OpenVINO IR",
             "NAME.xml + NAME.bin",
             "OpenVINO CPU",
-            True,
-            ("strategy", "compress_to_fp16"),
+            suffixes=(".xml",),
+            write_options=(STRATEGY, COMPRESS_TO_FP16),
             companions=(".bin",),
             recognise=starts_with(b"<net", ".xml"),
             extra="openvino",
@@ -92,8 +276,9 @@ FORMATS: dict[str, FormatInfo] = {
             "DirectML (DxDispatch model)",
             "directory with model.json",
             "none here (NumPy executor of DirectML semantics)",
-            True,
-            ("emit_cpp", "seq_length", "batch_size"),
+            suffixes=(".json",),
+            markers=("model.json",),
+            write_options=DIRECTML_OPTIONS,
             is_directory=True,
             recognise=has_markers("model.json", "gatepack.json"),
             interface_inputs=False,
@@ -103,8 +288,9 @@ FORMATS: dict[str, FormatInfo] = {
             "Core ML ML Program",
             "NAME.mlpackage",
             "none here (NumPy executor of MIL semantics)",
-            True,
-            ("strategy", "minimum_deployment_target", "compress_to_fp16"),
+            suffixes=(".mlpackage",),
+            markers=("Manifest.json",),
+            write_options=(STRATEGY, MINIMUM_DEPLOYMENT_TARGET, COMPRESS_TO_FP16),
             is_directory=True,
             recognise=has_markers("Manifest.json"),
             extra="coreml",
@@ -115,29 +301,39 @@ FORMATS: dict[str, FormatInfo] = {
             "BNNSGraph bundle",
             "directory with bnns.json",
             "none here (NumPy executor of BNNS semantics)",
-            True,
+            markers=("bnns.json",),
             is_directory=True,
             recognise=has_markers("bnns.json"),
         ),
     )
 }
 
+READERS = [name for name, info in FORMATS.items() if info.reads]
+WRITERS = [name for name, info in FORMATS.items() if info.writes]
+
+
+def all_write_options() -> dict[str, WriteOption]:
+    """Every write option of every format, once (formats that share an option share its definition)."""
+    found: dict[str, WriteOption] = {}
+    for info in FORMATS.values():
+        for option in info.write_options:
+            if found.setdefault(option.name, option) is not option:
+                raise AssertionError(f"two definitions of write option {option.name!r}")
+    return found
+
 
 def detect(path: str | Path) -> str:
-    """The format of ``path`` from its name (and, for directories, their content)."""
+    """The format of ``path`` from its suffix, else (for a directory) from the marker files it holds."""
     p = Path(path)
     suffix = p.suffix.lower()
-    if suffix == ".onnx":
-        return "onnx"
-    if suffix == ".xml":
-        return "openvino"
-    if suffix == ".mlpackage":
-        return "coreml"
-    # a marker that exists is enough to name the format: its reader then refuses anything but a regular file
-    if p.is_dir() and os.path.lexists(p / "bnns.json"):
-        return "bnns"
-    if suffix == ".json" or (p.is_dir() and os.path.lexists(p / "model.json")):
-        return "directml"
+    named = [name for name, info in FORMATS.items() if suffix and suffix in info.suffixes]
+    if named:
+        return named[0]
+    if p.is_dir():
+        # a marker that exists is enough to name the format: its reader then refuses anything but a regular file
+        marked = [name for name, info in FORMATS.items() if any(os.path.lexists(p / m) for m in info.markers)]
+        if marked:
+            return marked[0]
     raise UsageError(
         f"{path}: cannot tell the format from the name", hint=f"pass --from/--to, one of {', '.join(FORMATS)}"
     )
@@ -149,11 +345,26 @@ def check_name(name: str) -> FormatInfo:
     return FORMATS[name]
 
 
-def module(name: str) -> ModuleType:
-    """The implementation of format ``name``; UsageError if it is not implemented yet."""
+def implementation(name: str) -> FormatImplementation:
+    """The implementation of format ``name`` (its module's ``IMPLEMENTATION``), imported on first use."""
     info = check_name(name)
-    if not info.implemented:
-        raise UsageError(
-            f"the {info.title} format is not implemented yet in this version of gatepack", hint="see `gatepack formats`"
-        )
-    return importlib.import_module(f"gatepack.converters.formats.{name}")
+    module = importlib.import_module(info.module or f"gatepack.converters.formats.{name}")
+    found = module.IMPLEMENTATION
+    if not isinstance(found, FormatImplementation):
+        raise TypeError(f"{module.__name__}.IMPLEMENTATION is not a FormatImplementation")
+    return found
+
+
+def reader(name: str) -> FormatImplementation:
+    """The implementation of a format gatepack reads; UsageError for one it only writes."""
+    if not check_name(name).reads:
+        raise UsageError(f"gatepack writes the {FORMATS[name].title} format but does not read it")
+    return implementation(name)
+
+
+def writer(name: str) -> tuple[FormatInfo, FormatImplementation]:
+    """The entry and implementation of a format gatepack writes; UsageError for a read-only one."""
+    info = check_name(name)
+    if not info.writes:
+        raise UsageError(f"gatepack reads the {info.title} format but does not write it", hint=f"one of {WRITERS}")
+    return info, implementation(name)

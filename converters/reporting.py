@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 
 from gatepack.converters import registry
-from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
+from gatepack.converters.findings import Finding, Status, operator_list, sort_worst_first, worst
 from gatepack.converters.model import Model
 from gatepack.schemas.layer import RecurrentLayer
 
@@ -255,8 +255,8 @@ class Report:
 
 
 def _describe(layer: RecurrentLayer) -> str:
-    lbr = f", lbr={int(layer.linear_before_reset)}" if layer.cell.value == "gru" else ""
-    return f"{layer.cell.value.upper()} {layer.direction.value}, I={layer.input_size}, H={layer.hidden_size}{lbr}"
+    lbr = f", lbr={int(layer.linear_before_reset)}" if layer.cell.spec.reset_placement else ""
+    return f"{layer.cell.op_name} {layer.direction.value}, I={layer.input_size}, H={layer.hidden_size}{lbr}"
 
 
 def _layer_label(lay: LayerReport) -> str:
@@ -264,43 +264,27 @@ def _layer_label(lay: LayerReport) -> str:
 
 
 def target_findings(model: Model, layer: RecurrentLayer, target: str, options: dict) -> list[Finding]:
-    """Everything that happens to ``layer`` when written as ``target``, worst first."""
-    info = registry.check_name(target)
-    if not info.implemented:
-        found = [
-            Finding(
-                "format",
-                Status.UNSUPPORTED,
-                f"gatepack cannot write {info.title} yet",
-                alternative="convert to onnx for now; this target is planned",
-            )
-        ]
-    else:
-        module = registry.module(target)
-        accepted = {k: v for k, v in options.items() if k in info.write_options}
-        found = module.check(layer, **accepted) + [_surroundings_finding(model, module, info.title)]
+    """Everything that happens to ``layer`` when written as ``target``, worst first (``options``: write
+    options, each passed to the targets that take it)."""
+    info, implementation = registry.writer(target)
+    accepted = {k: v for k, v in options.items() if k in info.option_names}
+    found = implementation.check(layer, **accepted) + [_surroundings_finding(model, implementation, info.title)]
     return sort_worst_first(list(model.notes_for(layer)) + [f for f in found if f is not None])
 
 
-def _surroundings_finding(model: Model, module, title: str) -> Finding | None:
+def _surroundings_finding(model: Model, implementation: registry.FormatImplementation, title: str) -> Finding | None:
     """What happens to the operators around the recurrent layers (None: the model has none). A
     format that writes whole models says so itself (``whole_model_finding``)."""
     other = model.meta.get("other_ops")
     if not other:
         return None
-    own = getattr(module, "whole_model_finding", None)
-    found = own(model) if own is not None else None
-    return found or Finding(
+    return implementation.whole_model_finding(model) or Finding(
         "model",
         Status.EXACT,
         f"only the recurrent layers are written; the model's other operators ({operator_list(other)}) are not part "
         f"of the {title} artifact",
         warning="layers only",
     )
-
-
-def operator_list(ops: list[str], shown: int = 6) -> str:
-    return ", ".join(ops[:shown]) + (f" and {len(ops) - shown} more" if len(ops) > shown else "")
 
 
 def build_report(model: Model, targets: list[str], options: dict | None = None) -> Report:

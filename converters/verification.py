@@ -20,26 +20,20 @@ import numpy as np
 from gatepack.converters import registry
 from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
 from gatepack.converters.model import Model
+from gatepack.converters.samples import (  # noqa: F401  (re-exported)
+    DEFAULT_BATCH,
+    DEFAULT_SEQ_LENGTH,
+    MAX_SAMPLE_VALUES,
+    check_sample_size,
+    sample_inputs,
+    sample_sizes,
+)
 from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_SEQ_MAJOR, RecurrentLayer
 
 if TYPE_CHECKING:
     from gatepack.converters.progress import Progress
 
 TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2)}
-DEFAULT_SEQ_LENGTH = 7
-DEFAULT_BATCH = 3
-MAX_SAMPLE_VALUES = 1 << 26  # per sample tensor (X or Y): 256 MiB of float32
-
-
-def check_sample_size(layer: RecurrentLayer, s: int, n: int, options: str = "the sizes") -> None:
-    """UsageError when random inputs of ``s`` x ``n`` for ``layer`` (or its Y) would exceed ``MAX_SAMPLE_VALUES``."""
-    largest = s * n * max(layer.input_size, layer.num_directions * layer.hidden_size)
-    if largest > MAX_SAMPLE_VALUES:
-        raise UsageError(
-            f"layer {layer.name!r}: S={s} x N={n} makes sample tensors of {largest:,} values, more than gatepack's "
-            f"limit of {MAX_SAMPLE_VALUES:,}",
-            hint=f"choose smaller {options}",
-        )
 
 
 @dataclass
@@ -99,34 +93,6 @@ class Verification:
         return "\n".join(lines)
 
 
-def sample_sizes(*layers: RecurrentLayer) -> tuple[int, int]:
-    """(S, N) for random inputs: the first static size among ``layers`` (a static target such as a
-    DirectML desc fixes what a symbolic source leaves open), else small defaults."""
-
-    def pick(attr: str, default: int) -> int:
-        return next((v for v in (getattr(lay.interface, attr) for lay in layers) if isinstance(v, int)), default)
-
-    return pick("seq_length", DEFAULT_SEQ_LENGTH), pick("batch_size", DEFAULT_BATCH)
-
-
-def sample_inputs(
-    layer: RecurrentLayer, rng: np.random.Generator, sizes: tuple[int, int] | None = None
-) -> dict[str, np.ndarray]:
-    """Random inputs for ``layer`` in layout 0, keyed by role: X, sequence_lens, initial_h."""
-    itf = layer.interface
-    s, n = sizes or sample_sizes(layer)
-    check_sample_size(layer, s, n)
-    dtype = layer.dtype
-    inputs = {"X": rng.uniform(-1, 1, (s, n, layer.input_size)).astype(dtype)}
-    if itf.sequence_lens:
-        lens = rng.integers(1, s + 1, n).astype(np.int32)
-        lens[rng.integers(n)] = s  # at least one full-length sequence
-        inputs["sequence_lens"] = lens
-    if itf.initial_h:
-        inputs["initial_h"] = rng.uniform(-1, 1, (layer.num_directions, n, layer.hidden_size)).astype(dtype)
-    return inputs
-
-
 def to_interface(layer: RecurrentLayer, role_inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Layout-0 role inputs -> the layer's own tensor names and layout."""
     itf = layer.interface
@@ -164,7 +130,9 @@ def run_layer(
 
     feed = to_interface(layer, role_inputs)
     try:
-        outputs = registry.module(model.format).run_layer_native(layer, feed)
+        if layer.provenance is None or not layer.provenance.of(model.format):
+            raise RuntimeFailure(f"layer {layer.name!r}: it was not read from an artifact (an in-memory layer)")
+        outputs = registry.reader(model.format).run_layer_native(layer, feed)
     except RuntimeFailure as err:
         reason = err.message.removeprefix(f"layer {layer.name!r}: ")
         notes.append(f"{model.path} layer {layer.name!r} ran on gatepack's executor: {reason}")
@@ -236,9 +204,7 @@ def _overflowed_sequences(expected: dict[str, np.ndarray]) -> np.ndarray | None:
 def _computed_in(model: Model, layer: RecurrentLayer) -> str:
     """The precision the model's runtime computes ``layer`` in (a format may compute float64 in
     float32: OpenVINO's CPU plugin); the comparison uses the looser tolerance."""
-    module = registry.module(model.format)
-    own = getattr(module, "compute_dtype", None)
-    return own(layer) if own is not None else layer.interface.dtype
+    return registry.reader(model.format).compute_dtype(layer)
 
 
 def pair_layers(source: Model, target: Model) -> list[tuple[RecurrentLayer, RecurrentLayer]]:
@@ -257,13 +223,20 @@ def pair_layers(source: Model, target: Model) -> list[tuple[RecurrentLayer, Recu
 WHOLE_MODEL = "(whole model)"
 
 
+def _graph_inputs(model: Model) -> list[tuple[str, np.dtype, list]]:
+    graph_inputs = registry.reader(model.format).graph_inputs
+    if graph_inputs is None:
+        raise UsageError(f"{model.path}: the {model.format} format holds no whole models")
+    return graph_inputs(model.path)
+
+
 def sample_graph_inputs(
     model: Model, rng: np.random.Generator, dim_size: int = DEFAULT_SEQ_LENGTH
 ) -> dict[str, np.ndarray]:
     """Random inputs for every input of a whole model: floats in [-1, 1), integers and booleans zero
     (indices and flags with a safe value); dynamic dimensions take ``dim_size``."""
     feed = {}
-    for name, dtype, dims in registry.module(model.format).graph_inputs(model.path):
+    for name, dtype, dims in _graph_inputs(model):
         shape = [d if isinstance(d, int) else dim_size for d in dims]
         feed[name] = (
             rng.uniform(-1, 1, shape).astype(dtype) if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype)
@@ -279,8 +252,8 @@ def verify_whole(
     target_file = target_file or target.path
     result = Verification(str(source.path), str(target.path), seed)
     feed = sample_graph_inputs(source, np.random.default_rng(seed), dim_size)
-    expected = registry.module(source.format).run_native(source.path, feed)
-    actual = registry.module(target.format).run_native(target_file, feed)
+    expected = registry.reader(source.format).run_native(source.path, feed)
+    actual = registry.reader(target.format).run_native(target_file, feed)
     for name, value in expected.items():
         if name not in actual:
             result.outputs.append(

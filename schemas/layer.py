@@ -3,8 +3,8 @@
 Conventions (the ONNX ones, so an ONNX layer maps onto it with no rearranging):
 
 * ``W`` is ``[G*H, I]`` and ``R`` is ``[G*H, H]`` per direction, gate blocks of H rows in ONNX
-  order: GRU ``z, r, h`` (update, reset, hidden candidate), RNN one block. G = 3 (GRU) or 1 (RNN);
-  room is left for LSTM (``i, o, f, c``, G = 4).
+  order: GRU ``z, r, h`` (update, reset, hidden candidate), RNN one block. G and the gate names
+  come from the cell table (``schemas.cells``), the one place that knows the cells.
 * Biases stay split: ``Wb`` (input) and ``Rb`` (recurrent), ``[G*H]`` each. A format that stores the
   sum reads back as ``Wb = sum, Rb = 0`` (except the GRU reset-after candidate ``Rb_h``, which must
   stay separate).
@@ -27,35 +27,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Union
 
 import numpy as np
 
 from gatepack.schemas.activations import Activation
+from gatepack.schemas.cells import Cell, spec_of
 
 Dim = Union[int, str, None]  # static size, symbolic name, or unknown
-
-
-class Cell(str, enum.Enum):
-    GRU = "gru"
-    RNN = "rnn"
-
-    @property
-    def gates(self) -> int:
-        return {Cell.GRU: 3, Cell.RNN: 1}[self]
-
-    @property
-    def activation_count(self) -> int:
-        """Activations per direction: GRU (f, g), RNN (f)."""
-        return {Cell.GRU: 2, Cell.RNN: 1}[self]
-
-    @property
-    def gate_names(self) -> tuple[str, ...]:
-        return {Cell.GRU: ("z", "r", "h"), Cell.RNN: ("i",)}[self]
-
-    @property
-    def default_activations(self) -> tuple[str, ...]:
-        return {Cell.GRU: ("Sigmoid", "Tanh"), Cell.RNN: ("Tanh",)}[self]
 
 
 class Direction(str, enum.Enum):
@@ -100,13 +80,45 @@ def stack_directions(parts: "list[np.ndarray]") -> "np.ndarray":
     return np.stack(parts)
 
 
+@dataclass(frozen=True, eq=False)
+class Provenance:
+    """Where a layer was read from, in one typed record every module may read (no format reaches
+    into another's private objects).
+
+    ``kind`` is ``node`` for another producer's recurrent op, or the strategy (``native``,
+    ``decomposed``) of a layer gatepack wrote. ``op_type``, ``op_version``, ``inputs`` and ``layout``
+    describe the source node where the format has one (ONNX: the operator, its opset, its input tensor
+    names X, W, R, B, sequence_lens, initial_h, and its own layout attribute). ``handle`` is the
+    reader's own record for re-running the layer from the artifact; only the module of ``format``
+    reads it.
+    """
+
+    format: str
+    artifact: Path
+    node: str
+    kind: str = "node"
+    op_type: str | None = None
+    op_version: int | None = None
+    inputs: tuple[str, ...] = ()
+    layout: int | None = None
+    handle: object = field(default=None, repr=False)
+
+    def of(self, fmt: str) -> bool:
+        """Whether the layer was read from an artifact of format ``fmt``."""
+        return self.format == fmt
+
+
 class SpecError(ValueError):
     """A canonical layer that contradicts itself; the message names the layer and the value."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class DirectionParams:
     """Weights and activations of one direction (ONNX gate order, split biases)."""
+
+    def __repr__(self) -> str:
+        acts = ", ".join(str(a) for a in self.activations)
+        return f"DirectionParams(W {list(self.W.shape)}, R {list(self.R.shape)}, {self.W.dtype}, activations {acts})"
 
     W: np.ndarray  # [G*H, I]
     R: np.ndarray  # [G*H, H]
@@ -151,7 +163,7 @@ class Interface:
             raise SpecError(f"interface dtype {self.dtype!r} is not one of {FLOAT_DTYPES}")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class RecurrentLayer:
     """One GRU or RNN layer, in the canonical convention described in the module docstring."""
 
@@ -165,10 +177,19 @@ class RecurrentLayer:
     linear_before_reset: bool = False
     clip: float | None = None  # None: no clip. GRU needs clip > 0; RNN allows 0 (clamps to 0).
     has_bias: bool = True  # the source stored a bias (False: all-zero biases, written without one)
-    extras: dict = field(default_factory=dict, compare=False)  # format-specific notes, never semantics
+    provenance: Provenance | None = field(default=None, compare=False)  # where it was read from, never semantics
 
     def __post_init__(self) -> None:
         self.validate()
+
+    def __repr__(self) -> str:
+        lbr = f", linear_before_reset={int(self.linear_before_reset)}" if self.cell.spec.reset_placement else ""
+        clip = f", clip={self.clip:g}" if self.clip is not None else ""
+        return (
+            f"RecurrentLayer({self.name!r}, {self.cell.op_name} {self.direction.value}, I={self.input_size}, "
+            f"H={self.hidden_size}{lbr}{clip}, {self.activation_summary()}, {self.interface.dtype}, "
+            f"{self.parameter_count()} parameters)"
+        )
 
     @property
     def num_directions(self) -> int:
@@ -201,6 +222,7 @@ class RecurrentLayer:
             raise self._fail(f"clip {self.clip!r} is not a number")
         if not isinstance(self.cell, Cell):
             raise self._fail(f"cell {self.cell!r} is not one of {[c.value for c in Cell]}")
+        spec = spec_of(self.cell)
         if not isinstance(self.direction, Direction):
             raise self._fail(f"direction {self.direction!r} is not one of {[d.value for d in Direction]}")
         for label, value in (("hidden_size", self.hidden_size), ("input_size", self.input_size)):
@@ -211,10 +233,10 @@ class RecurrentLayer:
         if self.interface.layout not in (0, 1):
             raise self._fail(f"layout must be 0 or 1, got {self.interface.layout!r}")
         if self.clip is not None:
-            if not np.isfinite(self.clip) or self.clip < 0 or (self.clip == 0 and self.cell is Cell.GRU):
-                raise self._fail(f"clip must be {'> 0' if self.cell is Cell.GRU else '>= 0'}, got {self.clip!r}")
-        if self.linear_before_reset and self.cell is not Cell.GRU:
-            raise self._fail("linear_before_reset applies to GRU only")
+            if not np.isfinite(self.clip) or self.clip < 0 or (self.clip == 0 and not spec.zero_clip):
+                raise self._fail(f"clip must be {'>= 0' if spec.zero_clip else '> 0'}, got {self.clip!r}")
+        if self.linear_before_reset and not spec.reset_placement:
+            raise self._fail(f"linear_before_reset does not apply to {spec.onnx_op}")
         if len(self.directions) != self.num_directions:
             raise self._fail(
                 f"direction {self.direction.value} needs {self.num_directions} weight set(s), got "

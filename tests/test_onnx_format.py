@@ -219,7 +219,7 @@ def test_opset_1_and_3_nodes_are_read(tmp_path):
         onnx.save(build_model(cfg), path)
         model = gp.load(path)
         (layer,) = model.layers
-        assert layer.extras["onnx_version"] == opset
+        assert layer.provenance.op_version == opset
         feed = inputs(cfg)
         y, y_h = run_layer(layer, feed["X"], feed["sequence_lens"])
         cfg.extra = {}
@@ -258,7 +258,7 @@ def test_opset_22_nodes_are_read(cell, tmp_path):
     path = tmp_path / "m22.onnx"
     onnx.save(build_model(cfg), path)
     (layer,) = gp.load(path).layers
-    assert layer.extras["onnx_version"] == 22
+    assert layer.provenance.op_version == 22
     feed = inputs(cfg)
     y, y_h = run_layer(layer, feed["X"], feed["sequence_lens"], feed["initial_h"])
     ref_y, ref_y_h = ort_run(build_model(cfg), feed)

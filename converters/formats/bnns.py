@@ -70,7 +70,17 @@ from gatepack.converters.errors import (
 from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
-from gatepack.schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+from gatepack.converters.registry import FormatImplementation
+from gatepack.schemas.layer import (
+    Cell,
+    Direction,
+    DirectionParams,
+    Interface,
+    Provenance,
+    RecurrentLayer,
+    SpecError,
+    dim_text,
+)
 
 FORMAT = "bnns"
 MANIFEST = "bnns.json"
@@ -374,7 +384,7 @@ class _Layer:
                 self.reset_after,
                 None,
                 self.has_bias,
-                extras={FORMAT: (self.bundle, self.name)},
+                provenance=Provenance(FORMAT, self.bundle, self.name),
             )
         except SpecError as err:
             raise InputError(f"{self.bundle / MANIFEST}: {err}") from None
@@ -473,10 +483,9 @@ def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.
 
 def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One layer of a saved bundle, re-read from disk and run with BNNS semantics."""
-    found = layer.extras.get(FORMAT)
-    if found is None:
+    if layer.provenance is None or not layer.provenance.of(FORMAT):
         raise UsageError(f"layer {layer.name!r} was not read from a BNNS bundle")
-    bundle, name = found
+    bundle, name = layer.provenance.artifact, layer.provenance.node
     entry = next(iter(_layers(bundle, only=name)), None)
     if entry is None:
         raise InputError(f"{bundle / MANIFEST}: no layer {name!r} any more")
@@ -609,3 +618,13 @@ def check(layer: RecurrentLayer, **_options) -> list[Finding]:
         )
     )
     return found
+
+
+IMPLEMENTATION = FormatImplementation(
+    read=read,
+    write=write,
+    check=check,
+    run_native=run_native,
+    run_layer_native=run_layer_native,
+    run_numpy=run_numpy,
+)

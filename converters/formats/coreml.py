@@ -58,9 +58,19 @@ from gatepack.converters.errors import InputError, NoRecurrentLayerError, Runtim
 from gatepack.converters.fileio import contained_file, parse_json, read_bytes, read_json
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
+from gatepack.converters.registry import FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
 from gatepack.schemas.activations import Activation
-from gatepack.schemas.layer import Cell, Direction, DirectionParams, Interface, RecurrentLayer, SpecError, dim_text
+from gatepack.schemas.layer import (
+    Cell,
+    Direction,
+    DirectionParams,
+    Interface,
+    Provenance,
+    RecurrentLayer,
+    SpecError,
+    dim_text,
+)
 
 FORMAT = "coreml"
 METADATA_KEY = "gatepack"
@@ -685,7 +695,7 @@ def read(path: str | Path, **_options) -> Model:
                     got["lbr"],
                     None,
                     got["has_bias"],
-                    extras={FORMAT: (path, op.name, "node")},
+                    provenance=Provenance(FORMAT, path, op.name),
                 )
             except SpecError as err:
                 raise InputError(f"{path}: {err}") from None
@@ -744,7 +754,7 @@ def _read_described(
                 return np.asarray(var.val, np.float32)  # fp16 packages: the fp16 values, widened exactly
 
             directions.append(DirectionParams(const("W").T, const("R").T, const("Wb"), const("Rb"), acts))
-    return build_layer(path, info, directions, {FORMAT: (path, info.name, info.strategy)}), found
+    return build_layer(path, info, directions, Provenance(FORMAT, path, info.name, info.strategy)), found
 
 
 # ------------------------------------------------------------------------------- the MIL executor
@@ -959,13 +969,13 @@ def _original(names: dict, sanitised: str) -> str:
 
 def compute_dtype(layer: RecurrentLayer) -> str:
     """The precision a package read from disk computes ``layer`` in (fp16 packages: float16)."""
-    found = layer.extras.get(FORMAT)
-    if found is None:
+    found = layer.provenance
+    if found is None or not found.of(FORMAT):
         return layer.interface.dtype
-    function, meta = _load_program(found[0])
+    function, meta = _load_program(found.artifact)
     if meta is not None:
         return "float16" if meta.get("precision") == "fp16" else "float32"
-    op = next(op for op in _ops(function) if op.name == found[1])
+    op = next(op for op in _ops(function) if op.name == found.node)
     return "float16" if np.asarray(op.inputs["weight_ih"].val).dtype == np.float16 else "float32"
 
 
@@ -975,10 +985,9 @@ def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.
 
 def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One layer of a saved package on gatepack's MIL executor (the program read from disk)."""
-    found = layer.extras.get(FORMAT)
-    if found is None:
+    if layer.provenance is None or not layer.provenance.of(FORMAT):
         raise UsageError(f"layer {layer.name!r} was not read from a Core ML package")
-    path, name, kind = found
+    path, name, kind = layer.provenance.artifact, layer.provenance.node, layer.provenance.kind
     function, meta = _load_program(path)
     names = (meta or {}).get("names", {})
     itf = layer.interface
@@ -1193,3 +1202,14 @@ def check(
     )
     found.append(Finding("deployment target", Status.EXACT, f"{target} (--minimum-deployment-target)"))
     return found
+
+
+IMPLEMENTATION = FormatImplementation(
+    read=read,
+    write=write,
+    check=check,
+    run_native=run_native,
+    run_layer_native=run_layer_native,
+    run_numpy=run_numpy,
+    compute_dtype=compute_dtype,
+)

@@ -49,6 +49,7 @@ from gatepack.converters.errors import InputError, NoRecurrentLayerError, Runtim
 from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
+from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
     PERM_SWAP_01,
@@ -57,6 +58,7 @@ from gatepack.schemas.layer import (
     Direction,
     DirectionParams,
     Interface,
+    Provenance,
     RecurrentLayer,
     SpecError,
     dim_text,
@@ -131,7 +133,7 @@ def write(
     size, or a size per layer name; default 7 / 3); the sample inputs are random (seed 0).
     float64 layers are written as FLOAT32 (lossy).
     """
-    from gatepack.converters.verification import sample_inputs
+    from gatepack.converters.samples import sample_inputs
 
     rng = np.random.default_rng(0)
     writer = _ModelWriter()
@@ -296,7 +298,7 @@ def written_sizes(
     layer: RecurrentLayer, seq_length: SizeOption = None, batch_size: SizeOption = None
 ) -> tuple[int, int]:
     """(S, N) of a layer's static DirectML tensors: the source's static sizes, else the options'."""
-    from gatepack.converters.verification import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
+    from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
 
     out = []
     for label, dim, option, default in (
@@ -307,7 +309,7 @@ def written_sizes(
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{label} must be a positive integer, got {value!r}")
         out.append(dim if isinstance(dim, int) else value or default)
-    from gatepack.converters.verification import check_sample_size
+    from gatepack.converters.samples import check_sample_size
 
     check_sample_size(layer, out[0], out[1], "--seq-length / --batch-size")
     return out[0], out[1]
@@ -815,7 +817,6 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
             return None
         return (tensors.get(role) or {}).get("source_name") or dispatch.bindings.get(field) or role
 
-    dims = entry.get("source_dims") or {}
     try:
         interface = Interface(
             x=name_of("X", "InputTensor"),
@@ -838,7 +839,7 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
             interface=interface,
             linear_before_reset=rec.linear_before_reset,
             has_bias=bias is not None,
-            extras={FORMAT: dispatch, "source_dims": dims},
+            provenance=Provenance(FORMAT, dispatch.model_file, dispatch.name, handle=dispatch),
         )
     except SpecError as err:
         raise InputError(f"{dispatch.model_file}: {err}") from None
@@ -933,7 +934,8 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     ``feed`` is in the layer's interface (names, layout); the desc is sequence-major, so a
     batch-major layer's tensors are transposed around it, as its manifest tells a DirectML user to.
     """
-    dispatch: _Dispatch | None = layer.extras.get(FORMAT)
+    found = layer.provenance
+    dispatch: _Dispatch | None = found.handle if found is not None and found.of(FORMAT) else None
     if dispatch is None:
         raise UsageError(f"layer {layer.name!r} was not read from a DirectML model")
     itf = layer.interface
@@ -1015,7 +1017,7 @@ def check(
             Finding(
                 "clip",
                 Status.UNSUPPORTED,
-                f"clip={layer.clip:g}: DML_{layer.cell.value.upper()}_OPERATOR_DESC has no clip field "
+                f"clip={layer.clip:g}: DML_{layer.cell.op_name}_OPERATOR_DESC has no clip field "
                 "(onnxruntime's DirectML provider drops clip silently, giving different results)",
                 alternative=(
                     "target onnx or openvino, which keep clip; or remove clip from the source if its gates "
@@ -1079,3 +1081,13 @@ def check(
         )
     )
     return found
+
+
+IMPLEMENTATION = FormatImplementation(
+    read=read,
+    write=write,
+    check=check,
+    run_native=run_native,
+    run_layer_native=run_layer_native,
+    run_numpy=run_numpy,
+)

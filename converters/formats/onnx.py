@@ -31,7 +31,9 @@ from gatepack.converters.errors import InputError, NoRecurrentLayerError, Runtim
 from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
+from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
+from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import (
     PERM_SWAP_01,
     PERM_Y_TO_BATCH_MAJOR,
@@ -39,6 +41,7 @@ from gatepack.schemas.layer import (
     Direction,
     DirectionParams,
     Interface,
+    Provenance,
     RecurrentLayer,
     SpecError,
     dim_text,
@@ -48,7 +51,6 @@ from gatepack.schemas.layer import (
 FORMAT = "onnx"
 DEFAULT_OPSET = 14
 WRITABLE_OPSETS = (7, 14)
-_CELLS = {"GRU": Cell.GRU, "RNN": Cell.RNN}
 _NOT_YET = {"LSTM": "LSTM is not supported yet (GRU and RNN are)"}
 _NONDETERMINISTIC = {
     "RandomNormal",
@@ -212,13 +214,13 @@ class _Reader:
             self.op_types.add(node.op_type)
             if node.domain not in _ONNX_DOMAINS:
                 continue
-            if node.op_type in _CELLS:
+            if cell_of_op(node.op_type) is not None:
                 self.layers.append(self._read_node(node, scope, name))
             elif node.op_type in _NOT_YET:
                 self.skipped.append((name, _NOT_YET[node.op_type]))
         if not self.layers:
             raise NoRecurrentLayerError(f"{self.path}: no GRU/RNN layer found{self._why_none()}")
-        absorbed = {id(n) for layer in self.layers for n in layer.extras["onnx"].nodes}
+        absorbed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
         other_ops = sorted({n.op_type for n in self.proto.graph.node if id(n) not in absorbed})
         return Model(
             self.path,
@@ -358,7 +360,7 @@ class _Reader:
     # -- nodes
 
     def _read_node(self, node: onnx.NodeProto, scope: _Scope, name: str) -> RecurrentLayer:
-        cell = _CELLS[node.op_type]
+        cell = cell_of_op(node.op_type)
         at = where(self.path, name)
         version = onnx.defs.get_schema(node.op_type, self.opset).since_version
         for a in node.attribute:
@@ -462,7 +464,9 @@ class _Reader:
                 linear_before_reset=lbr,
                 clip=clip,
                 has_bias=b is not None,
-                extras={"onnx": isolated, "onnx_version": version},
+                provenance=Provenance(
+                    FORMAT, self.path, name, "node", node.op_type, version, tuple(node.input), layout, isolated
+                ),
             )
         except SpecError as err:
             raise InputError(f"{self.path}: {err}") from None
@@ -878,7 +882,7 @@ def _emit_layer(
     attrs = _attributes(layer)
     if itf.layout == 1 and encoding == "attribute":
         attrs["layout"] = 1
-    op = {Cell.GRU: "GRU", Cell.RNN: "RNN"}[layer.cell]
+    op = layer.cell.op_name
     nodes.append(helper.make_node(op, node_inputs, node_outputs, name=names.fresh(layer.name), **attrs))
     nodes.extend(after)
 
@@ -915,7 +919,7 @@ def check(
     external_data: bool | None = None,
 ) -> list[Finding]:
     """Findings for writing ``layer`` as ONNX (every canonical layer is expressible)."""
-    op = layer.cell.value.upper()
+    op = layer.cell.op_name
     found = [
         Finding("cell", Status.EXACT, f"{op} operator, opset {opset}"),
         Finding("direction", Status.EXACT, layer.direction.value),
@@ -970,7 +974,7 @@ def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.
 
 def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the layer's original ONNX node(s) alone on onnxruntime, with its original weights."""
-    isolated: _Isolated | None = layer.extras.get("onnx")
+    isolated: _Isolated | None = layer.provenance.handle if layer.provenance and layer.provenance.of(FORMAT) else None
     if isolated is None:
         raise UsageError(f"layer {layer.name!r} was not read from ONNX")
     if isolated.opset < 7:
@@ -1065,3 +1069,13 @@ def _ort_hint(err: Exception) -> str | None:
     if "layout == 1" in str(err):
         return "onnxruntime rejects layout=1; use --engine numpy, or write the model with the transpose layout encoding"
     return None
+
+
+IMPLEMENTATION = FormatImplementation(
+    read=read,
+    write=write,
+    check=check,
+    run_native=run_native,
+    run_layer_native=run_layer_native,
+    graph_inputs=graph_inputs,
+)

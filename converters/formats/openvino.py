@@ -50,13 +50,16 @@ from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLay
 from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
+from gatepack.converters.registry import FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
 from gatepack.schemas.activations import Activation, canonical_name
+from gatepack.schemas.cells import CELLS
 from gatepack.schemas.layer import (
     Cell,
     Direction,
     DirectionParams,
     Interface,
+    Provenance,
     RecurrentLayer,
     SpecError,
     dim_text,
@@ -86,7 +89,7 @@ def native_blockers(layer: RecurrentLayer) -> list[str]:
     if any(n not in _NATIVE_ACTIVATIONS[layer.cell] for n in names):
         allowed = " or ".join(", ".join(n) for n in sorted(_NATIVE_ACTIVATIONS[layer.cell]))
         reasons.append(
-            f"activations {layer.activation_summary()}: the CPU plugin runs {layer.cell.value.upper()}Sequence "
+            f"activations {layer.activation_summary()}: the CPU plugin runs {layer.cell.op_name}Sequence "
             f"natively only with {allowed} (others fail to compile, and alpha/beta are ignored)"
         )
     elif len(set(names)) > 1:
@@ -132,7 +135,7 @@ def whole_model_finding(model: Model) -> Finding | None:
     """The report's ``model`` finding when the whole ONNX model goes into the IR (None otherwise)."""
     if not is_whole_model(model):
         return None
-    from gatepack.converters.reporting import operator_list
+    from gatepack.converters.findings import operator_list
 
     return Finding(
         "model",
@@ -188,15 +191,14 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     ov, ops = _ov()
     from openvino.frontend.onnx import ConversionExtension
 
-    candidates: dict[str, list[tuple[RecurrentLayer, object]]] = {}
+    candidates: dict[str, list[tuple[RecurrentLayer, Provenance]]] = {}
     for layer in model.layers:
-        isolated = layer.extras.get("onnx")
-        if isolated is None:
+        node = layer.provenance
+        if node is None or not node.of("onnx"):
             raise UsageError(
                 f"{model.path}: layer {layer.name!r}: a model with other operators keeps its own interface: "
                 "--layout cannot change it"
             )
-        node = next(n for n in isolated.nodes if n.op_type in ("GRU", "RNN"))
         candidates.setdefault(node.op_type, []).append((layer, node))
     described: list[dict] = []
     names_to_restore: list[tuple[object, str]] = []
@@ -209,7 +211,7 @@ def build_whole(model: Model, *, strategy: str = "auto"):
                 found = [
                     (lay, node)
                     for lay, node in candidates.get(op_type, [])
-                    if node.input[0] in x_names and node.input[1] in w_names
+                    if node.inputs[0] in x_names and node.inputs[1] in w_names
                 ]
                 if len(found) != 1:
                     raise InputError(
@@ -219,8 +221,7 @@ def build_whole(model: Model, *, strategy: str = "auto"):
                 layer, node = found[0]
                 optional = [ctx.get_input(k) if ctx.get_input_size() > k else None for k in (4, 5)]
                 lens, h0 = (None if v is None or v.get_node().get_type_name() == "NullNode" else v for v in optional)
-                layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
-                node_layer = replace(layer, interface=replace(layer.interface, layout=layout))
+                node_layer = replace(layer, interface=replace(layer.interface, layout=node.layout or 0))
                 chosen, _ = choose_strategy(layer, strategy)
                 y, y_h = (_emit_native if chosen == "native" else _emit_decomposed)(
                     ops, node_layer, ctx.get_input(0), lens, h0
@@ -237,7 +238,7 @@ def build_whole(model: Model, *, strategy: str = "auto"):
         return translate
 
     core = ov.Core()
-    for op_type in ("GRU", "RNN"):
+    for op_type in (spec.onnx_op for spec in CELLS.values()):
         core.add_extension(ConversionExtension(op_type, translator(op_type)))
     try:
         ov_model = core.read_model(str(model.path))
@@ -675,7 +676,7 @@ def _read_sequence_op(path: Path, op) -> tuple[RecurrentLayer, list[Finding]]:
             lbr,
             clip if clip > 0 else None,
             True,
-            extras={FORMAT: (path, name, "node")},
+            provenance=Provenance(FORMAT, path, name),
         )
     except SpecError as err:
         raise InputError(f"{path}: {err}") from None
@@ -728,7 +729,7 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
                     W=const(f"W{k}"), R=const(f"R{k}"), Wb=const(f"Wb{k}"), Rb=const(f"Rb{k}"), activations=acts[k]
                 )
             )
-    return build_layer(path, info, directions, {FORMAT: (path, name, strategy)}), found
+    return build_layer(path, info, directions, Provenance(FORMAT, path, name, strategy)), found
 
 
 # ----------------------------------------------------------------------------------------- running
@@ -778,10 +779,9 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     """One layer of an IR read from disk, on OpenVINO CPU: gatepack's layer subgraph as saved, or
     another producer's sequence node with its constants, in OpenVINO's own convention."""
     ov, ops = _ov()
-    found = layer.extras.get(FORMAT)
-    if found is None:
+    if layer.provenance is None or not layer.provenance.of(FORMAT):
         raise UsageError(f"layer {layer.name!r} was not read from an OpenVINO IR")
-    path, name, kind = found
+    path, name, kind = layer.provenance.artifact, layer.provenance.node, layer.provenance.kind
     label = f"{path}: layer {name!r}"
     ov_model = _read_ir(path)
     itf = layer.interface
@@ -821,7 +821,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bool = False) -> list[Finding]:
     """Findings for writing ``layer`` as OpenVINO IR with ``strategy``."""
     chosen, blockers = choose_strategy(layer, strategy)
-    op = f"{layer.cell.value.upper()}Sequence-5"
+    op = f"{layer.cell.op_name}Sequence-5"
     itf = layer.interface
     found = []
     found.append(
@@ -953,3 +953,15 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
         )
     )
     return found
+
+
+IMPLEMENTATION = FormatImplementation(
+    read=read,
+    write=write,
+    check=check,
+    run_native=run_native,
+    run_layer_native=run_layer_native,
+    graph_inputs=graph_inputs,
+    whole_model_finding=whole_model_finding,
+    compute_dtype=compute_dtype,
+)

@@ -1,0 +1,53 @@
+"""Random sample inputs for a layer, and the sizes they may take: what verification feeds both sides
+of a conversion, and what a DirectML model binds as its inputs. Shared by the orchestrators and the
+formats (which never import the orchestrators)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gatepack.converters.errors import UsageError
+from gatepack.schemas.layer import RecurrentLayer
+
+DEFAULT_SEQ_LENGTH = 7
+DEFAULT_BATCH = 3
+MAX_SAMPLE_VALUES = 1 << 26  # per sample tensor (X or Y): 256 MiB of float32
+
+
+def check_sample_size(layer: RecurrentLayer, s: int, n: int, options: str = "the sizes") -> None:
+    """UsageError when random inputs of ``s`` x ``n`` for ``layer`` (or its Y) would exceed ``MAX_SAMPLE_VALUES``."""
+    largest = s * n * max(layer.input_size, layer.num_directions * layer.hidden_size)
+    if largest > MAX_SAMPLE_VALUES:
+        raise UsageError(
+            f"layer {layer.name!r}: S={s} x N={n} makes sample tensors of {largest:,} values, more than gatepack's "
+            f"limit of {MAX_SAMPLE_VALUES:,}",
+            hint=f"choose smaller {options}",
+        )
+
+
+def sample_sizes(*layers: RecurrentLayer) -> tuple[int, int]:
+    """(S, N) for random inputs: the first static size among ``layers`` (a static target such as a
+    DirectML desc fixes what a symbolic source leaves open), else small defaults."""
+
+    def pick(attr: str, default: int) -> int:
+        return next((v for v in (getattr(lay.interface, attr) for lay in layers) if isinstance(v, int)), default)
+
+    return pick("seq_length", DEFAULT_SEQ_LENGTH), pick("batch_size", DEFAULT_BATCH)
+
+
+def sample_inputs(
+    layer: RecurrentLayer, rng: np.random.Generator, sizes: tuple[int, int] | None = None
+) -> dict[str, np.ndarray]:
+    """Random inputs for ``layer`` in layout 0, keyed by role: X, sequence_lens, initial_h."""
+    itf = layer.interface
+    s, n = sizes or sample_sizes(layer)
+    check_sample_size(layer, s, n)
+    dtype = layer.dtype
+    inputs = {"X": rng.uniform(-1, 1, (s, n, layer.input_size)).astype(dtype)}
+    if itf.sequence_lens:
+        lens = rng.integers(1, s + 1, n).astype(np.int32)
+        lens[rng.integers(n)] = s  # at least one full-length sequence
+        inputs["sequence_lens"] = lens
+    if itf.initial_h:
+        inputs["initial_h"] = rng.uniform(-1, 1, (layer.num_directions, n, layer.hidden_size)).astype(dtype)
+    return inputs
