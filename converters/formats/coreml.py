@@ -53,6 +53,7 @@ from gatepack.converters.apple import (
     recurrence,
     runtime_doubts,
 )
+from gatepack.converters.decompose import build_activation
 from gatepack.converters.description import build_layer, describe, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
 from gatepack.converters.fileio import contained_file, parse_json, read_bytes, read_json
@@ -301,38 +302,73 @@ def _emit_native(mb, layer: RecurrentLayer, x, lens, h0, target: str):
     return _stack_directions(mb, layer, ys, y_hs)
 
 
+class _MilOps:
+    """``decompose.ElementaryOps`` over MIL's builder (float32 scalar constants)."""
+
+    def __init__(self, mb) -> None:
+        self.mb = mb
+
+    def const(self, x, value: float):
+        return np.float32(value)
+
+    def zero_like(self, x):
+        return self.mb.mul(x=x, y=np.float32(0.0))
+
+    def add(self, x, y):
+        return self.mb.add(x=x, y=y)
+
+    def sub(self, x, y):
+        return self.mb.sub(x=x, y=y)
+
+    def mul(self, x, y):
+        return self.mb.mul(x=x, y=y)
+
+    def div(self, x, y):
+        return self.mb.real_div(x=x, y=y)
+
+    def minimum(self, x, y):
+        return self.mb.minimum(x=x, y=y)
+
+    def maximum(self, x, y):
+        return self.mb.maximum(x=x, y=y)
+
+    def select(self, cond, a, b):
+        return self.mb.select(cond=cond, a=a, b=b)
+
+    def greater(self, x, y):
+        return self.mb.greater(x=x, y=y)
+
+    def greater_equal(self, x, y):
+        return self.mb.greater_equal(x=x, y=y)
+
+    def clip01(self, x):
+        return self.mb.clip(x=x, alpha=np.float32(0.0), beta=np.float32(1.0))
+
+    def exp(self, x):
+        return self.mb.exp(x=x)
+
+    def log(self, x):
+        return self.mb.log(x=x)
+
+    def abs(self, x):
+        return self.mb.abs(x=x)
+
+    def neg(self, x):
+        return self.mb.mul(x=x, y=np.float32(-1.0))
+
+    def sigmoid(self, x):
+        return self.mb.sigmoid(x=x)
+
+    def tanh(self, x):
+        return self.mb.tanh(x=x)
+
+    def relu(self, x):
+        return self.mb.relu(x=x)
+
+
 def _activation(mb, v, act: Activation):
-    """An ONNX activation from elementary MIL ops (stable for any input)."""
-    a, b = np.float32(act.alpha or 0.0), np.float32(act.beta or 0.0)
-    zero, one = np.float32(0.0), np.float32(1.0)
-    name = act.name
-    if name == "Sigmoid":
-        return mb.sigmoid(x=v)
-    if name == "Tanh":
-        return mb.tanh(x=v)
-    if name == "Relu":
-        return mb.relu(x=v)
-    if name == "Affine":
-        return mb.add(x=mb.mul(x=v, y=a), y=b)
-    if name == "LeakyRelu":
-        return mb.select(cond=mb.greater_equal(x=v, y=zero), a=v, b=mb.mul(x=v, y=a))
-    if name == "ThresholdedRelu":
-        return mb.select(cond=mb.greater(x=v, y=a), a=v, b=mb.mul(x=v, y=zero))
-    if name == "ScaledTanh":
-        return mb.mul(x=mb.tanh(x=mb.mul(x=v, y=b)), y=a)
-    if name == "HardSigmoid":
-        return mb.clip(x=mb.add(x=mb.mul(x=v, y=a), y=b), alpha=zero, beta=one)
-    if name == "Elu":
-        return mb.select(
-            cond=mb.greater_equal(x=v, y=zero), a=v, b=mb.mul(x=mb.sub(x=mb.exp(x=mb.minimum(x=v, y=zero)), y=one), y=a)
-        )
-    if name == "Softsign":
-        return mb.real_div(x=v, y=mb.add(x=mb.abs(x=v), y=one))
-    if name == "Softplus":  # max(x, 0) + log(1 + exp(-|x|)): never overflows
-        return mb.add(
-            x=mb.maximum(x=v, y=zero), y=mb.log(x=mb.add(x=mb.exp(x=mb.mul(x=mb.abs(x=v), y=np.float32(-1.0))), y=one))
-        )
-    raise UsageError(f"activation {name} has no MIL decomposition")  # pragma: no cover - all eleven are covered
+    """An ONNX activation from elementary MIL ops (the shared recipes; stable for any input)."""
+    return build_activation(_MilOps(mb), v, act, "MIL")
 
 
 def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, h0, target: str):

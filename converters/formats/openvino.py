@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gatepack.converters.decompose import build_activation
 from gatepack.converters.description import build_layer, describe, parse
 from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
@@ -310,39 +311,73 @@ def _emit_native(ops, layer: RecurrentLayer, x, lens, h0):
     return y.output(0), (y_h if itf.layout else y_h.output(0))
 
 
+class _OpenVinoOps:
+    """``decompose.ElementaryOps`` over OpenVINO's opset (constants in the input's element type)."""
+
+    def __init__(self, ops) -> None:
+        self.ops = ops
+
+    def const(self, x, value: float):
+        return np.array(value, x.get_element_type().to_dtype())
+
+    def zero_like(self, x):
+        return self.const(x, 0)
+
+    def add(self, x, y):
+        return self.ops.add(x, y)
+
+    def sub(self, x, y):
+        return self.ops.subtract(x, y)
+
+    def mul(self, x, y):
+        return self.ops.multiply(x, y)
+
+    def div(self, x, y):
+        return self.ops.divide(x, y)
+
+    def minimum(self, x, y):
+        return self.ops.minimum(x, y)
+
+    def maximum(self, x, y):
+        return self.ops.maximum(x, y)
+
+    def select(self, cond, a, b):
+        return self.ops.select(cond, a, b)
+
+    def greater(self, x, y):
+        return self.ops.greater(x, y)
+
+    def greater_equal(self, x, y):
+        return self.ops.greater_equal(x, y)
+
+    def clip01(self, x):
+        return self.ops.clamp(x, 0.0, 1.0)
+
+    def exp(self, x):
+        return self.ops.exp(x)
+
+    def log(self, x):
+        return self.ops.log(x)
+
+    def abs(self, x):
+        return self.ops.abs(x)
+
+    def neg(self, x):
+        return self.ops.negative(x)
+
+    def sigmoid(self, x):
+        return self.ops.sigmoid(x)
+
+    def tanh(self, x):
+        return self.ops.tanh(x)
+
+    def relu(self, x):
+        return self.ops.relu(x)
+
+
 def _activation(ops, x, act: Activation):
-    """An ONNX activation from elementary OpenVINO ops (stable for any input)."""
-    dt = x.get_element_type().to_dtype()
-
-    def c(value):
-        return np.array(value, dt)
-
-    name = act.name
-    if name == "Sigmoid":
-        return ops.sigmoid(x)
-    if name == "Tanh":
-        return ops.tanh(x)
-    if name == "Relu":
-        return ops.relu(x)
-    if name == "Affine":
-        return ops.add(ops.multiply(x, c(act.alpha)), c(act.beta))
-    if name == "LeakyRelu":
-        return ops.select(ops.greater_equal(x, c(0)), x, ops.multiply(x, c(act.alpha)))
-    if name == "ThresholdedRelu":
-        return ops.select(ops.greater(x, c(act.alpha)), x, c(0))
-    if name == "ScaledTanh":
-        return ops.multiply(ops.tanh(ops.multiply(x, c(act.beta))), c(act.alpha))
-    if name == "HardSigmoid":
-        return ops.clamp(ops.add(ops.multiply(x, c(act.alpha)), c(act.beta)), 0.0, 1.0)
-    if name == "Elu":
-        return ops.select(
-            ops.greater_equal(x, c(0)), x, ops.multiply(ops.subtract(ops.exp(ops.minimum(x, c(0))), c(1)), c(act.alpha))
-        )
-    if name == "Softsign":
-        return ops.divide(x, ops.add(ops.abs(x), c(1)))
-    if name == "Softplus":  # max(x, 0) + log(1 + exp(-|x|)): never overflows
-        return ops.add(ops.maximum(x, c(0)), ops.log(ops.add(ops.exp(ops.negative(ops.abs(x))), c(1))))
-    raise UsageError(f"activation {name} has no OpenVINO decomposition")  # pragma: no cover - all eleven are covered
+    """An ONNX activation from elementary OpenVINO ops (the shared recipes; stable for any input)."""
+    return build_activation(_OpenVinoOps(ops), x, act, "OpenVINO")
 
 
 def _emit_decomposed(ops, layer: RecurrentLayer, x, lens, h0):
