@@ -35,8 +35,8 @@ def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
     * clip (a clip that applies: GRU clip > 0, RNN clip >= 0): DirectML's GRU/RNN descs have no clip
       field; BNNS's gru/rnn take no clip.
     * BNNS also takes no sequence lengths and only parameterless sigmoid/tanh/relu.
-    * float64: OpenVINO's CPU plugin computes in float32, DirectML's recurrent operators and Core ML
-      take float32 (BNNS refuses float64 layers for their other features or writes fp32 .npy).
+    * float64 is lossy everywhere but ONNX: OpenVINO's CPU plugin computes in float32; DirectML's
+      recurrent operators, Core ML and BNNS take float32.
 
     The features are every blocking finding's (unsupported and lossy).
     """
@@ -49,7 +49,7 @@ def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
             refused.add("sequence_lens")
         if set(cfg.activations or []) - {"Sigmoid", "Tanh", "Relu"}:
             refused.add("activations")
-    lossy = {"dtype"} if cfg.dtype == "float64" and target in ("openvino", "directml", "coreml") else set()
+    lossy = {"dtype"} if cfg.dtype == "float64" and target != "onnx" else set()
     if refused:
         return "refused", refused | lossy
     return ("lossy", lossy) if lossy else ("converts", set())
