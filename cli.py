@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 import gatepack as gp
+from gatepack.converters import ENGINES
 from gatepack.converters.errors import GatepackError
 from gatepack.converters.fileio import OutputKind, has_suffix
 from gatepack.converters.progress import Progress
@@ -149,9 +150,8 @@ def convert(
     """Convert the recurrent layers of MODEL to another format, and verify the result."""
     from gatepack.converters.registry import check_name, detect
 
-    given = {
-        name: all_write_options()[name].cli_convert(value) for name, value in write_options.items() if value is not None
-    }
+    options = all_write_options()
+    given = {name: options[name].cli_convert(value) for name, value in write_options.items() if value is not None}
     target = check_name(to or detect(output))
     if "strategy" in given and given["strategy"] != "auto" and "strategy" not in target.option_names:
         raise gp.UsageError(
@@ -226,7 +226,7 @@ def verify(source, target, seed, as_json) -> None:
 @click.option("-o", "--output", required=True, type=click.Path(), help=".npz to write, keyed by output names.")
 @click.option(
     "--engine",
-    type=click.Choice(["native", "numpy"]),
+    type=click.Choice(ENGINES),
     default="native",
     show_default=True,
     help="native: the format's own runtime; numpy: gatepack's executor.",

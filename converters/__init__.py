@@ -167,17 +167,9 @@ def save(model: "Model", path: str | Path, to: str | None = None, **options) -> 
     from gatepack.converters import registry
     from gatepack.converters.fileio import prepare_output
 
-    info, _ = registry.writer(to or registry.detect(path))
+    info, implementation = registry.writer(to or registry.detect(path))
     info.check_options(options)
     prepare_output(path, info.output_kind, _inputs_of(model))
-    _write(model, path, info, options)
-
-
-def _write(model: "Model", path: str | Path, info, options: dict) -> None:
-    from gatepack.converters import registry
-
-    info.check_options(options)
-    _, implementation = registry.writer(info.name)
     implementation.write(model, path, **options)
 
 
@@ -368,13 +360,7 @@ def report(
         _read_options(read_options)
         model = model_or_path
     targets = [to] if isinstance(to, str) else list(to) if to else list(registry.WRITERS)
-    infos = [registry.writer(target)[0] for target in targets]
-    known = {o.name: o for info in infos for o in info.write_options}
-    unknown = sorted(set(write_options) - set(known))
-    if unknown:
-        raise UsageError(f"option(s) {unknown} apply to none of {targets}", hint=f"they take {sorted(known) or 'none'}")
-    for name, value in write_options.items():
-        known[name].check(value)
+    registry.check_options(write_options, [registry.writer(target)[0] for target in targets])
     return build_report(model, targets, write_options)
 
 

@@ -75,13 +75,14 @@ def _size_or_sizes(value: Any) -> bool:
     return size(value) or (isinstance(value, dict) and all(isinstance(k, str) and size(v) for k, v in value.items()))
 
 
+STRATEGIES = ("auto", "native", "decomposed")
 STRATEGY = WriteOption(
     "strategy",
-    "one of auto, native, decomposed",
-    _one_of("auto", "native", "decomposed"),
+    f"one of {', '.join(STRATEGIES)}",
+    _one_of(*STRATEGIES),
     "--strategy",
     "the target's recurrent op, or elementary ops (auto: the op where it computes exactly what the source does).",
-    ("auto", "native", "decomposed"),
+    STRATEGIES,
 )
 COMPRESS_TO_FP16 = WriteOption(
     "compress_to_fp16",
@@ -230,15 +231,21 @@ class FormatInfo:
 
     def check_options(self, options: dict) -> None:
         """UsageError for an option this format's writer does not take (naming it) or a value of the wrong type."""
-        known = {o.name: o for o in self.write_options}
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise UsageError(
-                f"option(s) {unknown} do not apply to the {self.name} format",
-                hint=f"it takes {list(known) or 'none'}",
-            )
-        for name, value in options.items():
-            known[name].check(value)
+        check_options(options, [self])
+
+
+def check_options(options: dict, infos: "list[FormatInfo]") -> None:
+    """UsageError naming an option none of ``infos`` takes, or a value its option does not accept."""
+    known = {o.name: o for info in infos for o in info.write_options}
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        names = infos[0].name if len(infos) == 1 else ", ".join(info.name for info in infos)
+        raise UsageError(
+            f"option(s) {unknown} do not apply to the {names} format{'s' if len(infos) > 1 else ''}",
+            hint=f"{'it takes' if len(infos) == 1 else 'they take'} {list(known) or 'none'}",
+        )
+    for name, value in options.items():
+        known[name].check(value)
 
 
 # The first byte of each field tag of onnx.ModelProto (field number << 3 | wire type): ir_version 1,

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from gatepack.converters.errors import UsageError
 from gatepack.converters.findings import Finding, Status
-
-STRATEGIES = ("auto", "native", "decomposed")
+from gatepack.converters.registry import STRATEGIES
 
 
 def choose(strategy: str, blockers: list[str]) -> str:

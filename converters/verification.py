@@ -20,14 +20,7 @@ import numpy as np
 from gatepack.converters import registry
 from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
 from gatepack.converters.model import Model
-from gatepack.converters.samples import (  # noqa: F401  (re-exported)
-    DEFAULT_BATCH,
-    DEFAULT_SEQ_LENGTH,
-    MAX_SAMPLE_VALUES,
-    check_sample_size,
-    sample_inputs,
-    sample_sizes,
-)
+from gatepack.converters.samples import DEFAULT_SEQ_LENGTH, sample_inputs, sample_sizes
 from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_SEQ_MAJOR, RecurrentLayer
 
 if TYPE_CHECKING:

@@ -180,29 +180,28 @@ def _save_program(build, shapes, tmp_path, target="iOS17"):
     return path
 
 
-@pytest.mark.parametrize("output_sequence", [True, False])
-@pytest.mark.parametrize("direction", ["forward", "reverse"])
-def test_executor_follows_coremltools_reference_for_gru(direction, output_sequence, tmp_path):
-    rng = np.random.default_rng(3)
-    s, n, i, h = 5, 2, 3, 4
-    w_ih, w_hh, b = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((3 * h, i), (3 * h, h), (3 * h,)))
+def _run_hand_built_gru(tmp_path, seed: int, sizes: tuple, target: str = "iOS17", input_bias: bool = False, **op):
+    """A MIL gru package built with coremltools' own builder (not by gatepack), random fp32 weights, run
+    from disk by gatepack's MIL executor: (outputs, x and initial_h in float64, the op's weights)."""
+    rng = np.random.default_rng(seed)
+    s, n, i, h = sizes
+    shapes = {"weight_ih": (3 * h, i), "weight_hh": (3 * h, h), "bias": (3 * h,)}
+    shapes.update({"input_bias": (3 * h,)} if input_bias else {})
+    weights = {k: rng.uniform(-1, 1, shape).astype(np.float32) for k, shape in shapes.items()}
     path = _save_program(
-        lambda mb, x, h0: mb.gru(
-            x=x,
-            initial_h=h0,
-            weight_ih=w_ih,
-            weight_hh=w_hh,
-            bias=b,
-            direction=direction,
-            output_sequence=output_sequence,
-        ),
-        [(s, n, i), (n, h)],
-        tmp_path,
+        lambda mb, x, h0: mb.gru(x=x, initial_h=h0, **weights, **op), [(s, n, i), (n, h)], tmp_path, target=target
     )
     x, h0 = rng.uniform(-1, 1, (s, n, i)).astype(np.float32), rng.uniform(-1, 1, (n, h)).astype(np.float32)
     out = list(coreml.run_numpy(path, {"x": x, "initial_h": h0}).values())
+    return out, x.astype(np.float64), h0.astype(np.float64), weights
+
+
+@pytest.mark.parametrize("output_sequence", [True, False])
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_executor_follows_coremltools_reference_for_gru(direction, output_sequence, tmp_path):
+    out, x, h0, w = _run_hand_built_gru(tmp_path, 3, (5, 2, 3, 4), direction=direction, output_sequence=output_sequence)
     ref_y, ref_h = _coremltools_reference_gru(
-        x.astype(np.float64), h0.astype(np.float64), w_ih, w_hh, b, direction, output_sequence
+        x, h0, w["weight_ih"], w["weight_hh"], w["bias"], direction, output_sequence
     )
     np.testing.assert_allclose(out[0], ref_y, atol=1e-6)
     np.testing.assert_allclose(out[1], ref_h, atol=1e-6)
@@ -238,33 +237,11 @@ def _reset_after_reference(x, h, w_ih, w_hh, bias, input_bias, direction):
 
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 def test_executor_follows_an_independent_transcription_of_reset_after(direction, tmp_path):
-    """A hand-built iOS18 package (not written by gatepack) with reset_after and input_bias, run by
-    gatepack's MIL executor from disk, against the transcription above."""
-    rng = np.random.default_rng(5)
-    s, n, i, h = 6, 3, 4, 5
-    w_ih, w_hh = rng.uniform(-1, 1, (3 * h, i)).astype(np.float32), rng.uniform(-1, 1, (3 * h, h)).astype(np.float32)
-    bias, input_bias = rng.uniform(-1, 1, 3 * h).astype(np.float32), rng.uniform(-1, 1, 3 * h).astype(np.float32)
-    path = _save_program(
-        lambda mb, x, h0: mb.gru(
-            x=x,
-            initial_h=h0,
-            weight_ih=w_ih,
-            weight_hh=w_hh,
-            bias=bias,
-            input_bias=input_bias,
-            reset_after=True,
-            direction=direction,
-            output_sequence=True,
-        ),
-        [(s, n, i), (n, h)],
-        tmp_path,
-        target="iOS18",
+    """A hand-built iOS18 package with reset_after and input_bias against the transcription above."""
+    out, x, h0, w = _run_hand_built_gru(
+        tmp_path, 5, (6, 3, 4, 5), "iOS18", True, reset_after=True, direction=direction, output_sequence=True
     )
-    x, h0 = rng.uniform(-1, 1, (s, n, i)).astype(np.float32), rng.uniform(-1, 1, (n, h)).astype(np.float32)
-    out = list(coreml.run_numpy(path, {"x": x, "initial_h": h0}).values())
-    ref_y, ref_h = _reset_after_reference(
-        x.astype(np.float64), h0.astype(np.float64), w_ih, w_hh, bias, input_bias, direction
-    )
+    ref_y, ref_h = _reset_after_reference(x, h0, w["weight_ih"], w["weight_hh"], w["bias"], w["input_bias"], direction)
     np.testing.assert_allclose(out[0], ref_y, atol=1e-6)
     np.testing.assert_allclose(out[1], ref_h, atol=1e-6)
 

@@ -59,7 +59,7 @@ from gatepack.converters.errors import InputError, NoRecurrentLayerError, Runtim
 from gatepack.converters.fileio import contained_file, parse_json, read_bytes, read_json
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
-from gatepack.converters.registry import FormatImplementation
+from gatepack.converters.registry import CORE_ML_TARGETS, FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
@@ -75,7 +75,7 @@ from gatepack.schemas.layer import (
 
 FORMAT = "coreml"
 METADATA_KEY = "gatepack"
-TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
+TARGETS = CORE_ML_TARGETS
 DEFAULT_TARGET = "iOS18"
 
 
