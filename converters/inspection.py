@@ -72,6 +72,7 @@ def describe_text(model: Model) -> str:
                 lines.append(f"  note: {note.detail}" + (f" [warning: {note.warning}]" if note.warning else ""))
     for name, reason in model.skipped:
         lines.append(f"skipped {name}: {reason}")
+    lines += [f"note: {note}" for note in model.meta.get("notes", [])]
     return "\n".join(lines)
 
 

@@ -74,6 +74,15 @@ _NATIVE_ACTIVATIONS = {Cell.GRU: {("Sigmoid", "Tanh")}, Cell.RNN: {("Sigmoid",),
 _OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN}
 
 
+FP16_SOURCE = Finding(
+    "weights",
+    Status.EXACT,
+    "the IR stores its weights as fp16 (compressed when it was saved); read as their fp16 values widened to "
+    "float32, which loses nothing more",
+    warning="fp16 source: its precision was lost when it was saved",
+)
+
+
 def _ov():
     from gatepack.converters.runtimes import openvino
 
@@ -509,7 +518,27 @@ def _read_ir(path: Path):
     except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
         raise InputError(f"{path}: OpenVINO cannot read it ({_ov_message(err)})") from None
     model.gatepack_weights = weights  # the model's constants point into this map: it lives as long as the model
+    model.gatepack_named = _name_nameless_outputs(model)
     return model
+
+
+def _name_nameless_outputs(model) -> list[str]:
+    """Give every output without a tensor name (``ov.convert_model`` of a PyTorch module leaves them
+    nameless) a stable name from the node producing it, ``<node>:<port>``, in memory only. Returns
+    one note per output named."""
+    taken = {name for port in model.outputs for name in port.get_names()}
+    notes = []
+    for index, port in enumerate(model.outputs):
+        if port.get_names():
+            continue
+        source = port.get_node().input_value(0)  # the Result's input: the producing node's port
+        name = f"{source.get_node().get_friendly_name()}:{source.get_index()}"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        port.get_tensor().set_names({name})
+        notes.append(f"output {index} of the IR has no tensor name; gatepack calls it {name!r}")
+    return notes
 
 
 def _ov_message(err: Exception) -> str:
@@ -582,7 +611,7 @@ def read(path: str | Path, **_options) -> Model:
     layers, notes = [], {}
     for op in ov_model.get_ordered_ops():
         if op.get_type_name() in _OPS:
-            layer, found = _read_sequence_op(path, op)
+            layer, found = _read_sequence_op(path, op, ov_model)
             layers.append(layer)
             notes[layer.name] = found
     if not layers:
@@ -593,7 +622,8 @@ def read(path: str | Path, **_options) -> Model:
     other = sorted(
         {op.get_type_name() for op in ov_model.get_ops()} - set(_OPS) - {"Parameter", "Result", "Constant", "Convert"}
     )
-    return Model(path, FORMAT, layers, notes, meta={"other_ops": other})
+    meta = {"other_ops": other, **({"notes": ov_model.gatepack_named} if ov_model.gatepack_named else {})}
+    return Model(path, FORMAT, layers, notes, meta=meta)
 
 
 def _all_ops(ov_model) -> list:
@@ -619,8 +649,207 @@ def _activations(names: list[str], alphas: list[float], betas: list[float], path
     return acts
 
 
-def _read_sequence_op(path: Path, op) -> tuple[RecurrentLayer, list[Finding]]:
-    """A GRUSequence/RNNSequence node of any IR; interface in OpenVINO's batch-major convention."""
+def _node_key(node) -> object:
+    return node.get_instance_id() if hasattr(node, "get_instance_id") else node.get_friendly_name()
+
+
+def _from_shapes_only(value) -> bool:
+    """True when ``value`` is computed from constants and tensor shapes alone, never a tensor's values
+    (``ov.convert_model`` computes a sequence op's full lengths and zero state that way)."""
+    stack, seen = [value.get_node()], set()
+    while stack:
+        node = stack.pop()
+        if _node_key(node) in seen:
+            continue
+        seen.add(_node_key(node))
+        kind = node.get_type_name()
+        if kind == "ShapeOf":
+            continue
+        if kind in ("Parameter", "ReadValue") or node.get_input_size() == 0 and kind != "Constant":
+            return False
+        stack.extend(node.input_value(k).get_node() for k in range(node.get_input_size()))
+    return True
+
+
+_SAME_SHAPE = {"Convert", "Relu", "Tanh", "Sigmoid", "Clamp", "Exp", "Negative", "Abs", "Sqrt", "Erf", "Gelu"}
+_BROADCASTING = {"Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Power"}
+
+
+def _shape_of(value, sizes: dict) -> list[int] | None:
+    """The static shape ``value`` takes when every graph input has the sizes in ``sizes`` (each dynamic
+    dimension a distinct number), by OpenVINO's shape rules for the few operators recurrent exports put
+    between an input and a sequence op; None for any other operator."""
+    memo = sizes.setdefault("memo", {})
+    key = (_node_key(value.get_node()), value.get_index())
+    if key not in memo:
+        memo[key] = None  # a cycle (never in a valid model) evaluates to unknown
+        memo[key] = _infer_shape(value, sizes)
+    return memo[key]
+
+
+def _infer_shape(value, sizes: dict) -> list[int] | None:
+    node = value.get_node()
+    kind = node.get_type_name()
+    if kind == "Parameter":
+        return sizes["inputs"].get(_node_key(node))
+    if kind == "Constant":
+        return [int(d) for d in np.array(node.get_data()).shape]
+    args = [node.input_value(k) for k in range(node.get_input_size())]
+    if kind in _SAME_SHAPE:
+        return _shape_of(args[0], sizes)
+    if kind in _BROADCASTING:
+        shapes = [_shape_of(a, sizes) for a in args]
+        return None if None in shapes else list(np.broadcast_shapes(*map(tuple, shapes)))
+    if kind in ("GRUSequence", "RNNSequence", "LSTMSequence"):
+        x, w = _shape_of(args[0], sizes), _shape_of(args[3 if kind != "LSTMSequence" else 4], sizes)
+        if x is None or w is None:
+            return None
+        hidden = int(node.get_attributes()["hidden_size"])
+        return [x[0], w[0], x[1], hidden] if value.get_index() == 0 else [x[0], w[0], hidden]
+    if kind == "Concat":
+        shapes = [_shape_of(a, sizes) for a in args]
+        if None in shapes:
+            return None
+        axis = int(node.get_attributes()["axis"]) % len(shapes[0])
+        return [sum(sh[axis] for sh in shapes) if k == axis else d for k, d in enumerate(shapes[0])]
+    if kind in ("Transpose", "Squeeze", "Unsqueeze", "Reshape", "Broadcast", "ShapeOf"):
+        data = _shape_of(args[0], sizes)
+        if data is None:
+            return None
+        if kind == "ShapeOf":
+            return [len(data)]
+        operand = _evaluate_shape_cone(args[1], sizes) if len(args) > 1 else None
+        if operand is None:
+            return None if kind != "Squeeze" else [d for d in data if d != 1]
+        operand = [int(v) for v in np.ravel(operand)]
+        try:
+            if kind == "Transpose":
+                return [data[k] for k in operand]
+            if kind == "Squeeze":
+                return list(np.squeeze(np.empty(data, np.bool_), axis=tuple(operand)).shape)
+            if kind == "Unsqueeze":
+                return list(np.expand_dims(np.empty(data, np.bool_), axis=tuple(operand)).shape)
+            if kind == "Broadcast":
+                return list(np.broadcast_shapes(tuple(data), tuple(operand)))
+            target = [
+                data[k] if v == 0 and node.get_attributes().get("special_zero") else v for k, v in enumerate(operand)
+            ]
+            return list(np.empty(data, np.bool_).reshape(target).shape)
+        except (ValueError, IndexError):
+            return None
+    return None
+
+
+_SHAPE_OPS = {
+    "Convert": lambda node, a: a[0].astype(node.get_output_element_type(0).to_dtype()),
+    "Gather": lambda node, a: np.take(a[0], a[1], axis=int(np.ravel(a[2])[0])),
+    "Concat": lambda node, a: np.concatenate(a, axis=int(node.get_attributes()["axis"])),
+    "Broadcast": lambda node, a: np.broadcast_to(a[0], tuple(int(v) for v in a[1])),
+    "Reshape": lambda node, a: a[0].reshape(
+        [
+            int(a[0].shape[k]) if v == 0 and node.get_attributes().get("special_zero") else int(v)
+            for k, v in enumerate(a[1])
+        ]
+    ),
+    "Transpose": lambda node, a: a[0].transpose([int(v) for v in a[1]]),
+    "Squeeze": lambda node, a: np.squeeze(a[0], axis=tuple(int(v) for v in np.ravel(a[1]))),
+    "Unsqueeze": lambda node, a: np.expand_dims(a[0], axis=tuple(int(v) for v in np.ravel(a[1]))),
+    "Add": lambda node, a: a[0] + a[1],
+    "Subtract": lambda node, a: a[0] - a[1],
+    "Multiply": lambda node, a: a[0] * a[1],
+}
+
+
+def _evaluate_shape_cone(value, sizes: dict) -> np.ndarray | None:
+    """A value computed from constants and shapes, every ShapeOf's shape given by ``_shape_of`` for
+    the input sizes in ``sizes``; None for an operator outside the few shape arithmetic ones."""
+    node = value.get_node()
+    kind = node.get_type_name()
+    if kind == "Constant":
+        return np.array(node.get_data())
+    if kind == "ShapeOf":
+        shape = _shape_of(node.input_value(0), sizes)
+        return None if shape is None else np.array(shape, node.get_output_element_type(0).to_dtype())
+    if kind not in _SHAPE_OPS or node.get_output_size() != 1:
+        return None
+    args = []
+    for k in range(node.get_input_size()):
+        arg = _evaluate_shape_cone(node.input_value(k), sizes)
+        if arg is None:
+            return None
+        args.append(arg)
+    try:
+        return np.asarray(_SHAPE_OPS[kind](node, args))
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+
+
+def _evaluate_for_two_shapes(ov_model, values: list, x) -> list[tuple[list, list[int] | None]]:
+    """``values`` (computed from shapes only) and the shape of ``x`` for two sizings of the model's
+    inputs, each dynamic dimension a distinct number (so a wrong dimension cannot match by accident)."""
+    trials = []
+    for first in (101, 211):
+        inputs, size = {}, first
+        for param in ov_model.get_parameters():
+            shape = param.get_partial_shape()
+            if shape.rank.is_dynamic:
+                return []
+            dims = []
+            for dim in shape:
+                dims.append(dim.get_length() if dim.is_static else size)
+                size += 0 if dim.is_static else 2
+            inputs[_node_key(param)] = dims
+        sizes = {"inputs": inputs}
+        trials.append(([_evaluate_shape_cone(v, sizes) for v in values], _shape_of(x, sizes)))
+    return trials
+
+
+def _implicit_inputs(path: Path, op, ov_model, name: str) -> tuple[bool, bool, list[Finding]]:
+    """Whether a sequence op's ``sequence_lengths`` and ``initial_hidden_state`` are real inputs of the
+    layer. ``ov.convert_model`` fills both required inputs with values computed from X's shape: the full
+    length and zeros. Those mean "no sequence_lens" and "no initial state" (proven by evaluating them
+    for two different input shapes); a constant state or lengths fed by a graph input stay inputs."""
+    found: list[Finding] = []
+    lens, h0 = op.input_value(2), op.input_value(1)
+    shape_only = [_from_shapes_only(v) for v in (lens, h0)]
+    trials = _evaluate_for_two_shapes(ov_model, [lens, h0], op.input_value(0))
+    lens_known = shape_only[0] and bool(trials) and all(got[0] is not None and x for got, x in trials)
+    full_lengths = lens_known and all(np.array_equal(got[0].astype(np.int64), np.full(x[0], x[1])) for got, x in trials)
+    zero_state = shape_only[1] and bool(trials) and all(got[1] is not None and not np.any(got[1]) for got, _ in trials)
+    if lens_known and not full_lengths:
+        raise InputError(
+            f"{path}: layer {name!r}: sequence_lengths is computed from constants and shapes but is not the full "
+            "sequence length",
+            hint="gatepack reads sequence lengths given as a graph input, or the full length",
+        )
+    if full_lengths:
+        found.append(Finding("sequence_lens", Status.EXACT, "sequence_lengths is the full length (from X's shape)"))
+    elif not op.get_input_partial_shape(0).is_static:
+        found.append(
+            Finding(
+                "sequence_lens",
+                Status.EXACT,
+                "sequence_lengths is an input of a dynamic-shape IR: OpenVINO CPU ignores it unless the model is "
+                "reshaped to static shapes (gatepack runs the layer with static shapes)",
+                warning="OpenVINO CPU ignores sequence_lengths on dynamic shapes",
+            )
+        )
+    if shape_only[1] and not zero_state:
+        found.append(
+            Finding(
+                "initial_h",
+                Status.EXACT,
+                "initial_hidden_state is a constant of the IR, not zeros; gatepack makes it the layer's initial_h "
+                "input (feed it those values)",
+                warning="constant initial state exposed as an input",
+            )
+        )
+    return not full_lengths, not zero_state, found
+
+
+def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, list[Finding]]:
+    """A GRUSequence/RNNSequence node of any IR; interface in OpenVINO's batch-major convention. With
+    ``ov_model`` (another producer's IR), implicit full lengths and zero states are no inputs."""
     name = op.get_friendly_name()
     cell = _OPS[op.get_type_name()]
     attrs = op.get_attributes()
@@ -668,13 +897,11 @@ def _read_sequence_op(path: Path, op) -> tuple[RecurrentLayer, list[Finding]]:
         )
     ]
     if cw or cr or cb:
-        found.append(
-            Finding(
-                "weights",
-                Status.LOSSY,
-                "the IR stores its weights compressed to fp16 (Convert after each Constant); read as their fp16 values",
-            )
-        )
+        found.append(FP16_SOURCE)
+    has_lens, has_h0, implicit = (
+        _implicit_inputs(path, op, ov_model, name) if ov_model is not None else (True, True, [])
+    )
+    found += implicit
     directions = []
     for k in range(direction.count):
         if cell is Cell.GRU and lbr:
@@ -692,8 +919,8 @@ def _read_sequence_op(path: Path, op) -> tuple[RecurrentLayer, list[Finding]]:
         x=f"{name}/X",
         y=f"{name}/Y",
         y_h=f"{name}/Y_h",
-        sequence_lens=f"{name}/sequence_lengths",
-        initial_h=f"{name}/initial_hidden_state",
+        sequence_lens=f"{name}/sequence_lengths" if has_lens else None,
+        initial_h=f"{name}/initial_hidden_state" if has_h0 else None,
         layout=1,
         seq_length=s,
         batch_size=n,
@@ -732,7 +959,7 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
                 f"{path}: layer {name!r}: the graph has no constant {name}/{label} that its rt_info describes"
             )
         if node.get_type_name() == "Convert":  # fp16-compressed
-            found.append(Finding("weights", Status.LOSSY, "weights stored compressed to fp16"))
+            found.append(FP16_SOURCE)
             source = node.input_value(0).get_node()
             if source.get_type_name() != "Constant":
                 raise InputError(
@@ -823,24 +1050,24 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     if kind == "node":
         op = next(o for o in ov_model.get_ops() if o.get_friendly_name() == name)
         d, h = layer.num_directions, layer.hidden_size
-        x = ops.parameter(op.get_input_partial_shape(0), op.get_input_element_type(0), name=itf.x)
-        x.output(0).get_tensor().set_names({itf.x})
-        h0 = ops.parameter([-1, d, h], op.get_input_element_type(1), name=itf.initial_h)
-        h0.output(0).get_tensor().set_names({itf.initial_h})
-        lens = ops.parameter([-1], op.get_input_element_type(2), name=itf.sequence_lens)
-        lens.output(0).get_tensor().set_names({itf.sequence_lens})
-        for k, param in enumerate((x, h0, lens)):  # the node as read from disk, fed by new parameters
-            op.input(k).replace_source_output(param.output(0))
-        clone = op
-        y = ops.transpose(clone.output(0), [0, 2, 1, 3])  # [N,D,S,H] -> layout-1 [N,S,D,H]
-        y.output(0).get_tensor().set_names({itf.y})
-        clone.output(1).get_tensor().set_names({itf.y_h})
-        sub = ov.Model([ops.result(y), ops.result(clone.output(1))], [x, h0, lens], "layer")
-        n = feed[itf.x].shape[0]
+        n, s = feed[itf.x].shape[:2]
+        h0_name = itf.initial_h or f"{name}/initial_hidden_state"
+        lens_name = itf.sequence_lens or f"{name}/sequence_lengths"
         feed = dict(feed)
-        feed.setdefault(itf.initial_h, np.zeros((n, d, h), layer.dtype))
-        feed.setdefault(itf.sequence_lens, np.full(n, feed[itf.x].shape[1], np.int32))
-        feed[itf.sequence_lens] = feed[itf.sequence_lens].astype(op.get_input_element_type(2).to_dtype())
+        feed.setdefault(h0_name, np.zeros((n, d, h), layer.dtype))
+        feed[lens_name] = feed.get(lens_name, np.full(n, s)).astype(op.get_input_element_type(2).to_dtype())
+        # Static shapes: OpenVINO CPU honours sequence_lengths only then.
+        params = [
+            ops.parameter(list(feed[label].shape), op.get_input_element_type(k), name=label)
+            for k, label in enumerate((itf.x, h0_name, lens_name))
+        ]
+        for k, param in enumerate(params):  # the node as read from disk, fed by new parameters
+            param.output(0).get_tensor().set_names({param.get_friendly_name()})
+            op.input(k).replace_source_output(param.output(0))
+        y = ops.transpose(op.output(0), [0, 2, 1, 3])  # [N,D,S,H] -> layout-1 [N,S,D,H]
+        y.output(0).get_tensor().set_names({itf.y})
+        op.output(1).get_tensor().set_names({itf.y_h})
+        sub = ov.Model([ops.result(y), ops.result(op.output(1))], params, "layer")
     else:
         names = {itf.x, itf.sequence_lens, itf.initial_h} - {None}
         params = [p for p in ov_model.get_parameters() if p.output(0).get_names() & names]
