@@ -392,13 +392,13 @@ def run(
     if engine not in ENGINES:
         raise UsageError(f"engine {engine!r} is not one of {ENGINES}")
     _read_options(options)
+    implementation = registry.reader(fmt)
     try:
         if registry.check_name(fmt).interface_inputs:
             check_model_inputs(load(artifact, fmt, **options), inputs)
     except NoRecurrentLayerError:
-        if engine == "numpy":
-            raise
-    implementation = registry.reader(fmt)
+        if engine == "numpy" and implementation.run_numpy is None:
+            raise  # the executor runs recurrent layers only; a format's own interpreter runs any program
     if engine == "native":
         return implementation.run_native(artifact, inputs)
     if implementation.run_numpy is not None:  # the format's own semantics, read from the artifact

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gatepack.converters.findings import Finding
+from gatepack.converters.findings import Finding, Status
 from gatepack.schemas.layer import RecurrentLayer
 
 
@@ -40,3 +40,67 @@ class Model:
 
     def notes_for(self, layer: RecurrentLayer) -> list[Finding]:
         return self.notes.get(layer.name, [])
+
+
+_INPUT_ROLES = {"x": "X", "sequence_lens": "sequence_lens", "initial_h": "initial_h"}
+_OUTPUT_ROLES = {"y": "Y", "y_h": "Y_h"}
+
+
+def chained_inputs(model: Model) -> dict[str, dict[str, tuple[str, str, str]]]:
+    """Per layer name, its inputs that are another layer's output (a stack read from one artifact):
+    interface field -> (tensor name, producing layer, its output role)."""
+    produced = {
+        getattr(layer.interface, key): (layer.name, role)
+        for layer in model.layers
+        for key, role in _OUTPUT_ROLES.items()
+        if getattr(layer.interface, key)
+    }
+    found: dict[str, dict[str, tuple[str, str, str]]] = {}
+    for layer in model.layers:
+        for key in _INPUT_ROLES:
+            name = getattr(layer.interface, key)
+            if name in produced:
+                found.setdefault(layer.name, {})[key] = (name, *produced[name])
+    return found
+
+
+def input_name_for(name: str) -> str:
+    """The name a chained input takes in an artifact of side-by-side layers."""
+    return f"{name}:input"
+
+
+def with_separate_inputs(model: Model) -> Model:
+    """``model`` with every chained input renamed ``input_name_for(name)``: writers of side-by-side
+    layers then never declare an input and an output of one name."""
+    chained = chained_inputs(model)
+    if not chained:
+        return model
+    layers = [
+        replace(
+            layer,
+            interface=replace(
+                layer.interface, **{key: input_name_for(name) for key, (name, _, _) in chained[layer.name].items()}
+            ),
+        )
+        if layer.name in chained
+        else layer
+        for layer in model.layers
+    ]
+    return replace(model, layers=layers)
+
+
+def chained_input_finding(model: Model, layer: RecurrentLayer) -> Finding | None:
+    """The report's note for a layer fed by another layer's output, written side by side."""
+    chained = chained_inputs(model).get(layer.name)
+    if not chained:
+        return None
+    parts = [
+        f"{_INPUT_ROLES[key]} {name!r} is layer {source!r}'s {role}; the artifact takes it as input "
+        f"{input_name_for(name)!r}"
+        for key, (name, source, role) in chained.items()
+    ]
+    return Finding(
+        "interface",
+        Status.REPACKED,
+        "; ".join(parts) + " (layers are written side by side: feed it that output, in this layer's layout)",
+    )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from gatepack.converters import registry
 from gatepack.converters.findings import Finding, Status, operator_list, sort_worst_first, worst
-from gatepack.converters.model import Model
+from gatepack.converters.model import Model, chained_input_finding
 from gatepack.schemas.layer import RecurrentLayer
 
 
@@ -268,7 +268,9 @@ def target_findings(model: Model, layer: RecurrentLayer, target: str, options: d
     options, each passed to the targets that take it)."""
     info, implementation = registry.writer(target)
     accepted = {k: v for k, v in options.items() if k in info.option_names}
-    found = implementation.check(layer, **accepted) + [_surroundings_finding(model, implementation, info.title)]
+    surroundings = _surroundings_finding(model, implementation, info.title)
+    chained = chained_input_finding(model, layer) if implementation.whole_model_finding(model) is None else None
+    found = implementation.check(layer, **accepted) + [surroundings, chained]
     return sort_worst_first(list(model.notes_for(layer)) + [f for f in found if f is not None])
 
 

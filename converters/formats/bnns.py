@@ -69,7 +69,7 @@ from gatepack.converters.errors import (
 )
 from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.model import Model
+from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.layer import (
     Cell,
@@ -205,7 +205,7 @@ def write(model: Model, path: str | Path, **_options) -> None:
     """Write ``model``'s layers as a BNNS bundle directory at ``path`` (atomically)."""
     from gatepack.converters.formats.bnns_swift import emit
 
-    document, arrays = describe_bundle(model)
+    document, arrays = describe_bundle(with_separate_inputs(model))
     with atomic_path(Path(path), directory=True) as tmp:
         for rel, make in arrays.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,7 @@ from gatepack.converters.description import build_layer, describe, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
 from gatepack.converters.fileio import contained_file, parse_json, read_bytes, read_json
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.model import Model
+from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import CORE_ML_TARGETS, FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
 from gatepack.schemas.activations import Activation
@@ -188,8 +188,10 @@ def write(
 
 
 def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET):
-    """A MIL ``Program`` holding every layer with the source's interface, and its description."""
+    """A MIL ``Program`` holding every layer with the source's interface (chained inputs apart), and its
+    description."""
     ct = _ct()
+    model = with_separate_inputs(model)
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, Program, get_new_symbol, types
 
@@ -657,6 +659,15 @@ def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Find
     }, found
 
 
+FP16_SOURCE = Finding(
+    "dtype",
+    Status.EXACT,
+    "an fp16 package: weights stored and arithmetic done in fp16; read as the fp16 weights widened to float32 "
+    "(nothing more is lost) and compared with the package at fp16 tolerance",
+    warning="fp16 source: its precision was lost when it was made",
+)
+
+
 def read(path: str | Path, **_options) -> Model:
     """Read the recurrent layers of an ML Program: gatepack's (from its metadata, checked against the
     program) or any program's native gru/rnn ops."""
@@ -676,13 +687,7 @@ def read(path: str | Path, **_options) -> Model:
         precision = meta.get("precision", "fp32")
         if precision == "fp16":
             for found in notes.values():
-                found.append(
-                    Finding(
-                        "dtype",
-                        Status.LOSSY,
-                        "an fp16 package: weights stored and arithmetic done in fp16 (read back widened to float32)",
-                    )
-                )
+                found.append(FP16_SOURCE)
         return Model(
             path, FORMAT, layers, notes, meta={"gatepack": True, "names": meta.get("names", {}), "precision": precision}
         )
@@ -691,8 +696,8 @@ def read(path: str | Path, **_options) -> Model:
         if op.op_type in ("gru", "rnn"):
             cell = Cell.GRU if op.op_type == "gru" else Cell.RNN
             got, found = _op_weights(op, cell, path, op.name)
-            if got["W"].dtype == np.float16:
-                found.append(Finding("dtype", Status.LOSSY, "fp16 weights (read back widened to float32)"))
+            if np.asarray(op.inputs["weight_ih"].val).dtype == np.float16:
+                found.append(FP16_SOURCE)
             params = DirectionParams(
                 *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")),
                 activations=got["activations"][: cell.activation_count],
@@ -740,7 +745,10 @@ def read(path: str | Path, **_options) -> Model:
     if not layers:
         raise NoRecurrentLayerError(
             f"{path}: no gru or rnn op in the program",
-            hint="a package from coremltools' PyTorch frontend decomposes GRU into elementary ops",
+            hint=(
+                "coremltools' PyTorch frontend writes nn.GRU as a while_loop of elementary ops; gatepack runs such "
+                "a program (run --engine numpy) but does not lift the loop into a layer yet"
+            ),
         )
     return Model(path, FORMAT, layers, notes)
 
@@ -796,21 +804,32 @@ def _read_described(
 # ------------------------------------------------------------------------------- the MIL executor
 
 
-_DTYPES = {"fp32": np.float32, "fp16": np.float16, "int32": np.int32, "bool": np.bool_, "int64": np.int64}
+_DTYPES = {
+    "fp32": np.float32,
+    "fp16": np.float16,
+    "fp64": np.float64,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "int16": np.int16,
+    "uint16": np.uint16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "bool": np.bool_,
+}
 
 
 def _slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, squeeze_mask=None, **_):
     rank = x.ndim
     stride = [1] * rank if stride is None else list(stride)
-    index = []
+    index: list = []
     for axis in range(rank):
+        if squeeze_mask is not None and squeeze_mask[axis]:
+            index.append(int(begin[axis]))  # MIL indexes a squeezed axis at begin (end is ignored)
+            continue
         b = None if begin_mask is not None and begin_mask[axis] else int(begin[axis])
         e = None if end_mask is not None and end_mask[axis] else int(end[axis])
         index.append(slice(b, e, int(stride[axis])))
-    out = x[tuple(index)]
-    if squeeze_mask is not None and any(squeeze_mask):
-        out = out.squeeze(axis=tuple(a for a in range(rank) if squeeze_mask[a]))
-    return out
+    return x[tuple(index)]
 
 
 def _reverse_sequence(x, lengths, seq_axis=0, batch_axis=0, **_):
@@ -822,14 +841,23 @@ def _reverse_sequence(x, lengths, seq_axis=0, batch_axis=0, **_):
     return out
 
 
+_SCATTER_MODES = {"update": lambda old, new: new, "add": np.add, "sub": np.subtract, "mul": np.multiply}
+
+
 def _scatter(data, indices, updates, axis=0, mode="update", **_):
-    if mode != "update":
+    if str(mode) not in _SCATTER_MODES:
         raise UsageError(f"scatter mode {mode!r} is not one gatepack's MIL executor runs")
     out = np.array(data)
     moved, upd = np.moveaxis(out, int(axis), 0), np.moveaxis(np.asarray(updates), int(axis), 0)
     for j, index in enumerate(np.asarray(indices).reshape(-1)):
-        moved[int(index)] = upd[j]
+        moved[int(index)] = _SCATTER_MODES[str(mode)](moved[int(index)], upd[j])
     return out
+
+
+def _linear(x, weight, bias=None, **_):
+    """MIL linear: x @ weight^T + bias (weight [out, in])."""
+    out = np.matmul(x, np.swapaxes(weight, -1, -2))
+    return out if bias is None else out + bias
 
 
 def _recurrent(cell: Cell):
@@ -912,6 +940,9 @@ _MIL_OPS = {
         np.split(x, np.cumsum(split_sizes)[:-1] if split_sizes is not None else int(num_splits), int(axis))
     ),
     "scatter": _scatter,
+    "linear": _linear,
+    "stack": lambda values, axis, **_: np.stack(values, int(axis)),
+    "reshape": lambda x, shape, **_: np.reshape(x, [int(v) for v in shape]),
     "gru": _recurrent(Cell.GRU),
     "rnn": _recurrent(Cell.RNN),
 }
@@ -997,6 +1028,22 @@ def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.n
             hint=f"the model takes {[_original(names, n) for n in function.inputs]}",
         )
     return {_original(names, k): v for k, v in execute(function, feed, path).items()}
+
+
+def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
+    """The program's inputs as (name, dtype, dims), by the source's names where gatepack sanitised them."""
+    from coremltools.converters.mil.mil import types
+
+    function, meta = _load_program(Path(path))
+    names = (meta or {}).get("names", {})
+    return [
+        (
+            _original(names, name),
+            np.dtype(types.nptype_from_builtin(var.dtype)),
+            [d if isinstance(d, int) else None for d in var.shape],
+        )
+        for name, var in function.inputs.items()
+    ]
 
 
 def _original(names: dict, sanitised: str) -> str:
@@ -1247,5 +1294,6 @@ IMPLEMENTATION = FormatImplementation(
     run_native=run_native,
     run_layer_native=run_layer_native,
     run_numpy=run_numpy,
+    graph_inputs=graph_inputs,
     compute_dtype=compute_dtype,
 )

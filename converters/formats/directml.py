@@ -48,7 +48,7 @@ import numpy as np
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.model import Model
+from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
@@ -137,6 +137,7 @@ def write(
 
     rng = np.random.default_rng(0)
     writer = _ModelWriter()
+    model = with_separate_inputs(model)
     for layer in model.layers:
         sizes = written_sizes(layer, seq_length, batch_size)
         writer.add_layer(layer, sizes, sample_inputs(layer, rng, sizes))

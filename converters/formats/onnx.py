@@ -30,7 +30,7 @@ from onnx import helper, numpy_helper
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
 from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.model import Model
+from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
 from gatepack.schemas.cells import cell_of_op
@@ -235,12 +235,22 @@ class _Reader:
         if self.skipped:
             kinds = sorted({reason.split(" ")[0] for _, reason in self.skipped})
             return f" ({len(self.skipped)} {'/'.join(kinds)} node(s) found: {self.skipped[0][1]})"
-        if {"MatMul", "Sigmoid", "Tanh"} <= self.op_types or {"Gemm", "Sigmoid", "Tanh"} <= self.op_types:
+        products = self.op_types & {"MatMul", "Gemm"}
+        activations = sorted(self.op_types & {"Sigmoid", "Tanh", "Relu"})
+        if not products or not activations:
+            return ""
+        found = f"{'/'.join(sorted(products))} and {'/'.join(activations)} nodes"
+        if self.op_types & {"Loop", "Scan"}:
             return (
-                " (it holds MatMul/Gemm, Sigmoid and Tanh nodes: it may be an unrolled recurrent cell,"
-                " which gatepack does not recognise)"
+                f" (it holds a {'/'.join(sorted(self.op_types & {'Loop', 'Scan'}))} over {found}: a recurrent cell "
+                "written as a loop, as tf2onnx writes Keras GRU/SimpleRNN layers; gatepack does not lift loops into "
+                "layers yet)"
             )
-        return ""
+        return (
+            f" (it holds {found}: it may be a recurrent cell unrolled over time, as torch.onnx's dynamo exporter "
+            "writes nn.RNN; gatepack does not lift unrolled cells yet - torch.onnx.export(..., dynamo=False) "
+            "writes an RNN node)"
+        )
 
     def _walk(self, graph: onnx.GraphProto, parent: _Scope | None, prefix: str) -> Iterator[tuple]:
         scope = _Scope(graph, parent, prefix)
@@ -772,6 +782,7 @@ def build(
             f"the layout attribute needs opset 14 or later (asked for opset {opset})",
             hint="use the transpose layout encoding",
         )
+    model = with_separate_inputs(model)
     names = _NameBook()
     nodes: list[onnx.NodeProto] = []
     stacked: list[_Stacked] = []

@@ -50,7 +50,7 @@ from gatepack.converters.description import build_layer, describe, parse
 from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.model import Model
+from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
 from gatepack.schemas.activations import Activation, canonical_name
@@ -156,8 +156,9 @@ def whole_model_finding(model: Model) -> Finding | None:
 
 
 def build(model: Model, *, strategy: str = "auto"):
-    """An ``openvino.Model`` holding every layer, with the source's interface."""
+    """An ``openvino.Model`` holding every layer, with the source's interface (chained inputs apart)."""
     ov, ops = _ov()
+    model = with_separate_inputs(model)
     params: dict[str, object] = {}
     results, described = [], []
     for layer in model.layers:
@@ -671,6 +672,7 @@ def _from_shapes_only(value) -> bool:
     return True
 
 
+_SPLITS = ("Split", "VariadicSplit")
 _SAME_SHAPE = {"Convert", "Relu", "Tanh", "Sigmoid", "Clamp", "Exp", "Negative", "Abs", "Sqrt", "Erf", "Gelu"}
 _BROADCASTING = {"Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Power"}
 
@@ -740,7 +742,18 @@ def _infer_shape(value, sizes: dict) -> list[int] | None:
     return None
 
 
+def _slice(node, a: list) -> np.ndarray:
+    """Slice-8: data, start, stop, step, axes (default: the first len(start) axes)."""
+    data, start, stop, step = a[0], *(np.ravel(v) for v in a[1:4])
+    axes = np.ravel(a[4]) if len(a) > 4 else np.arange(len(start))
+    index = [slice(None)] * data.ndim
+    for axis, b, e, k in zip(axes, start, stop, step):
+        index[int(axis)] = slice(int(b), int(e), int(k))
+    return data[tuple(index)]
+
+
 _SHAPE_OPS = {
+    "Slice": _slice,
     "Convert": lambda node, a: a[0].astype(node.get_output_element_type(0).to_dtype()),
     "Gather": lambda node, a: np.take(a[0], a[1], axis=int(np.ravel(a[2])[0])),
     "Concat": lambda node, a: np.concatenate(a, axis=int(node.get_attributes()["axis"])),
@@ -754,6 +767,10 @@ _SHAPE_OPS = {
     "Transpose": lambda node, a: a[0].transpose([int(v) for v in a[1]]),
     "Squeeze": lambda node, a: np.squeeze(a[0], axis=tuple(int(v) for v in np.ravel(a[1]))),
     "Unsqueeze": lambda node, a: np.expand_dims(a[0], axis=tuple(int(v) for v in np.ravel(a[1]))),
+    "Split": lambda node, a: np.split(a[0], int(node.get_attributes()["num_splits"]), int(np.ravel(a[1])[0])),
+    "VariadicSplit": lambda node, a: np.split(
+        a[0], np.cumsum([int(v) for v in np.ravel(a[2])])[:-1], int(np.ravel(a[1])[0])
+    ),
     "Add": lambda node, a: a[0] + a[1],
     "Subtract": lambda node, a: a[0] - a[1],
     "Multiply": lambda node, a: a[0] * a[1],
@@ -770,7 +787,7 @@ def _evaluate_shape_cone(value, sizes: dict) -> np.ndarray | None:
     if kind == "ShapeOf":
         shape = _shape_of(node.input_value(0), sizes)
         return None if shape is None else np.array(shape, node.get_output_element_type(0).to_dtype())
-    if kind not in _SHAPE_OPS or node.get_output_size() != 1:
+    if kind not in _SHAPE_OPS or (node.get_output_size() != 1 and kind not in _SPLITS):
         return None
     args = []
     for k in range(node.get_input_size()):
@@ -779,7 +796,8 @@ def _evaluate_shape_cone(value, sizes: dict) -> np.ndarray | None:
             return None
         args.append(arg)
     try:
-        return np.asarray(_SHAPE_OPS[kind](node, args))
+        result = _SHAPE_OPS[kind](node, args)
+        return np.asarray(result[value.get_index()] if kind in _SPLITS else result)
     except (ValueError, IndexError, KeyError, TypeError):
         return None
 
