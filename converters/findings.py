@@ -48,6 +48,17 @@ class Finding:
         return {k: v for k, v in data.items() if v is not None}
 
 
+def fp16_source(feature: str, stored: str) -> Finding:
+    """The note on a source that holds fp16 values: widening them to float32 loses nothing more (the
+    loss happened when the source was saved), so it is never a reason to refuse a target."""
+    return Finding(
+        feature,
+        Status.EXACT,
+        f"{stored}; read as the fp16 values widened to float32, which loses nothing more",
+        warning="fp16 source: its precision was lost when it was saved",
+    )
+
+
 def worst(findings: Iterable[Finding]) -> Status:
     return min((f.status for f in findings), key=lambda s: s.rank, default=Status.EXACT)
 

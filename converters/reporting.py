@@ -268,19 +268,19 @@ def target_findings(model: Model, layer: RecurrentLayer, target: str, options: d
     options, each passed to the targets that take it)."""
     info, implementation = registry.writer(target)
     accepted = {k: v for k, v in options.items() if k in info.option_names}
-    surroundings = _surroundings_finding(model, implementation, info.title)
-    chained = chained_input_finding(model, layer) if implementation.whole_model_finding(model) is None else None
-    found = implementation.check(layer, **accepted) + [surroundings, chained]
+    whole = implementation.whole_model_finding(model)
+    chained = chained_input_finding(model, layer) if whole is None else None  # side-by-side layers only
+    found = implementation.check(layer, **accepted) + [_surroundings_finding(model, whole, info.title), chained]
     return sort_worst_first(list(model.notes_for(layer)) + [f for f in found if f is not None])
 
 
-def _surroundings_finding(model: Model, implementation: registry.FormatImplementation, title: str) -> Finding | None:
+def _surroundings_finding(model: Model, whole: Finding | None, title: str) -> Finding | None:
     """What happens to the operators around the recurrent layers (None: the model has none). A
-    format that writes whole models says so itself (``whole_model_finding``)."""
+    format that writes whole models says so itself (``whole``: its ``whole_model_finding``)."""
     other = model.meta.get("other_ops")
     if not other:
         return None
-    return implementation.whole_model_finding(model) or Finding(
+    return whole or Finding(
         "model",
         Status.EXACT,
         f"only the recurrent layers are written; the model's other operators ({operator_list(other)}) are not part "

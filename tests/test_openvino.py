@@ -324,3 +324,30 @@ def test_whole_model_is_refused_by_the_numpy_engine_and_layers_only_elsewhere(tm
     assert findings["onnx"]["model"].warning == "layers only"
     with pytest.raises(gp.UsageError, match="--layout"):
         gp.convert(src, tmp_path / "l.xml", to="openvino", layout=1)
+
+
+def test_implicit_lengths_through_a_huge_shape_are_worked_out_without_allocating(tmp_path):
+    """sequence_lengths computed through the shape of a [S, 2^30] tensor (which OpenVINO never
+    materialises) is recognised as the full length by shape arithmetic - nothing of that size is
+    allocated - and the layer verifies against onnxruntime after conversion."""
+    import openvino.opset13 as ops
+
+    h = 4
+    x = ops.parameter([-1, -1, 3], np.float32, name="x")
+    shape = ops.shape_of(x)
+    first, zero = ops.constant(np.array([0], np.int64)), ops.constant(np.int64(0))
+    n, s = ops.gather(shape, first, zero), ops.gather(shape, ops.constant(np.array([1], np.int64)), zero)
+    huge = ops.broadcast(ops.constant(np.float32(0)), ops.concat([s, ops.constant(np.array([1 << 30], np.int64))], 0))
+    flat = ops.reshape(huge, ops.constant(np.array([-1, 1 << 30], np.int64)), special_zero=False)
+    lens = ops.broadcast(ops.convert(ops.gather(ops.shape_of(flat), first, zero), np.int32), n)
+    h0 = ops.broadcast(ops.constant(np.float32(0)), ops.concat([n, ops.constant(np.array([1, h], np.int64))], 0))
+    rng = np.random.default_rng(0)
+    w, r, b = (
+        ops.constant(rng.standard_normal(d).astype(np.float32)) for d in ([1, 3 * h, 3], [1, 3 * h, h], [1, 3 * h])
+    )
+    gru = ops.gru_sequence(x, h0, lens, w, r, b, h, "forward")
+    xml = tmp_path / "big.xml"
+    ov.save_model(ov.Model([ops.result(gru.output(0)), ops.result(gru.output(1))], [x], "big"), str(xml))
+    (layer,) = gp.load(xml).layers
+    assert layer.interface.sequence_lens is None and layer.interface.initial_h is None
+    assert gp.convert(xml, tmp_path / "m.onnx").passed

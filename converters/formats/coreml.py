@@ -57,7 +57,7 @@ from gatepack.converters.decompose import build_activation
 from gatepack.converters.description import build_layer, describe, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
 from gatepack.converters.fileio import contained_file, parse_json, read_bytes, read_json
-from gatepack.converters.findings import Finding, Status
+from gatepack.converters.findings import Finding, Status, fp16_source
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import CORE_ML_TARGETS, FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
@@ -659,12 +659,8 @@ def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Find
     }, found
 
 
-FP16_SOURCE = Finding(
-    "dtype",
-    Status.EXACT,
-    "an fp16 package: weights stored and arithmetic done in fp16; read as the fp16 weights widened to float32 "
-    "(nothing more is lost) and compared with the package at fp16 tolerance",
-    warning="fp16 source: its precision was lost when it was made",
+FP16_SOURCE = fp16_source(
+    "dtype", "an fp16 package: weights stored and arithmetic done in fp16 (compared with it at fp16 tolerance)"
 )
 
 

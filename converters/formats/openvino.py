@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +49,7 @@ from gatepack.converters.decompose import build_activation
 from gatepack.converters.description import build_layer, describe, parse
 from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
-from gatepack.converters.findings import Finding, Status
+from gatepack.converters.findings import Finding, Status, fp16_source
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
@@ -74,13 +74,7 @@ _NATIVE_ACTIVATIONS = {Cell.GRU: {("Sigmoid", "Tanh")}, Cell.RNN: {("Sigmoid",),
 _OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN}
 
 
-FP16_SOURCE = Finding(
-    "weights",
-    Status.EXACT,
-    "the IR stores its weights as fp16 (compressed when it was saved); read as their fp16 values widened to "
-    "float32, which loses nothing more",
-    warning="fp16 source: its precision was lost when it was saved",
-)
+FP16_SOURCE = fp16_source("weights", "the IR stores its weights as fp16 (compressed when it was saved)")
 
 
 def _ov():
@@ -677,23 +671,66 @@ _SAME_SHAPE = {"Convert", "Relu", "Tanh", "Sigmoid", "Clamp", "Exp", "Negative",
 _BROADCASTING = {"Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Power"}
 
 
-def _shape_of(value, sizes: dict) -> list[int] | None:
+MAX_SHAPE_VALUES = 1 << 16  # a shape computation holds a few numbers; anything bigger is not one
+
+
+@dataclass
+class _Sizing:
+    """One assignment of sizes to a model's inputs, and what was derived from it (each node once)."""
+
+    inputs: dict  # Parameter key -> dims
+    shapes: dict = field(default_factory=dict)
+    values: dict = field(default_factory=dict)
+
+
+def _memoised(table: dict, value, compute):
+    key = (_node_key(value.get_node()), value.get_index())
+    if key not in table:
+        table[key] = None  # a cycle (never in a valid model) evaluates to unknown
+        table[key] = compute()
+    return table[key]
+
+
+def _shape_of(value, sizes: _Sizing) -> list[int] | None:
     """The static shape ``value`` takes when every graph input has the sizes in ``sizes`` (each dynamic
     dimension a distinct number), by OpenVINO's shape rules for the few operators recurrent exports put
     between an input and a sequence op; None for any other operator."""
-    memo = sizes.setdefault("memo", {})
-    key = (_node_key(value.get_node()), value.get_index())
-    if key not in memo:
-        memo[key] = None  # a cycle (never in a valid model) evaluates to unknown
-        memo[key] = _infer_shape(value, sizes)
-    return memo[key]
+    return _memoised(sizes.shapes, value, lambda: _infer_shape(value, sizes))
 
 
-def _infer_shape(value, sizes: dict) -> list[int] | None:
+def _squeezed(dims: list[int], axes: list[int]) -> list[int]:
+    axes = {a % len(dims) for a in axes} if axes else {k for k, d in enumerate(dims) if d == 1}
+    if any(dims[a] != 1 for a in axes):
+        raise ValueError("squeezing a dimension that is not 1")
+    return [d for k, d in enumerate(dims) if k not in axes]
+
+
+def _unsqueezed(dims: list[int], axes: list[int]) -> list[int]:
+    rank = len(dims) + len(axes)
+    positions = {a % rank for a in axes}
+    rest = iter(dims)
+    return [1 if k in positions else next(rest) for k in range(rank)]
+
+
+def _reshaped(dims: list[int], target: list[int], special_zero: bool) -> list[int]:
+    """Reshape-1's output shape, by arithmetic (nothing is allocated)."""
+    out = [dims[k] if v == 0 and special_zero else v for k, v in enumerate(target)]
+    total = int(np.prod(dims, dtype=object))
+    if out.count(-1) == 1:
+        known = int(np.prod([d for d in out if d != -1], dtype=object))
+        if known == 0 or total % known:
+            raise ValueError("no size for the -1 dimension")
+        out[out.index(-1)] = total // known
+    if any(d < 0 for d in out) or int(np.prod(out, dtype=object)) != total:
+        raise ValueError("reshape changes the element count")
+    return out
+
+
+def _infer_shape(value, sizes: _Sizing) -> list[int] | None:
     node = value.get_node()
     kind = node.get_type_name()
     if kind == "Parameter":
-        return sizes["inputs"].get(_node_key(node))
+        return sizes.inputs.get(_node_key(node))
     if kind == "Constant":
         return [int(d) for d in np.array(node.get_data()).shape]
     args = [node.input_value(k) for k in range(node.get_input_size())]
@@ -728,15 +765,12 @@ def _infer_shape(value, sizes: dict) -> list[int] | None:
             if kind == "Transpose":
                 return [data[k] for k in operand]
             if kind == "Squeeze":
-                return list(np.squeeze(np.empty(data, np.bool_), axis=tuple(operand)).shape)
+                return _squeezed(data, operand)
             if kind == "Unsqueeze":
-                return list(np.expand_dims(np.empty(data, np.bool_), axis=tuple(operand)).shape)
+                return _unsqueezed(data, operand)
             if kind == "Broadcast":
                 return list(np.broadcast_shapes(tuple(data), tuple(operand)))
-            target = [
-                data[k] if v == 0 and node.get_attributes().get("special_zero") else v for k, v in enumerate(operand)
-            ]
-            return list(np.empty(data, np.bool_).reshape(target).shape)
+            return _reshaped(data, operand, bool(node.get_attributes().get("special_zero")))
         except (ValueError, IndexError):
             return None
     return None
@@ -777,12 +811,20 @@ _SHAPE_OPS = {
 }
 
 
-def _evaluate_shape_cone(value, sizes: dict) -> np.ndarray | None:
+def _evaluate_shape_cone(value, sizes: _Sizing) -> np.ndarray | None:
     """A value computed from constants and shapes, every ShapeOf's shape given by ``_shape_of`` for
-    the input sizes in ``sizes``; None for an operator outside the few shape arithmetic ones."""
+    the input sizes in ``sizes``; None for an operator outside the few shape arithmetic ones, or for a
+    value of more than MAX_SHAPE_VALUES numbers (never allocated)."""
+    return _memoised(sizes.values, value, lambda: _evaluate(value, sizes))
+
+
+def _evaluate(value, sizes: _Sizing) -> np.ndarray | None:
     node = value.get_node()
     kind = node.get_type_name()
     if kind == "Constant":
+        shape = node.get_output_partial_shape(0)
+        if shape.is_dynamic or int(np.prod(shape.to_shape(), dtype=object)) > MAX_SHAPE_VALUES:
+            return None
         return np.array(node.get_data())
     if kind == "ShapeOf":
         shape = _shape_of(node.input_value(0), sizes)
@@ -795,6 +837,8 @@ def _evaluate_shape_cone(value, sizes: dict) -> np.ndarray | None:
         if arg is None:
             return None
         args.append(arg)
+    if kind == "Broadcast" and int(np.prod([int(v) for v in np.ravel(args[1])], dtype=object)) > MAX_SHAPE_VALUES:
+        return None
     try:
         result = _SHAPE_OPS[kind](node, args)
         return np.asarray(result[value.get_index()] if kind in _SPLITS else result)
@@ -817,7 +861,7 @@ def _evaluate_for_two_shapes(ov_model, values: list, x) -> list[tuple[list, list
                 dims.append(dim.get_length() if dim.is_static else size)
                 size += 0 if dim.is_static else 2
             inputs[_node_key(param)] = dims
-        sizes = {"inputs": inputs}
+        sizes = _Sizing(inputs)
         trials.append(([_evaluate_shape_cone(v, sizes) for v in values], _shape_of(x, sizes)))
     return trials
 
@@ -832,7 +876,9 @@ def _implicit_inputs(path: Path, op, ov_model, name: str) -> tuple[bool, bool, l
     shape_only = [_from_shapes_only(v) for v in (lens, h0)]
     trials = _evaluate_for_two_shapes(ov_model, [lens, h0], op.input_value(0))
     lens_known = shape_only[0] and bool(trials) and all(got[0] is not None and x for got, x in trials)
-    full_lengths = lens_known and all(np.array_equal(got[0].astype(np.int64), np.full(x[0], x[1])) for got, x in trials)
+    full_lengths = lens_known and all(
+        got[0].shape == (x[0],) and bool(np.all(got[0].astype(np.int64) == x[1])) for got, x in trials
+    )
     zero_state = shape_only[1] and bool(trials) and all(got[1] is not None and not np.any(got[1]) for got, _ in trials)
     if lens_known and not full_lengths:
         raise InputError(
