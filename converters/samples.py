@@ -11,6 +11,8 @@ from gatepack.schemas.layer import RecurrentLayer
 
 DEFAULT_SEQ_LENGTH = 7
 DEFAULT_BATCH = 3
+# Agreement between two runs of the same layer: |a - b| <= atol + rtol * |b|, per dtype compared.
+TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2)}
 MAX_SAMPLE_VALUES = 1 << 26  # per sample tensor (X or Y): 256 MiB of float32
 
 

@@ -20,13 +20,11 @@ import numpy as np
 from gatepack.converters import registry
 from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
 from gatepack.converters.model import Model
-from gatepack.converters.samples import DEFAULT_SEQ_LENGTH, sample_inputs, sample_sizes
+from gatepack.converters.samples import DEFAULT_SEQ_LENGTH, TOLERANCES, sample_inputs, sample_sizes
 from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_SEQ_MAJOR, RecurrentLayer
 
 if TYPE_CHECKING:
     from gatepack.converters.progress import Progress
-
-TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2)}
 
 
 @dataclass

@@ -39,7 +39,7 @@ import re
 import shutil
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +63,8 @@ from gatepack.converters.registry import CORE_ML_TARGETS, FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
+    PERM_SWAP_01,
+    PERM_Y_TO_BATCH_MAJOR,
     Cell,
     Direction,
     DirectionParams,
@@ -738,15 +740,187 @@ def read(path: str | Path, **_options) -> Model:
                 raise InputError(f"{path}: {err}") from None
             layers.append(layer)
             notes[layer.name] = found
+    refused: list[tuple[str, str]] = []
+    if not layers:
+        layers, notes, refused = _lift_loops(path, function)
     if not layers:
         raise NoRecurrentLayerError(
-            f"{path}: no gru or rnn op in the program",
-            hint=(
-                "coremltools' PyTorch frontend writes nn.GRU as a while_loop of elementary ops; gatepack runs such "
-                "a program (run --engine numpy) but does not lift the loop into a layer yet"
-            ),
+            f"{path}: no gru or rnn op in the program"
+            + (f", and its while_loop is not a GRU/RNN: {refused[0][1]}" if refused else ""),
         )
-    return Model(path, FORMAT, layers, notes)
+    return Model(path, FORMAT, layers, notes, refused)
+
+
+# -------------------------------------------------------------------------------- lifting loops
+
+
+@dataclass(frozen=True)
+class _LoopHandle:
+    """Where a lifted while_loop's layer is in the program: its X, the loop, its [S+1,N,H] state buffer."""
+
+    x: str
+    loop: str
+    buffer: str
+    reverse: bool
+    fp16: bool = False  # the loop computes in fp16
+
+
+def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[tuple[str, str]]]:
+    """Layers lifted from the program's while_loops (coremltools writes nn.GRU so): a loop whose
+    body gathers step t of an outer sequence X [S,N,I] (a ``reverse`` of it: a reverse layer),
+    multiplies it and the state gathered from a [S+1,N,H] buffer by ``linear`` ops, and scatters the
+    new state into the buffer at t + 1. The linear ops of X and of the state, in program order, are
+    the gate blocks; which gate each is, and where the reset applies, is decided by the proof
+    (``converters.lifting``), running the program on gatepack's MIL interpreter."""
+    from gatepack.converters.lifting import LiftRefused, Recurrence, WeightCandidate, lift
+
+    layers, notes, refused = [], {}, []
+    for op in function.operations:
+        if op.op_type != "while_loop":
+            continue
+        try:
+            handle, candidate, itf, activations = _loop_structure(op, path)
+        except _NotALayer as err:
+            refused.append((op.name, str(err)))
+            continue
+        fp16 = candidate.W.dtype == np.float16 or any(
+            o.outputs[0].dtype == _fp16_type() for o in _ops(op.blocks[1]) if o.outputs
+        )
+        candidate = WeightCandidate(
+            candidate.W.astype(np.float32),
+            candidate.R.astype(np.float32),
+            tuple((a.astype(np.float32), b.astype(np.float32), t) for a, b, t in candidate.biases),
+            candidate.label,
+        )
+        rec = Recurrence(
+            name=op.name,
+            found=f"{path}: while_loop {op.name!r}",
+            direction=Direction.REVERSE if handle.reverse else Direction.FORWARD,
+            interface=itf,
+            input_size=candidate.W.shape[1],
+            hidden_size=candidate.R.shape[1],
+            candidates=[candidate],
+            activations=activations,
+            run_original=lambda feed, h=handle, i=itf: _run_lifted(path, h, i, feed),
+            tolerance="float16" if fp16 else None,
+        )
+        try:
+            lifted = lift(rec)
+        except LiftRefused as err:
+            refused.append((op.name, str(err)))
+            continue
+        handle = replace(handle, fp16=fp16)
+        layer = replace(lifted.layer, provenance=Provenance(FORMAT, path, op.name, "lifted", handle=handle))
+        layers.append(layer)
+        notes[layer.name] = [
+            Finding(
+                "lifted",
+                Status.REPACKED,
+                f"lifted from a while_loop of elementary ops (as coremltools writes nn.GRU): {lifted.description}; "
+                f"proven against gatepack's MIL interpreter running the original ops on random inputs "
+                f"({lifted.tried} reading(s) tried). Its outputs are canonical tensors {itf.y!r} and {itf.y_h!r}; in "
+                f"the source, loop output {handle.buffer!r} holds the initial state and then Y "
+                f"{'in processing order' if handle.reverse else 'in time order'}",
+            )
+        ] + ([FP16_SOURCE] if fp16 else [])
+    return layers, notes, refused
+
+
+class _NotALayer(Exception):
+    pass
+
+
+def _fp16_type():
+    from coremltools.converters.mil.mil import types
+
+    return types.fp16
+
+
+def _loop_structure(op, path: Path):
+    body = op.blocks[1]
+    body_ops = _ops(body)
+    defined = {v.name for o in body_ops for v in o.outputs} | {v.name for v in body.inputs}
+    gathers = [o for o in body_ops if o.op_type == "gather" and o.inputs["x"].name not in defined]
+    if len(gathers) != 1:
+        raise _NotALayer(f"while_loop {op.name!r} reads {len(gathers)} outer sequences step by step, not one")
+    x_var = gathers[0].inputs["x"]
+    reverse = False
+    producer = x_var.op
+    if producer is not None and producer.op_type == "reverse" and list(_value(producer.inputs["axes"])) == [0]:
+        reverse, x_var = True, producer.inputs["x"]
+    layout = 0
+    producer = x_var.op
+    if producer is not None and producer.op_type == "transpose" and list(_value(producer.inputs["perm"])) == [1, 0, 2]:
+        layout, x_var = 1, producer.inputs["x"]
+    buffers = [v for v in op.outputs if len(v.shape) == 3]
+    if len(buffers) != 1:
+        raise _NotALayer(f"while_loop {op.name!r} carries {len(buffers)} state buffers (a GRU or RNN carries one)")
+    linears = [o for o in body_ops if o.op_type == "linear"]
+    from_x = [o for o in linears if _reads(o.inputs["x"], gathers[0])]
+    from_h = [o for o in linears if o not in from_x]
+    if not from_x or len(from_x) != len(from_h):
+        raise _NotALayer(f"while_loop {op.name!r} has {len(from_x)} linear ops of X and {len(from_h)} of its state")
+    parts = {}
+    for key, group in (("W", from_x), ("R", from_h)):
+        weights = [_value(o.inputs["weight"]) for o in group]
+        biases = [_value(o.inputs["bias"]) if "bias" in o.inputs else None for o in group]
+        if any(w is None for w in weights):
+            raise _NotALayer(f"while_loop {op.name!r}: a linear op's weight is not a constant")
+        parts[key] = np.concatenate(weights)
+        parts[key + "b"] = np.concatenate(
+            [b if b is not None else np.zeros(len(w), w.dtype) for b, w in zip(biases, weights)]
+        )
+    from gatepack.converters.lifting import WeightCandidate
+
+    candidate = WeightCandidate(
+        parts["W"], parts["R"], ((parts["Wb"], parts["Rb"], "biases of the same linear ops"),),
+        f"W from linear ops {[o.name for o in from_x]}, R from {[o.name for o in from_h]}",
+    )  # fmt: skip
+    activations = frozenset(o.op_type for o in body_ops if o.op_type in ("sigmoid", "tanh", "relu"))
+    shape = x_var.shape
+    s, n = (shape[1], shape[0]) if layout else (shape[0], shape[1])
+    itf = Interface(
+        x=x_var.name,
+        y=f"{op.name}:Y",
+        y_h=f"{op.name}:Y_h",
+        layout=layout,
+        seq_length=s if isinstance(s, int) else None,
+        batch_size=n if isinstance(n, int) else None,
+        dtype="float32",
+    )
+    return _LoopHandle(x_var.name, op.name, buffers[0].name, reverse), candidate, itf, activations
+
+
+def _reads(var, target_op, depth: int = 8) -> bool:
+    """Whether ``var`` is computed from ``target_op``'s output within ``depth`` ops."""
+    frontier = [var]
+    for _ in range(depth):
+        nxt = []
+        for v in frontier:
+            if v.op is None:
+                continue
+            if v.op is target_op:
+                return True
+            nxt += [
+                i for value in v.op.inputs.values() for i in (value if isinstance(value, (list, tuple)) else [value])
+            ]
+        frontier = nxt
+    return False
+
+
+def _run_lifted(path: Path, handle: _LoopHandle, itf: Interface, feed: dict[str, np.ndarray]) -> dict:
+    """A lifted loop run on the MIL interpreter: canonical Y [S,1,N,H] and Y_h [1,N,H] in the layout."""
+    function, _ = _load_program(path)
+    env = {handle.x: np.asarray(feed[itf.x])}
+    _run_block(function, env, path)
+    if handle.buffer not in env:
+        raise RuntimeFailure(f"{path}: while_loop {handle.loop!r} did not run on X {handle.x!r} alone")
+    buffer = np.asarray(env[handle.buffer], np.float32)
+    y = buffer[1:][::-1] if handle.reverse else buffer[1:]
+    y, y_h = y[:, None], buffer[-1][None]
+    if itf.layout:
+        y, y_h = y.transpose(PERM_Y_TO_BATCH_MAJOR), y_h.transpose(PERM_SWAP_01)
+    return {itf.y: y, itf.y_h: y_h}
 
 
 def _named(found: dict, name: str):
@@ -958,7 +1132,10 @@ def _run_block(block, env: dict, path: Path) -> None:
         except _Missing:
             continue
         if op.op_type == "while_loop":
-            results = _while_loop(op, args["loop_vars"], env, path)
+            try:
+                results = _while_loop(op, args["loop_vars"], env, path)
+            except _Missing:  # its body reads a value that was not given (another layer's): skip it
+                continue
         else:
             fn = _MIL_OPS.get(op.op_type)
             if fn is None:
@@ -1054,6 +1231,8 @@ def compute_dtype(layer: RecurrentLayer) -> str:
     function, meta = _load_program(found.artifact)
     if meta is not None:
         return "float16" if meta.get("precision") == "fp16" else "float32"
+    if found.kind == "lifted":
+        return "float16" if found.handle.fp16 else "float32"
     op = next(op for op in _ops(function) if op.name == found.node)
     return "float16" if np.asarray(op.inputs["weight_ih"].val).dtype == np.float16 else "float32"
 
@@ -1067,6 +1246,8 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     if layer.provenance is None or not layer.provenance.of(FORMAT):
         raise UsageError(f"layer {layer.name!r} was not read from a Core ML package")
     path, name, kind = layer.provenance.artifact, layer.provenance.node, layer.provenance.kind
+    if kind == "lifted":
+        return _run_lifted(path, layer.provenance.handle, layer.interface, feed)
     function, meta = _load_program(path)
     names = (meta or {}).get("names", {})
     itf = layer.interface

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -30,6 +30,8 @@ from onnx import helper, numpy_helper
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
 from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.onnx_lifting import node_inputs, replace_in_place
+from gatepack.converters.lifting import LiftRefused, Recurrence, candidates_from_constants, lift
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
@@ -186,6 +188,7 @@ class _Isolated:
     nodes: list[onnx.NodeProto]
     constants: dict[str, np.ndarray]
     opset: int
+    region: object = None  # a lifted layer's onnx_lifting.Region
 
 
 class _Reader:
@@ -218,7 +221,10 @@ class _Reader:
                 self.layers.append(self._read_node(node, scope, name))
             elif node.op_type in _NOT_YET:
                 self.skipped.append((name, _NOT_YET[node.op_type]))
+        refused = self._lift()
         if not self.layers:
+            if refused:
+                raise NoRecurrentLayerError(f"{self.path}: no GRU/RNN layer found: {refused[0][1]}")
             raise NoRecurrentLayerError(f"{self.path}: no GRU/RNN layer found{self._why_none()}")
         absorbed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
         other_ops = sorted({n.op_type for n in self.proto.graph.node if id(n) not in absorbed})
@@ -229,6 +235,71 @@ class _Reader:
             self.notes,
             self.skipped,
             {"opset": self.opset, "other_ops": other_ops, "external_data": self.external_data},
+        )
+
+    def _lift(self) -> list[tuple[str, str]]:
+        """Lift the main graph's Loops and unrolled cells into layers (``converters.lifting``), each
+        proven on onnxruntime against the original nodes; return (name, reason) for those not lifted."""
+        if not (self.op_types & {"Loop"} or (self.op_types & {"MatMul"} and self.op_types & {"Tanh", "Relu"})):
+            return []
+        from gatepack.converters.formats.onnx_lifting import Finder
+
+        finder = Finder(self.proto, _Scope(self.proto.graph, None, ""), self._tensor, self.opset)
+        alternatives, refused = finder.regions()
+        for variants in alternatives:
+            reasons = []
+            for region in variants:
+                try:
+                    self.layers.append(self._lifted(finder, region))
+                    break
+                except LiftRefused as err:
+                    reasons.append(str(err))
+            else:
+                refused.append((variants[0].name, reasons[0]))
+        if self.layers:
+            self.skipped += refused
+        return refused
+
+    def _lifted(self, finder, region) -> RecurrentLayer:
+        isolated = _Isolated(region.nodes + region.adapters, region.constants, self.opset, region)
+        elem = self.types.get(region.x)
+        dtype = helper.tensor_dtype_to_np_dtype(elem.tensor_type.elem_type) if elem is not None else np.float32
+        itf = Interface(
+            x=region.x,
+            y=region.y,
+            y_h=region.y_h,
+            initial_h=region.initial_h,
+            layout=region.layout,
+            seq_length=region.seq_length,
+            batch_size=region.batch_size,
+            dtype=np.dtype(dtype).name,
+        )
+        label = f"{region.found} {region.name!r}"
+        rec = Recurrence(
+            name=region.name,
+            found=f"{self.path}: {label}",
+            direction=region.direction,
+            interface=itf,
+            input_size=region.input_size,
+            hidden_size=region.hidden_size,
+            candidates=candidates_from_constants(finder.weights(region), region.input_size, region.hidden_size),
+            activations=region.activations,
+            run_original=lambda feed: _run_isolated(isolated, itf, feed, label),
+        )
+        lifted = lift(rec)
+        self.notes.setdefault(region.name, []).append(
+            Finding(
+                "lifted",
+                Status.REPACKED,
+                f"lifted from {region.found}: {lifted.description}; proven against onnxruntime running the original "
+                f"nodes on random inputs ({lifted.tried} reading(s) tried). {_exposed_text(region)}",
+            )
+        )
+        return replace(
+            lifted.layer,
+            provenance=Provenance(
+                FORMAT, self.path, region.name, "lifted", region.kind, None, node_inputs(region), 0, isolated
+            ),
         )
 
     def _why_none(self) -> str:
@@ -242,14 +313,13 @@ class _Reader:
         found = f"{'/'.join(sorted(products))} and {'/'.join(activations)} nodes"
         if self.op_types & {"Loop", "Scan"}:
             return (
-                f" (it holds a {'/'.join(sorted(self.op_types & {'Loop', 'Scan'}))} over {found}: a recurrent cell "
-                "written as a loop, as tf2onnx writes Keras GRU/SimpleRNN layers; gatepack does not lift loops into "
-                "layers yet)"
+                f" (it holds a {'/'.join(sorted(self.op_types & {'Loop', 'Scan'}))} over {found}, but none that "
+                "gatepack lifts: a GRU/RNN loop gathers one sequence and carries one state, as tf2onnx writes Keras "
+                "layers)"
             )
         return (
-            f" (it holds {found}: it may be a recurrent cell unrolled over time, as torch.onnx's dynamo exporter "
-            "writes nn.RNN; gatepack does not lift unrolled cells yet - torch.onnx.export(..., dynamo=False) "
-            "writes an RNN node)"
+            f" (it holds {found} but no chain of MatMuls by one shared weight that gatepack lifts into a GRU/RNN "
+            "layer, as torch.onnx's dynamo exporter unrolls nn.RNN; an unrolled LSTM is not lifted)"
         )
 
     def _walk(self, graph: onnx.GraphProto, parent: _Scope | None, prefix: str) -> Iterator[tuple]:
@@ -618,6 +688,24 @@ class _Reader:
             raise InputError(f"{at}{err}") from None
 
 
+def _exposed_text(region) -> str:
+    """How the source's own tensors of a lifted layer relate to its canonical Y and Y_h."""
+    parts = []
+    for tensor, how in region.exposed.items():
+        if how[0] == "Y_seq":
+            order = "in processing order (reversed in time)" if how[1] else "in time order"
+            parts.append(f"{tensor!r} is Y without its direction axis, {order}")
+        elif how[0] == "Y_h":
+            parts.append(f"{tensor!r} is Y_h without its direction axis")
+        else:
+            parts.append(f"{tensor!r} is Y at step {how[1]}")
+    shown = "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
+    return (
+        f"The layer's outputs are canonical tensors {region.y!r} and {region.y_h!r} (with a direction axis); "
+        f"in the source, {shown}."
+    )
+
+
 def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> tuple[dict, list] | None:
     """If a layout-0 node is wrapped in batch-major Transposes from graph inputs to graph outputs
     (gatepack's own layout encoding, and common in exports), return the outer tensor names and the
@@ -719,6 +807,10 @@ def write(
     weights so, or when they exceed 1 GiB (ONNX files stop at 2 GiB).
     """
     path = Path(path)
+    if lifted_layers(model) and model.meta.get("other_ops"):
+        with atomic_files(path, ()) as tmp:
+            onnx.save(in_place(model), str(tmp))
+        return
     if external_data is None:
         weight_bytes = sum(
             p.W.nbytes + p.R.nbytes + p.Wb.nbytes + p.Rb.nbytes for layer in model.layers for p in layer.directions
@@ -736,6 +828,62 @@ def write(
         else:
             proto = build(model, opset=opset, layout_encoding=layout_encoding)
         onnx.save(proto, str(tmp))
+
+
+def lifted_layers(model: Model) -> list[RecurrentLayer]:
+    """The layers of an ONNX model lifted from Loops or unrolled cells."""
+    return [
+        lay for lay in model.layers if lay.provenance and lay.provenance.of(FORMAT) and lay.provenance.kind == "lifted"
+    ]
+
+
+def in_place(model: Model) -> onnx.ModelProto:
+    """The source model with every lifted layer's Loop or unrolled cell replaced by one GRU/RNN node
+    (layout 0, named after the layer) and the operators around it kept as they are."""
+    if model.meta.get("external_data"):
+        raise UsageError(
+            f"{model.path}: lifted layers are replaced in place only in models that embed their weights",
+            hint="convert with the weights embedded (onnx.save without external data) first",
+        )
+    proto = load_proto(Path(model.path))
+    lifted = []
+    for layer in lifted_layers(model):
+        region = layer.provenance.handle.region
+        x0, w = node_inputs(region)
+
+        def stack(key: str, layer: RecurrentLayer = layer) -> np.ndarray:
+            return stack_directions([getattr(p, key) for p in layer.directions])
+
+        weights = {w: stack("W"), f"{layer.name}:R": stack("R")}
+        inputs = [x0, w, f"{layer.name}:R", "", "", region.initial_h or ""]
+        if layer.has_bias:
+            weights[f"{layer.name}:B"] = np.concatenate([stack("Wb"), stack("Rb")], axis=1)
+            inputs[3] = f"{layer.name}:B"
+        node = helper.make_node(
+            layer.cell.spec.onnx_op,
+            inputs,
+            [f"{layer.name}:Y0", f"{layer.name}:Y_h0"],
+            name=layer.name,
+            **_attributes(layer),
+        )
+        lifted.append((region, node, weights))
+    replace_in_place(proto, lifted)
+    return proto
+
+
+def whole_model_finding(model: Model) -> Finding | None:
+    """The report's ``model`` finding when lifted layers are replaced in place in the whole model."""
+    if not (lifted_layers(model) and model.meta.get("other_ops")):
+        return None
+    from gatepack.converters.findings import operator_list
+
+    return Finding(
+        "model",
+        Status.EXACT,
+        "whole model in one artifact: each lifted layer replaces its loop or unrolled steps in place (one GRU/RNN "
+        f"node, and the tensors the rest of the model reads recomputed from its outputs); the other operators "
+        f"({operator_list(model.meta['other_ops'])}) are kept as they are",
+    )
 
 
 @dataclass
@@ -993,8 +1141,12 @@ def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[s
             f"layer {layer.name!r}: onnxruntime has no kernel for opset {isolated.opset} recurrent operators",
             hint="use --engine numpy",
         )
-    itf = layer.interface
-    elem = helper.np_dtype_to_tensor_dtype(layer.dtype)
+    return _run_isolated(isolated, layer.interface, inputs, f"layer {layer.name!r}")
+
+
+def _run_isolated(isolated: _Isolated, itf: Interface, inputs: dict[str, np.ndarray], label: str) -> dict:
+    """Run original nodes alone on onnxruntime: the interface's inputs in, its Y and Y_h out."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(itf.dtype))
     graph_inputs = [helper.make_tensor_value_info(itf.x, elem, None)]
     if itf.sequence_lens:
         graph_inputs.append(helper.make_tensor_value_info(itf.sequence_lens, onnx.TensorProto.INT32, None))
@@ -1012,7 +1164,6 @@ def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[s
     graph = helper.make_graph(isolated.nodes, "isolated", graph_inputs, outputs, inits)
     opsets = [helper.make_opsetid("", isolated.opset)]
     proto = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
-    label = f"layer {layer.name!r}"
     return _run_session(_session(proto.SerializeToString(), label), {**inputs, **fed}, label)
 
 
@@ -1083,6 +1234,7 @@ def _ort_hint(err: Exception) -> str | None:
 
 
 IMPLEMENTATION = FormatImplementation(
+    whole_model_finding=whole_model_finding,
     read=read,
     write=write,
     check=check,

@@ -204,7 +204,7 @@ def build_whole(model: Model, *, strategy: str = "auto"):
                 f"{model.path}: layer {layer.name!r}: a model with other operators keeps its own interface: "
                 "--layout cannot change it"
             )
-        candidates.setdefault(node.op_type, []).append((layer, node))
+        candidates.setdefault(layer.cell.spec.onnx_op, []).append((layer, node))  # lifted layers too
     described: list[dict] = []
     names_to_restore: list[tuple[object, str]] = []
     failures: list[Exception] = []
@@ -246,7 +246,7 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     for op_type in (spec.onnx_op for spec in CELLS.values()):
         core.add_extension(ConversionExtension(op_type, translator(op_type)))
     try:
-        ov_model = core.read_model(str(model.path))
+        ov_model = _read_onnx(core, model)
     except Exception as err:
         if failures and isinstance(failures[0], GatepackError):
             raise failures[0] from None
@@ -258,6 +258,23 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
     ov_model.set_rt_info(json.dumps(model.meta["other_ops"]), RT_INFO_OTHER_OPS)
     return ov_model
+
+
+def _read_onnx(core, model: Model):
+    """OpenVINO's reading of the source ONNX model; with lifted layers, of the model where each is
+    replaced in place by its GRU/RNN node (so the conversion extension translates it)."""
+    from gatepack.converters.formats import onnx as onnx_format
+
+    if not onnx_format.lifted_layers(model):
+        return core.read_model(str(model.path))
+    import tempfile
+
+    import onnx
+
+    with tempfile.TemporaryDirectory(prefix="gatepack-") as scratch:
+        path = Path(scratch) / "in_place.onnx"
+        onnx.save(onnx_format.in_place(model), str(path))
+        return core.read_model(str(path))
 
 
 def _const(ops, array: np.ndarray, name: str):

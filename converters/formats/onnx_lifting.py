@@ -1,0 +1,644 @@
+"""Recurrences ONNX producers write without a GRU/RNN node, found for lifting (``converters.lifting``).
+
+Two patterns, both recognised by data flow and proven by running them (never trusted):
+
+* **Loop** (tf2onnx's Keras layers): a ``Loop`` whose body gathers step ``t`` of an outer
+  sequence-major tensor ``T`` [S,N,I], carries one float state [N,H] that a MatMul/Gemm reads, and
+  scans the new state out. ``T`` produced by a full-length ``ReverseSequence`` (Keras
+  ``go_backwards``, the backward half of ``Bidirectional``) or a step -1 ``Slice`` makes the layer
+  reverse; its scanned Y is then in processing order. A constant all-zero initial state means none.
+* **Unrolled steps** (torch.onnx dynamo's ``nn.RNN``): MatMuls that share one constant ``R`` and
+  whose data inputs form a chain, each state computed from the previous one. The state after the
+  last MatMul is the same kind of node at the same distance; a first state of that kind means the
+  first step was folded into a constant (a zero initial state). The layer's X is what the other
+  MatMul (the input projection) reads; the direction is decided by the proof.
+
+A found recurrence becomes a :class:`Region`: the original nodes from the layer's X (and initial
+state) to its states, and adapter nodes that read its Y [S,1,N,H] / Y_h [1,N,H] (layout 0; batch-
+major with a Transpose[1,0,2] of X absorbed) in canonical form. ``exposed`` says, for the tensors
+of the region the rest of the graph reads, how each is recomputed from the canonical Y and Y_h.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from gatepack.schemas.layer import Direction
+
+_STATE_KEEPERS = {"Identity"}
+_SHAPE_OPS = {"Slice", "Squeeze", "Unsqueeze", "Gather", "Reshape", "Split", "Identity"}
+_INT64_MIN = np.iinfo(np.int64).min
+
+
+@dataclass
+class Region:
+    """One direction of a recurrence, with what it takes to run it alone and to replace it."""
+
+    name: str
+    found: str
+    kind: str  # "Loop" or "unrolled"
+    direction: Direction
+    nodes: list[onnx.NodeProto]  # original nodes, in execution order
+    adapters: list[onnx.NodeProto]  # canonical Y / Y_h (and initial state) from the original tensors
+    constants: dict[str, np.ndarray]  # every initializer the nodes and adapters read
+    x: str
+    initial_h: str | None  # canonical initial state input ([1,N,H] or [N,1,H])
+    initial_source: str | None  # the original tensor it becomes (the adapter's output), if different
+    y: str | None
+    y_h: str | None
+    layout: int
+    seq_length: int | None
+    batch_size: int | None
+    input_size: int
+    hidden_size: int
+    activations: frozenset[str]
+    exposed: dict[str, tuple] = field(default_factory=dict)  # original tensor -> ("Y", t, rank) | ("Y_h", rank)
+
+
+class NotARecurrence(Exception):
+    """What was found is not lifted: the message says what and why."""
+
+
+class _Adapters:
+    """Nodes and int64 constants written for the opset at hand (Squeeze/Unsqueeze axes became inputs in 13)."""
+
+    def __init__(self, prefix: str, opset: int) -> None:
+        self.prefix, self.opset = prefix, opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.constants: dict[str, np.ndarray] = {}
+
+    def _const(self, values: list[int]) -> str:
+        name = f"{self.prefix}:const{len(self.constants)}"
+        self.constants[name] = np.asarray(values, np.int64)
+        return name
+
+    def add(self, op: str, inputs: list[str], output: str, **attrs) -> str:
+        self.nodes.append(helper.make_node(op, inputs, [output], name=f"{output}:{op}", **attrs))
+        return output
+
+    def axes(self, op: str, x: str, axes: list[int], output: str) -> str:
+        if self.opset >= 13:
+            return self.add(op, [x, self._const(axes)], output)
+        return self.add(op, [x], output, axes=axes)
+
+    def reverse_time(self, x: str, output: str) -> str:
+        if self.opset < 10:
+            raise NotARecurrence(f"{self.prefix}: reversing a sequence needs opset 10 or later (Slice steps)")
+        return self.add(
+            "Slice", [x, self._const([-1]), self._const([_INT64_MIN]), self._const([0]), self._const([-1])], output
+        )
+
+    def step(self, y: str, t: int, output: str) -> str:
+        if self.opset < 10:
+            return self.add("Slice", [y], output, starts=[t], ends=[t + 1], axes=[0])
+        return self.add("Slice", [y, self._const([t]), self._const([t + 1]), self._const([0])], output)
+
+
+class Finder:
+    """Finds the Loops and unrolled chains of one model's main graph (``scope``: onnx.py's _Scope)."""
+
+    def __init__(self, proto: onnx.ModelProto, scope, value_of, opset: int) -> None:
+        self.proto, self.scope, self.value_of, self.opset = proto, scope, value_of, opset
+        self.graph_inputs = {i.name for i in proto.graph.input} - set(scope.initializers)
+        self.shapes = _inferred_shapes(proto)
+
+    def regions(self) -> tuple[list[list[Region]], list[tuple[str, str]]]:
+        """(per recurrence found, its readings to try in order; (name, reason) for recurrence-like
+        structures that are not lifted)."""
+        found: list[list[Region]] = []
+        refused: list[tuple[str, str]] = []
+        for index, node in enumerate(self.proto.graph.node):
+            if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
+                name = node.name or f"Loop_{index}"
+                try:
+                    region = self._loop(node, name)
+                except NotARecurrence as err:
+                    refused.append((name, str(err)))
+                    continue
+                if region is not None:
+                    found.append([region])
+        for chain in self._chains():
+            try:
+                found.append(
+                    [self._unrolled(*chain, direction) for direction in (Direction.FORWARD, Direction.REVERSE)]
+                )
+            except NotARecurrence as err:
+                refused.append((chain[0], str(err)))
+        return found, refused
+
+    # -- shared
+
+    def _dims(self, name: str) -> list | None:
+        return self.shapes.get(name)
+
+    def _constant(self, name: str) -> np.ndarray | None:
+        if name in self.scope.initializers:
+            return self.value_of(self.scope.initializers[name])
+        node = self.scope.producers.get(name)
+        if node is not None and node.op_type == "Constant":
+            attr = next((a for a in node.attribute if a.name == "value"), None)
+            if attr is not None:
+                return self.value_of(attr.t)
+        return None
+
+    def _cone(self, outputs: list[str], boundary: set[str], what: str) -> tuple[list[onnx.NodeProto], dict]:
+        """The main-graph nodes computing ``outputs`` from ``boundary`` tensors and constants, in graph
+        order, and the initializers they (and their subgraphs) read."""
+        needed: set[int] = set()
+        constants: dict[str, np.ndarray] = {}
+        stack = list(outputs)
+        seen: set[str] = set()
+        while stack:
+            name = stack.pop()
+            if not name or name in seen or name in boundary:
+                continue
+            seen.add(name)
+            if name in self.scope.initializers:
+                constants[name] = self.value_of(self.scope.initializers[name])
+                continue
+            node = self.scope.producers.get(name)
+            if node is None:
+                raise NotARecurrence(f"{what} depends on graph input {name!r}, not only on its sequence input")
+            if id(node) in needed:
+                continue
+            needed.add(id(node))
+            stack.extend(node.input)
+            stack.extend(_captured(node))
+        nodes = [n for n in self.proto.graph.node if id(n) in needed]
+        return nodes, constants
+
+    def _layout(self, x: str, has_initial: bool) -> tuple[str, int, list[onnx.NodeProto]]:
+        """X and the layout: a Transpose[1,0,2] in front of a sequence-major X makes the layer batch-major."""
+        node = self.scope.producers.get(x)
+        if not has_initial and node is not None and node.op_type == "Transpose" and _perm(node) == [1, 0, 2]:
+            return node.input[0], 1, [node]
+        return x, 0, []
+
+    # -- Loop
+
+    def _loop(self, node: onnx.NodeProto, name: str) -> Region | None:
+        body = next((a.g for a in node.attribute if a.name == "body"), None)
+        if body is None:
+            return None
+        body_ops = {n.op_type for n in _all_nodes(body)}
+        activations = frozenset(op.lower() for op in body_ops & {"Sigmoid", "Tanh", "Relu"})
+        if not activations or not body_ops & {"MatMul", "Gemm"}:
+            return None
+        what = f"Loop {name!r}"
+        n_carried = len(node.input) - 2
+        body_in = [i.name for i in body.input]
+        body_out = [o.name for o in body.output]
+        if len(body_in) != n_carried + 2 or len(body_out) < n_carried + 1:
+            raise NotARecurrence(f"{what}: its body's inputs and outputs do not match its loop-carried values")
+        carried_in, carried_out = body_in[2:], body_out[1 : 1 + n_carried]
+        scans = body_out[1 + n_carried :]
+        changing = [
+            k
+            for k in range(n_carried)
+            if carried_out[k] != carried_in[k] and self._is_float(node.input[2 + k], body, carried_in[k])
+        ]
+        if len(changing) != 1:
+            raise NotARecurrence(
+                f"{what}: it carries {len(changing)} changing float states (a GRU or RNN carries one; an LSTM two)"
+            )
+        k = changing[0]
+        defined = _defined(body)
+        gathers = [
+            n
+            for n in _all_nodes(body)
+            if n.op_type == "Gather" and n.input[0] not in defined and _attr(n, "axis", 0) == 0
+        ]
+        if len(gathers) != 1:
+            raise NotARecurrence(f"{what}: it reads {len(gathers)} outer sequences step by step, not one")
+        sequence = gathers[0].input[0]
+        direction, x = Direction.FORWARD, sequence
+        reverser = self.scope.producers.get(sequence)
+        if reverser is not None and _reverses_time(reverser, self._constant):
+            direction, x = Direction.REVERSE, reverser.input[0]
+        initial = node.input[2 + k]
+        init_value = self._constant(initial)
+        if init_value is not None:
+            if np.any(init_value):
+                raise NotARecurrence(f"{what}: its initial state {initial!r} is a non-zero constant")
+            initial = None
+        scan = next(
+            (j for j, s in enumerate(scans) if _through(body, s, _STATE_KEEPERS) == _through(body, carried_out[k])),
+            None,
+        )
+        y_seq = node.output[n_carried + scan] if scan is not None and len(node.output) > n_carried + scan else None
+        final = node.output[k] if len(node.output) > k and node.output[k] else None
+        dims = self._dims(final) or self._dims(initial or "") or []
+        hidden = dims[-1] if dims and isinstance(dims[-1], int) else None
+        trip = self._constant(node.input[0]) if node.input[0] else None
+        steps = int(trip.reshape(-1)[0]) if trip is not None and trip.size == 1 else None
+        found = (
+            f"an ONNX Loop{f' of {steps} steps' if steps else ''} over a {'/'.join(sorted(activations))} cell "
+            "(as tf2onnx writes Keras recurrent layers)"
+        )
+        return self._build(
+            name, found, "Loop", direction, x, initial, activations, hidden, steps,
+            outputs=[o for o in (y_seq, final) if o], y_seq=y_seq, final=final, states=None,
+        )  # fmt: skip
+
+    def _is_float(self, outer: str, body: onnx.GraphProto, inner: str) -> bool:
+        value = self._constant(outer)
+        if value is not None:
+            return value.dtype.kind == "f"
+        types = {i.name: i.type for i in body.input}
+        elem = types[inner].tensor_type.elem_type if inner in types else 0
+        return elem in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE) or elem == 0
+
+    # -- unrolled chains
+
+    def _chains(self) -> list[tuple]:
+        groups: dict[str, list[onnx.NodeProto]] = {}
+        for node in self.proto.graph.node:
+            if node.op_type == "MatMul" and len(node.input) == 2 and self._constant(node.input[0]) is None:
+                value = self._constant(node.input[1])
+                if value is not None and value.ndim == 2 and value.dtype.kind == "f":
+                    groups.setdefault(node.input[1], []).append(node)
+        chains = []
+        for r_name, group in groups.items():
+            if len(group) < 2:
+                continue
+            if all(self._depends(group[j + 1].input[0], group[j].output[0]) for j in range(len(group) - 1)):
+                chains.append((f"unrolled:{r_name}", r_name, group))
+        return chains
+
+    def _depends(self, name: str, on: str, limit: int = 64) -> bool:
+        """Whether tensor ``name`` is computed from ``on`` within ``limit`` nodes."""
+        frontier, seen = [name], set()
+        while frontier and len(seen) < limit:
+            current = frontier.pop()
+            if current == on:
+                return True
+            if current in seen:
+                continue
+            seen.add(current)
+            node = self.scope.producers.get(current)
+            if node is not None:
+                frontier.extend(node.input)
+        return False
+
+    def _unrolled(self, name: str, r_name: str, group: list[onnx.NodeProto], direction: Direction) -> Region:
+        what = f"the {len(group)} MatMuls by {r_name!r}"
+        states = [mm.input[0] for mm in group]
+        kind_of = self.scope.producers.get(states[1])
+        if kind_of is None:
+            raise NotARecurrence(f"{what}: the state {states[1]!r} is a graph input")
+        depth = self._distance(group[-2].output[0], states[-1])
+        last = self._downstream(group[-1].output[0], kind_of.op_type, depth)
+        if depth is None or last is None:
+            raise NotARecurrence(f"{what}: the state after the last step cannot be told apart")
+        first = self.scope.producers.get(states[0])
+        initial = None
+        if first is None or first.op_type != kind_of.op_type:
+            initial, states = states[0], states[1:]
+        states.append(last)
+        upstream = self._step_nodes(states, initial)
+        activations = frozenset(op.lower() for op in {n.op_type for n in upstream} & {"Sigmoid", "Tanh", "Relu"})
+        projections = [
+            n
+            for n in upstream
+            if n.op_type in ("MatMul", "Gemm")
+            and n.input[1] != r_name
+            and self._constant(n.input[1]) is not None
+            and not any(self._depends(n.input[0], s) for s in states)
+        ]
+        sources = {self._source(n.input[0]) for n in projections}
+        if len(sources) != 1:
+            raise NotARecurrence(f"{what}: {len(sources)} candidate sequence inputs (one expected)")
+        x = sources.pop()
+        dims = self._dims(last) or []
+        hidden = dims[-1] if dims and isinstance(dims[-1], int) else None
+        cell = "/".join(sorted(activations))
+        found = f"{len(states)} unrolled {cell} steps (as torch.onnx's dynamo exporter writes nn.RNN)"
+        return self._build(
+            name, found, "unrolled", direction, x, initial, activations, hidden, len(states),
+            outputs=states, y_seq=None, final=None, states=states,
+        )  # fmt: skip
+
+    def _step_nodes(self, states: list[str], initial: str | None) -> list[onnx.NodeProto]:
+        """The nodes the steps are made of: up from the states to the MatMuls by constants (the
+        recurrent ones and the input projection), whose data inputs are not followed further."""
+        found: dict[int, onnx.NodeProto] = {}
+        stack = list(states)
+        while stack:
+            node = self.scope.producers.get(stack.pop())
+            if node is None or id(node) in found or (initial and initial in node.output):
+                continue
+            found[id(node)] = node
+            by_constant = node.op_type in ("MatMul", "Gemm") and self._constant(node.input[1]) is not None
+            stack.extend(node.input[1:] if by_constant else node.input)
+        return list(found.values())
+
+    def _distance(self, start: str, target: str) -> int | None:
+        frontier, depth = {start}, 0
+        while frontier and depth < 16:
+            if target in frontier:
+                return depth
+            frontier = {o for t in frontier for n in self.scope.consumers.get(t, []) for o in n.output}
+            depth += 1
+        return None
+
+    def _downstream(self, start: str, op_type: str, depth: int | None) -> str | None:
+        if depth is None:
+            return None
+        frontier = {start}
+        for _ in range(depth):
+            frontier = {o for t in frontier for n in self.scope.consumers.get(t, []) for o in n.output}
+        hits = [t for t in frontier if (p := self.scope.producers.get(t)) is not None and p.op_type == op_type]
+        return hits[0] if len(hits) == 1 else None
+
+    def _source(self, name: str) -> str:
+        """Up through shape-only ops (Slice, Squeeze, Gather...) to the tensor the steps read from."""
+        while True:
+            node = self.scope.producers.get(name)
+            if node is None or node.op_type not in _SHAPE_OPS or self._constant(node.input[0]) is not None:
+                return name
+            name = node.input[0]
+
+    # -- building
+
+    def _build(
+        self, name, found, kind, direction, x_seq, initial, activations, hidden, steps, *, outputs, y_seq, final, states
+    ) -> Region:
+        x_dims = self._dims(x_seq) or []
+        if len(x_dims) != 3 or not isinstance(x_dims[2], int):
+            raise NotARecurrence(f"{found}: its sequence input {x_seq!r} has no known [S, N, I] shape")
+        if not isinstance(hidden, int):
+            raise NotARecurrence(f"{found}: its state has no known hidden size")
+        x, layout, absorbed = self._layout(x_seq, initial is not None)
+        boundary = {x} | ({initial} if initial else set())
+        nodes, constants = self._cone(outputs, boundary, found)
+        seq = x_dims[0] if isinstance(x_dims[0], int) else steps
+        if steps is not None and isinstance(x_dims[0], int) and x_dims[0] != steps:
+            raise NotARecurrence(f"{found}: it runs {steps} steps over a sequence of {x_dims[0]}")
+        batch = x_dims[1] if isinstance(x_dims[1], int) else None
+        out = _Adapters(name, self.opset)
+        exposed: dict[str, tuple] = {}
+        if states is not None:  # unrolled: one tensor per step, in processing order
+            ranks = [len(self._dims(s) or [0, 0, 0]) for s in states]
+            steps_4d = [out.axes("Unsqueeze", s, [1] if r == 3 else [0, 1], f"{name}:step{t}") for t, (s, r) in
+                        enumerate(zip(states, ranks))]  # fmt: skip
+            if direction is Direction.REVERSE:
+                steps_4d = steps_4d[::-1]
+            y0 = out.add("Concat", steps_4d, f"{name}:Y0", axis=0)
+            last, last_rank = states[-1], ranks[-1]
+            y_h0 = last if last_rank == 3 else out.axes("Unsqueeze", last, [0], f"{name}:Y_h0")
+            for t, (s, r) in enumerate(zip(states, ranks)):
+                if s in self._read_outside(nodes):
+                    exposed[s] = ("Y", t if direction is Direction.FORWARD else len(states) - 1 - t, r)
+        else:  # Loop: a scanned [S,N,H] in processing order and a final [N,H]
+            y0 = None
+            if y_seq:
+                in_time = out.reverse_time(y_seq, f"{name}:in_time") if direction is Direction.REVERSE else y_seq
+                y0 = out.axes("Unsqueeze", in_time, [1], f"{name}:Y0")
+                exposed[y_seq] = ("Y_seq", direction is Direction.REVERSE)
+            y_h0 = out.axes("Unsqueeze", final, [0], f"{name}:Y_h0") if final else None
+            if final:
+                exposed[final] = ("Y_h", 2)
+        y = y_h = None
+        if y0 is not None:
+            y = (
+                out.add("Transpose", [y0], f"{name}:Y", perm=[2, 0, 1, 3])
+                if layout
+                else out.add("Identity", [y0], f"{name}:Y")
+            )
+        if y_h0 is not None:
+            y_h = (
+                out.add("Transpose", [y_h0], f"{name}:Y_h", perm=[1, 0, 2])
+                if layout
+                else out.add("Identity", [y_h0], f"{name}:Y_h")
+            )
+        canonical_initial = source_initial = None
+        if initial is not None:
+            rank = len(self._dims(initial) or [])
+            if rank == 3:
+                canonical_initial = initial
+            elif rank == 2:
+                canonical_initial, source_initial = f"{name}:initial_h", initial
+                out.nodes.insert(0, helper.make_node("Squeeze", [canonical_initial] + (
+                    [out._const([0])] if self.opset >= 13 else []), [initial], name=f"{name}:initial_h:Squeeze",
+                    **({} if self.opset >= 13 else {"axes": [0]})))  # fmt: skip
+            else:
+                raise NotARecurrence(f"{found}: its initial state {initial!r} has no known rank 2 or 3 shape")
+        constants.update(out.constants)
+        region_nodes = [n for n in nodes if not any(n is a for a in absorbed)]
+        return Region(
+            name=name,
+            found=found,
+            kind=kind,
+            direction=direction,
+            nodes=absorbed + region_nodes,
+            adapters=out.nodes,
+            constants=constants,
+            x=x,
+            initial_h=canonical_initial,
+            initial_source=source_initial,
+            y=y,
+            y_h=y_h,
+            layout=layout,
+            seq_length=seq,
+            batch_size=batch,
+            input_size=x_dims[2],
+            hidden_size=hidden,
+            activations=activations,
+            exposed=exposed,
+        )
+
+    def _read_outside(self, nodes: list[onnx.NodeProto]) -> set[str]:
+        """Tensors of ``nodes`` read by other nodes or by the graph's outputs."""
+        inside = {id(n) for n in nodes}
+        produced = {o for n in nodes for o in n.output}
+        outputs = {o.name for o in self.proto.graph.output}
+        read = {t for t in produced if t in outputs}
+        for node in self.proto.graph.node:
+            if id(node) not in inside:
+                read |= produced & (set(node.input) | set(_captured(node)))
+        return read
+
+    def weights(self, region: Region) -> dict[str, np.ndarray]:
+        """The float constants a region's step may multiply by: its initializers and Constant nodes,
+        and those of its subgraphs."""
+        found = {k: v for k, v in region.constants.items() if v.dtype.kind == "f"}
+        for node in region.nodes:
+            for sub in _subgraphs(node):
+                for inner in _all_graphs(sub):
+                    for init in inner.initializer:
+                        value = self.value_of(init)
+                        if value.dtype.kind == "f":
+                            found[init.name] = value
+            if node.op_type == "Constant":
+                value = self._constant(node.output[0])
+                if value is not None and value.dtype.kind == "f":
+                    found[node.output[0]] = value
+        return found
+
+
+def _inferred_shapes(proto: onnx.ModelProto) -> dict[str, list]:
+    """Static and symbolic dims of every main-graph tensor onnx's shape inference can tell."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except Exception:  # a model shape inference cannot follow: declared shapes only
+        inferred = proto
+    graph = inferred.graph
+    shapes = {}
+    for info in list(graph.input) + list(graph.value_info) + list(graph.output):
+        tensor = info.type.tensor_type
+        if tensor.HasField("shape"):
+            shapes[info.name] = [
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim
+            ]
+    for init in graph.initializer:
+        shapes[init.name] = list(init.dims)
+    return shapes
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    found = []
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            found.append(attr.g)
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            found.extend(attr.graphs)
+    return found
+
+
+def _all_graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    found = [graph]
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            found += _all_graphs(sub)
+    return found
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    return [n for g in _all_graphs(graph) for n in g.node]
+
+
+def _defined(graph: onnx.GraphProto) -> set[str]:
+    names = set()
+    for g in _all_graphs(graph):
+        names |= {i.name for i in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
+    return names
+
+
+def _captured(node: onnx.NodeProto) -> list[str]:
+    """Outer tensors a node's subgraphs read."""
+    found = []
+    for sub in _subgraphs(node):
+        defined = _defined(sub)
+        found += [i for n in _all_nodes(sub) for i in n.input if i and i not in defined]
+    return found
+
+
+def _through(graph: onnx.GraphProto, name: str, ops: set[str] | None = None) -> str:
+    """``name`` traced back through Identity nodes."""
+    producers = {o: n for n in graph.node for o in n.output}
+    while name in producers and producers[name].op_type in (ops or _STATE_KEEPERS):
+        name = producers[name].input[0]
+    return name
+
+
+def _attr(node: onnx.NodeProto, name: str, default):
+    for attr in node.attribute:
+        if attr.name == name:
+            return helper.get_attribute_value(attr)
+    return default
+
+
+def _perm(node: onnx.NodeProto) -> list | None:
+    perm = _attr(node, "perm", None)
+    return list(perm) if perm is not None else None
+
+
+def _reverses_time(node: onnx.NodeProto, constant) -> bool:
+    """A ReverseSequence over time (axis 0; its lengths are checked by the proof) or a Slice with step -1 on axis 0."""
+    if node.op_type == "ReverseSequence":
+        return _attr(node, "time_axis", 0) == 0 and _attr(node, "batch_axis", 1) == 1
+    if node.op_type == "Slice" and len(node.input) >= 5:
+        axes, steps = constant(node.input[3]), constant(node.input[4])
+        return axes is not None and steps is not None and list(axes) == [0] and list(steps) == [-1]
+    return False
+
+
+def node_inputs(region: Region) -> tuple[str, str]:
+    """The X and W tensor names of the GRU/RNN node that replaces ``region`` in place."""
+    return (region.x if region.layout == 0 else f"{region.name}:X0", f"{region.name}:W")
+
+
+def replace_in_place(
+    proto: onnx.ModelProto, lifted: list[tuple[Region, onnx.NodeProto, dict[str, np.ndarray]]]
+) -> None:
+    """Replace each region of ``proto``'s main graph by its GRU/RNN node (given, layout 0, reading
+    ``node_inputs``; its weights given as arrays) and nodes recomputing every original tensor the rest
+    of the graph reads from the node's Y and Y_h. Original nodes nothing reads any more are removed,
+    with the initializers only they read; the graph stays in execution order."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 13)
+    graph = proto.graph
+    regional: set[tuple] = set()  # a node of the graph is known by its outputs (the region's may be another copy)
+    new_nodes: list[onnx.NodeProto] = []
+    for region, node, weights in lifted:
+        out = _Adapters(f"{region.name}:restore", opset)
+        x0 = node_inputs(region)[0]
+        if region.layout == 1:
+            out.add("Transpose", [region.x], x0, perm=[1, 0, 2])
+        if region.initial_source is not None:  # the node reads [1,N,H]; the source has [N,H]
+            out.axes("Unsqueeze", region.initial_source, [0], node.input[5])
+        y, y_h = node.output[0], node.output[1]
+        for tensor, how in region.exposed.items():
+            if how[0] == "Y_seq":
+                squeezed = out.axes("Squeeze", y, [1], f"{tensor}:sequence" if how[1] else tensor)
+                if how[1]:
+                    out.reverse_time(squeezed, tensor)
+            elif how[0] == "Y_h":
+                out.axes("Squeeze", y_h, [0], tensor)
+            else:
+                _, step, rank = how
+                sliced = out.step(y, step, f"{tensor}:step")
+                out.axes("Squeeze", sliced, [1] if rank == 3 else [0, 1], tensor)
+        new_nodes += [node] + out.nodes
+        for name, value in {**weights, **out.constants}.items():
+            graph.initializer.append(numpy_helper.from_array(value, name))
+        regional.update(tuple(n.output) for n in region.nodes)
+    restored = {o for n in new_nodes for o in n.output}
+    kept = [n for n in graph.node if tuple(n.output) not in regional]
+    candidates = [n for n in graph.node if tuple(n.output) in regional]
+    needed = {i for n in kept + new_nodes for i in list(n.input) + _captured(n)} | {o.name for o in graph.output}
+    for node in reversed(candidates):  # a region node stays only if something still reads what it makes
+        if any(o in needed and o not in restored for o in node.output):
+            kept.append(node)
+            needed |= set(node.input) | set(_captured(node))
+    removed_inputs = {i for n in candidates for i in list(n.input) + _captured(n)}
+    ordered = _execution_order(kept + new_nodes, {i.name for i in graph.input} | {t.name for t in graph.initializer})
+    del graph.node[:]
+    graph.node.extend(ordered)
+    still_read = {i for n in ordered for i in list(n.input) + _captured(n)} | {o.name for o in graph.output}
+    unused = [t for t in graph.initializer if t.name in removed_inputs and t.name not in still_read]
+    for tensor in unused:
+        graph.initializer.remove(tensor)
+
+
+def _execution_order(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` sorted so each comes after what it reads (stable: the given order where it allows)."""
+    ready = set(available)
+    pending = list(nodes)
+    ordered = []
+    while pending:
+        rest = []
+        for node in pending:
+            if all(not i or i in ready for i in list(node.input) + _captured(node)):
+                ordered.append(node)
+                ready.update(node.output)
+            else:
+                rest.append(node)
+        if len(rest) == len(pending):  # inputs from outside (an outer scope): keep their order
+            ordered += rest
+            break
+        pending = rest
+    return ordered

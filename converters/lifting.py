@@ -1,0 +1,253 @@
+"""Lifting: a recurrence a producer wrote as a loop or as unrolled steps, turned into a canonical layer.
+
+Producers do not always write a GRU or RNN as one operator: tf2onnx writes every Keras 3 recurrent
+layer as an ONNX ``Loop`` over a step body, torch.onnx's dynamo exporter unrolls ``nn.RNN`` into
+per-step MatMul/Add/Tanh nodes, coremltools writes ``nn.GRU`` as a MIL ``while_loop``. A format's
+recogniser finds such a recurrence and describes it as a :class:`Recurrence`: the interface of one
+direction (X, optional initial state, and where Y and Y_h can be read in canonical form), the weights
+its step multiplies by (:class:`WeightCandidate`: every way the constants found can be W, R and the
+biases, in the producer's own gate order), the activations the step applies, and how to run the
+original.
+
+What the step computes is decided by trying hypotheses, never by trusting the pattern: for every
+candidate, every order of the gate blocks (GRU: all six), both reset placements (GRU) and every
+activation seen (RNN), the canonical layer runs on gatepack's executor and is compared with the
+original on its own runtime, on the same random inputs. The first hypothesis that agrees is proven
+once more on fresh inputs; when none agrees, :class:`LiftRefused` says what was found.
+
+GRU gate blocks: canonical order z, r, h (``schemas.layer``); a source order is written with the
+canonical names, e.g. Keras ``z, r, h`` and PyTorch ``r, z, h`` (PyTorch calls h ``n``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
+
+import numpy as np
+
+from gatepack.converters.executor import run_layer
+from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH, TOLERANCES
+from gatepack.schemas.activations import Activation
+from gatepack.schemas.cells import Cell
+from gatepack.schemas.layer import (
+    PERM_SWAP_01,
+    PERM_Y_TO_SEQ_MAJOR,
+    Direction,
+    DirectionParams,
+    Interface,
+    RecurrentLayer,
+)
+
+ACTIVATION_OPS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}  # lower-case op name -> canonical
+
+
+class LiftRefused(Exception):
+    """No hypothesis reproduces the original: the message says what was found and what was tried."""
+
+
+@dataclass(frozen=True)
+class WeightCandidate:
+    """One reading of the constants a step multiplies by, gate blocks in the source's order.
+
+    ``W`` is [G*H, I] and ``R`` [G*H, H]; ``biases`` lists the (Wb, Rb, label) readings to try, each
+    [G*H] or None (zeros); ``label`` says which constants these are, for the report."""
+
+    W: np.ndarray
+    R: np.ndarray
+    biases: tuple[tuple[np.ndarray | None, np.ndarray | None, str], ...]
+    label: str
+
+    @property
+    def gates(self) -> int:
+        return self.W.shape[0] // self.R.shape[1]
+
+
+@dataclass
+class Recurrence:
+    """One direction of a recurrence a recogniser found (the interface's Y is [S,1,N,H] in layout 0,
+    [N,S,1,H] in layout 1; Y_h [1,N,H] or [N,1,H])."""
+
+    name: str
+    found: str  # what it is in the source, e.g. "an ONNX Loop of 5 steps (tf2onnx's Keras layers)"
+    direction: Direction
+    interface: Interface
+    input_size: int
+    hidden_size: int
+    candidates: list[WeightCandidate]
+    activations: frozenset[str]  # lower-case: sigmoid, tanh, relu
+    run_original: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # interface feed -> its Y, Y_h
+    tolerance: str | None = None  # the dtype whose tolerance the comparison uses (default: the interface's)
+
+
+@dataclass(frozen=True)
+class Lifted:
+    layer: RecurrentLayer
+    description: str  # what the hypothesis that held is, e.g. "GRU, gate order r, z, h, reset after the matmul"
+    tried: int  # hypotheses run
+
+
+GRU_SOURCE_ORDERS = (  # canonical gate at each source block; the common orders first
+    ("z", "r", "h"),  # Keras, ONNX
+    ("r", "z", "h"),  # PyTorch, coremltools
+    ("r", "h", "z"),  # Apple BNNS / MPS
+    ("z", "h", "r"),
+    ("h", "z", "r"),
+    ("h", "r", "z"),
+)
+
+
+def lift(rec: Recurrence, seed: int = 0) -> Lifted:
+    """The canonical layer ``rec`` computes, proven against the original (LiftRefused if none)."""
+    rng = np.random.default_rng(seed)
+    feed = _sample(rec, rng)
+    expected = _canonical(rec.interface, rec.run_original(feed))
+    tried = 0
+    for layer, description in _hypotheses(rec):
+        tried += 1
+        if _agrees(layer, feed, expected, rec.tolerance):
+            fresh = _sample(rec, rng)
+            if _agrees(layer, fresh, _canonical(rec.interface, rec.run_original(fresh)), rec.tolerance):
+                return Lifted(layer, description, tried)
+    shapes = "; ".join(c.label for c in rec.candidates) or "no weight matrices of matching shapes"
+    acts = ", ".join(sorted(rec.activations)) or "no sigmoid/tanh/relu"
+    raise LiftRefused(
+        f"{rec.found}: none of {tried} GRU/RNN readings of its constants ({shapes}; activations: {acts}) "
+        "reproduces it on random inputs, so it is not lifted into a layer"
+    )
+
+
+def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
+    for cand in rec.candidates:
+        cell = {3: Cell.GRU, 1: Cell.RNN}.get(cand.gates)
+        if cell is None or cand.R.shape[1] != rec.hidden_size or cand.W.shape[1] != rec.input_size:
+            continue
+        if cell is Cell.GRU:
+            if not {"sigmoid", "tanh"} <= rec.activations:
+                continue
+            variants = [
+                (order, lbr, (Activation("Sigmoid"), Activation("Tanh")))
+                for order in GRU_SOURCE_ORDERS
+                for lbr in (True, False)
+            ]
+        else:
+            variants = [(("i",), False, (Activation(ACTIVATION_OPS[a]),)) for a in sorted(rec.activations)]
+        for (order, lbr, acts), (wb, rb, bias_label) in itertools.product(variants, cand.biases):
+            blocks = [order.index(g) for g in cell.gate_names]  # source block of each canonical gate
+            params = DirectionParams(
+                W=_reorder(cand.W, blocks),
+                R=_reorder(cand.R, blocks),
+                Wb=_reorder(_or_zeros(wb, cand), blocks),
+                Rb=_reorder(_or_zeros(rb, cand), blocks),
+                activations=acts,
+            )
+            layer = RecurrentLayer(
+                name=rec.name,
+                cell=cell,
+                input_size=rec.input_size,
+                hidden_size=rec.hidden_size,
+                direction=rec.direction,
+                directions=(params,),
+                interface=rec.interface,
+                linear_before_reset=lbr,
+                has_bias=wb is not None or rb is not None,
+            )
+            parts = [cell.op_name]
+            if cell is Cell.GRU:
+                parts += [f"gate order {', '.join(order)}", f"reset {'after' if lbr else 'before'} the matmul"]
+            else:
+                parts.append(acts[0].name)
+            parts.append(f"{cand.label}, {bias_label}")
+            yield layer, "; ".join(parts)
+
+
+def _reorder(array: np.ndarray, blocks: list[int]) -> np.ndarray:
+    size = array.shape[0] // len(blocks)
+    return np.ascontiguousarray(np.concatenate([array[b * size : (b + 1) * size] for b in blocks]))
+
+
+def _or_zeros(bias: np.ndarray | None, cand: WeightCandidate) -> np.ndarray:
+    return np.zeros(cand.W.shape[0], cand.W.dtype) if bias is None else np.asarray(bias, cand.W.dtype)
+
+
+def _sample(rec: Recurrence, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random X (and initial state) in the interface's layout and static sizes."""
+    itf = rec.interface
+    s = itf.seq_length if isinstance(itf.seq_length, int) else DEFAULT_SEQ_LENGTH
+    n = itf.batch_size if isinstance(itf.batch_size, int) else DEFAULT_BATCH
+    x = rng.uniform(-1, 1, (s, n, rec.input_size)).astype(itf.dtype)
+    feed = {itf.x: x.transpose(PERM_SWAP_01) if itf.layout == 1 else x}
+    if itf.initial_h:
+        h0 = rng.uniform(-1, 1, (1, n, rec.hidden_size)).astype(itf.dtype)
+        feed[itf.initial_h] = h0.transpose(PERM_SWAP_01) if itf.layout == 1 else h0
+    return {k: np.ascontiguousarray(v) for k, v in feed.items()}
+
+
+def _canonical(itf: Interface, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Y [S,1,N,H] and Y_h [1,N,H] (layout 0) from outputs named and laid out as the interface says."""
+    found = {}
+    if itf.y:
+        y = np.asarray(outputs[itf.y])
+        found["Y"] = y.transpose(PERM_Y_TO_SEQ_MAJOR) if itf.layout == 1 else y
+    if itf.y_h:
+        y_h = np.asarray(outputs[itf.y_h])
+        found["Y_h"] = y_h.transpose(PERM_SWAP_01) if itf.layout == 1 else y_h
+    return found
+
+
+def _agrees(layer: RecurrentLayer, feed: dict, expected: dict[str, np.ndarray], tolerance: str | None) -> bool:
+    itf = layer.interface
+    y, y_h = run_layer(layer, feed[itf.x], None, feed.get(itf.initial_h or ""))
+    actual = _canonical(itf, {itf.y or "": y, itf.y_h or "": y_h})
+    atol, rtol = TOLERANCES[tolerance or itf.dtype]
+    return all(
+        actual[key].shape == value.shape
+        and bool(np.all(np.abs(actual[key].astype(np.float64) - value) <= atol + rtol * np.abs(value)))
+        for key, value in expected.items()
+    )
+
+
+def with_provenance(lifted: Lifted, **fields) -> RecurrentLayer:
+    """The lifted layer with the recogniser's provenance (and any other field) set."""
+    return replace(lifted.layer, **fields)
+
+
+def candidates_from_constants(
+    constants: dict[str, np.ndarray], input_size: int, hidden_size: int
+) -> list[WeightCandidate]:
+    """Every reading of named constants as a fused W [I, G*H] or [G*H, I], R [H, G*H] or [G*H, H] and
+    biases ([G*H] vectors, or the rows of a [2, G*H] matrix), for G = 3 (GRU) and 1 (RNN).
+
+    Biases are tried as separate input and recurrent vectors (both assignments), one vector on either
+    side (for a GRU with the reset after the matmul, the candidate's recurrent bias must stay apart
+    from its input bias), or none."""
+    floats = {k: v for k, v in constants.items() if v.dtype.kind == "f" and v.size > 1}
+    found = []
+    for gates in (3, 1):
+        gh = gates * hidden_size
+        vectors = [(k, v.reshape(-1)) for k, v in floats.items() if v.shape in ((gh,), (1, gh))]
+        vectors += [(f"{k}[{row}]", v[row]) for k, v in floats.items() if v.shape == (2, gh) for row in (0, 1)]
+        biases: list[tuple[np.ndarray | None, np.ndarray | None, str]] = [
+            (a, b, f"biases {na!r} (input) and {nb!r} (recurrent)")
+            for (na, a), (nb, b) in itertools.permutations(vectors, 2)
+        ]
+        biases += [(v, None, f"bias {n!r} (input)") for n, v in vectors]
+        biases += [(None, v, f"bias {n!r} (recurrent)") for n, v in vectors]
+        biases.append((None, None, "no bias"))
+        for (wn, w), (rn, r) in itertools.permutations(floats.items(), 2):
+            for w_oriented, w_text in _orientations(w, (gh, input_size)):
+                for r_oriented, r_text in _orientations(r, (gh, hidden_size)):
+                    label = f"W {wn!r}{w_text}, R {rn!r}{r_text}"
+                    found.append(WeightCandidate(w_oriented, r_oriented, tuple(biases), label))
+    return found
+
+
+def _orientations(array: np.ndarray, shape: tuple[int, int]) -> list[tuple[np.ndarray, str]]:
+    """``array`` as a matrix of ``shape`` as stored, or transposed (the x @ W convention)."""
+    found = []
+    if array.shape == shape:
+        found.append((np.ascontiguousarray(array), ""))
+    if array.ndim == 2 and array.shape == shape[::-1]:
+        found.append((np.ascontiguousarray(array.T), " (transposed)"))
+    return found
