@@ -22,7 +22,7 @@ canonical names, e.g. Keras ``z, r, h`` and PyTorch ``r, z, h`` (PyTorch calls h
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
@@ -206,11 +206,6 @@ def _agrees(layer: RecurrentLayer, feed: dict, expected: dict[str, np.ndarray], 
         and bool(np.all(np.abs(actual[key].astype(np.float64) - value) <= atol + rtol * np.abs(value)))
         for key, value in expected.items()
     )
-
-
-def with_provenance(lifted: Lifted, **fields) -> RecurrentLayer:
-    """The lifted layer with the recogniser's provenance (and any other field) set."""
-    return replace(lifted.layer, **fields)
 
 
 def candidates_from_constants(

@@ -30,7 +30,7 @@ from onnx import helper, numpy_helper
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
 from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.onnx_lifting import node_inputs, replace_in_place
+from gatepack.converters.formats.onnx_lifting import node_inputs, perm_of, replace_in_place
 from gatepack.converters.lifting import LiftRefused, Recurrence, candidates_from_constants, lift
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
@@ -717,7 +717,7 @@ def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> 
         if names[key] is None:
             continue
         prod = scope.producers.get(names[key])
-        if prod is None or prod.op_type != "Transpose" or _perm(prod) != perm:
+        if prod is None or prod.op_type != "Transpose" or perm_of(prod) != perm:
             return None
         if prod.input[0] not in scope.inputs or len(scope.consumers.get(names[key], [])) != 1:
             return None
@@ -727,7 +727,7 @@ def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> 
         if names[key] is None:
             continue
         users = scope.consumers.get(names[key], [])
-        if len(users) != 1 or users[0].op_type != "Transpose" or _perm(users[0]) != perm:
+        if len(users) != 1 or users[0].op_type != "Transpose" or perm_of(users[0]) != perm:
             return None
         if names[key] in scope.outputs or users[0].output[0] not in scope.outputs:
             return None
@@ -736,13 +736,6 @@ def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> 
     if names["sequence_lens"] is not None and names["sequence_lens"] not in scope.inputs:
         return None
     return outer, before + [node] + after
-
-
-def _perm(node: onnx.NodeProto) -> list | None:
-    for attr in node.attribute:
-        if attr.name == "perm":
-            return list(attr.ints)
-    return None
 
 
 def _text(value) -> str:

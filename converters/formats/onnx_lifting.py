@@ -174,7 +174,7 @@ class Finder:
     def _layout(self, x: str, has_initial: bool) -> tuple[str, int, list[onnx.NodeProto]]:
         """X and the layout: a Transpose[1,0,2] in front of a sequence-major X makes the layer batch-major."""
         node = self.scope.producers.get(x)
-        if not has_initial and node is not None and node.op_type == "Transpose" and _perm(node) == [1, 0, 2]:
+        if not has_initial and node is not None and node.op_type == "Transpose" and perm_of(node) == [1, 0, 2]:
             return node.input[0], 1, [node]
         return x, 0, []
 
@@ -226,7 +226,7 @@ class Finder:
                 raise NotARecurrence(f"{what}: its initial state {initial!r} is a non-zero constant")
             initial = None
         scan = next(
-            (j for j, s in enumerate(scans) if _through(body, s, _STATE_KEEPERS) == _through(body, carried_out[k])),
+            (j for j, s in enumerate(scans) if _through(body, s) == _through(body, carried_out[k])),
             None,
         )
         y_seq = node.output[n_carried + scan] if scan is not None and len(node.output) > n_carried + scan else None
@@ -537,10 +537,10 @@ def _captured(node: onnx.NodeProto) -> list[str]:
     return found
 
 
-def _through(graph: onnx.GraphProto, name: str, ops: set[str] | None = None) -> str:
+def _through(graph: onnx.GraphProto, name: str) -> str:
     """``name`` traced back through Identity nodes."""
     producers = {o: n for n in graph.node for o in n.output}
-    while name in producers and producers[name].op_type in (ops or _STATE_KEEPERS):
+    while name in producers and producers[name].op_type in _STATE_KEEPERS:
         name = producers[name].input[0]
     return name
 
@@ -552,7 +552,8 @@ def _attr(node: onnx.NodeProto, name: str, default):
     return default
 
 
-def _perm(node: onnx.NodeProto) -> list | None:
+def perm_of(node: onnx.NodeProto) -> list | None:
+    """A Transpose's perm attribute, or None."""
     perm = _attr(node, "perm", None)
     return list(perm) if perm is not None else None
 
