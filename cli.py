@@ -21,29 +21,58 @@ from gatepack.converters.fileio import OutputKind, has_suffix
 from gatepack.converters.progress import Progress
 from gatepack.converters.registry import FORMATS, READERS, WRITERS, all_write_options  # light: no framework
 
+REPORT_FORMATS = {"text": (".txt",), "json": (".json",), "markdown": (".md", ".markdown"), "html": (".html", ".htm")}
 REPORT_OUTPUT = OutputKind(
     "report (.txt, .md, .json, .html)", False, has_suffix(".txt", ".md", ".markdown", ".json", ".html", ".htm")
 )
 NPZ_OUTPUT = OutputKind(".npz file", False, has_suffix(".npz"))
 
 
-def _fail(message: str, code: int) -> None:
+def _report_format_of(output: str) -> str:
+    """The report format an output path's suffix names (UsageError for another suffix)."""
+    suffix = Path(output).suffix.lower()
+    for fmt, suffixes in REPORT_FORMATS.items():
+        if suffix in suffixes:
+            return fmt
+    raise gp.UsageError(
+        f"{output}: cannot tell the report format from the suffix {suffix or '(none)'!r}",
+        hint="name it .html, .md, .json or .txt, or pass --format",
+    )
+
+
+def _fail(message: str, code: int, as_json: bool = False, err: GatepackError | None = None) -> None:
+    """One line on stderr; with ``--json`` also one JSON object on stdout (``error``, ``exit_code``, and
+    the verification's numbers or the refusing findings when there are some)."""
     click.echo(f"gatepack: error: {message}", err=True)
+    if as_json:
+        payload: dict = {"error": " ".join(err.message.split()) if err is not None else message, "exit_code": code}
+        if err is not None:
+            payload["kind"] = type(err).__name__
+            if err.hint:
+                payload["hint"] = err.hint
+            verification = getattr(err, "verification", None)
+            if verification is not None:
+                payload["verification"] = verification.to_json()
+            if getattr(err, "findings", None):
+                payload["findings"] = [f.to_json() for f in err.findings]
+        click.echo(json.dumps(payload, indent=2))
     sys.exit(code)
 
 
 def handle_errors(fn):
-    """Turn gatepack errors into one-line messages and exit codes (tracebacks only with --debug)."""
+    """Turn gatepack errors into one-line messages and exit codes (tracebacks only with --debug); a
+    command's ``--json`` gets its failure as JSON on stdout too."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         debug = bool((click.get_current_context().obj or {}).get("debug"))
+        as_json = bool(kwargs.get("as_json"))
         try:
             return fn(*args, **kwargs)
         except GatepackError as err:
             if debug:
                 raise
-            _fail(err.one_line(), err.exit_code)
+            _fail(err.one_line(), err.exit_code, as_json, err)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as err:  # a bug: say so plainly
@@ -53,12 +82,33 @@ def handle_errors(fn):
                 f"internal error: {type(err).__name__}: {' '.join(str(err).split())[:300]} (rerun with --debug for "
                 "a traceback)",
                 1,
+                as_json,
             )
 
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group; with ``--json`` on the command line, a usage error (an unknown option, a
+    missing argument) is also one JSON object on stdout, as every other failure is."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        argv = list(sys.argv[1:] if args is None else args)
+        if "--json" not in argv or not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(argv, prog_name, complete_var, False, **extra)
+        except click.ClickException as err:
+            err.show()
+            click.echo(json.dumps({"error": err.format_message(), "exit_code": err.exit_code, "kind": "UsageError"}))
+            sys.exit(err.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(gp.__version__, "--version", prog_name="gatepack", message="%(prog)s %(version)s")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
@@ -83,11 +133,22 @@ _defaults_option = click.option(
 )
 
 
+_layers_only_option = click.option(
+    "--layers-only",
+    is_flag=True,
+    help=(
+        "Write the recurrent layers alone, each with its own inputs and outputs, when the model has other operators "
+        "(directml, coreml and bnns hold layers only and refuse such a model otherwise; onnx and openvino keep the "
+        "whole model unless asked)."
+    ),
+)
+
+
 @main.command()
 @click.argument("model", type=click.Path())
 @_from_option
 @_defaults_option
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
 def inspect(model: str, from_format: str | None, activation_defaults: str, as_json: bool) -> None:
     """List the recurrent layers of MODEL: attributes, shapes, parameter counts."""
@@ -126,12 +187,13 @@ def _write_option_flags(fn):
     show_default=True,
     help="Interface layout of the output: keep the source's (drop-in), 0 = [S,N,I], 1 = [N,S,I].",
 )
+@_layers_only_option
 @_defaults_option
 @click.option(
     "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the verification's random inputs."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result (or the error) as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @handle_errors
 def convert(
     model,
@@ -141,6 +203,7 @@ def convert(
     no_verify,
     allow_lossy,
     layout,
+    layers_only,
     activation_defaults,
     seed,
     as_json,
@@ -167,6 +230,7 @@ def convert(
         verify=not no_verify,
         allow_lossy=allow_lossy,
         layout=None if layout == "keep" else int(layout),
+        layers_only=layers_only,
         seed=seed,
         progress=None if quiet else Progress("gatepack convert"),
         activation_defaults=activation_defaults,
@@ -184,20 +248,29 @@ def convert(
     "--to", "targets", multiple=True, type=click.Choice(WRITERS), help="Target format (repeatable; default: all)."
 )
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(REPORT_FORMATS),
+    help="Report format (default: from the -o suffix: .html, .md, .json, .txt; text on stdout).",
 )
 @click.option("-o", "--output", type=click.Path(), help="Write the report to this file instead of stdout.")
 @_from_option
+@_layers_only_option
 @_defaults_option
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON (same as --format json; errors too).")
 @handle_errors
-def report(model, targets, fmt, output, from_format, activation_defaults) -> None:
+def report(model, targets, fmt, output, from_format, layers_only, activation_defaults, as_json) -> None:
     """Per layer and target: what is exact, repacked, folded, decomposed, lossy or unsupported."""
+    if as_json and fmt not in (None, "json"):
+        raise gp.UsageError(f"--json and --format {fmt} ask for two formats")
     loaded = gp.load(model, from_format, activation_defaults=activation_defaults)
-    text = gp.report(loaded, list(targets) or None).render(fmt)
     if output:
         from gatepack.converters.fileio import atomic_path, prepare_output
 
         prepare_output(output, REPORT_OUTPUT, [Path(model), *loaded.files])
+    fmt = "json" if as_json else fmt or (_report_format_of(output) if output else "text")
+    text = gp.report(loaded, list(targets) or None, layers_only=layers_only).render(fmt)
+    if output:
         with atomic_path(Path(output)) as tmp:
             tmp.write_text(text if text.endswith("\n") else text + "\n")
     else:
@@ -208,11 +281,22 @@ def report(model, targets, fmt, output, from_format, activation_defaults) -> Non
 @click.argument("source", type=click.Path())
 @click.argument("target", type=click.Path())
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--atol",
+    type=click.FloatRange(min=0),
+    help="Absolute tolerance (default per dtype: float32 1e-5, float16 1e-2, float64 1e-7).",
+)
+@click.option(
+    "--rtol",
+    type=click.FloatRange(min=0),
+    help="Relative tolerance: pass when |a - b| <= atol + rtol * |b| (default: float32 1e-4, float16 1e-2, "
+    "float64 1e-6).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
-def verify(source, target, seed, as_json) -> None:
+def verify(source, target, seed, atol, rtol, as_json) -> None:
     """Run SOURCE and TARGET on the same random inputs and compare (exit 5 when they differ)."""
-    result = gp.verify(source, target, seed=seed, progress=Progress("gatepack verify"))
+    result = gp.verify(source, target, seed=seed, atol=atol, rtol=rtol, progress=Progress("gatepack verify"))
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())
     if not result.passed:
         sys.exit(5)

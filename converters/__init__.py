@@ -45,13 +45,16 @@ ENGINES = ("native", "numpy")
 @dataclass
 class Result:
     """What ``convert`` did: the output, the findings per layer, and the verification (None when
-    ``verify=False``)."""
+    ``verify=False``). ``whole``: the artifact holds the whole model; ``layers_only``: the user asked
+    for the recurrent layers alone of a model with other operators."""
 
     source: str
     output: str
     format: str
     findings: dict[str, list["Finding"]] = field(default_factory=dict)
     verification: "Verification | None" = None
+    layers_only: bool = False
+    whole: bool = False
 
     @property
     def passed(self) -> bool:
@@ -59,7 +62,8 @@ class Result:
         return self.verification is not None and self.verification.passed
 
     def to_text(self) -> str:
-        """The findings that are not plainly exact, grouped across layers, then the verification."""
+        """The findings that are not plainly exact, grouped across layers, the verification, and one
+        closing line: what was written, the features at each status short of exact, the verdict."""
         import json
 
         lines = [f"converted {self.source} -> {self.output} ({self.format}): {len(self.findings)} layer(s)"]
@@ -75,13 +79,37 @@ class Result:
             warning = f" [warning: {f.warning}]" if f.warning else ""
             lines.append(f"  {who}: {f.status.value} {f.feature}: {f.detail}{warning}")
         lines.append(self.verification.to_text() if self.verification else "verification skipped (verify=False)")
+        lines.append(self.summary_line())
         return "\n".join(lines)
+
+    def summary_line(self) -> str:
+        """'wrote out.xml (openvino, whole model): 28 layers; folded: bias; repacked: layout; verification passed
+        (56 outputs, largest error 7.6e-06 in conv_cache_out)'."""
+        from gatepack.converters.findings import Status
+
+        what = "whole model" if self.whole else "layers only, as asked" if self.layers_only else "layers"
+        parts = [f"wrote {self.output} ({self.format}, {what}): {len(self.findings)} layer(s)"]
+        by_status: dict[Status, list[str]] = {}
+        for findings in self.findings.values():
+            for f in findings:
+                if f.status is not Status.EXACT and not (f.feature == "model" and self.layers_only):
+                    by_status.setdefault(f.status, [])
+                    if f.feature not in by_status[f.status]:
+                        by_status[f.status].append(f.feature)
+        ranked = sorted(by_status.items(), key=lambda kv: kv[0].rank)
+        parts += [f"{status.value}: {', '.join(features)}" for status, features in ranked]
+        if not by_status:
+            parts.append("every feature exact")
+        parts.append(self.verification.verdict() if self.verification else "not verified")
+        return "; ".join(parts)
 
     def to_json(self) -> dict:
         return {
             "source": self.source,
             "output": self.output,
             "format": self.format,
+            "whole_model": self.whole,
+            "layers_only": self.layers_only,
             "findings": {name: [f.to_json() for f in fs] for name, fs in self.findings.items()},
             "verification": self.verification.to_json() if self.verification else None,
         }
@@ -156,19 +184,27 @@ def _inputs_of(model: "Model") -> list[Path]:
     return ([Path(model.path)] if model.path else []) + list(model.files)
 
 
-def save(model: "Model", path: str | Path, to: str | None = None, **options) -> None:
+def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only: bool = False, **options) -> None:
     """Write ``model`` as format ``to`` (default: from the path) at ``path``, atomically, without
     verification (``convert`` verifies).
 
     Under the output policy: never over the files the model was read from, and over an existing path
     only if it is an artifact of format ``to``. ``options`` are the format's write options (see
     ``gatepack formats``); an unknown one or a value of the wrong type raises UsageError naming it.
+    A model with operators around its recurrent layers is refused (RefusedError) by a format that
+    holds layers only, unless ``layers_only`` asks for the layers alone.
     """
     from gatepack.converters import registry
     from gatepack.converters.fileio import prepare_output
+    from gatepack.converters.model import as_layers_only
+    from gatepack.converters.reporting import model_finding
 
     info, implementation = registry.writer(to or registry.detect(path))
     info.check_options(options)
+    model = as_layers_only(model) if layers_only else model
+    whole = model_finding(model, info.name)
+    if whole is not None:
+        _refuse_blocking(str(model.path or "(in-memory model)"), {"(model)": [whole]}, False, layers_only)
     prepare_output(path, info.output_kind, _inputs_of(model))
     implementation.write(model, path, **options)
 
@@ -192,6 +228,7 @@ def convert(
     verify: bool = True,
     allow_lossy: bool = False,
     layout: int | None = None,
+    layers_only: bool = False,
     seed: int = 0,
     progress: "Progress | None" = None,
     **options,
@@ -203,7 +240,9 @@ def convert(
     ``format``: the source format (default: from ``src``). ``verify``: run both sides on random inputs
     and compare (nothing is written when they differ: VerificationError). ``allow_lossy``: accept
     findings that change results beyond float rounding. ``layout``: 0 or 1 to change the interface
-    layout (default: keep the source's). ``seed``: of the verification's inputs. ``progress``: e.g.
+    layout (default: keep the source's). ``layers_only``: write the recurrent layers alone when the
+    model has other operators (a target that holds layers only refuses such a model otherwise; ONNX
+    and OpenVINO keep the whole model unless asked). ``seed``: of the verification's inputs. ``progress``: e.g.
     ``gatepack.converters.progress.Progress("convert")`` reports the steps on stderr.
     ``options``: ``activation_defaults`` (reading) and the target's write options (``strategy``,
     ``opset``, ``compress_to_fp16`` ...: ``gatepack formats`` lists them); an unknown option, one the
@@ -216,15 +255,17 @@ def convert(
 
     progress = progress or Silent()
     try:
-        return _convert(src, dst, to, format, verify, allow_lossy, layout, seed, progress, options)
+        return _convert(src, dst, to, format, verify, allow_lossy, layout, layers_only, seed, progress, options)
     finally:
         progress.close()
 
 
-def _convert(src, dst, to, source_format, verify, allow_lossy, layout, seed, progress: "Progress", options) -> Result:
+def _convert(
+    src, dst, to, source_format, verify, allow_lossy, layout, layers_only, seed, progress: "Progress", options
+) -> Result:
     from gatepack.converters import registry
     from gatepack.converters.fileio import atomic_files, atomic_path, prepare_output
-    from gatepack.converters.model import Model
+    from gatepack.converters.model import Model, as_layers_only
 
     info, implementation = registry.writer(to or registry.detect(dst))
     read_options, write_options = _split_options(options)
@@ -244,10 +285,18 @@ def _convert(src, dst, to, source_format, verify, allow_lossy, layout, seed, pro
         progress.step(f"reading {src}")
         source, label = load(src, source_format, **read_options), str(src)
     prepare_output(dst, info.output_kind, _inputs_of(source))  # and every file the source was read from
-    model = with_layout(source, layout) if layout is not None else source
+    model = as_layers_only(source) if layers_only else source
+    if layout is not None and any(layer.interface.layout != layout for layer in model.layers):
+        if model.keeps_whole and implementation.whole_model_finding(model) is not None:
+            raise UsageError(
+                f"{label}: --layout changes the recurrent layers' interface, which the model's other operators "
+                f"fix; the whole {info.name} model keeps each layer's layout",
+                hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
+            )
+        model = with_layout(model, layout)
     findings = _findings(model, info.name, write_options)
-    _refuse_blocking(label, findings, allow_lossy)
-    result = Result(label, str(dst), info.name, findings)
+    _refuse_blocking(label, findings, allow_lossy, layers_only)
+    result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
     staging = (
         atomic_files(Path(dst), info.companions)
         if info.companions
@@ -286,16 +335,24 @@ def _findings(model: "Model", target: str, write_options: dict) -> dict[str, lis
     return {lay.layer.name: lay.targets[target].findings for lay in report.layers}
 
 
-def _refuse_blocking(label: str, findings: dict[str, list["Finding"]], allow_lossy: bool) -> None:
-    """RefusedError naming the first layer and finding that is unsupported (or lossy without ``allow_lossy``)."""
+def _refuse_blocking(
+    label: str, findings: dict[str, list["Finding"]], allow_lossy: bool, layers_only: bool = False
+) -> None:
+    """RefusedError naming the first finding that is unsupported (or lossy without ``allow_lossy``); the
+    ``model`` finding (operators the target cannot hold) first, once, and not when ``layers_only``
+    accepted it."""
     from gatepack.converters.findings import Status
 
     blocking = [
         (name, f)
         for name, fs in findings.items()
         for f in fs
-        if f.status is Status.UNSUPPORTED or (f.status is Status.LOSSY and not allow_lossy)
+        if (f.status is Status.UNSUPPORTED and not (f.feature == "model" and layers_only))
+        or (f.status is Status.LOSSY and not allow_lossy)
     ]
+    whole = [f for _, f in blocking if f.feature == "model"]
+    if whole:
+        raise RefusedError(f"{label}: {whole[0].detail}", findings=whole[:1], hint=whole[0].alternative)
     if blocking:
         name, first = blocking[0]
         more = f" (and {len(blocking) - 1} more finding(s))" if len(blocking) > 1 else ""
@@ -319,6 +376,8 @@ def verify(
     format: str | None = None,
     to: str | None = None,
     seed: int = 0,
+    atol: float | None = None,
+    rtol: float | None = None,
     progress: "Progress | None" = None,
     **options,
 ) -> "Verification":
@@ -326,28 +385,39 @@ def verify(
     each on its own runtime (or gatepack's executor of its format's semantics).
 
     ``format`` / ``to``: the formats of ``src`` / ``dst`` (default: from the paths); ``seed``: of the
-    inputs; ``options``: read options (``activation_defaults``). Returns the Verification (``passed``,
-    per-output errors); it does not raise when the outputs differ.
+    inputs; ``atol`` / ``rtol``: agreement is ``|a - b| <= atol + rtol * |b|`` (default per dtype:
+    float32 1e-5 / 1e-4, float16 1e-2 / 1e-2, float64 1e-7 / 1e-6); ``options``: read options
+    (``activation_defaults``). Returns the Verification (``passed``, per-output errors); it does not
+    raise when the outputs differ.
     """
     from gatepack.converters.progress import Silent
-    from gatepack.converters.verification import verify_models
+    from gatepack.converters.verification import Tolerance, verify_models
 
     _check_seed(seed)
+    tolerance = Tolerance(atol, rtol)
     progress = progress or Silent()
     try:
-        return verify_models(load(src, format, **options), load(dst, to, **options), seed=seed, progress=progress)
+        return verify_models(
+            load(src, format, **options), load(dst, to, **options), seed=seed, progress=progress, tolerance=tolerance
+        )
     finally:
         progress.close()
 
 
 def report(
-    model_or_path: "Model | str | Path", to: str | list[str] | None = None, *, format: str | None = None, **options
+    model_or_path: "Model | str | Path",
+    to: str | list[str] | None = None,
+    *,
+    format: str | None = None,
+    layers_only: bool = False,
+    **options,
 ) -> "Report":
     """Per layer and target, what every feature becomes (exact, repacked, folded, decomposed, lossy,
     unsupported), as ``convert`` would find it.
 
     ``to``: a target format or a list of them (default: every format gatepack writes); ``format``: the
-    source's format when a path is given; ``options``: ``activation_defaults`` and write options,
+    source's format when a path is given; ``layers_only``: as ``convert`` would write the recurrent layers
+    alone (a model with other operators); ``options``: ``activation_defaults`` and write options,
     each applied to the targets that take it (one no target takes raises UsageError naming it).
     """
     from gatepack.converters import registry
@@ -361,7 +431,9 @@ def report(
         model = model_or_path
     targets = [to] if isinstance(to, str) else list(to) if to else list(registry.WRITERS)
     registry.check_options(write_options, [registry.writer(target)[0] for target in targets])
-    return build_report(model, targets, write_options)
+    from gatepack.converters.model import as_layers_only
+
+    return build_report(as_layers_only(model) if layers_only else model, targets, write_options)
 
 
 def input_names(artifact: str | Path, format: str | None = None) -> list[str]:

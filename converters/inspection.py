@@ -91,13 +91,18 @@ def _compact(model: Model) -> list[str]:
     lines.append(f"parameters: {total:,} in all")
     width = max(len(layer.name) for layer in model.layers)
     for layer in model.layers:
-        tensors = "  ".join(f"{role} [{', '.join(shape)}]" for role, _, shape in _tensors(layer) if role in ("X", "Y"))
+        tensors = _tensors(layer)
+        ins, outs = (
+            ", ".join(f"{role} {name!r} [{', '.join(shape)}]" for role, name, shape in tensors if (role[0] == "Y") == o)
+            for o in (False, True)
+        )
         lines.append(
             f"  {layer.name:<{width}}  {layer.cell.op_name} {layer.direction.value:<13} "
-            f"I={layer.input_size:<5} H={layer.hidden_size:<5} {tensors}  {layer.parameter_count():,} parameters"
+            f"I={layer.input_size:<5} H={layer.hidden_size:<5} {layer.parameter_count():,} parameters; "
+            f"in: {ins}; out: {outs}"
         )
     lines += [f"note ({n} layer{'s' if n > 1 else ''}): {text}" for text, n in notes.items()]
-    lines.append("(--json gives every layer's tensor names and notes)")
+    lines.append("(--json gives the same as JSON, with every layer's notes)")
     return lines
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gatepack.converters.findings import Finding, Status
+from gatepack.converters.findings import Finding, Status, operator_list
 from gatepack.schemas.layer import RecurrentLayer
 
 
@@ -40,6 +40,35 @@ class Model:
 
     def notes_for(self, layer: RecurrentLayer) -> list[Finding]:
         return self.notes.get(layer.name, [])
+
+    @property
+    def other_ops(self) -> list[str]:
+        """The types of the operators around the recurrent layers ([] when the artifact holds only layers)."""
+        return list(self.meta.get("other_ops") or [])
+
+    @property
+    def layers_only(self) -> bool:
+        """True when the user asked for the recurrent layers alone (``layers_only=True``, ``--layers-only``)."""
+        return bool(self.meta.get("layers_only"))
+
+    @property
+    def keeps_whole(self) -> bool:
+        """True when a target that can hold the operators around the layers should write them too."""
+        return bool(self.other_ops) and not self.layers_only
+
+    def other_ops_text(self) -> str:
+        """'415 other operators of 24 types (Add, BatchNormalization, ...)' (the count when the reader knows it)."""
+        ops = self.other_ops
+        count = self.meta.get("other_op_count")
+        kinds = f"{len(ops)} type{'s' if len(ops) != 1 else ''}"
+        head = f"{count} other operator{'s' if count != 1 else ''}" if count else "other operators"
+        head += f" of {kinds}"
+        return f"{head} ({operator_list(ops)})"
+
+
+def as_layers_only(model: Model) -> Model:
+    """``model`` marked to be written as its recurrent layers alone (the operators around them dropped)."""
+    return replace(model, meta={**model.meta, "layers_only": True}) if model.other_ops else model
 
 
 _INPUT_ROLES = {"x": "X", "sequence_lens": "sequence_lens", "initial_h": "initial_h"}

@@ -93,7 +93,15 @@ COMPRESS_TO_FP16 = WriteOption(
     bool,
 )
 ONNX_OPTIONS = (
-    WriteOption("opset", "7 or 14", _one_of(7, 14), "--opset", "opset to write (default 14).", ("7", "14"), int),
+    WriteOption(
+        "opset",
+        "7 or 14",
+        _one_of(7, 14),
+        "--opset",
+        "opset to write (default 14; a whole model keeps its own).",
+        ("7", "14"),
+        int,
+    ),
     WriteOption(
         "layout_encoding",
         "transpose or attribute",

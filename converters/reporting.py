@@ -3,6 +3,7 @@
 JSON shape (docs/design.md, "Findings"; extra keys are additions)::
 
     {"source": ..., "format": ...,
+     "model": {FORMAT: {"feature": "model", "status", "detail", ...}},   # only for models with other operators
      "layers": [{"name": ..., "cell": ..., "direction": ..., "hidden_size": ..., "input_size": ...,
                  "targets": {FORMAT: {"status": WORST, "findings": [{"feature", "status", "detail", ...}]}}}],
      "skipped": [{"name": ..., "reason": ...}]}
@@ -12,10 +13,10 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gatepack.converters import registry
-from gatepack.converters.findings import Finding, Status, operator_list, sort_worst_first, worst
+from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
 from gatepack.converters.model import Model, chained_input_finding
 from gatepack.schemas.layer import RecurrentLayer
 
@@ -62,11 +63,13 @@ class Report:
     format: str
     layers: list[LayerReport]
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    model: dict[str, Finding | None] = field(default_factory=dict)  # per target: its ``model`` finding
 
     def to_json(self) -> dict:
         return {
             "source": self.source,
             "format": self.format,
+            "model": {t: f.to_json() for t, f in self.model.items() if f is not None},
             "layers": [lay.to_json() for lay in self.layers],
             "skipped": [{"name": n, "reason": r} for n, r in self.skipped],
         }
@@ -188,47 +191,139 @@ class Report:
             out += ["", "## Skipped", ""] + [f"- `{n}`: {r}" for n, r in self.skipped]
         return "\n".join(out).rstrip() + "\n"
 
+    def layer_groups(self) -> list[list[LayerReport]]:
+        """Layers of one kind with the same findings for every target (feature, status, warning and
+        alternative; details such as shapes and tensor names may differ), in first-seen order."""
+        groups: dict[str, list[LayerReport]] = {}
+        for lay in self.layers:
+            outline = {
+                t: [(f.feature, f.status.value, f.warning, f.alternative) for f in r.findings]
+                for t, r in lay.targets.items()
+            }
+            groups.setdefault(json.dumps([_describe(lay.layer), outline]), []).append(lay)
+        return list(groups.values())
+
+    def caveats(self, target: str) -> list[Finding]:
+        """What a user of ``target`` must know first: the ``model`` finding when the operators around
+        the layers are not kept, and every warning (runtime doubts, layers only), each once."""
+        found: dict[str, Finding] = {}
+        model = self.model.get(target)
+        if model is not None and (model.status is not Status.EXACT or model.warning):
+            found[json.dumps(model.to_json(), sort_keys=True)] = model
+        for lay in self.layers:
+            for f in lay.targets[target].findings:
+                if f.warning and f.feature != "model":
+                    found.setdefault(json.dumps(f.to_json(), sort_keys=True), f)
+        return list(found.values())
+
     def to_html(self) -> str:
+        """One page: the per-target summary and caveats first, then the layers (identical ones grouped,
+        filterable by target and status, each cell's findings one click away), then every finding
+        per target."""
         targets = self.targets()
         esc = html.escape
-        rows = []
-        for lay in self.layers:
-            cells = []
-            for t in targets:
-                tr = lay.targets[t]
-                items = "".join(
-                    f"<li class='{f.status.value}'><b>{esc(f.feature)}</b> <i>{f.status.value}</i>: {esc(f.detail)}"
+        intro = f"{esc(self.source)} ({esc(self.format)}): {len(self.layers)} recurrent layer(s)"
+        if self.model:
+            keepers = [t for t, f in self.model.items() if f is not None and f.status is not Status.UNSUPPORTED]
+            intro += (
+                "; the model has other operators around them, which "
+                + (f"{', '.join(keepers)} keep{'s' if len(keepers) == 1 else ''}" if keepers else "no target keeps")
+                + (f" and {', '.join(t for t in targets if t not in keepers)} cannot hold" if keepers else "")
+            )
+        summary_rows = []
+        for t in targets:
+            counts = self.status_counts(t)
+            badges = " ".join(
+                f"<span class='badge {word.split()[1]}'>{esc(word)}</span>" for word in counts.split(", ") if word
+            )
+            model = self.model.get(t)
+            whole = (
+                "&mdash;"
+                if model is None
+                else f"<span class='badge {model.status.value}'>"
+                + ("whole model" if model.status is not Status.UNSUPPORTED else "layers only")
+                + "</span>"
+            )
+            summary_rows.append(
+                f"<tr data-target='{esc(t)}'><th>{esc(t)}</th><td class='{self._worst(t).value}'>"
+                f"{self._worst(t).value}</td><td>{badges}</td><td>{whole}</td><td>{len(self.caveats(t))}</td></tr>"
+            )
+        caveat_items = []
+        for t in targets:
+            for f in self.caveats(t):
+                caveat_items.append(
+                    f"<li data-target='{esc(t)}'><b>{esc(t)}</b> <span class='badge {f.status.value}'>"
+                    f"{f.status.value}</span> <b>{esc(f.feature)}</b>: {esc(f.detail)}"
                     + (f" <em>warning: {esc(f.warning)}</em>" if f.warning else "")
                     + (f" <em>instead: {esc(f.alternative)}</em>" if f.alternative else "")
                     + "</li>"
-                    for f in tr.findings
                 )
-                summary = f"<summary>{tr.status.value}</summary>"
-                cells.append(f"<td class='{tr.status.value}'><details>{summary}<ul>{items}</ul></details></td>")
-            rows.append(
-                f"<tr><th>{esc(lay.layer.name)}<br><small>{esc(_describe(lay.layer))}</small></th>{''.join(cells)}</tr>"
+        filters = (
+            "<fieldset id='filters'><legend>show</legend>targets: "
+            + " ".join(
+                f"<label><input type='checkbox' checked data-target='{esc(t)}'> {esc(t)}</label>" for t in targets
             )
-        style = (
-            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid "
-            "#ccc;padding:4px 8px;vertical-align:top;text-align:left}"
-            ".exact{background:#d4f7d4}.repacked{background:#e3f2d0}.folded{background:#f0f3c8}.decomposed{background:#fbe7b5}"
-            ".lossy{background:#fbd0a8}.unsupported{background:#f6b0b0}li{background:none}"
+            + " &nbsp; statuses: "
+            + " ".join(
+                f"<label class='{st.value}'><input type='checkbox' checked data-status='{st.value}'> {st.value}</label>"
+                for st in sorted(Status, key=lambda st: st.rank)
+            )
+            + "</fieldset>"
         )
-        head = "".join(f"<th>{esc(t)}</th>" for t in targets)
+        rows = []
+        for group in self.layer_groups():
+            first = group[0]
+            names = (
+                esc(first.layer.name)
+                if len(group) == 1
+                else f"{len(group)} layers <details class='names'><summary>list</summary><ul>"
+                + "".join(f"<li>{esc(lay.layer.name)}</li>" for lay in group)
+                + "</ul></details>"
+            )
+            cells = []
+            for t in targets:
+                tr = first.targets[t]
+                variants = [len({lay.targets[t].findings[k].detail for lay in group}) for k in range(len(tr.findings))]
+                items = "".join(
+                    f"<li class='{f.status.value}'><b>{esc(f.feature)}</b> <i>{f.status.value}</i>: {esc(f.detail)}"
+                    + (f" <small>({esc(first.layer.name)}; {n - 1} other variant(s) here)</small>" if n > 1 else "")
+                    + (f" <em>warning: {esc(f.warning)}</em>" if f.warning else "")
+                    + (f" <em>instead: {esc(f.alternative)}</em>" if f.alternative else "")
+                    + "</li>"
+                    for f, n in zip(tr.findings, variants)
+                )
+                cells.append(
+                    f"<td class='{tr.status.value}' data-target='{esc(t)}' data-status='{tr.status.value}'>"
+                    f"<details><summary>{tr.status.value}</summary><ul>{items}</ul></details></td>"
+                )
+            rows.append(
+                f"<tr class='group'><th>{names}<br><small>{esc(_describe(first.layer))}</small></th>"
+                f"{''.join(cells)}</tr>"
+            )
+        head = "".join(f"<th data-target='{esc(t)}'>{esc(t)}</th>" for t in targets)
         legend = " ".join(
             f"<span class='{status.value}'>&nbsp;{status.value}&nbsp;</span>"
             for status in sorted(Status, key=lambda st: st.rank, reverse=True)
         )
+        skipped = "".join(f"<li><b>{esc(n)}</b>: {esc(r)}</li>" for n, r in self.skipped)
         return (
-            "<!DOCTYPE html><html><head><meta charset='utf-8'><title>gatepack "
-            f"report</title><style>{style}</style></head><body>"
-            f"<h1>gatepack report</h1><p>{esc(self.source)} ({esc(self.format)}): {len(self.layers)} recurrent "
-            "layer(s)</p>"
+            "<!DOCTYPE html><html><head><meta charset='utf-8'><title>gatepack report</title>"
+            f"<style>{_HTML_STYLE}</style></head><body>"
+            f"<h1>gatepack report</h1><p id='intro'>{intro}</p>"
+            "<h2>Targets</h2><table id='targets'><tr><th>target</th><th>worst</th><th>layers</th><th>model</th>"
+            f"<th>caveats</th></tr>{''.join(summary_rows)}</table>"
+            + (f"<h2>Caveats</h2><ul id='caveats'>{''.join(caveat_items)}</ul>" if caveat_items else "")
+            + f"<h2>Layers</h2>{filters}"
             f"<table id='matrix'><tr><th>layer</th>{head}</tr>{''.join(rows)}</table>"
             f"<p id='legend'>{legend} &mdash; a cell shows the worst status of its findings; open it for every "
-            "finding.</p>"
-            f"<h2>Per target</h2><div id='summary'>{self._html_summary()}</div></body></html>\n"
+            "finding. Layers whose findings are identical for every target share one row.</p>"
+            + (f"<h2>Skipped</h2><ul id='skipped'>{skipped}</ul>" if skipped else "")
+            + f"<h2>Per target</h2><div id='summary'>{self._html_summary()}</div>"
+            f"<script>{_HTML_SCRIPT}</script></body></html>\n"
         )
+
+    def _worst(self, target: str) -> Status:
+        return min((lay.targets[target].status for lay in self.layers), key=lambda st: st.rank, default=Status.EXACT)
 
     def _html_summary(self) -> str:
         """Each target's findings over all layers, grouped (what is not exact, and warnings)."""
@@ -254,6 +349,41 @@ class Report:
         return "".join(parts)
 
 
+_HTML_STYLE = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1em}td,th{border:1px solid "
+    "#ccc;padding:4px 8px;vertical-align:top;text-align:left}.badge{padding:1px 6px;border-radius:3px;margin-right:4px}"
+    ".exact{background:#d4f7d4}.repacked{background:#e3f2d0}.folded{background:#f0f3c8}.decomposed{background:#fbe7b5}"
+    ".lossy{background:#fbd0a8}.unsupported{background:#f6b0b0}li{background:none}#caveats li{margin:4px 0}"
+    "details.names{display:inline}fieldset{border:1px solid #ccc;margin-bottom:8px}label{margin-right:8px}"
+)
+# Filters: unchecked targets hide their columns; a layer row shows when one of its visible cells has a
+# checked status. The page's address may preset them: #targets=onnx,openvino&status=unsupported,lossy.
+_HTML_SCRIPT = """
+const boxes = (key) => [...document.querySelectorAll('#filters input[data-' + key + ']')];
+function applyFilters() {
+  const hidden = new Set(boxes('target').filter(b => !b.checked).map(b => b.dataset.target));
+  const shown = new Set(boxes('status').filter(b => b.checked).map(b => b.dataset.status));
+  document.querySelectorAll('#matrix [data-target], #targets [data-target], #caveats [data-target]').forEach(el => {
+    el.style.display = hidden.has(el.dataset.target) ? 'none' : '';
+  });
+  document.querySelectorAll('#matrix tr.group').forEach(row => {
+    const cells = [...row.querySelectorAll('td[data-target]')].filter(td => !hidden.has(td.dataset.target));
+    row.style.display = cells.some(td => shown.has(td.dataset.status)) ? '' : 'none';
+  });
+}
+const preset = new URLSearchParams(location.hash.slice(1));
+for (const [key, attr] of [['targets', 'target'], ['status', 'status']]) {
+  if (preset.has(key)) {
+    const wanted = new Set(preset.get(key).split(','));
+    boxes(attr).forEach(b => { b.checked = wanted.has(b.dataset[attr]); });
+  }
+}
+boxes('target').concat(boxes('status')).forEach(b => b.addEventListener('change', applyFilters));
+applyFilters();
+document.body.dataset.ready = 'yes';
+"""
+
+
 def _describe(layer: RecurrentLayer) -> str:
     lbr = f", lbr={int(layer.linear_before_reset)}" if layer.cell.spec.reset_placement else ""
     return f"{layer.cell.op_name} {layer.direction.value}, I={layer.input_size}, H={layer.hidden_size}{lbr}"
@@ -263,39 +393,74 @@ def _layer_label(lay: LayerReport) -> str:
     return f"{lay.layer.name} ({_describe(lay.layer)})"
 
 
-def target_findings(model: Model, layer: RecurrentLayer, target: str, options: dict) -> list[Finding]:
+def target_findings(
+    model: Model, layer: RecurrentLayer, target: str, options: dict, surroundings: Finding | None = None
+) -> list[Finding]:
     """Everything that happens to ``layer`` when written as ``target``, worst first (``options``: write
-    options, each passed to the targets that take it)."""
+    options, each passed to the targets that take it; ``surroundings``: the target's ``model`` finding,
+    from ``model_finding``)."""
     info, implementation = registry.writer(target)
     accepted = {k: v for k, v in options.items() if k in info.option_names}
-    whole = implementation.whole_model_finding(model)
-    chained = chained_input_finding(model, layer) if whole is None else None  # side-by-side layers only
-    found = implementation.check(layer, **accepted) + [_surroundings_finding(model, whole, info.title), chained]
+    keeps_whole = surroundings is not None and surroundings.status is not Status.UNSUPPORTED
+    if keeps_whole and "opset" in info.option_names and "opset" not in accepted and "opset" in model.meta:
+        accepted["opset"] = model.meta["opset"]  # a whole model keeps its own
+    chained = None if keeps_whole else chained_input_finding(model, layer)  # side-by-side layers only
+    found = implementation.check(layer, **accepted) + [surroundings, chained]
     return sort_worst_first(list(model.notes_for(layer)) + [f for f in found if f is not None])
 
 
-def _surroundings_finding(model: Model, whole: Finding | None, title: str) -> Finding | None:
-    """What happens to the operators around the recurrent layers (None: the model has none). A
-    format that writes whole models says so itself (``whole``: its ``whole_model_finding``)."""
-    other = model.meta.get("other_ops")
-    if not other:
+def whole_model_targets(model: Model) -> list[str]:
+    """The formats that write ``model`` whole, the operators around its layers included."""
+    whole = replace(model, meta={**model.meta, "layers_only": False})
+    findings = {name: registry.writer(name)[1].whole_model_finding(whole) for name in registry.WRITERS}
+    return [name for name, f in findings.items() if f is not None and f.status is not Status.UNSUPPORTED]
+
+
+def model_finding(model: Model, target: str, keepers: list[str] | None = None) -> Finding | None:
+    """What happens to the operators around the recurrent layers when ``model`` is written as
+    ``target`` (None: the model has none). A format that writes whole models says so itself (its
+    ``whole_model_finding``); every other one holds the layers alone: ``unsupported``, unless the user
+    asked for the layers alone (``layers_only``), which the finding then says. ``keepers``: the
+    formats that keep the whole model (default: asked of every writer)."""
+    if not model.other_ops:
         return None
-    return whole or Finding(
+    info, implementation = registry.writer(target)
+    if not model.layers_only:
+        whole = implementation.whole_model_finding(model)
+        if whole is not None:
+            return whole
+    around = f"the model has {model.other_ops_text()} around its {len(model.layers)} recurrent layer(s)"
+    if model.layers_only:
+        return Finding(
+            "model",
+            Status.UNSUPPORTED,
+            f"{around}; written as the recurrent layers alone, as asked: each layer with its own inputs and outputs "
+            "(gatepack inspect lists them), the other operators left out",
+            warning="layers only, as asked",
+        )
+    keepers = whole_model_targets(model) if keepers is None else keepers
+    keep = f", or convert to {' or '.join(keepers)}, which keep the whole model" if keepers else ""
+    return Finding(
         "model",
-        Status.EXACT,
-        f"only the recurrent layers are written; the model's other operators ({operator_list(other)}) are not part "
-        f"of the {title} artifact",
-        warning="layers only",
+        Status.UNSUPPORTED,
+        f"{around}; written as {info.title} from {registry.check_name(model.format).title}, the artifact would hold "
+        "the recurrent layers only",
+        alternative=(
+            "pass --layers-only (API: layers_only=True) to write the recurrent layers alone, each with its own "
+            f"inputs and outputs{keep}"
+        ),
     )
 
 
 def build_report(model: Model, targets: list[str], options: dict | None = None) -> Report:
     options = options or {}
+    keepers = whole_model_targets(model) if model.other_ops else []
+    surroundings = {target: model_finding(model, target, keepers) for target in targets}
     layers = []
     for layer in model.layers:
         lay = LayerReport(layer)
         for target in targets:
-            found = target_findings(model, layer, target, options)
+            found = target_findings(model, layer, target, options, surroundings[target])
             lay.targets[target] = TargetReport(worst(found), found)
         layers.append(lay)
-    return Report(str(model.path), model.format, layers, list(model.skipped))
+    return Report(str(model.path), model.format, layers, list(model.skipped), surroundings)

@@ -39,6 +39,20 @@ class OutputComparison:
     nonfinite_in_source: int = 0  # entries where the source overflowed and the target stayed finite
 
 
+@dataclass(frozen=True)
+class Tolerance:
+    """The user's tolerances (``verify --atol/--rtol``); None keeps the per-dtype default."""
+
+    atol: float | None = None
+    rtol: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+                raise UsageError(f"{name} {value!r} is not a finite number >= 0")
+
+
 @dataclass
 class Verification:
     source: str
@@ -65,11 +79,26 @@ class Verification:
             "notes": self.notes,
         }
 
+    def verdict(self) -> str:
+        """'verification passed (56 outputs, largest error 7.6e-06 in conv_cache_out)'."""
+        if not self.outputs:
+            return "verification FAILED (no output compared)"
+        worst = max(self.outputs, key=lambda o: o.max_abs_error)
+        where = worst.output if worst.layer == WHOLE_MODEL else f"{worst.layer} {worst.output}"
+        failed = sum(not o.passed for o in self.outputs)
+        head = "passed" if self.passed else f"FAILED ({failed} of {len(self.outputs)} outputs differ)"
+        return (
+            f"verification {head} ({len(self.outputs)} output(s), largest error {worst.max_abs_error:.3g} in {where})"
+        )
+
+    LISTED = 8  # outputs: above this, the passing ones are summarised in one line
+
     def to_text(self) -> str:
         lines = [
             f"verification {'passed' if self.passed else 'FAILED'}: {self.source} vs {self.target} (seed {self.seed})"
         ]
-        for o in self.outputs:
+        shown = self.outputs if len(self.outputs) <= self.LISTED else [o for o in self.outputs if not o.passed]
+        for o in shown[: self.LISTED]:
             mark = "ok  " if o.passed else "FAIL"
             lines.append(
                 f"  {mark} {o.layer} {o.output}: max abs {o.max_abs_error:.3g}, max rel {o.max_rel_error:.3g} "
@@ -80,8 +109,41 @@ class Verification:
                     f"       {o.nonfinite_in_source} entries are inf/NaN in the source's result, or in a sequence "
                     "where it overflowed, and not in the target's; compared on the rest"
                 )
-        lines += [f"  note: {n}" for n in self.notes]
+        if len(shown) > self.LISTED:
+            lines.append(f"  ... and {len(shown) - self.LISTED} more outputs that differ (--json lists every one)")
+        passing = [o for o in self.outputs if o.passed]
+        if len(self.outputs) > self.LISTED and passing:
+            worst = max(passing, key=lambda o: o.max_abs_error)
+            layers = len({o.layer for o in passing})
+            nonfinite = sum(o.nonfinite_in_source for o in passing)
+            lines.append(
+                f"  ok   {len(passing)} outputs of {layers} layer(s): largest max abs {worst.max_abs_error:.3g} "
+                f"({worst.layer} {worst.output}), max rel {max(o.max_rel_error for o in passing):.3g}"
+                + (f"; {nonfinite} entries where the source overflowed not compared" if nonfinite else "")
+            )
+        lines += [f"  note: {n}" for n in _grouped_notes(self.notes)]
         return "\n".join(lines)
+
+
+def _grouped_notes(notes: list[str]) -> list[str]:
+    """Notes that differ only in the layer they name, as one note naming how many layers."""
+    import re
+
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        found = re.search(r"layer '([^']*)'", note)
+        key = note if found is None else note[: found.start()] + "layer {}" + note[found.end() :]
+        groups.setdefault(key, []).append(found.group(1) if found else "")
+    out = []
+    for key, names in groups.items():
+        if "{}" not in key:
+            out.append(key)
+        elif len(names) == 1:
+            out.append(key.replace("layer {}", f"layer {names[0]!r}"))
+        else:
+            shown = ", ".join(repr(n) for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            out.append(key.replace("layer {}", f"{len(names)} layers ({shown})"))
+    return out
 
 
 def to_interface(layer: RecurrentLayer, role_inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -144,6 +206,7 @@ def compare(
     expected: np.ndarray,
     dtypes: tuple[str, ...],
     untrusted: np.ndarray | None = None,
+    tolerance: "Tolerance | None" = None,
 ) -> OutputComparison:
     """Compare ``actual`` with ``expected`` (the source's result).
 
@@ -152,9 +215,15 @@ def compare(
     finite. ``untrusted`` marks further entries computed from such an overflow (the rest of that
     sequence: inf arithmetic inside the source runtime decides their signs). Both kinds are counted
     in ``nonfinite_in_source``, and the comparison fails if they are the majority. Everything else
-    must satisfy ``|a - b| <= atol + rtol * |b|``.
+    must satisfy ``|a - b| <= atol + rtol * |b|``, with the loosest of ``dtypes``' tolerances, or those
+    ``tolerance`` sets.
     """
     atol, rtol = max(TOLERANCES[d][0] for d in dtypes), max(TOLERANCES[d][1] for d in dtypes)
+    if tolerance is not None:
+        atol, rtol = (
+            tolerance.atol if tolerance.atol is not None else atol,
+            (tolerance.rtol if tolerance.rtol is not None else rtol),
+        )
     a, b = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
     if a.shape != b.shape:
         return OutputComparison(
@@ -214,6 +283,10 @@ def pair_layers(source: Model, target: Model) -> list[tuple[RecurrentLayer, Recu
 WHOLE_MODEL = "(whole model)"
 
 
+class SourceDoesNotRun(Exception):
+    """The source's whole model does not run on its runtime (e.g. onnxruntime rejects ``layout = 1``)."""
+
+
 def _graph_inputs(model: Model) -> list[tuple[str, np.dtype, list]]:
     graph_inputs = registry.reader(model.format).graph_inputs
     if graph_inputs is None:
@@ -236,14 +309,23 @@ def sample_graph_inputs(
 
 
 def verify_whole(
-    source: Model, target: Model, *, seed: int = 0, dim_size: int = DEFAULT_SEQ_LENGTH, target_file=None
+    source: Model,
+    target: Model,
+    *,
+    seed: int = 0,
+    dim_size: int = DEFAULT_SEQ_LENGTH,
+    target_file=None,
+    tolerance: Tolerance | None = None,
 ) -> Verification:
     """Run two whole models (recurrent layers and every other operator) on their own runtimes on
     the same random inputs; compare every output of the source by name."""
     target_file = target_file or target.path
     result = Verification(str(source.path), str(target.path), seed)
     feed = sample_graph_inputs(source, np.random.default_rng(seed), dim_size)
-    expected = registry.reader(source.format).run_native(source.path, feed)
+    try:
+        expected = registry.reader(source.format).run_native(source.path, feed)
+    except RuntimeFailure as err:
+        raise SourceDoesNotRun(err.one_line()) from None
     actual = registry.reader(target.format).run_native(target_file, feed)
     for name, value in expected.items():
         if name not in actual:
@@ -261,13 +343,19 @@ def verify_whole(
         dtypes = tuple(d for d in (str(value.dtype), str(actual[name].dtype)) if d in TOLERANCES) or (
             "float32",
         )  # integer outputs: float32's
-        result.outputs.append(compare(WHOLE_MODEL, name, actual[name], value, dtypes))
+        result.outputs.append(compare(WHOLE_MODEL, name, actual[name], value, dtypes, tolerance=tolerance))
     result.notes.append(f"whole models compared end to end (every dynamic dimension = {dim_size})")
     return result
 
 
 def verify_models(
-    source: Model, target: Model, *, seed: int = 0, target_file=None, progress: "Progress | None" = None
+    source: Model,
+    target: Model,
+    *,
+    seed: int = 0,
+    target_file=None,
+    progress: "Progress | None" = None,
+    tolerance: Tolerance | None = None,
 ) -> Verification:
     """Compare ``target`` with ``source``: end to end when both hold whole models (other operators
     around their recurrent layers), else layer by layer. ``target_file`` is where the target's
@@ -275,10 +363,19 @@ def verify_models(
     from gatepack.converters.progress import Silent
 
     progress = progress or Silent()
+    fallback = None
     if source.meta.get("other_ops") and target.meta.get("other_ops"):
         progress.step("verifying the whole model")
-        return verify_whole(source, target, seed=seed, target_file=target_file)
+        try:
+            return verify_whole(source, target, seed=seed, target_file=target_file, tolerance=tolerance)
+        except SourceDoesNotRun as err:
+            fallback = (
+                f"the source's whole model does not run on its runtime ({err}); its layers were compared one by one "
+                "instead, each source layer on gatepack's executor where its runtime refuses it"
+            )
     result = Verification(str(source.path), str(target.path), seed)
+    if fallback:
+        result.notes.append(fallback)
     rng = np.random.default_rng(seed)
     pairs = pair_layers(source, target)
     for k, (src_layer, dst_layer) in enumerate(pairs):
@@ -306,7 +403,7 @@ def verify_models(
                     else (overflowed[None, :, :, None] if output == "Y" else overflowed[:, :, None])
                 )
                 result.outputs.append(
-                    compare(src_layer.name, output, actual[output], expected[output], dtypes, untrusted)
+                    compare(src_layer.name, output, actual[output], expected[output], dtypes, untrusted, tolerance)
                 )
     progress.step("verified", len(pairs), len(pairs))
     return result

@@ -96,8 +96,11 @@ def test_weights_from_constant_nodes_match_onnx_reference():
     ],
 )
 def test_real_model_converts_and_verifies(name, tmp_path):
-    out = tmp_path / "layers.onnx"
-    result = gp.convert(REALMODELS / name, out, to="onnx")
+    """Whole models stay whole (compared end to end); the layers alone on request (compared layer by layer)."""
+    source = gp.load(REALMODELS / name)
+    result = gp.convert(REALMODELS / name, tmp_path / "whole.onnx", to="onnx")
     assert result.verification.passed, result.verification.to_text()
-    assert len(result.verification.outputs) >= len(gp.load(REALMODELS / name).layers)
-    assert out.is_file()
+    assert result.whole == bool(source.other_ops)
+    layers = gp.convert(REALMODELS / name, tmp_path / "layers.onnx", to="onnx", layers_only=True)
+    assert layers.verification.passed and not layers.whole
+    assert len(layers.verification.outputs) >= len(source.layers)

@@ -36,14 +36,33 @@ def test_external_data_is_memory_mapped_not_copied(stacked):
 @pytest.mark.parametrize("target", ["onnx", "openvino", "directml", "coreml", "bnns"])
 def test_model_with_external_data_converts_and_verifies(stacked, target, tmp_path):
     out = tmp_path / {"onnx": "m.onnx", "openvino": "m.xml", "coreml": "m.mlpackage"}.get(target, "m")
-    result = gp.convert(stacked, out, to=target)
+    result = gp.convert(stacked, out, to=target, layers_only=target not in ("onnx", "openvino"))
     assert result.verification.passed, result.verification.to_text()
-    assert len(gp.load(out).layers) == 2
+    assert len(gp.load(out).layers) == 2 and result.whole == (target in ("onnx", "openvino"))
+
+
+def test_whole_onnx_output_keeps_external_data_and_runs_as_the_source(stacked, tmp_path):
+    """The whole stack (Transpose, Reshape between the layers) rewritten in place: the weights stream into
+    the new data file, bit-exact; onnxruntime gives the source's outputs."""
+    out = tmp_path / "m.onnx"
+    assert gp.convert(stacked, out, to="onnx").whole
+    assert (tmp_path / "m.onnx.data").is_file() and out.stat().st_size < 10_000
+    source, written = onnx.load(str(stacked)), onnx.load(str(out))  # (outputs of unknown shape: as the source's)
+    assert [n.op_type for n in written.graph.node] == [n.op_type for n in source.graph.node]
+    for name in ("W0", "R1", "B1", "shape"):
+        a, b = (
+            onnx.numpy_helper.to_array(next(t for t in m.graph.initializer if t.name == name), base_dir=str(d))
+            for m, d in ((source, stacked.parent), (written, tmp_path))
+        )
+        np.testing.assert_array_equal(b, a)
+    feed = {"X": np.random.default_rng(0).uniform(-1, 1, (5, 2, 16)).astype(np.float32)}
+    for got, want in zip(ort_run(out, feed), ort_run(stacked, feed)):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_onnx_output_keeps_external_data_and_onnxruntime_runs_it(stacked, tmp_path):
     out = tmp_path / "m.onnx"
-    gp.convert(stacked, out, to="onnx")
+    gp.convert(stacked, out, to="onnx", layers_only=True)
     assert (tmp_path / "m.onnx.data").is_file() and out.stat().st_size < 10_000
     onnx.checker.check_model(str(out))
     source = onnx.load(str(stacked))

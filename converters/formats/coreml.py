@@ -748,7 +748,18 @@ def read(path: str | Path, **_options) -> Model:
             f"{path}: no gru or rnn op in the program"
             + (f", and its while_loop is not a GRU/RNN: {refused[0][1]}" if refused else ""),
         )
-    return Model(path, FORMAT, layers, notes, refused)
+    return Model(path, FORMAT, layers, notes, refused, _other_ops(function, layers))
+
+
+def _other_ops(function, layers: list[RecurrentLayer]) -> dict:
+    """The model meta naming the main function's operators that are not its layers (constants apart)."""
+    lifted = {layer.name for layer in layers}
+    other = [
+        op.op_type
+        for op in function.operations
+        if op.op_type not in ("const", "gru", "rnn") and not (op.op_type == "while_loop" and op.name in lifted)
+    ]
+    return {"other_ops": sorted(set(other)), "other_op_count": len(other)} if other else {}
 
 
 # -------------------------------------------------------------------------------- lifting loops

@@ -227,15 +227,9 @@ class _Reader:
                 raise NoRecurrentLayerError(f"{self.path}: no GRU/RNN layer found: {refused[0][1]}")
             raise NoRecurrentLayerError(f"{self.path}: no GRU/RNN layer found{self._why_none()}")
         absorbed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
-        other_ops = sorted({n.op_type for n in self.proto.graph.node if id(n) not in absorbed})
-        return Model(
-            self.path,
-            FORMAT,
-            self.layers,
-            self.notes,
-            self.skipped,
-            {"opset": self.opset, "other_ops": other_ops, "external_data": self.external_data},
-        )
+        other = [n.op_type for n in self.proto.graph.node if id(n) not in absorbed]
+        meta = {"opset": self.opset, "other_ops": sorted(set(other)), "external_data": self.external_data}
+        return Model(self.path, FORMAT, self.layers, self.notes, self.skipped, {**meta, "other_op_count": len(other)})
 
     def _lift(self) -> list[tuple[str, str]]:
         """Lift the main graph's Loops and unrolled cells into layers (``converters.lifting``), each
@@ -323,21 +317,12 @@ class _Reader:
         )
 
     def _walk(self, graph: onnx.GraphProto, parent: _Scope | None, prefix: str) -> Iterator[tuple]:
-        scope = _Scope(graph, parent, prefix)
-        used: set[str] = set()
-        for index, node in enumerate(graph.node):
-            base = node.name or f"{node.op_type}_{index}"
-            name = prefix + base
-            while name in used:
-                name += "_"
-            used.add(name)
+        scopes: dict[int, _Scope] = {}
+        for node, owner, outer, name in walk_nodes(graph, prefix):
+            scope = scopes.get(id(owner))
+            if scope is None:
+                scope = scopes[id(owner)] = _Scope(owner, scopes[id(outer)] if outer is not None else parent, name)
             yield node, scope, name
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    yield from self._walk(attr.g, scope, f"{name}/{attr.name}/")
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    for k, sub in enumerate(attr.graphs):
-                        yield from self._walk(sub, scope, f"{name}/{attr.name}[{k}]/")
 
     # -- constants
 
@@ -688,6 +673,27 @@ class _Reader:
             raise InputError(f"{at}{err}") from None
 
 
+def walk_nodes(
+    graph: onnx.GraphProto, prefix: str = "", outer: onnx.GraphProto | None = None
+) -> Iterator[tuple[onnx.NodeProto, onnx.GraphProto, onnx.GraphProto | None, str]]:
+    """Every node of ``graph`` and of its subgraphs, depth first: (node, its graph, that graph's
+    enclosing graph, a unique name: the node's name, or ``OpType_index``, under its subgraph path such
+    as ``If_3/then_branch/``). Layers are named so; the in-place writer finds their nodes again so."""
+    used: set[str] = set()
+    for index, node in enumerate(graph.node):
+        name = prefix + (node.name or f"{node.op_type}_{index}")
+        while name in used:
+            name += "_"
+        used.add(name)
+        yield node, graph, outer, name
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from walk_nodes(attr.g, f"{name}/{attr.name}/", graph)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for k, sub in enumerate(attr.graphs):
+                    yield from walk_nodes(sub, f"{name}/{attr.name}[{k}]/", graph)
+
+
 def _exposed_text(region) -> str:
     """How the source's own tensors of a lifted layer relate to its canonical Y and Y_h."""
     parts = []
@@ -786,12 +792,13 @@ def write(
     model: Model,
     path: str | Path,
     *,
-    opset: int = DEFAULT_OPSET,
+    opset: int | None = None,
     layout_encoding: str = "transpose",
     external_data: bool | None = None,
 ) -> None:
     """Write ``model``'s layers as one ONNX model: one node per layer, each with the source layer's
-    interface (names, layout, optional inputs and outputs). Atomic: nothing is left on failure.
+    interface (names, layout, optional inputs and outputs). Atomic: nothing is left on failure. An
+    ONNX model with other operators around its layers is kept whole (``in_place``), in its own opset.
 
     ``layout_encoding`` for batch-major (layout 1) layers: ``transpose`` (default) wraps a layout-0
     node in Transposes, which every runtime runs; ``attribute`` writes ``layout=1`` (opset >= 14).
@@ -800,10 +807,16 @@ def write(
     weights so, or when they exceed 1 GiB (ONNX files stop at 2 GiB).
     """
     path = Path(path)
-    if lifted_layers(model) and model.meta.get("other_ops"):
-        with atomic_files(path, ()) as tmp:
-            onnx.save(in_place(model), str(tmp))
+    if is_whole_model(model):
+        if opset is not None and opset != model.meta.get("opset"):
+            raise UsageError(
+                f"{model.path}: a whole model keeps its opset {model.meta.get('opset')}; --opset {opset} applies to "
+                "the recurrent layers written alone",
+                hint="leave out --opset, or pass --layers-only",
+            )
+        _write_whole(model, path, layout_encoding, external_data)
         return
+    opset = DEFAULT_OPSET if opset is None else opset
     if external_data is None:
         weight_bytes = sum(
             p.W.nbytes + p.R.nbytes + p.Wb.nbytes + p.Rb.nbytes for layer in model.layers for p in layer.directions
@@ -812,14 +825,33 @@ def write(
     data_name = path.name + ".data"
     with atomic_files(path, (".onnx.data",) if path.suffix == ".onnx" else ()) as tmp:
         if external_data:
-            if path.suffix != ".onnx":
-                raise UsageError(
-                    f"{path}: a model with external data must be named NAME.onnx (its data goes to NAME.onnx.data)"
-                )
+            _check_data_name(path)
             with open(tmp.parent / data_name, "wb") as data:
                 proto = build(model, opset=opset, layout_encoding=layout_encoding, external=(data, data_name))
         else:
             proto = build(model, opset=opset, layout_encoding=layout_encoding)
+        onnx.save(proto, str(tmp))
+
+
+def _check_data_name(path: Path) -> None:
+    if path.suffix != ".onnx":
+        raise UsageError(
+            f"{path}: a model with external data must be named NAME.onnx (its data goes to NAME.onnx.data)"
+        )
+
+
+def _write_whole(model: Model, path: Path, layout_encoding: str, external_data: bool | None) -> None:
+    """The whole model rewritten in place (``in_place``); its weights stay external data (streamed
+    into ``NAME.onnx.data``) when the source kept them so, unless ``external_data`` says otherwise."""
+    external = bool(model.meta.get("external_data")) if external_data is None else external_data
+    if external:
+        _check_data_name(path)
+    with atomic_files(path, (".onnx.data",) if path.suffix == ".onnx" else ()) as tmp:
+        if external:
+            with open(tmp.parent / (path.name + ".data"), "wb") as data:
+                proto = in_place(model, layout_encoding=layout_encoding, external=(data, path.name + ".data"))
+        else:
+            proto = in_place(model, layout_encoding=layout_encoding)
         onnx.save(proto, str(tmp))
 
 
@@ -830,52 +862,231 @@ def lifted_layers(model: Model) -> list[RecurrentLayer]:
     ]
 
 
-def in_place(model: Model) -> onnx.ModelProto:
-    """The source model with every lifted layer's Loop or unrolled cell replaced by one GRU/RNN node
-    (layout 0, named after the layer) and the operators around it kept as they are."""
-    if model.meta.get("external_data"):
-        raise UsageError(
-            f"{model.path}: lifted layers are replaced in place only in models that embed their weights",
-            hint="convert with the weights embedded (onnx.save without external data) first",
-        )
+def is_whole_model(model: Model) -> bool:
+    """An ONNX model with operators around its recurrent layers: ONNX -> ONNX rewrites its layers in
+    place and keeps everything else (unless the user asked for the layers alone)."""
+    return model.format == FORMAT and model.keeps_whole and model.path is not None
+
+
+def in_place(model: Model, *, layout_encoding: str = "transpose", external: tuple | None = None) -> onnx.ModelProto:
+    """The source model, whole, with each recurrent layer rewritten where it is.
+
+    A GRU/RNN node (with the Transposes gatepack absorbed around it) becomes ``layer_nodes``: every
+    attribute explicit, the layout per ``layout_encoding``, the weights as new initializers of its own
+    (sub)graph, reading and producing the same tensor names. A lifted Loop or unrolled chain becomes one
+    node (``onnx_lifting.replace_in_place``). Every other node, initializer, input, output, name and the
+    model's metadata stay as they were; weights and the constant nodes that computed them are removed
+    when nothing else reads them. The model keeps its opset.
+
+    ``external`` = (binary file, location): every tensor is written there, the new weights streamed
+    from the layers' arrays and the source's external tensors copied in chunks; without it, the
+    source's external tensors are embedded."""
     proto = load_proto(Path(model.path))
-    lifted = []
-    for layer in lifted_layers(model):
-        region = layer.provenance.handle.region
-        x0, w = node_inputs(region)
-
-        def stack(key: str, layer: RecurrentLayer = layer) -> np.ndarray:
-            return stack_directions([getattr(p, key) for p in layer.directions])
-
-        weights = {w: stack("W"), f"{layer.name}:R": stack("R")}
-        inputs = [x0, w, f"{layer.name}:R", "", "", region.initial_h or ""]
-        if layer.has_bias:
-            weights[f"{layer.name}:B"] = np.concatenate([stack("Wb"), stack("Rb")], axis=1)
-            inputs[3] = f"{layer.name}:B"
-        node = helper.make_node(
-            layer.cell.spec.onnx_op,
-            inputs,
-            [f"{layer.name}:Y0", f"{layer.name}:Y_h0"],
-            name=layer.name,
-            **_attributes(layer),
+    opset = next((o.version for o in proto.opset_import if o.domain in _ONNX_DOMAINS), DEFAULT_OPSET)
+    if layout_encoding == "attribute" and opset < 14 and any(lay.interface.layout == 1 for lay in model.layers):
+        raise UsageError(
+            f"{model.path}: the layout attribute needs opset 14 or later; the whole model keeps its opset {opset}",
+            hint="use the transpose layout encoding",
         )
-        lifted.append((region, node, weights))
-    replace_in_place(proto, lifted)
+    names = _NameBook()
+    names.used = _all_names(proto)
+    located = {name: graph for _, graph, _, name in walk_nodes(proto.graph)}
+    lifted, written = [], set()
+    for layer in model.layers:
+        if layer.provenance.kind == "lifted":
+            lifted.append(_lifted_replacement(layer))
+        else:
+            written |= _rewrite_node(proto, located[layer.provenance.node], layer, layout_encoding, names, external)
+    if lifted:
+        replace_in_place(proto, lifted)
+    _relocate_external_data(proto, Path(model.path).parent, external, written)
     return proto
 
 
-def whole_model_finding(model: Model) -> Finding | None:
-    """The report's ``model`` finding when lifted layers are replaced in place in the whole model."""
-    if not (lifted_layers(model) and model.meta.get("other_ops")):
-        return None
-    from gatepack.converters.findings import operator_list
+def _relocate_external_data(
+    proto: onnx.ModelProto, source_dir: Path, external: tuple | None, written: set[str]
+) -> None:
+    """The source's external tensors that remain, copied into the new data file (``external``) in
+    chunks, or embedded; each read from a regular file inside the source model's directory
+    (``written``: the new weights, already in the new file)."""
+    graphs = [proto.graph] + [
+        sub
+        for node, _, _, _ in walk_nodes(proto.graph)
+        for a in node.attribute
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
+    ]
+    for tensor in (t for graph in graphs for t in graph.initializer):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        if tensor.name in written:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        file = external_file(tensor, source_dir)
+        offset, length = int(info.get("offset", 0)), int(info.get("length", file.stat().st_size))
+        with open(file, "rb") as source:
+            source.seek(offset)
+            if external is None:
+                raw = source.read(length)
+                if len(raw) != length:
+                    raise InputError(f"{file}: tensor {tensor.name!r} needs {length} bytes at offset {offset}")
+                del tensor.external_data[:]
+                tensor.data_location = onnx.TensorProto.DEFAULT
+                tensor.raw_data = raw
+                continue
+            data, location = external
+            start = data.tell()
+            remaining = length
+            while remaining:
+                chunk = source.read(min(remaining, 1 << 24))
+                if not chunk:
+                    raise InputError(f"{file}: tensor {tensor.name!r} needs {length} bytes at offset {offset}")
+                data.write(chunk)
+                remaining -= len(chunk)
+            data.write(b"\0" * (-data.tell() % 64))
+        del tensor.external_data[:]
+        for key, value in (("location", location), ("offset", str(start)), ("length", str(length))):
+            tensor.external_data.add(key=key, value=value)
 
+
+def _all_names(proto: onnx.ModelProto) -> set[str]:
+    """Every tensor and node name of the model, subgraphs included (new names avoid them all)."""
+    used: set[str] = set()
+    graphs = [proto.graph] + [
+        sub
+        for node, _, _, _ in walk_nodes(proto.graph)
+        for a in node.attribute
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
+    ]
+    for graph in graphs:
+        used |= {t.name for t in graph.initializer} | {i.name for i in graph.input} | {o.name for o in graph.output}
+        used |= {v.name for v in graph.value_info}
+        for node in graph.node:
+            used |= set(node.output) | set(node.input) | {node.name}
+    return used
+
+
+def _rewrite_node(
+    proto: onnx.ModelProto,
+    graph: onnx.GraphProto,
+    layer: RecurrentLayer,
+    encoding: str,
+    names: _NameBook,
+    external: tuple | None = None,
+) -> set[str]:
+    """Replace ``layer``'s node (and the Transposes the reader absorbed into it) in ``graph`` by
+    ``layer_nodes`` at the node's place, under the node's own name; its weights keep their names
+    when nothing else read them (they are replaced). Return the new weights' names."""
+    original = {tuple(n.output) for n in layer.provenance.handle.nodes}
+    position = next(k for k, n in enumerate(graph.node) if tuple(n.output) in original and cell_of_op(n.op_type))
+    node = graph.node[position]
+    gone = [n for n in graph.node if tuple(n.output) in original]
+    kept = [n for n in graph.node if tuple(n.output) not in original]
+    before = sum(1 for n in graph.node[:position] if tuple(n.output) not in original)
+    del graph.node[:]
+    graph.node.extend(kept)
+    itf = layer.interface
+    freed = _drop_dead_constants(proto, graph, gone, keep={itf.x, itf.sequence_lens, itf.initial_h})
+    names.used -= freed | {node.name}
+    inputs = list(node.input) + [""] * 6
+    weight_names = {role: inputs[k] for k, role in ((1, "W"), (2, "R"), (3, "B")) if inputs[k] in freed}
+    inits: list[_Stacked] = []
+    new = layer_nodes(
+        layer,
+        encoding,
+        names,
+        inits,
+        itf.x,
+        itf.sequence_lens,
+        itf.initial_h,
+        itf.y,
+        itf.y_h,
+        node_name=names.fresh(node.name) if node.name else "",
+        weight_names=weight_names,
+    )
+    for k, new_node in enumerate(new):
+        graph.node.insert(before + k, new_node)
+    graph.initializer.extend(t.external(*external) if external else t.embedded() for t in inits)
+    return {t.name for t in inits}
+
+
+def _drop_dead_constants(
+    proto: onnx.ModelProto, graph: onnx.GraphProto, gone: list[onnx.NodeProto], keep: set
+) -> set[str]:
+    """Remove from ``graph`` the initializers and constant-computing nodes that only the removed
+    nodes ``gone`` read (W, R, B and their cones), and the value_info of tensors no longer there;
+    return the names no longer in use."""
+    from collections import Counter
+
+    reads: Counter = Counter()
+    for node, _, _, _ in walk_nodes(proto.graph):
+        reads.update(i for i in node.input if i)
+    reads.update(o.name for o in graph.output)
+    reads.update(name for name in keep if name)
+    producers = {out: node for node in graph.node for out in node.output if out}
+    initializers = {t.name: t for t in graph.initializer}
+    pending = [i for node in gone for i in node.input if i]
+    dead_nodes: list[onnx.NodeProto] = []
+    while pending:
+        name = pending.pop()
+        if reads[name] > 0:
+            continue
+        if name in initializers:
+            graph.initializer.remove(initializers.pop(name))
+            for declared in [i for i in graph.input if i.name == name]:  # IR 3 declares initializers as inputs
+                graph.input.remove(declared)
+        node = producers.get(name)
+        if node is not None and all(reads[o] == 0 for o in node.output if o) and node not in dead_nodes:
+            if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+                dead_nodes.append(node)
+                for i in node.input:
+                    if i:
+                        reads[i] -= 1
+                        pending.append(i)
+    for node in dead_nodes:
+        graph.node.remove(node)
+    present = {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    present |= {t.name for t in graph.initializer} | {o.name for o in graph.output}
+    for info in [v for v in graph.value_info if v.name not in present]:
+        graph.value_info.remove(info)
+    every = {n for node in gone + dead_nodes for n in [*node.input, *node.output, node.name]}
+    return {n for n in every if n and n not in present and reads[n] <= 0}
+
+
+def _lifted_replacement(layer: RecurrentLayer) -> tuple:
+    """(region, node, weights) replacing a lifted layer's loop or unrolled steps (``replace_in_place``)."""
+    region = layer.provenance.handle.region
+    x0, w = node_inputs(region)
+
+    def stack(key: str) -> np.ndarray:
+        return stack_directions([getattr(p, key) for p in layer.directions])
+
+    weights = {w: stack("W"), f"{layer.name}:R": stack("R")}
+    inputs = [x0, w, f"{layer.name}:R", "", "", region.initial_h or ""]
+    if layer.has_bias:
+        weights[f"{layer.name}:B"] = np.concatenate([stack("Wb"), stack("Rb")], axis=1)
+        inputs[3] = f"{layer.name}:B"
+    node = helper.make_node(
+        layer.cell.spec.onnx_op,
+        inputs,
+        [f"{layer.name}:Y0", f"{layer.name}:Y_h0"],
+        name=layer.name,
+        **_attributes(layer),
+    )
+    return region, node, weights
+
+
+def whole_model_finding(model: Model) -> Finding | None:
+    """The report's ``model`` finding when ONNX -> ONNX keeps the whole model (None: layers only)."""
+    if not is_whole_model(model):
+        return None
+    lifted = " (a lifted loop or unrolled chain becomes one node; the tensors the model reads from it are "
+    lifted += "recomputed from its outputs)" if lifted_layers(model) else ""
     return Finding(
         "model",
         Status.EXACT,
-        "whole model in one artifact: each lifted layer replaces its loop or unrolled steps in place (one GRU/RNN "
-        f"node, and the tensors the rest of the model reads recomputed from its outputs); the other operators "
-        f"({operator_list(model.meta['other_ops'])}) are kept as they are",
+        f"whole model in one artifact, opset {model.meta.get('opset')} kept: each recurrent layer is rewritten in "
+        f"place{lifted if lifted_layers(model) else ''}; the model's {model.other_ops_text()} are kept as they are, "
+        "with its inputs, outputs, names and metadata",
     )
 
 
@@ -967,11 +1178,11 @@ class _NameBook:
 def _emit_layer(
     layer: RecurrentLayer, encoding: str, names: _NameBook, nodes: list, inits: list, g_in: list, g_out: list
 ) -> None:
+    """Declare ``layer``'s interface as graph inputs and outputs, and emit its nodes and weights."""
     itf = layer.interface
     elem = helper.np_dtype_to_tensor_dtype(layer.dtype)
     d, h, i = layer.num_directions, layer.hidden_size, layer.input_size
     s, n = itf.seq_length, itf.batch_size
-    wrap = itf.layout == 1 and encoding == "transpose"
     batch_major = itf.layout == 1
 
     def declare_input(name: str, elem_type: int, shape: list) -> str:
@@ -980,6 +1191,41 @@ def _emit_layer(
             g_in.append(helper.make_tensor_value_info(actual, elem_type, shape))
         return actual
 
+    x = declare_input(itf.x, elem, [n, s, i] if batch_major else [s, n, i])
+    seq = declare_input(itf.sequence_lens, onnx.TensorProto.INT32, [n]) if itf.sequence_lens else None
+    h0 = declare_input(itf.initial_h, elem, [n, d, h] if batch_major else [d, n, h]) if itf.initial_h else None
+    outputs = {}
+    for key, shape_bm, shape_sm in (("y", [n, s, d, h], [s, d, n, h]), ("y_h", [n, d, h], [d, n, h])):
+        if getattr(itf, key) is not None:
+            outputs[key] = names.fresh(getattr(itf, key))
+            g_out.append(helper.make_tensor_value_info(outputs[key], elem, shape_bm if batch_major else shape_sm))
+    nodes += layer_nodes(layer, encoding, names, inits, x, seq, h0, outputs.get("y"), outputs.get("y_h"))
+
+
+def layer_nodes(
+    layer: RecurrentLayer,
+    encoding: str,
+    names: "_NameBook",
+    inits: list,
+    x: str,
+    seq: str | None,
+    h0: str | None,
+    y: str | None,
+    y_h: str | None,
+    *,
+    node_name: str | None = None,
+    weight_names: dict[str, str] | None = None,
+) -> list[onnx.NodeProto]:
+    """The nodes computing ``layer`` from tensors ``x``, ``seq``, ``h0`` (in the layer's layout) into
+    ``y`` and ``y_h``: one GRU/RNN node with every attribute explicit, inside Transposes for a
+    batch-major layer under the ``transpose`` encoding. Its weights are appended to ``inits``, named
+    ``weight_names`` (W, R, B) where those are free, else after the layer; the node is named
+    ``node_name`` (default: the layer's name)."""
+    preferred = weight_names or {}
+    wrap = layer.interface.layout == 1 and encoding == "transpose"
+    nodes: list[onnx.NodeProto] = []
+    after: list[onnx.NodeProto] = []
+
     def transposed(name: str, perm: list, suffix: str) -> str:
         out = names.fresh(f"{name}__{suffix}")
         nodes.append(
@@ -987,39 +1233,26 @@ def _emit_layer(
         )
         return out
 
-    x = declare_input(itf.x, elem, [n, s, i] if batch_major else [s, n, i])
-    if wrap:
-        x = transposed(x, _PERM_IN, "seq_major")
     weight_prefix = layer.name.replace("/", ".")
-    w_name, r_name = names.fresh(f"{weight_prefix}.W"), names.fresh(f"{weight_prefix}.R")
+    w_name = names.fresh(preferred.get("W", f"{weight_prefix}.W"))
+    r_name = names.fresh(preferred.get("R", f"{weight_prefix}.R"))
     inits.append(_Stacked(w_name, [p.W for p in layer.directions]))
     inits.append(_Stacked(r_name, [p.R for p in layer.directions]))
-    node_inputs = [x, w_name, r_name, "", "", ""]
+    node_inputs = [transposed(x, _PERM_IN, "seq_major") if wrap else x, w_name, r_name, "", seq or "", ""]
     if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
-        b_name = names.fresh(f"{weight_prefix}.B")
-        inits.append(_Stacked(b_name, [np.concatenate([p.Wb, p.Rb]) for p in layer.directions]))
-        node_inputs[3] = b_name
-    if itf.sequence_lens:
-        node_inputs[4] = declare_input(itf.sequence_lens, onnx.TensorProto.INT32, [n])
-    if itf.initial_h:
-        h0 = declare_input(itf.initial_h, elem, [n, d, h] if batch_major else [d, n, h])
+        node_inputs[3] = names.fresh(preferred.get("B", f"{weight_prefix}.B"))
+        inits.append(_Stacked(node_inputs[3], [np.concatenate([p.Wb, p.Rb]) for p in layer.directions]))
+    if h0:
         node_inputs[5] = transposed(h0, _PERM_IN, "dir_major") if wrap else h0
     while node_inputs and not node_inputs[-1]:
         node_inputs.pop()
 
-    node_outputs, after = [], []
-    for key, shape_bm, shape_sm, perm in (
-        ("y", [n, s, d, h], [s, d, n, h], _PERM_Y),
-        ("y_h", [n, d, h], [d, n, h], _PERM_YH),
-    ):
-        name = getattr(itf, key)
-        if name is None:
+    node_outputs = []
+    for key, final, perm in (("y", y, _PERM_Y), ("y_h", y_h, _PERM_YH)):
+        if final is None:
             node_outputs.append("")
-            continue
-        final = names.fresh(name)
-        g_out.append(helper.make_tensor_value_info(final, elem, shape_bm if batch_major else shape_sm))
-        if wrap:
-            inner = names.fresh(f"{name}__seq_major")
+        elif wrap:
+            inner = names.fresh(f"{final}__seq_major")
             after.append(
                 helper.make_node(
                     "Transpose", [inner], [final], perm=perm, name=names.fresh(f"{layer.name}/{key}_batch_major")
@@ -1032,11 +1265,11 @@ def _emit_layer(
         node_outputs.pop()
 
     attrs = _attributes(layer)
-    if itf.layout == 1 and encoding == "attribute":
+    if layer.interface.layout == 1 and encoding == "attribute":
         attrs["layout"] = 1
-    op = layer.cell.op_name
-    nodes.append(helper.make_node(op, node_inputs, node_outputs, name=names.fresh(layer.name), **attrs))
-    nodes.extend(after)
+    name = names.fresh(layer.name) if node_name is None else node_name
+    nodes.append(helper.make_node(layer.cell.op_name, node_inputs, node_outputs, name=name, **attrs))
+    return nodes + after
 
 
 def _attributes(layer: RecurrentLayer) -> dict:
@@ -1066,14 +1299,14 @@ def _attributes(layer: RecurrentLayer) -> dict:
 def check(
     layer: RecurrentLayer,
     *,
-    opset: int = DEFAULT_OPSET,
+    opset: int | None = None,
     layout_encoding: str = "transpose",
     external_data: bool | None = None,
 ) -> list[Finding]:
     """Findings for writing ``layer`` as ONNX (every canonical layer is expressible)."""
     op = layer.cell.op_name
     found = [
-        Finding("cell", Status.EXACT, f"{op} operator, opset {opset}"),
+        Finding("cell", Status.EXACT, f"{op} operator, opset {DEFAULT_OPSET if opset is None else opset}"),
         Finding("direction", Status.EXACT, layer.direction.value),
         Finding("activations", Status.EXACT, f"{layer.activation_summary()} (names and parameters written explicitly)"),
         Finding("bias", Status.EXACT, "B [D, 2*G*H] = [Wb, Rb]" if layer.has_bias else "no bias (zeros)"),

@@ -131,21 +131,21 @@ def compute_dtype(layer: RecurrentLayer) -> str:
 
 
 def is_whole_model(model: Model) -> bool:
-    """An ONNX model with operators other than its recurrent nodes: written as one IR of everything."""
-    return model.format == "onnx" and bool(model.meta.get("other_ops")) and model.path is not None
+    """An ONNX model with operators other than its recurrent nodes: written as one IR of everything
+    (unless the user asked for the layers alone)."""
+    return model.format == "onnx" and model.keeps_whole and model.path is not None
 
 
 def whole_model_finding(model: Model) -> Finding | None:
     """The report's ``model`` finding when the whole ONNX model goes into the IR (None otherwise)."""
     if not is_whole_model(model):
         return None
-    from gatepack.converters.findings import operator_list
 
     return Finding(
         "model",
         Status.EXACT,
-        "whole model in one artifact: OpenVINO's ONNX frontend converts the other operators "
-        f"({operator_list(model.meta['other_ops'])}); gatepack translates every GRU/RNN node",
+        f"whole model in one artifact: OpenVINO's ONNX frontend converts the model's {model.other_ops_text()}; "
+        "gatepack translates every GRU/RNN node",
     )
 
 
@@ -631,10 +631,16 @@ def read(path: str | Path, **_options) -> Model:
             f"{path}: no GRUSequence or RNNSequence node",
             hint="OpenVINO's frontends may have unrolled or decomposed the layer (look for TensorIterator/Loop)",
         )
-    other = sorted(
-        {op.get_type_name() for op in ov_model.get_ops()} - set(_OPS) - {"Parameter", "Result", "Constant", "Convert"}
-    )
-    meta = {"other_ops": other, **({"notes": ov_model.gatepack_named} if ov_model.gatepack_named else {})}
+    other = [
+        op.get_type_name()
+        for op in ov_model.get_ops()
+        if op.get_type_name() not in {*_OPS, "Parameter", "Result", "Constant", "Convert"}
+    ]
+    meta = {
+        "other_ops": sorted(set(other)),
+        "other_op_count": len(other),
+        **({"notes": ov_model.gatepack_named} if ov_model.gatepack_named else {}),
+    }
     return Model(path, FORMAT, layers, notes, meta=meta)
 
 

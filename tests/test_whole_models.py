@@ -1,0 +1,332 @@
+"""Whole models: ONNX -> ONNX rewrites the recurrent nodes in place and keeps everything else; targets
+that hold recurrent layers only refuse a model with other operators unless asked for the layers
+alone; the CLI's output stays short and scriptable on many layers. Oracles: onnxruntime running
+the original model, and models built independently here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from helpers import REALMODELS
+from onnx import TensorProto, helper, numpy_helper
+
+import gatepack as gp
+from gatepack.cli import main
+
+ROOT = REALMODELS.parent.parent
+PRODUCERS = ROOT / "fixtures" / "producers"
+LAYERS_ONLY_TARGETS = {"directml": "m.json", "coreml": "m.mlpackage", "bnns": "m.bnns"}
+
+
+def _session(model: onnx.ModelProto | str) -> ort.InferenceSession:
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    return ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+
+
+def _real_feed(path, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random floats for every float input of a real model (its dynamic dimensions 7), zeros otherwise."""
+    feed = {}
+    for info in _session(str(path)).get_inputs():
+        shape = [d if isinstance(d, int) else 7 for d in info.shape]
+        dtype = np.float32 if info.type == "tensor(float)" else np.int64
+        feed[info.name] = rng.uniform(-1, 1, shape).astype(dtype) if dtype == np.float32 else np.zeros(shape, dtype)
+    return feed
+
+
+def _relu_gru_relu(layout: int, rng: np.random.Generator) -> onnx.ModelProto:
+    """x -> Relu -> GRU (layout given) -> Relu on Y and on Y_h; layout 0 here is wrapped in the
+    Transposes that make it the same computation as layout 1 (the ONNX operator's definition)."""
+    s, n, i, h = 5, 2, 3, 4
+    w, r = rng.standard_normal((1, 3 * h, i)), rng.standard_normal((1, 3 * h, h))
+    b = rng.standard_normal((1, 6 * h))
+    attrs = {"hidden_size": h, "linear_before_reset": 1}
+    if layout == 1:
+        nodes = [helper.make_node("GRU", ["r", "W", "R", "B"], ["y", "y_h"], name="gru", layout=1, **attrs)]
+    else:
+        nodes = [
+            helper.make_node("Transpose", ["r"], ["r_t"], perm=[1, 0, 2]),
+            helper.make_node("GRU", ["r_t", "W", "R", "B"], ["y_t", "y_h_t"], **attrs),
+            helper.make_node("Transpose", ["y_t"], ["y"], perm=[2, 0, 1, 3]),
+            helper.make_node("Transpose", ["y_h_t"], ["y_h"], perm=[1, 0, 2]),
+        ]
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu_in")]
+        + nodes
+        + [helper.make_node("Relu", ["y"], ["out"], name="relu_out"), helper.make_node("Relu", ["y_h"], ["out_h"])],
+        "relu_gru_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, s, i])],
+        [
+            helper.make_tensor_value_info("out", TensorProto.FLOAT, [n, s, 1, h]),
+            helper.make_tensor_value_info("out_h", TensorProto.FLOAT, [n, 1, h]),
+        ],
+        [numpy_helper.from_array(a.astype(np.float32), k) for a, k in ((w, "W"), (r, "R"), (b, "B"))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.doc_string = "a user's model"
+    helper.set_model_props(model, {"author": "someone"})
+    return model
+
+
+def test_relu_gru_relu_keeps_its_relus_names_and_interface(tmp_path):
+    """The quick start's case inside a model: the layout-1 GRU (which onnxruntime cannot run) is
+    rewritten in place; the Relus, x, the outputs and the metadata stay; the result matches
+    onnxruntime on the equivalent layout-0 model."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(_relu_gru_relu(1, np.random.default_rng(0)), src)
+    result = gp.convert(src, out)
+    assert result.verification.passed and result.whole
+    written = onnx.load(str(out))
+    onnx.checker.check_model(written)
+    relus = [(n.name, list(n.input), list(n.output)) for n in written.graph.node if n.op_type == "Relu"]
+    assert relus == [("relu_in", ["x"], ["r"]), ("relu_out", ["y"], ["out"]), ("", ["y_h"], ["out_h"])]
+    assert [i.name for i in written.graph.input] == ["x"] and [o.name for o in written.graph.output] == ["out", "out_h"]
+    assert written.doc_string == "a user's model" and {p.key: p.value for p in written.metadata_props} == {
+        "author": "someone"
+    }
+    assert [n.op_type for n in written.graph.node].count("GRU") == 1
+    feed = {"x": np.random.default_rng(1).standard_normal((2, 5, 3)).astype(np.float32)}
+    expected = _session(_relu_gru_relu(0, np.random.default_rng(0))).run(None, feed)
+    got = _session(str(out)).run(None, feed)
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(g, e, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gtcrn_stream_simple.onnx", "ulunas_stream_simple.onnx", "dfn3_erb_dec.onnx"])
+def test_real_models_to_onnx_keep_their_interface_and_every_other_node(name, tmp_path):
+    src, out = REALMODELS / name, tmp_path / "out.onnx"
+    result = gp.convert(src, out)
+    assert result.verification.passed and result.whole
+    original, written = onnx.load(str(src)), onnx.load(str(out))
+    assert [(i.name, i.type) for i in written.graph.input] == [(i.name, i.type) for i in original.graph.input]
+    assert [(o.name, o.type) for o in written.graph.output] == [(o.name, o.type) for o in original.graph.output]
+    assert written.opset_import == original.opset_import
+    weights = {i for n in original.graph.node if n.op_type in ("GRU", "RNN") for i in n.input[1:4]}
+    readers = [i for n in original.graph.node for i in n.input]
+    only_weights = [  # Constant nodes whose only reader is a recurrent node's W, R or B: replaced with it
+        n
+        for n in original.graph.node
+        if n.op_type == "Constant" and n.output[0] in weights and readers.count(n.output[0]) == 1
+    ]
+    others = [n for n in original.graph.node if n.op_type not in ("GRU", "RNN") and n not in only_weights]
+    assert [n for n in written.graph.node if n.op_type not in ("GRU", "RNN")] == others
+    feed = _real_feed(src, np.random.default_rng(3))
+    for e, g in zip(_session(str(src)).run(None, feed), _session(str(out)).run(None, feed)):
+        np.testing.assert_allclose(g, e, atol=1e-5, rtol=0)
+
+
+def test_a_gru_inside_an_if_branch_is_rewritten_where_it_is(tmp_path):
+    """A subgraph's recurrent node (silero keeps its layers inside If branches) is rewritten in its
+    branch, its weights as that branch's initializers; the If and the other branch stay."""
+    rng = np.random.default_rng(4)
+    h, i = 3, 2
+    w = numpy_helper.from_array(rng.standard_normal((1, 3 * h, i)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.standard_normal((1, 3 * h, h)).astype(np.float32), "R")
+    then = helper.make_graph(
+        [helper.make_node("GRU", ["x", "W", "R"], ["", "h"], hidden_size=h, name="inner_gru")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, None)],
+        [w, r],
+    )
+    other = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=1)],
+        "else",
+        [],
+        [helper.make_tensor_value_info("m", TensorProto.FLOAT, None)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["out"], then_branch=then, else_branch=other, name="branch")],
+        "g",
+        [
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 1, i]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+    )
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), src)
+    assert gp.convert(src, out).verification.passed
+    written = onnx.load(str(out))
+    branch = written.graph.node[0].attribute
+    then_graph = next(a.g for a in branch if a.name == "then_branch")
+    assert [n.op_type for n in then_graph.node] == ["GRU"] and {t.name for t in then_graph.initializer} == {"W", "R"}
+    assert next(a.g for a in branch if a.name == "else_branch") == other
+    x = rng.standard_normal((4, 1, i)).astype(np.float32)
+    for flag in (True, False):
+        feed = {"flag": np.array(flag), "x": x}
+        np.testing.assert_allclose(_session(str(out)).run(None, feed)[0], _session(str(src)).run(None, feed)[0])
+
+
+@pytest.mark.parametrize("target", sorted(LAYERS_ONLY_TARGETS))
+def test_layers_only_targets_refuse_a_whole_model_unless_asked(target, tmp_path):
+    src, out = REALMODELS / "gtcrn_stream_simple.onnx", tmp_path / LAYERS_ONLY_TARGETS[target]
+    runner = CliRunner()
+    refused = runner.invoke(main, ["convert", str(src), "--to", target, "-o", str(out), "--json"])
+    assert refused.exit_code == 4, refused.output
+    error = json.loads(refused.stdout)
+    assert error["exit_code"] == 4 and "401 other operators of 23 types" in error["error"]
+    assert "Conv" in error["error"] and "--layers-only" in error["hint"] and "onnx or openvino" in error["hint"]
+    assert error["findings"][0]["feature"] == "model" and error["findings"][0]["status"] == "unsupported"
+    assert not out.exists()
+    report = json.loads(runner.invoke(main, ["report", str(src), "--to", target, "--json"]).stdout)
+    assert (
+        report["model"][target]["status"] == "unsupported" and "--layers-only" in report["model"][target]["alternative"]
+    )
+    assert all(lay["targets"][target]["status"] == "unsupported" for lay in report["layers"])
+    done = runner.invoke(main, ["convert", str(src), "--to", target, "-o", str(out), "--layers-only"])
+    assert done.exit_code == 0, done.output
+    assert "layers only, as asked" in done.output.splitlines()[-1] and "verification passed" in done.output
+    listed = json.loads(runner.invoke(main, ["inspect", str(out), "--json"]).stdout)
+    source = gp.load(src)
+    assert len(listed["layers"]) == len(source.layers)
+    assert all({"X", "Y"} <= set(lay["tensors"]) for lay in listed["layers"])
+    shown = runner.invoke(main, ["inspect", str(out)]).output
+    assert all(lay["tensors"]["X"]["name"] in shown for lay in listed["layers"])
+
+
+def test_whole_model_targets_say_so_in_the_report():
+    report = gp.report(REALMODELS / "gtcrn_stream_simple.onnx").to_json()
+    assert report["model"]["onnx"]["status"] == "exact" and "rewritten in place" in report["model"]["onnx"]["detail"]
+    assert report["model"]["openvino"]["status"] == "exact"
+    assert {report["model"][t]["status"] for t in LAYERS_ONLY_TARGETS} == {"unsupported"}
+    asked = gp.report(REALMODELS / "gtcrn_stream_simple.onnx", "directml", layers_only=True).to_json()
+    assert asked["model"]["directml"]["warning"] == "layers only, as asked"
+
+
+def test_whole_model_onnx_refuses_what_would_break_the_graph(tmp_path):
+    src = REALMODELS / "gtcrn_stream_simple.onnx"
+    with pytest.raises(gp.UsageError, match="--layout"):
+        gp.convert(src, tmp_path / "a.onnx", layout=1)
+    with pytest.raises(gp.UsageError, match="keeps its opset 11"):
+        gp.convert(src, tmp_path / "b.onnx", opset=14)
+    assert not list(tmp_path.iterdir())
+    layers = gp.convert(src, tmp_path / "c.onnx", layers_only=True, opset=14, layout=1)  # the layers alone may
+    assert layers.verification.passed and not layers.whole
+    assert not gp.load(tmp_path / "c.onnx").other_ops
+
+
+def test_many_layers_convert_in_few_lines_ending_with_the_verdict(tmp_path):
+    runner = CliRunner()
+    src = REALMODELS / "ulunas_stream_simple.onnx"
+    for target, extra in (("openvino", []), ("directml", ["--layers-only"])):
+        out = tmp_path / ("m.xml" if target == "openvino" else "m.json")
+        done = runner.invoke(main, ["convert", str(src), "-o", str(out), *extra])
+        lines = done.output.splitlines()
+        assert done.exit_code == 0 and len(lines) <= 30, done.output
+        assert lines[-1].startswith(f"wrote {out} ({target}") and "28 layer(s)" in lines[-1]
+        assert "verification passed" in lines[-1] and "largest error" in lines[-1]
+        if target == "openvino":
+            assert "folded: bias" in lines[-1]
+    quiet = runner.invoke(main, ["convert", str(src), "-o", str(tmp_path / "q.onnx"), "-q"])
+    assert quiet.exit_code == 0 and quiet.output == ""
+
+
+def test_json_errors_for_garbage_and_for_a_failed_verification(tmp_path):
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(bytes(range(256)) * 3)
+    runner = CliRunner()
+    done = runner.invoke(main, ["convert", str(garbage), "-o", str(tmp_path / "out.xml"), "--json"])
+    assert done.exit_code == 3
+    error = json.loads(done.stdout)
+    assert error["exit_code"] == 3 and "garbage.onnx" in error["error"] and error["kind"] == "InputError"
+    usage = runner.invoke(main, ["convert", str(garbage), "--json"])  # no -o: click's own usage error
+    assert usage.exit_code == 2 and json.loads(usage.stdout)["exit_code"] == 2
+    # OpenVINO's ONNX frontend computes one of two RNN nodes sharing one X wrongly (docs/conventions.md §7)
+    src = PRODUCERS / "torch_dynamo_rnn_relu_bidirectional.onnx"
+    failed = runner.invoke(main, ["convert", str(src), "-o", str(tmp_path / "rnn.xml"), "--json"])
+    assert failed.exit_code == 5
+    numbers = json.loads(failed.stdout)["verification"]
+    assert not numbers["passed"] and max(o["max_abs_error"] for o in numbers["outputs"]) > 1e-3
+
+
+def test_report_picks_its_format_from_the_suffix(tmp_path):
+    runner = CliRunner()
+    src = str(REALMODELS / "dfn3_erb_dec.onnx")
+    for suffix, check in (
+        (".json", lambda text: json.loads(text)["format"] == "onnx"),
+        (".md", lambda text: text.startswith("# gatepack report")),
+        (".html", lambda text: text.startswith("<!DOCTYPE html>")),
+        (".txt", lambda text: "recurrent layer(s)" in text.splitlines()[0]),
+    ):
+        out = tmp_path / f"r{suffix}"
+        assert runner.invoke(main, ["report", src, "-o", str(out)]).exit_code == 0
+        assert check(out.read_text()), suffix
+    unknown = runner.invoke(main, ["report", src, "-o", str(tmp_path / "r.pdf")])
+    assert unknown.exit_code == 2 and not (tmp_path / "r.pdf").exists()
+
+
+def test_verify_takes_tolerances(tmp_path):
+    """Two different GRUs of one shape differ; --atol 10 accepts them, --atol 0 --rtol 0 still passes
+    a model against itself rewritten (bit-identical arithmetic)."""
+    runner = CliRunner()
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(_relu_gru_relu(0, np.random.default_rng(0)), a)
+    onnx.save(_relu_gru_relu(0, np.random.default_rng(9)), b)
+    assert runner.invoke(main, ["verify", str(a), str(b)]).exit_code == 5
+    loose = runner.invoke(main, ["verify", str(a), str(b), "--atol", "10", "--json"])
+    assert loose.exit_code == 0 and all(o["atol"] == 10 for o in json.loads(loose.stdout)["outputs"])
+    copy = tmp_path / "copy.onnx"
+    gp.convert(a, copy)
+    strict = runner.invoke(main, ["verify", str(a), str(copy), "--atol", "0", "--rtol", "0", "--json"])
+    assert strict.exit_code == 0, strict.output
+    assert runner.invoke(main, ["verify", str(a), str(b), "--atol", "-1"]).exit_code == 2
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def _browser(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+
+
+def test_html_report_of_28_layers_in_a_browser(tmp_path):
+    """Summary and caveats first; identical layers grouped; the layers-only targets' cells red; the
+    filters work (preset from the address: only unsupported cells of directml shown)."""
+    if _chromium() is None:
+        pytest.skip("no chromium here: .ci/run installs Debian's chromium when it can")
+    from PIL import Image
+
+    page = tmp_path / "report.html"
+    runner = CliRunner()
+    assert (
+        runner.invoke(main, ["report", str(REALMODELS / "ulunas_stream_simple.onnx"), "-o", str(page)]).exit_code == 0
+    )
+    shot = tmp_path / "shot.png"
+    done = _browser(tmp_path, "--hide-scrollbars", "--window-size=1400,1800", f"--screenshot={shot}", page.as_uri())
+    assert shot.is_file(), done.stderr[-1000:]
+    pixels = np.asarray(Image.open(shot).convert("RGB"))
+    red = np.all(pixels == [0xF6, 0xB0, 0xB0], axis=2)
+    green = np.all(pixels == [0xD4, 0xF7, 0xD4], axis=2)
+    assert red.sum() > 3 * green.sum() > 0  # three layers-only targets in red, onnx exact in green
+    dom = _browser(tmp_path, "--dump-dom", page.as_uri() + "#targets=onnx,directml&status=unsupported").stdout
+    assert 'data-ready="yes"' in dom
+    assert dom.index('id="targets"') < dom.index('id="caveats"') < dom.index('id="matrix"')
+    rows = dom.split('<tr class="group"')[1:]
+    assert 1 < len(rows) < 28  # identical layers share a row
+    assert all("display: none" not in row.split(">")[0] for row in rows)  # every row has an unsupported cell
+    assert dom.count('data-target="openvino" data-status="folded" style="display: none;"') == len(rows)
+    none_left = _browser(tmp_path, "--dump-dom", page.as_uri() + "#status=lossy").stdout
+    assert none_left.count('class="group" style="display: none;"') == len(rows)
