@@ -316,8 +316,9 @@ def verify(source, target, seed, atol, rtol, as_json) -> None:
     help="native: the format's own runtime; numpy: gatepack's executor.",
 )
 @_from_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
-def run(artifact, inputs_path, output, engine, from_format) -> None:
+def run(artifact, inputs_path, output, engine, from_format, as_json) -> None:
     """Execute ARTIFACT on the tensors in --inputs and save its outputs."""
     import numpy as np
 
@@ -329,13 +330,34 @@ def run(artifact, inputs_path, output, engine, from_format) -> None:
     with atomic_path(Path(output)) as tmp:
         with open(tmp, "wb") as handle:
             np.savez(handle, **outputs)
-    click.echo(f"wrote {output}: " + ", ".join(f"{k} {list(v.shape)}" for k, v in outputs.items()))
+    if as_json:
+        shapes = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outputs.items()}
+        click.echo(json.dumps({"output": str(output), "outputs": shapes}, indent=2))
+    else:
+        click.echo(f"wrote {output}: " + ", ".join(f"{k} {list(v.shape)}" for k, v in outputs.items()))
 
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @handle_errors
-def formats() -> None:
+def formats(as_json: bool) -> None:
     """What each format reads and writes."""
+    if as_json:
+        described = [
+            {
+                "name": info.name,
+                "reads": info.reads,
+                "writes": info.writes,
+                "artifact": info.artifact,
+                "runtime": info.runtime,
+                "installed": info.installed,
+                "extra": info.extra,
+                "options": [o.flag for o in info.write_options],
+            }
+            for info in FORMATS.values()
+        ]
+        click.echo(json.dumps(described, indent=2))
+        return
     click.echo(f"{'format':<9} {'status':<14} {'artifact':<26} runs here on")
     for info in FORMATS.values():
         status = ", ".join(word for word, on in (("reads", info.reads), ("writes", info.writes)) if on)

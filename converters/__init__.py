@@ -64,20 +64,15 @@ class Result:
     def to_text(self) -> str:
         """The findings that are not plainly exact, grouped across layers, the verification, and one
         closing line: what was written, the features at each status short of exact, the verdict."""
-        import json
+        from gatepack.converters.reporting import group_findings, where_text
 
         lines = [f"converted {self.source} -> {self.output} ({self.format}): {len(self.findings)} layer(s)"]
-        groups: dict[str, tuple["Finding", list[str]]] = {}
-        for name, findings in self.findings.items():
-            for f in findings:
-                if f.status.value != "exact" or f.warning:
-                    key = json.dumps(f.to_json(), sort_keys=True)
-                    groups.setdefault(key, (f, []))[1].append(name)
-        total = len(self.findings)
-        for f, names in groups.values():
-            who = names[0] if total == 1 else (f"all {total} layers" if len(names) == total else _names(names))
+        for g in group_findings(list(self.findings.items())):
+            f = g.finding
+            who = where_text(g.layers, len(self.findings)) or g.layers[0]
+            detail = f"{g.variants} variants, e.g. {f.detail}" if g.variants > 1 else f.detail
             warning = f" [warning: {f.warning}]" if f.warning else ""
-            lines.append(f"  {who}: {f.status.value} {f.feature}: {f.detail}{warning}")
+            lines.append(f"  {who}: {f.status.value} {f.feature}: {detail}{warning}")
         lines.append(self.verification.to_text() if self.verification else "verification skipped (verify=False)")
         lines.append(self.summary_line())
         return "\n".join(lines)
@@ -113,11 +108,6 @@ class Result:
             "findings": {name: [f.to_json() for f in fs] for name, fs in self.findings.items()},
             "verification": self.verification.to_json() if self.verification else None,
         }
-
-
-def _names(names: list[str], shown: int = 3) -> str:
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return f"{len(names)} layer(s): " + ", ".join(names[:shown]) + more
 
 
 def _read_options(options: dict) -> dict:

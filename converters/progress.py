@@ -1,7 +1,8 @@
 """Progress of long conversions and verifications, on stderr only (stdout stays clean for --json).
 
 Silent for the first second (``GATEPACK_PROGRESS_DELAY`` seconds, for tests), then one update per
-step: a line redrawn in place on a terminal, plain lines otherwise (CI logs).
+step: a line redrawn in place on a terminal; plain lines otherwise (CI logs), where the steps of a
+count (verifying layer k of n) print at most every ``LOG_EVERY`` seconds, and their last one.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import TextIO
 class Progress:
     """Steps of one task (reading, writing, verifying layer k of n ...)."""
 
+    LOG_EVERY = 5.0  # seconds between two counted steps in a log
+
     def __init__(self, label: str, stream: TextIO | None = None, delay: float | None = None) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
@@ -22,11 +25,16 @@ class Progress:
         self.started = time.perf_counter()
         self.shown = False
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.last = float("-inf")
 
     def step(self, what: str, done: int | None = None, total: int | None = None) -> None:
         elapsed = time.perf_counter() - self.started
         if elapsed < self.delay:
             return
+        counted = done is not None and total is not None and done < total
+        if counted and not self.tty and elapsed - self.last < self.LOG_EVERY:
+            return
+        self.last = elapsed
         bar = ""
         if done is not None and total:
             filled = round(20 * done / total)

@@ -57,6 +57,39 @@ class GroupedFinding:
     variants: int = 1
 
 
+def group_findings(per_layer: list[tuple[str, list[Finding]]], everything: bool = False) -> list[GroupedFinding]:
+    """Findings over many layers, identical ones grouped with their layers, worst first; a feature
+    whose detail differs in more than 3 ways (e.g. per-layer tensor names) is one line. Without
+    ``everything``: only what is not exact, and warnings."""
+    groups: dict[str, GroupedFinding] = {}
+    for name, findings in per_layer:
+        for f in findings:
+            if everything or f.status is not Status.EXACT or f.warning:
+                key = json.dumps(f.to_json(), sort_keys=True)
+                groups.setdefault(key, GroupedFinding(f, [])).layers.append(name)
+    by_feature: dict[tuple, list[GroupedFinding]] = {}
+    for g in groups.values():
+        by_feature.setdefault((g.finding.status.rank, g.finding.feature), []).append(g)
+    out = []
+    for _, items in sorted(by_feature.items(), key=lambda kv: kv[0][0]):
+        if len(items) > 3:
+            layers = [name for g in items for name in g.layers]
+            out.append(GroupedFinding(items[0].finding, layers, len(items)))
+        else:
+            out += items
+    return out
+
+
+def where_text(layers: list[str], total: int) -> str:
+    """Which of ``total`` layers a grouped finding is about ('' when there is one layer)."""
+    if total == 1:
+        return ""
+    if len(layers) == total:
+        return f"all {total} layers"
+    shown = ", ".join(layers[:3]) + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+    return f"{len(layers)} layer{'s' if len(layers) > 1 else ''}: {shown}"
+
+
 @dataclass
 class Report:
     source: str
@@ -86,26 +119,8 @@ class Report:
         }[fmt]()
 
     def summary(self, target: str, *, everything: bool = False) -> list["GroupedFinding"]:
-        """``target``'s findings over every layer, identical ones grouped with their layers, worst
-        first; a feature whose detail differs in more than 3 ways (e.g. per-layer tensor names) is
-        one line. Without ``everything``: only what is not exact, and warnings."""
-        groups: dict[str, GroupedFinding] = {}
-        for lay in self.layers:
-            for f in lay.targets[target].findings:
-                if everything or f.status is not Status.EXACT or f.warning:
-                    key = json.dumps(f.to_json(), sort_keys=True)
-                    groups.setdefault(key, GroupedFinding(f, [])).layers.append(lay.layer.name)
-        by_feature: dict[tuple, list[GroupedFinding]] = {}
-        for g in groups.values():
-            by_feature.setdefault((g.finding.status.rank, g.finding.feature), []).append(g)
-        out = []
-        for (_, _), items in sorted(by_feature.items(), key=lambda kv: kv[0][0]):
-            if len(items) > 3:
-                layers = [name for g in items for name in g.layers]
-                out.append(GroupedFinding(items[0].finding, layers, len(items)))
-            else:
-                out += items
-        return out
+        """``target``'s findings over every layer, grouped (``group_findings``)."""
+        return group_findings([(lay.layer.name, lay.targets[target].findings) for lay in self.layers], everything)
 
     def status_counts(self, target: str) -> str:
         counts: dict[Status, int] = {}
@@ -115,13 +130,7 @@ class Report:
 
     def _where(self, group: "GroupedFinding") -> str:
         """Which layers a grouped finding is about ('' for a one-layer report)."""
-        total = len(self.layers)
-        if total == 1:
-            return ""
-        if len(group.layers) == total:
-            return f"all {total} layers"
-        shown = ", ".join(group.layers[:3]) + (f" and {len(group.layers) - 3} more" if len(group.layers) > 3 else "")
-        return f"{len(group.layers)} layer{'s' if len(group.layers) > 1 else ''}: {shown}"
+        return where_text(group.layers, len(self.layers))
 
     def to_text(self) -> str:
         targets = self.targets()
@@ -316,7 +325,8 @@ class Report:
             + f"<h2>Layers</h2>{filters}"
             f"<table id='matrix'><tr><th>layer</th>{head}</tr>{''.join(rows)}</table>"
             f"<p id='legend'>{legend} &mdash; a cell shows the worst status of its findings; open it for every "
-            "finding. Layers whose findings are identical for every target share one row.</p>"
+            "finding. Layers of one kind with the same findings for every target share one row (details such as "
+            "shapes and tensor names may differ: open a cell).</p>"
             + (f"<h2>Skipped</h2><ul id='skipped'>{skipped}</ul>" if skipped else "")
             + f"<h2>Per target</h2><div id='summary'>{self._html_summary()}</div>"
             f"<script>{_HTML_SCRIPT}</script></body></html>\n"

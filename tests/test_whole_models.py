@@ -215,9 +215,12 @@ def test_whole_model_onnx_refuses_what_would_break_the_graph(tmp_path):
 def test_many_layers_convert_in_few_lines_ending_with_the_verdict(tmp_path):
     runner = CliRunner()
     src = REALMODELS / "ulunas_stream_simple.onnx"
-    for target, extra in (("openvino", []), ("directml", ["--layers-only"])):
-        out = tmp_path / ("m.xml" if target == "openvino" else "m.json")
-        done = runner.invoke(main, ["convert", str(src), "-o", str(out), *extra])
+    suffix = {"openvino": "m.xml", "directml": "m.json", "coreml": "m.mlpackage"}
+    for target, extra in (("openvino", []), ("directml", ["--layers-only"]), ("coreml", ["--layers-only"])):
+        out = tmp_path / suffix[target]
+        done = runner.invoke(  # progress from the start: a log gets the counted steps every few seconds only
+            main, ["convert", str(src), "-o", str(out), *extra], env={"GATEPACK_PROGRESS_DELAY": "0"}
+        )
         lines = done.output.splitlines()
         assert done.exit_code == 0 and len(lines) <= 30, done.output
         assert lines[-1].startswith(f"wrote {out} ({target}") and "28 layer(s)" in lines[-1]
@@ -238,6 +241,15 @@ def test_json_errors_for_garbage_and_for_a_failed_verification(tmp_path):
     assert error["exit_code"] == 3 and "garbage.onnx" in error["error"] and error["kind"] == "InputError"
     usage = runner.invoke(main, ["convert", str(garbage), "--json"])  # no -o: click's own usage error
     assert usage.exit_code == 2 and json.loads(usage.stdout)["exit_code"] == 2
+    for command in (["inspect"], ["report"], ["verify", str(garbage)], ["run", "--inputs", "x.npz", "-o", "y.npz"]):
+        failed = runner.invoke(main, [*command[:1], str(garbage), *command[1:], "--json"])
+        assert failed.exit_code == 3 and json.loads(failed.stdout)["kind"] == "InputError", command
+    assert {f["name"] for f in json.loads(runner.invoke(main, ["formats", "--json"]).stdout)} == set(
+        LAYERS_ONLY_TARGETS
+    ) | {
+        "onnx",
+        "openvino",
+    }
     # OpenVINO's ONNX frontend computes one of two RNN nodes sharing one X wrongly (docs/conventions.md §7)
     src = PRODUCERS / "torch_dynamo_rnn_relu_bidirectional.onnx"
     failed = runner.invoke(main, ["convert", str(src), "-o", str(tmp_path / "rnn.xml"), "--json"])
