@@ -25,16 +25,17 @@ class Progress:
         self.started = time.perf_counter()
         self.shown = False
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.last = float("-inf")
+        self.last_counted = float("-inf")  # when the last counted step was printed
 
     def step(self, what: str, done: int | None = None, total: int | None = None) -> None:
         elapsed = time.perf_counter() - self.started
         if elapsed < self.delay:
             return
         counted = done is not None and total is not None and done < total
-        if counted and not self.tty and elapsed - self.last < self.LOG_EVERY:
-            return
-        self.last = elapsed
+        if counted and not self.tty:
+            if elapsed - self.last_counted < self.LOG_EVERY:
+                return
+            self.last_counted = elapsed
         bar = ""
         if done is not None and total:
             filled = round(20 * done / total)
