@@ -250,7 +250,7 @@ def convert(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(REPORT_FORMATS),
+    type=click.Choice(list(REPORT_FORMATS)),
     help="Report format (default: from the -o suffix: .html, .md, .json, .txt; text on stdout).",
 )
 @click.option("-o", "--output", type=click.Path(), help="Write the report to this file instead of stdout.")
