@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -891,12 +892,14 @@ def in_place(model: Model, *, layout_encoding: str = "transpose", external: tupl
     names = _NameBook()
     names.used = _all_names(proto)
     located = {name: graph for _, graph, _, name in walk_nodes(proto.graph)}
+    reads = _read_counts(proto)
     lifted, written = [], set()
     for layer in model.layers:
         if layer.provenance.kind == "lifted":
             lifted.append(_lifted_replacement(layer))
         else:
-            written |= _rewrite_node(proto, located[layer.provenance.node], layer, layout_encoding, names, external)
+            graph = located[layer.provenance.node]
+            written |= _rewrite_node(graph, layer, layout_encoding, names, reads, external)
     if lifted:
         replace_in_place(proto, lifted)
     _relocate_external_data(proto, Path(model.path).parent, external, written)
@@ -909,13 +912,7 @@ def _relocate_external_data(
     """The source's external tensors that remain, copied into the new data file (``external``) in
     chunks, or embedded; each read from a regular file inside the source model's directory
     (``written``: the new weights, already in the new file)."""
-    graphs = [proto.graph] + [
-        sub
-        for node, _, _, _ in walk_nodes(proto.graph)
-        for a in node.attribute
-        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
-    ]
-    for tensor in (t for graph in graphs for t in graph.initializer):
+    for tensor in (t for graph in _all_graphs(proto) for t in graph.initializer):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         if tensor.name in written:
@@ -948,16 +945,20 @@ def _relocate_external_data(
             tensor.external_data.add(key=key, value=value)
 
 
-def _all_names(proto: onnx.ModelProto) -> set[str]:
-    """Every tensor and node name of the model, subgraphs included (new names avoid them all)."""
-    used: set[str] = set()
-    graphs = [proto.graph] + [
+def _all_graphs(proto: onnx.ModelProto) -> list[onnx.GraphProto]:
+    """The main graph and every subgraph (If branches, Loop and Scan bodies), depth first."""
+    return [proto.graph] + [
         sub
         for node, _, _, _ in walk_nodes(proto.graph)
         for a in node.attribute
         for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
     ]
-    for graph in graphs:
+
+
+def _all_names(proto: onnx.ModelProto) -> set[str]:
+    """Every tensor and node name of the model, subgraphs included (new names avoid them all)."""
+    used: set[str] = set()
+    for graph in _all_graphs(proto):
         used |= {t.name for t in graph.initializer} | {i.name for i in graph.input} | {o.name for o in graph.output}
         used |= {v.name for v in graph.value_info}
         for node in graph.node:
@@ -965,17 +966,28 @@ def _all_names(proto: onnx.ModelProto) -> set[str]:
     return used
 
 
+def _read_counts(proto: onnx.ModelProto) -> Counter:
+    """How many times each tensor name is read in the model: node inputs and graph outputs, subgraphs included."""
+    reads: Counter = Counter()
+    for graph in _all_graphs(proto):
+        reads.update(o.name for o in graph.output)
+        for node in graph.node:
+            reads.update(i for i in node.input if i)
+    return reads
+
+
 def _rewrite_node(
-    proto: onnx.ModelProto,
     graph: onnx.GraphProto,
     layer: RecurrentLayer,
     encoding: str,
     names: _NameBook,
+    reads: Counter,
     external: tuple | None = None,
 ) -> set[str]:
     """Replace ``layer``'s node (and the Transposes the reader absorbed into it) in ``graph`` by
     ``layer_nodes`` at the node's place, under the node's own name; its weights keep their names
-    when nothing else read them (they are replaced). Return the new weights' names."""
+    when nothing else read them (they are replaced). ``reads``: the model's read counts, kept up to
+    date. Return the new weights' names."""
     original = {tuple(n.output) for n in layer.provenance.handle.nodes}
     position = next(k for k, n in enumerate(graph.node) if tuple(n.output) in original and cell_of_op(n.op_type))
     node = graph.node[position]
@@ -985,7 +997,9 @@ def _rewrite_node(
     del graph.node[:]
     graph.node.extend(kept)
     itf = layer.interface
-    freed = _drop_dead_constants(proto, graph, gone, keep={itf.x, itf.sequence_lens, itf.initial_h})
+    interface_inputs = [n for n in (itf.x, itf.sequence_lens, itf.initial_h) if n]  # the new nodes read these
+    reads.update(interface_inputs)
+    freed = _drop_dead_constants(graph, gone, reads)
     names.used -= freed | {node.name}
     inputs = list(node.input) + [""] * 6
     weight_names = {role: inputs[k] for k, role in ((1, "W"), (2, "R"), (3, "B")) if inputs[k] in freed}
@@ -1009,19 +1023,13 @@ def _rewrite_node(
     return {t.name for t in inits}
 
 
-def _drop_dead_constants(
-    proto: onnx.ModelProto, graph: onnx.GraphProto, gone: list[onnx.NodeProto], keep: set
-) -> set[str]:
+def _drop_dead_constants(graph: onnx.GraphProto, gone: list[onnx.NodeProto], reads: Counter) -> set[str]:
     """Remove from ``graph`` the initializers and constant-computing nodes that only the removed
     nodes ``gone`` read (W, R, B and their cones), and the value_info of tensors no longer there;
-    return the names no longer in use."""
-    from collections import Counter
-
-    reads: Counter = Counter()
-    for node, _, _, _ in walk_nodes(proto.graph):
-        reads.update(i for i in node.input if i)
-    reads.update(o.name for o in graph.output)
-    reads.update(name for name in keep if name)
+    ``reads`` (the model's read counts, the removed nodes' reads included) is brought up to date.
+    Return the names no longer in use."""
+    for node in gone:
+        reads.subtract(i for i in node.input if i)
     producers = {out: node for node in graph.node for out in node.output if out}
     initializers = {t.name: t for t in graph.initializer}
     pending = [i for node in gone for i in node.input if i]
