@@ -156,11 +156,13 @@ def load(path: str | Path, format: str | None = None, **options) -> "Model":
 
 def _check_names(model: "Model") -> None:
     """Layer names and output tensor names are unique in a model (each output is computed once)."""
+    from gatepack.schemas.layer import OUTPUT_ROLES
+
     seen: dict[str, str] = {}
     for layer in model.layers:
         if layer.name in seen.values():
             raise InputError(f"{model.path}: two layers are named {layer.name!r}")
-        for output in (layer.interface.y, layer.interface.y_h):
+        for output in (getattr(layer.interface, role) for role in OUTPUT_ROLES):
             if output is not None and output in seen:
                 raise InputError(
                     f"{model.path}: layers {seen[output]!r} and {layer.name!r} both produce output {output!r}"
@@ -193,8 +195,11 @@ def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only
     info.check_options(options)
     model = as_layers_only(model) if layers_only else model
     whole = model_finding(model, info.name)
+    label = str(model.path or "(in-memory model)")
     if whole is not None:
-        _refuse_blocking(str(model.path or "(in-memory model)"), {"(model)": [whole]}, False, layers_only)
+        _refuse_blocking(label, {"(model)": [whole]}, False, layers_only)
+    refused = {layer.name: [f] for layer in model.layers if (f := registry.cell_refusal(info, layer)) is not None}
+    _refuse_blocking(label, refused, False)
     prepare_output(path, info.output_kind, _inputs_of(model))
     implementation.write(model, path, **options)
 
@@ -434,8 +439,10 @@ def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
     graph_inputs = registry.reader(fmt).graph_inputs
     if graph_inputs is not None:
         return [name for name, _, _ in graph_inputs(artifact)]
+    from gatepack.schemas.layer import INPUT_ROLES
+
     itf = [layer.interface for layer in load(artifact, fmt).layers]
-    return list(dict.fromkeys(n for i in itf for n in (i.x, i.sequence_lens, i.initial_h) if n))
+    return list(dict.fromkeys(n for i in itf for n in (getattr(i, role) for role in INPUT_ROLES) if n))
 
 
 def run(

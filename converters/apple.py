@@ -166,7 +166,7 @@ def recurrence(
     ``activations`` are (recurrent, candidate) for GRU, (activation,) for RNN. The arithmetic runs on
     gatepack's shared recurrence kernel after mapping the gates back to ONNX's order; reset-before
     when ``reset_after`` is false."""
-    from gatepack.converters.executor import run_recurrence
+    from gatepack.converters.executor import CellOptions, run_recurrence
 
     w = onnx_weights(cell, weight_ih, weight_hh, bias, input_bias if reset_after else None, reset_after)
     y, y_h = run_recurrence(
@@ -176,7 +176,7 @@ def recurrence(
         x=x,
         sequence_lens=None,
         initial_h=np.asarray(initial_h)[None],
-        linear_before_reset=bool(reset_after),
+        options=CellOptions(linear_before_reset=bool(reset_after)),
     )
     seq = y[:, 0]
     return (seq[::-1] if reverse else seq), y_h[0]

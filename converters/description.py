@@ -14,7 +14,7 @@ from gatepack.schemas.layer import Cell, Direction, Interface, Provenance, Recur
 def describe(layer: RecurrentLayer) -> dict:
     """The layer's semantics and interface, JSON-ready."""
     itf = layer.interface
-    return {
+    described = {
         "cell": layer.cell.value,
         "direction": layer.direction.value,
         "hidden_size": layer.hidden_size,
@@ -35,6 +35,10 @@ def describe(layer: RecurrentLayer) -> dict:
             "dtype": itf.dtype,
         },
     }
+    if layer.cell.spec.input_forget:  # LSTM: the coupling flag and the cell state's tensors
+        described["input_forget"] = layer.input_forget
+        described["interface"].update(initial_c=itf.initial_c, y_c=itf.y_c)
+    return described
 
 
 @dataclass
@@ -50,6 +54,7 @@ class Described:
     linear_before_reset: bool
     clip: float | None
     has_bias: bool
+    input_forget: bool
     activations: list[tuple[Activation, ...]]  # per direction
     interface: Interface
 
@@ -101,6 +106,7 @@ def parse(path: Path, entry: object) -> Described:
             linear_before_reset=typed_field(entry, "linear_before_reset", (bool,)),
             clip=typed_field(entry, "clip", (int, float, type(None))),
             has_bias=typed_field(entry, "has_bias", (bool,), True),
+            input_forget=typed_field(entry, "input_forget", (bool,), False),
             activations=[tuple(_activation(a) for a in per) for per in activations],
             interface=Interface(**interface),
         )
@@ -138,6 +144,7 @@ def build_layer(path: Path, info: Described, directions: list, provenance: Prove
             info.linear_before_reset,
             info.clip,
             info.has_bias,
+            info.input_forget,
             provenance=provenance,
         )
     except SpecError as err:

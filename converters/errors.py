@@ -40,7 +40,7 @@ class InputError(GatepackError):
 
 
 class NoRecurrentLayerError(InputError):
-    """The model holds no GRU/RNN layer gatepack can read."""
+    """The model holds no recurrent (GRU/RNN/LSTM) layer gatepack can read."""
 
 
 class RefusedError(GatepackError):

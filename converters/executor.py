@@ -1,25 +1,28 @@
-"""Vectorised NumPy executor of the canonical GRU/RNN layer, with the complete ONNX semantics.
+"""Vectorised NumPy executor of the canonical GRU/RNN/LSTM layer, with the complete ONNX semantics.
 
 It is the oracle-independent reference gatepack checks every format against, and it follows
 onnxruntime wherever the ONNX specification leaves room (docs/conventions.md §2):
 
-* equations: see ``schemas.layer`` (z, r, h gate order; reset before or after the matmul);
+* equations: see ``schemas.layer`` (GRU z, r, h with the reset before or after the matmul; LSTM
+  i, o, f, c with peepholes i, o, f, the output gate's reading the new cell state);
 * ``clip`` bounds every gate's pre-activation sum, biases included, before its activation;
 * ``sequence_lens``: Y is zero past each sequence's length in every direction; the reverse
-  direction starts at ``t = len - 1`` from ``initial_h``; Y_h is the state after the last valid
-  step, and 0 (not ``initial_h``) for ``len = 0``;
+  direction starts at ``t = len - 1`` from ``initial_h``; Y_h (and Y_c) is the state after the last
+  valid step, and 0 (not the initial state) for ``len = 0``;
 * the reverse direction's Y is aligned to input time (Y[t] is the state after consuming x[t]);
 * layout 0: X [S,N,I], initial_h / Y_h [D,N,H], Y [S,D,N,H];
   layout 1: X [N,S,I], initial_h / Y_h [N,D,H], Y [N,S,D,H];
 * float16 is computed in float32 and rounded once at the end; float32 and float64 in their own type.
 
 Cost: one matmul per direction projects every time step's input (``X @ W^T``); each step does one
-recurrent matmul (two for GRU with reset-before, whose candidate needs ``r * h`` first). Sequence
+recurrent matmul (two for GRU with reset-before, whose candidate needs ``r * h`` first; one [N, 4H]
+for LSTM). Sequence
 lengths are masks over the batch, never Python loops over it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -27,7 +30,13 @@ import numpy as np
 from gatepack.converters.errors import InputError, UsageError, where
 from gatepack.converters.model import Model
 from gatepack.schemas.cells import Cell, spec_of
-from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, RecurrentLayer
+from gatepack.schemas.layer import (
+    INPUT_ROLES,
+    OUTPUT_ROLES,
+    PERM_SWAP_01,
+    PERM_Y_TO_BATCH_MAJOR,
+    RecurrentLayer,
+)
 
 
 def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -47,17 +56,16 @@ def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarr
                 f"{where(model.path, layer.name)}input {itf.x!r} is missing", hint=f"inputs given: {sorted(inputs)}"
             )
         optional = {}
-        for key in ("sequence_lens", "initial_h"):
-            name = getattr(itf, key)
+        for role in INPUT_ROLES[1:]:
+            name = getattr(itf, role)
             if name is not None:
                 if name not in inputs:
-                    raise InputError(f"{where(model.path, layer.name)}input {name!r} ({key}) is missing")
-                optional[key] = inputs[name]
-        y, y_h = run_layer(layer, inputs[itf.x], optional.get("sequence_lens"), optional.get("initial_h"))
-        if itf.y:
-            outputs[itf.y] = y
-        if itf.y_h:
-            outputs[itf.y_h] = y_h
+                    raise InputError(f"{where(model.path, layer.name)}input {name!r} ({role}) is missing")
+                optional[role] = inputs[name]
+        results = run_layer(layer, inputs[itf.x], **optional)
+        for role, value in zip(OUTPUT_ROLES, results):
+            if getattr(itf, role):
+                outputs[getattr(itf, role)] = value
     return outputs
 
 
@@ -66,27 +74,47 @@ def run_layer(
     x: np.ndarray,
     sequence_lens: np.ndarray | None = None,
     initial_h: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Run ``layer`` on inputs in its own layout; return ``(Y, Y_h)`` in that layout and dtype."""
-    x, sequence_lens, initial_h = check_layer_inputs(layer, x, sequence_lens, initial_h)
+    initial_c: np.ndarray | None = None,
+) -> tuple[np.ndarray, ...]:
+    """Run ``layer`` on inputs in its own layout; return its outputs in that layout and dtype, in the
+    order of an ONNX node's outputs: ``(Y, Y_h)``, and ``(Y, Y_h, Y_c)`` for LSTM."""
+    x, sequence_lens, initial_h, initial_c = check_layer_inputs(layer, x, sequence_lens, initial_h, initial_c)
+    states = [initial_h, initial_c]
     if layer.interface.layout == 1:
         x = x.transpose(PERM_SWAP_01)  # -> [S, N, I]
-        if initial_h is not None:
-            initial_h = initial_h.transpose(PERM_SWAP_01)  # -> [D, N, H]
-    y, y_h = run_recurrence(
+        states = [None if s is None else s.transpose(PERM_SWAP_01) for s in states]  # -> [D, N, H]
+    y, *finals = run_recurrence(
         layer.cell,
         [(p.W, p.R, p.Wb, p.Rb, p.activations) for p in layer.directions],
         reverse=[layer.direction.value == "reverse" or d == 1 for d in range(layer.num_directions)],
         x=x,
         sequence_lens=sequence_lens,
-        initial_h=initial_h,
-        linear_before_reset=layer.linear_before_reset,
+        initial_h=states[0],
+        initial_c=states[1],
+        options=CellOptions.of(layer),
         clip=layer.clip,
         dtype=layer.dtype,
     )
     if layer.interface.layout == 1:
-        y, y_h = y.transpose(PERM_Y_TO_BATCH_MAJOR), y_h.transpose(PERM_SWAP_01)
-    return y, y_h
+        y, finals = y.transpose(PERM_Y_TO_BATCH_MAJOR), [s.transpose(PERM_SWAP_01) for s in finals]
+    return (y, *finals)
+
+
+@dataclass(frozen=True)
+class CellOptions:
+    """What only some cells have (the cell table's flags): GRU's reset placement, LSTM's peepholes
+    (per direction, [3H] in the order i, o, f, or None) and input/forget coupling."""
+
+    linear_before_reset: bool = False
+    input_forget: bool = False
+    peepholes: tuple[np.ndarray | None, ...] = ()
+
+    @classmethod
+    def of(cls, layer: RecurrentLayer) -> "CellOptions":
+        return cls(layer.linear_before_reset, layer.input_forget, tuple(p.P for p in layer.directions))
+
+    def peephole(self, direction: int) -> np.ndarray | None:
+        return self.peepholes[direction] if direction < len(self.peepholes) else None
 
 
 Weights = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Sequence[Callable[[np.ndarray], np.ndarray]]]
@@ -100,32 +128,44 @@ def run_recurrence(
     x: np.ndarray,
     sequence_lens: np.ndarray | None,
     initial_h: np.ndarray | None,
-    linear_before_reset: bool = False,
+    initial_c: np.ndarray | None = None,
+    options: CellOptions = CellOptions(),
     clip: float | None = None,
     dtype: np.dtype = np.dtype(np.float32),
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, ...]:
     """The recurrence itself, sequence-major and format-neutral (inputs already checked).
 
     ``directions`` holds ``(W [G*H,I], R [G*H,H], Wb, Rb, activations)`` per direction, in ONNX gate
     order, with any callables as activations (so a format's executor passes its own activation
-    semantics). X is [S,N,I], ``initial_h`` [D,N,H]; returns Y [S,D,N,H] and Y_h [D,N,H] in ``dtype``.
+    semantics). X is [S,N,I], ``initial_h`` and ``initial_c`` [D,N,H]; returns Y [S,D,N,H] and each
+    final state [D,N,H] of the cell table's ``states`` (Y_h; and Y_c for LSTM) in ``dtype``.
     """
     dtype = np.dtype(dtype)
     compute = np.dtype(np.float32) if dtype == np.float16 else dtype
     x = np.asarray(x, dtype=compute)
     seq_len, batch = x.shape[0], x.shape[1]
     hidden = directions[0][1].shape[1]
+    states = spec_of(cell).states
     y = np.zeros((seq_len, len(directions), batch, hidden), dtype=compute)
-    y_h = np.zeros((len(directions), batch, hidden), dtype=compute)
+    finals = [np.zeros((len(directions), batch, hidden), dtype=compute) for _ in states]
     lens = None
     if sequence_lens is not None and not np.all(np.asarray(sequence_lens) == seq_len):
         lens = np.asarray(sequence_lens).astype(np.int64)
     make_step = _step_builder(cell)
+    initial = {"h": initial_h, "c": initial_c}
     for d, (w, r, wb, rb, activations) in enumerate(directions):
-        h0 = np.zeros((batch, hidden), compute) if initial_h is None else np.asarray(initial_h[d], compute)
-        rb = rb.astype(compute, copy=False)
+        start = tuple(
+            np.zeros((batch, hidden), compute) if initial[s] is None else np.asarray(initial[s][d], compute)
+            for s in states
+        )
+        peephole = options.peephole(d)
         step, additive_rb = make_step(
-            hidden, activations, r.astype(compute, copy=False), rb, linear_before_reset, _clipper(clip)
+            hidden,
+            activations,
+            r.astype(compute, copy=False),
+            rb.astype(compute, copy=False),
+            _clipper(clip),
+            replace(options, peepholes=() if peephole is None else (peephole.astype(compute, copy=False),)),
         )
         # Every time step's input projection at once, [S*N, I] @ [I, G*H], with the recurrent biases
         # that only add to it folded in (fewer operations per step).
@@ -136,8 +176,9 @@ def run_recurrence(
         # every runtime; that is the arithmetic, not a fault to warn about. The activations are
         # stable, so saturating cells stay finite for any input.
         with np.errstate(over="ignore", invalid="ignore"):
-            y_h[d] = _run_direction(step, xw, lens, (h0,), reverse[d], y[:, d])[0]
-    return y.astype(dtype, copy=False), y_h.astype(dtype, copy=False)
+            for final, value in zip(finals, _run_direction(step, xw, lens, start, reverse[d], y[:, d])):
+                final[d] = value
+    return (y.astype(dtype, copy=False), *(f.astype(dtype, copy=False) for f in finals))
 
 
 def _run_direction(
@@ -177,7 +218,7 @@ def _clipper(clip: float | None):
     return lambda v: np.clip(v, -clip, clip)
 
 
-def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, linear_before_reset: bool, clip):
+def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions):
     """The GRU step h_{t-1} -> h_t for pre-projected inputs gx ([N, 3H], gates z, r, h), and the part
     of Rb the caller adds to gx (Rb_z, Rb_r; and Rb_h unless linear_before_reset)::
 
@@ -189,7 +230,7 @@ def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, line
     z and r share f, so they are computed on one [N, 2H] slab."""
     f, g = activations
     additive = rb.copy()
-    if linear_before_reset:
+    if options.linear_before_reset:
         additive[2 * H :] = 0
         r_t = np.ascontiguousarray(r.T)  # [H, 3H]
         rb_h = rb[2 * H :]
@@ -219,7 +260,7 @@ def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, line
     return step, additive
 
 
-def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, linear_before_reset: bool, clip):
+def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions):
     """The RNN step h_{t-1} -> h_t = f(gx + h R^T + Rb) for pre-projected inputs gx ([N, H]); Rb is
     returned for the caller to add to gx."""
     (f,) = activations
@@ -231,7 +272,38 @@ def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, line
     return step, rb
 
 
-_STEP_BUILDERS = {Cell.GRU: _gru_step, Cell.RNN: _rnn_step}
+def _lstm_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions):
+    """The LSTM step (h, c) -> (h', c') for pre-projected inputs gx ([N, 4H], gates i, o, f, c, with
+    every bias added; Rb is returned for the caller to add), peepholes P = (Pi, Po, Pf) or none::
+
+        i = f(gx_i + h Ri^T + Pi * c)        f_ = f(gx_f + h Rf^T + Pf * c)   (input_forget: 1 - i)
+        c' = f_ * c + i * g(gx_c + h Rc^T)
+        o = f(gx_o + h Ro^T + Po * c')       h' = o * h(c')
+
+    clip bounds each pre-activation, the peephole term included."""
+    f, g, h_act = activations
+    r_t = np.ascontiguousarray(r.T)  # [H, 4H]
+    peephole = options.peephole(0)
+    p_i, p_o, p_f = (None, None, None) if peephole is None else (peephole[:H], peephole[H : 2 * H], peephole[2 * H :])
+
+    def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        h, c = state
+        pre = gx + h @ r_t
+        pre_i, pre_o, pre_f, pre_c = pre[:, :H], pre[:, H : 2 * H], pre[:, 2 * H : 3 * H], pre[:, 3 * H :]
+        if peephole is not None:
+            pre_i += p_i * c
+            pre_f += p_f * c
+        i = f(clip(pre_i))
+        forget = 1 - i if options.input_forget else f(clip(pre_f))
+        c_new = forget * c + i * g(clip(pre_c))
+        if peephole is not None:
+            pre_o += p_o * c_new
+        return (f(clip(pre_o)) * h_act(c_new), c_new)
+
+    return step, rb
+
+
+_STEP_BUILDERS = {Cell.GRU: _gru_step, Cell.RNN: _rnn_step, Cell.LSTM: _lstm_step}
 
 
 def _step_builder(cell: Cell):
@@ -250,9 +322,7 @@ def check_model_inputs(model: Model, inputs: dict[str, np.ndarray]) -> None:
         if itf.x in inputs:
             at = where(model.path, layer.name)
             try:
-                check_layer_inputs(
-                    layer, inputs[itf.x], inputs.get(itf.sequence_lens or ""), inputs.get(itf.initial_h or "")
-                )
+                check_layer_inputs(layer, *(inputs.get(getattr(itf, role) or "") for role in INPUT_ROLES))
             except InputError as err:
                 raise InputError(f"{at}{err.message.removeprefix(where(None, layer.name))}", hint=err.hint) from None
 
@@ -262,9 +332,10 @@ def check_layer_inputs(
     x: np.ndarray,
     sequence_lens: np.ndarray | None,
     initial_h: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    initial_c: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """The inputs as arrays, checked against the layer: X [S,N,I] (or [N,S,I]) with S, N >= 1 and the
-    layer's dtype; sequence_lens [N] integers in [0, S]; initial_h [D,N,H] (or [N,D,H])."""
+    layer's dtype; sequence_lens [N] integers in [0, S]; initial_h and initial_c [D,N,H] (or [N,D,H])."""
     at = where(None, layer.name)
     x = np.asarray(x)
     if x.ndim != 3 or x.shape[2] != layer.input_size:
@@ -287,12 +358,17 @@ def check_layer_inputs(
         bad = sequence_lens[(sequence_lens < 0) | (sequence_lens > seq_len)]
         if bad.size:
             raise InputError(f"{at}sequence_lens value {int(bad[0])} is outside [0, {seq_len}] (the sequence length)")
-    if initial_h is not None:
-        initial_h = np.asarray(initial_h)
-        d = layer.num_directions
-        expected = (batch, d, layer.hidden_size) if layer.interface.layout else (d, batch, layer.hidden_size)
-        if initial_h.shape != expected:
-            raise InputError(f"{at}initial_h has shape {list(initial_h.shape)}, expected {list(expected)}")
-        if initial_h.dtype.kind != "f":
-            raise InputError(f"{at}initial_h is {initial_h.dtype}, the layer takes {layer.dtype}")
-    return x, sequence_lens, initial_h
+    states = []
+    for role, state in (("initial_h", initial_h), ("initial_c", initial_c)):
+        if state is not None:
+            if role == "initial_c" and "c" not in layer.cell.states:
+                raise InputError(f"{at}{layer.cell.op_name} has no cell state, but initial_c was given")
+            state = np.asarray(state)
+            d = layer.num_directions
+            expected = (batch, d, layer.hidden_size) if layer.interface.layout else (d, batch, layer.hidden_size)
+            if state.shape != expected:
+                raise InputError(f"{at}{role} has shape {list(state.shape)}, expected {list(expected)}")
+            if state.dtype.kind != "f":
+                raise InputError(f"{at}{role} is {state.dtype}, the layer takes {layer.dtype}")
+        states.append(state)
+    return x, sequence_lens, states[0], states[1]

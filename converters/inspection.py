@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gatepack.converters.model import Model
-from gatepack.schemas.layer import RecurrentLayer, dim_text
+from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, ROLE_LABELS, RecurrentLayer, dim_text
 
 
 def _shapes(layer: RecurrentLayer) -> dict[str, list[str]]:
@@ -20,8 +20,10 @@ def _shapes(layer: RecurrentLayer) -> dict[str, list[str]]:
         "X": [n, s, i] if batch_major else [s, n, i],
         "sequence_lens": [n],
         "initial_h": [n, d, h] if batch_major else [d, n, h],
+        "initial_c": [n, d, h] if batch_major else [d, n, h],
         "Y": [n, s, d, h] if batch_major else [s, d, n, h],
         "Y_h": [n, d, h] if batch_major else [d, n, h],
+        "Y_c": [n, d, h] if batch_major else [d, n, h],
     }
 
 
@@ -29,13 +31,7 @@ def _tensors(layer: RecurrentLayer) -> list[tuple[str, str, list[str]]]:
     """(role, name, shape) of every interface tensor the layer has."""
     itf = layer.interface
     shapes = _shapes(layer)
-    roles = (
-        ("X", itf.x),
-        ("sequence_lens", itf.sequence_lens),
-        ("initial_h", itf.initial_h),
-        ("Y", itf.y),
-        ("Y_h", itf.y_h),
-    )
+    roles = [(ROLE_LABELS[role], getattr(itf, role)) for role in INPUT_ROLES + OUTPUT_ROLES]
     return [(role, name, shapes[role]) for role, name in roles if name]
 
 
@@ -45,8 +41,12 @@ COMPACT_ABOVE = 8  # layers: above this, inspect groups identical layer kinds an
 def _attributes(layer: RecurrentLayer) -> str:
     itf = layer.interface
     attrs = [f"I={layer.input_size}", f"H={layer.hidden_size}"]
-    if layer.cell.value == "gru":
+    if layer.cell.spec.reset_placement:
         attrs.append(f"linear_before_reset={int(layer.linear_before_reset)}")
+    if layer.cell.spec.input_forget:
+        attrs.append(f"input_forget={int(layer.input_forget)}")
+    if layer.cell.spec.peepholes:
+        attrs.append("peepholes" if layer.has_peepholes else "no peepholes")
     attrs.append(f"clip={layer.clip:g}" if layer.clip is not None else "no clip")
     attrs.append(f"layout={itf.layout}")
     attrs.append(itf.dtype)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gatepack.converters.findings import Finding, Status, operator_list
-from gatepack.schemas.layer import RecurrentLayer
+from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, ROLE_LABELS, RecurrentLayer
 
 
 @dataclass(repr=False)
@@ -71,8 +71,8 @@ def as_layers_only(model: Model) -> Model:
     return replace(model, meta={**model.meta, "layers_only": True}) if model.other_ops else model
 
 
-_INPUT_ROLES = {"x": "X", "sequence_lens": "sequence_lens", "initial_h": "initial_h"}
-_OUTPUT_ROLES = {"y": "Y", "y_h": "Y_h"}
+_INPUT_ROLES = {role: ROLE_LABELS[role] for role in INPUT_ROLES}
+_OUTPUT_ROLES = {role: ROLE_LABELS[role] for role in OUTPUT_ROLES}
 
 
 def chained_inputs(model: Model) -> dict[str, dict[str, tuple[str, str, str]]]:

@@ -219,6 +219,7 @@ class FormatInfo:
     companions: tuple[str, ...] = ()  # suffixes of files that belong to the artifact (.bin beside .xml)
     recognise: Callable[[Path], bool] = field(default=lambda _path: False)  # an existing path is such an artifact
     interface_inputs: bool = True  # `run` takes the layers' interface tensors (False: the format's own shapes)
+    cells: tuple[str, ...] = ("gru", "rnn")  # the cells its writer writes (values of schemas.cells.Cell)
     extra: str | None = None  # the pip extra that installs the framework this format needs (None: always installed)
     framework: str | None = None  # that framework's module
     module: str = ""  # the implementation module (default: gatepack.converters.formats.NAME)
@@ -240,6 +241,22 @@ class FormatInfo:
     def check_options(self, options: dict) -> None:
         """UsageError for an option this format's writer does not take (naming it) or a value of the wrong type."""
         check_options(options, [self])
+
+
+def cell_refusal(info: FormatInfo, layer: "RecurrentLayer") -> "Finding | None":
+    """The ``cell`` finding refusing ``layer`` when ``info``'s writer does not write its cell (None if it does)."""
+    from gatepack.converters.findings import Finding, Status
+
+    cell = layer.cell.value
+    if cell in info.cells:
+        return None
+    others = [name for name, other in FORMATS.items() if other.writes and cell in other.cells]
+    return Finding(
+        "cell",
+        Status.UNSUPPORTED,
+        f"gatepack does not write {layer.cell.op_name} layers as {info.title} yet",
+        alternative=f"convert to {' or '.join(others)}, which gatepack writes {layer.cell.op_name} to",
+    )
 
 
 def check_options(options: dict, infos: "list[FormatInfo]") -> None:
@@ -271,6 +288,7 @@ FORMATS: dict[str, FormatInfo] = {
             "onnxruntime (CPU)",
             suffixes=(".onnx",),
             write_options=ONNX_OPTIONS,
+            cells=("gru", "rnn", "lstm"),
             companions=(".onnx.data",),
             recognise=starts_like_protobuf(".onnx", ONNX_FIRST_TAGS),
         ),

@@ -410,6 +410,9 @@ def target_findings(
     options, each passed to the targets that take it; ``surroundings``: the target's ``model`` finding,
     from ``model_finding``)."""
     info, implementation = registry.writer(target)
+    refused = registry.cell_refusal(info, layer)
+    if refused is not None:  # nothing else about the layer is checked: the format's module cannot hold it
+        return sort_worst_first(list(model.notes_for(layer)) + [f for f in (refused, surroundings) if f is not None])
     accepted = {k: v for k, v in options.items() if k in info.option_names}
     keeps_whole = surroundings is not None and surroundings.status is not Status.UNSUPPORTED
     if keeps_whole and "opset" in info.option_names and "opset" not in accepted and "opset" in model.meta:

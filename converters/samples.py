@@ -40,7 +40,7 @@ def sample_sizes(*layers: RecurrentLayer) -> tuple[int, int]:
 def sample_inputs(
     layer: RecurrentLayer, rng: np.random.Generator, sizes: tuple[int, int] | None = None
 ) -> dict[str, np.ndarray]:
-    """Random inputs for ``layer`` in layout 0, keyed by role: X, sequence_lens, initial_h."""
+    """Random inputs for ``layer`` in layout 0, keyed by role: X, sequence_lens, initial_h, initial_c."""
     itf = layer.interface
     s, n = sizes or sample_sizes(layer)
     check_sample_size(layer, s, n)
@@ -50,6 +50,7 @@ def sample_inputs(
         lens = rng.integers(1, s + 1, n).astype(np.int32)
         lens[rng.integers(n)] = s  # at least one full-length sequence
         inputs["sequence_lens"] = lens
-    if itf.initial_h:
-        inputs["initial_h"] = rng.uniform(-1, 1, (layer.num_directions, n, layer.hidden_size)).astype(dtype)
+    for role in ("initial_h", "initial_c"):
+        if getattr(itf, role):
+            inputs[role] = rng.uniform(-1, 1, (layer.num_directions, n, layer.hidden_size)).astype(dtype)
     return inputs

@@ -21,7 +21,14 @@ from gatepack.converters import registry
 from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
 from gatepack.converters.model import Model
 from gatepack.converters.samples import DEFAULT_SEQ_LENGTH, TOLERANCES, sample_inputs, sample_sizes
-from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_SEQ_MAJOR, RecurrentLayer
+from gatepack.schemas.layer import (
+    INPUT_ROLES,
+    OUTPUT_ROLES,
+    PERM_SWAP_01,
+    PERM_Y_TO_SEQ_MAJOR,
+    ROLE_LABELS,
+    RecurrentLayer,
+)
 
 if TYPE_CHECKING:
     from gatepack.converters.progress import Progress
@@ -30,7 +37,7 @@ if TYPE_CHECKING:
 @dataclass
 class OutputComparison:
     layer: str
-    output: str  # Y or Y_h
+    output: str  # Y, Y_h or Y_c
     max_abs_error: float
     max_rel_error: float
     atol: float
@@ -156,22 +163,22 @@ def to_interface(layer: RecurrentLayer, role_inputs: dict[str, np.ndarray]) -> d
     # values when the other side has none: full lengths, a zero initial state.
     if itf.sequence_lens:
         feed[itf.sequence_lens] = role_inputs.get("sequence_lens", np.full(x.shape[1], x.shape[0], np.int32))
-    if itf.initial_h:
-        h0 = role_inputs.get("initial_h", np.zeros((layer.num_directions, x.shape[1], layer.hidden_size), layer.dtype))
-        feed[itf.initial_h] = h0.transpose(PERM_SWAP_01) if batch_major else h0
+    for role in ("initial_h", "initial_c"):
+        if getattr(itf, role):
+            state = role_inputs.get(role, np.zeros((layer.num_directions, x.shape[1], layer.hidden_size), layer.dtype))
+            feed[getattr(itf, role)] = state.transpose(PERM_SWAP_01) if batch_major else state
     return {k: np.ascontiguousarray(v) for k, v in feed.items()}
 
 
 def from_interface(layer: RecurrentLayer, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The layer's named outputs -> layout-0 role outputs Y [S,D,N,H], Y_h [D,N,H]."""
+    """The layer's named outputs -> layout-0 role outputs Y [S,D,N,H], Y_h and Y_c [D,N,H]."""
     itf = layer.interface
     out = {}
-    if itf.y and itf.y in outputs:
-        y = outputs[itf.y]
-        out["Y"] = y.transpose(PERM_Y_TO_SEQ_MAJOR) if itf.layout == 1 else y
-    if itf.y_h and itf.y_h in outputs:
-        y_h = outputs[itf.y_h]
-        out["Y_h"] = y_h.transpose(PERM_SWAP_01) if itf.layout == 1 else y_h
+    for role in OUTPUT_ROLES:
+        name = getattr(itf, role)
+        if name and name in outputs:
+            perm = PERM_Y_TO_SEQ_MAJOR if role == "y" else PERM_SWAP_01
+            out[ROLE_LABELS[role]] = outputs[name].transpose(perm) if itf.layout == 1 else outputs[name]
     return out
 
 
@@ -189,13 +196,9 @@ def run_layer(
     except RuntimeFailure as err:
         reason = err.message.removeprefix(f"layer {layer.name!r}: ")
         notes.append(f"{model.path} layer {layer.name!r} ran on gatepack's executor: {reason}")
-        y, y_h = execute(
-            layer,
-            feed[layer.interface.x],
-            feed.get(layer.interface.sequence_lens or ""),
-            feed.get(layer.interface.initial_h or ""),
-        )
-        outputs = {layer.interface.y: y, layer.interface.y_h: y_h}
+        itf = layer.interface
+        results = execute(layer, *(feed.get(getattr(itf, role) or "") for role in INPUT_ROLES))
+        outputs = {getattr(itf, role): value for role, value in zip(OUTPUT_ROLES, results)}
     return from_interface(layer, outputs)
 
 
@@ -252,12 +255,13 @@ def compare(
 
 
 def _overflowed_sequences(expected: dict[str, np.ndarray]) -> np.ndarray | None:
-    """[D, N]: the sequences (direction, batch entry) where the source's Y or Y_h holds inf/NaN."""
+    """[D, N]: the sequences (direction, batch entry) where the source's Y or a final state holds inf/NaN."""
     marks = []
     if "Y" in expected:
         marks.append(~np.isfinite(expected["Y"]).all(axis=(0, 3)))
-    if "Y_h" in expected:
-        marks.append(~np.isfinite(expected["Y_h"]).all(axis=2))
+    for final in ("Y_h", "Y_c"):
+        if final in expected:
+            marks.append(~np.isfinite(expected[final]).all(axis=2))
     return np.logical_or.reduce(marks) if marks else None
 
 
@@ -395,7 +399,7 @@ def verify_models(
             _computed_in(target, dst_layer),
         )
         overflowed = _overflowed_sequences(expected)
-        for output in ("Y", "Y_h"):
+        for output in ("Y", "Y_h", "Y_c"):
             if output in expected and output in actual:
                 untrusted = (
                     None

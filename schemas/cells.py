@@ -23,6 +23,14 @@ Equations, in the canonical order (f, g = the direction's activations, clip boun
       h' = (1 - z) * n + z * h
 
 * RNN (gate i): ``h' = f(x Wi^T + h Ri^T + Wbi + Rbi)``.
+* LSTM (gates i, o, f, c; peepholes P = Pi, Po, Pf; states h and c)::
+
+      i = f(x Wi^T + h Ri^T + Pi * c + Wbi + Rbi)
+      f_ = f(x Wf^T + h Rf^T + Pf * c + Wbf + Rbf)       input_forget = 1: f_ = 1 - i
+      c~ = g(x Wc^T + h Rc^T + Wbc + Rbc)
+      c' = f_ * c + i * c~
+      o = f(x Wo^T + h Ro^T + Po * c' + Wbo + Rbo)       (the output peephole reads the new c)
+      h' = o * h(c')                                      (h = the third activation)
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ class Cell(str, enum.Enum):
 
     GRU = "gru"
     RNN = "rnn"
+    LSTM = "lstm"
 
     @property
     def spec(self) -> "CellSpec":
@@ -52,7 +61,7 @@ class Cell(str, enum.Enum):
 
     @property
     def activation_count(self) -> int:
-        """Activations per direction: GRU (f, g), RNN (f)."""
+        """Activations per direction: GRU (f, g), RNN (f), LSTM (f, g, h)."""
         return len(self.spec.default_activations)
 
     @property
@@ -65,7 +74,7 @@ class Cell(str, enum.Enum):
 
     @property
     def op_name(self) -> str:
-        """The ONNX operator (and the upper-case name formats print): 'GRU', 'RNN'."""
+        """The ONNX operator (and the upper-case name formats print): 'GRU', 'RNN', 'LSTM'."""
         return self.spec.onnx_op
 
 
@@ -98,6 +107,15 @@ CELLS: dict[Cell, CellSpec] = {
         gate_meanings=("input",),
         default_activations=("Tanh",),
         zero_clip=True,
+    ),
+    Cell.LSTM: CellSpec(
+        onnx_op="LSTM",
+        gates=("i", "o", "f", "c"),
+        gate_meanings=("input", "output", "forget", "cell candidate"),
+        default_activations=("Sigmoid", "Tanh", "Tanh"),
+        states=("h", "c"),
+        peepholes=("i", "o", "f"),
+        input_forget=True,
     ),
 }
 

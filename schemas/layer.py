@@ -17,6 +17,15 @@ Conventions (the ONNX ones, so an ONNX layer maps onto it with no rearranging):
       h_t = (1 - z_t) * n_t + z_t * h_{t-1}
 
 * RNN: ``h_t = f(clip(x_t Wi^T + h_{t-1} Ri^T + Wbi + Rbi))``.
+* LSTM (gates i, o, f, c; f, g, h = the direction's three activations; states h and c; optional
+  peepholes ``P`` [3H] in the order i, o, f)::
+
+      i_t = f(clip(x_t Wi^T + h_{t-1} Ri^T + Pi * c_{t-1} + Wbi + Rbi))
+      f_t = f(clip(x_t Wf^T + h_{t-1} Rf^T + Pf * c_{t-1} + Wbf + Rbf))     input_forget: f_t = 1 - i_t
+      c~_t = g(clip(x_t Wc^T + h_{t-1} Rc^T + Wbc + Rbc))
+      c_t = f_t * c_{t-1} + i_t * c~_t
+      o_t = f(clip(x_t Wo^T + h_{t-1} Ro^T + Po * c_t + Wbo + Rbo))
+      h_t = o_t * h(c_t)
 * ``directions[0]`` is the forward (or the only) direction, ``directions[1]`` the reverse one of a
   bidirectional layer.
 
@@ -125,6 +134,28 @@ class DirectionParams:
     Wb: np.ndarray  # [G*H]
     Rb: np.ndarray  # [G*H]
     activations: tuple[Activation, ...]
+    P: np.ndarray | None = None  # peepholes [len(cell peepholes) * H] (LSTM: i, o, f); None: none
+
+
+# The interface's tensors, in the order of an ONNX recurrent node's inputs and outputs: the initial and
+# final state of each state of the cell table (``initial_<s>``, ``y_<s>``).
+INPUT_ROLES = ("x", "sequence_lens", "initial_h", "initial_c")
+OUTPUT_ROLES = ("y", "y_h", "y_c")
+# Their names in reports and verification (ONNX's): X, Y, Y_h ...
+ROLE_LABELS = {
+    "x": "X",
+    "sequence_lens": "sequence_lens",
+    "initial_h": "initial_h",
+    "initial_c": "initial_c",
+    "y": "Y",
+    "y_h": "Y_h",
+    "y_c": "Y_c",
+}
+
+
+def state_roles(cell: Cell) -> tuple[tuple[str, str], ...]:
+    """(initial-state role, final-state role) per state of ``cell``: GRU (('initial_h', 'y_h'),)."""
+    return tuple((f"initial_{s}", f"y_{s}") for s in spec_of(cell).states)
 
 
 @dataclass(frozen=True)
@@ -144,10 +175,12 @@ class Interface:
     seq_length: Dim = None
     batch_size: Dim = None
     dtype: str = "float32"
+    initial_c: str | None = None  # LSTM: the initial cell state [D,N,H] (layout 1: [N,D,H])
+    y_c: str | None = None  # LSTM: the final cell state, shaped as Y_h
 
     def __post_init__(self) -> None:
         """Types checked on construction: interfaces are also read from manifests gatepack did not write."""
-        for label in ("x", "y", "y_h", "sequence_lens", "initial_h"):
+        for label in INPUT_ROLES + OUTPUT_ROLES:
             value = getattr(self, label)
             if not (value is None and label != "x") and (not isinstance(value, str) or not value):
                 raise SpecError(f"interface {label} {value!r} is not a tensor name")
@@ -165,7 +198,7 @@ class Interface:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class RecurrentLayer:
-    """One GRU or RNN layer, in the canonical convention described in the module docstring."""
+    """One GRU, RNN or LSTM layer, in the canonical convention described in the module docstring."""
 
     name: str
     cell: Cell
@@ -175,8 +208,9 @@ class RecurrentLayer:
     directions: tuple[DirectionParams, ...]
     interface: Interface
     linear_before_reset: bool = False
-    clip: float | None = None  # None: no clip. GRU needs clip > 0; RNN allows 0 (clamps to 0).
+    clip: float | None = None  # None: no clip. GRU and LSTM need clip > 0; RNN allows 0 (clamps to 0).
     has_bias: bool = True  # the source stored a bias (False: all-zero biases, written without one)
+    input_forget: bool = False  # LSTM: the forget gate is 1 - the input gate
     provenance: Provenance | None = field(default=None, compare=False)  # where it was read from, never semantics
 
     def __post_init__(self) -> None:
@@ -185,6 +219,7 @@ class RecurrentLayer:
     def __repr__(self) -> str:
         lbr = f", linear_before_reset={int(self.linear_before_reset)}" if self.cell.spec.reset_placement else ""
         clip = f", clip={self.clip:g}" if self.clip is not None else ""
+        clip += (", peepholes" if self.has_peepholes else "") + (", input_forget" if self.input_forget else "")
         return (
             f"RecurrentLayer({self.name!r}, {self.cell.op_name} {self.direction.value}, I={self.input_size}, "
             f"H={self.hidden_size}{lbr}{clip}, {self.activation_summary()}, {self.interface.dtype}, "
@@ -203,8 +238,15 @@ class RecurrentLayer:
     def dtype(self) -> np.dtype:
         return np.dtype(self.interface.dtype)
 
+    @property
+    def has_peepholes(self) -> bool:
+        return self.directions[0].P is not None
+
     def parameter_count(self) -> int:
-        return sum(p.W.size + p.R.size + (p.Wb.size + p.Rb.size if self.has_bias else 0) for p in self.directions)
+        return sum(
+            p.W.size + p.R.size + (p.Wb.size + p.Rb.size if self.has_bias else 0) + (0 if p.P is None else p.P.size)
+            for p in self.directions
+        )
 
     def _fail(self, what: str) -> SpecError:
         return SpecError(f"layer {self.name!r}: {what}")
@@ -213,7 +255,7 @@ class RecurrentLayer:
         """Check every invariant; raise SpecError naming the layer and the offending value."""
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"layer name {self.name!r} is not a non-empty string")
-        for label in ("linear_before_reset", "has_bias"):
+        for label in ("linear_before_reset", "input_forget", "has_bias"):
             if not isinstance(getattr(self, label), (bool, np.bool_)):
                 raise self._fail(f"{label} {getattr(self, label)!r} is not true or false")
         if self.clip is not None and (
@@ -237,6 +279,11 @@ class RecurrentLayer:
                 raise self._fail(f"clip must be {'>= 0' if spec.zero_clip else '> 0'}, got {self.clip!r}")
         if self.linear_before_reset and not spec.reset_placement:
             raise self._fail(f"linear_before_reset does not apply to {spec.onnx_op}")
+        if self.input_forget and not spec.input_forget:
+            raise self._fail(f"input_forget does not apply to {spec.onnx_op}")
+        for initial, final in (("initial_c", "y_c"),):
+            if "c" not in spec.states and (getattr(self.interface, initial) or getattr(self.interface, final)):
+                raise self._fail(f"{spec.onnx_op} has no cell state c (interface names {initial} or {final})")
         if len(self.directions) != self.num_directions:
             raise self._fail(
                 f"direction {self.direction.value} needs {self.num_directions} weight set(s), got "
@@ -255,6 +302,15 @@ class RecurrentLayer:
                     raise self._fail(f"direction {d} {label} has shape {got}, expected {list(shape)}")
                 if array.dtype != self.dtype:
                     raise self._fail(f"direction {d} {label} is {array.dtype}, the layer is {self.dtype}")
+            if params.P is not None or (d and self.has_peepholes):
+                shape = (len(spec.peepholes) * h,)
+                if not spec.peepholes:
+                    raise self._fail(f"direction {d} has peepholes, which {spec.onnx_op} does not take")
+                if not isinstance(params.P, np.ndarray) or params.P.shape != shape:
+                    got = list(params.P.shape) if hasattr(params.P, "shape") else repr(params.P)
+                    raise self._fail(f"direction {d} P has shape {got}, expected {list(shape)} (every direction)")
+                if params.P.dtype != self.dtype:
+                    raise self._fail(f"direction {d} P is {params.P.dtype}, the layer is {self.dtype}")
             if len(params.activations) != self.cell.activation_count:
                 raise self._fail(
                     f"direction {d} has {len(params.activations)} activation(s), "
@@ -263,8 +319,8 @@ class RecurrentLayer:
             for act in params.activations:
                 if not isinstance(act, Activation):
                     raise self._fail(f"direction {d} activation {act!r} is not an Activation")
-        if self.interface.y is None and self.interface.y_h is None:
-            raise self._fail("requests neither Y nor Y_h")
+        if not any(getattr(self.interface, role) for role in OUTPUT_ROLES):
+            raise self._fail("requests no output (Y, Y_h or Y_c)")
 
     def activation_summary(self) -> str:
         """E.g. 'Sigmoid, Tanh' or 'fwd: Sigmoid, Tanh | rev: HardSigmoid(alpha=0.2, beta=0.5), Tanh'."""

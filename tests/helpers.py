@@ -1,4 +1,4 @@
-"""Test helpers: build ONNX GRU/RNN models with plain ``onnx.helper`` (independent of gatepack's
+"""Test helpers: build ONNX GRU/RNN/LSTM models with plain ``onnx.helper`` (independent of gatepack's
 writer) and run them on onnxruntime, the oracle."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ ACTIVATIONS = {
 
 @dataclass
 class Config:
-    cell: str = "GRU"  # GRU or RNN
+    cell: str = "GRU"  # GRU, RNN or LSTM
     direction: str = "forward"
     lbr: int = 0
     activations: list[str] | None = None  # None: attribute absent (defaults)
@@ -53,6 +53,9 @@ class Config:
     seed: int = 0
     opset: int = 14
     extra: dict = field(default_factory=dict)
+    peepholes: bool = False  # LSTM: a P input
+    input_forget: int = 0  # LSTM
+    initial_c: bool = False  # LSTM
 
     @property
     def D(self) -> int:
@@ -60,14 +63,18 @@ class Config:
 
     @property
     def G(self) -> int:
-        return 3 if self.cell == "GRU" else 1
+        return {"GRU": 3, "RNN": 1, "LSTM": 4}[self.cell]
+
+    @property
+    def outputs(self) -> list[str]:
+        return ["Y", "Y_h", "Y_c"] if self.cell == "LSTM" else ["Y", "Y_h"]
 
     def label(self) -> str:
         acts = "-".join(self.activations) if self.activations else "default"
         return (
             f"{self.cell}-{self.direction}-lbr{self.lbr}-{acts}-clip{self.clip}-seq{self.seq_lens}"
             f"-h0{int(self.initial_h)}-b{int(self.bias)}-L{self.layout}-S{self.S}N{self.N}I{self.I}H{self.H}-{self.dtype}"
-        )
+        ) + (f"-P{int(self.peepholes)}-if{self.input_forget}-c0{int(self.initial_c)}" if self.cell == "LSTM" else "")
 
 
 def native_variant(cfg: Config) -> Config:
@@ -88,11 +95,13 @@ def weights(cfg: Config) -> dict[str, np.ndarray]:
     }
     if cfg.bias:
         out["B"] = rng.uniform(-k, k, (d, 2 * gh)).astype(cfg.dtype)
+    if cfg.peepholes:
+        out["P"] = rng.uniform(-k, k, (d, 3 * cfg.H)).astype(cfg.dtype)
     return out
 
 
 def inputs(cfg: Config, scale: float = 1.0) -> dict[str, np.ndarray]:
-    """Inputs in layout 0 (X [S,N,I], initial_h [D,N,H])."""
+    """Inputs in layout 0 (X [S,N,I], initial_h and initial_c [D,N,H])."""
     rng = np.random.default_rng(cfg.seed + 1000)
     feed = {"X": (rng.uniform(-1, 1, (cfg.S, cfg.N, cfg.I)) * scale).astype(cfg.dtype)}
     if cfg.seq_lens != "none":
@@ -107,13 +116,15 @@ def inputs(cfg: Config, scale: float = 1.0) -> dict[str, np.ndarray]:
         feed["sequence_lens"] = lens.astype(np.int32)
     if cfg.initial_h:
         feed["initial_h"] = rng.uniform(-1, 1, (cfg.D, cfg.N, cfg.H)).astype(cfg.dtype)
+    if cfg.initial_c:
+        feed["initial_c"] = rng.uniform(-1, 1, (cfg.D, cfg.N, cfg.H)).astype(cfg.dtype)
     return feed
 
 
 def build_model(
     cfg: Config, layout: int | None = None, dtype: str | None = None, opset: int | None = None
 ) -> onnx.ModelProto:
-    """An ONNX model with one GRU/RNN node; W, R, B are initializers, the rest graph inputs."""
+    """An ONNX model with one GRU/RNN/LSTM node; W, R, B (P) are initializers, the rest graph inputs."""
     layout = cfg.layout if layout is None else layout
     dtype = dtype or cfg.dtype
     opset = opset or cfg.opset
@@ -126,12 +137,16 @@ def build_model(
         "B" if cfg.bias else "",
         "sequence_lens" if cfg.seq_lens != "none" else "",
         "initial_h" if cfg.initial_h else "",
+        "initial_c" if cfg.initial_c else "",
+        "P" if cfg.peepholes else "",
     ]
     while not node_inputs[-1]:
         node_inputs.pop()
     attrs: dict = {"hidden_size": cfg.H, "direction": cfg.direction}
     if cfg.cell == "GRU" and (cfg.lbr or opset >= 3):
         attrs["linear_before_reset"] = cfg.lbr
+    if cfg.cell == "LSTM" and cfg.input_forget:
+        attrs["input_forget"] = cfg.input_forget
     if cfg.activations is not None:
         attrs["activations"] = cfg.activations
     if cfg.alphas:
@@ -143,16 +158,17 @@ def build_model(
     if layout:
         attrs["layout"] = 1
     attrs.update(cfg.extra)
-    node = helper.make_node(cfg.cell, node_inputs, ["Y", "Y_h"], name="rec", **attrs)
+    node = helper.make_node(cfg.cell, node_inputs, cfg.outputs, name="rec", **attrs)
     s, n = "S", "N"
     x_shape = [n, s, cfg.I] if layout else [s, n, cfg.I]
     h_shape = [n, cfg.D, cfg.H] if layout else [cfg.D, n, cfg.H]
     graph_inputs = [helper.make_tensor_value_info("X", elem, x_shape)]
     if cfg.seq_lens != "none":
         graph_inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, [n]))
-    if cfg.initial_h:
-        graph_inputs.append(helper.make_tensor_value_info("initial_h", elem, h_shape))
-    outputs = [helper.make_tensor_value_info("Y", elem, None), helper.make_tensor_value_info("Y_h", elem, None)]
+    for state in ("initial_h", "initial_c"):
+        if getattr(cfg, state):
+            graph_inputs.append(helper.make_tensor_value_info(state, elem, h_shape))
+    outputs = [helper.make_tensor_value_info(name, elem, None) for name in cfg.outputs]
     graph = helper.make_graph([node], "g", graph_inputs, outputs, [numpy_helper.from_array(v, k) for k, v in w.items()])
     opsets = [helper.make_opsetid("", opset)]
     return helper.make_model(
@@ -169,16 +185,15 @@ def ort_run(model: onnx.ModelProto | str | Path, feed: dict[str, np.ndarray]) ->
     return session.run(None, {k: v for k, v in feed.items() if k in names})
 
 
-def ort_reference(cfg: Config, feed0: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(Y, Y_h) from onnxruntime in layout 0. onnxruntime rejects layout 1 and has no float64
+def ort_reference(cfg: Config, feed0: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """(Y, Y_h) (LSTM: and Y_c) from onnxruntime in layout 0. onnxruntime rejects layout 1 and has no float64
     kernel (nor a float16 RNN), so those run as the layout-0 / float32 model of the same weights
     (float16 -> float32 is exact)."""
     dtype = "float32"
     opset = max(cfg.opset, 7)  # onnxruntime has no kernel for opset 1/3 recurrent ops
     model = build_model(cfg, layout=0, dtype=dtype, opset=opset)
     feed = {k: (v.astype(dtype) if v.dtype.kind == "f" else v) for k, v in feed0.items()}
-    y, y_h = ort_run(model, feed)
-    return y, y_h
+    return tuple(ort_run(model, feed))
 
 
 def to_layout(cfg: Config, feed0: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -187,15 +202,17 @@ def to_layout(cfg: Config, feed0: dict[str, np.ndarray]) -> dict[str, np.ndarray
         return dict(feed0)
     feed = dict(feed0)
     feed["X"] = np.ascontiguousarray(feed0["X"].transpose(1, 0, 2))
-    if "initial_h" in feed:
-        feed["initial_h"] = np.ascontiguousarray(feed0["initial_h"].transpose(1, 0, 2))
+    for state in ("initial_h", "initial_c"):
+        if state in feed:
+            feed[state] = np.ascontiguousarray(feed0[state].transpose(1, 0, 2))
     return feed
 
 
-def outputs_to_layout0(cfg: Config, y: np.ndarray, y_h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def outputs_to_layout0(cfg: Config, y: np.ndarray, *finals: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y and the final states (Y_h; LSTM: Y_h, Y_c) in the config's layout -> layout 0."""
     if not cfg.layout:
-        return y, y_h
-    return y.transpose(1, 2, 0, 3), y_h.transpose(1, 0, 2)
+        return (y, *finals)
+    return (y.transpose(1, 2, 0, 3), *(f.transpose(1, 0, 2) for f in finals))
 
 
 def random_activation_params(rng: random.Random, names: list[str]) -> tuple[list[float], list[float]]:
@@ -251,6 +268,44 @@ def matrix(count: int = 360, seed: int = 2026) -> list[Config]:
         cfg.layout = 1 if rng.random() < 0.3 else 0
         cfg.S, cfg.N, cfg.I, cfg.H = rng.choice(sizes)
         cfg.dtype = rng.choices(["float32", "float64", "float16"], weights=[8, 1, 1])[0]
+        configs.append(cfg)
+    return configs
+
+
+def lstm_matrix(count: int = 320, seed: int = 2027) -> list[Config]:
+    """A deterministic matrix of LSTM configurations: direction, peepholes, input_forget, clip,
+    sequence_lens none/full/mixed/zero, initial_h/initial_c, layout, every activation in the first
+    slot with alpha/beta per direction (stacks sometimes truncated to the defaults), fp16/32/64 and
+    edge sizes, each varying independently (float16 with bounded activations only)."""
+    rng = random.Random(seed)
+    names = list(ACTIVATIONS)
+    sizes = [(4, 3, 5, 6), (1, 1, 1, 1), (3, 2, 1, 4), (5, 4, 3, 1), (1, 3, 4, 2), (6, 1, 2, 3), (7, 5, 8, 8)]
+    configs = []
+    for k in range(count):
+        cfg = Config(cell="LSTM", direction=rng.choice(["forward", "reverse", "bidirectional"]), seed=k)
+        cfg.dtype = rng.choices(["float32", "float64", "float16"], weights=[8, 1, 1])[0]
+        # float16 configurations use bounded activations: an unbounded cell leaves float16's range in a
+        # few steps, and then every runtime's result is inf (no oracle for it).
+        pool = ["Tanh", "Sigmoid", "HardSigmoid", "ScaledTanh", "Softsign"] if cfg.dtype == "float16" else names
+        mode = rng.randrange(5)
+        if mode:
+            chosen = [pool[k % len(pool)]] + [rng.choice(pool) for _ in range(3 * cfg.D - 1)]
+            if mode == 1 and cfg.D == 2:
+                chosen = chosen[:3] * 2
+            cfg.activations = chosen
+            alphas, betas = random_activation_params(rng, chosen)
+            if mode == 3:
+                alphas, betas = alphas[: rng.randint(0, len(alphas))], betas[: rng.randint(0, len(betas))]
+            cfg.alphas, cfg.betas = alphas or None, betas or None
+        cfg.peepholes = rng.random() < 0.5
+        cfg.input_forget = int(rng.random() < 0.3)
+        cfg.clip = round(rng.uniform(0.2, 2.0), 2) if rng.random() < 0.3 else None
+        cfg.seq_lens = rng.choice(["none", "full", "mixed", "zero"])
+        cfg.initial_h = rng.random() < 0.5
+        cfg.initial_c = rng.random() < 0.5
+        cfg.bias = rng.random() < 0.8
+        cfg.layout = 1 if rng.random() < 0.3 else 0
+        cfg.S, cfg.N, cfg.I, cfg.H = rng.choice(sizes)
         configs.append(cfg)
     return configs
 

@@ -1,8 +1,8 @@
-"""An independent float64 oracle for one ONNX GRU/RNN node: a plain per-sequence, per-step loop
+"""An independent float64 oracle for one ONNX GRU/RNN/LSTM node: a plain per-sequence, per-step loop
 written from the ONNX operator specification (docs/conventions.md §2), sharing no code with
 gatepack's executor (which is vectorised over the batch, folds biases and masks lengths).
 
-onnxruntime has no float64 GRU/RNN kernel, so float64 configurations are checked against this at
+onnxruntime has no float64 GRU/RNN/LSTM kernel, so float64 configurations are checked against this at
 float64 tolerance instead of against onnxruntime's float32 results.
 """
 
@@ -22,7 +22,7 @@ ORT_DEFAULTS = {
     "Elu": (1.0, None),
     "Affine": (0.0, 0.0),
 }
-DEFAULT_NAMES = {"GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+DEFAULT_NAMES = {"GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
 
 
 def _sigmoid(v: float) -> float:
@@ -66,8 +66,10 @@ def activations(cfg: Config) -> list[list]:
     return [funcs[d * per : (d + 1) * per] for d in range(cfg.D)]
 
 
-def reference(cfg: Config, feed0: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(Y [S,D,N,H], Y_h [D,N,H]) in float64 from layout-0 inputs ``feed0``."""
+def reference(cfg: Config, feed0: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """(Y [S,D,N,H], Y_h [D,N,H]) in float64 from layout-0 inputs ``feed0``; LSTM: and Y_c [D,N,H]."""
+    if cfg.cell == "LSTM":
+        return _lstm_reference(cfg, feed0)
     w = {k: v.astype(np.float64) for k, v in weights(cfg).items()}
     x = feed0["X"].astype(np.float64)
     s, n, h = x.shape[0], x.shape[1], cfg.H
@@ -109,3 +111,43 @@ def _step(cfg: Config, acts: list, clip, xt, state, wd, rd, wb, rb, h):
     else:
         cand = gfun(bound(wd[blocks[2]] @ xt + rd[blocks[2]] @ (r * state) + rb[blocks[2]] + wb[blocks[2]]))
     return (1 - z) * cand + z * state
+
+
+def _lstm_reference(cfg: Config, feed0: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ONNX LSTM, one sequence and one step at a time: gates i, o, f, c in W, R and each half of
+    B; peepholes P = (i, o, f), the output gate's reading the new cell state; clip on every
+    pre-activation; input_forget: f = 1 - i; states kept past a sequence's end, 0 for an empty one."""
+    w = {k: v.astype(np.float64) for k, v in weights(cfg).items()}
+    x = feed0["X"].astype(np.float64)
+    s, n, h = x.shape[0], x.shape[1], cfg.H
+    lens = feed0.get("sequence_lens", np.full(n, s))
+    h0 = feed0.get("initial_h", np.zeros((cfg.D, n, h))).astype(np.float64)
+    c0 = feed0.get("initial_c", np.zeros((cfg.D, n, h))).astype(np.float64)
+    acts = activations(cfg)
+    clip = _attribute(cfg.clip) if cfg.clip is not None else None
+
+    def bound(v):
+        return np.clip(v, -clip, clip) if clip is not None else v
+
+    y, y_h, y_c = np.zeros((s, cfg.D, n, h)), np.zeros((cfg.D, n, h)), np.zeros((cfg.D, n, h))
+    block = {gate: slice(k * h, (k + 1) * h) for k, gate in enumerate("iofc")}
+    for d in range(cfg.D):
+        f, g, hfun = acts[d]
+        b = w["B"][d] if "B" in w else np.zeros(8 * h)
+        bias = b[: 4 * h] + b[4 * h :]
+        p = w["P"][d] if "P" in w else np.zeros(3 * h)
+        p_i, p_o, p_f = p[:h], p[h : 2 * h], p[2 * h :]
+        reverse = cfg.direction == "reverse" or d == 1
+        for k in range(n):
+            hs, cs = h0[d, k].copy(), c0[d, k].copy()
+            length = int(lens[k])
+            for t in range(length - 1, -1, -1) if reverse else range(length):
+                pre = {q: w["W"][d][block[q]] @ x[t, k] + w["R"][d][block[q]] @ hs + bias[block[q]] for q in "iofc"}
+                i = f(bound(pre["i"] + p_i * cs))
+                forget = 1 - i if cfg.input_forget else f(bound(pre["f"] + p_f * cs))
+                cs = forget * cs + i * g(bound(pre["c"]))
+                o = f(bound(pre["o"] + p_o * cs))
+                hs = o * hfun(cs)
+                y[t, d, k] = hs
+            y_h[d, k], y_c[d, k] = (hs, cs) if length else (0.0, 0.0)
+    return y, y_h, y_c

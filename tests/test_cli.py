@@ -161,7 +161,7 @@ BAD = {
         "not a readable ONNX model",
     ),
     "not_onnx": (lambda p: p.write_text("this is not a model\n"), "not a readable ONNX model"),
-    "no_recurrent": (None, "no GRU/RNN layer found"),
+    "no_recurrent": (None, "no recurrent (GRU/RNN/LSTM) layer found"),
     "wrong_shape": (
         lambda m: _set_attr(m, "hidden_size", 5),
         "W has shape [1, 18, 5], expected [1, 15, input_size] for hidden_size=5",

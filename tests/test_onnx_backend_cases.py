@@ -35,13 +35,11 @@ def test_cases_were_found():
     assert len(CASES) >= 10 and "test_gru_seq_length" in names and "test_rnn_seq_length" in names
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_published_case(case, tmp_path):
-    name, node, inputs, outputs = case
-    # W, R, B become initializers (gatepack needs constant weights); the rest stay graph inputs.
-    constants = {1, 2, 3}
+def published_model(name: str, node, values: list, tmp_path, constants: set[int]) -> tuple:
+    """The case's node saved as a model: the inputs at ``constants`` (the weights) as initializers,
+    the rest graph inputs; returns the path and the fed values by input index."""
     inits, graph_inputs, feed = [], [], {}
-    for index, (input_name, value) in enumerate(zip(node.input, inputs)):
+    for index, (input_name, value) in enumerate(zip(node.input, values)):
         if not input_name:
             continue
         if index in constants:
@@ -57,6 +55,14 @@ def test_published_case(case, tmp_path):
     )
     path = tmp_path / f"{name}.onnx"
     onnx.save(model, path)
+    return path, feed
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_published_case(case, tmp_path):
+    name, node, inputs, outputs = case
+    # W, R, B become initializers (gatepack needs constant weights); the rest stay graph inputs.
+    path, feed = published_model(name, node, inputs, tmp_path, constants={1, 2, 3})
     (layer,) = onnx_format.read(path).layers
     y, y_h = run_layer(layer, feed[0], feed.get(4), feed.get(5))
     produced = {"Y": y, "Y_h": y_h}

@@ -228,13 +228,11 @@ def test_opset_1_and_3_nodes_are_read(tmp_path):
         np.testing.assert_allclose(y_h, ref_y_h, atol=1e-5, rtol=1e-4)
 
 
-def test_unrolled_and_lstm_models_say_so():
+def test_an_unrolled_lstm_says_so():
     from helpers import REALMODELS
 
     with pytest.raises(gp.NoRecurrentLayerError, match="an unrolled LSTM is not lifted"):
         gp.load(REALMODELS / "dtln_model_2_unrolled_lstm.onnx")
-    with pytest.raises(gp.NoRecurrentLayerError, match="LSTM is not supported yet"):
-        gp.load(REALMODELS / "dtln_model_1_lstm.onnx")
 
 
 def test_without_onnxruntime_verification_says_it_used_the_executor(tmp_path, monkeypatch):

@@ -153,10 +153,10 @@ def test_every_cell_has_a_row_and_an_unknown_cell_raises():
         assert len(spec.default_activations) >= 1 and spec.states[0] == "h"
         assert len(spec.gates) == len(spec.gate_meanings)
     with pytest.raises(UnknownCellError):
-        spec_of("lstm")
+        spec_of("sru")
     with pytest.raises(SpecError, match="cell"):
         layer = gp.load(SOURCE).layers[0]
-        RecurrentLayer("x", "lstm", 3, 4, Direction.FORWARD, layer.directions[:1], layer.interface)
+        RecurrentLayer("x", "sru", 3, 4, Direction.FORWARD, layer.directions[:1], layer.interface)
 
 
 def test_a_cell_without_an_executor_step_is_refused_not_run_as_another(monkeypatch):

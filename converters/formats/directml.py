@@ -870,7 +870,7 @@ def dml_activation(kind: str, params: dict[str, float]) -> Callable[[np.ndarray]
 
 def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
     """Run a GRU/RNN desc as DirectML defines it; returns its bound outputs (desc field -> 4-D array)."""
-    from gatepack.converters.executor import run_recurrence
+    from gatepack.converters.executor import CellOptions, run_recurrence
 
     s, n, i, d, h = rec.sizes
     directions = []
@@ -886,7 +886,7 @@ def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
         x=rec.tensors["InputTensor"][0],
         sequence_lens=None if lengths is None else lengths.reshape(n).astype(np.int64),
         initial_h=None if h0 is None else h0[0],
-        linear_before_reset=rec.linear_before_reset,
+        options=CellOptions(linear_before_reset=rec.linear_before_reset),
         dtype=rec.tensors["WeightTensor"].dtype,
     )
     out = {"OutputSequenceTensor": y, "OutputSingleTensor": y_h[None]}

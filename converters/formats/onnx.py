@@ -38,6 +38,8 @@ from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
 from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import (
+    INPUT_ROLES,
+    OUTPUT_ROLES,
     PERM_SWAP_01,
     PERM_Y_TO_BATCH_MAJOR,
     Cell,
@@ -54,7 +56,6 @@ from gatepack.schemas.layer import (
 FORMAT = "onnx"
 DEFAULT_OPSET = 14
 WRITABLE_OPSETS = (7, 14)
-_NOT_YET = {"LSTM": "LSTM is not supported yet (GRU and RNN are)"}
 _NONDETERMINISTIC = {
     "RandomNormal",
     "RandomUniform",
@@ -220,13 +221,11 @@ class _Reader:
                 continue
             if cell_of_op(node.op_type) is not None:
                 self.layers.append(self._read_node(node, scope, name))
-            elif node.op_type in _NOT_YET:
-                self.skipped.append((name, _NOT_YET[node.op_type]))
         refused = self._lift()
         if not self.layers:
             if refused:
-                raise NoRecurrentLayerError(f"{self.path}: no GRU/RNN layer found: {refused[0][1]}")
-            raise NoRecurrentLayerError(f"{self.path}: no GRU/RNN layer found{self._why_none()}")
+                raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found: {refused[0][1]}")
+            raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found{self._why_none()}")
         absorbed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
         other = [n.op_type for n in self.proto.graph.node if id(n) not in absorbed]
         meta = {"opset": self.opset, "other_ops": sorted(set(other)), "external_data": self.external_data}
@@ -438,24 +437,29 @@ class _Reader:
                 )
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         allowed = {"hidden_size", "direction", "activations", "activation_alpha", "activation_beta", "clip"}
-        allowed |= {"linear_before_reset"} if cell is Cell.GRU and version >= 3 else set()
+        spec = cell.spec
+        allowed |= {"linear_before_reset"} if spec.reset_placement and version >= 3 else set()
+        allowed |= {"input_forget"} if spec.input_forget else set()
         allowed |= {"layout"} if version >= 14 else set()
         allowed |= {"output_sequence"} if version < 7 else set()
         for key in attrs:
             if key not in allowed:
                 raise InputError(f"{at}attribute {key!r} is not part of {node.op_type}-{version}")
-        if len(node.input) > 6 or len(node.output) > 2:
+        # X W R B sequence_lens, an initial state per state, then P (LSTM); Y and a final state per state.
+        most_inputs, most_outputs = 5 + len(spec.states) + bool(spec.peepholes), 1 + len(spec.states)
+        if len(node.input) > most_inputs or len(node.output) > most_outputs:
             raise InputError(
                 f"{at}{node.op_type} has {len(node.input)} inputs and {len(node.output)} outputs; it takes at most "
-                "6 and 2"
+                f"{most_inputs} and {most_outputs}"
             )
-        inputs = list(node.input) + [""] * (6 - len(node.input))
+        inputs = list(node.input) + [""] * (8 - len(node.input))
         if not inputs[0] or not inputs[1] or not inputs[2]:
             raise InputError(f"{at}{node.op_type} needs inputs X, W and R; got {list(node.input)}")
 
         w = self.constant(inputs[1], scope, name, "W")
         r = self.constant(inputs[2], scope, name, "R")
         b = self.constant(inputs[3], scope, name, "B") if inputs[3] else None
+        p = self.constant(inputs[7], scope, name, "P") if inputs[7] else None
         if "hidden_size" not in attrs:
             guess = f"; R has shape {list(r.shape)}, which suggests hidden_size={r.shape[-1]}" if r.ndim == 3 else ""
             raise InputError(f"{at}attribute hidden_size is missing (onnxruntime requires it){guess}")
@@ -479,9 +483,14 @@ class _Reader:
             )
         if b is not None and b.shape != (d, 2 * gh):
             raise InputError(f"{at}B has shape {list(b.shape)}, expected [{d}, {2 * gh}] for hidden_size={hidden}")
+        if p is not None and p.shape != (d, len(spec.peepholes) * hidden):
+            raise InputError(
+                f"{at}P has shape {list(p.shape)}, expected [{d}, {len(spec.peepholes) * hidden}] for "
+                f"hidden_size={hidden}"
+            )
         if w.dtype.name not in ("float16", "float32", "float64"):
-            raise InputError(f"{at}W is {w.dtype}; GRU/RNN weights are float16, float32 or float64")
-        for label, array in (("R", r), ("B", b)):
+            raise InputError(f"{at}W is {w.dtype}; recurrent weights are float16, float32 or float64")
+        for label, array in (("R", r), ("B", b), ("P", p)):
             if array is not None and array.dtype != w.dtype:
                 raise InputError(f"{at}{label} is {array.dtype} but W is {w.dtype}")
 
@@ -492,6 +501,7 @@ class _Reader:
         if layout not in (0, 1):
             raise InputError(f"{at}layout {layout} is not 0 or 1")
         lbr = bool(attrs.get("linear_before_reset", 0))
+        input_forget = bool(attrs.get("input_forget", 0))
         if "output_sequence" in attrs:
             notes.append(
                 Finding(
@@ -502,9 +512,9 @@ class _Reader:
                 )
             )
 
-        outputs = list(node.output) + ["", ""]
+        outputs = list(node.output) + ["", "", ""]
         isolated = _Isolated(
-            [node], {k: v for k, v in ((inputs[1], w), (inputs[2], r), (inputs[3], b)) if k}, self.opset
+            [node], {k: v for k, v in ((inputs[1], w), (inputs[2], r), (inputs[3], b), (inputs[7], p)) if k}, self.opset
         )
         interface = self._interface(node, scope, inputs, outputs, layout, w, at, isolated)
         zeros = np.zeros(gh, dtype=w.dtype)
@@ -515,6 +525,7 @@ class _Reader:
                 Wb=b[k, :gh] if b is not None else zeros,
                 Rb=b[k, gh:] if b is not None else zeros,
                 activations=tuple(per_dir[k]),
+                P=None if p is None else p[k],
             )
             for k in range(d)
         )
@@ -528,6 +539,7 @@ class _Reader:
                 directions=directions,
                 interface=interface,
                 linear_before_reset=lbr,
+                input_forget=input_forget,
                 clip=clip,
                 has_bias=b is not None,
                 provenance=Provenance(
@@ -628,8 +640,8 @@ class _Reader:
         if "clip" not in attrs:
             return None
         clip = float(attrs["clip"])
-        if cell is Cell.GRU and not clip > 0:
-            raise InputError(f"{at}clip {clip:g} must be greater than 0 for GRU (onnxruntime refuses it)")
+        if not cell.spec.zero_clip and not clip > 0:
+            raise InputError(f"{at}clip {clip:g} must be greater than 0 for {cell.op_name} (onnxruntime refuses it)")
         if not np.isfinite(clip):
             raise InputError(f"{at}clip {clip} is not a finite number")
         if clip < 0:
@@ -650,11 +662,13 @@ class _Reader:
             "x": inputs[0],
             "sequence_lens": inputs[4] or None,
             "initial_h": inputs[5] or None,
+            "initial_c": inputs[6] or None,
             "y": outputs[0] or None,
             "y_h": outputs[1] or None,
+            "y_c": outputs[2] or None,
         }
-        if names["y"] is None and names["y_h"] is None:
-            raise InputError(f"{at}the node has neither a Y nor a Y_h output")
+        if not any(names[role] for role in OUTPUT_ROLES):
+            raise InputError(f"{at}the node has no output")
         if layout == 0:
             absorbed = _absorbable_transposes(scope, node, names)
             if absorbed is not None:
@@ -720,7 +734,7 @@ def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> 
     outer: dict = {}
     before: list[onnx.NodeProto] = []
     after: list[onnx.NodeProto] = []
-    for key, perm in (("x", _PERM_IN), ("initial_h", _PERM_IN)):
+    for key, perm in (("x", _PERM_IN), ("initial_h", _PERM_IN), ("initial_c", _PERM_IN)):
         if names[key] is None:
             continue
         prod = scope.producers.get(names[key])
@@ -730,7 +744,7 @@ def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> 
             return None
         outer[key] = prod.input[0]
         before.append(prod)
-    for key, perm in (("y", _PERM_Y), ("y_h", _PERM_YH)):
+    for key, perm in (("y", _PERM_Y), ("y_h", _PERM_YH), ("y_c", _PERM_YH)):
         if names[key] is None:
             continue
         users = scope.consumers.get(names[key], [])
@@ -997,23 +1011,21 @@ def _rewrite_node(
     del graph.node[:]
     graph.node.extend(kept)
     itf = layer.interface
-    interface_inputs = [n for n in (itf.x, itf.sequence_lens, itf.initial_h) if n]  # the new nodes read these
+    interface_inputs = [n for n in (getattr(itf, role) for role in INPUT_ROLES) if n]  # the new nodes read these
     reads.update(interface_inputs)
     freed = _drop_dead_constants(graph, gone, reads)
     names.used -= freed | {node.name}
-    inputs = list(node.input) + [""] * 6
-    weight_names = {role: inputs[k] for k, role in ((1, "W"), (2, "R"), (3, "B")) if inputs[k] in freed}
+    inputs = list(node.input) + [""] * 8
+    weights = ((1, "W"), (2, "R"), (3, "B"), (7, "P"))
+    weight_names = {role: inputs[k] for k, role in weights if inputs[k] in freed}
     inits: list[_Stacked] = []
     new = layer_nodes(
         layer,
         encoding,
         names,
         inits,
-        itf.x,
-        itf.sequence_lens,
-        itf.initial_h,
-        itf.y,
-        itf.y_h,
+        {role: getattr(itf, role) for role in INPUT_ROLES},
+        {role: getattr(itf, role) for role in OUTPUT_ROLES},
         node_name=names.fresh(node.name) if node.name else "",
         weight_names=weight_names,
     )
@@ -1192,22 +1204,26 @@ def _emit_layer(
     d, h, i = layer.num_directions, layer.hidden_size, layer.input_size
     s, n = itf.seq_length, itf.batch_size
     batch_major = itf.layout == 1
-
-    def declare_input(name: str, elem_type: int, shape: list) -> str:
-        actual, new = names.graph_input(name)
-        if new:
-            g_in.append(helper.make_tensor_value_info(actual, elem_type, shape))
-        return actual
-
-    x = declare_input(itf.x, elem, [n, s, i] if batch_major else [s, n, i])
-    seq = declare_input(itf.sequence_lens, onnx.TensorProto.INT32, [n]) if itf.sequence_lens else None
-    h0 = declare_input(itf.initial_h, elem, [n, d, h] if batch_major else [d, n, h]) if itf.initial_h else None
+    state = [n, d, h] if batch_major else [d, n, h]
+    input_shapes = {
+        "x": (elem, [n, s, i] if batch_major else [s, n, i]),
+        "sequence_lens": (onnx.TensorProto.INT32, [n]),
+        "initial_h": (elem, state),
+        "initial_c": (elem, state),
+    }
+    inputs = {}
+    for role, (elem_type, shape) in input_shapes.items():
+        name = getattr(itf, role)
+        if name is not None:
+            inputs[role], new = names.graph_input(name)
+            if new:
+                g_in.append(helper.make_tensor_value_info(inputs[role], elem_type, shape))
     outputs = {}
-    for key, shape_bm, shape_sm in (("y", [n, s, d, h], [s, d, n, h]), ("y_h", [n, d, h], [d, n, h])):
-        if getattr(itf, key) is not None:
-            outputs[key] = names.fresh(getattr(itf, key))
-            g_out.append(helper.make_tensor_value_info(outputs[key], elem, shape_bm if batch_major else shape_sm))
-    nodes += layer_nodes(layer, encoding, names, inits, x, seq, h0, outputs.get("y"), outputs.get("y_h"))
+    for role, shape in (("y", [n, s, d, h] if batch_major else [s, d, n, h]), ("y_h", state), ("y_c", state)):
+        if getattr(itf, role) is not None:
+            outputs[role] = names.fresh(getattr(itf, role))
+            g_out.append(helper.make_tensor_value_info(outputs[role], elem, shape))
+    nodes += layer_nodes(layer, encoding, names, inits, inputs, outputs)
 
 
 def layer_nodes(
@@ -1215,19 +1231,17 @@ def layer_nodes(
     encoding: str,
     names: "_NameBook",
     inits: list,
-    x: str,
-    seq: str | None,
-    h0: str | None,
-    y: str | None,
-    y_h: str | None,
+    inputs: dict[str, str | None],
+    outputs: dict[str, str | None],
     *,
     node_name: str | None = None,
     weight_names: dict[str, str] | None = None,
 ) -> list[onnx.NodeProto]:
-    """The nodes computing ``layer`` from tensors ``x``, ``seq``, ``h0`` (in the layer's layout) into
-    ``y`` and ``y_h``: one GRU/RNN node with every attribute explicit, inside Transposes for a
-    batch-major layer under the ``transpose`` encoding. Its weights are appended to ``inits``, named
-    ``weight_names`` (W, R, B) where those are free, else after the layer; the node is named
+    """The nodes computing ``layer`` from the tensors ``inputs`` names per interface role (x,
+    sequence_lens, initial_h, initial_c; in the layer's layout) into those ``outputs`` names (y, y_h,
+    y_c): one GRU/RNN/LSTM node with every attribute explicit, inside Transposes for a batch-major
+    layer under the ``transpose`` encoding. Its weights are appended to ``inits``, named
+    ``weight_names`` (W, R, B, P) where those are free, else after the layer; the node is named
     ``node_name`` (default: the layer's name)."""
     preferred = weight_names or {}
     wrap = layer.interface.layout == 1 and encoding == "transpose"
@@ -1242,21 +1256,30 @@ def layer_nodes(
         return out
 
     weight_prefix = layer.name.replace("/", ".")
-    w_name = names.fresh(preferred.get("W", f"{weight_prefix}.W"))
-    r_name = names.fresh(preferred.get("R", f"{weight_prefix}.R"))
-    inits.append(_Stacked(w_name, [p.W for p in layer.directions]))
-    inits.append(_Stacked(r_name, [p.R for p in layer.directions]))
-    node_inputs = [transposed(x, _PERM_IN, "seq_major") if wrap else x, w_name, r_name, "", seq or "", ""]
+
+    def weight(role: str, parts: list[np.ndarray]) -> str:
+        name = names.fresh(preferred.get(role, f"{weight_prefix}.{role}"))
+        inits.append(_Stacked(name, parts))
+        return name
+
+    # X W R B sequence_lens initial_h initial_c P, as the ONNX operators number their inputs
+    node_inputs = [inputs["x"], weight("W", [p.W for p in layer.directions])]
+    node_inputs += [weight("R", [p.R for p in layer.directions]), "", inputs.get("sequence_lens") or "", "", "", ""]
+    if wrap:
+        node_inputs[0] = transposed(inputs["x"], _PERM_IN, "seq_major")
     if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
-        node_inputs[3] = names.fresh(preferred.get("B", f"{weight_prefix}.B"))
-        inits.append(_Stacked(node_inputs[3], [np.concatenate([p.Wb, p.Rb]) for p in layer.directions]))
-    if h0:
-        node_inputs[5] = transposed(h0, _PERM_IN, "dir_major") if wrap else h0
+        node_inputs[3] = weight("B", [np.concatenate([p.Wb, p.Rb]) for p in layer.directions])
+    for k, role in ((5, "initial_h"), (6, "initial_c")):
+        if inputs.get(role):
+            node_inputs[k] = transposed(inputs[role], _PERM_IN, f"{role}_dir_major") if wrap else inputs[role]
+    if layer.has_peepholes:
+        node_inputs[7] = weight("P", [p.P for p in layer.directions])
     while node_inputs and not node_inputs[-1]:
         node_inputs.pop()
 
     node_outputs = []
-    for key, final, perm in (("y", y, _PERM_Y), ("y_h", y_h, _PERM_YH)):
+    for key, perm in (("y", _PERM_Y), ("y_h", _PERM_YH), ("y_c", _PERM_YH)):
+        final = outputs.get(key)
         if final is None:
             node_outputs.append("")
         elif wrap:
@@ -1296,8 +1319,10 @@ def _attributes(layer: RecurrentLayer) -> dict:
         attrs["activation_beta"] = betas
     if layer.clip is not None:
         attrs["clip"] = layer.clip
-    if layer.cell is Cell.GRU:
+    if layer.cell.spec.reset_placement:
         attrs["linear_before_reset"] = int(layer.linear_before_reset)
+    if layer.cell.spec.input_forget:
+        attrs["input_forget"] = int(layer.input_forget)
     return attrs
 
 
@@ -1319,15 +1344,20 @@ def check(
         Finding("activations", Status.EXACT, f"{layer.activation_summary()} (names and parameters written explicitly)"),
         Finding("bias", Status.EXACT, "B [D, 2*G*H] = [Wb, Rb]" if layer.has_bias else "no bias (zeros)"),
     ]
-    if layer.cell is Cell.GRU:
+    if layer.cell.spec.reset_placement:
         found.append(Finding("linear_before_reset", Status.EXACT, str(int(layer.linear_before_reset))))
+    if layer.has_peepholes:
+        found.append(Finding("peepholes", Status.EXACT, "P [D, 3H] (i, o, f) kept"))
+    if layer.input_forget:
+        found.append(Finding("input_forget", Status.EXACT, "input_forget=1 (f = 1 - i)"))
     if layer.clip is not None:
         found.append(Finding("clip", Status.EXACT, f"clip={layer.clip:g}"))
     itf = layer.interface
     if itf.sequence_lens:
         found.append(Finding("sequence_lens", Status.EXACT, "sequence_lens input kept"))
-    if itf.initial_h:
-        found.append(Finding("initial_h", Status.EXACT, "initial_h input kept"))
+    for role in ("initial_h", "initial_c"):
+        if getattr(itf, role):
+            found.append(Finding(role, Status.EXACT, f"{role} input kept"))
     if itf.layout == 1:
         if layout_encoding == "transpose":
             found.append(
@@ -1350,7 +1380,9 @@ def check(
     else:
         found.append(Finding("layout", Status.EXACT, "layout 0 (sequence-major)"))
     dtype_warning = (
-        "onnxruntime's CPU GRU does not run float64" if layer.cell is Cell.GRU and layer.dtype == np.float64 else None
+        f"onnxruntime's CPU {op} does not run float64"
+        if layer.cell in (Cell.GRU, Cell.LSTM) and layer.dtype == np.float64
+        else None
     )
     found.append(Finding("dtype", Status.EXACT, layer.interface.dtype, warning=dtype_warning))
     found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)}"))
@@ -1379,14 +1411,17 @@ def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[s
 
 
 def _run_isolated(isolated: _Isolated, itf: Interface, inputs: dict[str, np.ndarray], label: str) -> dict:
-    """Run original nodes alone on onnxruntime: the interface's inputs in, its Y and Y_h out."""
+    """Run original nodes alone on onnxruntime: the interface's inputs in, its Y, Y_h (and Y_c) out."""
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(itf.dtype))
     graph_inputs = [helper.make_tensor_value_info(itf.x, elem, None)]
     if itf.sequence_lens:
         graph_inputs.append(helper.make_tensor_value_info(itf.sequence_lens, onnx.TensorProto.INT32, None))
-    if itf.initial_h:
-        graph_inputs.append(helper.make_tensor_value_info(itf.initial_h, elem, None))
-    outputs = [helper.make_tensor_value_info(name, elem, None) for name in (itf.y, itf.y_h) if name]
+    for role in ("initial_h", "initial_c"):
+        if getattr(itf, role):
+            graph_inputs.append(helper.make_tensor_value_info(getattr(itf, role), elem, None))
+    outputs = [
+        helper.make_tensor_value_info(name, elem, None) for name in (getattr(itf, r) for r in OUTPUT_ROLES) if name
+    ]
     # Large constants (the weights) are fed as inputs, straight from their arrays: serialising them
     # into the session's protobuf would copy them twice and dominate the run.
     fed = {k: np.ascontiguousarray(v) for k, v in isolated.constants.items() if v.nbytes >= _FEED_AS_INPUT}
