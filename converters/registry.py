@@ -299,6 +299,7 @@ FORMATS: dict[str, FormatInfo] = {
             "OpenVINO CPU",
             suffixes=(".xml",),
             write_options=(STRATEGY, COMPRESS_TO_FP16),
+            cells=("gru", "rnn", "lstm"),
             companions=(".bin",),
             recognise=starts_with(b"<net", ".xml"),
             extra="openvino",

@@ -89,6 +89,15 @@ def stack_directions(parts: "list[np.ndarray]") -> "np.ndarray":
     return np.stack(parts)
 
 
+def reorder_gates(array: "np.ndarray", source: tuple[str, ...], target: tuple[str, ...], axis: int = 0) -> "np.ndarray":
+    """``array``'s gate blocks (equal parts of ``axis``) from the order ``source`` to ``target``, e.g.
+    ONNX LSTM ('i', 'o', 'f', 'c') -> OpenVINO ('f', 'i', 'c', 'o'); the array itself when they agree."""
+    if source == target:
+        return array
+    blocks = np.split(array, len(source), axis=axis)
+    return np.concatenate([blocks[source.index(gate)] for gate in target], axis=axis)
+
+
 @dataclass(frozen=True, eq=False)
 class Provenance:
     """Where a layer was read from, in one typed record every module may read (no format reaches

@@ -1,43 +1,51 @@
-"""OpenVINO IR: GRU/RNN layers written ONNX-faithfully, read back from any IR, run on OpenVINO CPU.
+"""OpenVINO IR: GRU/RNN/LSTM layers written ONNX-faithfully, read back from any IR, run on OpenVINO CPU.
 
-OpenVINO's ``GRUSequence-5`` / ``RNNSequence-5`` keep ONNX's gate order (z, r, h) but differ in
-everything else::
+OpenVINO's ``GRUSequence-5`` / ``RNNSequence-5`` / ``LSTMSequence-5`` differ from ONNX in
+everything but the equations::
 
-    X [N,S,I], initial_hidden_state [N,D,H], sequence_lengths [N] (all six inputs required)
-    W [D,G*H,I], R [D,G*H,H]                   as ONNX
-    B  GRU lbr=0: [D,3H] = Wb + Rb;  GRU lbr=1: [D,4H] = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh];  RNN: [D,H] = Wb + Rb
-    Y [N,D,S,H], Ho [N,D,H]
+    X [N,S,I], initial_hidden_state [N,D,H] (LSTM: and initial_cell_state), sequence_lengths [N]
+    (every input required)
+    W [D,G*H,I], R [D,G*H,H]   GRU z, r, h and RNN as ONNX; LSTM gates f, i, c, o (ONNX: i, o, f, c)
+    B  GRU lbr=0: [D,3H] = Wb + Rb;  GRU lbr=1: [D,4H] = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh];
+       RNN: [D,H] = Wb + Rb;  LSTM: [D,4H] = Wb + Rb (f, i, c, o)
+    Y [N,D,S,H], Ho [N,D,H] (LSTM: and Co)
+    LSTM: no peepholes, no input/forget coupling
 
 Summing the biases is exact (they are added outside every product) but the split cannot be
 recovered: a summed bias reads back as ``[Wb + Rb, 0]`` (``folded``).
 
-Strategies (docs/conventions.md §3 says where OpenVINO's CPU plugin is exact):
+Strategies (docs/conventions.md §3 and §8 say where OpenVINO's CPU plugin is exact):
 
-* ``native``: the sequence op, with the transposes, the folded bias, a zero initial state and full
+* ``native``: the sequence op, with the transposes, the folded bias, zero initial states and full
   sequence lengths inside the model. Exact only for GRU activations (Sigmoid, Tanh), RNN activations
-  Sigmoid/Tanh/Relu, the same activations in both directions, and ``sequence_lens`` only with static
-  shapes (with a dynamic X the CPU plugin ignores them). Other activations fail to compile, and
-  alpha/beta are ignored.
+  Sigmoid/Tanh/Relu, LSTM activations Sigmoid/Tanh/Relu in each slot, the same activations in both
+  directions, no LSTM peepholes or input_forget, and ``sequence_lens`` only with static shapes (with a
+  dynamic X the CPU plugin ignores them). Other activations fail to compile, and alpha/beta are
+  ignored. Its clip is ONNX's (every pre-activation).
 * ``decomposed``: the cell from elementary ops inside a ``TensorIterator`` per direction, with one
-  MatMul for every step's input projection outside it. Per step (f, g = the direction's activations,
-  clip c applied with Clamp)::
+  MatMul for every step's input projection outside it. Per step (f, g, h = the direction's
+  activations, clip c applied with Clamp)::
 
       z = f(xw_z + h Rz^T + Rbz);  r = f(xw_r + h Rr^T + Rbr)
       n = g(xw_h + (r * h) Rh^T + Rbh)          linear_before_reset = 0
       n = g(xw_h + r * (h Rh^T + Rbh))          linear_before_reset = 1
       h' = (1 - z) * n + z * h;   RNN: h' = f(xw + h R^T + Rb)
+      LSTM: i = f(xw_i + h Ri^T + Rbi + Pi * c), f_ = f(... + Pf * c) or 1 - i (input_forget),
+            c' = f_ * c + i * g(xw_c + h Rc^T + Rbc), o = f(xw_o + h Ro^T + Rbo + Po * c'),
+            h' = o * h(c')
 
-  Sequence lengths are masks: past its length a sequence keeps its state and outputs zeros; the
+  Sequence lengths are masks: past its length a sequence keeps its states and outputs zeros; the
   reverse direction runs over ``ReverseSequence(X, lens)`` (so it starts at len-1) and its outputs
-  are reversed back; ``Y_h = 0`` for ``len = 0`` (onnxruntime's behaviour).
+  are reversed back; the final states are 0 for ``len = 0`` (onnxruntime's behaviour).
 * ``auto``: native where it is exact, else decomposed, with the reason as a finding.
 
 gatepack's IR carries its layers' description in ``rt_info`` (``gatepack/layers``), so it reads
-back whole; any other IR's GRUSequence/RNNSequence nodes are read from the graph.
+back whole; any other IR's GRUSequence/RNNSequence/LSTMSequence nodes are read from the graph.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -56,6 +64,9 @@ from gatepack.converters.strategy import cell_finding, choose
 from gatepack.schemas.activations import Activation, canonical_name
 from gatepack.schemas.cells import CELLS
 from gatepack.schemas.layer import (
+    INPUT_ROLES,
+    OUTPUT_ROLES,
+    ROLE_LABELS,
     Cell,
     Direction,
     DirectionParams,
@@ -64,14 +75,30 @@ from gatepack.schemas.layer import (
     RecurrentLayer,
     SpecError,
     dim_text,
+    reorder_gates,
     stack_directions,
+    state_roles,
 )
 
 FORMAT = "openvino"
 RT_INFO_PATH = ["gatepack", "layers"]
 RT_INFO_OTHER_OPS = ["gatepack", "other_ops"]  # whole-model IR: the ONNX operators besides the recurrent ones
-_NATIVE_ACTIVATIONS = {Cell.GRU: {("Sigmoid", "Tanh")}, Cell.RNN: {("Sigmoid",), ("Tanh",), ("Relu",)}}
-_OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN}
+_NATIVE_ACTIVATIONS = {
+    Cell.GRU: {("Sigmoid", "Tanh")},
+    Cell.RNN: {("Sigmoid",), ("Tanh",), ("Relu",)},
+    Cell.LSTM: set(itertools.product(("Sigmoid", "Tanh", "Relu"), repeat=3)),  # any of the three, per slot
+}
+_OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN, "LSTMSequence": Cell.LSTM}
+# The sequence ops' gate order (ONNX's for GRU and RNN; LSTMSequence-5 has f, i, c, o) ...
+OV_GATES = {Cell.GRU: ("z", "r", "h"), Cell.RNN: ("i",), Cell.LSTM: ("f", "i", "c", "o")}
+# ... and their inputs: X, an initial state per state, sequence_lengths, W, R, B.
+_STATE_INPUTS = {"h": "initial_hidden_state", "c": "initial_cell_state"}
+
+
+def sequence_inputs(cell: Cell) -> dict[str, int]:
+    """Input index of each of a sequence op's inputs: x, initial_h (initial_c), sequence_lens, W, R, B."""
+    states = [f"initial_{s}" for s in cell.states]
+    return {role: k for k, role in enumerate(["x", *states, "sequence_lens", "W", "R", "B"])}
 
 
 FP16_SOURCE = fp16_source("weights", "the IR stores its weights as fp16 (compressed when it was saved)")
@@ -91,7 +118,11 @@ def native_blockers(layer: RecurrentLayer) -> list[str]:
     reasons = []
     names = [tuple(a.name for a in p.activations) for p in layer.directions]
     if any(n not in _NATIVE_ACTIVATIONS[layer.cell] for n in names):
-        allowed = " or ".join(", ".join(n) for n in sorted(_NATIVE_ACTIVATIONS[layer.cell]))
+        allowed = (
+            "Sigmoid, Tanh or Relu in each of its three slots"
+            if layer.cell is Cell.LSTM
+            else " or ".join(", ".join(n) for n in sorted(_NATIVE_ACTIVATIONS[layer.cell]))
+        )
         reasons.append(
             f"activations {layer.activation_summary()}: the CPU plugin runs {layer.cell.op_name}Sequence "
             f"natively only with {allowed} (others fail to compile, and alpha/beta are ignored)"
@@ -100,6 +131,10 @@ def native_blockers(layer: RecurrentLayer) -> list[str]:
         reasons.append("per-direction activations: the sequence op takes one activation list for both directions")
     if layer.clip == 0:
         reasons.append("clip 0 (every pre-activation clamped to 0): the sequence op reads clip = 0 as no clip")
+    if layer.has_peepholes:
+        reasons.append("peepholes: LSTMSequence-5 has no peephole input")
+    if layer.input_forget:
+        reasons.append("input_forget: LSTMSequence-5 has no input/forget coupling")
     itf = layer.interface
     if itf.sequence_lens and not (isinstance(itf.seq_length, int) and isinstance(itf.batch_size, int)):
         reasons.append("sequence_lens with a dynamic-shape X: the CPU plugin then ignores sequence_lengths")
@@ -145,7 +180,7 @@ def whole_model_finding(model: Model) -> Finding | None:
         "model",
         Status.EXACT,
         f"whole model in one artifact: OpenVINO's ONNX frontend converts the model's {model.other_ops_text()}; "
-        "gatepack translates every GRU/RNN node",
+        "gatepack translates every recurrent node",
     )
 
 
@@ -172,10 +207,14 @@ def build(model: Model, *, strategy: str = "auto"):
 
         x = parameter(itf.x, [n, s, i] if itf.layout else [s, n, i], dtype)
         lens = parameter(itf.sequence_lens, [n], np.int32) if itf.sequence_lens else None
-        h0 = parameter(itf.initial_h, [n, d, h] if itf.layout else [d, n, h], dtype) if itf.initial_h else None
+        states = {
+            role: parameter(getattr(itf, role), [n, d, h] if itf.layout else [d, n, h], dtype)
+            for role in ("initial_h", "initial_c")
+            if getattr(itf, role)
+        }
         emit = _emit_native if chosen == "native" else _emit_decomposed
-        y, y_h = emit(ops, layer, x, lens, h0)
-        for name, out in ((itf.y, y), (itf.y_h, y_h)):
+        outputs = emit(ops, layer, x, lens, states)
+        for name, out in zip((getattr(itf, role) for role in OUTPUT_ROLES), outputs):
             if name:
                 out.get_tensor().set_names({name})
                 results.append(ops.result(out, name=name))
@@ -187,7 +226,7 @@ def build(model: Model, *, strategy: str = "auto"):
 
 def build_whole(model: Model, *, strategy: str = "auto"):
     """The whole ONNX model as one ``openvino.Model``: OpenVINO's ONNX frontend converts every other
-    operator, and a conversion extension hands each GRU/RNN node to gatepack's own translation.
+    operator, and a conversion extension hands each GRU/RNN/LSTM node to gatepack's own translation.
 
     The frontend gives the extension the node's inputs (X, and sequence_lens / initial_h, or a
     NullNode where absent) but not its name, so a node is matched to its layer by the tensor names
@@ -224,18 +263,26 @@ def build_whole(model: Model, *, strategy: str = "auto"):
                         f"{sorted(x_names)}, W {sorted(w_names)}; {len(found)} candidates)"
                     )
                 layer, node = found[0]
-                optional = [ctx.get_input(k) if ctx.get_input_size() > k else None for k in (4, 5)]
-                lens, h0 = (None if v is None or v.get_node().get_type_name() == "NullNode" else v for v in optional)
+                # the ONNX node's optional inputs: sequence_lens (4), initial_h (5), initial_c (6)
+                optional = {
+                    role: ctx.get_input(k) if ctx.get_input_size() > k else None
+                    for k, role in enumerate(INPUT_ROLES[1:], start=4)
+                }
+                given = {
+                    role: v
+                    for role, v in optional.items()
+                    if v is not None and v.get_node().get_type_name() != "NullNode"
+                }
                 node_layer = replace(layer, interface=replace(layer.interface, layout=node.layout or 0))
                 chosen, _ = choose_strategy(layer, strategy)
-                y, y_h = (_emit_native if chosen == "native" else _emit_decomposed)(
-                    ops, node_layer, ctx.get_input(0), lens, h0
+                outputs = (_emit_native if chosen == "native" else _emit_decomposed)(
+                    ops, node_layer, ctx.get_input(0), given.pop("sequence_lens", None), given
                 )
                 if chosen == "native":
-                    names_to_restore.append((y.get_node().input_value(0).get_node(), layer.name))
+                    names_to_restore.append((outputs[0].get_node().input_value(0).get_node(), layer.name))
                 if not any(e["name"] == layer.name for e in described):
                     described.append({"name": layer.name, "strategy": chosen, **describe(layer)})
-                return [y, y_h]
+                return list(outputs)
             except Exception as err:
                 failures.append(err)
                 raise
@@ -293,43 +340,57 @@ def _shape_dims(ops, x_seq_major):
 
 
 def folded_bias(layer: RecurrentLayer) -> np.ndarray:
-    """OpenVINO's B: [D,G*H] = Wb + Rb, or [D,4H] with Rb_h apart for GRU linear_before_reset."""
+    """OpenVINO's B: [D,G*H] = Wb + Rb (LSTM: gates f, i, c, o), or [D,4H] with Rb_h apart for GRU
+    linear_before_reset."""
     h = layer.hidden_size
     rows = []
     for p in layer.directions:
         if layer.cell is Cell.GRU and layer.linear_before_reset:
             rows.append(np.concatenate([p.Wb[: 2 * h] + p.Rb[: 2 * h], p.Wb[2 * h :], p.Rb[2 * h :]]))
         else:
-            rows.append(p.Wb + p.Rb)
+            rows.append(_ov_gates(layer.cell, p.Wb + p.Rb))
     return np.stack(rows)
 
 
-def _emit_native(ops, layer: RecurrentLayer, x, lens, h0):
+def _ov_gates(cell: Cell, array: np.ndarray) -> np.ndarray:
+    """Gate blocks (rows, or a bias's entries) from ONNX's order to the sequence op's."""
+    return reorder_gates(array, cell.gate_names, OV_GATES[cell])
+
+
+def _emit_native(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
+    """The layer as OpenVINO's sequence op, from X (the layer's layout), ``lens`` and the given initial
+    ``states`` (role -> value); returns Y and each final state in the layer's layout."""
     itf = layer.interface
     d, h = layer.num_directions, layer.hidden_size
     x_bm = x if itf.layout else ops.transpose(x, [1, 0, 2])  # -> [N,S,I]
     shape = ops.shape_of(x_bm, output_type="i64")
     n_dim, s_dim = ops.gather(shape, [0], 0), ops.gather(shape, [1], 0)
-    if h0 is None:
-        h0_bm = ops.broadcast(np.zeros((), layer.dtype), ops.concat([n_dim, np.array([d, h], np.int64)], 0))
-    else:
-        h0_bm = h0 if itf.layout else ops.transpose(h0, [1, 0, 2])  # -> [N,D,H]
+    zeros = ops.broadcast(np.zeros((), layer.dtype), ops.concat([n_dim, np.array([d, h], np.int64)], 0))
+    initial = [
+        zeros if states.get(role) is None else (states[role] if itf.layout else ops.transpose(states[role], [1, 0, 2]))
+        for role, _ in state_roles(layer.cell)
+    ]  # each [N,D,H]
     seq = ops.convert(lens, "i64") if lens is not None else ops.broadcast(ops.squeeze(s_dim, [0]), n_dim)
-    w = _const(ops, stack_directions([p.W for p in layer.directions]), f"{layer.name}/W")
-    r = _const(ops, stack_directions([p.R for p in layer.directions]), f"{layer.name}/R")
+    w = _const(ops, stack_directions([_ov_gates(layer.cell, p.W) for p in layer.directions]), f"{layer.name}/W")
+    r = _const(ops, stack_directions([_ov_gates(layer.cell, p.R) for p in layer.directions]), f"{layer.name}/R")
     b = _const(ops, folded_bias(layer), f"{layer.name}/B")
     acts = [a.name.lower() for a in layer.directions[0].activations]
     common = dict(
         hidden_size=h, direction=layer.direction.value, activations=acts, clip=layer.clip or 0.0, name=layer.name
     )
     if layer.cell is Cell.GRU:
-        node = ops.gru_sequence(x_bm, h0_bm, seq, w, r, b, linear_before_reset=layer.linear_before_reset, **common)
+        node = ops.gru_sequence(x_bm, *initial, seq, w, r, b, linear_before_reset=layer.linear_before_reset, **common)
+    elif layer.cell is Cell.LSTM:
+        node = ops.lstm_sequence(x_bm, *initial, seq, w, r, b, **common)
     else:
-        node = ops.rnn_sequence(x_bm, h0_bm, seq, w, r, b, **common)
+        node = ops.rnn_sequence(x_bm, *initial, seq, w, r, b, **common)
     node.set_friendly_name(layer.name)
     y = ops.transpose(node.output(0), [0, 2, 1, 3] if itf.layout else [2, 1, 0, 3])  # [N,D,S,H] ->
-    y_h = node.output(1) if itf.layout else ops.transpose(node.output(1), [1, 0, 2])
-    return y.output(0), (y_h if itf.layout else y_h.output(0))
+    finals = [
+        node.output(k) if itf.layout else ops.transpose(node.output(k), [1, 0, 2]).output(0)
+        for k in range(1, 1 + len(initial))
+    ]
+    return (y.output(0), *finals)
 
 
 class _OpenVinoOps:
@@ -401,7 +462,9 @@ def _activation(ops, x, act: Activation):
     return build_activation(_OpenVinoOps(ops), x, act, "OpenVINO")
 
 
-def _emit_decomposed(ops, layer: RecurrentLayer, x, lens, h0):
+def _emit_decomposed(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
+    """The layer from elementary ops (see the module docstring), from X (the layer's layout), ``lens``
+    and the given initial ``states`` (role -> value); returns Y and each final state in that layout."""
     ov, _ = _ov()
     itf = layer.interface
     dt = layer.dtype
@@ -412,89 +475,145 @@ def _emit_decomposed(ops, layer: RecurrentLayer, x, lens, h0):
     steps = ops.range(np.int64(0), ops.squeeze(s_dim, [0]), np.int64(1), "i64")
     valid = ops.less(ops.unsqueeze(steps, [1]), ops.unsqueeze(seq, [0]))  # [S,N]: step t is inside the sequence
     valid = ops.unsqueeze(valid, [2])  # [S,N,1]
-    if h0 is not None:
-        h0_sm = ops.transpose(h0, [1, 0, 2]) if itf.layout else h0  # -> [D,N,H]
+    initial = {  # -> [D,N,H]
+        role: ops.transpose(value, [1, 0, 2]) if itf.layout else value for role, value in states.items() if value
+    }
     zeros_state = ops.broadcast(np.zeros((), dt), ops.concat([n_dim, np.array([h], np.int64)], 0))
     empty = ops.unsqueeze(ops.equal(seq, np.int64(0)), [1])  # [N,1]
-    ys, y_hs = [], []
+    roles = [role for role, _ in state_roles(layer.cell)]
+    ys, finals = [], {role: [] for role in roles}
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
         x_d = ops.reverse_sequence(x_sm, seq, batch_axis=1, seq_axis=0) if reverse else x_sm
         w = _const(ops, params.W, f"{layer.name}/W{k}")
         wb = _const(ops, params.Wb, f"{layer.name}/Wb{k}")
         xw = ops.add(ops.matmul(x_d, w, False, True), wb)  # [S,N,G*H]: every step's input projection at once
-        start = ops.gather(h0_sm, np.array(k, np.int64), 0) if h0 is not None else zeros_state
-        y_d, h_last = _time_loop(ov, ops, layer, params, k, xw, valid, start)
+        start = [
+            ops.gather(initial[role], np.array(k, np.int64), 0) if role in initial else zeros_state for role in roles
+        ]
+        y_d, last = _time_loop(ov, ops, layer, params, k, xw, valid, start)
         if reverse:
             y_d = ops.reverse_sequence(y_d, seq, batch_axis=1, seq_axis=0)
         ys.append(ops.unsqueeze(y_d, [1]))
-        y_hs.append(ops.unsqueeze(ops.select(empty, np.zeros((), dt), h_last), [0]))
+        for role, value in zip(roles, last):  # an empty sequence ends in zeros (onnxruntime)
+            finals[role].append(ops.unsqueeze(ops.select(empty, np.zeros((), dt), value), [0]))
     y = ops.concat(ys, 1) if len(ys) > 1 else ys[0]  # [S,D,N,H]
-    y_h = ops.concat(y_hs, 0) if len(y_hs) > 1 else y_hs[0]  # [D,N,H]
+    ends = [ops.concat(finals[role], 0) if len(finals[role]) > 1 else finals[role][0] for role in roles]  # [D,N,H]
     if itf.layout:
-        y, y_h = ops.transpose(y, [2, 0, 1, 3]), ops.transpose(y_h, [1, 0, 2])
-    return y.output(0), y_h.output(0)
+        y, ends = ops.transpose(y, [2, 0, 1, 3]), [ops.transpose(e, [1, 0, 2]) for e in ends]
+    return (y.output(0), *(e.output(0) for e in ends))
 
 
-def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, xw, valid, start):
-    """A TensorIterator over time for one direction: returns (Y [S,N,H], last state [N,H])."""
+def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, xw, valid, start: list):
+    """A TensorIterator over time for one direction, from the initial states ``start`` (the cell's
+    states, each [N,H]): returns (Y [S,N,H], the last value of each state [N,H])."""
     dt = layer.dtype
     h = layer.hidden_size
     gh = layer.gates * h
     xw_t = ops.parameter([1, -1, gh], dt, name="xw_t")
     valid_t = ops.parameter([1, -1, 1], np.bool_, name="valid_t")
-    state = ops.parameter([-1, h], dt, name="h")
+    state = [ops.parameter([-1, h], dt, name=name) for name in layer.cell.states]
     gx = ops.squeeze(xw_t, [0])
     ok = ops.squeeze(valid_t, [0])
-    clip = (lambda v: ops.clamp(v, -layer.clip, layer.clip)) if layer.clip is not None else (lambda v: v)
-    f = params.activations[0]
-    r_all = _const(ops, params.R, f"{layer.name}/R{k}")
-    rb = _const(ops, params.Rb, f"{layer.name}/Rb{k}")
-    if layer.cell is Cell.RNN:
-        new = _activation(ops, clip(ops.add(ops.add(gx, ops.matmul(state, r_all, False, True)), rb)), f)
-    else:
-        g = params.activations[1]
-
-        def rows(tensor, start: int, stop: int, axis: int):
-            """Gate blocks [start*H, stop*H) along ``axis``."""
-            return ops.slice(
-                tensor,
-                np.array([start * h], np.int64),
-                np.array([stop * h], np.int64),
-                np.array([1], np.int64),
-                np.array([axis], np.int64),
-            )
-
-        def part(tensor, gate: int):  # one gate's H columns of an [N, G*H] tensor
-            return rows(tensor, gate, gate + 1, 1)
-
-        if layer.linear_before_reset:
-            gh_all = ops.add(ops.matmul(state, r_all, False, True), rb)  # [N,3H]
-            z = _activation(ops, clip(ops.add(part(gx, 0), part(gh_all, 0))), f)
-            reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_all, 1))), f)
-            cand = _activation(ops, clip(ops.add(part(gx, 2), ops.multiply(reset, part(gh_all, 2)))), g)
-        else:
-            gh_zr = ops.add(ops.matmul(state, rows(r_all, 0, 2, 0), False, True), rows(rb, 0, 2, 0))  # [N,2H]
-            z = _activation(ops, clip(ops.add(part(gx, 0), part(gh_zr, 0))), f)
-            reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_zr, 1))), f)
-            candidate_in = ops.add(
-                ops.matmul(ops.multiply(reset, state), rows(r_all, 2, 3, 0), False, True), rows(rb, 2, 3, 0)
-            )
-            cand = _activation(ops, clip(ops.add(part(gx, 2), candidate_in)), g)
-        one = np.array(1, dt)
-        new = ops.add(ops.multiply(ops.subtract(one, z), cand), ops.multiply(z, state))
-    kept = ops.select(ok, new, state)  # past its length a sequence keeps its state
-    y_t = ops.unsqueeze(ops.select(ok, new, np.zeros((), dt)), [0])  # ... and outputs zeros
-    body = ov.Model([ops.result(kept), ops.result(y_t)], [xw_t, valid_t, state], f"{layer.name}/step{k}")
+    step = _lstm_step if layer.cell is Cell.LSTM else _gru_rnn_step
+    new = step(ops, layer, params, k, gx, state)
+    kept = [ops.select(ok, n, s) for n, s in zip(new, state)]  # past its length a sequence keeps its state
+    y_t = ops.unsqueeze(ops.select(ok, new[0], np.zeros((), dt)), [0])  # ... and outputs zeros
+    body = ov.Model([*(ops.result(v) for v in kept), ops.result(y_t)], [xw_t, valid_t, *state], f"{layer.name}/step{k}")
+    results = body.get_results()
     loop = ops.tensor_iterator()
     loop.set_body(body)
     loop.set_sliced_input(xw_t, xw.output(0), 0, 1, 1, -1, 0)
     loop.set_sliced_input(valid_t, valid.output(0), 0, 1, 1, -1, 0)
-    loop.set_merged_input(state, start.output(0), body.get_results()[0].output(0))
-    y = loop.get_concatenated_slices(body.get_results()[1].output(0), 0, 1, 1, -1, 0)
-    last = loop.get_iter_value(body.get_results()[0].output(0), -1)
+    for param, first, result in zip(state, start, results):
+        loop.set_merged_input(param, first.output(0), result.output(0))
+    y = loop.get_concatenated_slices(results[-1].output(0), 0, 1, 1, -1, 0)
+    last = [loop.get_iter_value(result.output(0), -1) for result in results[: len(state)]]
     loop.set_friendly_name(f"{layer.name}/loop{k}")
     return y, last
+
+
+def _gate_slicer(ops, h: int):
+    """``rows(tensor, start, stop, axis)``: gate blocks [start*H, stop*H) along ``axis``."""
+
+    def rows(tensor, start: int, stop: int, axis: int):
+        return ops.slice(
+            tensor,
+            np.array([start * h], np.int64),
+            np.array([stop * h], np.int64),
+            np.array([1], np.int64),
+            np.array([axis], np.int64),
+        )
+
+    return rows
+
+
+def _clamp(ops, layer: RecurrentLayer):
+    return (lambda v: ops.clamp(v, -layer.clip, layer.clip)) if layer.clip is not None else (lambda v: v)
+
+
+def _gru_rnn_step(ops, layer: RecurrentLayer, params: DirectionParams, k: int, gx, state: list) -> list:
+    """One GRU or RNN step on projected inputs gx [N,G*H] (Wb added): [h'] (equations: module docstring)."""
+    (h_prev,) = state
+    dt, h = layer.dtype, layer.hidden_size
+    clip = _clamp(ops, layer)
+    f = params.activations[0]
+    r_all = _const(ops, params.R, f"{layer.name}/R{k}")
+    rb = _const(ops, params.Rb, f"{layer.name}/Rb{k}")
+    if layer.cell is Cell.RNN:
+        return [_activation(ops, clip(ops.add(ops.add(gx, ops.matmul(h_prev, r_all, False, True)), rb)), f)]
+    g = params.activations[1]
+    rows = _gate_slicer(ops, h)
+
+    def part(tensor, gate: int):  # one gate's H columns of an [N, G*H] tensor
+        return rows(tensor, gate, gate + 1, 1)
+
+    if layer.linear_before_reset:
+        gh_all = ops.add(ops.matmul(h_prev, r_all, False, True), rb)  # [N,3H]
+        z = _activation(ops, clip(ops.add(part(gx, 0), part(gh_all, 0))), f)
+        reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_all, 1))), f)
+        cand = _activation(ops, clip(ops.add(part(gx, 2), ops.multiply(reset, part(gh_all, 2)))), g)
+    else:
+        gh_zr = ops.add(ops.matmul(h_prev, rows(r_all, 0, 2, 0), False, True), rows(rb, 0, 2, 0))  # [N,2H]
+        z = _activation(ops, clip(ops.add(part(gx, 0), part(gh_zr, 0))), f)
+        reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_zr, 1))), f)
+        candidate_in = ops.add(
+            ops.matmul(ops.multiply(reset, h_prev), rows(r_all, 2, 3, 0), False, True), rows(rb, 2, 3, 0)
+        )
+        cand = _activation(ops, clip(ops.add(part(gx, 2), candidate_in)), g)
+    one = np.array(1, dt)
+    return [ops.add(ops.multiply(ops.subtract(one, z), cand), ops.multiply(z, h_prev))]
+
+
+def _lstm_step(ops, layer: RecurrentLayer, params: DirectionParams, k: int, gx, state: list) -> list:
+    """One LSTM step on projected inputs gx [N,4H] (gates i, o, f, c; Wb added): [h', c']::
+
+    i = f(clip(gx_i + h Ri^T + Rb_i + Pi * c))     f_ = f(clip(gx_f + ... + Pf * c))  (input_forget: 1 - i)
+    c' = f_ * c + i * g(clip(gx_c + h Rc^T + Rb_c))
+    o = f(clip(gx_o + h Ro^T + Rb_o + Po * c'))    h' = o * h(c')
+    """
+    h_prev, c_prev = state
+    h = layer.hidden_size
+    clip = _clamp(ops, layer)
+    f, g, h_act = params.activations
+    rows = _gate_slicer(ops, h)
+    pre = ops.add(
+        ops.add(gx, ops.matmul(h_prev, _const(ops, params.R, f"{layer.name}/R{k}"), False, True)),
+        _const(ops, params.Rb, f"{layer.name}/Rb{k}"),
+    )  # [N,4H]
+    pre_i, pre_o, pre_f, pre_c = (rows(pre, gate, gate + 1, 1) for gate in range(4))
+    if params.P is not None:
+        peephole = _const(ops, params.P, f"{layer.name}/P{k}")  # [3H]: i, o, f
+        p_i, p_o, p_f = (rows(peephole, gate, gate + 1, 0) for gate in range(3))
+        pre_i = ops.add(pre_i, ops.multiply(p_i, c_prev))
+        pre_f = ops.add(pre_f, ops.multiply(p_f, c_prev))
+    i = _activation(ops, clip(pre_i), f)
+    forget = ops.subtract(np.array(1, layer.dtype), i) if layer.input_forget else _activation(ops, clip(pre_f), f)
+    c_new = ops.add(ops.multiply(forget, c_prev), ops.multiply(i, _activation(ops, clip(pre_c), g)))
+    if params.P is not None:
+        pre_o = ops.add(pre_o, ops.multiply(p_o, c_new))
+    o = _activation(ops, clip(pre_o), f)
+    return [ops.multiply(o, _activation(ops, c_new, h_act)), c_new]
 
 
 # ----------------------------------------------------------------------------------------- reading
@@ -628,7 +747,7 @@ def read(path: str | Path, **_options) -> Model:
             notes[layer.name] = found
     if not layers:
         raise NoRecurrentLayerError(
-            f"{path}: no GRUSequence or RNNSequence node",
+            f"{path}: no GRUSequence, RNNSequence or LSTMSequence node",
             hint="OpenVINO's frontends may have unrolled or decomposed the layer (look for TensorIterator/Loop)",
         )
     other = [
@@ -645,12 +764,14 @@ def read(path: str | Path, **_options) -> Model:
 
 
 def _all_ops(ov_model) -> list:
-    """Every op of a model, including those inside TensorIterator/Loop bodies."""
+    """Every op of a model, including those inside TensorIterator/Loop bodies and If branches."""
     found = []
     for op in ov_model.get_ordered_ops():
         found.append(op)
         if op.get_type_name() in ("TensorIterator", "Loop"):
             found += _all_ops(op.get_function())
+        elif op.get_type_name() == "If":
+            found += _all_ops(op.get_then_body()) + _all_ops(op.get_else_body())
     return found
 
 
@@ -889,20 +1010,27 @@ def _evaluate_for_two_shapes(ov_model, values: list, x) -> list[tuple[list, list
     return trials
 
 
-def _implicit_inputs(path: Path, op, ov_model, name: str) -> tuple[bool, bool, list[Finding]]:
-    """Whether a sequence op's ``sequence_lengths`` and ``initial_hidden_state`` are real inputs of the
-    layer. ``ov.convert_model`` fills both required inputs with values computed from X's shape: the full
-    length and zeros. Those mean "no sequence_lens" and "no initial state" (proven by evaluating them
-    for two different input shapes); a constant state or lengths fed by a graph input stay inputs."""
+def _implicit_inputs(path: Path, op, ov_model, name: str, cell: Cell) -> tuple[bool, dict[str, bool], list[Finding]]:
+    """Whether a sequence op's ``sequence_lengths`` and initial states are real inputs of the layer
+    (per state role). ``ov.convert_model`` fills the required inputs with values computed from X's
+    shape: the full length and zeros. Those mean "no sequence_lens" and "no initial state" (proven by
+    evaluating them for two different input shapes); a constant state or lengths fed by a graph input
+    stay inputs."""
     found: list[Finding] = []
-    lens, h0 = op.input_value(2), op.input_value(1)
-    shape_only = [_from_shapes_only(v) for v in (lens, h0)]
-    trials = _evaluate_for_two_shapes(ov_model, [lens, h0], op.input_value(0))
+    index = sequence_inputs(cell)
+    roles = [role for role, _ in state_roles(cell)]
+    lens = op.input_value(index["sequence_lens"])
+    states = [op.input_value(index[role]) for role in roles]
+    shape_only = [_from_shapes_only(v) for v in (lens, *states)]
+    trials = _evaluate_for_two_shapes(ov_model, [lens, *states], op.input_value(0))
     lens_known = shape_only[0] and bool(trials) and all(got[0] is not None and x for got, x in trials)
     full_lengths = lens_known and all(
         got[0].shape == (x[0],) and bool(np.all(got[0].astype(np.int64) == x[1])) for got, x in trials
     )
-    zero_state = shape_only[1] and bool(trials) and all(got[1] is not None and not np.any(got[1]) for got, _ in trials)
+    zero_state = [
+        shape_only[k] and bool(trials) and all(got[k] is not None and not np.any(got[k]) for got, _ in trials)
+        for k in range(1, 1 + len(roles))
+    ]
     if lens_known and not full_lengths:
         raise InputError(
             f"{path}: layer {name!r}: sequence_lengths is computed from constants and shapes but is not the full "
@@ -921,28 +1049,31 @@ def _implicit_inputs(path: Path, op, ov_model, name: str) -> tuple[bool, bool, l
                 warning="OpenVINO CPU ignores sequence_lengths on dynamic shapes",
             )
         )
-    if shape_only[1] and not zero_state:
-        found.append(
-            Finding(
-                "initial_h",
-                Status.EXACT,
-                "initial_hidden_state is a constant of the IR, not zeros; gatepack makes it the layer's initial_h "
-                "input (feed it those values)",
-                warning="constant initial state exposed as an input",
+    for k, role in enumerate(roles, start=1):
+        if shape_only[k] and not zero_state[k - 1]:
+            found.append(
+                Finding(
+                    role,
+                    Status.EXACT,
+                    f"{_STATE_INPUTS[role[-1]]} is a constant of the IR, not zeros; gatepack makes it the layer's "
+                    f"{role} input (feed it those values)",
+                    warning="constant initial state exposed as an input",
+                )
             )
-        )
-    return not full_lengths, not zero_state, found
+    return not full_lengths, {role: not zero for role, zero in zip(roles, zero_state)}, found
 
 
 def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, list[Finding]]:
-    """A GRUSequence/RNNSequence node of any IR; interface in OpenVINO's batch-major convention. With
-    ``ov_model`` (another producer's IR), implicit full lengths and zero states are no inputs."""
+    """A GRUSequence/RNNSequence/LSTMSequence node of any IR; interface in OpenVINO's batch-major
+    convention, gates back in ONNX's order. With ``ov_model`` (another producer's IR), implicit full
+    lengths and zero states are no inputs."""
     name = op.get_friendly_name()
     cell = _OPS[op.get_type_name()]
+    index = sequence_inputs(cell)
     attrs = op.get_attributes()
-    w, cw = _constant(op, 3, path, name, "W")
-    r, cr = _constant(op, 4, path, name, "R")
-    b, cb = _constant(op, 5, path, name, "B")
+    w, cw = _constant(op, index["W"], path, name, "W")
+    r, cr = _constant(op, index["R"], path, name, "R")
+    b, cb = _constant(op, index["B"], path, name, "B")
     try:
         h = int(attrs["hidden_size"])
         direction = Direction(str(attrs["direction"]).lower())
@@ -985,33 +1116,42 @@ def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, li
     ]
     if cw or cr or cb:
         found.append(FP16_SOURCE)
-    has_lens, has_h0, implicit = (
-        _implicit_inputs(path, op, ov_model, name) if ov_model is not None else (True, True, [])
+    roles = [role for role, _ in state_roles(cell)]
+    has_lens, has_state, implicit = (
+        _implicit_inputs(path, op, ov_model, name, cell)
+        if ov_model is not None
+        else (True, dict.fromkeys(roles, True), [])
     )
     found += implicit
+
+    def onnx_gates(array: np.ndarray) -> np.ndarray:
+        return reorder_gates(array, OV_GATES[cell], cell.gate_names)
+
     directions = []
     for k in range(direction.count):
         if cell is Cell.GRU and lbr:
             wb = np.concatenate([b[k, : 2 * h], b[k, 2 * h : 3 * h]])
             rb = np.concatenate([np.zeros(2 * h, b.dtype), b[k, 3 * h :]])
         else:
-            wb, rb = b[k].copy(), np.zeros(gh, b.dtype)
+            wb, rb = onnx_gates(b[k]).copy(), np.zeros(gh, b.dtype)
         directions.append(
-            DirectionParams(W=w[k], R=r[k], Wb=wb, Rb=rb, activations=tuple(acts[: cell.activation_count]))
+            DirectionParams(
+                W=onnx_gates(w[k]), R=onnx_gates(r[k]), Wb=wb, Rb=rb, activations=tuple(acts[: cell.activation_count])
+            )
         )
     x_shape = op.get_input_partial_shape(0)
     n = x_shape[0].get_length() if x_shape[0].is_static else None
     s = x_shape[1].get_length() if x_shape[1].is_static else None
+    outputs = {role: f"{name}/{ROLE_LABELS[role]}" for role in OUTPUT_ROLES[: 1 + len(roles)]}
     interface = Interface(
         x=f"{name}/X",
-        y=f"{name}/Y",
-        y_h=f"{name}/Y_h",
         sequence_lens=f"{name}/sequence_lengths" if has_lens else None,
-        initial_h=f"{name}/initial_hidden_state" if has_h0 else None,
+        **{role: f"{name}/{_STATE_INPUTS[role[-1]]}" if has_state[role] else None for role in roles},
         layout=1,
         seq_length=s,
         batch_size=n,
         dtype=w.dtype.name,
+        **outputs,
     )
     try:
         layer = RecurrentLayer(
@@ -1072,10 +1212,16 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
             )
         directions = [DirectionParams(p.W, p.R, p.Wb, p.Rb, acts[k]) for k, p in enumerate(layer.directions)]
     else:
+        peepholes = f"{name}/P0" in ops_by_name
         for k in range(info.direction.count):
             directions.append(
                 DirectionParams(
-                    W=const(f"W{k}"), R=const(f"R{k}"), Wb=const(f"Wb{k}"), Rb=const(f"Rb{k}"), activations=acts[k]
+                    W=const(f"W{k}"),
+                    R=const(f"R{k}"),
+                    Wb=const(f"Wb{k}"),
+                    Rb=const(f"Rb{k}"),
+                    activations=acts[k],
+                    P=const(f"P{k}") if peepholes else None,
                 )
             )
     return build_layer(path, info, directions, Provenance(FORMAT, path, name, strategy)), found
@@ -1125,8 +1271,9 @@ def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
 
 
 def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One layer of an IR read from disk, on OpenVINO CPU: gatepack's layer subgraph as saved, or
-    another producer's sequence node with its constants, in OpenVINO's own convention."""
+    """One layer of an IR read from disk, on OpenVINO CPU: gatepack's layer subgraph as saved, or the
+    sequence node with its constants (another producer's, or gatepack's native op inside a whole
+    model, where its tensors are the model's own), fed and read in the layer's layout."""
     ov, ops = _ov()
     if layer.provenance is None or not layer.provenance.of(FORMAT):
         raise UsageError(f"layer {layer.name!r} was not read from an OpenVINO IR")
@@ -1134,34 +1281,55 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     label = f"{path}: layer {name!r}"
     ov_model = _read_ir(path)
     itf = layer.interface
-    if kind == "node":
-        op = next(o for o in ov_model.get_ops() if o.get_friendly_name() == name)
-        d, h = layer.num_directions, layer.hidden_size
-        n, s = feed[itf.x].shape[:2]
-        h0_name = itf.initial_h or f"{name}/initial_hidden_state"
-        lens_name = itf.sequence_lens or f"{name}/sequence_lengths"
-        feed = dict(feed)
-        feed.setdefault(h0_name, np.zeros((n, d, h), layer.dtype))
-        feed[lens_name] = feed.get(lens_name, np.full(n, s)).astype(op.get_input_element_type(2).to_dtype())
-        # Static shapes: OpenVINO CPU honours sequence_lengths only then.
-        params = [
-            ops.parameter(list(feed[label].shape), op.get_input_element_type(k), name=label)
-            for k, label in enumerate((itf.x, h0_name, lens_name))
-        ]
-        for k, param in enumerate(params):  # the node as read from disk, fed by new parameters
-            param.output(0).get_tensor().set_names({param.get_friendly_name()})
-            op.input(k).replace_source_output(param.output(0))
-        y = ops.transpose(op.output(0), [0, 2, 1, 3])  # [N,D,S,H] -> layout-1 [N,S,D,H]
-        y.output(0).get_tensor().set_names({itf.y})
-        op.output(1).get_tensor().set_names({itf.y_h})
-        sub = ov.Model([ops.result(y), ops.result(op.output(1))], params, "layer")
-    else:
-        names = {itf.x, itf.sequence_lens, itf.initial_h} - {None}
-        params = [p for p in ov_model.get_parameters() if p.output(0).get_names() & names]
-        outs = {itf.y, itf.y_h} - {None}
-        results = [r for r in ov_model.get_results() if r.input_value(0).get_names() & outs]
-        sub = ov.Model(results, params, "layer")
-    return _run(sub, feed, label)
+    inputs = {getattr(itf, role) for role in INPUT_ROLES} - {None}
+    params = [p for p in ov_model.get_parameters() if p.output(0).get_names() & inputs]
+    outs = {getattr(itf, role) for role in OUTPUT_ROLES} - {None}
+    results = [r for r in ov_model.get_results() if r.input_value(0).get_names() & outs]
+    if kind != "node" and len(params) == len(inputs) and len(results) == len(outs):
+        return _run(ov.Model(results, params, "layer"), feed, label)
+    if kind == "decomposed":
+        raise RuntimeFailure(
+            f"{label}: its decomposition is inside the model (its tensors are no inputs and outputs of the IR)"
+        )
+    op = next((o for o in _all_ops(ov_model) if o.get_friendly_name() == name and o.get_type_name() in _OPS), None)
+    if op is None:
+        raise RuntimeFailure(f"{label}: the IR has no sequence op of that name")
+    feed = dict(feed)
+    return _run(_node_alone(ops, layer, op, feed), feed, label)
+
+
+def _node_alone(ops, layer: RecurrentLayer, op, feed: dict[str, np.ndarray]):
+    """A model of the sequence node ``op`` alone, fed by new parameters named after the layer's
+    interface (absent states: zeros; absent lengths: full) with static shapes (OpenVINO CPU honours
+    sequence_lengths only then); X, states and outputs transposed to and from the layer's layout."""
+    ov, _ = _ov()
+    itf, name = layer.interface, op.get_friendly_name()
+    batch_major = itf.layout == 1
+    x = feed[itf.x]
+    n, s = (x.shape[0], x.shape[1]) if batch_major else (x.shape[1], x.shape[0])
+    d, h = layer.num_directions, layer.hidden_size
+    index = sequence_inputs(layer.cell)
+    names = {"x": itf.x}
+    for role, _ in state_roles(layer.cell):
+        names[role] = getattr(itf, role) or f"{name}/{_STATE_INPUTS[role[-1]]}"
+        feed.setdefault(names[role], np.zeros((n, d, h) if batch_major else (d, n, h), layer.dtype))
+    names["sequence_lens"] = itf.sequence_lens or f"{name}/sequence_lengths"
+    lens_type = op.get_input_element_type(index["sequence_lens"])
+    feed[names["sequence_lens"]] = feed.get(names["sequence_lens"], np.full(n, s)).astype(lens_type.to_dtype())
+    params = []
+    for role, tensor in names.items():
+        param = ops.parameter(list(feed[tensor].shape), op.get_input_element_type(index[role]), name=tensor)
+        param.output(0).get_tensor().set_names({tensor})
+        params.append(param)
+        value = param if batch_major or role == "sequence_lens" else ops.transpose(param, [1, 0, 2])
+        op.input(index[role]).replace_source_output(value.output(0))
+    y = ops.transpose(op.output(0), [0, 2, 1, 3] if batch_major else [2, 1, 0, 3])  # [N,D,S,H] -> the layout
+    finals = [op.output(k) if batch_major else ops.transpose(op.output(k), [1, 0, 2]).output(0) for k in (1, 2)]
+    results = []
+    for role, out in zip(OUTPUT_ROLES, [y.output(0), *finals[: op.get_output_size() - 1]]):
+        out.get_tensor().set_names({getattr(itf, role) or f"{name}/{ROLE_LABELS[role]}"})
+        results.append(ops.result(out))
+    return ov.Model(results, params, "layer")
 
 
 # ---------------------------------------------------------------------------------------- findings
@@ -1196,7 +1364,12 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
             ),
         )
     )
-    found.append(Finding("weights", Status.EXACT, "W, R in ONNX gate order (z, r, h), unchanged"))
+    gates = ", ".join(layer.cell.gate_names)
+    if chosen == "native" and OV_GATES[layer.cell] != layer.cell.gate_names:
+        order = ", ".join(OV_GATES[layer.cell])
+        found.append(Finding("weights", Status.REPACKED, f"W, R gate blocks permuted {gates} -> {order}"))
+    else:
+        found.append(Finding("weights", Status.EXACT, f"W, R in ONNX gate order ({gates}), unchanged"))
     if chosen == "native":
         rb_summed = any(
             p.Rb[: 2 * layer.hidden_size].any() if layer.cell is Cell.GRU and layer.linear_before_reset else p.Rb.any()
@@ -1205,7 +1378,7 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
         layout_text = (
             "[D,4H] = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]"
             if layer.cell is Cell.GRU and layer.linear_before_reset
-            else f"[D,{layer.gates}H] = Wb + Rb"
+            else f"[D,{layer.gates}H] = Wb + Rb" + (f" ({', '.join(OV_GATES[layer.cell])})" if layer.gates > 1 else "")
         )
         found.append(
             Finding(
@@ -1219,6 +1392,10 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
         found.append(Finding("bias", Status.EXACT, "Wb and Rb kept apart as constants"))
     if layer.cell is Cell.GRU:
         found.append(Finding("linear_before_reset", Status.EXACT, str(int(layer.linear_before_reset))))
+    if layer.has_peepholes:
+        found.append(Finding("peepholes", Status.EXACT, "P (i, o, f) as constants, added to the gates' inputs"))
+    if layer.input_forget:
+        found.append(Finding("input_forget", Status.EXACT, "forget gate computed as 1 - input gate"))
     found.append(
         Finding(
             "activations",
@@ -1244,14 +1421,13 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
                 ),
             )
         )
-    if itf.initial_h:
-        found.append(Finding("initial_h", Status.EXACT, "initial_h input kept"))
-    elif chosen == "native":
-        found.append(
-            Finding(
-                "initial_h", Status.EXACT, "zeros built inside the model (the sequence op requires an initial state)"
+    for role, _ in state_roles(layer.cell):
+        if getattr(itf, role):
+            found.append(Finding(role, Status.EXACT, f"{role} input kept"))
+        elif chosen == "native":
+            found.append(
+                Finding(role, Status.EXACT, "zeros built inside the model (the sequence op requires an initial state)")
             )
-        )
     if chosen == "native" or itf.layout == 1:
         found.append(
             Finding(
