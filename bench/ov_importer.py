@@ -1,4 +1,4 @@
-"""OpenVINO's own ONNX importer vs gatepack on the generated GRU/RNN matrix (issue 3).
+"""OpenVINO's own ONNX importer vs gatepack on the generated GRU/RNN matrix (issue 3) or LSTM matrix.
 
 For every configuration of the test matrix (``tests/helpers.py``: every activation with alpha/beta,
 per-direction activations, clip, linear_before_reset, sequence_lens, initial_h, no bias, layout 0/1,
@@ -14,7 +14,12 @@ as in the tests) within 1e-5 absolute + 1e-4 relative
 Outcomes: ``pass``, ``refused`` (convert, compile or inference raised), ``wrong`` (ran, but outside
 tolerance: a silent error). As in the tests, half of the sequence_lens cases have static shapes.
 
-    python bench/ov_importer.py [--limit N]
+With ``--cell lstm`` the LSTM matrix (``tests/helpers.py`` ``lstm_matrix``: peepholes,
+input_forget, clip, per-direction activations with alpha/beta, sequence_lens, initial_h/initial_c,
+layout, fp16/32/64) is measured the same way, Y_c included; float64 cases against the float64
+transcription of ``tests/oracle.py`` (onnxruntime has no float64 LSTM), at float32 tolerance.
+
+    python bench/ov_importer.py [--cell gru-rnn|lstm] [--limit N]
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from helpers import (
     Config,
     build_model,
     inputs,
+    lstm_matrix,
     matrix,
     ort_reference,
     outputs_to_layout0,
@@ -42,6 +48,7 @@ from helpers import (
     static_model,
     to_layout,
 )  # noqa: E402
+from oracle import reference as float64_reference  # noqa: E402
 
 import gatepack as gp  # noqa: E402
 
@@ -50,11 +57,10 @@ CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
 
 def outcome(run, cfg: Config, feed0: dict, reference: tuple) -> tuple[str, str]:
     try:
-        y, y_h = run()
+        outputs = run()
     except Exception as err:  # noqa: BLE001 - any failure is a refusal
         return "refused", " ".join(str(err).split())[:160]
-    y, y_h = outputs_to_layout0(cfg, y, y_h)
-    for got, ref in ((y, reference[0]), (y_h, reference[1])):
+    for got, ref in zip(outputs_to_layout0(cfg, *outputs), reference):
         finite = np.isfinite(ref)
         if got.shape != ref.shape:
             return "wrong", f"shape {list(got.shape)} instead of {list(ref.shape)}"
@@ -67,8 +73,9 @@ def outcome(run, cfg: Config, feed0: dict, reference: tuple) -> tuple[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="only the first N configurations")
+    parser.add_argument("--cell", choices=["gru-rnn", "lstm"], default="gru-rnn", help="which matrix")
     args = parser.parse_args()
-    cases = matrix()[: args.limit]
+    cases = (lstm_matrix() if args.cell == "lstm" else matrix())[: args.limit]
     core = ov.Core()
     counts = {"OpenVINO importer": collections.Counter(), "gatepack": collections.Counter()}
     reasons: dict[str, collections.Counter] = {"refused": collections.Counter(), "wrong": collections.Counter()}
@@ -78,18 +85,19 @@ def main() -> None:
             onnx.save(static_model(cfg) if static_case(cfg) else build_model(cfg), src)
             feed0 = inputs(cfg)
             feed = to_layout(cfg, feed0)
-            reference = ort_reference(cfg, feed0)
+            lstm_float64 = cfg.cell == "LSTM" and cfg.dtype == "float64"
+            reference = float64_reference(cfg, feed0) if lstm_float64 else ort_reference(cfg, feed0)
 
             def importer():
                 compiled = core.compile_model(ov.convert_model(str(src)), "CPU", CONFIG)
                 out = compiled({i.get_any_name(): feed[i.get_any_name()] for i in compiled.inputs})
-                return [np.asarray(v) for v in out.values()][:2]
+                return [np.asarray(out[name]) for name in cfg.outputs]
 
             def gatepack():
                 xml = Path(tmp) / "m.xml"
                 gp.convert(src, xml, to="openvino", allow_lossy=True, verify=False)
                 out = gp.run(xml, feed)
-                return out["Y"], out["Y_h"]
+                return [out[name] for name in cfg.outputs]
 
             for tool, run in (("OpenVINO importer", importer), ("gatepack", gatepack)):
                 result, why = outcome(run, cfg, feed0, reference)
@@ -111,7 +119,13 @@ def main() -> None:
 def classify(cfg: Config, result: str, why: str) -> str:
     """The first documented cause that applies to a configuration (docs/conventions.md §3)."""
     acts = cfg.activations or []
-    native = {"GRU": {"Sigmoid", "Tanh"}, "RNN": {"Sigmoid", "Tanh", "Relu"}}[cfg.cell]
+    native = {"GRU": {"Sigmoid", "Tanh"}, "RNN": {"Sigmoid", "Tanh", "Relu"}, "LSTM": {"Sigmoid", "Tanh", "Relu"}}[
+        cfg.cell
+    ]
+    if cfg.peepholes and result == "wrong":
+        return "peepholes dropped (LSTMSequence has no input for them)"
+    if cfg.input_forget and result == "wrong":
+        return "input_forget dropped (LSTMSequence has no coupling)"
     half = len(acts) // 2
     per_direction = cfg.direction == "bidirectional" and acts and acts[:half] != acts[half:]
     used = acts[:half] if per_direction else acts  # the importer uses the forward pair for both directions
