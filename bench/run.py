@@ -11,7 +11,7 @@ are generated here, never committed:
   data: 277 MB) to every target, against a plain copy of the weight file (the floor) and, for
   OpenVINO, against OpenVINO's own ``ov.convert_model`` + ``ov.save_model``;
 * verification of each conversion, against the conversion itself;
-* gatepack's NumPy executor against onnxruntime and ``onnx.reference`` on one GRU node
+* gatepack's NumPy executor against onnxruntime and ``onnx.reference`` on one GRU node and one LSTM node
   (S=100, N=16, I=H=512 bidirectional; S=200, N=1, I=H=64; and the first with sequence_lens);
 * CLI start-up (``--help``, ``formats``, ``inspect`` of a small model) against a bare interpreter.
 
@@ -43,7 +43,7 @@ class Sizes:
     hidden: int
     seq: int  # of the large model's verification inputs, chosen by gatepack (S = 7)
     repeat: int
-    executor: tuple[tuple[str, int, int, int, str, bool], ...]  # label, S, N, H, direction, sequence_lens
+    executor: tuple[tuple[str, int, int, int, str, bool, str], ...]  # label, S, N, H, direction, lens, cell
 
 
 FULL = Sizes(
@@ -52,9 +52,10 @@ FULL = Sizes(
     7,
     3,
     (
-        ("S=100 N=16 I=H=512 bidirectional", 100, 16, 512, "bidirectional", False),
-        ("S=200 N=1 I=H=64", 200, 1, 64, "forward", False),
-        ("S=100 N=16 I=H=512 bidirectional, sequence_lens", 100, 16, 512, "bidirectional", True),
+        ("S=100 N=16 I=H=512 bidirectional", 100, 16, 512, "bidirectional", False, "GRU"),
+        ("S=200 N=1 I=H=64", 200, 1, 64, "forward", False, "GRU"),
+        ("S=100 N=16 I=H=512 bidirectional, sequence_lens", 100, 16, 512, "bidirectional", True, "GRU"),
+        ("LSTM S=100 N=16 I=H=512 bidirectional", 100, 16, 512, "bidirectional", False, "LSTM"),
     ),
 )
 QUICK = Sizes(
@@ -63,19 +64,22 @@ QUICK = Sizes(
     7,
     1,
     (
-        ("S=20 N=4 I=H=64 bidirectional", 20, 4, 64, "bidirectional", False),
-        ("S=50 N=1 I=H=16", 50, 1, 16, "forward", False),
-        ("S=20 N=4 I=H=64 bidirectional, sequence_lens", 20, 4, 64, "bidirectional", True),
+        ("S=20 N=4 I=H=64 bidirectional", 20, 4, 64, "bidirectional", False, "GRU"),
+        ("S=50 N=1 I=H=16", 50, 1, 16, "forward", False, "GRU"),
+        ("S=20 N=4 I=H=64 bidirectional, sequence_lens", 20, 4, 64, "bidirectional", True, "GRU"),
+        ("LSTM S=20 N=4 I=H=64 bidirectional", 20, 4, 64, "bidirectional", False, "LSTM"),
     ),
 )
 
 
-def gru_node(path: Path, seq: int, batch: int, hidden: int, direction: str, lens: bool) -> None:
-    """One GRU node (I = H) for the executor comparison."""
+def recurrent_node(path: Path, seq: int, batch: int, hidden: int, direction: str, lens: bool, cell: str) -> None:
+    """One GRU or LSTM node (I = H) for the executor comparison."""
     import onnx
     from helpers import Config, build_model
 
-    cfg = Config(direction=direction, S=seq, N=batch, I=hidden, H=hidden, seq_lens="mixed" if lens else "none")
+    cfg = Config(
+        cell=cell, direction=direction, S=seq, N=batch, I=hidden, H=hidden, seq_lens="mixed" if lens else "none"
+    )
     onnx.save(build_model(cfg), str(path))
 
 
@@ -171,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             verified = measure(setup, verify_body, sizes.repeat)
             rows.append(Row(f"verify {target} conversion", verified, ours, "the conversion", "<= 1.0x the conversion"))
-        for text, seq, batch, hidden, direction, lens in sizes.executor:
-            node = work / f"gru_{seq}_{batch}_{hidden}_{int(lens)}.onnx"
-            gru_node(node, seq, batch, hidden, direction, lens)
+        for text, seq, batch, hidden, direction, lens, cell in sizes.executor:
+            node = work / f"{cell}_{seq}_{batch}_{hidden}_{int(lens)}.onnx"
+            recurrent_node(node, seq, batch, hidden, direction, lens, cell)
             feed = (
                 f"import numpy as np, onnx\nrng = np.random.default_rng(0)\n"
                 f"feed = {{'X': rng.uniform(-1, 1, ({seq}, {batch}, {hidden})).astype(np.float32)}}\n"

@@ -211,6 +211,13 @@ def _run_direction(
     return state
 
 
+def _times_r(r: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """``h @ r.T`` ([N, H] x [G*H, H] -> [N, G*H], a transposed view) computed as ``(r @ h.T).T``: BLAS
+    multiplies the tall weight by the few columns of a small batch ~1.5x faster than the other way
+    round (measured at N = 16, H = 512)."""
+    return (r @ h.T).T
+
+
 def _clipper(clip: float | None):
     """Bound a pre-activation to [-clip, clip] (identity without clip)."""
     if clip is None:
@@ -232,12 +239,12 @@ def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip
     additive = rb.copy()
     if options.linear_before_reset:
         additive[2 * H :] = 0
-        r_t = np.ascontiguousarray(r.T)  # [H, 3H]
+        r = np.ascontiguousarray(r)  # [3H, H]
         rb_h = rb[2 * H :]
 
         def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
             (h,) = state
-            gh = h @ r_t
+            gh = np.ascontiguousarray(_times_r(r, h))  # [N, 3H], updated in place below
             zr = f(clip(gx[:, : 2 * H] + gh[:, : 2 * H]))
             gh_h = gh[:, 2 * H :]
             gh_h += rb_h
@@ -247,13 +254,13 @@ def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip
             return ((1 - z) * n + z * h,)
 
     else:
-        r_zr_t = np.ascontiguousarray(r[: 2 * H].T)  # [H, 2H]
-        r_h_t = np.ascontiguousarray(r[2 * H :].T)  # [H, H]
+        r_zr = np.ascontiguousarray(r[: 2 * H])  # [2H, H]
+        r_h = np.ascontiguousarray(r[2 * H :])  # [H, H]
 
         def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
             (h,) = state
-            zr = f(clip(gx[:, : 2 * H] + h @ r_zr_t))
-            n = g(clip(gx[:, 2 * H :] + (zr[:, H:] * h) @ r_h_t))
+            zr = f(clip(gx[:, : 2 * H] + _times_r(r_zr, h)))
+            n = g(clip(gx[:, 2 * H :] + _times_r(r_h, zr[:, H:] * h)))
             z = zr[:, :H]
             return ((1 - z) * n + z * h,)
 
@@ -264,10 +271,10 @@ def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip
     """The RNN step h_{t-1} -> h_t = f(gx + h R^T + Rb) for pre-projected inputs gx ([N, H]); Rb is
     returned for the caller to add to gx."""
     (f,) = activations
-    r_t = np.ascontiguousarray(r.T)
+    r = np.ascontiguousarray(r)
 
     def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-        return (f(clip(gx + state[0] @ r_t)),)
+        return (f(clip(gx + _times_r(r, state[0]))),)
 
     return step, rb
 
@@ -282,22 +289,26 @@ def _lstm_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, cli
 
     clip bounds each pre-activation, the peephole term included."""
     f, g, h_act = activations
-    r_t = np.ascontiguousarray(r.T)  # [H, 4H]
+    r = np.ascontiguousarray(r)  # [4H, H]
     peephole = options.peephole(0)
     p_i, p_o, p_f = (None, None, None) if peephole is None else (peephole[:H], peephole[H : 2 * H], peephole[2 * H :])
 
     def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         h, c = state
-        pre = gx + h @ r_t
+        pre = gx + _times_r(r, h)
         pre_i, pre_o, pre_f, pre_c = pre[:, :H], pre[:, H : 2 * H], pre[:, 2 * H : 3 * H], pre[:, 3 * H :]
-        if peephole is not None:
-            pre_i += p_i * c
-            pre_f += p_f * c
+        if peephole is None:  # i, o and f at once
+            gates = f(clip(pre[:, : 3 * H]))
+            i, o, forget = gates[:, :H], gates[:, H : 2 * H], gates[:, 2 * H :]
+            forget = 1 - i if options.input_forget else forget
+            c_new = forget * c + i * g(clip(pre_c))
+            return (o * h_act(c_new), c_new)
+        pre_i += p_i * c
+        pre_f += p_f * c
         i = f(clip(pre_i))
         forget = 1 - i if options.input_forget else f(clip(pre_f))
         c_new = forget * c + i * g(clip(pre_c))
-        if peephole is not None:
-            pre_o += p_o * c_new
+        pre_o += p_o * c_new
         return (f(clip(pre_o)) * h_act(c_new), c_new)
 
     return step, rb
