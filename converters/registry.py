@@ -313,6 +313,7 @@ FORMATS: dict[str, FormatInfo] = {
             suffixes=(".json",),
             markers=("model.json",),
             write_options=DIRECTML_OPTIONS,
+            cells=("gru", "rnn", "lstm"),
             is_directory=True,
             recognise=has_markers("model.json", "gatepack.json"),
             interface_inputs=False,

@@ -335,7 +335,12 @@ def test_emitted_cpp_compiles_and_matches_the_json(tmp_path):
     rnn_cfg = Config(cell="RNN", direction="reverse", bias=False, S=5, N=2, activations=["Elu"], alphas=[0.5])
     (tmp_path / "rnn").mkdir()
     rnn_out, _ = convert(rnn_cfg, tmp_path / "rnn", emit_cpp=True)
-    for directory, cell in ((out, "GRU"), (rnn_out, "RNN")):
+    lstm_cfg = Config(
+        cell="LSTM", direction="bidirectional", peepholes=True, input_forget=1, clip=1.5, initial_c=True, S=5, N=2
+    )
+    (tmp_path / "lstm").mkdir()
+    lstm_out, _ = convert(lstm_cfg, tmp_path / "lstm", emit_cpp=True)
+    for directory, cell in ((out, "GRU"), (rnn_out, "RNN"), (lstm_out, "LSTM")):
         document = json.loads((directory / "model.json").read_text())
         ((name, dispatchable),) = document["dispatchables"].items()
         harness = tmp_path / f"main_{cell}.cpp"
@@ -345,7 +350,7 @@ def test_emitted_cpp_compiles_and_matches_the_json(tmp_path):
             .replace("DESC_CPP", str(directory / "desc.cpp"))
         )
         binary = tmp_path / f"main_{cell}"
-        flags = ["-DIS_GRU"] if cell == "GRU" else []
+        flags = {"GRU": ["-DIS_GRU"], "LSTM": ["-DIS_LSTM"]}.get(cell, [])
         subprocess.run(
             [
                 "g++",
@@ -376,7 +381,9 @@ def test_emitted_cpp_compiles_and_matches_the_json(tmp_path):
             "ACTIVATION_ELU": 35,
             "ACTIVATION_HARD_SIGMOID": 37,
             "ACTIVATION_LINEAR": 40,
+            "ACTIVATION_SIGMOID": 47,
             "ACTIVATION_SOFTPLUS": 49,
+            "ACTIVATION_TANH": 51,
             "ACTIVATION_THRESHOLDED_RELU": 52,
         }
         assert [a[0] for a in printed["activations"]] == [codes[a["Type"]] for a in desc["ActivationDescs"]]
@@ -388,9 +395,11 @@ def test_emitted_cpp_compiles_and_matches_the_json(tmp_path):
                 desc["Direction"]
             ]
         )
-        assert printed["op"] == {"GRU": 78, "RNN": 76}[cell]
+        assert printed["op"] == {"GRU": 78, "RNN": 76, "LSTM": 77}[cell]
         if cell == "GRU":
             assert printed["lbr"] == 1
+        if cell == "LSTM":
+            assert (printed["clip"], printed["use_clip"], printed["couple"]) == (1.5, 1, 1)
 
 
 HARNESS = r"""
@@ -424,11 +433,18 @@ int main() {
     tensor("InputTensor", d->InputTensor, first); tensor("WeightTensor", d->WeightTensor, first); tensor("RecurrenceTensor", d->RecurrenceTensor, first);
     tensor("BiasTensor", d->BiasTensor, first); tensor("HiddenInitTensor", d->HiddenInitTensor, first); tensor("SequenceLengthsTensor", d->SequenceLengthsTensor, first);
     tensor("OutputSequenceTensor", d->OutputSequenceTensor, first); tensor("OutputSingleTensor", d->OutputSingleTensor, first);
+#if defined(IS_LSTM)
+    tensor("CellMemInitTensor", d->CellMemInitTensor, first); tensor("PeepholeTensor", d->PeepholeTensor, first);
+    tensor("OutputCellSingleTensor", d->OutputCellSingleTensor, first);
+#endif
     std::printf("}, \"activations\": [");
     for (UINT k = 0; k < d->ActivationDescCount; ++k) activation(d->ActivationDescs[k], k == 0);
     std::printf("], \"direction\": %d", int(d->Direction));
 #if defined(IS_GRU)
     std::printf(", \"lbr\": %d", int(d->LinearBeforeReset));
+#endif
+#if defined(IS_LSTM)
+    std::printf(", \"clip\": %.9g, \"use_clip\": %d, \"couple\": %d", d->ClipThreshold, int(d->UseClipThreshold), int(d->CoupleInputForget));
 #endif
     std::printf("}\n");
 }

@@ -1,10 +1,11 @@
-"""DirectML: GRU/RNN layers as runnable DxDispatch models, read back, and executed with DirectML semantics.
+"""DirectML: GRU/RNN/LSTM layers as runnable DxDispatch models, read back, and executed with DirectML semantics.
 
 An artifact is a directory:
 
 * ``model.json`` - a DxDispatch model (DirectML's own runnable JSON, ``schemas/dxdispatch_model.schema.json``)
-  with one dispatchable per layer, ``DML_OPERATOR_GRU`` or ``DML_OPERATOR_RNN``, whose ``desc`` keys
-  are the fields of ``DML_GRU_OPERATOR_DESC`` / ``DML_RNN_OPERATOR_DESC``; every tensor is a resource
+  with one dispatchable per layer, ``DML_OPERATOR_GRU``, ``DML_OPERATOR_RNN`` or ``DML_OPERATOR_LSTM``,
+  whose ``desc`` keys are the fields of ``DML_GRU_OPERATOR_DESC`` / ``DML_RNN_OPERATOR_DESC`` /
+  ``DML_LSTM_OPERATOR_DESC``; every tensor is a resource
   (weights, bias and sample inputs initialised from ``.npy`` files whose shape is the tensor's 4-D
   ``Sizes``), a ``dispatch`` command binds desc fields to resources, ``writeFile`` commands save the
   outputs. A Windows user runs it as is: ``dxdispatch.exe model.json``.
@@ -15,14 +16,19 @@ An artifact is a directory:
 Conventions (docs/conventions.md §4; identical to ONNX up to a reshape, so nothing is repacked)::
 
     InputTensor            {1, S, N, I}        X, sequence-major
-    WeightTensor           {1, D, G*H, I}      W, gate order z, r, h (GRU) as ONNX
+    WeightTensor           {1, D, G*H, I}      W, gate order z, r, h (GRU) / i, o, f, c (LSTM) as ONNX
     RecurrenceTensor       {1, D, G*H, H}      R
     BiasTensor             {1, 1, D, 2*G*H}    [Wb, Rb] per direction (optional)
     HiddenInitTensor       {1, D, N, H}        initial_h (optional)
+    CellMemInitTensor      {1, D, N, H}        LSTM: initial_c (optional)
     SequenceLengthsTensor  {1, 1, 1, N}        UINT32 (optional)
+    PeepholeTensor         {1, 1, D, 3*H}      LSTM: P, i, o, f (optional)
     OutputSequenceTensor   {S, D, N, H}        Y (optional)
     OutputSingleTensor     {1, D, N, H}        Y_h (optional)
-    ActivationDescs        f, g per direction (GRU) or f (RNN), forward first, every parameter explicit
+    OutputCellSingleTensor {1, D, N, H}        LSTM: Y_c (optional)
+    ActivationDescs        f, g per direction (GRU), f, g, h (LSTM) or f (RNN), forward first, every
+                           parameter explicit
+    LSTM: UseClipThreshold / ClipThreshold (ONNX's clip), CoupleInputForget (ONNX's input_forget)
 
 DirectML's activation operators (``DML_ACTIVATION_*_OPERATOR_DESC``) compute::
 
@@ -31,8 +37,10 @@ DirectML's activation operators (``DML_ACTIVATION_*_OPERATOR_DESC``) compute::
     SCALED_TANH Alpha*tanh(Beta*x)   HARD_SIGMOID max(0, min(Alpha*x+Beta, 1))
     ELU x if x>=0 else Alpha*(e^x-1)   SOFTPLUS log(1+e^(Steepness*x))/Steepness (Steepness >= 1)
 
-DirectML has no ``clip`` and no double precision; it does not document what happens past a
-sequence's length, so gatepack follows onnxruntime (zeros past each length, reverse from len-1).
+DirectML's GRU and RNN have no ``clip``, no operator has double precision; it does not document what
+happens past a sequence's length, so gatepack follows onnxruntime (zeros past each length, reverse from
+len-1). The LSTM desc maps one to one onto the ONNX node (onnxruntime's DirectML provider passes the
+ONNX tensors, reshaped to 4-D, ``clip`` and ``input_forget`` straight into it: docs/conventions.md §8).
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
     PERM_SWAP_01,
     PERM_Y_TO_BATCH_MAJOR,
+    ROLE_LABELS,
     Cell,
     Direction,
     DirectionParams,
@@ -71,7 +80,7 @@ MANIFEST_FILE = "gatepack.json"
 CPP_FILE = "desc.cpp"
 MANIFEST_FORMAT = "gatepack-directml"
 
-OPERATORS = {Cell.GRU: "DML_OPERATOR_GRU", Cell.RNN: "DML_OPERATOR_RNN"}
+OPERATORS = {Cell.GRU: "DML_OPERATOR_GRU", Cell.RNN: "DML_OPERATOR_RNN", Cell.LSTM: "DML_OPERATOR_LSTM"}
 DIRECTIONS = {
     Direction.FORWARD: "DML_RECURRENT_NETWORK_DIRECTION_FORWARD",
     Direction.REVERSE: "DML_RECURRENT_NETWORK_DIRECTION_BACKWARD",
@@ -102,9 +111,32 @@ INPUT_FIELDS = (
     "RecurrenceTensor",
     "BiasTensor",
     "HiddenInitTensor",
+    "CellMemInitTensor",
     "SequenceLengthsTensor",
+    "PeepholeTensor",
 )
-OUTPUT_FIELDS = ("OutputSequenceTensor", "OutputSingleTensor")
+OUTPUT_FIELDS = ("OutputSequenceTensor", "OutputSingleTensor", "OutputCellSingleTensor")
+# The desc fields only the LSTM desc has.
+LSTM_FIELDS = {
+    "CellMemInitTensor",
+    "PeepholeTensor",
+    "OutputCellSingleTensor",
+    "ClipThreshold",
+    "UseClipThreshold",
+    "CoupleInputForget",
+}
+# Interface roles of the tensor fields (ONNX's names, as the manifest records them), and each field's
+# interface attribute.
+FIELD_ROLES = {
+    "InputTensor": "X",
+    "HiddenInitTensor": "initial_h",
+    "CellMemInitTensor": "initial_c",
+    "SequenceLengthsTensor": "sequence_lens",
+    "OutputSequenceTensor": "Y",
+    "OutputSingleTensor": "Y_h",
+    "OutputCellSingleTensor": "Y_c",
+}
+ROLE_FIELDS = {field: {label: role for role, label in ROLE_LABELS.items()}[name] for field, name in FIELD_ROLES.items()}
 REQUIRED_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor")
 MAX_INLINE_VALUES = 1 << 26  # values an inline (constant or sequence) initializer may declare: a few bytes of JSON
 SEQUENCE_LENGTHS_NOTE = (
@@ -236,13 +268,13 @@ class _ModelWriter:
         if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
             bias = np.stack([np.concatenate([p.Wb, p.Rb]) for p in layer.directions]).astype(cast)
             bind_array("BiasTensor", f"{prefix}.B", bias[None, None])
-        if itf.initial_h:
+        for field, role in (("HiddenInitTensor", "initial_h"), ("CellMemInitTensor", "initial_c")):
+            if getattr(itf, role):
+                name = getattr(itf, role)
+                bind_array(field, name, role_inputs[role].astype(cast)[None], role, name)
+        if layer.has_peepholes:
             bind_array(
-                "HiddenInitTensor",
-                itf.initial_h,
-                role_inputs["initial_h"].astype(cast)[None],
-                "initial_h",
-                itf.initial_h,
+                "PeepholeTensor", f"{prefix}.P", np.stack([p.P for p in layer.directions]).astype(cast)[None, None]
             )
         if itf.sequence_lens:
             bind_array(
@@ -255,6 +287,7 @@ class _ModelWriter:
         for field, role, source_name, shape in (
             ("OutputSequenceTensor", "Y", itf.y, [s, d, n, h]),
             ("OutputSingleTensor", "Y_h", itf.y_h, [1, d, n, h]),
+            ("OutputCellSingleTensor", "Y_c", itf.y_c, [1, d, n, h]),
         ):
             if source_name:
                 desc[field] = tensor_desc(DATA_TYPES[dtype], shape)
@@ -266,6 +299,10 @@ class _ModelWriter:
         desc["Direction"] = DIRECTIONS[layer.direction]
         if layer.cell is Cell.GRU:
             desc["LinearBeforeReset"] = bool(layer.linear_before_reset)
+        if layer.cell is Cell.LSTM:
+            desc["ClipThreshold"] = float(layer.clip or 0.0)
+            desc["UseClipThreshold"] = layer.clip is not None
+            desc["CoupleInputForget"] = bool(layer.input_forget)
         name = self._fresh(layer.name, self.dispatchables)
         self.dispatchables[name] = {"type": OPERATORS[layer.cell], "desc": desc}
         # Every dispatch runs before any writeFile (which saves the outputs), in layer order.
@@ -278,7 +315,8 @@ class _ModelWriter:
                 "name": layer.name,
                 "dispatchable": name,
                 "source_layout": itf.layout,
-                "tensor_layout": "sequence-major: X {1,S,N,I}, initial_h {1,D,N,H}, Y {S,D,N,H}, Y_h {1,D,N,H}",
+                "tensor_layout": "sequence-major: X {1,S,N,I}, initial_h {1,D,N,H}, Y {S,D,N,H}, Y_h {1,D,N,H}"
+                + (" (initial_c and Y_c as initial_h and Y_h)" if layer.cell is Cell.LSTM else ""),
                 "layout_note": (
                     "the source is batch-major (layout 1): transpose X [N,S,I] -> [S,N,I] and initial_h [N,D,H] -> "
                     "[D,N,H] "
@@ -379,16 +417,14 @@ class _Document:
         self._cache: dict[str, np.ndarray] = {}
 
     def dispatches(self) -> tuple[list[_Dispatch], list[tuple[str, str]]]:
-        """The GRU/RNN dispatches in command order, and the dispatchables gatepack skips."""
+        """The recurrent dispatches in command order, and the dispatchables gatepack skips."""
         found, skipped = [], []
         commands = [c for c in self.data["commands"] if isinstance(c, dict) and c.get("type") == "dispatch"]
         for name, dispatchable in self.data["dispatchables"].items():
             kind = str(dispatchable.get("type", "")) if isinstance(dispatchable, dict) else ""
-            cell = {"DML_OPERATOR_GRU": Cell.GRU, "GRU": Cell.GRU, "DML_OPERATOR_RNN": Cell.RNN, "RNN": Cell.RNN}.get(
-                kind
-            )
+            cell = next((c for c, op in OPERATORS.items() if kind in (op, op.removeprefix("DML_OPERATOR_"))), None)
             if cell is None:
-                skipped.append((name, f"dispatchable type {kind or '?'} is not a GRU or RNN operator"))
+                skipped.append((name, f"dispatchable type {kind or '?'} is not a GRU, RNN or LSTM operator"))
                 continue
             desc = dispatchable.get("desc", dispatchable.get("Desc"))
             if not isinstance(desc, dict):
@@ -572,11 +608,13 @@ def _flag(dispatch: _Dispatch, field: str) -> bool:
 
 @dataclass(frozen=True)
 class _Recurrence:
-    """A GRU/RNN desc with its tensors, checked against one another (sequence-major, as DirectML)."""
+    """A GRU/RNN/LSTM desc with its tensors, checked against one another (sequence-major, as DirectML)."""
 
     dispatch: _Dispatch
     direction: Direction
     linear_before_reset: bool
+    clip: float | None  # LSTM: ClipThreshold when UseClipThreshold
+    couple_input_forget: bool  # LSTM
     activations: list[tuple[str, dict[str, float]]]  # per direction, in order
     tensors: dict[str, np.ndarray | None]  # desc field -> 4-D array (None: absent optional input)
     output_shapes: dict[str, tuple[list[int], np.dtype]]
@@ -602,23 +640,37 @@ class _Recurrence:
         per = self.dispatch.cell.activation_count
         return w, r, b[:gh], b[gh:], self.activations[k * per : (k + 1) * per]
 
+    def peephole(self, k: int) -> np.ndarray | None:
+        """Direction ``k``'s peepholes [3H] (i, o, f), or None."""
+        tensor = self.tensors.get("PeepholeTensor")
+        return None if tensor is None else tensor[0, 0, k]
+
 
 def load_recurrence(
     document: _Document, dispatch: _Dispatch, overrides: dict[str, np.ndarray] | None = None
 ) -> _Recurrence:
-    """Read and cross-check one GRU/RNN desc; ``overrides`` replace bound inputs (desc field -> array)."""
+    """Read and cross-check one GRU/RNN/LSTM desc; ``overrides`` replace bound inputs (desc field -> array)."""
     overrides = overrides or {}
     desc = dispatch.desc
+    lstm = dispatch.cell is Cell.LSTM
     known = (
-        set(INPUT_FIELDS + OUTPUT_FIELDS)
+        (set(INPUT_FIELDS + OUTPUT_FIELDS) - LSTM_FIELDS)
         | {"ActivationDescCount", "ActivationDescs", "Direction"}
         | ({"LinearBeforeReset"} if dispatch.cell is Cell.GRU else set())
+        | (LSTM_FIELDS if lstm else set())
     )
     unknown = sorted(set(desc) - known)
     if unknown:
         raise InputError(f"{dispatch.at()}unknown desc field(s) {unknown} for {OPERATORS[dispatch.cell]}")
     direction = _direction(dispatch)
     lbr = _flag(dispatch, "LinearBeforeReset") if dispatch.cell is Cell.GRU else False
+    clip = None
+    if lstm and _flag(dispatch, "UseClipThreshold"):
+        clip = desc.get("ClipThreshold")
+        if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not np.isfinite(clip) or clip <= 0:
+            raise InputError(f"{dispatch.at('ClipThreshold')}{clip!r} is not a positive number")
+        clip = float(clip)
+    couple = _flag(dispatch, "CoupleInputForget") if lstm else False
     tensors: dict[str, np.ndarray | None] = {}
     for field in INPUT_FIELDS:
         if field not in desc:
@@ -642,7 +694,7 @@ def load_recurrence(
             tensors[field] = document.initial_values(dispatch, field)
     outputs = {f: tensor_shape(dispatch, f) for f in OUTPUT_FIELDS if f in desc}
     if not outputs:
-        raise InputError(f"{dispatch.at()}binds neither OutputSequenceTensor nor OutputSingleTensor")
+        raise InputError(f"{dispatch.at()}binds no output tensor")
     _, s, n, i = tensors["InputTensor"].shape
     d = direction.count
     gates = dispatch.cell.gates
@@ -653,7 +705,9 @@ def load_recurrence(
         "RecurrenceTensor": [1, d, gates * h, h],
         "BiasTensor": [1, 1, d, 2 * gates * h],
         "HiddenInitTensor": [1, d, n, h],
+        "CellMemInitTensor": [1, d, n, h],
         "SequenceLengthsTensor": [1, 1, 1, n],
+        "PeepholeTensor": [1, 1, d, 3 * h],
     }
     for field, shape in expected.items():
         value = tensors[field]
@@ -662,11 +716,15 @@ def load_recurrence(
                 f"{dispatch.at(field)}Sizes {list(value.shape)} do not fit the layer (expected {shape} for S={s}, "
                 f"N={n}, I={i}, D={d}, H={h})"
             )
-    for field, shape in (("OutputSequenceTensor", [s, d, n, h]), ("OutputSingleTensor", [1, d, n, h])):
+    for field, shape in (
+        ("OutputSequenceTensor", [s, d, n, h]),
+        ("OutputSingleTensor", [1, d, n, h]),
+        ("OutputCellSingleTensor", [1, d, n, h]),
+    ):
         if field in outputs and outputs[field][0] != shape:
             raise InputError(f"{dispatch.at(field)}Sizes {outputs[field][0]} do not fit the layer (expected {shape})")
     float_type = tensors["InputTensor"].dtype
-    for field in INPUT_FIELDS[:5] + OUTPUT_FIELDS:
+    for field in [f for f in INPUT_FIELDS if f != "SequenceLengthsTensor"] + list(OUTPUT_FIELDS):
         value_type = tensors[field].dtype if tensors.get(field) is not None else outputs.get(field, (None, None))[1]
         if value_type is not None and (value_type != float_type or value_type.kind != "f"):
             raise InputError(
@@ -694,17 +752,17 @@ def load_recurrence(
             f"{dispatch.at('ActivationDescCount')}{desc['ActivationDescCount']} but ActivationDescs holds {len(descs)}"
         )
     activations = [read_activation(dispatch, k, a) for k, a in enumerate(descs)]
-    return _Recurrence(dispatch, direction, lbr, activations, tensors, outputs)
+    return _Recurrence(dispatch, direction, lbr, clip, couple, activations, tensors, outputs)
 
 
 def read(path: str | Path, **_options) -> Model:
-    """Read every GRU/RNN dispatchable of a DxDispatch model (gatepack's or hand-written)."""
+    """Read every GRU/RNN/LSTM dispatchable of a DxDispatch model (gatepack's or hand-written)."""
     document = _Document(path)
     manifest = _manifest(document)
     dispatches, skipped = document.dispatches()
     if not dispatches:
         raise NoRecurrentLayerError(
-            f"{document.file}: no DML_OPERATOR_GRU or DML_OPERATOR_RNN dispatchable",
+            f"{document.file}: no DML_OPERATOR_GRU, DML_OPERATOR_RNN or DML_OPERATOR_LSTM dispatchable",
             hint="; ".join(r for _, r in skipped) or None,
         )
     layers, notes = [], {}
@@ -756,7 +814,7 @@ def _manifest(document: _Document) -> dict[str, dict]:
 
 
 _ENTRY_TYPES = {"name": str, "source_layout": int, "source_dims": dict, "source_dtype": str, "tensors": dict}
-_TENSOR_ROLES = ("X", "Y", "Y_h", "sequence_lens", "initial_h")
+_TENSOR_ROLES = tuple(FIELD_ROLES.values())
 
 
 def _checked_entry(entry: dict) -> dict:
@@ -808,6 +866,7 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
                 Wb=wb.copy(),
                 Rb=rb.copy(),
                 activations=tuple(acts),
+                P=None if rec.peephole(k) is None else rec.peephole(k).copy(),
             )
         )
     bias = rec.tensors["BiasTensor"]
@@ -820,11 +879,7 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
 
     try:
         interface = Interface(
-            x=name_of("X", "InputTensor"),
-            y=name_of("Y", "OutputSequenceTensor"),
-            y_h=name_of("Y_h", "OutputSingleTensor"),
-            sequence_lens=name_of("sequence_lens", "SequenceLengthsTensor"),
-            initial_h=name_of("initial_h", "HiddenInitTensor"),
+            **{ROLE_FIELDS[field]: name_of(role, field) for field, role in FIELD_ROLES.items()},
             layout=entry.get("source_layout", 0),
             seq_length=s,
             batch_size=n,
@@ -839,6 +894,8 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
             directions=tuple(directions),
             interface=interface,
             linear_before_reset=rec.linear_before_reset,
+            clip=rec.clip,
+            input_forget=rec.couple_input_forget,
             has_bias=bias is not None,
             provenance=Provenance(FORMAT, dispatch.model_file, dispatch.name, handle=dispatch),
         )
@@ -869,7 +926,7 @@ def dml_activation(kind: str, params: dict[str, float]) -> Callable[[np.ndarray]
 
 
 def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
-    """Run a GRU/RNN desc as DirectML defines it; returns its bound outputs (desc field -> 4-D array)."""
+    """Run a GRU/RNN/LSTM desc as DirectML defines it; returns its bound outputs (desc field -> 4-D array)."""
     from gatepack.converters.executor import CellOptions, run_recurrence
 
     s, n, i, d, h = rec.sizes
@@ -877,24 +934,30 @@ def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
     for k in range(d):
         w, r, wb, rb, descs = rec.weights(k)
         directions.append((w, r, wb, rb, [dml_activation(kind, params) for kind, params in descs]))
-    h0 = rec.tensors["HiddenInitTensor"]
+    h0, c0 = rec.tensors["HiddenInitTensor"], rec.tensors.get("CellMemInitTensor")
     lengths = rec.tensors["SequenceLengthsTensor"]
-    y, y_h = run_recurrence(
+    y, *finals = run_recurrence(
         rec.dispatch.cell,
         directions,
         reverse=[rec.direction is Direction.REVERSE or k == 1 for k in range(d)],
         x=rec.tensors["InputTensor"][0],
         sequence_lens=None if lengths is None else lengths.reshape(n).astype(np.int64),
         initial_h=None if h0 is None else h0[0],
-        options=CellOptions(linear_before_reset=rec.linear_before_reset),
+        initial_c=None if c0 is None else c0[0],
+        options=CellOptions(
+            linear_before_reset=rec.linear_before_reset,
+            input_forget=rec.couple_input_forget,
+            peepholes=tuple(rec.peephole(k) for k in range(d)),
+        ),
+        clip=rec.clip,
         dtype=rec.tensors["WeightTensor"].dtype,
     )
-    out = {"OutputSequenceTensor": y, "OutputSingleTensor": y_h[None]}
+    out = dict(zip(OUTPUT_FIELDS, [y, *(f[None] for f in finals)]))
     return {f: out[f] for f in rec.output_shapes}
 
 
 def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run a DxDispatch model's GRU/RNN dispatches in command order, as DxDispatch would.
+    """Run a DxDispatch model's recurrent dispatches in command order, as DxDispatch would.
 
     ``inputs`` replace resources' initial values by resource name (in the desc's 4-D shapes);
     resources not given keep the values stored with the model. Returns every output resource.
@@ -902,7 +965,9 @@ def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.n
     document = _Document(path)
     dispatches, _ = document.dispatches()
     if not dispatches:
-        raise NoRecurrentLayerError(f"{document.file}: no DML_OPERATOR_GRU or DML_OPERATOR_RNN dispatchable")
+        raise NoRecurrentLayerError(
+            f"{document.file}: no DML_OPERATOR_GRU, DML_OPERATOR_RNN or DML_OPERATOR_LSTM dispatchable"
+        )
     bound = {res for dispatch in dispatches for field, res in dispatch.bindings.items() if field in INPUT_FIELDS}
     unknown = sorted(set(inputs) - bound - {res for dispatch in dispatches for res in dispatch.bindings.values()})
     if unknown:
@@ -943,9 +1008,10 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     batch_major = itf.layout == 1
     x = feed[itf.x]
     overrides = {"InputTensor": (x.transpose(PERM_SWAP_01) if batch_major else x)[None]}
-    if itf.initial_h:
-        h0 = feed[itf.initial_h]
-        overrides["HiddenInitTensor"] = (h0.transpose(PERM_SWAP_01) if batch_major else h0)[None]
+    for field, role in (("HiddenInitTensor", "initial_h"), ("CellMemInitTensor", "initial_c")):
+        if getattr(itf, role):
+            state = feed[getattr(itf, role)]
+            overrides[field] = (state.transpose(PERM_SWAP_01) if batch_major else state)[None]
     if itf.sequence_lens:
         lengths = np.asarray(feed[itf.sequence_lens])
         if (lengths < 0).any():
@@ -956,9 +1022,10 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     if itf.y:
         y = outputs["OutputSequenceTensor"]
         named[itf.y] = y.transpose(PERM_Y_TO_BATCH_MAJOR) if batch_major else y
-    if itf.y_h:
-        y_h = outputs["OutputSingleTensor"][0]
-        named[itf.y_h] = y_h.transpose(PERM_SWAP_01) if batch_major else y_h
+    for field, role in (("OutputSingleTensor", "y_h"), ("OutputCellSingleTensor", "y_c")):
+        if getattr(itf, role):
+            final = outputs[field][0]
+            named[getattr(itf, role)] = final.transpose(PERM_SWAP_01) if batch_major else final
     return named
 
 
@@ -996,6 +1063,10 @@ def check(
                 f"LinearBeforeReset = {str(bool(layer.linear_before_reset)).upper()}",
             )
         )
+    if layer.has_peepholes:
+        found.append(Finding("peepholes", Status.EXACT, "PeepholeTensor {1,1,D,3H} (i, o, f as ONNX)"))
+    if layer.input_forget:
+        found.append(Finding("input_forget", Status.EXACT, "CoupleInputForget = TRUE"))
     names = ", ".join(ACTIVATIONS[a.name][0] for a in layer.directions[0].activations)
     all_acts = {a.name for p in layer.directions for a in p.activations}
     warning = None
@@ -1013,7 +1084,16 @@ def check(
     if "Softplus" in all_acts:
         detail += "; ACTIVATION_SOFTPLUS with Steepness 1.0 (onnxruntime's DirectML provider writes an invalid 0)"
     found.append(Finding("activations", Status.EXACT, detail, warning=warning))
-    if layer.clip is not None:
+    if layer.clip is not None and layer.cell is Cell.LSTM:
+        found.append(
+            Finding(
+                "clip",
+                Status.EXACT,
+                f"UseClipThreshold = TRUE, ClipThreshold = {layer.clip:g} (onnxruntime's DirectML provider maps ONNX's "
+                "clip onto it)",
+            )
+        )
+    elif layer.clip is not None:
         found.append(
             Finding(
                 "clip",
@@ -1035,17 +1115,18 @@ def check(
                 warning=SEQUENCE_LENGTHS_NOTE,
             )
         )
-    if itf.initial_h:
-        found.append(Finding("initial_h", Status.EXACT, "HiddenInitTensor {1,D,N,H}"))
-    outputs = [f for f, name in (("OutputSequenceTensor", itf.y), ("OutputSingleTensor", itf.y_h)) if name]
+    for field, role in (("HiddenInitTensor", "initial_h"), ("CellMemInitTensor", "initial_c")):
+        if getattr(itf, role):
+            found.append(Finding(role, Status.EXACT, f"{field} {{1,D,N,H}}"))
+    outputs = [f for f in OUTPUT_FIELDS if getattr(itf, ROLE_FIELDS[f])]
     found.append(Finding("outputs", Status.EXACT, ", ".join(outputs) + " (as the source requests)"))
     if itf.layout == 1:
         found.append(
             Finding(
                 "layout",
                 Status.REPACKED,
-                "batch-major source: DirectML tensors are sequence-major ({1,S,N,I}); transpose X, initial_h and "
-                "the outputs around the operator (the manifest says so)",
+                "batch-major source: DirectML tensors are sequence-major ({1,S,N,I}); transpose X, the initial "
+                "states and the outputs around the operator (the manifest says so)",
             )
         )
     else:
