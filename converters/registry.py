@@ -326,6 +326,7 @@ FORMATS: dict[str, FormatInfo] = {
             suffixes=(".mlpackage",),
             markers=("Manifest.json",),
             write_options=(STRATEGY, MINIMUM_DEPLOYMENT_TARGET, COMPRESS_TO_FP16),
+            cells=("gru", "rnn", "lstm"),
             is_directory=True,
             recognise=has_markers("Manifest.json"),
             extra="coreml",

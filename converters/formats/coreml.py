@@ -63,6 +63,8 @@ from gatepack.converters.registry import CORE_ML_TARGETS, FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
+    INPUT_ROLES,
+    OUTPUT_ROLES,
     PERM_SWAP_01,
     PERM_Y_TO_BATCH_MAJOR,
     Cell,
@@ -73,6 +75,7 @@ from gatepack.schemas.layer import (
     RecurrentLayer,
     SpecError,
     dim_text,
+    state_roles,
 )
 
 FORMAT = "coreml"
@@ -110,6 +113,11 @@ def _target_rank(target: str) -> int:
 
 def native_blockers(layer: RecurrentLayer, target: str = DEFAULT_TARGET) -> list[str]:
     """Why MIL's own gru/rnn op would not compute what ONNX specifies (empty: it would)."""
+    if layer.cell is Cell.LSTM:
+        return [
+            "gatepack writes LSTM from elementary ops only: MIL's lstm op clips differently from ONNX "
+            "(docs/conventions.md §8) and is not verified here"
+        ]
     reasons = list(feature_blockers(layer, f"{layer.cell.value} op").values())
     if layer.cell is Cell.GRU and layer.linear_before_reset and _target_rank(target) < TARGETS.index("iOS18"):
         reasons.append(f"linear_before_reset = 1 needs the gru op's reset_after (iOS18); the target is {target}")
@@ -178,7 +186,7 @@ def write(
             f"{path}: coremltools cannot convert the program: {' '.join(str(err).split())[:240]}"
         ) from None
     mlmodel.user_defined_metadata[METADATA_KEY] = json.dumps(described)
-    mlmodel.short_description = "GRU/RNN layers written by gatepack"
+    mlmodel.short_description = "recurrent layers written by gatepack"
     staging = Path(tempfile.mkdtemp(prefix=".coreml.", dir=path.parent))
     try:
         mlmodel.save(str(staging / "model.mlpackage"))
@@ -213,8 +221,9 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
         shapes = {itf.x: ((n, s, layer.input_size) if itf.layout else (s, n, layer.input_size), types.fp32)}
         if itf.sequence_lens:
             shapes[itf.sequence_lens] = ((n,), types.int32)
-        if itf.initial_h:
-            shapes[itf.initial_h] = ((n, d, h) if itf.layout else (d, n, h), types.fp32)
+        for role in ("initial_h", "initial_c"):
+            if getattr(itf, role):
+                shapes[getattr(itf, role)] = ((n, d, h) if itf.layout else (d, n, h), types.fp32)
         for name, (shape, dtype) in shapes.items():
             if name not in specs:
                 names[name] = safe_name(name)
@@ -227,10 +236,15 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
             chosen, _ = choose_strategy(layer, strategy, target)
             x = function.inputs[names[itf.x]]
             lens = function.inputs[names[itf.sequence_lens]] if itf.sequence_lens else None
-            h0 = function.inputs[names[itf.initial_h]] if itf.initial_h else None
-            emit = _emit_native if chosen == "native" else _emit_decomposed
-            y, y_h = emit(mb, layer, x, lens, h0, target)
-            for name, value in ((itf.y, y), (itf.y_h, y_h)):
+            states = {
+                role: function.inputs[names[getattr(itf, role)]] if getattr(itf, role) else None
+                for role, _ in state_roles(layer.cell)
+            }
+            if chosen == "native":
+                results = _emit_native(mb, layer, x, lens, states["initial_h"], target)
+            else:
+                results = _emit_decomposed(mb, layer, x, lens, states)
+            for name, value in zip((getattr(itf, role) for role in OUTPUT_ROLES), results):
                 if name:
                     names[name] = safe_name(name)
                     outputs.append(mb.identity(x=value, name=names[name]))
@@ -248,7 +262,7 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
 
 
 def _time_major(mb, layer: RecurrentLayer, x, h0):
-    """X as [S,N,I] and initial_h as [D,N,H] (or None)."""
+    """X as [S,N,I] and an initial state as [D,N,H] (or None)."""
     if layer.interface.layout:
         x = mb.transpose(x=x, perm=[1, 0, 2])
         h0 = mb.transpose(x=h0, perm=[1, 0, 2]) if h0 is not None else None
@@ -260,21 +274,18 @@ def _zeros_state(mb, layer: RecurrentLayer, x_sm):
     return mb.fill(shape=mb.concat(values=[batch, np.array([layer.hidden_size], np.int32)], axis=0), value=0.0)
 
 
-def _stack_directions(mb, layer: RecurrentLayer, ys: list, y_hs: list):
-    """Per-direction Y [S,N,H] and Y_h [N,H] -> the interface's Y and Y_h."""
-    y = (
-        mb.concat(values=[mb.expand_dims(x=v, axes=[1]) for v in ys], axis=1)
-        if len(ys) > 1
-        else mb.expand_dims(x=ys[0], axes=[1])
-    )
-    y_h = (
-        mb.concat(values=[mb.expand_dims(x=v, axes=[0]) for v in y_hs], axis=0)
-        if len(y_hs) > 1
-        else mb.expand_dims(x=y_hs[0], axes=[0])
-    )
+def _stack_directions(mb, layer: RecurrentLayer, ys: list, *finals: list) -> tuple:
+    """Per-direction Y [S,N,H] and final states [N,H] (Y_h; LSTM: and Y_c) -> the interface's Y and
+    final states."""
+
+    def stack(values: list, axis: int):
+        expanded = [mb.expand_dims(x=v, axes=[axis]) for v in values]
+        return mb.concat(values=expanded, axis=axis) if len(expanded) > 1 else expanded[0]
+
+    y, ends = stack(ys, 1), [stack(values, 0) for values in finals]
     if layer.interface.layout:
-        y, y_h = mb.transpose(x=y, perm=[2, 0, 1, 3]), mb.transpose(x=y_h, perm=[1, 0, 2])
-    return y, y_h
+        y, ends = mb.transpose(x=y, perm=[2, 0, 1, 3]), [mb.transpose(x=e, perm=[1, 0, 2]) for e in ends]
+    return (y, *ends)
 
 
 def _emit_native(mb, layer: RecurrentLayer, x, lens, h0, target: str):
@@ -375,9 +386,11 @@ def _activation(mb, v, act: Activation):
     return build_activation(_MilOps(mb), v, act, "MIL")
 
 
-def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, h0, target: str):
-    x_sm, h0_dm = _time_major(mb, layer, x, h0)
-    h = layer.hidden_size
+def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
+    """The layer from elementary MIL ops: per direction a ``while_loop`` carrying the cell's states
+    (h; LSTM: h and c) and the output sequence; returns Y and each final state in the layout."""
+    x_sm = _time_major(mb, layer, x, None)[0]
+    initial = {role: _time_major(mb, layer, x, value)[1] for role, value in states.items() if value is not None}
     zeros = _zeros_state(mb, layer, x_sm)
     seq = mb.slice_by_index(x=mb.shape(x=x_sm), begin=[0], end=[1])  # [1] int32
     ys_shape = mb.concat(values=[seq, mb.slice_by_index(x=mb.shape(x=zeros), begin=[0], end=[2])], axis=0)
@@ -395,7 +408,8 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, h0, target: str):
         else (lambda v: v)
     )
     prefix = safe_name(layer.name)
-    ys, y_hs = [], []
+    roles = [role for role, _ in state_roles(layer.cell)]
+    ys, finals = [], [[] for _ in roles]
     for k, p in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
         x_d = (
@@ -409,47 +423,35 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, h0, target: str):
         )
         w_t = mb.const(val=np.ascontiguousarray(p.W.T, np.float32), name=f"{prefix}_W{k}")
         wb = mb.const(val=np.asarray(p.Wb, np.float32), name=f"{prefix}_Wb{k}")
-        r_t = mb.const(val=np.ascontiguousarray(p.R.T, np.float32), name=f"{prefix}_R{k}")
-        rb = mb.const(val=np.asarray(p.Rb, np.float32), name=f"{prefix}_Rb{k}")
+        weights = _StepWeights(
+            r_t=mb.const(val=np.ascontiguousarray(p.R.T, np.float32), name=f"{prefix}_R{k}"),
+            rb=mb.const(val=np.asarray(p.Rb, np.float32), name=f"{prefix}_Rb{k}"),
+            peephole=None if p.P is None else mb.const(val=np.asarray(p.P, np.float32), name=f"{prefix}_P{k}"),
+            activations=p.activations,
+        )
         xw = mb.add(x=mb.matmul(x=x_d, y=w_t), y=wb)  # [S,N,G*H]: every step's input projection at once
-        f = p.activations[0]
-        g = p.activations[1] if layer.cell is Cell.GRU else None
-        start = mb.gather(x=h0_dm, indices=k, axis=0) if h0 is not None else zeros
-        valid_d = valid
+        start = [mb.gather(x=initial[role], indices=k, axis=0) if role in initial else zeros for role in roles]
+        step = _lstm_step if layer.cell is Cell.LSTM else _gru_rnn_step
 
-        def cond(i, state, out):
+        def cond(i, *carried):
             return mb.less(x=i, y=seq)
 
-        def body(i, state, out, xw=xw, r_t=r_t, rb=rb, f=f, g=g, valid_d=valid_d):
+        def body(i, *carried, xw=xw, weights=weights, step=step):
+            *state, out = carried
             gx = mb.squeeze(x=mb.gather(x=xw, indices=i, axis=0), axes=[0])  # [N,G*H]
-            gh_all = mb.add(x=mb.matmul(x=state, y=r_t), y=rb)  # [N,G*H]
-            if layer.cell is Cell.RNN:
-                new = _activation(mb, clip(mb.add(x=gx, y=gh_all)), f)
-            else:
-                xz, xr, xh = mb.split(x=gx, num_splits=3, axis=1)
-                hz, hr, hh = mb.split(x=gh_all, num_splits=3, axis=1)
-                z = _activation(mb, clip(mb.add(x=xz, y=hz)), f)
-                reset = _activation(mb, clip(mb.add(x=xr, y=hr)), f)
-                if layer.linear_before_reset:
-                    cand_in = mb.mul(x=reset, y=hh)
-                else:  # (r * h) R_h^T + Rb_h
-                    r_h = mb.slice_by_index(x=r_t, begin=[0, 2 * h], end=[h, 3 * h])
-                    rb_h = mb.slice_by_index(x=rb, begin=[2 * h], end=[3 * h])
-                    cand_in = mb.add(x=mb.matmul(x=mb.mul(x=reset, y=state), y=r_h), y=rb_h)
-                cand = _activation(mb, clip(mb.add(x=xh, y=cand_in)), g)
-                new = mb.add(x=mb.mul(x=mb.sub(x=np.float32(1.0), y=z), y=cand), y=mb.mul(x=z, y=state))
-            y_t = new
-            if valid_d is not None:  # past its length a sequence keeps its state and outputs zeros
-                ok = mb.cast(x=mb.squeeze(x=mb.gather(x=valid_d, indices=i, axis=0), axes=[0]), dtype="bool")  # [N,1]
-                y_t = mb.select(cond=ok, a=new, b=np.float32(0.0))
-                new = mb.select(cond=ok, a=new, b=state)
+            new = step(mb, layer, weights, gx, state, clip)
+            y_t = new[0]
+            if valid is not None:  # past its length a sequence keeps its states and outputs zeros
+                ok = mb.cast(x=mb.squeeze(x=mb.gather(x=valid, indices=i, axis=0), axes=[0]), dtype="bool")  # [N,1]
+                y_t = mb.select(cond=ok, a=new[0], b=np.float32(0.0))
+                new = [mb.select(cond=ok, a=n, b=s) for n, s in zip(new, state)]
             out = mb.scatter(data=out, indices=i, updates=mb.expand_dims(x=y_t, axes=[0]), axis=0, mode="update")
-            return mb.add(x=i, y=np.int32(1)), new, out
+            return (mb.add(x=i, y=np.int32(1)), *new, out)
 
-        _, last, y_d = mb.while_loop(
+        _, *last, y_d = mb.while_loop(
             _cond=cond,
             _body=body,
-            loop_vars=(np.array([0], np.int32), start, mb.fill(shape=ys_shape, value=0.0)),
+            loop_vars=(np.array([0], np.int32), *start, mb.fill(shape=ys_shape, value=0.0)),
             name=f"{prefix}_loop{k}",
         )
         if reverse:
@@ -458,13 +460,70 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, h0, target: str):
                 if lens is not None
                 else mb.reverse(x=y_d, axes=[0])
             )
-        if lens is not None:  # Y_h = 0 for an empty sequence (onnxruntime)
-            last = mb.select(
-                cond=mb.expand_dims(x=mb.equal(x=lens, y=np.int32(0)), axes=[1]), a=np.float32(0.0), b=last
-            )
+        if lens is not None:  # the final states are 0 for an empty sequence (onnxruntime)
+            empty = mb.expand_dims(x=mb.equal(x=lens, y=np.int32(0)), axes=[1])
+            last = [mb.select(cond=empty, a=np.float32(0.0), b=value) for value in last]
         ys.append(y_d)
-        y_hs.append(last)
-    return _stack_directions(mb, layer, ys, y_hs)
+        for values, value in zip(finals, last):
+            values.append(value)
+    return _stack_directions(mb, layer, ys, *finals)
+
+
+@dataclass(frozen=True)
+class _StepWeights:
+    """One direction's recurrent constants for a decomposed step (R transposed for the matmul)."""
+
+    r_t: object  # [H, G*H]
+    rb: object  # [G*H]
+    peephole: object | None  # LSTM: [3H], i, o, f
+    activations: tuple
+
+
+def _gru_rnn_step(mb, layer: RecurrentLayer, weights: _StepWeights, gx, state: list, clip) -> list:
+    """One GRU or RNN step on projected inputs gx [N,G*H] (Wb added): [h'] (equations: schemas.layer)."""
+    (h_prev,) = state
+    h = layer.hidden_size
+    f = weights.activations[0]
+    gh_all = mb.add(x=mb.matmul(x=h_prev, y=weights.r_t), y=weights.rb)  # [N,G*H]
+    if layer.cell is Cell.RNN:
+        return [_activation(mb, clip(mb.add(x=gx, y=gh_all)), f)]
+    g = weights.activations[1]
+    xz, xr, xh = mb.split(x=gx, num_splits=3, axis=1)
+    hz, hr, hh = mb.split(x=gh_all, num_splits=3, axis=1)
+    z = _activation(mb, clip(mb.add(x=xz, y=hz)), f)
+    reset = _activation(mb, clip(mb.add(x=xr, y=hr)), f)
+    if layer.linear_before_reset:
+        cand_in = mb.mul(x=reset, y=hh)
+    else:  # (r * h) R_h^T + Rb_h
+        r_h = mb.slice_by_index(x=weights.r_t, begin=[0, 2 * h], end=[h, 3 * h])
+        rb_h = mb.slice_by_index(x=weights.rb, begin=[2 * h], end=[3 * h])
+        cand_in = mb.add(x=mb.matmul(x=mb.mul(x=reset, y=h_prev), y=r_h), y=rb_h)
+    cand = _activation(mb, clip(mb.add(x=xh, y=cand_in)), g)
+    return [mb.add(x=mb.mul(x=mb.sub(x=np.float32(1.0), y=z), y=cand), y=mb.mul(x=z, y=h_prev))]
+
+
+def _lstm_step(mb, layer: RecurrentLayer, weights: _StepWeights, gx, state: list, clip) -> list:
+    """One LSTM step on projected inputs gx [N,4H] (gates i, o, f, c; Wb added): [h', c']::
+
+    i = f(gx_i + h Ri^T + Rb_i + Pi * c)     f_ = f(gx_f + h Rf^T + Rb_f + Pf * c)  (input_forget: 1 - i)
+    c' = f_ * c + i * g(gx_c + h Rc^T + Rb_c)
+    o = f(gx_o + h Ro^T + Rb_o + Po * c')    h' = o * h(c')        (clip on every pre-activation)
+    """
+    h_prev, c_prev = state
+    f, g, h_act = weights.activations
+    pre = mb.add(x=mb.add(x=gx, y=mb.matmul(x=h_prev, y=weights.r_t)), y=weights.rb)  # [N,4H]
+    pre_i, pre_o, pre_f, pre_c = mb.split(x=pre, num_splits=4, axis=1)
+    if weights.peephole is not None:
+        p_i, p_o, p_f = mb.split(x=weights.peephole, num_splits=3, axis=0)
+        pre_i = mb.add(x=pre_i, y=mb.mul(x=p_i, y=c_prev))
+        pre_f = mb.add(x=pre_f, y=mb.mul(x=p_f, y=c_prev))
+    i = _activation(mb, clip(pre_i), f)
+    forget = mb.sub(x=np.float32(1.0), y=i) if layer.input_forget else _activation(mb, clip(pre_f), f)
+    c_new = mb.add(x=mb.mul(x=forget, y=c_prev), y=mb.mul(x=i, y=_activation(mb, clip(pre_c), g)))
+    if weights.peephole is not None:
+        pre_o = mb.add(x=pre_o, y=mb.mul(x=p_o, y=c_new))
+    o = _activation(mb, clip(pre_o), f)
+    return [mb.mul(x=o, y=_activation(mb, c_new, h_act)), c_new]
 
 
 # ----------------------------------------------------------------------------------------- reading
@@ -978,7 +1037,17 @@ def _read_described(
                     )
                 return np.asarray(var.val, np.float32)  # fp16 packages: the fp16 values, widened exactly
 
-            directions.append(DirectionParams(const("W").T, const("R").T, const("Wb"), const("Rb"), acts))
+            peephole = _named(vars_by_name, f"{prefix}_P{k}")
+            directions.append(
+                DirectionParams(
+                    const("W").T,
+                    const("R").T,
+                    const("Wb"),
+                    const("Rb"),
+                    acts,
+                    P=None if peephole is None else const("P"),
+                )
+            )
     return build_layer(path, info, directions, Provenance(FORMAT, path, info.name, info.strategy)), found
 
 
@@ -1033,6 +1102,13 @@ def _scatter(data, indices, updates, axis=0, mode="update", **_):
     for j, index in enumerate(np.asarray(indices).reshape(-1)):
         moved[int(index)] = _SCATTER_MODES[str(mode)](moved[int(index)], upd[j])
     return out
+
+
+def _quiet_divide(x, y):
+    """x / y as a runtime computes it: 0/0 is NaN, x/0 is inf, without a warning (a select after it
+    may discard them: the Softplus recipe's log1p divides by zero in its unused branch)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.divide(x, y)
 
 
 def _linear(x, weight, bias=None, **_):
@@ -1100,10 +1176,10 @@ _MIL_OPS = {
     "add": lambda x, y, **_: np.add(x, y),
     "sub": lambda x, y, **_: np.subtract(x, y),
     "mul": lambda x, y, **_: np.multiply(x, y),
-    "real_div": lambda x, y, **_: np.divide(x, y),
+    "real_div": lambda x, y, **_: _quiet_divide(x, y),
     "maximum": lambda x, y, **_: np.maximum(x, y),
     "minimum": lambda x, y, **_: np.minimum(x, y),
-    "sigmoid": lambda x, **_: (1 / (1 + np.exp(-x.astype(np.float64)))).astype(x.dtype),
+    "sigmoid": lambda x, **_: Activation("Sigmoid")(x),  # 1 / (1 + e^-x), without overflow
     "tanh": lambda x, **_: np.tanh(x),
     "relu": lambda x, **_: np.maximum(x, 0).astype(x.dtype),
     "exp": lambda x, **_: np.exp(x),
@@ -1391,16 +1467,22 @@ def check(
                 "sequence_lens input kept (masks; reverse from len-1 with reverse_sequence)",
             )
         )
-    if itf.initial_h:
-        found.append(Finding("initial_h", Status.EXACT, "initial_h input kept"))
-    else:
+    for role, _ in state_roles(layer.cell):
         found.append(
             Finding(
-                "initial_h",
+                role,
                 Status.EXACT,
-                "zeros built inside the program (the op requires an initial state)" if chosen == "native" else "zeros",
+                f"{role} input kept"
+                if getattr(itf, role)
+                else "zeros built inside the program (the op requires an initial state)"
+                if chosen == "native"
+                else "zeros",
             )
         )
+    if layer.has_peepholes:
+        found.append(Finding("peepholes", Status.DECOMPOSED, "P (i, o, f) as a constant, added to the gates' inputs"))
+    if layer.input_forget:
+        found.append(Finding("input_forget", Status.DECOMPOSED, "forget gate computed as 1 - input gate"))
     found.append(
         Finding(
             "layout",
@@ -1453,7 +1535,7 @@ def check(
                 "float32 (written with compute_precision FLOAT32: coremltools' default would cast to fp16)",
             )
         )
-    renamed = [n for n in (itf.x, itf.sequence_lens, itf.initial_h, itf.y, itf.y_h) if n and safe_name(n) != n]
+    renamed = [n for n in (getattr(itf, r) for r in INPUT_ROLES + OUTPUT_ROLES) if n and safe_name(n) != n]
     if renamed:
         found.append(
             Finding(
