@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from helpers import FIXTURES, REALMODELS, Config, build_model, matrix
+from helpers import FIXTURES, REALMODELS, Config, build_model, lstm_matrix, matrix
 
 import gatepack as gp
 from gatepack.cli import main
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
 TARGETS = ["onnx", "openvino", "directml", "coreml", "bnns"]
 ARTIFACT = {"onnx": "m.onnx", "openvino": "m.xml", "coreml": "m.mlpackage", "directml": "dml", "bnns": "bnns"}
-MATRIX = matrix()
+MATRIX = matrix() + lstm_matrix()[::4]  # GRU/RNN, and every fourth LSTM configuration
 
 
 def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
@@ -37,10 +37,14 @@ def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
     * BNNS also takes no sequence lengths and only parameterless sigmoid/tanh/relu.
     * float64 is lossy everywhere but ONNX: OpenVINO's CPU plugin computes in float32; DirectML's
       recurrent operators, Core ML and BNNS take float32.
+    * LSTM: BNNS's bundles hold no LSTM (the cell is refused, nothing else is examined); DirectML's LSTM
+      desc has a clip; OpenVINO and Core ML decompose what their ops lack.
 
     The features are every blocking finding's (unsupported and lossy).
     """
-    clip = cfg.clip is not None and cfg.clip >= 0
+    if cfg.cell == "LSTM" and target == "bnns":
+        return "refused", {"cell"}
+    clip = cfg.clip is not None and cfg.clip >= 0 and cfg.cell != "LSTM"
     refused: set[str] = set()
     if target in ("directml", "bnns") and clip:
         refused.add("clip")
