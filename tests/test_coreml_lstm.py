@@ -5,12 +5,11 @@ refused where it is forced; round trips to ONNX; a real LSTM model's layers."""
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
+import test_lstm as lstm
 from helpers import REALMODELS, Config, build_model, inputs, lstm_matrix, to_layout
 from test_coreml import ct_program
-from test_lstm import assert_close, expected_outputs
 
 import gatepack as gp
 
@@ -33,28 +32,16 @@ def test_matrix_against_onnxruntime(cfg: Config, tmp_path):
     got = [outputs[getattr(layer.interface, role)] for role in ("y", "y_h", "y_c")]
     if cfg.layout:
         got = [got[0].transpose(1, 2, 0, 3), got[1].transpose(1, 0, 2), got[2].transpose(1, 0, 2)]
-    assert_close(cfg, got, expected_outputs(cfg, feed0), *TOLERANCE[cfg.dtype], dtype=cfg.dtype)
+    lstm.assert_close(cfg, got, lstm.expected_outputs(cfg, feed0), *TOLERANCE[cfg.dtype], dtype=cfg.dtype)
 
 
 def test_the_lstm_op_is_refused_when_forced(tmp_path):
-    onnx.save(build_model(Config(cell="LSTM")), tmp_path / "m.onnx")
-    with pytest.raises(gp.RefusedError, match="lstm op clips differently"):
-        gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml", strategy="native")
-    assert not (tmp_path / "m.mlpackage").exists()
+    lstm.assert_refused_when_forced(Config(cell="LSTM"), tmp_path, "coreml", "m.mlpackage", "lstm op clips differently")
 
 
-@pytest.mark.parametrize(
-    "cfg", [c for c in MATRIX if c.peepholes and c.dtype == "float32"][:6], ids=lambda c: c.label()
-)
+@pytest.mark.parametrize("cfg", lstm.PEEPHOLE_CASES[:6], ids=lambda c: c.label())
 def test_round_trip_to_onnx_keeps_every_weight(cfg: Config, tmp_path):
-    onnx.save(build_model(cfg), tmp_path / "m.onnx")
-    assert gp.convert(tmp_path / "m.onnx", tmp_path / "m.mlpackage", to="coreml").verification.passed
-    assert gp.convert(tmp_path / "m.mlpackage", tmp_path / "back.onnx", to="onnx").verification.passed
-    (a,), (b,) = gp.load(tmp_path / "m.onnx").layers, gp.load(tmp_path / "back.onnx").layers
-    assert (b.clip, b.input_forget) == (a.clip, a.input_forget)
-    for p, q in zip(a.directions, b.directions):
-        for key in ("W", "R", "Wb", "Rb", "P"):
-            np.testing.assert_array_equal(getattr(q, key), getattr(p, key))
+    lstm.assert_round_trip_keeps_every_weight(cfg, tmp_path, "coreml", "m.mlpackage")
 
 
 def test_real_lstm_model_layers_only(tmp_path):

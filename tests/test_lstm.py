@@ -58,6 +58,32 @@ def assert_close(cfg: Config, ours: tuple, expected: tuple, atol: float, rtol: f
         )
 
 
+def assert_round_trip_keeps_every_weight(cfg: Config, tmp_path, target: str, artifact: str) -> None:
+    """ONNX -> ``target`` -> ONNX, each step verified: W, R, Wb, Rb and P bit-exact, clip and
+    input_forget kept (for targets that keep the biases apart)."""
+    source, middle, back = tmp_path / "m.onnx", tmp_path / artifact, tmp_path / "back.onnx"
+    onnx.save(build_model(cfg), source)
+    options = {"seq_length": cfg.S, "batch_size": cfg.N} if target == "directml" else {}
+    assert gp.convert(source, middle, to=target, **options).verification.passed
+    assert gp.convert(middle, back, to="onnx").verification.passed
+    (a,), (b,) = gp.load(source).layers, gp.load(back).layers
+    assert (b.clip, b.input_forget, b.has_peepholes) == (a.clip, a.input_forget, a.has_peepholes)
+    for p, q in zip(a.directions, b.directions):
+        for key in ("W", "R", "Wb", "Rb", "P"):
+            np.testing.assert_array_equal(getattr(q, key), getattr(p, key))
+
+
+PEEPHOLE_CASES = [c for c in MATRIX if c.peepholes and c.dtype == "float32"]
+
+
+def assert_refused_when_forced(cfg: Config, tmp_path, target: str, artifact: str, reason: str) -> None:
+    """``--strategy native`` to ``target`` is refused naming ``reason``, and nothing is written."""
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    with pytest.raises(gp.RefusedError, match=reason):
+        gp.convert(tmp_path / "m.onnx", tmp_path / artifact, to=target, strategy="native")
+    assert not (tmp_path / artifact).exists()
+
+
 def test_matrix_is_large_and_covers_every_feature():
     assert len(MATRIX) >= 300
     assert {c.direction for c in MATRIX} == {"forward", "reverse", "bidirectional"}

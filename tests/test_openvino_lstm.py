@@ -12,8 +12,14 @@ import onnx
 import openvino as ov
 import pytest
 from helpers import REALMODELS, Config, build_model, inputs, lstm_matrix, static_case, static_model, to_layout
-from test_lstm import assert_close, expected_outputs
-from test_realmodels import SILERO_V4, capture
+from test_lstm import (
+    PEEPHOLE_CASES,
+    assert_close,
+    assert_refused_when_forced,
+    assert_round_trip_keeps_every_weight,
+    expected_outputs,
+)
+from test_realmodels import SILERO_V4, real_feed
 
 import gatepack as gp
 from gatepack.converters.formats import openvino as openvino_format
@@ -100,25 +106,12 @@ def test_native_lstm_sequence_where_it_is_exact(cfg: Config, tmp_path):
 
 def test_forcing_native_with_peepholes_or_coupling_is_refused(tmp_path):
     for cfg in (Config(cell="LSTM", peepholes=True), Config(cell="LSTM", input_forget=1)):
-        onnx.save(build_model(cfg), tmp_path / "m.onnx")
-        with pytest.raises(gp.RefusedError, match="LSTMSequence-5 has no"):
-            gp.convert(tmp_path / "m.onnx", tmp_path / "m.xml", to="openvino", strategy="native")
-        assert not (tmp_path / "m.xml").exists()
+        assert_refused_when_forced(cfg, tmp_path, "openvino", "m.xml", "LSTMSequence-5 has no")
 
 
-@pytest.mark.parametrize(
-    "cfg", [c for c in MATRIX if c.peepholes and c.dtype == "float32"][:8], ids=lambda c: c.label()
-)
+@pytest.mark.parametrize("cfg", PEEPHOLE_CASES[:8], ids=lambda c: c.label())
 def test_decomposed_round_trip_keeps_every_weight(cfg: Config, tmp_path):
-    src = tmp_path / "m.onnx"
-    onnx.save(build_model(cfg), src)
-    assert gp.convert(src, tmp_path / "m.xml", to="openvino").verification.passed
-    assert gp.convert(tmp_path / "m.xml", tmp_path / "back.onnx", to="onnx").verification.passed
-    (a,), (b,) = gp.load(src).layers, gp.load(tmp_path / "back.onnx").layers
-    assert (b.input_forget, b.clip, b.has_peepholes) == (a.input_forget, a.clip, True)
-    for p, q in zip(a.directions, b.directions):
-        for key in ("W", "R", "Wb", "Rb", "P"):
-            np.testing.assert_array_equal(getattr(q, key), getattr(p, key))
+    assert_round_trip_keeps_every_weight(cfg, tmp_path, "openvino", "m.xml")
 
 
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
@@ -150,16 +143,7 @@ def test_real_lstm_models_convert_whole_and_match_onnxruntime(name, tmp_path):
     import onnxruntime as ort
 
     src, out = REALMODELS / name, tmp_path / "m.xml"
-    if name == SILERO_V4:  # the model runs only on 512-sample chunks at 16 kHz
-        rng = np.random.default_rng(1)
-        feed = {
-            "input": rng.uniform(-1, 1, (1, 512)).astype(np.float32),
-            "sr": np.array(16000, np.int64),
-            "h": rng.uniform(-1, 1, (2, 1, 64)).astype(np.float32),
-            "c": rng.uniform(-1, 1, (2, 1, 64)).astype(np.float32),
-        }
-    else:
-        _, feed = capture(src)
+    feed = real_feed(name)
     result = gp.convert(src, out, to="openvino")
     assert result.whole and result.verification.passed, result.verification.to_text()
     assert sorted(lay.name for lay in gp.load(out).layers) == sorted(lay.name for lay in gp.load(src).layers)
