@@ -101,11 +101,15 @@ LAYERS = {
     "rnn_reverse_h0": Config(cell="RNN", direction="reverse", initial_h=True, seed=13),
     "gru_batch_major": Config(lbr=1, layout=1, initial_h=True, seed=14),
     "gru_sequence_lens": Config(lbr=1, seq_lens="mixed", seed=15),
+    "lstm_peepholes_bidirectional": Config(
+        cell="LSTM", direction="bidirectional", peepholes=True, initial_h=True, initial_c=True, seed=16
+    ),
 }
+REFUSED_BY_BNNS = {"gru_sequence_lens": "sequence_lens", "lstm_peepholes_bidirectional": "does not write LSTM"}
 
 
 def _holds(target: str, name: str) -> bool:
-    return not (target == "bnns" and name == "gru_sequence_lens")  # BNNS has no sequence lengths
+    return not (target == "bnns" and name in REFUSED_BY_BNNS)  # BNNS has no sequence lengths and no LSTM
 
 
 @pytest.mark.parametrize("name", LAYERS)
@@ -125,13 +129,14 @@ def test_every_pair_of_formats_converts_and_verifies(name, tmp_path):
             out = tmp_path / f"{a}_to_{b}" / ARTIFACT[b]
             out.parent.mkdir()
             if not _holds(b, name):
-                with pytest.raises(gp.RefusedError, match="sequence_lens"):
+                with pytest.raises(gp.RefusedError, match=REFUSED_BY_BNNS[name]):
                     gp.convert(path, out, to=b)
                 assert not out.exists()
                 continue
             result = gp.convert(path, out, to=b)
             assert result.verification.passed, f"{a} -> {b}: {result.verification.to_text()}"
-            assert {o.output for o in result.verification.outputs} >= {"Y", "Y_h"}
+            expected = {"Y", "Y_h", "Y_c"} if LAYERS[name].cell == "LSTM" else {"Y", "Y_h"}
+            assert {o.output for o in result.verification.outputs} == expected
 
 
 @pytest.mark.parametrize(
@@ -142,6 +147,8 @@ def test_every_pair_of_formats_converts_and_verifies(name, tmp_path):
         "rnn_activations.onnx",
         "realmodels/ulunas_stream_simple.onnx",
         "realmodels/dfn3_enc.onnx",
+        "realmodels/dtln_model_1_lstm.onnx",
+        "realmodels/silero_vad_v4_lstm_in_if.onnx",
     ],
 )
 def test_json_report_validates_against_its_schema(model):
