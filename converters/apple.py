@@ -31,6 +31,8 @@ from gatepack.schemas.layer import Cell, RecurrentLayer
 
 APPLE_GATES = [1, 2, 0]  # ONNX z, r, h -> Apple r, o, z (row blocks of H)
 ONNX_GATES = [2, 0, 1]  # Apple r, o, z -> ONNX z, r, h
+# LSTM: ONNX i, o, f, c <-> Apple i, f, o, z (z = the cell candidate; the swap is its own inverse)
+LSTM_GATES = [0, 2, 1, 3]
 # The ONNX activations the native ops compute exactly, and their Apple spelling (MIL strings).
 NATIVE_ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
 # What each parameterless Apple activation computes, as an ONNX activation (for reading back).
@@ -51,6 +53,8 @@ def rows(matrix: np.ndarray, order: list[int], hidden: int) -> np.ndarray:
 
 
 def gate_order(cell: Cell, to_apple: bool) -> list[int]:
+    if cell is Cell.LSTM:
+        return LSTM_GATES
     if cell is not Cell.GRU:
         return [0]
     return APPLE_GATES if to_apple else ONNX_GATES
@@ -180,3 +184,38 @@ def recurrence(
     )
     seq = y[:, 0]
     return (seq[::-1] if reverse else seq), y_h[0]
+
+
+def lstm_recurrence(
+    x: np.ndarray,
+    initial_h: np.ndarray,
+    initial_c: np.ndarray,
+    weight_ih: np.ndarray,
+    weight_hh: np.ndarray,
+    bias: np.ndarray | None,
+    *,
+    reverse: bool,
+    activations: tuple[Activation, ...],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One Apple lstm op (gates i, f, o, z; one summed bias; no peepholes, clip or coupling) on ``x``
+    [S,N,I] from ``initial_h`` and ``initial_c`` [N,H]: the output sequence [S,N,H] in processing order,
+    and the final hidden and cell states [N,H]. ``activations``: (recurrent, cell, output), i.e.
+    ONNX's (f, g, h)::
+
+        i = RA(W_i x + R_i h + b_i)   f = RA(W_f x + R_f h + b_f)   z = CA(W_z x + R_z h + b_z)
+        o = RA(W_o x + R_o h + b_o)   c' = f * c + i * z            h' = o * A(c')
+    """
+    from gatepack.converters.executor import run_recurrence
+
+    w = onnx_weights(Cell.LSTM, weight_ih, weight_hh, bias, None, False)
+    y, y_h, y_c = run_recurrence(
+        Cell.LSTM,
+        [(w["W"], w["R"], w["Wb"], w["Rb"], activations)],
+        reverse=[reverse],
+        x=x,
+        sequence_lens=None,
+        initial_h=np.asarray(initial_h)[None],
+        initial_c=np.asarray(initial_c)[None],
+    )
+    seq = y[:, 0]
+    return (seq[::-1] if reverse else seq), y_h[0], y_c[0]

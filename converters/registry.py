@@ -338,6 +338,7 @@ FORMATS: dict[str, FormatInfo] = {
             "directory with bnns.json",
             "none here (NumPy executor of BNNS semantics)",
             markers=("bnns.json",),
+            cells=("gru", "rnn", "lstm"),
             is_directory=True,
             recognise=has_markers("bnns.json"),
         ),

@@ -37,17 +37,17 @@ def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
     * BNNS also takes no sequence lengths and only parameterless sigmoid/tanh/relu.
     * float64 is lossy everywhere but ONNX: OpenVINO's CPU plugin computes in float32; DirectML's
       recurrent operators, Core ML and BNNS take float32.
-    * LSTM: BNNS's bundles hold no LSTM (the cell is refused, nothing else is examined); DirectML's LSTM
-      desc has a clip; OpenVINO and Core ML decompose what their ops lack.
+    * LSTM: BNNS's lstm also lacks peepholes and input/forget coupling; DirectML's LSTM desc has a clip;
+      OpenVINO and Core ML decompose what their ops lack.
 
     The features are every blocking finding's (unsupported and lossy).
     """
-    if cfg.cell == "LSTM" and target == "bnns":
-        return "refused", {"cell"}
-    clip = cfg.clip is not None and cfg.clip >= 0 and cfg.cell != "LSTM"
+    clip = cfg.clip is not None and cfg.clip >= 0
     refused: set[str] = set()
-    if target in ("directml", "bnns") and clip:
+    if (target == "directml" and clip and cfg.cell != "LSTM") or (target == "bnns" and clip):
         refused.add("clip")
+    if target == "bnns" and cfg.cell == "LSTM":
+        refused |= {name for name in ("peepholes", "input_forget") if getattr(cfg, name)}
     if target == "bnns":
         if cfg.seq_lens != "none":
             refused.add("sequence_lens")
@@ -105,11 +105,11 @@ LAYERS = {
         cell="LSTM", direction="bidirectional", peepholes=True, initial_h=True, initial_c=True, seed=16
     ),
 }
-REFUSED_BY_BNNS = {"gru_sequence_lens": "sequence_lens", "lstm_peepholes_bidirectional": "does not write LSTM"}
+REFUSED_BY_BNNS = {"gru_sequence_lens": "sequence_lens", "lstm_peepholes_bidirectional": "peepholes"}
 
 
 def _holds(target: str, name: str) -> bool:
-    return not (target == "bnns" and name in REFUSED_BY_BNNS)  # BNNS has no sequence lengths and no LSTM
+    return not (target == "bnns" and name in REFUSED_BY_BNNS)  # BNNS has no sequence lengths and no peepholes
 
 
 @pytest.mark.parametrize("name", LAYERS)

@@ -1,4 +1,4 @@
-"""BNNSGraph bundles: GRU/RNN layers as ``BNNSGraph.Builder`` calls, with their tensors as ``.npy``
+"""BNNSGraph bundles: GRU/RNN/LSTM layers as ``BNNSGraph.Builder`` calls, with their tensors as ``.npy``
 files, a generated Swift source that builds the graph, a reader, and an executor of BNNS semantics.
 
 A bundle is a directory::
@@ -26,6 +26,13 @@ Swift argument labels (docs/conventions.md §5, seed ``bnnsgraph-builder-gru.txt
      "activation": "tanh", "recurrentActivation": "sigmoid",
      "applyResetGateAfterMatMul": bool, "outputSequence": true}
     rnn: no inputBias, recurrentActivation, applyResetGateAfterMatMul; tensors [H,I], [H,H], [H].
+    lstm: "initialCellStates" as initialHiddenStates, tensors [4H,I], [4H,H], [4H] with rows i, f, o, g
+    (g = the cell candidate; bias = Wb + Rb), "recurrentActivation" (the gates), "cellActivation" (g)
+    and "activation" (applied to c before the output gate).
+
+LSTM gate order: Apple's page lists the weights as i, f, o, g but the bias as i, f, g, o. gatepack
+writes i, f, o, g for both, as MIL's lstm op (which BNNSGraph executes) takes them, and as
+coremltools' tests run it against Core ML; the finding carries a warning until a device settles it.
 
 Semantics (``converters.apple``): gates r, n, z = ONNX's z, r, h rows permuted; with
 ``applyResetGateAfterMatMul`` false the reset gate applies *before* the matmul (Apple's page prints
@@ -54,6 +61,7 @@ from gatepack.converters.apple import (
     activation_of,
     apple_tensor,
     feature_blockers,
+    lstm_recurrence,
     onnx_weights,
     recurrence,
     runtime_doubts,
@@ -72,6 +80,7 @@ from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.layer import (
+    OUTPUT_ROLES,
     Cell,
     Direction,
     DirectionParams,
@@ -80,6 +89,7 @@ from gatepack.schemas.layer import (
     RecurrentLayer,
     SpecError,
     dim_text,
+    state_roles,
 )
 
 FORMAT = "bnns"
@@ -100,16 +110,25 @@ SWIFT_ACTIVATIONS = {
 }
 _SWIFT_OF_MIL = {mil: swift for swift, mil in SWIFT_ACTIVATIONS.items()}
 assert set(SWIFT_ACTIVATIONS.values()) <= set(APPLE_ACTIVATIONS)
-_INTERFACE_KEYS = {"x", "y", "y_h", "initial_h", "layout", "seq_length", "batch_size", "dtype"}
+_INTERFACE_KEYS = {"x", "y", "y_h", "initial_h", "initial_c", "y_c", "layout", "seq_length", "batch_size", "dtype"}
+LSTM_GATE_WARNING = (
+    "Apple's page gives the lstm weights' gate order as i, f, o, g but its bias as i, f, g, o; gatepack writes "
+    "i, f, o, g for both (MIL's lstm op, which BNNSGraph executes): unconfirmed without a device"
+)
 
 
 # ----------------------------------------------------------------------------------------- writing
 
 
 def blockers(layer: RecurrentLayer) -> dict[str, str]:
-    """What BNNSGraph.Builder's gru/rnn cannot express in ``layer``, by feature (empty: every
+    """What BNNSGraph.Builder's gru/rnn/lstm cannot express in ``layer``, by feature (empty: every
     feature maps)."""
-    return feature_blockers(layer, f"{OP} {layer.cell.value}")
+    found = feature_blockers(layer, f"{OP} {layer.cell.value}")
+    if layer.has_peepholes:
+        found["peepholes"] = f"the {OP} lstm has no peephole input"
+    if layer.input_forget:
+        found["input_forget"] = f"the {OP} lstm has no input/forget coupling"
+    return found
 
 
 def _slug(name: str) -> str:
@@ -135,6 +154,10 @@ def _calls(layer: RecurrentLayer, folder: str) -> tuple[list[dict], dict[str, Ca
         call["initialHiddenStates"] = (
             {"input": layer.interface.initial_h, "index": k} if layer.interface.initial_h else None
         )
+        if layer.cell is Cell.LSTM:
+            call["initialCellStates"] = (
+                {"input": layer.interface.initial_c, "index": k} if layer.interface.initial_c else None
+            )
         for key, label in labels.items():
             if key in present:
                 rel = f"{folder}/{k}_{label}.npy"
@@ -147,6 +170,8 @@ def _calls(layer: RecurrentLayer, folder: str) -> tuple[list[dict], dict[str, Ca
         if layer.cell is Cell.GRU:
             call["recurrentActivation"] = _SWIFT_OF_MIL[names[0]]
             call["applyResetGateAfterMatMul"] = bool(layer.linear_before_reset)
+        if layer.cell is Cell.LSTM:
+            call["recurrentActivation"], call["cellActivation"] = _SWIFT_OF_MIL[names[0]], _SWIFT_OF_MIL[names[1]]
         call["outputSequence"] = True
         calls.append(call)
     return calls, arrays
@@ -182,6 +207,7 @@ def describe_bundle(model: Model) -> tuple[dict, dict[str, Callable[[], np.ndarr
                     "y": itf.y,
                     "y_h": itf.y_h,
                     "initial_h": itf.initial_h,
+                    **({"initial_c": itf.initial_c, "y_c": itf.y_c} if layer.cell is Cell.LSTM else {}),
                     "layout": itf.layout,
                     "seq_length": itf.seq_length,
                     "batch_size": itf.batch_size,
@@ -285,6 +311,8 @@ class _Layer:
             )
         self.direction = Direction.BIDIRECTIONAL if len(calls) == 2 else Direction(directions[0])
         self.calls = [self._call(k, c) for k, c in enumerate(calls)]
+        if self.cell is not Cell.LSTM and (self.interface.initial_c or self.interface.y_c):
+            raise InputError(f"{self.at}a {self.cell.value} layer has no cell state (interface initial_c / y_c)")
         flags = {c["reset_after"] for c in self.calls}
         if len(flags) > 1:
             raise InputError(f"{self.at}its calls disagree on applyResetGateAfterMatMul")
@@ -303,23 +331,21 @@ class _Layer:
         out: dict = {}
         for label, shape in shapes.items():
             out[label] = self._tensor(at, label, call.get(label), shape, optional=label == "inputBias")
-        state = call.get("initialHiddenStates")
-        if state is not None and (
-            not isinstance(state, dict) or state.get("input") != self.interface.initial_h or state.get("index") != k
-        ):
-            raise InputError(
-                f"{at}initialHiddenStates {state!r} is not direction {k} of the interface's initial_h "
-                f"{self.interface.initial_h!r}"
-            )
-        if state is None and self.interface.initial_h:
-            raise InputError(
-                f"{at}initialHiddenStates is null but the interface has initial_h {self.interface.initial_h!r}"
-            )
-        names = (
-            [call.get("recurrentActivation"), call.get("activation")]
-            if self.cell is Cell.GRU
-            else [call.get("activation")]
-        )
+        states = [("initialHiddenStates", "initial_h")]
+        states += [("initialCellStates", "initial_c")] if self.cell is Cell.LSTM else []
+        for label, role in states:
+            state, source = call.get(label), getattr(self.interface, role)
+            if state is not None and (
+                not isinstance(state, dict) or state.get("input") != source or state.get("index") != k
+            ):
+                raise InputError(f"{at}{label} {state!r} is not direction {k} of the interface's {role} {source!r}")
+            if state is None and source:
+                raise InputError(f"{at}{label} is null but the interface has {role} {source!r}")
+        names = {
+            Cell.GRU: [call.get("recurrentActivation"), call.get("activation")],
+            Cell.RNN: [call.get("activation")],
+            Cell.LSTM: [call.get("recurrentActivation"), call.get("cellActivation"), call.get("activation")],
+        }[self.cell]
         for name in names:
             if not isinstance(name, str) or name not in SWIFT_ACTIVATIONS:
                 raise InputError(
@@ -437,33 +463,46 @@ def _execute(entry: _Layer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray
         )
     x = x.transpose(1, 0, 2) if itf.layout else x  # the calls take X [S,N,I]
     batch = x.shape[1]
-    h0 = None
-    if itf.initial_h:
-        if itf.initial_h not in feed:
-            raise InputError(f"{entry.at}missing input {itf.initial_h!r}")
-        h0 = np.asarray(feed[itf.initial_h], np.float32)
-        h0 = h0.transpose(1, 0, 2) if itf.layout else h0
-    ys, y_hs = [], []
+    initial = {}
+    for role, _ in state_roles(entry.cell):
+        name = getattr(itf, role)
+        if name:
+            if name not in feed:
+                raise InputError(f"{entry.at}missing input {name!r}")
+            state = np.asarray(feed[name], np.float32)
+            initial[role] = state.transpose(1, 0, 2) if itf.layout else state
+    zeros = np.zeros((batch, entry.hidden_size), np.float32)
+    ys, finals = [], []
     for k, call in enumerate(entry.calls):
-        start = h0[k] if h0 is not None else np.zeros((batch, entry.hidden_size), np.float32)
-        output, hidden = recurrence(
-            entry.cell,
-            x,
-            start,
-            call["inputHiddenWeight"],
-            call["hiddenHiddenWeight"],
-            call["bias"],
-            call.get("inputBias"),
-            reverse=call["reverse"],
-            activations=call["activations"],
-            reset_after=call["reset_after"],
-        )
+        start = {role: initial[role][k] if role in initial else zeros for role, _ in state_roles(entry.cell)}
+        weights = (call["inputHiddenWeight"], call["hiddenHiddenWeight"], call["bias"])
+        if entry.cell is Cell.LSTM:
+            output, *ends = lstm_recurrence(
+                x,
+                start["initial_h"],
+                start["initial_c"],
+                *weights,
+                reverse=call["reverse"],
+                activations=call["activations"],
+            )
+        else:
+            output, *ends = recurrence(
+                entry.cell,
+                x,
+                start["initial_h"],
+                *weights,
+                call.get("inputBias"),
+                reverse=call["reverse"],
+                activations=call["activations"],
+                reset_after=call["reset_after"],
+            )
         ys.append(output[::-1] if call["reverse"] else output)  # processing order -> input time
-        y_hs.append(hidden)
-    y, y_h = np.stack(ys, axis=1), np.stack(y_hs, axis=0)
+        finals.append(ends)
+    y = np.stack(ys, axis=1)
+    ends = [np.stack([f[s] for f in finals], axis=0) for s in range(len(finals[0]))]  # each [D,N,H]
     if itf.layout:
-        y, y_h = y.transpose(2, 0, 1, 3), y_h.transpose(1, 0, 2)
-    return {name: value for name, value in ((itf.y, y), (itf.y_h, y_h)) if name}
+        y, ends = y.transpose(2, 0, 1, 3), [e.transpose(1, 0, 2) for e in ends]
+    return {name: value for name, value in zip((getattr(itf, r) for r in OUTPUT_ROLES), (y, *ends)) if name}
 
 
 def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -501,13 +540,16 @@ def check(layer: RecurrentLayer, **_options) -> list[Finding]:
     op = f"{OP} {layer.cell.value}"
     found: list[Finding] = []
     refused = blockers(layer)
-    detail = f"{op}, rows permuted z,r,h -> r,n,z" if layer.cell is Cell.GRU else op
+    detail = {
+        Cell.GRU: f"{op}, rows permuted z,r,h -> r,n,z",
+        Cell.LSTM: f"{op}, rows permuted i,o,f,c -> i,f,o,g",
+    }.get(layer.cell, op)
     found.append(
         Finding(
             "cell",
             Status.EXACT,
             detail + "; the generated Swift cannot be compiled or run here (BNNSGraph.Builder needs iOS / macOS 26)",
-            warning=runtime_doubts(layer),
+            warning=LSTM_GATE_WARNING if layer.cell is Cell.LSTM else runtime_doubts(layer),
         )
     )
     if layer.direction is Direction.BIDIRECTIONAL:
@@ -533,9 +575,10 @@ def check(layer: RecurrentLayer, **_options) -> list[Finding]:
         Finding(
             "weights",
             Status.REPACKED,
-            "inputHiddenWeight / hiddenHiddenWeight rows permuted z,r,h -> r,n,z"
-            if layer.cell is Cell.GRU
-            else "inputHiddenWeight / hiddenHiddenWeight as ONNX's W / R",
+            {
+                Cell.GRU: "inputHiddenWeight / hiddenHiddenWeight rows permuted z,r,h -> r,n,z",
+                Cell.LSTM: "inputHiddenWeight / hiddenHiddenWeight rows permuted i,o,f,c -> i,f,o,g",
+            }.get(layer.cell, "inputHiddenWeight / hiddenHiddenWeight as ONNX's W / R"),
         )
     )
     if layer.cell is Cell.GRU and layer.linear_before_reset:
@@ -577,12 +620,13 @@ def check(layer: RecurrentLayer, **_options) -> list[Finding]:
             else None
         )
         found.append(Finding("activations", Status.EXACT, layer.activation_summary(), warning=warning))
-    if itf.initial_h:
-        found.append(Finding("initial_h", Status.EXACT, "initial_h input kept (initialHiddenStates per direction)"))
-    else:
-        found.append(
-            Finding("initial_h", Status.EXACT, "zeros (initialHiddenStates is required: the Swift builds a zero state)")
-        )
+    for role, label in (("initial_h", "initialHiddenStates"), ("initial_c", "initialCellStates")):
+        if role == "initial_c" and layer.cell is not Cell.LSTM:
+            continue
+        if getattr(itf, role):
+            found.append(Finding(role, Status.EXACT, f"{role} input kept ({label} per direction)"))
+        else:
+            found.append(Finding(role, Status.EXACT, f"zeros ({label} is required: the Swift builds a zero state)"))
     found.append(
         Finding(
             "layout",
