@@ -1324,9 +1324,12 @@ def _node_alone(ops, layer: RecurrentLayer, op, feed: dict[str, np.ndarray]):
         value = param if batch_major or role == "sequence_lens" else ops.transpose(param, [1, 0, 2])
         op.input(index[role]).replace_source_output(value.output(0))
     y = ops.transpose(op.output(0), [0, 2, 1, 3] if batch_major else [2, 1, 0, 3])  # [N,D,S,H] -> the layout
-    finals = [op.output(k) if batch_major else ops.transpose(op.output(k), [1, 0, 2]).output(0) for k in (1, 2)]
+    finals = [
+        op.output(k) if batch_major else ops.transpose(op.output(k), [1, 0, 2]).output(0)
+        for k in range(1, op.get_output_size())
+    ]
     results = []
-    for role, out in zip(OUTPUT_ROLES, [y.output(0), *finals[: op.get_output_size() - 1]]):
+    for role, out in zip(OUTPUT_ROLES, [y.output(0), *finals]):
         out.get_tensor().set_names({getattr(itf, role) or f"{name}/{ROLE_LABELS[role]}"})
         results.append(ops.result(out))
     return ov.Model(results, params, "layer")
@@ -1378,7 +1381,8 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
         layout_text = (
             "[D,4H] = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]"
             if layer.cell is Cell.GRU and layer.linear_before_reset
-            else f"[D,{layer.gates}H] = Wb + Rb" + (f" ({', '.join(OV_GATES[layer.cell])})" if layer.gates > 1 else "")
+            else f"[D,{layer.gates}H] = Wb + Rb"
+            + (f" ({', '.join(OV_GATES[layer.cell])})" if OV_GATES[layer.cell] != layer.cell.gate_names else "")
         )
         found.append(
             Finding(
