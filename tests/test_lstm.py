@@ -147,6 +147,20 @@ def test_the_float64_transcription_agrees_with_onnxruntime(cfg: Config):
     assert_close(cfg, reference(cfg, feed0), ort_reference(cfg, feed0), 1e-5, 1e-4)
 
 
+def test_input_forget_of_the_wrong_type_is_refused_and_any_nonzero_value_couples(tmp_path):
+    bad = build_model(Config(cell="LSTM"))
+    bad.graph.node[0].attribute.append(onnx.helper.make_attribute("input_forget", "yes"))
+    onnx.save(bad, tmp_path / "bad.onnx")
+    with pytest.raises(gp.InputError, match="input_forget.*STRING.*INT"):
+        gp.load(tmp_path / "bad.onnx")
+    cfg = Config(cell="LSTM", extra={"input_forget": 2})  # onnxruntime couples for any nonzero value
+    onnx.save(build_model(cfg), tmp_path / "two.onnx")
+    (layer,) = gp.load(tmp_path / "two.onnx").layers
+    assert layer.input_forget
+    feed = inputs(cfg)
+    assert_close(cfg, run_layer(layer, feed["X"]), ort_reference(cfg, feed), 1e-5, 1e-4)
+
+
 # ---------------------------------------------------------------------------- published cases
 
 CASES = collect(lstm_cases, lstm_cases.LSTM)

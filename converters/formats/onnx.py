@@ -76,6 +76,7 @@ _ATTRIBUTE_TYPES = {
     "activation_beta": _A.FLOATS,
     "clip": _A.FLOAT,
     "linear_before_reset": _A.INT,
+    "input_forget": _A.INT,
     "layout": _A.INT,
     "output_sequence": _A.INT,
 }
