@@ -22,7 +22,7 @@ lengths are masks over the batch, never Python loops over it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -165,7 +165,8 @@ def run_recurrence(
             r.astype(compute, copy=False),
             rb.astype(compute, copy=False),
             _clipper(clip),
-            replace(options, peepholes=() if peephole is None else (peephole.astype(compute, copy=False),)),
+            options,
+            None if peephole is None else peephole.astype(compute, copy=False),
         )
         # Every time step's input projection at once, [S*N, I] @ [I, G*H], with the recurrent biases
         # that only add to it folded in (fewer operations per step).
@@ -225,7 +226,7 @@ def _clipper(clip: float | None):
     return lambda v: np.clip(v, -clip, clip)
 
 
-def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions):
+def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions, _peephole):
     """The GRU step h_{t-1} -> h_t for pre-projected inputs gx ([N, 3H], gates z, r, h), and the part
     of Rb the caller adds to gx (Rb_z, Rb_r; and Rb_h unless linear_before_reset)::
 
@@ -267,7 +268,7 @@ def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip
     return step, additive
 
 
-def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions):
+def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions, _peephole):
     """The RNN step h_{t-1} -> h_t = f(gx + h R^T + Rb) for pre-projected inputs gx ([N, H]); Rb is
     returned for the caller to add to gx."""
     (f,) = activations
@@ -279,9 +280,10 @@ def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip
     return step, rb
 
 
-def _lstm_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions):
+def _lstm_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions, peephole):
     """The LSTM step (h, c) -> (h', c') for pre-projected inputs gx ([N, 4H], gates i, o, f, c, with
-    every bias added; Rb is returned for the caller to add), peepholes P = (Pi, Po, Pf) or none::
+    every bias added; Rb is returned for the caller to add), this direction's peepholes ``peephole``
+    = (Pi, Po, Pf) [3H] or None::
 
         i = f(gx_i + h Ri^T + Pi * c)        f_ = f(gx_f + h Rf^T + Pf * c)   (input_forget: 1 - i)
         c' = f_ * c + i * g(gx_c + h Rc^T)
@@ -290,19 +292,19 @@ def _lstm_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, cli
     clip bounds each pre-activation, the peephole term included."""
     f, g, h_act = activations
     r = np.ascontiguousarray(r)  # [4H, H]
-    peephole = options.peephole(0)
     p_i, p_o, p_f = (None, None, None) if peephole is None else (peephole[:H], peephole[H : 2 * H], peephole[2 * H :])
 
     def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         h, c = state
         pre = gx + _times_r(r, h)
-        pre_i, pre_o, pre_f, pre_c = pre[:, :H], pre[:, H : 2 * H], pre[:, 2 * H : 3 * H], pre[:, 3 * H :]
+        pre_c = pre[:, 3 * H :]
         if peephole is None:  # i, o and f at once
             gates = f(clip(pre[:, : 3 * H]))
             i, o, forget = gates[:, :H], gates[:, H : 2 * H], gates[:, 2 * H :]
             forget = 1 - i if options.input_forget else forget
             c_new = forget * c + i * g(clip(pre_c))
             return (o * h_act(c_new), c_new)
+        pre_i, pre_o, pre_f = pre[:, :H], pre[:, H : 2 * H], pre[:, 2 * H : 3 * H]
         pre_i += p_i * c
         pre_f += p_f * c
         i = f(clip(pre_i))

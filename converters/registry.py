@@ -219,7 +219,8 @@ class FormatInfo:
     companions: tuple[str, ...] = ()  # suffixes of files that belong to the artifact (.bin beside .xml)
     recognise: Callable[[Path], bool] = field(default=lambda _path: False)  # an existing path is such an artifact
     interface_inputs: bool = True  # `run` takes the layers' interface tensors (False: the format's own shapes)
-    cells: tuple[str, ...] = ("gru", "rnn")  # the cells its writer writes (values of schemas.cells.Cell)
+    # the cells its writer writes (values of schemas.cells.Cell): a new cell is refused until a format opts in
+    cells: tuple[str, ...] = ()
     extra: str | None = None  # the pip extra that installs the framework this format needs (None: always installed)
     framework: str | None = None  # that framework's module
     module: str = ""  # the implementation module (default: gatepack.converters.formats.NAME)

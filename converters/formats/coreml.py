@@ -390,7 +390,11 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
     """The layer from elementary MIL ops: per direction a ``while_loop`` carrying the cell's states
     (h; LSTM: h and c) and the output sequence; returns Y and each final state in the layout."""
     x_sm = _time_major(mb, layer, x, None)[0]
-    initial = {role: _time_major(mb, layer, x, value)[1] for role, value in states.items() if value is not None}
+    initial = {  # -> [D,N,H]
+        role: mb.transpose(x=value, perm=[1, 0, 2]) if layer.interface.layout else value
+        for role, value in states.items()
+        if value is not None
+    }
     zeros = _zeros_state(mb, layer, x_sm)
     seq = mb.slice_by_index(x=mb.shape(x=x_sm), begin=[0], end=[1])  # [1] int32
     ys_shape = mb.concat(values=[seq, mb.slice_by_index(x=mb.shape(x=zeros), begin=[0], end=[2])], axis=0)

@@ -476,7 +476,9 @@ def _emit_decomposed(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple
     valid = ops.less(ops.unsqueeze(steps, [1]), ops.unsqueeze(seq, [0]))  # [S,N]: step t is inside the sequence
     valid = ops.unsqueeze(valid, [2])  # [S,N,1]
     initial = {  # -> [D,N,H]
-        role: ops.transpose(value, [1, 0, 2]) if itf.layout else value for role, value in states.items() if value
+        role: ops.transpose(value, [1, 0, 2]) if itf.layout else value
+        for role, value in states.items()
+        if value is not None
     }
     zeros_state = ops.broadcast(np.zeros((), dt), ops.concat([n_dim, np.array([h], np.int64)], 0))
     empty = ops.unsqueeze(ops.equal(seq, np.int64(0)), [1])  # [N,1]
