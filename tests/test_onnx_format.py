@@ -235,6 +235,26 @@ def test_an_unrolled_lstm_says_so():
         gp.load(REALMODELS / "dtln_model_2_unrolled_lstm.onnx")
 
 
+@pytest.mark.parametrize("layout", [0, 1])
+def test_an_initial_state_of_the_wrong_size_is_refused_as_onnxruntime_refuses_it(layout, tmp_path):
+    """torch's dynamo exporter writes nn.LSTM(proj_size=2) as an LSTM node of hidden_size 2 whose constant
+    initial_c is [1, N, 4] (fixtures/producers/README.md): onnxruntime fails at run time; the reader says
+    so at once, naming the tensor, its shape and the expected one."""
+    cfg = Config(cell="LSTM", initial_h=True, initial_c=True, layout=layout)
+    proto = build_model(cfg)
+    name = proto.graph.node[0].input[6]
+    wrong = np.zeros((cfg.N, 1, cfg.H + 1) if layout else (1, cfg.N, cfg.H + 1), np.float32)
+    proto.graph.input.remove(next(i for i in proto.graph.input if i.name == name))
+    proto.graph.initializer.append(numpy_helper.from_array(wrong, name))
+    onnx.save(proto, tmp_path / "m.onnx")
+    if layout == 0:  # onnxruntime runs layout 0 only
+        with pytest.raises(Exception, match="initial_c must have shape"):
+            ort_run(tmp_path / "m.onnx", to_layout(cfg, inputs(cfg)))
+    shape = ", ".join(map(str, wrong.shape))
+    with pytest.raises(gp.InputError, match=rf"initial_c '{name}' has shape \[{shape}\], expected"):
+        gp.load(tmp_path / "m.onnx")
+
+
 def test_without_onnxruntime_verification_says_it_used_the_executor(tmp_path, monkeypatch):
     import sys
 

@@ -42,6 +42,7 @@ from gatepack.schemas.layer import (
     OUTPUT_ROLES,
     PERM_SWAP_01,
     PERM_Y_TO_BATCH_MAJOR,
+    ROLE_LABELS,
     Cell,
     Direction,
     DirectionParams,
@@ -517,7 +518,7 @@ class _Reader:
         isolated = _Isolated(
             [node], {k: v for k, v in ((inputs[1], w), (inputs[2], r), (inputs[3], b), (inputs[7], p)) if k}, self.opset
         )
-        interface = self._interface(node, scope, inputs, outputs, layout, w, at, isolated)
+        interface = self._interface(node, scope, inputs, outputs, layout, w, hidden, at, isolated)
         zeros = np.zeros(gh, dtype=w.dtype)
         directions = tuple(
             DirectionParams(
@@ -637,6 +638,22 @@ class _Reader:
                 )
         return [resolved[k * per : (k + 1) * per] for k in range(d)]
 
+    def _check_state_shape(
+        self, scope: _Scope, name: str, label: str, layout: int, directions: int, hidden: int, at: str
+    ) -> None:
+        """An initial state whose known shape (declared, inferred or an initializer's) does not fit the node
+        is refused: onnxruntime would refuse it at run time."""
+        found = scope.lookup(name)
+        dims = list(found[1].dims) if found is not None and found[0] == "initializer" else _dims(self.types.get(name))
+        if dims is None:
+            return
+        want = [None, directions, hidden] if layout else [directions, None, hidden]
+        if len(dims) != 3 or any(isinstance(got, int) and w is not None and got != w for got, w in zip(dims, want)):
+            raise InputError(
+                f"{at}{label} {name!r} has shape {dims}, expected {_state_shape_text(layout, directions, hidden)} "
+                f"for hidden_size={hidden} (layout {layout})"
+            )
+
     def _clip(self, cell: Cell, attrs: dict, at: str, notes: list) -> float | None:
         if "clip" not in attrs:
             return None
@@ -657,7 +674,16 @@ class _Reader:
         return clip
 
     def _interface(
-        self, node, scope: _Scope, inputs: list, outputs: list, layout: int, w: np.ndarray, at: str, isolated: _Isolated
+        self,
+        node,
+        scope: _Scope,
+        inputs: list,
+        outputs: list,
+        layout: int,
+        w: np.ndarray,
+        hidden: int,
+        at: str,
+        isolated: _Isolated,
     ) -> Interface:
         names = {
             "x": inputs[0],
@@ -682,11 +708,18 @@ class _Reader:
                 raise InputError(f"{at}X {names['x']!r} has rank {len(x_dims)}, expected 3")
             if isinstance(x_dims[2], int) and x_dims[2] != w.shape[2]:
                 raise InputError(f"{at}X {names['x']!r} has input size {x_dims[2]} but W has {w.shape[2]}")
+        for role in ("initial_h", "initial_c"):
+            if names[role]:
+                self._check_state_shape(scope, names[role], ROLE_LABELS[role], layout, w.shape[0], hidden, at)
         seq, batch = (None, None) if x_dims is None else ((x_dims[1], x_dims[0]) if layout else (x_dims[0], x_dims[1]))
         try:
             return Interface(layout=layout, seq_length=seq, batch_size=batch, dtype=w.dtype.name, **names)
         except SpecError as err:  # e.g. a tensor name that is not valid UTF-8
             raise InputError(f"{at}{err}") from None
+
+
+def _state_shape_text(layout: int, directions: int, hidden: int) -> str:
+    return f"[batch, {directions}, {hidden}]" if layout else f"[{directions}, batch, {hidden}]"
 
 
 def walk_nodes(
