@@ -27,7 +27,7 @@ TARGETS = ("onnx", "openvino", "directml", "coreml", "bnns")
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "directml": ".dml", "coreml": ".mlpackage", "bnns": ".bnns"}
 
 
-LIFTED = ("tf2onnx_", "torch_dynamo_rnn", "coreml_gru")
+LIFTED = ("tf2onnx_gru", "tf2onnx_simple_rnn", "torch_dynamo_rnn", "coreml_gru")  # Keras LSTM: an LSTM node
 # OpenVINO 2026.4's ONNX frontend computes one of two GRU/RNN nodes that read the same X tensor wrongly
 # (docs/conventions.md, "OpenVINO traps"); gatepack's verification catches it and writes nothing.
 OPENVINO_SHARED_X = {"torch_dynamo_rnn_relu_bidirectional.onnx"}
