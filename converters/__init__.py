@@ -464,7 +464,9 @@ def run(
     implementation = registry.reader(fmt)
     try:
         if registry.check_name(fmt).interface_inputs:
-            check_model_inputs(load(artifact, fmt, **options), inputs)
+            model = load(artifact, fmt, **options)
+            if not model.meta.get("own_input_shapes"):  # else the format's run checks its own shapes
+                check_model_inputs(model, inputs)
     except NoRecurrentLayerError:
         if engine == "numpy" and implementation.run_numpy is None:
             raise  # the executor runs recurrent layers only; a format's own interpreter runs any program

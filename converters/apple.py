@@ -33,6 +33,8 @@ APPLE_GATES = [1, 2, 0]  # ONNX z, r, h -> Apple r, o, z (row blocks of H)
 ONNX_GATES = [2, 0, 1]  # Apple r, o, z -> ONNX z, r, h
 # LSTM: ONNX i, o, f, c <-> Apple i, f, o, z (z = the cell candidate; the swap is its own inverse)
 LSTM_GATES = [0, 2, 1, 3]
+# LSTM peepholes: ONNX i, o, f <-> MIL i, f, o (its own inverse too)
+LSTM_PEEPHOLES = [0, 2, 1]
 # The ONNX activations the native ops compute exactly, and their Apple spelling (MIL strings).
 NATIVE_ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
 # What each parameterless Apple activation computes, as an ONNX activation (for reading back).
@@ -93,6 +95,15 @@ def apple_weights(layer: RecurrentLayer, k: int) -> dict[str, np.ndarray]:
     """Every tensor of direction ``k`` that the layer has, by MIL name (see ``apple_tensor``)."""
     found = {key: apple_tensor(layer, k, key) for key in APPLE_TENSORS}
     return {key: value for key, value in found.items() if value is not None}
+
+
+def apple_peephole(peephole: np.ndarray) -> np.ndarray:
+    """ONNX's P [3H] (i, o, f) as MIL's ``peephole`` (i, f, o), float32; ``onnx_peephole`` is the same
+    permutation back."""
+    return np.ascontiguousarray(rows(np.asarray(peephole), LSTM_PEEPHOLES, len(peephole) // 3), np.float32)
+
+
+onnx_peephole = apple_peephole
 
 
 def onnx_weights(
@@ -196,16 +207,20 @@ def lstm_recurrence(
     *,
     reverse: bool,
     activations: tuple[Activation, ...],
+    peephole: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One Apple lstm op (gates i, f, o, z; one summed bias; no peepholes, clip or coupling) on ``x``
-    [S,N,I] from ``initial_h`` and ``initial_c`` [N,H]: the output sequence [S,N,H] in processing order,
-    and the final hidden and cell states [N,H]. ``activations``: (recurrent, cell, output), i.e.
-    ONNX's (f, g, h)::
+    """One Apple lstm op (gates i, f, o, z; one summed bias; MIL's optional peephole [3H] in the order
+    i, f, o; no clip or coupling) on ``x`` [S,N,I] from ``initial_h`` and ``initial_c`` [N,H]: the output
+    sequence [S,N,H] in processing order, and the final hidden and cell states [N,H]. ``activations``:
+    (recurrent, cell, output), i.e. ONNX's (f, g, h)::
 
-        i = RA(W_i x + R_i h + b_i)   f = RA(W_f x + R_f h + b_f)   z = CA(W_z x + R_z h + b_z)
-        o = RA(W_o x + R_o h + b_o)   c' = f * c + i * z            h' = o * A(c')
+        i = RA(W_i x + R_i h + b_i + p_i * c)   f = RA(W_f x + R_f h + b_f + p_f * c)
+        z = CA(W_z x + R_z h + b_z)             c' = f * c + i * z
+        o = RA(W_o x + R_o h + b_o + p_o * c')  h' = o * A(c')
+
+    (the output gate's peephole reads the updated cell, as in ONNX and coremltools' reference).
     """
-    from gatepack.converters.executor import run_recurrence
+    from gatepack.converters.executor import CellOptions, run_recurrence
 
     w = onnx_weights(Cell.LSTM, weight_ih, weight_hh, bias, None, False)
     y, y_h, y_c = run_recurrence(
@@ -216,6 +231,7 @@ def lstm_recurrence(
         sequence_lens=None,
         initial_h=np.asarray(initial_h)[None],
         initial_c=np.asarray(initial_c)[None],
+        options=CellOptions(peepholes=(None if peephole is None else onnx_peephole(peephole),)),
     )
     seq = y[:, 0]
     return (seq[::-1] if reverse else seq), y_h[0], y_c[0]

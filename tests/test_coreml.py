@@ -161,11 +161,16 @@ def _save_program(build, shapes, tmp_path, target="iOS17"):
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import types
 
-    @mb.program(
-        input_specs=[mb.TensorSpec(shape=s, dtype=types.fp32) for s in shapes], opset_version=getattr(ct.target, target)
-    )
-    def prog(x, initial_h):
+    def gru_or_rnn(x, initial_h):
         return build(mb, x, initial_h)
+
+    def lstm(x, initial_h, initial_c):
+        return build(mb, x, initial_h, initial_c)
+
+    specs = [mb.TensorSpec(shape=s, dtype=types.fp32) for s in shapes]
+    prog = mb.program(input_specs=specs, opset_version=getattr(ct.target, target))(
+        gru_or_rnn if len(shapes) == 2 else lstm
+    )
 
     model = ct.convert(
         prog,

@@ -47,8 +47,11 @@ import numpy as np
 from gatepack.converters.apple import (
     NATIVE_ACTIVATIONS,
     activation_of,
+    apple_peephole,
     apple_weights,
     feature_blockers,
+    lstm_recurrence,
+    onnx_peephole,
     onnx_weights,
     recurrence,
     runtime_doubts,
@@ -112,13 +115,17 @@ def _target_rank(target: str) -> int:
 
 
 def native_blockers(layer: RecurrentLayer, target: str = DEFAULT_TARGET) -> list[str]:
-    """Why MIL's own gru/rnn op would not compute what ONNX specifies (empty: it would)."""
+    """Why MIL's own gru/rnn/lstm op would not compute what ONNX specifies (empty: it would)."""
+    blockers = feature_blockers(layer, f"{layer.cell.value} op")
     if layer.cell is Cell.LSTM:
-        return [
-            "gatepack writes LSTM from elementary ops only: MIL's lstm op clips differently from ONNX "
-            "(docs/conventions.md §8) and is not verified here"
-        ]
-    reasons = list(feature_blockers(layer, f"{layer.cell.value} op").values())
+        if layer.clip is not None:
+            blockers["clip"] = (
+                f"clip {layer.clip:g}: the lstm op's clip bounds the cell state after each update (coremltools' "
+                "reference), ONNX's the gates' inputs (docs/conventions.md §8)"
+            )
+        if layer.input_forget:
+            blockers["input_forget"] = "input_forget = 1: the lstm op has no input/forget coupling"
+    reasons = list(blockers.values())
     if layer.cell is Cell.GRU and layer.linear_before_reset and _target_rank(target) < TARGETS.index("iOS18"):
         reasons.append(f"linear_before_reset = 1 needs the gru op's reset_after (iOS18); the target is {target}")
     return reasons
@@ -241,7 +248,7 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
                 for role, _ in state_roles(layer.cell)
             }
             if chosen == "native":
-                results = _emit_native(mb, layer, x, lens, states["initial_h"], target)
+                results = _emit_native(mb, layer, x, states, target)
             else:
                 results = _emit_decomposed(mb, layer, x, lens, states)
             for name, value in zip((getattr(itf, role) for role in OUTPUT_ROLES), results):
@@ -261,12 +268,12 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
     return program, {"layers": described, "names": names}
 
 
-def _time_major(mb, layer: RecurrentLayer, x, h0):
-    """X as [S,N,I] and an initial state as [D,N,H] (or None)."""
-    if layer.interface.layout:
-        x = mb.transpose(x=x, perm=[1, 0, 2])
-        h0 = mb.transpose(x=h0, perm=[1, 0, 2]) if h0 is not None else None
-    return x, h0
+def _time_major(mb, layer: RecurrentLayer, x, states: dict) -> tuple:
+    """X as [S,N,I] and each given initial state (by role) as [D,N,H]."""
+    if not layer.interface.layout:
+        return x, {role: value for role, value in states.items() if value is not None}
+    initial = {role: mb.transpose(x=value, perm=[1, 0, 2]) for role, value in states.items() if value is not None}
+    return mb.transpose(x=x, perm=[1, 0, 2]), initial
 
 
 def _zeros_state(mb, layer: RecurrentLayer, x_sm):
@@ -288,33 +295,40 @@ def _stack_directions(mb, layer: RecurrentLayer, ys: list, *finals: list) -> tup
     return (y, *ends)
 
 
-def _emit_native(mb, layer: RecurrentLayer, x, lens, h0, target: str):
-    x_sm, h0_dm = _time_major(mb, layer, x, h0)
-    zeros = _zeros_state(mb, layer, x_sm) if h0 is None else None
-    ys, y_hs = [], []
+def _emit_native(mb, layer: RecurrentLayer, x, states: dict, target: str):
+    """One MIL gru/rnn/lstm op per direction (forward or reverse), each direction's sequence brought back
+    to input time, then stacked into the interface's Y and final states."""
+    x_sm, initial = _time_major(mb, layer, x, states)
+    zeros = _zeros_state(mb, layer, x_sm) if len(initial) < len(states) else None
+    ys, finals = [], [[] for _ in states]
     prefix = safe_name(layer.name)
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
-        start = mb.gather(x=h0_dm, indices=k, axis=0) if h0 is not None else zeros
+        start = {role: mb.gather(x=initial[role], indices=k, axis=0) if role in initial else zeros for role in states}
         args = {key: mb.const(val=value, name=f"{prefix}_{key}_{k}") for key, value in apple_weights(layer, k).items()}
         acts = [NATIVE_ACTIVATIONS[a.name] for a in params.activations]
         common = dict(
             x=x_sm,
-            initial_h=start,
             direction="reverse" if reverse else "forward",
             output_sequence=True,
             name=f"{prefix}_{layer.cell.value}_{k}",
+            **start,
             **args,
         )
-        if layer.cell is Cell.GRU:
+        if layer.cell is Cell.LSTM:
+            if params.P is not None:
+                common["peephole"] = mb.const(val=apple_peephole(params.P), name=f"{prefix}_peephole_{k}")
+            y, *ends = mb.lstm(recurrent_activation=acts[0], cell_activation=acts[1], activation=acts[2], **common)
+        elif layer.cell is Cell.GRU:
             if _target_rank(target) >= TARGETS.index("iOS18"):
                 common["reset_after"] = layer.linear_before_reset
-            y, y_h = mb.gru(recurrent_activation=acts[0], activation=acts[1], **common)
+            y, *ends = mb.gru(recurrent_activation=acts[0], activation=acts[1], **common)
         else:
-            y, y_h = mb.rnn(activation=acts[0], **common)
+            y, *ends = mb.rnn(activation=acts[0], **common)
         ys.append(mb.reverse(x=y, axes=[0]) if reverse else y)  # processing order -> input time
-        y_hs.append(y_h)
-    return _stack_directions(mb, layer, ys, y_hs)
+        for values, end in zip(finals, ends):
+            values.append(end)
+    return _stack_directions(mb, layer, ys, *finals)
 
 
 class _MilOps:
@@ -389,12 +403,7 @@ def _activation(mb, v, act: Activation):
 def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
     """The layer from elementary MIL ops: per direction a ``while_loop`` carrying the cell's states
     (h; LSTM: h and c) and the output sequence; returns Y and each final state in the layout."""
-    x_sm = _time_major(mb, layer, x, None)[0]
-    initial = {  # -> [D,N,H]
-        role: mb.transpose(x=value, perm=[1, 0, 2]) if layer.interface.layout else value
-        for role, value in states.items()
-        if value is not None
-    }
+    x_sm, initial = _time_major(mb, layer, x, states)
     zeros = _zeros_state(mb, layer, x_sm)
     seq = mb.slice_by_index(x=mb.shape(x=x_sm), begin=[0], end=[1])  # [1] int32
     ys_shape = mb.concat(values=[seq, mb.slice_by_index(x=mb.shape(x=zeros), begin=[0], end=[2])], axis=0)
@@ -724,6 +733,128 @@ def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Find
     }, found
 
 
+NATIVE_OPS = {"gru": Cell.GRU, "rnn": Cell.RNN, "lstm": Cell.LSTM}
+
+
+def _lstm_op_weights(op, path: Path) -> tuple[list[DirectionParams], Direction, bool, list[Finding]]:
+    """A native lstm op's constants in ONNX order, per direction (``*_back`` for a bidirectional op's
+    backward one): W, R (gates i, f, o, z -> i, o, f, c), the summed bias as Wb (Rb = 0), the peephole
+    (i, f, o -> i, o, f); the three activations shared by both directions. Also the direction, whether a
+    bias is given, and the bias note. A clip is refused: MIL's clips the cell state, ONNX's the
+    pre-activations."""
+    at = where(path, op.name)
+    clip = _value(op.inputs.get("clip"))
+    if clip is not None:
+        raise InputError(
+            f"{at}lstm op {op.name!r}: clip {float(clip):g} clips the cell state after each update "
+            "(coremltools' reference); an ONNX LSTM's clip bounds the gates' inputs, so no layer computes it"
+        )
+    direction = str(_value(op.inputs.get("direction")) or "forward")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise InputError(f"{at}lstm op {op.name!r}: direction {direction!r} is not forward, reverse or bidirectional")
+    acts = tuple(
+        activation_of(str(_value(op.inputs.get(key)) or default), at)
+        for key, default in (("recurrent_activation", "sigmoid"), ("cell_activation", "tanh"), ("activation", "tanh"))
+    )
+    params = []
+    for suffix in ("", "_back") if direction == "bidirectional" else ("",):
+        w, r = _value(op.inputs.get("weight_ih" + suffix)), _value(op.inputs.get("weight_hh" + suffix))
+        if w is None or r is None or w.ndim != 2 or r.ndim != 2 or r.shape[0] != 4 * r.shape[1] or len(w) != len(r):
+            shapes = [None if v is None else list(v.shape) for v in (w, r)]
+            raise InputError(
+                f"{at}lstm op {op.name!r}: weight_ih{suffix} / weight_hh{suffix} {shapes} are not constant "
+                "[4H, I] / [4H, H] matrices"
+            )
+        h = r.shape[1]
+        bias, peephole = _value(op.inputs.get("bias" + suffix)), _value(op.inputs.get("peephole" + suffix))
+        for label, value, size in (("bias", bias, 4 * h), ("peephole", peephole, 3 * h)):
+            if value is not None and value.shape != (size,):
+                raise InputError(
+                    f"{at}lstm op {op.name!r}: {label}{suffix} has shape {list(value.shape)}, expected [{size}]"
+                )
+        got = onnx_weights(Cell.LSTM, w, r, bias, None, False)
+        params.append(
+            DirectionParams(
+                *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")),
+                activations=acts,
+                P=None if peephole is None else onnx_peephole(peephole),
+            )
+        )
+    has_bias = _value(op.inputs.get("bias")) is not None
+    folded = [Finding("bias", Status.FOLDED, "Core ML stores Wb + Rb summed; read back as Wb = sum, Rb = 0")]
+    return params, Direction(direction), has_bias, folded if has_bias else []
+
+
+def _read_op(op, path: Path) -> tuple[RecurrentLayer, list[Finding]]:
+    """Another producer's native gru, rnn or lstm op as a layer (states [N, D*H] read as [D,N,H])."""
+    cell = NATIVE_OPS[op.op_type]
+    found = []
+    if cell is Cell.LSTM:
+        directions, direction, has_bias, found = _lstm_op_weights(op, path)
+        lbr = False
+    else:
+        got, found = _op_weights(op, cell, path, op.name)
+        directions = [
+            DirectionParams(
+                *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")),
+                activations=got["activations"][: cell.activation_count],
+            )
+        ]
+        direction = Direction.REVERSE if got["reverse"] else Direction.FORWARD
+        lbr, has_bias = got["lbr"], got["has_bias"]
+    if np.asarray(op.inputs["weight_ih"].val).dtype == np.float16:
+        found.append(FP16_SOURCE)
+    x_shape = op.inputs["x"].shape
+    states = {role: op.inputs[role].name for role, _ in state_roles(cell)}
+    finals = {role: out.name for (_, role), out in zip(state_roles(cell), op.outputs[1:])}
+    itf = Interface(
+        x=op.inputs["x"].name,
+        y=op.outputs[0].name,
+        layout=0,
+        seq_length=x_shape[0] if isinstance(x_shape[0], int) else None,
+        batch_size=x_shape[1] if isinstance(x_shape[1], int) else None,
+        dtype="float32",
+        **states,
+        **finals,
+    )
+    if direction is Direction.REVERSE:
+        found.append(
+            Finding(
+                "direction",
+                Status.REPACKED,
+                "reverse: Core ML returns a reverse op's sequence in processing order; read as ONNX's time-aligned Y",
+            )
+        )
+    elif direction is Direction.BIDIRECTIONAL:
+        found.append(
+            Finding(
+                "direction",
+                Status.REPACKED,
+                "bidirectional: one op with *_back weights, Y [S,N,2H] (both halves in input time) and states "
+                "[N,2H] read as ONNX's [S,2,N,H] and [2,N,H]",
+            )
+        )
+    else:
+        found.append(Finding("direction", Status.EXACT, "forward"))
+    try:
+        layer = RecurrentLayer(
+            op.name,
+            cell,
+            int(directions[0].W.shape[1]),
+            int(directions[0].R.shape[1]),
+            direction,
+            tuple(directions),
+            itf,
+            lbr,
+            None,
+            has_bias,
+            provenance=Provenance(FORMAT, path, op.name),
+        )
+    except SpecError as err:
+        raise InputError(f"{path}: {err}") from None
+    return layer, found
+
+
 FP16_SOURCE = fp16_source(
     "dtype", "an fp16 package: weights stored and arithmetic done in fp16 (compared with it at fp16 tolerance)"
 )
@@ -754,53 +885,8 @@ def read(path: str | Path, **_options) -> Model:
         )
     layers, notes = [], {}
     for op in ops:
-        if op.op_type in ("gru", "rnn"):
-            cell = Cell.GRU if op.op_type == "gru" else Cell.RNN
-            got, found = _op_weights(op, cell, path, op.name)
-            if np.asarray(op.inputs["weight_ih"].val).dtype == np.float16:
-                found.append(FP16_SOURCE)
-            params = DirectionParams(
-                *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")),
-                activations=got["activations"][: cell.activation_count],
-            )
-            x_shape = op.inputs["x"].shape
-            itf = Interface(
-                x=op.inputs["x"].name,
-                y=op.outputs[0].name,
-                y_h=op.outputs[1].name,
-                initial_h=op.inputs["initial_h"].name,
-                layout=0,
-                seq_length=x_shape[0] if isinstance(x_shape[0], int) else None,
-                batch_size=x_shape[1] if isinstance(x_shape[1], int) else None,
-                dtype="float32",
-            )
-            direction = Direction.REVERSE if got["reverse"] else Direction.FORWARD
-            found.append(
-                Finding(
-                    "direction",
-                    Status.REPACKED,
-                    f"{direction.value}: Core ML returns a reverse op's sequence in processing order; read as "
-                    "ONNX's time-aligned Y",
-                )
-                if got["reverse"]
-                else Finding("direction", Status.EXACT, "forward")
-            )
-            try:
-                layer = RecurrentLayer(
-                    op.name,
-                    cell,
-                    int(params.W.shape[1]),
-                    int(params.R.shape[1]),
-                    direction,
-                    (params,),
-                    itf,
-                    got["lbr"],
-                    None,
-                    got["has_bias"],
-                    provenance=Provenance(FORMAT, path, op.name),
-                )
-            except SpecError as err:
-                raise InputError(f"{path}: {err}") from None
+        if op.op_type in NATIVE_OPS:
+            layer, found = _read_op(op, path)
             layers.append(layer)
             notes[layer.name] = found
     refused: list[tuple[str, str]] = []
@@ -808,10 +894,13 @@ def read(path: str | Path, **_options) -> Model:
         layers, notes, refused = _lift_loops(path, function)
     if not layers:
         raise NoRecurrentLayerError(
-            f"{path}: no gru or rnn op in the program"
+            f"{path}: no gru, rnn or lstm op in the program"
             + (f", and its while_loop is not a GRU/RNN: {refused[0][1]}" if refused else ""),
         )
-    return Model(path, FORMAT, layers, notes, refused, _other_ops(function, layers))
+    # another producer's program: its inputs have the program's own shapes (an lstm op's states are
+    # [N, D*H]), which run_numpy checks, not the layers' interface shapes
+    meta = {**_other_ops(function, layers), "own_input_shapes": True}
+    return Model(path, FORMAT, layers, notes, refused, meta)
 
 
 def _other_ops(function, layers: list[RecurrentLayer]) -> dict:
@@ -820,7 +909,7 @@ def _other_ops(function, layers: list[RecurrentLayer]) -> dict:
     other = [
         op.op_type
         for op in function.operations
-        if op.op_type not in ("const", "gru", "rnn") and not (op.op_type == "while_loop" and op.name in lifted)
+        if op.op_type not in ("const", *NATIVE_OPS) and not (op.op_type == "while_loop" and op.name in lifted)
     ]
     return {"other_ops": sorted(set(other)), "other_op_count": len(other)} if other else {}
 
@@ -1021,15 +1110,21 @@ def _read_described(
                     f"{path}: layer {info.name!r}: the metadata says native but the program has no op "
                     f"{prefix}_{info.cell.value}_{k}"
                 )
-            got, folded = _op_weights(op, info.cell, path, info.name)
+            if info.cell is Cell.LSTM:
+                (params,), _, _, folded = _lstm_op_weights(op, path)
+                lbr = False
+            else:
+                got, folded = _op_weights(op, info.cell, path, info.name)
+                params = DirectionParams(
+                    *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")), got["activations"]
+                )
+                lbr = got["lbr"]
             found += folded if k == 0 else []
-            if [a.name for a in got["activations"]] != [a.name for a in acts] or got["lbr"] != info.linear_before_reset:
+            if [a.name for a in params.activations] != [a.name for a in acts] or lbr != info.linear_before_reset:
                 raise InputError(
                     f"{path}: layer {info.name!r}: its metadata contradicts op {op.name!r} (activations or reset_after)"
                 )
-            directions.append(
-                DirectionParams(*(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")), acts)
-            )
+            directions.append(replace(params, activations=acts))
         else:
 
             def const(label: str) -> np.ndarray:
@@ -1162,6 +1257,55 @@ def _recurrent(cell: Cell):
     return run
 
 
+def _lstm(
+    x,
+    initial_h,
+    initial_c,
+    weight_ih,
+    weight_hh,
+    bias=None,
+    peephole=None,
+    weight_ih_back=None,
+    weight_hh_back=None,
+    bias_back=None,
+    peephole_back=None,
+    direction="forward",
+    output_sequence=False,
+    recurrent_activation="sigmoid",
+    cell_activation="tanh",
+    activation="tanh",
+    clip=None,
+    **_,
+):
+    """MIL's lstm with coremltools' semantics (``converters.apple.lstm_recurrence``): states [N, D*H]
+    (forward half first); a reverse op's sequence in processing order, a bidirectional op's backward half
+    in input time (coremltools' op tests compare both so against torch); without ``output_sequence`` the
+    one row is the final hidden state."""
+    if clip is not None:
+        raise UsageError(
+            f"lstm op with clip {float(clip):g}: it clips the cell state after each update, which gatepack's MIL "
+            "executor does not run"
+        )
+    acts = tuple(activation_of(str(n), "MIL executor: ") for n in (recurrent_activation, cell_activation, activation))
+    both = str(direction) == "bidirectional"
+    runs = [(weight_ih, weight_hh, bias, peephole, str(direction) == "reverse")]
+    if both:
+        runs.append((weight_ih_back, weight_hh_back, bias_back, peephole_back, True))
+    h = weight_hh.shape[1]
+    ys, hs, cs = [], [], []
+    for k, (w, r, b, p, reverse) in enumerate(runs):
+        cols = slice(k * h, (k + 1) * h)
+        seq, y_h, y_c = lstm_recurrence(
+            x, initial_h[:, cols], initial_c[:, cols], w, r, b, reverse=reverse, activations=acts, peephole=p
+        )
+        ys.append(seq[::-1] if both and reverse else seq)
+        hs.append(y_h)
+        cs.append(y_c)
+    y_h, y_c = np.concatenate(hs, -1), np.concatenate(cs, -1)
+    y = np.concatenate(ys, -1) if output_sequence else y_h[None]
+    return tuple(v.astype(x.dtype, copy=False) for v in (y, y_h, y_c))  # fp16 programs: fp16 results
+
+
 _MIL_OPS = {
     "identity": lambda x, **_: x,
     "transpose": lambda x, perm, **_: np.transpose(x, perm),
@@ -1206,6 +1350,7 @@ _MIL_OPS = {
     "reshape": lambda x, shape, **_: np.reshape(x, [int(v) for v in shape]),
     "gru": _recurrent(Cell.GRU),
     "rnn": _recurrent(Cell.RNN),
+    "lstm": _lstm,
 }
 
 
@@ -1291,6 +1436,11 @@ def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.n
             f"{path}: missing input(s) {[_original(names, n) for n in missing]}",
             hint=f"the model takes {[_original(names, n) for n in function.inputs]}",
         )
+    for name, var in function.inputs.items():  # the program's own declared shapes (symbolic dims: any size)
+        got = np.shape(feed[name])
+        if len(got) != len(var.shape) or any(isinstance(d, int) and d != g for d, g in zip(var.shape, got)):
+            declared = [d if isinstance(d, int) else "?" for d in var.shape]
+            raise InputError(f"{path}: input {_original(names, name)!r} has shape {list(got)}, expected {declared}")
     return {_original(names, k): v for k, v in execute(function, feed, path).items()}
 
 
@@ -1342,25 +1492,30 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     function, meta = _load_program(path)
     names = (meta or {}).get("names", {})
     itf = layer.interface
-    if kind == "node":  # a foreign gru/rnn op: its own x and initial_h, output in processing order
-        feed = dict(feed)
-        feed.setdefault(itf.initial_h, np.zeros((1, feed[itf.x].shape[1], layer.hidden_size), np.float32))
+    if kind == "node":  # a foreign gru/rnn/lstm op: states [N, D*H], a reverse op's output in processing order
         op = next(op for op in _ops(function) if op.name == name)
-        env = {
-            itf.x: np.asarray(feed[itf.x], np.float32),
-            itf.initial_h: np.asarray(feed[itf.initial_h], np.float32)[0],
-        }
-        args = {key: _lookup(var, env) for key, var in op.inputs.items()}
-        y, y_h = _MIL_OPS[op.op_type](**args)
-        if layer.direction is Direction.REVERSE:
-            y = y[::-1]  # processing order -> input time (ONNX)
-        return {itf.y: y[:, None], itf.y_h: y_h[None]}
+        x = np.asarray(feed[itf.x], np.float32)
+        n, d, h = x.shape[1], layer.num_directions, layer.hidden_size
+        env = {itf.x: x}
+        for role, _ in state_roles(layer.cell):
+            state = np.asarray(feed.get(getattr(itf, role), np.zeros((d, n, h))), np.float32)
+            env[getattr(itf, role)] = state.transpose(1, 0, 2).reshape(n, d * h)
+        y, *ends = _MIL_OPS[op.op_type](**{key: _lookup(var, env) for key, var in op.inputs.items()})
+        y = y.reshape(len(y), n, d, h).transpose(0, 2, 1, 3)  # -> [S,D,N,H]
+        outputs = {itf.y: y[::-1] if layer.direction is Direction.REVERSE else y}
+        for (_, role), end in zip(state_roles(layer.cell), ends):
+            outputs[getattr(itf, role)] = end.reshape(n, d, h).transpose(1, 0, 2)
+        return outputs
     wanted = {names.get(k, k): v for k, v in feed.items()}
     outputs = execute(function, wanted, path)
     return {_original(names, k): v for k, v in outputs.items()}
 
 
 # ---------------------------------------------------------------------------------------- findings
+
+
+# How the native op's gate blocks differ from ONNX's (finding text).
+NATIVE_GATES = {Cell.GRU: ", gates permuted z,r,h -> r,o,z", Cell.LSTM: ", gates permuted i,o,f,c -> i,f,o,z"}
 
 
 def check(
@@ -1382,7 +1537,7 @@ def check(
             strategy,
             chosen,
             blockers,
-            native=f"the {op} op, gates permuted z,r,h -> r,o,z" if layer.cell is Cell.GRU else f"the {op} op",
+            native=f"the {op} op" + NATIVE_GATES.get(layer.cell, ""),
             refused=f"the {op} op cannot express it",
             decomposed="elementary MIL ops in a while_loop per direction, input projections in one matmul",
             alternative="use --strategy auto or decomposed (elementary MIL ops in a while_loop)",
@@ -1414,9 +1569,7 @@ def check(
             Finding(
                 "weights",
                 Status.REPACKED,
-                "weight_ih / weight_hh rows permuted z,r,h -> r,o,z"
-                if layer.cell is Cell.GRU
-                else "weight_ih / weight_hh as ONNX's W / R",
+                "weight_ih / weight_hh" + (f" rows{NATIVE_GATES[layer.cell]}" if layer.cell in NATIVE_GATES else ""),
             )
         )
         if layer.cell is Cell.GRU and layer.linear_before_reset:
@@ -1483,7 +1636,9 @@ def check(
                 else "zeros",
             )
         )
-    if layer.has_peepholes:
+    if layer.has_peepholes and chosen == "native":
+        found.append(Finding("peepholes", Status.REPACKED, "the op's peephole, permuted i, o, f -> i, f, o"))
+    elif layer.has_peepholes:
         found.append(Finding("peepholes", Status.DECOMPOSED, "P (i, o, f) as a constant, added to the gates' inputs"))
     if layer.input_forget:
         found.append(Finding("input_forget", Status.DECOMPOSED, "forget gate computed as 1 - input gate"))
