@@ -7,9 +7,9 @@ Every measurement runs in fresh child processes (``bench/measure.py``): the medi
 measured part over the repetitions, and the child's peak resident memory (``ru_maxrss``). Inputs
 are generated here, never committed:
 
-* conversion of a large stacked model (4 bidirectional GRUs, H = I = 1024, fp32, ONNX with external
-  data: 277 MB) to every target, against a plain copy of the weight file (the floor) and, for
-  OpenVINO, against OpenVINO's own ``ov.convert_model`` + ``ov.save_model``;
+* conversion of two large stacked models (4 bidirectional GRUs, H = I = 1024, fp32, ONNX with external
+  data: 277 MB; the same with LSTMs: 369 MB) to every target, against a plain copy of the weight file
+  (the floor) and, for OpenVINO, against OpenVINO's own ``ov.convert_model`` + ``ov.save_model``;
 * verification of each conversion, against the conversion itself;
 * gatepack's NumPy executor against onnxruntime and ``onnx.reference`` on one GRU node and one LSTM node
   (S=100, N=16, I=H=512 bidirectional; S=200, N=1, I=H=64; and the first with sequence_lens);
@@ -116,12 +116,64 @@ def _time(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
+def large_model_rows(rows: "Rows", work: Path, sizes: Sizes, targets: list[str], cell: str) -> None:
+    """The stacked model of ``cell`` converted to each target (and verified), against the floor and peers."""
+    src = work / f"stacked_{cell.lower()}.onnx"
+    weight_bytes = stacked_model(src, sizes.layers, sizes.hidden, cell)
+    label = f"{sizes.layers} x bidirectional {cell} H={sizes.hidden} ({weight_bytes / 1e6:.0f} MB)"
+    print(f"# {label}, repeat {sizes.repeat}", file=sys.stderr)
+    data = str(src) + ".data"
+    floor = measure("import shutil", f"shutil.copyfile({data!r}, {str(work / 'copy.data')!r})", sizes.repeat)
+    rows.append(Row(f"copy of the weight file ({weight_bytes / 1e6:.0f} MB)", floor, None, "the floor", ""))
+    frameworks = {"openvino": "import openvino", "coreml": "import coremltools"}
+    weights_mb = weight_bytes / 2**20
+    ov_peer = measure(
+        "import onnx, openvino as ov",
+        f"ov.save_model(ov.convert_model({str(src)!r}), {str(work / 'ov.xml')!r}, compress_to_fp16=False)",
+        sizes.repeat,
+    )
+    for target in targets:
+        out = work / (
+            f"out_{cell.lower()}." + {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage"}.get(target, target)
+        )  # one per target and cell: a directory of another format is never replaced
+        # both sides import their frameworks before the clock starts (the peer's setup does too)
+        setup = (
+            "import onnx, onnxruntime, gatepack as gp, gatepack.converters.formats.onnx, "
+            f"gatepack.converters.formats.{target}\n{frameworks.get(target, '')}"
+        )
+        # the stack has Transposes and Reshapes between its layers: ONNX and OpenVINO keep them (the whole
+        # model); the other targets hold the layers alone
+        whole = target in ("onnx", "openvino")
+        convert = f"gp.convert({str(src)!r}, {str(out)!r}, to={target!r}, verify=False, layers_only={not whole})"
+        ours = measure(setup, convert, sizes.repeat)
+        goal = "<= 1.0x" if target == "openvino" else "<= 1.5x"
+        rows.append(
+            Row(
+                f"convert {label} -> {target}",
+                ours,
+                ov_peer,
+                "ov.convert_model + save_model",
+                goal + "; RSS <= 1.5x the weights",
+                weights_mb,
+                floor,
+            )
+        )
+        verify_body = (
+            "from gatepack.converters.verification import "
+            f"verify_models\nverify_models(gp.load({str(src)!r}), gp.load({str(out)!r}))"
+        )
+        verified = measure(setup, verify_body, sizes.repeat)
+        rows.append(Row(f"verify {target} conversion", verified, ours, "the conversion", "<= 1.0x the conversion"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one repetition (CI)")
     parser.add_argument(
         "--targets", default=",".join(TARGETS), help="comma-separated targets for the large-model conversion"
     )
+    parser.add_argument("--cells", default="GRU,LSTM", help="comma-separated cells of the large stacked models")
+    parser.add_argument("--no-executor", action="store_true", help="skip the executor and CLI rows")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     targets = [t for t in args.targets.split(",") if t]
@@ -129,53 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gatepack-bench-") as tmp:
         work = Path(tmp)
-        src = work / "stacked.onnx"
-        weight_bytes = stacked_model(src, sizes.layers, sizes.hidden)
-        label = f"{sizes.layers} x bidirectional GRU H={sizes.hidden} ({weight_bytes / 1e6:.0f} MB)"
-        print(f"# {label}, repeat {sizes.repeat}", file=sys.stderr)
-        data = str(src) + ".data"
-        floor = measure("import shutil", f"shutil.copyfile({data!r}, {str(work / 'copy.data')!r})", sizes.repeat)
-        rows.append(Row(f"copy of the weight file ({weight_bytes / 1e6:.0f} MB)", floor, None, "the floor", ""))
-        frameworks = {"openvino": "import openvino", "coreml": "import coremltools"}
-        weights_mb = weight_bytes / 2**20
-        ov_peer = measure(
-            "import onnx, openvino as ov",
-            f"ov.save_model(ov.convert_model({str(src)!r}), {str(work / 'ov.xml')!r}, compress_to_fp16=False)",
-            sizes.repeat,
-        )
-        for target in targets:
-            out = work / (
-                "out." + {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage"}.get(target, target)
-            )  # one per target: a directory of another format is never replaced
-            # both sides import their frameworks before the clock starts (the peer's setup does too)
-            setup = (
-                "import onnx, onnxruntime, gatepack as gp, gatepack.converters.formats.onnx, "
-                f"gatepack.converters.formats.{target}\n{frameworks.get(target, '')}"
-            )
-            # the stack has Transposes and Reshapes between its layers: ONNX and OpenVINO keep them (the whole
-            # model); the other targets hold the layers alone
-            whole = target in ("onnx", "openvino")
-            convert = f"gp.convert({str(src)!r}, {str(out)!r}, to={target!r}, verify=False, layers_only={not whole})"
-            ours = measure(setup, convert, sizes.repeat)
-            goal = "<= 1.0x" if target == "openvino" else "<= 1.5x"
-            rows.append(
-                Row(
-                    f"convert {label} -> {target}",
-                    ours,
-                    ov_peer,
-                    "ov.convert_model + save_model",
-                    goal + "; RSS <= 1.5x the weights",
-                    weights_mb,
-                    floor,
-                )
-            )
-            verify_body = (
-                "from gatepack.converters.verification import "
-                f"verify_models\nverify_models(gp.load({str(src)!r}), gp.load({str(out)!r}))"
-            )
-            verified = measure(setup, verify_body, sizes.repeat)
-            rows.append(Row(f"verify {target} conversion", verified, ours, "the conversion", "<= 1.0x the conversion"))
-        for text, seq, batch, hidden, direction, lens, cell in sizes.executor:
+        for cell in (c for c in args.cells.split(",") if c):
+            large_model_rows(rows, work, sizes, targets, cell)
+        for text, seq, batch, hidden, direction, lens, cell in () if args.no_executor else sizes.executor:
             node = work / f"{cell}_{seq}_{batch}_{hidden}_{int(lens)}.onnx"
             recurrent_node(node, seq, batch, hidden, direction, lens, cell)
             feed = (
@@ -215,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         bare = measure(
             "import subprocess, sys", "subprocess.run([sys.executable, '-c', 'pass'], check=True)", max(sizes.repeat, 3)
         )
-        for command in (["--help"], ["formats"], ["inspect", str(small)]):
+        for command in () if args.no_executor else (["--help"], ["formats"], ["inspect", str(small)]):
             cli = measure(
                 "import subprocess, sys",
                 f"subprocess.run([sys.executable, '-m', 'cli', *{command!r}], check=True, capture_output=True, "

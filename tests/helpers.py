@@ -368,18 +368,19 @@ def read_layer(path: Path):
     return gp.load(path).layers[0]
 
 
-def stacked_model(path: Path, layers: int, hidden: int) -> int:
-    """A stack of ``layers`` bidirectional GRUs (I = H = ``hidden``; each next layer takes the
-    previous Y reshaped to [S, N, 2H]) with random fp32 weights, saved with external data; returns
-    the weight bytes."""
+def stacked_model(path: Path, layers: int, hidden: int, cell: str = "GRU") -> int:
+    """A stack of ``layers`` bidirectional GRUs (linear_before_reset = 1) or LSTMs (I = H = ``hidden``;
+    each next layer takes the previous Y reshaped to [S, N, 2H]) with random fp32 weights, saved with
+    external data; returns the weight bytes."""
     rng = np.random.default_rng(0)
     nodes, inits = [], []
     x, width = "X", hidden
     scale = 1 / np.sqrt(hidden)
+    gates = {"GRU": 3, "LSTM": 4}[cell]
     for k in range(layers):
-        w = rng.standard_normal((2, 3 * hidden, width), dtype=np.float32) * np.float32(scale)
-        r = rng.standard_normal((2, 3 * hidden, hidden), dtype=np.float32) * np.float32(scale)
-        b = rng.standard_normal((2, 6 * hidden), dtype=np.float32) * np.float32(scale)
+        w = rng.standard_normal((2, gates * hidden, width), dtype=np.float32) * np.float32(scale)
+        r = rng.standard_normal((2, gates * hidden, hidden), dtype=np.float32) * np.float32(scale)
+        b = rng.standard_normal((2, 2 * gates * hidden), dtype=np.float32) * np.float32(scale)
         inits += [
             numpy_helper.from_array(w, f"W{k}"),
             numpy_helper.from_array(r, f"R{k}"),
@@ -388,13 +389,13 @@ def stacked_model(path: Path, layers: int, hidden: int) -> int:
         y, y_h = f"Y{k}", f"Y_h{k}" if k < layers - 1 else "Y_h"
         nodes.append(
             helper.make_node(
-                "GRU",
+                cell,
                 [x, f"W{k}", f"R{k}", f"B{k}"],
                 [y, y_h],
-                name=f"gru{k}",
+                name=f"{cell.lower()}{k}",
                 hidden_size=hidden,
                 direction="bidirectional",
-                linear_before_reset=1,
+                **({"linear_before_reset": 1} if cell == "GRU" else {}),
             )
         )
         if k < layers - 1:
@@ -405,7 +406,7 @@ def stacked_model(path: Path, layers: int, hidden: int) -> int:
     inits.append(numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape"))
     graph = helper.make_graph(
         nodes,
-        "stacked_gru",
+        f"stacked_{cell.lower()}",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["S", "N", hidden])],
         [
             helper.make_tensor_value_info(f"Y{layers - 1}", TensorProto.FLOAT, None),
