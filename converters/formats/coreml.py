@@ -1515,7 +1515,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 
 
 # How the native op's gate blocks differ from ONNX's (finding text).
-NATIVE_GATES = {Cell.GRU: ", gates permuted z,r,h -> r,o,z", Cell.LSTM: ", gates permuted i,o,f,c -> i,f,o,z"}
+NATIVE_GATES = {Cell.GRU: "z,r,h -> r,o,z", Cell.LSTM: "i,o,f,c -> i,f,o,z"}
 
 
 def check(
@@ -1537,7 +1537,8 @@ def check(
             strategy,
             chosen,
             blockers,
-            native=f"the {op} op" + NATIVE_GATES.get(layer.cell, ""),
+            native=f"the {op} op"
+            + (f", gates permuted {NATIVE_GATES[layer.cell]}" if layer.cell in NATIVE_GATES else ""),
             refused=f"the {op} op cannot express it",
             decomposed="elementary MIL ops in a while_loop per direction, input projections in one matmul",
             alternative="use --strategy auto or decomposed (elementary MIL ops in a while_loop)",
@@ -1569,7 +1570,8 @@ def check(
             Finding(
                 "weights",
                 Status.REPACKED,
-                "weight_ih / weight_hh" + (f" rows{NATIVE_GATES[layer.cell]}" if layer.cell in NATIVE_GATES else ""),
+                "weight_ih / weight_hh"
+                + (f" rows permuted {NATIVE_GATES[layer.cell]}" if layer.cell in NATIVE_GATES else " as ONNX's W / R"),
             )
         )
         if layer.cell is Cell.GRU and layer.linear_before_reset:
