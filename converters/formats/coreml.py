@@ -785,6 +785,21 @@ def _lstm_op_weights(op, path: Path) -> tuple[list[DirectionParams], Direction, 
     return params, Direction(direction), has_bias, folded if has_bias else []
 
 
+# What reading a foreign op's direction does (status, detail).
+READ_DIRECTIONS = {
+    Direction.FORWARD: (Status.EXACT, "forward"),
+    Direction.REVERSE: (
+        Status.REPACKED,
+        "reverse: Core ML returns a reverse op's sequence in processing order; read as ONNX's time-aligned Y",
+    ),
+    Direction.BIDIRECTIONAL: (
+        Status.REPACKED,
+        "bidirectional: one op with *_back weights, Y [S,N,2H] (both halves in input time) and states [N,2H] "
+        "read as ONNX's [S,2,N,H] and [2,N,H]",
+    ),
+}
+
+
 def _read_op(op, path: Path) -> tuple[RecurrentLayer, list[Finding]]:
     """Another producer's native gru, rnn or lstm op as a layer (states [N, D*H] read as [D,N,H])."""
     cell = NATIVE_OPS[op.op_type]
@@ -817,25 +832,7 @@ def _read_op(op, path: Path) -> tuple[RecurrentLayer, list[Finding]]:
         **states,
         **finals,
     )
-    if direction is Direction.REVERSE:
-        found.append(
-            Finding(
-                "direction",
-                Status.REPACKED,
-                "reverse: Core ML returns a reverse op's sequence in processing order; read as ONNX's time-aligned Y",
-            )
-        )
-    elif direction is Direction.BIDIRECTIONAL:
-        found.append(
-            Finding(
-                "direction",
-                Status.REPACKED,
-                "bidirectional: one op with *_back weights, Y [S,N,2H] (both halves in input time) and states "
-                "[N,2H] read as ONNX's [S,2,N,H] and [2,N,H]",
-            )
-        )
-    else:
-        found.append(Finding("direction", Status.EXACT, "forward"))
+    found.append(Finding("direction", *READ_DIRECTIONS[direction]))
     try:
         layer = RecurrentLayer(
             op.name,
