@@ -780,7 +780,7 @@ def _lstm_op_weights(op, path: Path) -> tuple[list[DirectionParams], Direction, 
                 P=None if peephole is None else onnx_peephole(peephole),
             )
         )
-    has_bias = _value(op.inputs.get("bias")) is not None
+    has_bias = any(_value(op.inputs.get(key)) is not None for key in ("bias", "bias_back"))
     folded = [Finding("bias", Status.FOLDED, "Core ML stores Wb + Rb summed; read back as Wb = sum, Rb = 0")]
     return params, Direction(direction), has_bias, folded if has_bias else []
 
@@ -800,23 +800,27 @@ READ_DIRECTIONS = {
 }
 
 
+def _op_directions(
+    op, cell: Cell, path: Path, layer: str
+) -> tuple[list[DirectionParams], Direction, bool, bool, list[Finding]]:
+    """A native gru, rnn or lstm op's directions in ONNX order, its direction, linear_before_reset,
+    whether it has a bias, and the bias note."""
+    if cell is Cell.LSTM:
+        directions, direction, has_bias, found = _lstm_op_weights(op, path)
+        return directions, direction, False, has_bias, found
+    got, found = _op_weights(op, cell, path, layer)
+    params = DirectionParams(
+        *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")),
+        activations=got["activations"][: cell.activation_count],
+    )
+    direction = Direction.REVERSE if got["reverse"] else Direction.FORWARD
+    return [params], direction, got["lbr"], got["has_bias"], found
+
+
 def _read_op(op, path: Path) -> tuple[RecurrentLayer, list[Finding]]:
     """Another producer's native gru, rnn or lstm op as a layer (states [N, D*H] read as [D,N,H])."""
     cell = NATIVE_OPS[op.op_type]
-    found = []
-    if cell is Cell.LSTM:
-        directions, direction, has_bias, found = _lstm_op_weights(op, path)
-        lbr = False
-    else:
-        got, found = _op_weights(op, cell, path, op.name)
-        directions = [
-            DirectionParams(
-                *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")),
-                activations=got["activations"][: cell.activation_count],
-            )
-        ]
-        direction = Direction.REVERSE if got["reverse"] else Direction.FORWARD
-        lbr, has_bias = got["lbr"], got["has_bias"]
+    directions, direction, lbr, has_bias, found = _op_directions(op, cell, path, op.name)
     if np.asarray(op.inputs["weight_ih"].val).dtype == np.float16:
         found.append(FP16_SOURCE)
     x_shape = op.inputs["x"].shape
@@ -1107,15 +1111,7 @@ def _read_described(
                     f"{path}: layer {info.name!r}: the metadata says native but the program has no op "
                     f"{prefix}_{info.cell.value}_{k}"
                 )
-            if info.cell is Cell.LSTM:
-                (params,), _, _, folded = _lstm_op_weights(op, path)
-                lbr = False
-            else:
-                got, folded = _op_weights(op, info.cell, path, info.name)
-                params = DirectionParams(
-                    *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")), got["activations"]
-                )
-                lbr = got["lbr"]
+            (params,), _, lbr, _, folded = _op_directions(op, info.cell, path, info.name)
             found += folded if k == 0 else []
             if [a.name for a in params.activations] != [a.name for a in acts] or lbr != info.linear_before_reset:
                 raise InputError(

@@ -649,9 +649,10 @@ class _Reader:
             return
         want = [None, directions, hidden] if layout else [directions, None, hidden]
         if len(dims) != 3 or any(isinstance(got, int) and w is not None and got != w for got, w in zip(dims, want)):
+            expected = ", ".join("batch" if w is None else str(w) for w in want)
             raise InputError(
-                f"{at}{label} {name!r} has shape {dims}, expected {_state_shape_text(layout, directions, hidden)} "
-                f"for hidden_size={hidden} (layout {layout})"
+                f"{at}{label} {name!r} has shape {dims}, expected [{expected}] for hidden_size={hidden} "
+                f"(layout {layout})"
             )
 
     def _clip(self, cell: Cell, attrs: dict, at: str, notes: list) -> float | None:
@@ -716,10 +717,6 @@ class _Reader:
             return Interface(layout=layout, seq_length=seq, batch_size=batch, dtype=w.dtype.name, **names)
         except SpecError as err:  # e.g. a tensor name that is not valid UTF-8
             raise InputError(f"{at}{err}") from None
-
-
-def _state_shape_text(layout: int, directions: int, hidden: int) -> str:
-    return f"[batch, {directions}, {hidden}]" if layout else f"[{directions}, batch, {hidden}]"
 
 
 def walk_nodes(
