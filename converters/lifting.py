@@ -16,7 +16,11 @@ original on its own runtime, on the same random inputs. The first hypothesis tha
 once more on fresh inputs; when none agrees, :class:`LiftRefused` says what was found.
 
 GRU gate blocks: canonical order z, r, h (``schemas.layer``); a source order is written with the
-canonical names, e.g. Keras ``z, r, h`` and PyTorch ``r, z, h`` (PyTorch calls h ``n``).
+canonical names, e.g. Keras ``z, r, h`` and PyTorch ``r, z, h`` (PyTorch calls h ``n``). LSTM gate
+blocks: canonical order i, o, f, c (ONNX); Keras and PyTorch store i, f, c, o, OpenVINO f, i, c, o,
+Core ML i, f, o, c; all 24 orders are tried. An LSTM carries two states: the recurrence names both
+(h, whose steps are Y, and c), and the lifted layer has no peepholes and no input/forget coupling
+(a step computing either does not agree with any reading, so it is refused, never approximated).
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ class Recurrence:
     hidden_size: int
     candidates: list[WeightCandidate]
     activations: frozenset[str]  # lower-case: sigmoid, tanh, relu
-    run_original: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # interface feed -> its Y, Y_h
+    run_original: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # interface feed -> its Y, Y_h (Y_c)
     tolerance: str | None = None  # the dtype whose tolerance the comparison uses (default: the interface's)
 
 
@@ -96,6 +100,17 @@ GRU_SOURCE_ORDERS = (  # canonical gate at each source block; the common orders 
     ("h", "z", "r"),
     ("h", "r", "z"),
 )
+LSTM_SOURCE_ORDERS = tuple(
+    dict.fromkeys(
+        [
+            ("i", "f", "c", "o"),  # Keras, PyTorch
+            ("i", "o", "f", "c"),  # ONNX
+            ("f", "i", "c", "o"),  # OpenVINO
+            ("i", "f", "o", "c"),  # Core ML
+            *itertools.permutations(("i", "o", "f", "c")),
+        ]
+    )
+)
 
 
 def lift(rec: Recurrence, seed: int = 0) -> Lifted:
@@ -113,14 +128,14 @@ def lift(rec: Recurrence, seed: int = 0) -> Lifted:
     shapes = "; ".join(c.label for c in rec.candidates) or "no weight matrices of matching shapes"
     acts = ", ".join(sorted(rec.activations)) or "no sigmoid/tanh/relu"
     raise LiftRefused(
-        f"{rec.found}: none of {tried} GRU/RNN readings of its constants ({shapes}; activations: {acts}) "
+        f"{rec.found}: none of {tried} GRU/RNN/LSTM readings of its constants ({shapes}; activations: {acts}) "
         "reproduces it on random inputs, so it is not lifted into a layer"
     )
 
 
 def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
     for cand in rec.candidates:
-        cell = {3: Cell.GRU, 1: Cell.RNN}.get(cand.gates)
+        cell = {4: Cell.LSTM, 3: Cell.GRU, 1: Cell.RNN}.get(cand.gates)
         if cell is None or cand.R.shape[1] != rec.hidden_size or cand.W.shape[1] != rec.input_size:
             continue
         if cell is Cell.GRU:
@@ -131,6 +146,11 @@ def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
                 for order in GRU_SOURCE_ORDERS
                 for lbr in (True, False)
             ]
+        elif cell is Cell.LSTM:
+            if not {"sigmoid", "tanh"} <= rec.activations:
+                continue
+            lstm_acts = (Activation("Sigmoid"), Activation("Tanh"), Activation("Tanh"))
+            variants = [(order, False, lstm_acts) for order in LSTM_SOURCE_ORDERS]
         else:
             variants = [(("i",), False, (Activation(ACTIVATION_OPS[a]),)) for a in sorted(rec.activations)]
         for (order, lbr, acts), (wb, rb, bias_label) in itertools.product(variants, cand.biases):
@@ -154,9 +174,11 @@ def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
                 has_bias=wb is not None or rb is not None,
             )
             parts = [cell.op_name]
+            if cell is not Cell.RNN:
+                parts.append(f"gate order {', '.join(order)}")
             if cell is Cell.GRU:
-                parts += [f"gate order {', '.join(order)}", f"reset {'after' if lbr else 'before'} the matmul"]
-            else:
+                parts += [f"reset {'after' if lbr else 'before'} the matmul"]
+            elif cell is Cell.RNN:
                 parts.append(acts[0].name)
             parts.append(f"{cand.label}, {bias_label}")
             yield layer, "; ".join(parts)
@@ -178,28 +200,30 @@ def _sample(rec: Recurrence, rng: np.random.Generator) -> dict[str, np.ndarray]:
     n = itf.batch_size if isinstance(itf.batch_size, int) else DEFAULT_BATCH
     x = rng.uniform(-1, 1, (s, n, rec.input_size)).astype(itf.dtype)
     feed = {itf.x: x.transpose(PERM_SWAP_01) if itf.layout == 1 else x}
-    if itf.initial_h:
-        h0 = rng.uniform(-1, 1, (1, n, rec.hidden_size)).astype(itf.dtype)
-        feed[itf.initial_h] = h0.transpose(PERM_SWAP_01) if itf.layout == 1 else h0
+    for name in (itf.initial_h, itf.initial_c):
+        if name:
+            state = rng.uniform(-1, 1, (1, n, rec.hidden_size)).astype(itf.dtype)
+            feed[name] = state.transpose(PERM_SWAP_01) if itf.layout == 1 else state
     return {k: np.ascontiguousarray(v) for k, v in feed.items()}
 
 
 def _canonical(itf: Interface, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Y [S,1,N,H] and Y_h [1,N,H] (layout 0) from outputs named and laid out as the interface says."""
+    """Y [S,1,N,H], Y_h and Y_c [1,N,H] (layout 0) from outputs named and laid out as the interface says."""
     found = {}
     if itf.y:
         y = np.asarray(outputs[itf.y])
         found["Y"] = y.transpose(PERM_Y_TO_SEQ_MAJOR) if itf.layout == 1 else y
-    if itf.y_h:
-        y_h = np.asarray(outputs[itf.y_h])
-        found["Y_h"] = y_h.transpose(PERM_SWAP_01) if itf.layout == 1 else y_h
+    for key, name in (("Y_h", itf.y_h), ("Y_c", itf.y_c)):
+        if name:
+            state = np.asarray(outputs[name])
+            found[key] = state.transpose(PERM_SWAP_01) if itf.layout == 1 else state
     return found
 
 
 def _agrees(layer: RecurrentLayer, feed: dict, expected: dict[str, np.ndarray], tolerance: str | None) -> bool:
     itf = layer.interface
-    y, y_h = run_layer(layer, feed[itf.x], None, feed.get(itf.initial_h or ""))
-    actual = _canonical(itf, {itf.y or "": y, itf.y_h or "": y_h})
+    outputs = run_layer(layer, feed[itf.x], None, feed.get(itf.initial_h or ""), feed.get(itf.initial_c or ""))
+    actual = _canonical(itf, dict(zip([itf.y or "", itf.y_h or "", itf.y_c or ""], outputs)))
     atol, rtol = TOLERANCES[tolerance or itf.dtype]
     return all(
         actual[key].shape == value.shape
@@ -212,23 +236,29 @@ def candidates_from_constants(
     constants: dict[str, np.ndarray], input_size: int, hidden_size: int
 ) -> list[WeightCandidate]:
     """Every reading of named constants as a fused W [I, G*H] or [G*H, I], R [H, G*H] or [G*H, H] and
-    biases ([G*H] vectors, or the rows of a [2, G*H] matrix), for G = 3 (GRU) and 1 (RNN).
+    biases ([G*H] vectors, or the rows of a [2, G*H] matrix), for G = 4 (LSTM), 3 (GRU) and 1 (RNN).
 
     Biases are tried as separate input and recurrent vectors (both assignments), one vector on either
     side (for a GRU with the reset after the matmul, the candidate's recurrent bias must stay apart
-    from its input bias), or none."""
+    from its input bias), or none. An LSTM and an RNN only ever add Wb + Rb, so for them one
+    assignment of a pair and one side of a single vector suffice."""
     floats = {k: v for k, v in constants.items() if v.dtype.kind == "f" and v.size > 1}
     found = []
-    for gates in (3, 1):
+    for gates in (4, 3, 1):
         gh = gates * hidden_size
         vectors = [(k, v.reshape(-1)) for k, v in floats.items() if v.shape in ((gh,), (1, gh))]
         vectors += [(f"{k}[{row}]", v[row]) for k, v in floats.items() if v.shape == (2, gh) for row in (0, 1)]
+        sided = gates == 3  # only a GRU tells the input bias from the recurrent one
+        pairs = itertools.permutations(vectors, 2) if sided else itertools.combinations(vectors, 2)
         biases: list[tuple[np.ndarray | None, np.ndarray | None, str]] = [
-            (a, b, f"biases {na!r} (input) and {nb!r} (recurrent)")
-            for (na, a), (nb, b) in itertools.permutations(vectors, 2)
+            (a, b, f"biases {na!r} (input) and {nb!r} (recurrent)") for (na, a), (nb, b) in pairs
         ]
         biases += [(v, None, f"bias {n!r} (input)") for n, v in vectors]
-        biases += [(None, v, f"bias {n!r} (recurrent)") for n, v in vectors]
+        biases += [(None, v, f"bias {n!r} (recurrent)") for n, v in vectors if sided]
+        if sided:  # OpenVINO's GRU with the reset after the matmul: [4H] = Wb+Rb (z, r), Wb_h, Rb_h
+            for n, v in ((k, v.reshape(-1)) for k, v in floats.items() if v.shape in ((gh + hidden_size,),)):
+                rb = np.concatenate([np.zeros(2 * hidden_size, v.dtype), v[gh:]])
+                biases.append((v[:gh], rb, f"bias {n!r} ([4H]: z, r summed, then h's two)"))
         biases.append((None, None, "no bias"))
         for (wn, w), (rn, r) in itertools.permutations(floats.items(), 2):
             for w_oriented, w_text in _orientations(w, (gh, input_size)):

@@ -6,7 +6,8 @@ outputs as the truth.
 Every artifact runs on its own runtime (onnxruntime, OpenVINO CPU in f32) or gatepack's interpreter of
 its format (Core ML) to the framework's outputs, and converts to every target with verification on
 (each target's artifact against the source's own runtime). Recurrences written as a loop or unrolled
-(tf2onnx's Keras layers, dynamo's nn.RNN, coremltools' nn.GRU) are lifted into layers: the converted
+(tf2onnx's Keras layers, dynamo's nn.RNN, coremltools' nn.GRU, ov.convert_model's Keras layers) are lifted
+into layers: the converted
 layers give the framework's outputs (read through the framework's own output conventions, written
 out here), and ONNX models keep their other operators with each loop replaced in place.
 """
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 
 import gatepack.converters as gp
+from gatepack.schemas.layer import state_roles
 
 PRODUCERS = Path(__file__).resolve().parent.parent / "fixtures" / "producers"
 MANIFEST = json.loads((PRODUCERS / "manifest.json").read_text())
@@ -27,7 +29,8 @@ TARGETS = ("onnx", "openvino", "directml", "coreml", "bnns")
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "directml": ".dml", "coreml": ".mlpackage", "bnns": ".bnns"}
 
 
-LIFTED = ("tf2onnx_gru", "tf2onnx_simple_rnn", "torch_dynamo_rnn", "coreml_gru")  # Keras LSTM: an LSTM node
+# Keras LSTM through tf2onnx: an LSTM node; every Keras layer through ov.convert_model: a Loop
+LIFTED = ("tf2onnx_gru", "tf2onnx_simple_rnn", "torch_dynamo_rnn", "coreml_gru", "ov_keras")
 # OpenVINO 2026.4's ONNX frontend computes one of two GRU/RNN nodes that read the same X tensor wrongly
 # (docs/conventions.md, "OpenVINO traps"); gatepack's verification catches it and writes nothing.
 OPENVINO_SHARED_X = {"torch_dynamo_rnn_relu_bidirectional.onnx"}
@@ -103,25 +106,37 @@ def test_converts_to_every_target_with_verification(artifact, tmp_path):
         assert not inputs & outputs
 
 
-def _convert(path, out, target: str, model) -> gp.Result:
+def _convert(path, out, target: str, model, **options) -> gp.Result:
     """Convert as a user must: a model with operators around its layers (every producer's is: Squeeze,
     Transpose, shape arithmetic) goes whole to ONNX and OpenVINO (from ONNX); any other target refuses
     it and takes it with ``layers_only``."""
     if model.other_ops and not (model.format == "onnx" and target in ("onnx", "openvino")):
         with pytest.raises(gp.RefusedError, match="recurrent layers only"):
-            gp.convert(path, out, to=target)
+            gp.convert(path, out, to=target, **options)
         assert not out.exists()
-        return gp.convert(path, out, to=target, layers_only=True)
-    return gp.convert(path, out, to=target)
+        return gp.convert(path, out, to=target, layers_only=True, **options)
+    return gp.convert(path, out, to=target, **options)
 
 
-def _framework_outputs(artifact: str, y: np.ndarray, y_h: np.ndarray) -> list[np.ndarray]:
-    """A single lifted layer's canonical Y and Y_h (layout 0: [S,1,N,H], [1,N,H]) as its framework
-    returns them (an independent transcription of each framework's conventions)."""
-    if artifact.startswith("tf2onnx_"):  # Keras: [N,S,H] and [N,H]; go_backwards: in processing order
-        seq = y[::-1, 0] if "go_backwards" in artifact else y[:, 0]
-        return [seq.transpose(1, 0, 2), y_h[0]]
-    return [y[:, 0], y_h]  # torch (batch_first False): [S,N,H] and [1,N,H]
+def _framework_outputs(artifact: str, y: np.ndarray, *states: np.ndarray) -> list[np.ndarray]:
+    """A single lifted layer's canonical Y and final states (layout 0: [S,1,N,H], [1,N,H]) as its
+    framework returns them (an independent transcription of each framework's conventions)."""
+    if artifact.startswith(("tf2onnx_", "ov_keras_")):  # Keras: [N,S,H] and [N,H]; go_backwards: in processing order
+        # ov.convert_model reverses X in front of a forward loop: the lifted layer's Y is in processing order
+        reversed_layer = "go_backwards" in artifact and artifact.startswith("tf2onnx_")
+        seq = y[::-1, 0] if reversed_layer else y[:, 0]
+        return [seq.transpose(1, 0, 2), *(state[0] for state in states)]
+    return [y[:, 0], *states]  # torch (batch_first False): [S,N,H] and [1,N,H]
+
+
+def _layer_input(artifact: str, layer, truth: dict) -> np.ndarray:
+    """What the framework's input is at the lifted layer: the loop of ov.convert_model's Keras layer reads
+    the model's X, reversed in time for go_backwards (Keras's convention)."""
+    if layer.interface.x in truth:
+        return truth[layer.interface.x]
+    assert artifact.startswith("ov_keras_"), artifact
+    x = truth["x"]  # [N,S,I]
+    return np.ascontiguousarray(x[:, ::-1] if "go_backwards" in artifact else x)
 
 
 SINGLE_LIFTED = [a for a in LIFTED_ARTIFACTS if not any(k in a for k in ("bidirectional", "rnn2", "gru2"))]
@@ -132,11 +147,14 @@ def test_lifted_layers_converted_give_the_frameworks_outputs(artifact, tmp_path)
     path = PRODUCERS / artifact
     truth = _truth(artifact)
     (layer,) = gp.load(path).layers
-    x = truth[layer.interface.x]
-    expected = [v for k, v in truth.items() if k != layer.interface.x]
+    x = _layer_input(artifact, layer, truth)
+    expected = [v for k, v in truth.items() if k not in (layer.interface.x, "x")]
     for target in TARGETS:
         out = tmp_path / f"{target}{SUFFIX[target]}"
-        _convert(path, out, target, gp.load(path))
+        # DirectML tensors are static: a layer of unknown sizes is written at the sizes it is fed here
+        fixed = target == "directml" and "dynamic" in artifact
+        sizes = {"seq_length": x.shape[1], "batch_size": x.shape[0]} if fixed else {}
+        _convert(path, out, target, gp.load(path), **sizes)
         back = gp.load(out)
         if back.meta.get("other_ops"):  # ONNX and OpenVINO keep the whole model: its own outputs
             got = list(gp.run(out, {layer.interface.x: x}).values())
@@ -151,10 +169,13 @@ def test_lifted_layers_converted_give_the_frameworks_outputs(artifact, tmp_path)
             outputs = gp.run(
                 out, {lay.interface.x: feed}, engine="numpy" if target in ("directml", "bnns", "coreml") else "native"
             )
-            y, y_h = outputs[lay.interface.y], outputs[lay.interface.y_h]
+            y = outputs[lay.interface.y]
+            states = [outputs[getattr(lay.interface, role)] for _, role in state_roles(lay.cell)]
             if batch_major:
-                y, y_h = y.reshape(n, s, 1, h).transpose(1, 2, 0, 3), y_h.reshape(n, 1, h).transpose(1, 0, 2)
-            got = _framework_outputs(artifact, y.reshape(s, 1, n, h), y_h.reshape(1, n, h))
+                y = y.reshape(n, s, 1, h).transpose(1, 2, 0, 3)
+                states = [state.reshape(n, 1, h).transpose(1, 0, 2) for state in states]
+            got = _framework_outputs(artifact, y.reshape(s, 1, n, h), *(st.reshape(1, n, h) for st in states))
+            assert len(got) == len(expected)
         for g, want in zip(got, expected):
             np.testing.assert_allclose(
                 g.astype(np.float32), want, err_msg=f"{artifact} -> {target}", **_tolerance(artifact)

@@ -40,7 +40,8 @@ Strategies (docs/conventions.md §3 and §8 say where OpenVINO's CPU plugin is e
 * ``auto``: native where it is exact, else decomposed, with the reason as a finding.
 
 gatepack's IR carries its layers' description in ``rt_info`` (``gatepack/layers``), so it reads
-back whole; any other IR's GRUSequence/RNNSequence/LSTMSequence nodes are read from the graph.
+back whole; any other IR's GRUSequence/RNNSequence/LSTMSequence nodes are read from the graph, and
+its Loops/TensorIterators that step a GRU, RNN or LSTM are lifted (``openvino_lifting``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from gatepack.converters.description import build_layer, describe, parse
 from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
 from gatepack.converters.findings import Finding, Status, fp16_source
+from gatepack.converters.formats.openvino_lifting import LOOP_OPS, lift_loops, run_lifted
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
@@ -716,7 +718,8 @@ def _constant_data(constant, path: Path, layer: str, role: str, widen_to=None) -
 
 def read(path: str | Path, **_options) -> Model:
     """Read the recurrent layers of an IR: gatepack's (from its rt_info, checked against the graph)
-    or any other producer's GRUSequence/RNNSequence nodes."""
+    or any other producer's sequence nodes and the loops lifted into layers (``Model.skipped``: the
+    loops that are no GRU/RNN/LSTM, and why)."""
     path = Path(path)
     ov_model = _read_ir(path)
     ops_by_name = {op.get_friendly_name(): op for op in _all_ops(ov_model)}
@@ -747,22 +750,33 @@ def read(path: str | Path, **_options) -> Model:
             layer, found = _read_sequence_op(path, op, ov_model)
             layers.append(layer)
             notes[layer.name] = found
+    lifted, lifted_notes, refused = lift_loops(path, ov_model, _ov(), FP16_SOURCE)
+    layers += lifted
+    notes.update(lifted_notes)
     if not layers:
+        loops = sorted({op.get_type_name() for op in ov_model.get_ordered_ops() if op.get_type_name() in LOOP_OPS})
         raise NoRecurrentLayerError(
-            f"{path}: no GRUSequence, RNNSequence or LSTMSequence node",
-            hint="OpenVINO's frontends may have unrolled or decomposed the layer (look for TensorIterator/Loop)",
+            f"{path}: no GRUSequence, RNNSequence or LSTMSequence node"
+            + (f", and its {'/'.join(loops)} is no GRU/RNN/LSTM: {refused[0][1]}" if refused else ""),
+            hint=(
+                "gatepack lifts a loop that steps one sequence through a GRU, RNN or LSTM cell"
+                if refused
+                else "OpenVINO's frontends may have unrolled the layer into elementary ops outside any loop"
+            ),
         )
+    kept = {*_OPS, "Parameter", "Result", "Constant", "Convert"}
+    lifted_loops = {layer.name for layer in lifted}
     other = [
         op.get_type_name()
         for op in ov_model.get_ops()
-        if op.get_type_name() not in {*_OPS, "Parameter", "Result", "Constant", "Convert"}
+        if op.get_type_name() not in kept and op.get_friendly_name() not in lifted_loops
     ]
     meta = {
         "other_ops": sorted(set(other)),
         "other_op_count": len(other),
         **({"notes": ov_model.gatepack_named} if ov_model.gatepack_named else {}),
     }
-    return Model(path, FORMAT, layers, notes, meta=meta)
+    return Model(path, FORMAT, layers, notes, refused, meta=meta)
 
 
 def _all_ops(ov_model) -> list:
@@ -1281,6 +1295,8 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
         raise UsageError(f"layer {layer.name!r} was not read from an OpenVINO IR")
     path, name, kind = layer.provenance.artifact, layer.provenance.node, layer.provenance.kind
     label = f"{path}: layer {name!r}"
+    if kind == "lifted":
+        return run_lifted(path, layer.provenance.handle, layer.interface, feed, (ov, ops))
     ov_model = _read_ir(path)
     itf = layer.interface
     inputs = {getattr(itf, role) for role in INPUT_ROLES} - {None}
