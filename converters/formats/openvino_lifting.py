@@ -39,6 +39,13 @@ import numpy as np
 
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.openvino_shapes import (
+    Sizing,
+    evaluate_for_two_shapes,
+    from_shapes_only,
+    node_key,
+    shape_of,
+)
 from gatepack.converters.lifting import ACTIVATION_OPS, LiftRefused, Recurrence, candidates_from_constants, lift
 from gatepack.schemas.layer import (
     INPUT_ROLES,
@@ -135,7 +142,6 @@ def _lifted_text(op, description: str, tried: int, handle: LoopHandle, itf: Inte
 
 
 def _structure(op, ov_model) -> tuple[LoopHandle, Interface, tuple[int, int]]:
-    from gatepack.converters.formats.openvino import _evaluate_for_two_shapes, _from_shapes_only
 
     body = op.get_function()
     params = body.get_parameters()
@@ -149,9 +155,9 @@ def _structure(op, ov_model) -> tuple[LoopHandle, Interface, tuple[int, int]]:
         rank = rank.get_length() if rank.is_static else None
         if float_ and kind == "MergedInputDescription" and rank == 2:
             states.append((desc, outer, param))
-        elif float_ and outer.get_node().get_type_name() in ("Constant", "Convert") and _from_shapes_only(outer):
+        elif float_ and outer.get_node().get_type_name() in ("Constant", "Convert") and from_shapes_only(outer):
             continue  # a weight passed in (read with the body's constants)
-        elif float_ and not _from_shapes_only(outer) and kind in ("InvariantInputDescription", "SliceInputDescription"):
+        elif float_ and not from_shapes_only(outer) and kind in ("InvariantInputDescription", "SliceInputDescription"):
             xs.append((desc, outer))
         else:
             others.append((desc, outer))
@@ -160,7 +166,7 @@ def _structure(op, ov_model) -> tuple[LoopHandle, Interface, tuple[int, int]]:
     if len(states) not in (1, 2):
         raise _NotALayer(f"it carries {len(states)} float [N,H] states (a GRU or RNN carries one, an LSTM two)")
     for desc, outer in others:
-        if not _from_shapes_only(outer):
+        if not from_shapes_only(outer):
             raise _NotALayer(f"its input {desc.input_index} is a tensor of the model, not X or a state")
     (x_desc, x_value) = xs[0]
     layout, reverse = 0, False
@@ -191,9 +197,9 @@ def _structure(op, ov_model) -> tuple[LoopHandle, Interface, tuple[int, int]]:
     }
     loop = op.get_friendly_name()
     state_handles, names = [], {}
-    trials = _evaluate_for_two_shapes(ov_model, [outer for _, outer, _ in states], x_value)
+    trials = evaluate_for_two_shapes(ov_model, [outer for _, outer, _ in states], x_value)
     for role, (desc, outer) in zip("hc", ordered):
-        fed = not _from_shapes_only(outer)
+        fed = not from_shapes_only(outer)
         if not fed:
             k = [o for _, o, _ in states].index(outer)
             if not trials or any(got[k] is None or np.any(got[k]) for got, _ in trials):
@@ -352,10 +358,10 @@ def _body_activations(op) -> frozenset[str]:
 def run_lifted(path: Path, handle: LoopHandle, itf: Interface, feed: dict[str, np.ndarray], ov) -> dict:
     """The original loop on OpenVINO CPU: canonical Y [S,1,N,H] and final states [1,N,H], in the
     layout. The loop is cut out of a fresh copy of the IR; X and the states are new parameters."""
-    from gatepack.converters.formats.openvino import _node_key, _read_ir, _run
+    from gatepack.converters.formats.openvino import read_ir, run_model
 
     _, ops = ov
-    ov_model = _read_ir(path)
+    ov_model = read_ir(path)
     loop = next((o for o in ov_model.get_ordered_ops() if o.get_friendly_name() == handle.loop), None)
     if loop is None:
         raise RuntimeFailure(f"{path}: the IR has no loop {handle.loop!r}")
@@ -367,7 +373,7 @@ def run_lifted(path: Path, handle: LoopHandle, itf: Interface, feed: dict[str, n
     inputs = {}
     for param in ov_model.get_parameters():
         inputs[param.get_output_tensor(0).get_any_name()] = np.zeros(
-            sized[_node_key(param)], param.get_element_type().to_dtype()
+            sized[node_key(param)], param.get_element_type().to_dtype()
         )
     new_params = []
 
@@ -398,7 +404,7 @@ def run_lifted(path: Path, handle: LoopHandle, itf: Interface, feed: dict[str, n
         results.append(ops.result(output))
     ov_api, _ = ov
     model = ov_api.Model(results, [*ov_model.get_parameters(), *new_params], "lifted")
-    got = _run(model, inputs, f"{path}: loop {handle.loop!r}")
+    got = run_model(model, inputs, f"{path}: loop {handle.loop!r}")
     found = {}
     for k, role in enumerate(outputs):
         value = np.asarray(got[f"gatepack_lift_out{k}"], np.float32)
@@ -416,16 +422,14 @@ def _original_sizes(ov_model, x_value, s: int, n: int) -> dict:
     """Dims for every input of the model such that ``x_value`` (the loop's X) is [s, n, I]: each
     dynamic dimension is tried as a distinct number, and the one that becomes X's time (batch)
     dimension gets s (n); any other dynamic dimension gets 1."""
-    from gatepack.converters.formats.openvino import _node_key, _shape_of, _Sizing
-
     trial, marker = {}, 101
     for param in ov_model.get_parameters():
         dims = []
         for dim in param.get_partial_shape():
             dims.append(dim.get_length() if dim.is_static else marker)
             marker += 0 if dim.is_static else 2
-        trial[_node_key(param)] = dims
-    shape = _shape_of(x_value, _Sizing(trial))
+        trial[node_key(param)] = dims
+    shape = shape_of(x_value, Sizing(trial))
     static = all(d.is_static for p in ov_model.get_parameters() for d in p.get_partial_shape())
     if static:
         return trial

@@ -1,0 +1,237 @@
+"""Shape arithmetic on an OpenVINO graph, without running it: the static shape a value takes, and the
+value a shape computation gives, when every graph input has given sizes.
+
+``ov.convert_model`` fills a sequence op's required inputs (full sequence lengths, zero initial
+states) and a loop's trip count and buffers with values computed from X's shape by a few operators
+(ShapeOf, Gather, Concat, Broadcast, ...). The readers prove what such a value is by evaluating it for
+two sizings of the inputs, each dynamic dimension a distinct number, so that a wrong dimension cannot
+match by accident. Only the few shape operators below are evaluated; anything else gives None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def node_key(node) -> object:
+    return node.get_instance_id() if hasattr(node, "get_instance_id") else node.get_friendly_name()
+
+
+def from_shapes_only(value) -> bool:
+    """True when ``value`` is computed from constants and tensor shapes alone, never a tensor's values
+    (``ov.convert_model`` computes a sequence op's full lengths and zero state that way)."""
+    stack, seen = [value.get_node()], set()
+    while stack:
+        node = stack.pop()
+        if node_key(node) in seen:
+            continue
+        seen.add(node_key(node))
+        kind = node.get_type_name()
+        if kind == "ShapeOf":
+            continue
+        if kind in ("Parameter", "ReadValue") or node.get_input_size() == 0 and kind != "Constant":
+            return False
+        stack.extend(node.input_value(k).get_node() for k in range(node.get_input_size()))
+    return True
+
+
+_SPLITS = ("Split", "VariadicSplit")
+_SAME_SHAPE = {"Convert", "Relu", "Tanh", "Sigmoid", "Clamp", "Exp", "Negative", "Abs", "Sqrt", "Erf", "Gelu"}
+_BROADCASTING = {"Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Power"}
+
+
+MAX_SHAPE_VALUES = 1 << 16  # a shape computation holds a few numbers; anything bigger is not one
+
+
+@dataclass
+class Sizing:
+    """One assignment of sizes to a model's inputs, and what was derived from it (each node once)."""
+
+    inputs: dict  # Parameter key -> dims
+    shapes: dict = field(default_factory=dict)
+    values: dict = field(default_factory=dict)
+
+
+def _memoised(table: dict, value, compute):
+    key = (node_key(value.get_node()), value.get_index())
+    if key not in table:
+        table[key] = None  # a cycle (never in a valid model) evaluates to unknown
+        table[key] = compute()
+    return table[key]
+
+
+def shape_of(value, sizes: Sizing) -> list[int] | None:
+    """The static shape ``value`` takes when every graph input has the sizes in ``sizes`` (each dynamic
+    dimension a distinct number), by OpenVINO's shape rules for the few operators recurrent exports put
+    between an input and a sequence op; None for any other operator."""
+    return _memoised(sizes.shapes, value, lambda: _infer_shape(value, sizes))
+
+
+def _squeezed(dims: list[int], axes: list[int]) -> list[int]:
+    axes = {a % len(dims) for a in axes} if axes else {k for k, d in enumerate(dims) if d == 1}
+    if any(dims[a] != 1 for a in axes):
+        raise ValueError("squeezing a dimension that is not 1")
+    return [d for k, d in enumerate(dims) if k not in axes]
+
+
+def _unsqueezed(dims: list[int], axes: list[int]) -> list[int]:
+    rank = len(dims) + len(axes)
+    positions = {a % rank for a in axes}
+    rest = iter(dims)
+    return [1 if k in positions else next(rest) for k in range(rank)]
+
+
+def _reshaped(dims: list[int], target: list[int], special_zero: bool) -> list[int]:
+    """Reshape-1's output shape, by arithmetic (nothing is allocated)."""
+    out = [dims[k] if v == 0 and special_zero else v for k, v in enumerate(target)]
+    total = int(np.prod(dims, dtype=object))
+    if out.count(-1) == 1:
+        known = int(np.prod([d for d in out if d != -1], dtype=object))
+        if known == 0 or total % known:
+            raise ValueError("no size for the -1 dimension")
+        out[out.index(-1)] = total // known
+    if any(d < 0 for d in out) or int(np.prod(out, dtype=object)) != total:
+        raise ValueError("reshape changes the element count")
+    return out
+
+
+def _infer_shape(value, sizes: Sizing) -> list[int] | None:
+    node = value.get_node()
+    kind = node.get_type_name()
+    if kind == "Parameter":
+        return sizes.inputs.get(node_key(node))
+    if kind == "Constant":
+        return [int(d) for d in np.array(node.get_data()).shape]
+    args = [node.input_value(k) for k in range(node.get_input_size())]
+    if kind in _SAME_SHAPE:
+        return shape_of(args[0], sizes)
+    if kind in _BROADCASTING:
+        shapes = [shape_of(a, sizes) for a in args]
+        return None if None in shapes else list(np.broadcast_shapes(*map(tuple, shapes)))
+    if kind in ("GRUSequence", "RNNSequence", "LSTMSequence"):
+        x, w = shape_of(args[0], sizes), shape_of(args[3 if kind != "LSTMSequence" else 4], sizes)
+        if x is None or w is None:
+            return None
+        hidden = int(node.get_attributes()["hidden_size"])
+        return [x[0], w[0], x[1], hidden] if value.get_index() == 0 else [x[0], w[0], hidden]
+    if kind == "Concat":
+        shapes = [shape_of(a, sizes) for a in args]
+        if None in shapes:
+            return None
+        axis = int(node.get_attributes()["axis"]) % len(shapes[0])
+        return [sum(sh[axis] for sh in shapes) if k == axis else d for k, d in enumerate(shapes[0])]
+    if kind in ("Transpose", "Squeeze", "Unsqueeze", "Reshape", "Broadcast", "ShapeOf"):
+        data = shape_of(args[0], sizes)
+        if data is None:
+            return None
+        if kind == "ShapeOf":
+            return [len(data)]
+        operand = evaluate_shape_cone(args[1], sizes) if len(args) > 1 else None
+        if operand is None:
+            return None if kind != "Squeeze" else [d for d in data if d != 1]
+        operand = [int(v) for v in np.ravel(operand)]
+        try:
+            if kind == "Transpose":
+                return [data[k] for k in operand]
+            if kind == "Squeeze":
+                return _squeezed(data, operand)
+            if kind == "Unsqueeze":
+                return _unsqueezed(data, operand)
+            if kind == "Broadcast":
+                return list(np.broadcast_shapes(tuple(data), tuple(operand)))
+            return _reshaped(data, operand, bool(node.get_attributes().get("special_zero")))
+        except (ValueError, IndexError):
+            return None
+    return None
+
+
+def _slice(node, a: list) -> np.ndarray:
+    """Slice-8: data, start, stop, step, axes (default: the first len(start) axes)."""
+    data, start, stop, step = a[0], *(np.ravel(v) for v in a[1:4])
+    axes = np.ravel(a[4]) if len(a) > 4 else np.arange(len(start))
+    index = [slice(None)] * data.ndim
+    for axis, b, e, k in zip(axes, start, stop, step):
+        index[int(axis)] = slice(int(b), int(e), int(k))
+    return data[tuple(index)]
+
+
+_SHAPE_OPS = {
+    "Slice": _slice,
+    "Convert": lambda node, a: a[0].astype(node.get_output_element_type(0).to_dtype()),
+    "Gather": lambda node, a: np.take(a[0], a[1], axis=int(np.ravel(a[2])[0])),
+    "Concat": lambda node, a: np.concatenate(a, axis=int(node.get_attributes()["axis"])),
+    "Broadcast": lambda node, a: np.broadcast_to(a[0], tuple(int(v) for v in a[1])),
+    "Reshape": lambda node, a: a[0].reshape(
+        [
+            int(a[0].shape[k]) if v == 0 and node.get_attributes().get("special_zero") else int(v)
+            for k, v in enumerate(a[1])
+        ]
+    ),
+    "Transpose": lambda node, a: a[0].transpose([int(v) for v in a[1]]),
+    "Squeeze": lambda node, a: np.squeeze(a[0], axis=tuple(int(v) for v in np.ravel(a[1]))),
+    "Unsqueeze": lambda node, a: np.expand_dims(a[0], axis=tuple(int(v) for v in np.ravel(a[1]))),
+    "Split": lambda node, a: np.split(a[0], int(node.get_attributes()["num_splits"]), int(np.ravel(a[1])[0])),
+    "VariadicSplit": lambda node, a: np.split(
+        a[0], np.cumsum([int(v) for v in np.ravel(a[2])])[:-1], int(np.ravel(a[1])[0])
+    ),
+    "Add": lambda node, a: a[0] + a[1],
+    "Subtract": lambda node, a: a[0] - a[1],
+    "Multiply": lambda node, a: a[0] * a[1],
+}
+
+
+def evaluate_shape_cone(value, sizes: Sizing) -> np.ndarray | None:
+    """A value computed from constants and shapes, every ShapeOf's shape given by ``shape_of`` for
+    the input sizes in ``sizes``; None for an operator outside the few shape arithmetic ones, or for a
+    value of more than MAX_SHAPE_VALUES numbers (never allocated)."""
+    return _memoised(sizes.values, value, lambda: _evaluate(value, sizes))
+
+
+def _evaluate(value, sizes: Sizing) -> np.ndarray | None:
+    node = value.get_node()
+    kind = node.get_type_name()
+    if kind == "Constant":
+        shape = node.get_output_partial_shape(0)
+        if shape.is_dynamic or int(np.prod(shape.to_shape(), dtype=object)) > MAX_SHAPE_VALUES:
+            return None
+        return np.array(node.get_data())
+    if kind == "ShapeOf":
+        shape = shape_of(node.input_value(0), sizes)
+        return None if shape is None else np.array(shape, node.get_output_element_type(0).to_dtype())
+    if kind not in _SHAPE_OPS or (node.get_output_size() != 1 and kind not in _SPLITS):
+        return None
+    args = []
+    for k in range(node.get_input_size()):
+        arg = evaluate_shape_cone(node.input_value(k), sizes)
+        if arg is None:
+            return None
+        args.append(arg)
+    if kind == "Broadcast" and int(np.prod([int(v) for v in np.ravel(args[1])], dtype=object)) > MAX_SHAPE_VALUES:
+        return None
+    try:
+        result = _SHAPE_OPS[kind](node, args)
+        return np.asarray(result[value.get_index()] if kind in _SPLITS else result)
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+
+
+def evaluate_for_two_shapes(ov_model, values: list, x) -> list[tuple[list, list[int] | None]]:
+    """``values`` (computed from shapes only) and the shape of ``x`` for two sizings of the model's
+    inputs, each dynamic dimension a distinct number (so a wrong dimension cannot match by accident)."""
+    trials = []
+    for first in (101, 211):
+        inputs, size = {}, first
+        for param in ov_model.get_parameters():
+            shape = param.get_partial_shape()
+            if shape.rank.is_dynamic:
+                return []
+            dims = []
+            for dim in shape:
+                dims.append(dim.get_length() if dim.is_static else size)
+                size += 0 if dim.is_static else 2
+            inputs[node_key(param)] = dims
+        sizes = Sizing(inputs)
+        trials.append(([evaluate_shape_cone(v, sizes) for v in values], shape_of(x, sizes)))
+    return trials
