@@ -81,12 +81,37 @@ class LoopHandle:
     hidden_size: int
 
 
+_LIFTED: dict[tuple, tuple] = {}  # file identity -> what lift_loops found (the proofs run OpenVINO: cached)
+_LIFTED_KEPT = 8
+
+
+def _identity(path: Path) -> tuple:
+    """The IR's .xml and .bin as they are now (a changed file is another key)."""
+    found = []
+    for file in (path, path.with_suffix(".bin")):
+        stat = file.stat()
+        found.append((str(file.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
+
+
 def lift_loops(
     path: Path, ov_model, ov, fp16_finding: Finding
 ) -> tuple[list[RecurrentLayer], dict, list[tuple[str, str]]]:
     """Layers lifted from the top-level loops of ``ov_model`` (read from ``path``), their findings
     (``fp16_finding`` for a loop whose weights are stored as fp16), and (loop, why not) for every
-    loop that is no GRU/RNN/LSTM."""
+    loop that is no GRU/RNN/LSTM. Reading the same unchanged files again reuses the proofs."""
+    if not any(op.get_type_name() in LOOP_OPS for op in ov_model.get_ordered_ops()):
+        return [], {}, []
+    key = (_identity(path), str(path))
+    if key not in _LIFTED:
+        if len(_LIFTED) >= _LIFTED_KEPT:
+            _LIFTED.pop(next(iter(_LIFTED)))
+        _LIFTED[key] = _lift_loops(path, ov_model, ov, fp16_finding)
+    layers, notes, refused = _LIFTED[key]
+    return list(layers), {name: list(found) for name, found in notes.items()}, list(refused)
+
+
+def _lift_loops(path: Path, ov_model, ov, fp16_finding: Finding) -> tuple:
     layers, notes, refused = [], {}, []
     for op in ov_model.get_ordered_ops():
         if op.get_type_name() not in LOOP_OPS:
@@ -114,6 +139,9 @@ def lift_loops(
         except LiftRefused as err:
             refused.append((name, str(err)))
             continue
+        for params in lifted.layer.directions:  # shared by every read of the same files: never written to
+            for array in (params.W, params.R, params.Wb, params.Rb):
+                array.setflags(write=False)
         layers.append(replace(lifted.layer, provenance=Provenance("openvino", path, name, "lifted", handle=handle)))
         notes[name] = ([fp16_finding] if _fp16_weights(op) else []) + [
             Finding("lifted", Status.REPACKED, _lifted_text(op, lifted.description, lifted.tried, handle, itf))
