@@ -240,8 +240,9 @@ def candidates_from_constants(
 
     Biases are tried as separate input and recurrent vectors (both assignments), one vector on either
     side (for a GRU with the reset after the matmul, the candidate's recurrent bias must stay apart
-    from its input bias), or none. An LSTM and an RNN only ever add Wb + Rb, so for them one
-    assignment of a pair and one side of a single vector suffice."""
+    from its input bias), a [4H] vector as OpenVINO's GRU with the reset after the matmul stores it
+    (Wb+Rb for z and r, then Wb_h, Rb_h), or none. An LSTM and an RNN only ever add Wb + Rb, so for
+    them one assignment of a pair and one side of a single vector suffice."""
     floats = {k: v for k, v in constants.items() if v.dtype.kind == "f" and v.size > 1}
     found = []
     for gates in (4, 3, 1):

@@ -59,7 +59,7 @@ from gatepack.converters.description import build_layer, describe, parse
 from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
 from gatepack.converters.findings import Finding, Status, fp16_source
-from gatepack.converters.formats.openvino_lifting import LOOP_OPS, lift_loops, run_lifted
+from gatepack.converters.formats.openvino_lifting import LOOP_OPS, STATE_INPUTS, lift_loops, run_lifted
 from gatepack.converters.formats.openvino_shapes import (
     evaluate_for_two_shapes,
     from_shapes_only,
@@ -98,7 +98,6 @@ _OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN, "LSTMSequence": Cell.L
 # The sequence ops' gate order (ONNX's for GRU and RNN; LSTMSequence-5 has f, i, c, o) ...
 OV_GATES = {Cell.GRU: ("z", "r", "h"), Cell.RNN: ("i",), Cell.LSTM: ("f", "i", "c", "o")}
 # ... and their inputs: X, an initial state per state, sequence_lengths, W, R, B.
-_STATE_INPUTS = {"h": "initial_hidden_state", "c": "initial_cell_state"}
 
 
 def sequence_inputs(cell: Cell) -> dict[str, int]:
@@ -853,7 +852,7 @@ def _implicit_inputs(path: Path, op, ov_model, name: str, cell: Cell) -> tuple[b
                 Finding(
                     role,
                     Status.EXACT,
-                    f"{_STATE_INPUTS[role[-1]]} is a constant of the IR, not zeros; gatepack makes it the layer's "
+                    f"{STATE_INPUTS[role[-1]]} is a constant of the IR, not zeros; gatepack makes it the layer's "
                     f"{role} input (feed it those values)",
                     warning="constant initial state exposed as an input",
                 )
@@ -944,7 +943,7 @@ def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, li
     interface = Interface(
         x=f"{name}/X",
         sequence_lens=f"{name}/sequence_lengths" if has_lens else None,
-        **{role: f"{name}/{_STATE_INPUTS[role[-1]]}" if has_state[role] else None for role in roles},
+        **{role: f"{name}/{STATE_INPUTS[role[-1]]}" if has_state[role] else None for role in roles},
         layout=1,
         seq_length=s,
         batch_size=n,
@@ -1111,7 +1110,7 @@ def _node_alone(ops, layer: RecurrentLayer, op, feed: dict[str, np.ndarray]):
     index = sequence_inputs(layer.cell)
     names = {"x": itf.x}
     for role, _ in state_roles(layer.cell):
-        names[role] = getattr(itf, role) or f"{name}/{_STATE_INPUTS[role[-1]]}"
+        names[role] = getattr(itf, role) or f"{name}/{STATE_INPUTS[role[-1]]}"
         feed.setdefault(names[role], np.zeros((n, d, h) if batch_major else (d, n, h), layer.dtype))
     names["sequence_lens"] = itf.sequence_lens or f"{name}/sequence_lengths"
     lens_type = op.get_input_element_type(index["sequence_lens"])

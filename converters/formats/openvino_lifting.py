@@ -59,7 +59,7 @@ from gatepack.schemas.layer import (
 
 LOOP_OPS = ("Loop", "TensorIterator")
 _CELL_OPS = {"LSTMCell": 1, "GRUCell": 1, "RNNCell": 1}  # a cell op's h input (its input 1)
-_STATE_LABELS = {"h": "initial_hidden_state", "c": "initial_cell_state"}
+STATE_INPUTS = {"h": "initial_hidden_state", "c": "initial_cell_state"}  # OpenVINO's names of the state inputs
 
 
 class _NotALayer(Exception):
@@ -68,7 +68,7 @@ class _NotALayer(Exception):
 
 @dataclass(frozen=True)
 class LoopHandle:
-    """Where a lifted loop's layer is in the IR: loop input and output indices (``_run_lifted``)."""
+    """Where a lifted loop's layer is in the IR: loop input and output indices (``run_lifted``)."""
 
     loop: str  # the loop's friendly name
     x_input: int
@@ -231,7 +231,7 @@ def _structure(op, ov_model) -> tuple[LoopHandle, Interface, tuple[int, int]]:
         if not fed:
             k = [o for _, o, _ in states].index(outer)
             if not trials or any(got[k] is None or np.any(got[k]) for got, _ in trials):
-                raise _NotALayer(f"its initial {_STATE_LABELS[role]} is computed from constants but is not zeros")
+                raise _NotALayer(f"its initial {STATE_INPUTS[role]} is computed from constants but is not zeros")
         output = finals.get(desc.body_value_index)
         state_handles.append((role, desc.input_index, output, fed))
         names[f"initial_{role}"] = f"{loop}/initial_{role}" if fed else None
@@ -397,7 +397,7 @@ def run_lifted(path: Path, handle: LoopHandle, itf: Interface, feed: dict[str, n
     x_seq = x.transpose(PERM_SWAP_01) if itf.layout else x  # [S,N,I]
     s, n = x_seq.shape[:2]
     x_value = loop.input_value(handle.x_input)
-    sized = _original_sizes(ov_model, x_value, s, n)
+    sized = _original_sizes(ov_model, x_value, s, n, f"{path}: loop {handle.loop!r}")
     inputs = {}
     for param in ov_model.get_parameters():
         inputs[param.get_output_tensor(0).get_any_name()] = np.zeros(
@@ -446,22 +446,21 @@ def run_lifted(path: Path, handle: LoopHandle, itf: Interface, feed: dict[str, n
     return found
 
 
-def _original_sizes(ov_model, x_value, s: int, n: int) -> dict:
+def _original_sizes(ov_model, x_value, s: int, n: int, label: str) -> dict:
     """Dims for every input of the model such that ``x_value`` (the loop's X) is [s, n, I]: each
-    dynamic dimension is tried as a distinct number, and the one that becomes X's time (batch)
-    dimension gets s (n); any other dynamic dimension gets 1."""
-    trial, marker = {}, 101
-    for param in ov_model.get_parameters():
-        dims = []
-        for dim in param.get_partial_shape():
-            dims.append(dim.get_length() if dim.is_static else marker)
-            marker += 0 if dim.is_static else 2
-        trial[node_key(param)] = dims
-    shape = shape_of(x_value, Sizing(trial))
-    static = all(d.is_static for p in ov_model.get_parameters() for d in p.get_partial_shape())
-    if static:
+    dynamic dimension is tried as a distinct number above every static one, and the one that becomes
+    X's time (batch) dimension gets s (n); any other dynamic dimension gets 1."""
+    shapes = {node_key(p): list(p.get_partial_shape()) for p in ov_model.get_parameters()}
+    static = [d.get_length() for dims in shapes.values() for d in dims if d.is_static]
+    markers = iter(range(max(static, default=0) + 101, 1 << 30, 2))
+    trial = {key: [d.get_length() if d.is_static else next(markers) for d in dims] for key, dims in shapes.items()}
+    if all(d.is_static for dims in shapes.values() for d in dims):
         return trial
+    shape = shape_of(x_value, Sizing(trial))
     if shape is None:
-        raise RuntimeFailure("the loop's X is computed by operators gatepack cannot size, so the loop cannot be run")
+        raise RuntimeFailure(f"{label}: its X is computed by operators gatepack cannot size, so it cannot be run")
     mapping = {shape[0]: s, shape[1]: n}
-    return {key: [mapping.get(d, 1) if d >= 101 and d % 2 else d for d in dims] for key, dims in trial.items()}
+    return {
+        key: [v if dims[k].is_static else mapping.get(v, 1) for k, v in enumerate(trial[key])]
+        for key, dims in shapes.items()
+    }
