@@ -311,6 +311,16 @@ def _consumers(param) -> list:
     return found
 
 
+def _behind_convert(node):
+    """The node a decompression Convert reads (an fp16 constant widened), else ``node`` itself."""
+    return node.input_value(0).get_node() if node.get_type_name() == "Convert" else node
+
+
+def _floats(constant) -> np.ndarray:
+    """A Constant's values as float32 (fp16 widens exactly)."""
+    return np.array(constant.get_data()).astype(np.float32)
+
+
 def _body_constants(op) -> dict[str, np.ndarray]:
     """The float constants a step may multiply by: the body's (fp16 ones widened by their Convert)
     and those passed in as invariant inputs, keyed by friendly name; and, where the body multiplies
@@ -320,25 +330,21 @@ def _body_constants(op) -> dict[str, np.ndarray]:
     products: dict[int, list[tuple[str, np.ndarray]]] = {}
     for node in op.get_function().get_ordered_ops():
         if node.get_type_name() == "Constant" and node.get_element_type().is_real():
-            found[node.get_friendly_name()] = np.array(node.get_data()).astype(np.float32)
+            found[node.get_friendly_name()] = _floats(node)
         if node.get_type_name() == "MatMul":
-            source = node.input_value(1).get_node()
-            if source.get_type_name() == "Convert":
-                source = source.input_value(0).get_node()
+            source = _behind_convert(node.input_value(1).get_node())
             if source.get_type_name() == "Constant" and len(source.get_output_partial_shape(0)) == 2:
-                weight = np.array(source.get_data()).astype(np.float32)
+                weight = _floats(source)
                 weight = weight if node.get_attributes().get("transpose_b") else weight.T  # -> [rows, inner]
                 products.setdefault(weight.shape[1], []).append((source.get_friendly_name(), weight))
     for parts in products.values():
         if len(parts) > 1:
             found[" + ".join(name for name, _ in parts)] = np.concatenate([w for _, w in parts])
     for desc in op.get_input_descriptions():
-        source = op.input_value(desc.input_index).get_node()
-        if source.get_type_name() == "Convert":
-            source = source.input_value(0).get_node()
+        source = _behind_convert(op.input_value(desc.input_index).get_node())
         if type(desc).__name__ == "InvariantInputDescription" and source.get_type_name() == "Constant":
             if source.get_element_type().is_real():
-                found[source.get_friendly_name()] = np.array(source.get_data()).astype(np.float32)
+                found[source.get_friendly_name()] = _floats(source)
     return found
 
 
