@@ -133,6 +133,46 @@ _defaults_option = click.option(
 )
 
 
+def _parse_input_shape(ctx, param, values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """``NAME=1,257,1`` (repeatable) -> {NAME: (1, 257, 1)}; a usage error names a malformed one."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for text in values:
+        name, _, dims = text.rpartition("=")
+        try:
+            sizes = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            sizes = ()
+        if not name or not sizes or min(sizes) < 1:
+            raise click.BadParameter(f"{text!r} is not NAME=d1,d2,... with sizes >= 1 (e.g. input=1,512)")
+        shapes[name] = sizes
+    return shapes
+
+
+def _verification_inputs_options(fn):
+    """--input-shape (repeatable) and --inputs, the whole-model verification inputs a user fixes."""
+    fn = click.option(
+        "--inputs",
+        "inputs_path",
+        type=click.Path(),
+        help="Verify on your own data: an .npz keyed by the model's input names (the others are drawn).",
+    )(fn)
+    return click.option(
+        "--input-shape",
+        "input_shapes",
+        multiple=True,
+        callback=_parse_input_shape,
+        metavar="NAME=DIMS",
+        help="Fix an input's shape for verification, e.g. input=1,512 (repeatable; symbolic dimensions it names "
+        "take these sizes in every input).",
+    )(fn)
+
+
+def _given_inputs(inputs_path: str | None) -> dict:
+    from gatepack.converters.fileio import load_npz
+
+    return load_npz(inputs_path) if inputs_path else {}
+
+
 _layers_only_option = click.option(
     "--layers-only",
     is_flag=True,
@@ -192,6 +232,7 @@ def _write_option_flags(fn):
 @click.option(
     "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the verification's random inputs."
 )
+@_verification_inputs_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result (or the error) as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @handle_errors
@@ -206,6 +247,8 @@ def convert(
     layers_only,
     activation_defaults,
     seed,
+    input_shapes,
+    inputs_path,
     as_json,
     quiet,
     **write_options,
@@ -232,6 +275,8 @@ def convert(
         layout=None if layout == "keep" else int(layout),
         layers_only=layers_only,
         seed=seed,
+        input_shapes=input_shapes,
+        inputs=_given_inputs(inputs_path),
         progress=None if quiet else Progress("gatepack convert"),
         activation_defaults=activation_defaults,
         **given,
@@ -292,11 +337,21 @@ def report(model, targets, fmt, output, from_format, layers_only, activation_def
     help="Relative tolerance: pass when |a - b| <= atol + rtol * |b| (default: float32 1e-4, float16 1e-2, "
     "float64 1e-6).",
 )
+@_verification_inputs_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
-def verify(source, target, seed, atol, rtol, as_json) -> None:
-    """Run SOURCE and TARGET on the same random inputs and compare (exit 5 when they differ)."""
-    result = gp.verify(source, target, seed=seed, atol=atol, rtol=rtol, progress=Progress("gatepack verify"))
+def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, as_json) -> None:
+    """Run SOURCE and TARGET on the same inputs and compare (exit 5 when they differ or the check is incomplete)."""
+    result = gp.verify(
+        source,
+        target,
+        seed=seed,
+        atol=atol,
+        rtol=rtol,
+        progress=Progress("gatepack verify"),
+        input_shapes=input_shapes,
+        inputs=_given_inputs(inputs_path),
+    )
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())
     if not result.passed:
         sys.exit(5)

@@ -226,6 +226,8 @@ def convert(
     layers_only: bool = False,
     seed: int = 0,
     progress: "Progress | None" = None,
+    input_shapes: "dict[str, tuple[int, ...]] | None" = None,
+    inputs: "dict[str, np.ndarray] | None" = None,
     **options,
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
@@ -238,7 +240,9 @@ def convert(
     layout (default: keep the source's). ``layers_only``: write the recurrent layers alone when the
     model has other operators (a target that holds layers only refuses such a model otherwise; ONNX
     and OpenVINO keep the whole model unless asked). ``seed``: of the verification's inputs. ``progress``: e.g.
-    ``gatepack.converters.progress.Progress("convert")`` reports the steps on stderr.
+    ``gatepack.converters.progress.Progress("convert")`` reports the steps on stderr. ``input_shapes``
+    (input name -> dims) fixes a whole model's symbolic dimensions for verification; ``inputs`` (input name ->
+    array) verifies it on the user's own data (other inputs are drawn).
     ``options``: ``activation_defaults`` (reading) and the target's write options (``strategy``,
     ``opset``, ``compress_to_fp16`` ...: ``gatepack formats`` lists them); an unknown option, one the
     target does not take, or a value of the wrong type raises UsageError naming it.
@@ -249,14 +253,17 @@ def convert(
     from gatepack.converters.progress import Silent
 
     progress = progress or Silent()
+    from gatepack.converters.verification import GivenInputs
+
+    given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
     try:
-        return _convert(src, dst, to, format, verify, allow_lossy, layout, layers_only, seed, progress, options)
+        return _convert(src, dst, to, format, verify, allow_lossy, layout, layers_only, seed, progress, options, given)
     finally:
         progress.close()
 
 
 def _convert(
-    src, dst, to, source_format, verify, allow_lossy, layout, layers_only, seed, progress: "Progress", options
+    src, dst, to, source_format, verify, allow_lossy, layout, layers_only, seed, progress: "Progress", options, given
 ) -> Result:
     from gatepack.converters import registry
     from gatepack.converters.fileio import atomic_files, atomic_path, prepare_output
@@ -306,7 +313,16 @@ def _convert(
             written.path = Path(dst)
             from gatepack.converters.verification import verify_models
 
-            result.verification = verify_models(source, written, seed=seed, target_file=tmp, progress=progress)
+            result.verification = verify_models(
+                source, written, seed=seed, target_file=tmp, progress=progress, given=given
+            )
+            if result.verification.incomplete and all(o.passed for o in result.verification.outputs):
+                raise VerificationError(
+                    f"{dst}: verification incomplete: {result.verification.incomplete}; nothing was written",
+                    verification=result.verification,
+                    hint="give inputs the model runs on: --input-shape NAME=d1,d2,... or --inputs FILE.npz "
+                    "(API: input_shapes=, inputs=), or --no-verify to write it unverified",
+                )
             if not result.verification.passed:
                 worst = max(result.verification.outputs, key=lambda o: o.max_abs_error, default=None)
                 what = (
@@ -374,6 +390,8 @@ def verify(
     atol: float | None = None,
     rtol: float | None = None,
     progress: "Progress | None" = None,
+    input_shapes: "dict[str, tuple[int, ...]] | None" = None,
+    inputs: "dict[str, np.ndarray] | None" = None,
     **options,
 ) -> "Verification":
     """Run the artifacts ``src`` and ``dst`` on the same random inputs and compare their outputs,
@@ -382,18 +400,24 @@ def verify(
     ``format`` / ``to``: the formats of ``src`` / ``dst`` (default: from the paths); ``seed``: of the
     inputs; ``atol`` / ``rtol``: agreement is ``|a - b| <= atol + rtol * |b|`` (default per dtype:
     float32 1e-5 / 1e-4, float16 1e-2 / 1e-2, float64 1e-7 / 1e-6); ``options``: read options
-    (``activation_defaults``). Returns the Verification (``passed``, per-output errors); it does not
-    raise when the outputs differ.
+    (``activation_defaults``); ``input_shapes`` / ``inputs``: as ``convert``'s. Returns the Verification
+    (``passed``, per-output errors, ``incomplete``); it does not raise when the outputs differ.
     """
     from gatepack.converters.progress import Silent
-    from gatepack.converters.verification import Tolerance, verify_models
+    from gatepack.converters.verification import GivenInputs, Tolerance, verify_models
 
+    given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
     _check_seed(seed)
     tolerance = Tolerance(atol, rtol)
     progress = progress or Silent()
     try:
         return verify_models(
-            load(src, format, **options), load(dst, to, **options), seed=seed, progress=progress, tolerance=tolerance
+            load(src, format, **options),
+            load(dst, to, **options),
+            seed=seed,
+            progress=progress,
+            tolerance=tolerance,
+            given=given,
         )
     finally:
         progress.close()

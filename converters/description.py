@@ -6,9 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from gatepack.converters.errors import InputError
 from gatepack.schemas.activations import Activation
-from gatepack.schemas.layer import Cell, Direction, Interface, Provenance, RecurrentLayer
+from gatepack.schemas.layer import (
+    CONSTANT_ROLES,
+    PERM_SWAP_01,
+    Cell,
+    Direction,
+    Interface,
+    Provenance,
+    RecurrentLayer,
+)
 
 
 def describe(layer: RecurrentLayer) -> dict:
@@ -35,10 +45,25 @@ def describe(layer: RecurrentLayer) -> dict:
             "dtype": itf.dtype,
         },
     }
+    if layer.constants:  # the inputs held as constants, stored in the artifact's graph under "LAYER/ROLE"
+        described["constants"] = sorted(layer.constants)
     if layer.cell.spec.input_forget:  # LSTM: the coupling flag and the cell state's tensors
         described["input_forget"] = layer.input_forget
         described["interface"].update(initial_c=itf.initial_c, y_c=itf.y_c)
     return described
+
+
+def constant_in_layout(layer: RecurrentLayer, role: str, layout: int) -> np.ndarray:
+    """The layer's constant ``role`` as a graph holds it in ``layout`` (states [N, D, H] in layout 1)."""
+    value = layer.constants[role]
+    return np.ascontiguousarray(value.transpose(PERM_SWAP_01)) if layout == 1 and value.ndim == 3 else value
+
+
+def constant_from_layout(value: np.ndarray, role: str, layout: int) -> np.ndarray:
+    """A constant ``role`` read from a graph in ``layout``, back in the canonical layout 0 (int32 lengths)."""
+    if role == "sequence_lens":
+        return np.asarray(value).reshape(-1).astype(np.int32)
+    return np.ascontiguousarray(value.transpose(PERM_SWAP_01)) if layout == 1 else np.asarray(value)
 
 
 @dataclass
@@ -57,6 +82,7 @@ class Described:
     input_forget: bool
     activations: list[tuple[Activation, ...]]  # per direction
     interface: Interface
+    constant_roles: tuple[str, ...] = ()  # the optional inputs the layer holds as constants
 
     @property
     def gates(self) -> int:
@@ -84,6 +110,13 @@ def _activation(item: object) -> Activation:
     return Activation(item[0], item[1], item[2])
 
 
+def _constant_roles(entry: dict) -> tuple[str, ...]:
+    roles = typed_field(entry, "constants", (list,), [])
+    if not all(isinstance(r, str) and r in CONSTANT_ROLES for r in roles):
+        raise ValueError(f"field 'constants' is {roles!r}, not a list of {CONSTANT_ROLES}")
+    return tuple(roles)
+
+
 def parse(path: Path, entry: object) -> Described:
     """Parse one stored description, every field typed; a one-line InputError naming the file, the
     field and the value if it is malformed."""
@@ -109,6 +142,7 @@ def parse(path: Path, entry: object) -> Described:
             input_forget=typed_field(entry, "input_forget", (bool,), False),
             activations=[tuple(_activation(a) for a in per) for per in activations],
             interface=Interface(**interface),
+            constant_roles=_constant_roles(entry),
         )
     except (ValueError, TypeError) as err:
         raise InputError(
@@ -116,9 +150,11 @@ def parse(path: Path, entry: object) -> Described:
         ) from None
 
 
-def build_layer(path: Path, info: Described, directions: list, provenance: Provenance) -> RecurrentLayer:
-    """The described layer with ``directions``' weights, read from the artifact's graph; the weights'
-    shapes are checked against the description."""
+def build_layer(
+    path: Path, info: Described, directions: list, provenance: Provenance, constants: dict | None = None
+) -> RecurrentLayer:
+    """The described layer with ``directions``' weights and the ``constants`` it holds (role -> layout-0
+    value), read from the artifact's graph; the weights' shapes are checked against the description."""
     from gatepack.schemas.layer import SpecError
 
     gh, i, h = info.gates * info.hidden_size, info.input_size, info.hidden_size
@@ -145,6 +181,7 @@ def build_layer(path: Path, info: Described, directions: list, provenance: Prove
             info.clip,
             info.has_bias,
             info.input_forget,
+            constants=constants or {},
             provenance=provenance,
         )
     except SpecError as err:

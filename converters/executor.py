@@ -56,7 +56,7 @@ def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarr
                 f"{where(model.path, layer.name)}input {itf.x!r} is missing", hint=f"inputs given: {sorted(inputs)}"
             )
         optional = {}
-        for role in INPUT_ROLES[1:]:
+        for role in layer.fed_roles():
             name = getattr(itf, role)
             if name is not None:
                 if name not in inputs:
@@ -340,6 +340,14 @@ def check_model_inputs(model: Model, inputs: dict[str, np.ndarray]) -> None:
                 raise InputError(f"{at}{err.message.removeprefix(where(None, layer.name))}", hint=err.hint) from None
 
 
+def _constant_input(layer: RecurrentLayer, role: str, batch: int) -> np.ndarray | None:
+    """The layer's constant for input ``role`` in its own layout, for a batch of ``batch`` (None: not constant)."""
+    if role == "sequence_lens":
+        return layer.constant(role)
+    state = layer.constant_state(role, batch)
+    return state.transpose(PERM_SWAP_01) if state is not None and layer.interface.layout == 1 else state
+
+
 def check_layer_inputs(
     layer: RecurrentLayer,
     x: np.ndarray,
@@ -362,6 +370,13 @@ def check_layer_inputs(
             f"{at}X has shape {list(x.shape)}: an empty sequence or batch (onnxruntime aborts on a zero-length "
             "sequence; gatepack runs none)"
         )
+    given = {"sequence_lens": sequence_lens, "initial_h": initial_h, "initial_c": initial_c}
+    for role, value in given.items():
+        if value is not None and role in layer.constants:
+            raise InputError(f"{at}{role} is a constant of the layer, not an input")
+    sequence_lens, initial_h, initial_c = (
+        _constant_input(layer, role, batch) if value is None else value for role, value in given.items()
+    )
     if sequence_lens is not None:
         sequence_lens = np.asarray(sequence_lens)
         if sequence_lens.dtype.kind not in "iu":

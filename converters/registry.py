@@ -224,6 +224,7 @@ class FormatInfo:
     extra: str | None = None  # the pip extra that installs the framework this format needs (None: always installed)
     framework: str | None = None  # that framework's module
     module: str = ""  # the implementation module (default: gatepack.converters.formats.NAME)
+    constant_form: str = "a constant"  # how its artifact holds an input the source holds as a constant
 
     @property
     def installed(self) -> bool:
@@ -287,6 +288,7 @@ FORMATS: dict[str, FormatInfo] = {
             "ONNX",
             "NAME.onnx (+ NAME.onnx.data with external data)",
             "onnxruntime (CPU)",
+            constant_form="an initializer",
             suffixes=(".onnx",),
             write_options=ONNX_OPTIONS,
             cells=("gru", "rnn", "lstm"),
@@ -298,6 +300,7 @@ FORMATS: dict[str, FormatInfo] = {
             "OpenVINO IR",
             "NAME.xml + NAME.bin",
             "OpenVINO CPU",
+            constant_form="a Constant node",
             suffixes=(".xml",),
             write_options=(STRATEGY, COMPRESS_TO_FP16),
             cells=("gru", "rnn", "lstm"),
@@ -311,6 +314,7 @@ FORMATS: dict[str, FormatInfo] = {
             "DirectML (DxDispatch model)",
             "directory with model.json",
             "none here (NumPy executor of DirectML semantics)",
+            constant_form="a resource initialised from its .npy file (gatepack.json marks it constant)",
             suffixes=(".json",),
             markers=("model.json",),
             write_options=DIRECTML_OPTIONS,
@@ -324,6 +328,7 @@ FORMATS: dict[str, FormatInfo] = {
             "Core ML ML Program",
             "NAME.mlpackage",
             "none here (NumPy executor of MIL semantics)",
+            constant_form="a const op",
             suffixes=(".mlpackage",),
             markers=("Manifest.json",),
             write_options=(STRATEGY, MINIMUM_DEPLOYMENT_TARGET, COMPRESS_TO_FP16),
@@ -338,6 +343,7 @@ FORMATS: dict[str, FormatInfo] = {
             "BNNSGraph bundle",
             "directory with bnns.json",
             "none here (NumPy executor of BNNS semantics)",
+            constant_form="a .npy file the Swift code makes a constant tensor",
             markers=("bnns.json",),
             cells=("gru", "rnn", "lstm"),
             is_directory=True,

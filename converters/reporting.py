@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from gatepack.converters import registry
 from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
 from gatepack.converters.model import Model, chained_input_finding
-from gatepack.schemas.layer import RecurrentLayer
+from gatepack.schemas.layer import ROLE_LABELS, RecurrentLayer
 
 
 @dataclass
@@ -419,7 +419,21 @@ def target_findings(
         accepted["opset"] = model.meta["opset"]  # a whole model keeps its own
     chained = None if keeps_whole else chained_input_finding(model, layer)  # side-by-side layers only
     found = implementation.check(layer, **accepted) + [surroundings, chained]
-    return sort_worst_first(list(model.notes_for(layer)) + [f for f in found if f is not None])
+    held = constant_findings(layer, info.constant_form)
+    found = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
+    return sort_worst_first(list(model.notes_for(layer)) + found)
+
+
+def constant_findings(layer: RecurrentLayer, form: str) -> list[Finding]:
+    """An ``exact`` finding per input the layer holds as a constant: kept as one, in the target's ``form``."""
+    return [
+        Finding(
+            ROLE_LABELS[role],
+            Status.EXACT,
+            f"{ROLE_LABELS[role]}: constant {list(value.shape)}, kept as {form} (no input to feed)",
+        )
+        for role, value in layer.constants.items()
+    ]
 
 
 def whole_model_targets(model: Model) -> list[str]:

@@ -34,23 +34,26 @@ def sample_sizes(*layers: RecurrentLayer) -> tuple[int, int]:
     def pick(attr: str, default: int) -> int:
         return next((v for v in (getattr(lay.interface, attr) for lay in layers) if isinstance(v, int)), default)
 
-    return pick("seq_length", DEFAULT_SEQ_LENGTH), pick("batch_size", DEFAULT_BATCH)
+    # a constant input fixes the batch its source runs at (a state of batch 1 serves every batch)
+    held = [v.shape[0] if r == "sequence_lens" else v.shape[1] for lay in layers for r, v in lay.constants.items()]
+    return pick("seq_length", DEFAULT_SEQ_LENGTH), next((n for n in held if n > 1), pick("batch_size", DEFAULT_BATCH))
 
 
 def sample_inputs(
     layer: RecurrentLayer, rng: np.random.Generator, sizes: tuple[int, int] | None = None
 ) -> dict[str, np.ndarray]:
-    """Random inputs for ``layer`` in layout 0, keyed by role: X, sequence_lens, initial_h, initial_c."""
-    itf = layer.interface
+    """Random inputs for ``layer`` in layout 0, keyed by role: X, and sequence_lens, initial_h, initial_c where
+    the layer takes them (never for an input it holds as a constant)."""
     s, n = sizes or sample_sizes(layer)
     check_sample_size(layer, s, n)
     dtype = layer.dtype
     inputs = {"X": rng.uniform(-1, 1, (s, n, layer.input_size)).astype(dtype)}
-    if itf.sequence_lens:
+    fed = layer.fed_roles()
+    if "sequence_lens" in fed:
         lens = rng.integers(1, s + 1, n).astype(np.int32)
         lens[rng.integers(n)] = s  # at least one full-length sequence
         inputs["sequence_lens"] = lens
     for role in ("initial_h", "initial_c"):
-        if getattr(itf, role):
+        if role in fed:
             inputs[role] = rng.uniform(-1, 1, (layer.num_directions, n, layer.hidden_size)).astype(dtype)
     return inputs

@@ -22,6 +22,7 @@ from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
 from gatepack.converters.model import Model
 from gatepack.converters.samples import DEFAULT_SEQ_LENGTH, TOLERANCES, sample_inputs, sample_sizes
 from gatepack.schemas.layer import (
+    CONSTANT_ROLES,
     INPUT_ROLES,
     OUTPUT_ROLES,
     PERM_SWAP_01,
@@ -67,10 +68,14 @@ class Verification:
     seed: int
     outputs: list[OutputComparison] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # why the check that was due could not be made (a whole model compared layer by layer instead): a
+    # verification that is incomplete has not passed, whatever it compared
+    incomplete: str | None = None
+    inputs_used: str = ""  # the inputs fed, in words: their shapes, where they came from
 
     @property
     def passed(self) -> bool:
-        return bool(self.outputs) and all(o.passed for o in self.outputs)
+        return bool(self.outputs) and all(o.passed for o in self.outputs) and self.incomplete is None
 
     @property
     def worst_abs_error(self) -> float:
@@ -82,6 +87,8 @@ class Verification:
             "target": self.target,
             "seed": self.seed,
             "passed": self.passed,
+            "incomplete": self.incomplete,
+            "inputs": self.inputs_used,
             "outputs": [asdict(o) for o in self.outputs],
             "notes": self.notes,
         }
@@ -94,6 +101,8 @@ class Verification:
         where = worst.output if worst.layer == WHOLE_MODEL else f"{worst.layer} {worst.output}"
         failed = sum(not o.passed for o in self.outputs)
         head = "passed" if self.passed else f"FAILED ({failed} of {len(self.outputs)} outputs differ)"
+        if self.incomplete and not failed:
+            head = "INCOMPLETE (the whole model was not run; its layers agree)"
         return (
             f"verification {head} ({len(self.outputs)} output(s), largest error {worst.max_abs_error:.3g} in {where})"
         )
@@ -101,9 +110,12 @@ class Verification:
     LISTED = 8  # outputs: above this, the passing ones are summarised in one line
 
     def to_text(self) -> str:
-        lines = [
-            f"verification {'passed' if self.passed else 'FAILED'}: {self.source} vs {self.target} (seed {self.seed})"
-        ]
+        state = "passed" if self.passed else "INCOMPLETE" if self.incomplete and self.outputs else "FAILED"
+        lines = [f"verification {state}: {self.source} vs {self.target} (seed {self.seed})"]
+        if self.incomplete:
+            lines.append(f"  not checked: {self.incomplete}")
+        if self.inputs_used:
+            lines.append(f"  inputs: {self.inputs_used}")
         shown = self.outputs if len(self.outputs) <= self.LISTED else [o for o in self.outputs if not o.passed]
         for o in shown[: self.LISTED]:
             mark = "ok  " if o.passed else "FAIL"
@@ -160,11 +172,13 @@ def to_interface(layer: RecurrentLayer, role_inputs: dict[str, np.ndarray]) -> d
     x = role_inputs["X"]
     feed = {itf.x: x.transpose(PERM_SWAP_01) if batch_major else x}
     # A layer whose format always takes these inputs (OpenVINO's sequence ops) gets their neutral
-    # values when the other side has none: full lengths, a zero initial state.
-    if itf.sequence_lens:
+    # values when the other side has none: full lengths, a zero initial state. An input the layer holds as
+    # a constant is never fed.
+    fed = layer.fed_roles()
+    if "sequence_lens" in fed:
         feed[itf.sequence_lens] = role_inputs.get("sequence_lens", np.full(x.shape[1], x.shape[0], np.int32))
     for role in ("initial_h", "initial_c"):
-        if getattr(itf, role):
+        if role in fed:
             state = role_inputs.get(role, np.zeros((layer.num_directions, x.shape[1], layer.hidden_size), layer.dtype))
             feed[getattr(itf, role)] = state.transpose(PERM_SWAP_01) if batch_major else state
     return {k: np.ascontiguousarray(v) for k, v in feed.items()}
@@ -284,6 +298,23 @@ def pair_layers(source: Model, target: Model) -> list[tuple[RecurrentLayer, Recu
     )
 
 
+def _interface_mismatches(source: RecurrentLayer, target: RecurrentLayer, written: Model) -> list[OutputComparison]:
+    """A failed comparison per optional input the source holds as a constant and the target asks its user to
+    feed, or the reverse: running both on the same inputs could not show it (verification would have to invent
+    the value one side lacks)."""
+    failed = []
+    for role in CONSTANT_ROLES:
+        label = ROLE_LABELS[role]
+        if role in source.constants and role in target.fed_roles():
+            what = f"{label}: the source holds it as a constant, {written.path} takes it as an input"
+        elif role in source.fed_roles() and role in target.constants:
+            what = f"{label}: the source takes it as an input, {written.path} holds it as a constant"
+        else:
+            continue
+        failed.append(OutputComparison(source.name, what, float("inf"), float("inf"), *TOLERANCES["float32"], False))
+    return failed
+
+
 WHOLE_MODEL = "(whole model)"
 
 
@@ -298,18 +329,98 @@ def _graph_inputs(model: Model) -> list[tuple[str, np.dtype, list]]:
     return graph_inputs(model.path)
 
 
+@dataclass(frozen=True)
+class GivenInputs:
+    """What the user fixes of verification's inputs: ``shapes`` (input name -> dims, for its symbolic
+    dimensions: ``--input-shape``) and ``values`` (input name -> array: ``--inputs``)."""
+
+    shapes: dict = field(default_factory=dict)
+    values: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, dims in self.shapes.items():
+            if (
+                not isinstance(name, str)
+                or not isinstance(dims, (tuple, list))
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)
+            ):
+                raise UsageError(f"input shape {name}={dims!r} is not a list of sizes >= 1")
+        for name, value in self.values.items():
+            if not isinstance(name, str) or not isinstance(value, np.ndarray):
+                raise UsageError(f"input {name!r} is a {type(value).__name__}, not a NumPy array")
+
+    def check_names(self, model: Model, names: list[str]) -> None:
+        """UsageError naming a given input the model does not take."""
+        for given in (self.shapes, self.values):
+            unknown = sorted(set(given) - set(names))
+            if unknown:
+                raise UsageError(f"{model.path}: the model has no input(s) {unknown}", hint=f"its inputs: {names}")
+
+
 def sample_graph_inputs(
-    model: Model, rng: np.random.Generator, dim_size: int = DEFAULT_SEQ_LENGTH
-) -> dict[str, np.ndarray]:
-    """Random inputs for every input of a whole model: floats in [-1, 1), integers and booleans zero
-    (indices and flags with a safe value); dynamic dimensions take ``dim_size``."""
-    feed = {}
-    for name, dtype, dims in _graph_inputs(model):
-        shape = [d if isinstance(d, int) else dim_size for d in dims]
-        feed[name] = (
-            rng.uniform(-1, 1, shape).astype(dtype) if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype)
-        )
-    return feed
+    model: Model, rng: np.random.Generator, dim_size: int = DEFAULT_SEQ_LENGTH, given: GivenInputs | None = None
+) -> tuple[dict[str, np.ndarray], str]:
+    """Inputs for every input of a whole model, and what they were in words. The user's own arrays where
+    ``given`` has them; otherwise drawn at the declared shapes, a symbolic dimension taking its size from
+    ``given.shapes`` (or from another input that fixes the same symbol), else ``dim_size``; floats in
+    [-1, 1), an integer input that the model compares with a constant (a sample rate choosing an ``If``
+    branch) that constant, other integers and booleans zero (indices and flags with a safe value)."""
+    given = given or GivenInputs()
+    declared = _graph_inputs(model)
+    given.check_names(model, [name for name, _, _ in declared])
+    symbols: dict[str, int] = {}
+    for name, _, dims in declared:
+        fixed = given.values[name].shape if name in given.values else given.shapes.get(name)
+        if fixed is None:
+            continue
+        if len(fixed) != len(dims) or any(isinstance(d, int) and d != f for d, f in zip(dims, fixed)):
+            raise UsageError(f"{model.path}: input {name!r} is declared {dims}, given shape {list(fixed)}")
+        symbols.update((d, f) for d, f in zip(dims, fixed) if isinstance(d, str))
+    compared = _compared_constants(model)
+    feed, words = {}, []
+    for name, dtype, dims in declared:
+        if name in given.values:
+            feed[name] = given.values[name].astype(dtype, copy=False)
+            words.append(f"{name} {list(feed[name].shape)} (given)")
+            continue
+        shape = given.shapes.get(name) or [d if isinstance(d, int) else symbols.get(d, dim_size) for d in dims]
+        if np.issubdtype(dtype, np.floating):
+            feed[name] = rng.uniform(-1, 1, shape).astype(dtype)
+        elif name in compared:
+            feed[name] = np.full(shape, compared[name], dtype)
+            words.append(f"{name} = {compared[name]} (a value the model compares it with)")
+            continue
+        else:
+            feed[name] = np.zeros(shape, dtype)
+        words.append(f"{name} {list(shape)}")
+    return feed, "; ".join(words)
+
+
+def _compared_constants(model: Model) -> dict[str, int]:
+    """Integer graph inputs an ONNX model compares (``Equal``) with a constant scalar: input -> that value."""
+    if model.format != "onnx" or model.path is None:
+        return {}
+    from onnx import numpy_helper
+
+    from gatepack.converters.formats.onnx import load_proto
+
+    graph = load_proto(model.path).graph
+    constants = {t.name: t for t in graph.initializer}
+    constants.update(
+        (n.output[0], n.attribute[0].t)
+        for n in graph.node
+        if n.op_type == "Constant" and n.attribute[0].name == "value"
+    )
+    inputs = {i.name for i in graph.input} - set(constants)
+    found: dict[str, int] = {}
+    for node in graph.node:
+        if node.op_type == "Equal" and len(node.input) == 2:
+            for mine, other in (node.input, reversed(node.input)):
+                if mine in inputs and other in constants and mine not in found:
+                    value = numpy_helper.to_array(constants[other])
+                    if value.size == 1 and value.dtype.kind in "iu":
+                        found[mine] = int(value.reshape(-1)[0])
+    return found
 
 
 def verify_whole(
@@ -320,16 +431,17 @@ def verify_whole(
     dim_size: int = DEFAULT_SEQ_LENGTH,
     target_file=None,
     tolerance: Tolerance | None = None,
+    given: GivenInputs | None = None,
 ) -> Verification:
     """Run two whole models (recurrent layers and every other operator) on their own runtimes on
-    the same random inputs; compare every output of the source by name."""
+    the same inputs (``sample_graph_inputs``); compare every output of the source by name."""
     target_file = target_file or target.path
     result = Verification(str(source.path), str(target.path), seed)
-    feed = sample_graph_inputs(source, np.random.default_rng(seed), dim_size)
+    feed, result.inputs_used = sample_graph_inputs(source, np.random.default_rng(seed), dim_size, given)
     try:
         expected = registry.reader(source.format).run_native(source.path, feed)
     except RuntimeFailure as err:
-        raise SourceDoesNotRun(err.one_line()) from None
+        raise SourceDoesNotRun(f"{err.one_line()} (inputs: {result.inputs_used})") from None
     actual = registry.reader(target.format).run_native(target_file, feed)
     for name, value in expected.items():
         if name not in actual:
@@ -348,7 +460,7 @@ def verify_whole(
             "float32",
         )  # integer outputs: float32's
         result.outputs.append(compare(WHOLE_MODEL, name, actual[name], value, dtypes, tolerance=tolerance))
-    result.notes.append(f"whole models compared end to end (every dynamic dimension = {dim_size})")
+    result.notes.append("whole models compared end to end, the target loaded from the written file")
     return result
 
 
@@ -360,30 +472,37 @@ def verify_models(
     target_file=None,
     progress: "Progress | None" = None,
     tolerance: Tolerance | None = None,
+    given: GivenInputs | None = None,
 ) -> Verification:
     """Compare ``target`` with ``source``: end to end when both hold whole models (other operators
     around their recurrent layers), else layer by layer. ``target_file`` is where the target's
-    artifact is while it is being written (its ``path`` is where it will land)."""
+    artifact is while it is being written (its ``path`` is where it will land); ``given``: the user's
+    input shapes and values. When the whole source cannot run on the inputs drawn, its layers are compared
+    one by one and the verification is ``incomplete``: it has not passed."""
     from gatepack.converters.progress import Silent
 
     progress = progress or Silent()
-    fallback = None
+    incomplete = None
     if source.meta.get("other_ops") and target.meta.get("other_ops"):
         progress.step("verifying the whole model")
         try:
-            return verify_whole(source, target, seed=seed, target_file=target_file, tolerance=tolerance)
+            return verify_whole(source, target, seed=seed, target_file=target_file, tolerance=tolerance, given=given)
         except SourceDoesNotRun as err:
-            fallback = (
-                f"the source's whole model does not run on its runtime ({err}); its layers were compared one by one "
-                "instead, each source layer on gatepack's executor where its runtime refuses it"
+            incomplete = (
+                f"the whole model was not run, because the source itself fails on the inputs drawn for it ({err}); "
+                "only its recurrent layers were compared, one by one, so the operators around them are unchecked"
             )
-    result = Verification(str(source.path), str(target.path), seed)
-    if fallback:
-        result.notes.append(fallback)
+    elif given is not None and (given.shapes or given.values):
+        raise UsageError(
+            f"{source.path}: --input-shape and --inputs apply to whole models, and {source.path} and {target.path} "
+            "are compared layer by layer"
+        )
+    result = Verification(str(source.path), str(target.path), seed, incomplete=incomplete)
     rng = np.random.default_rng(seed)
     pairs = pair_layers(source, target)
     for k, (src_layer, dst_layer) in enumerate(pairs):
         progress.step(f"verifying layer {src_layer.name!r}", k, len(pairs))
+        result.outputs += _interface_mismatches(src_layer, dst_layer, target)
         role_inputs = sample_inputs(src_layer, rng, sample_sizes(src_layer, dst_layer))
         expected = run_layer(source, src_layer, role_inputs, result.notes)
         actual = run_layer(

@@ -162,6 +162,12 @@ ROLE_LABELS = {
 }
 
 
+# Optional inputs a source may hold as constants (an initializer, a ``Constant`` node, a folded cone) rather
+# than take from its user: such a value is part of the layer, written by every target in its own constant
+# form, and never fed by verification.
+CONSTANT_ROLES = ("sequence_lens", "initial_h", "initial_c")
+
+
 def state_roles(cell: Cell) -> tuple[tuple[str, str], ...]:
     """(initial-state role, final-state role) per state of ``cell``: GRU (('initial_h', 'y_h'),)."""
     return tuple((f"initial_{s}", f"y_{s}") for s in spec_of(cell).states)
@@ -220,6 +226,10 @@ class RecurrentLayer:
     clip: float | None = None  # None: no clip. GRU and LSTM need clip > 0; RNN allows 0 (clamps to 0).
     has_bias: bool = True  # the source stored a bias (False: all-zero biases, written without one)
     input_forget: bool = False  # LSTM: the forget gate is 1 - the input gate
+    # role (``CONSTANT_ROLES``) -> the value the source holds for that input, in layout 0: sequence_lens [N]
+    # int32, initial_h / initial_c [D, N, H] in the layer's dtype. A state of batch 1 serves every batch (a
+    # learned state broadcast to the batch). The interface keeps the role's tensor name.
+    constants: dict = field(default_factory=dict)
     provenance: Provenance | None = field(default=None, compare=False)  # where it was read from, never semantics
 
     def __post_init__(self) -> None:
@@ -229,6 +239,7 @@ class RecurrentLayer:
         lbr = f", linear_before_reset={int(self.linear_before_reset)}" if self.cell.spec.reset_placement else ""
         clip = f", clip={self.clip:g}" if self.clip is not None else ""
         clip += (", peepholes" if self.has_peepholes else "") + (", input_forget" if self.input_forget else "")
+        clip += "".join(f", constant {role}" for role in self.constants)
         return (
             f"RecurrentLayer({self.name!r}, {self.cell.op_name} {self.direction.value}, I={self.input_size}, "
             f"H={self.hidden_size}{lbr}{clip}, {self.activation_summary()}, {self.interface.dtype}, "
@@ -250,6 +261,21 @@ class RecurrentLayer:
     @property
     def has_peepholes(self) -> bool:
         return self.directions[0].P is not None
+
+    def constant(self, role: str) -> np.ndarray | None:
+        """The constant value the layer holds for input ``role`` (layout 0), or None when it is fed."""
+        return self.constants.get(role)
+
+    def fed_roles(self) -> tuple[str, ...]:
+        """The optional input roles the layer takes from its user (named in the interface, not constant)."""
+        return tuple(r for r in INPUT_ROLES[1:] if getattr(self.interface, r) and r not in self.constants)
+
+    def constant_state(self, role: str, batch: int) -> np.ndarray | None:
+        """The constant ``initial_h``/``initial_c`` as [D, batch, H] (a batch-1 state broadcast), or None."""
+        value = self.constants.get(role)
+        if value is None or value.shape[1] == batch:
+            return value
+        return np.broadcast_to(value, (value.shape[0], batch, value.shape[2]))
 
     def parameter_count(self) -> int:
         return sum(
@@ -330,6 +356,31 @@ class RecurrentLayer:
                     raise self._fail(f"direction {d} activation {act!r} is not an Activation")
         if not any(getattr(self.interface, role) for role in OUTPUT_ROLES):
             raise self._fail("requests no output (Y, Y_h or Y_c)")
+        self._validate_constants()
+
+    def _validate_constants(self) -> None:
+        if not isinstance(self.constants, dict):
+            raise self._fail(f"constants {type(self.constants).__name__} is not a mapping of input roles")
+        batch = self.interface.batch_size
+        for role, value in self.constants.items():
+            if role not in CONSTANT_ROLES:
+                raise self._fail(f"constant {role!r} is not one of {CONSTANT_ROLES}")
+            if not getattr(self.interface, role):
+                raise self._fail(f"constant {role} has no tensor name in the interface")
+            if not isinstance(value, np.ndarray):
+                raise self._fail(f"constant {role} is a {type(value).__name__}, not an array")
+            if role == "sequence_lens":
+                if value.ndim != 1 or value.dtype != np.int32:
+                    raise self._fail(f"constant sequence_lens is {value.dtype} {list(value.shape)}, expected int32 [N]")
+                continue
+            shape = (self.num_directions, value.shape[1] if value.ndim == 3 else -1, self.hidden_size)
+            if value.shape != shape or (isinstance(batch, int) and value.shape[1] not in (1, batch)):
+                raise self._fail(
+                    f"constant {role} has shape {list(value.shape)}, expected [{self.num_directions}, "
+                    f"{batch if isinstance(batch, int) else 'N'}, {self.hidden_size}]"
+                )
+            if value.dtype != self.dtype:
+                raise self._fail(f"constant {role} is {value.dtype}, the layer is {self.dtype}")
 
     def activation_summary(self) -> str:
         """E.g. 'Sigmoid, Tanh' or 'fwd: Sigmoid, Tanh | rev: HardSigmoid(alpha=0.2, beta=0.5), Tanh'."""

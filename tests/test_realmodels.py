@@ -68,7 +68,10 @@ def test_every_node_matches_onnxruntime(name):
     assert model.layers
     for layer in model.layers:
         itf = layer.interface
-        results = run_layer(layer, *(values.get(getattr(itf, role) or "") for role in INPUT_ROLES))
+        fed = ("x", *layer.fed_roles())  # an input the layer holds as a constant is its own, compared here too
+        results = run_layer(
+            layer, *(values.get(getattr(itf, role) or "") if role in fed else None for role in INPUT_ROLES)
+        )
         for role, ours in zip(OUTPUT_ROLES, results):
             ref_name = getattr(itf, role)
             if ref_name:
@@ -98,9 +101,16 @@ def test_lstm_model_converts_whole_and_matches_onnxruntime(name, tmp_path):
     """ONNX -> ONNX keeps the whole model; onnxruntime gives the same outputs on a feed the model
     accepts (silero v4 needs a 512-sample chunk at 16 kHz and [2, 1, 64] states)."""
     out = tmp_path / name
-    result = gp.convert(REALMODELS / name, out, to="onnx")
-    assert result.whole and result.verification.passed
     feed = real_feed(name)
+    if name == SILERO_V4:  # on random chunks of 7 samples its own Pad fails: verification needs a real chunk size
+        with pytest.raises(gp.VerificationError, match="verification incomplete: the whole model was not run"):
+            gp.convert(REALMODELS / name, out, to="onnx")
+        assert not out.exists()
+    shapes = {"input": feed["input"].shape} if name == SILERO_V4 else None
+    result = gp.convert(REALMODELS / name, out, to="onnx", input_shapes=shapes)
+    assert result.whole and result.verification.passed
+    if name == SILERO_V4:
+        assert "sr = 16000" in result.verification.inputs_used  # drawn from the model's own comparison
     expected = ort.InferenceSession(str(REALMODELS / name)).run(None, feed)
     actual = ort.InferenceSession(str(out)).run(None, feed)
     for a, b in zip(actual, expected):

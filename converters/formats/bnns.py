@@ -135,6 +135,10 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60] or "layer"
 
 
+# Initial-state roles and the Builder argument each is passed as.
+STATE_LABELS = (("initial_h", "initialHiddenStates"), ("initial_c", "initialCellStates"))
+
+
 def _calls(layer: RecurrentLayer, folder: str) -> tuple[list[dict], dict[str, Callable[[], np.ndarray]]]:
     """The layer's Builder calls (one per direction) and, per .npy path, how to make its array
     (made one at a time while writing, so the permuted copies never pile up)."""
@@ -151,13 +155,14 @@ def _calls(layer: RecurrentLayer, folder: str) -> tuple[list[dict], dict[str, Ca
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
         call: dict = {"op": layer.cell.value, "direction": "reverse" if reverse else "forward"}
-        call["initialHiddenStates"] = (
-            {"input": layer.interface.initial_h, "index": k} if layer.interface.initial_h else None
-        )
-        if layer.cell is Cell.LSTM:
-            call["initialCellStates"] = (
-                {"input": layer.interface.initial_c, "index": k} if layer.interface.initial_c else None
-            )
+        for role, label in STATE_LABELS[: len(layer.cell.states)]:
+            if role in layer.constants:  # a constant of the source: direction k's state [N, H], stored
+                rel = f"{folder}/{k}_{label}.npy"
+                arrays[rel] = functools.partial(lambda r, d: layer.constants[r][d].astype(np.float32), role, k)
+                call[label] = {"constant": rel}
+            else:
+                name = getattr(layer.interface, role)
+                call[label] = {"input": name, "index": k} if name else None
         for key, label in labels.items():
             if key in present:
                 rel = f"{folder}/{k}_{label}.npy"
@@ -331,10 +336,15 @@ class _Layer:
         out: dict = {}
         for label, shape in shapes.items():
             out[label] = self._tensor(at, label, call.get(label), shape, optional=label == "inputBias")
-        states = [("initialHiddenStates", "initial_h")]
-        states += [("initialCellStates", "initial_c")] if self.cell is Cell.LSTM else []
-        for label, role in states:
+        out["constants"] = {}
+        for role, label in STATE_LABELS[: len(self.cell.states)]:
             state, source = call.get(label), getattr(self.interface, role)
+            if isinstance(state, dict) and set(state) == {"constant"} and source:
+                value = self._tensor(at, label, state["constant"], None, optional=False)
+                if value.ndim != 2 or value.shape[1] != h:
+                    raise InputError(f"{at}{label}: {state['constant']} has shape {list(value.shape)}, not [N, {h}]")
+                out["constants"][role] = value
+                continue
             if state is not None and (
                 not isinstance(state, dict) or state.get("input") != source or state.get("index") != k
             ):
@@ -367,7 +377,7 @@ class _Layer:
         out["reset_after"], out["reverse"] = reset_after, call["direction"] == "reverse"
         return out
 
-    def _tensor(self, at: str, label: str, rel: object, shape: tuple, optional: bool) -> np.ndarray | None:
+    def _tensor(self, at: str, label: str, rel: object, shape: tuple | None, optional: bool) -> np.ndarray | None:
         if rel is None and optional:
             return None
         if not isinstance(rel, str) or not rel.endswith(".npy"):
@@ -375,12 +385,22 @@ class _Layer:
         array = load_npy(contained_file(self.bundle, rel, f"{at}{label}"), f"{at}{label}: {rel}")
         if array.dtype != np.float32:
             raise InputError(f"{at}{label}: {rel} holds {array.dtype}, not float32")
-        if array.shape != shape:
+        if shape is not None and array.shape != shape:
             raise InputError(
                 f"{at}{label}: {rel} has shape {list(array.shape)}, but bnns.json's input_size {self.input_size} "
                 f"and hidden_size {self.hidden_size} make it {list(shape)}"
             )
         return array
+
+    def constants(self) -> dict[str, np.ndarray]:
+        """The initial states the calls hold as constants, stacked per direction: role -> [D, N, H]."""
+        roles = self.calls[0]["constants"]
+        for role in roles:
+            if any(role not in c["constants"] or c["constants"][role].shape != roles[role].shape for c in self.calls):
+                raise InputError(f"{self.at}its calls disagree on the constant {role} (present in one, or its shape)")
+        if any(set(c["constants"]) != set(roles) for c in self.calls):
+            raise InputError(f"{self.at}its calls disagree on which initial states are constants")
+        return {role: np.stack([c["constants"][role] for c in self.calls]) for role in roles}
 
     def to_layer(self) -> tuple[RecurrentLayer, list[Finding]]:
         directions = []
@@ -410,6 +430,7 @@ class _Layer:
                 self.reset_after,
                 None,
                 self.has_bias,
+                constants=self.constants(),
                 provenance=Provenance(FORMAT, self.bundle, self.name),
             )
         except SpecError as err:
@@ -464,9 +485,12 @@ def _execute(entry: _Layer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray
     x = x.transpose(1, 0, 2) if itf.layout else x  # the calls take X [S,N,I]
     batch = x.shape[1]
     initial = {}
+    held = entry.constants()
     for role, _ in state_roles(entry.cell):
         name = getattr(itf, role)
-        if name:
+        if role in held:  # stored with the bundle, [D, N, H]; a state of batch 1 serves every batch
+            initial[role] = np.broadcast_to(held[role], (held[role].shape[0], batch, entry.hidden_size))
+        elif name:
             if name not in feed:
                 raise InputError(f"{entry.at}missing input {name!r}")
             state = np.asarray(feed[name], np.float32)

@@ -106,8 +106,9 @@ def emit(document: dict) -> str:
         states = [("initial_h", "h", "initialHiddenStates")] + (
             [("initial_c", "c", "initialCellStates")] if lstm else []
         )
-        for role, short, _ in states:
-            if itf.get(role):
+        held = {label for _, _, label in states if any("constant" in (c[label] or {}) for c in layer["calls"])}
+        for role, short, label in states:
+            if itf.get(role) and label not in held:
                 h_shape = [n, d, h] if itf["layout"] else [d, n, h]
                 body.append(
                     f"        let {short}{i} = builder.argument(name: {json.dumps(itf[role])}, dataType: Float.self, "
@@ -126,6 +127,13 @@ def emit(document: dict) -> str:
                     if call[label]
                     else f"gatepackZeroState(xs{i}, hidden: {h}, builder)"
                 )
+                if label in held:  # a constant state [N, H] stored with the bundle (N = 1: broadcast to the batch)
+                    var = f"l{i}c{k}{label[0].upper()}{label[1:]}"
+                    loads.append(f"    let {var} = try npy({json.dumps(call[label]['constant'])})")
+                    state = (
+                        f"gatepackZeroState(xs{i}, hidden: {h}, builder) + "
+                        f"builder.constant(values: {var}, shape: [{var}.count / {h}, {h}])"
+                    )
                 args.append(f"{label}: {state}")
             for label in _TENSOR_LABELS:
                 if label not in call:

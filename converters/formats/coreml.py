@@ -58,7 +58,7 @@ from gatepack.converters.apple import (
     runtime_doubts,
 )
 from gatepack.converters.decompose import build_activation
-from gatepack.converters.description import build_layer, describe, parse
+from gatepack.converters.description import build_layer, constant_from_layout, describe, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
 from gatepack.converters.fileio import contained_file, parse_json, read_bytes, read_json
 from gatepack.converters.findings import Finding, Status, fp16_source
@@ -244,10 +244,11 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
         s, n = dim(itf.seq_length, f"S/{layer.name}"), dim(itf.batch_size, f"N/{itf.x}")
         d, h = layer.num_directions, layer.hidden_size
         shapes = {itf.x: ((n, s, layer.input_size) if itf.layout else (s, n, layer.input_size), types.fp32)}
-        if itf.sequence_lens:
+        fed = layer.fed_roles()  # an input the layer holds as a constant is a const op, not a placeholder
+        if "sequence_lens" in fed:
             shapes[itf.sequence_lens] = ((n,), types.int32)
         for role in ("initial_h", "initial_c"):
-            if getattr(itf, role):
+            if role in fed:
                 shapes[getattr(itf, role)] = ((n, d, h) if itf.layout else (d, n, h), types.fp32)
         for name, (shape, dtype) in shapes.items():
             if name not in specs:
@@ -260,9 +261,11 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
             itf = layer.interface
             chosen, _ = choose_strategy(layer, strategy, target)
             x = function.inputs[names[itf.x]]
-            lens = function.inputs[names[itf.sequence_lens]] if itf.sequence_lens else None
+            held = _held_constants(mb, layer)
+            fed = layer.fed_roles()
+            lens = function.inputs[names[itf.sequence_lens]] if "sequence_lens" in fed else held.get("sequence_lens")
             states = {
-                role: function.inputs[names[getattr(itf, role)]] if getattr(itf, role) else None
+                role: function.inputs[names[getattr(itf, role)]] if role in fed else held.get(role)
                 for role, _ in state_roles(layer.cell)
             }
             if chosen == "native":
@@ -284,6 +287,17 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
     program = Program()
     program.add_function("main", function)
     return program, {"layers": described, "names": names}
+
+
+def _held_constants(mb, layer: RecurrentLayer) -> dict:
+    """Per input the layer holds as a constant, a const op ``LAYER_ROLE`` holding it in layout 0 (read back by
+    that name; the package asks nobody to feed it), transposed for a batch-major interface."""
+    held = {}
+    for role, value in layer.constants.items():
+        value = value if role == "sequence_lens" else value.astype(np.float32)
+        node = mb.const(val=value, name=f"{safe_name(layer.name)}_{role}")
+        held[role] = mb.transpose(x=node, perm=[1, 0, 2]) if layer.interface.layout and value.ndim == 3 else node
+    return held
 
 
 def _time_major(mb, layer: RecurrentLayer, x, states: dict) -> tuple:
@@ -1158,7 +1172,15 @@ def _read_described(
                     P=None if peephole is None else const("P"),
                 )
             )
-    return build_layer(path, info, directions, Provenance(FORMAT, path, info.name, info.strategy)), found
+    constants = {}
+    for role in info.constant_roles:
+        var = _named(vars_by_name, f"{prefix}_{role}")
+        if var is None or var.val is None:
+            raise InputError(f"{path}: layer {info.name!r}: the program has no constant {prefix}_{role} (its {role})")
+        value = np.asarray(var.val)
+        constants[role] = constant_from_layout(value if role == "sequence_lens" else value.astype(np.float32), role, 0)
+    provenance = Provenance(FORMAT, path, info.name, info.strategy)
+    return build_layer(path, info, directions, provenance, constants), found
 
 
 # ------------------------------------------------------------------------------- the MIL executor

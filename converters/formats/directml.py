@@ -60,6 +60,7 @@ from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
+    CONSTANT_ROLES,
     PERM_SWAP_01,
     PERM_Y_TO_BATCH_MAJOR,
     ROLE_LABELS,
@@ -135,6 +136,11 @@ FIELD_ROLES = {
     "OutputSequenceTensor": "Y",
     "OutputSingleTensor": "Y_h",
     "OutputCellSingleTensor": "Y_c",
+}
+FIELD_OF_ROLE = {
+    "sequence_lens": "SequenceLengthsTensor",
+    "initial_h": "HiddenInitTensor",
+    "initial_c": "CellMemInitTensor",
 }
 ROLE_FIELDS = {field: {label: role for role, label in ROLE_LABELS.items()}[name] for field, name in FIELD_ROLES.items()}
 REQUIRED_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor")
@@ -271,19 +277,23 @@ class _ModelWriter:
         for field, role in (("HiddenInitTensor", "initial_h"), ("CellMemInitTensor", "initial_c")):
             if getattr(itf, role):
                 name = getattr(itf, role)
-                bind_array(field, name, role_inputs[role].astype(cast)[None], role, name)
+                held = layer.constant_state(role, n)  # a constant of the source: its value, never a sample
+                bind_array(field, name, (role_inputs[role] if held is None else held).astype(cast)[None], role, name)
+                tensors[role]["constant"] = held is not None
         if layer.has_peepholes:
             bind_array(
                 "PeepholeTensor", f"{prefix}.P", np.stack([p.P for p in layer.directions]).astype(cast)[None, None]
             )
         if itf.sequence_lens:
+            held = layer.constant("sequence_lens")
             bind_array(
                 "SequenceLengthsTensor",
                 itf.sequence_lens,
-                role_inputs["sequence_lens"].astype(np.uint32).reshape(1, 1, 1, n),
+                (role_inputs["sequence_lens"] if held is None else held).astype(np.uint32).reshape(1, 1, 1, n),
                 "sequence_lens",
                 itf.sequence_lens,
             )
+            tensors["sequence_lens"]["constant"] = held is not None
         for field, role, source_name, shape in (
             ("OutputSequenceTensor", "Y", itf.y, [s, d, n, h]),
             ("OutputSingleTensor", "Y_h", itf.y_h, [1, d, n, h]),
@@ -815,6 +825,7 @@ def _manifest(document: _Document) -> dict[str, dict]:
 
 _ENTRY_TYPES = {"name": str, "source_layout": int, "source_dims": dict, "source_dtype": str, "tensors": dict}
 _TENSOR_ROLES = tuple(FIELD_ROLES.values())
+_CONSTANT_LABELS = {ROLE_LABELS[role]: role for role in CONSTANT_ROLES}  # manifest role -> constant role
 
 
 def _checked_entry(entry: dict) -> dict:
@@ -831,6 +842,8 @@ def _checked_entry(entry: dict) -> dict:
             role not in _TENSOR_ROLES
             or not isinstance(tensor, dict)
             or not isinstance(tensor.get("source_name", ""), (str, type(None)))
+            or not isinstance(tensor.get("constant", False), bool)
+            or (tensor.get("constant") and role not in _CONSTANT_LABELS)
         ):
             raise ValueError(f"{at}tensors[{role!r}] {tensor!r} is not a tensor entry with a source_name string")
     for key, dim in (entry.get("source_dims") or {}).items():
@@ -877,6 +890,11 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
             return None
         return (tensors.get(role) or {}).get("source_name") or dispatch.bindings.get(field) or role
 
+    constants = {}
+    for label, role in _CONSTANT_LABELS.items():
+        if (tensors.get(label) or {}).get("constant") and rec.tensors.get(FIELD_OF_ROLE[role]) is not None:
+            value = rec.tensors[FIELD_OF_ROLE[role]]
+            constants[role] = value.reshape(-1).astype(np.int32) if role == "sequence_lens" else value[0].copy()
     try:
         interface = Interface(
             **{ROLE_FIELDS[field]: name_of(role, field) for field, role in FIELD_ROLES.items()},
@@ -897,6 +915,7 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
             clip=rec.clip,
             input_forget=rec.couple_input_forget,
             has_bias=bias is not None,
+            constants=constants,
             provenance=Provenance(FORMAT, dispatch.model_file, dispatch.name, handle=dispatch),
         )
     except SpecError as err:
@@ -1008,11 +1027,12 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     batch_major = itf.layout == 1
     x = feed[itf.x]
     overrides = {"InputTensor": (x.transpose(PERM_SWAP_01) if batch_major else x)[None]}
+    fed = layer.fed_roles()  # a constant input keeps the value stored with the model
     for field, role in (("HiddenInitTensor", "initial_h"), ("CellMemInitTensor", "initial_c")):
-        if getattr(itf, role):
+        if role in fed:
             state = feed[getattr(itf, role)]
             overrides[field] = (state.transpose(PERM_SWAP_01) if batch_major else state)[None]
-    if itf.sequence_lens:
+    if "sequence_lens" in fed:
         lengths = np.asarray(feed[itf.sequence_lens])
         if (lengths < 0).any():
             raise InputError(f"layer {layer.name!r}: sequence_lens value {int(lengths.min())} is negative")

@@ -28,7 +28,15 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
+from gatepack.converters.description import constant_from_layout, constant_in_layout
+from gatepack.converters.errors import (
+    GatepackError,
+    InputError,
+    NoRecurrentLayerError,
+    RuntimeFailure,
+    UsageError,
+    where,
+)
 from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.onnx_lifting import node_inputs, perm_of, replace_in_place
@@ -38,6 +46,7 @@ from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
 from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import (
+    CONSTANT_ROLES,
     INPUT_ROLES,
     OUTPUT_ROLES,
     PERM_SWAP_01,
@@ -229,6 +238,7 @@ class _Reader:
                 raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found: {refused[0][1]}")
             raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found{self._why_none()}")
         absorbed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
+        absorbed |= constant_feeders(self.proto.graph, absorbed)
         other = [n.op_type for n in self.proto.graph.node if id(n) not in absorbed]
         meta = {"opset": self.opset, "other_ops": sorted(set(other)), "external_data": self.external_data}
         return Model(self.path, FORMAT, self.layers, self.notes, self.skipped, {**meta, "other_op_count": len(other)})
@@ -519,6 +529,7 @@ class _Reader:
             [node], {k: v for k, v in ((inputs[1], w), (inputs[2], r), (inputs[3], b), (inputs[7], p)) if k}, self.opset
         )
         interface = self._interface(node, scope, inputs, outputs, layout, w, hidden, at, isolated)
+        constants = self._held_constants(scope, interface, layout, name, w.dtype, isolated)
         zeros = np.zeros(gh, dtype=w.dtype)
         directions = tuple(
             DirectionParams(
@@ -544,6 +555,7 @@ class _Reader:
                 input_forget=input_forget,
                 clip=clip,
                 has_bias=b is not None,
+                constants=constants,
                 provenance=Provenance(
                     FORMAT, self.path, name, "node", node.op_type, version, tuple(node.input), layout, isolated
                 ),
@@ -553,6 +565,36 @@ class _Reader:
         if notes:
             self.notes[name] = notes
         return layer
+
+    def _held_constants(
+        self, scope: _Scope, itf: Interface, node_layout: int, layer: str, dtype: np.dtype, isolated: _Isolated
+    ) -> dict[str, np.ndarray]:
+        """The optional inputs (sequence_lens, initial_h, initial_c) the model computes from constants alone
+        (an initializer, a ``Constant`` node, a cone of operators over them), in the canonical layout 0; each
+        also becomes a constant of the isolated node, so running it alone never feeds a value in its place.
+        An input computed from a graph input stays an input of the layer."""
+        held: dict[str, np.ndarray] = {}
+        for role in CONSTANT_ROLES:
+            name = getattr(itf, role)
+            if not name or scope.lookup(name) is None or scope.lookup(name)[0] == "input":
+                continue
+            try:
+                value = self.constant(name, scope, layer, ROLE_LABELS[role])
+            except InputError:
+                continue  # computed from the model's inputs (or by control flow): the layer takes it as an input
+            at = where(self.path, layer)
+            if role == "sequence_lens":
+                if value.dtype != np.int32 or value.ndim != 1:
+                    raise InputError(
+                        f"{at}sequence_lens {name!r} is {value.dtype} {list(value.shape)}, expected int32 [N]"
+                    )
+                held[role], isolated.constants[name] = value, value
+                continue
+            if value.dtype != dtype or value.ndim != 3:
+                raise InputError(f"{at}{ROLE_LABELS[role]} {name!r} is {value.dtype} {list(value.shape)}; W is {dtype}")
+            held[role] = constant_from_layout(value, role, node_layout)
+            isolated.constants[name] = value
+        return held
 
     def _activations(self, node, cell: Cell, direction: Direction, attrs: dict, at: str, notes: list) -> list[list]:
         per = cell.activation_count
@@ -697,6 +739,7 @@ class _Reader:
         }
         if not any(names[role] for role in OUTPUT_ROLES):
             raise InputError(f"{at}the node has no output")
+        node_layout, outer = layout, {}
         if layout == 0:
             absorbed = _absorbable_transposes(scope, node, names)
             if absorbed is not None:
@@ -711,12 +754,44 @@ class _Reader:
                 raise InputError(f"{at}X {names['x']!r} has input size {x_dims[2]} but W has {w.shape[2]}")
         for role in ("initial_h", "initial_c"):
             if names[role]:
-                self._check_state_shape(scope, names[role], ROLE_LABELS[role], layout, w.shape[0], hidden, at)
+                own = layout if role in outer else node_layout  # a state the transposes do not wrap is the node's
+                self._check_state_shape(scope, names[role], ROLE_LABELS[role], own, w.shape[0], hidden, at)
         seq, batch = (None, None) if x_dims is None else ((x_dims[1], x_dims[0]) if layout else (x_dims[0], x_dims[1]))
         try:
             return Interface(layout=layout, seq_length=seq, batch_size=batch, dtype=w.dtype.name, **names)
         except SpecError as err:  # e.g. a tensor name that is not valid UTF-8
             raise InputError(f"{at}{err}") from None
+
+
+def constant_feeders(graph: onnx.GraphProto, absorbed: set[int]) -> set[int]:
+    """The ids of ``graph``'s nodes that compute constants read only by the ``absorbed`` nodes (a layer's
+    own): a ``Constant`` node holding a layer's weights or initial state, or a cone of operators folding
+    them. They are part of the layer, not operators around it."""
+    computed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+    constant_outputs: set[str] = set()
+    for node in graph.node:  # nodes are in execution order
+        holds_graph = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+        depends = any(name in computed for name in node.input if name)
+        if holds_graph or depends or node.op_type in _NONDETERMINISTIC or node.domain not in _ONNX_DOMAINS:
+            computed.update(node.output)
+        else:
+            constant_outputs.update(o for o in node.output if o)
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    graph_outputs = {o.name for o in graph.output}
+    found: set[int] = set()
+    for node in reversed(graph.node):  # a node's readers come after it
+        outputs = [o for o in node.output if o]
+        if (
+            outputs
+            and id(node) not in absorbed
+            and all(o in constant_outputs and o not in graph_outputs and readers.get(o) for o in outputs)
+            and all(id(r) in absorbed or id(r) in found for o in outputs for r in readers[o])
+        ):
+            found.add(id(node))
+    return found
 
 
 def walk_nodes(
@@ -766,8 +841,8 @@ def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> 
     before: list[onnx.NodeProto] = []
     after: list[onnx.NodeProto] = []
     for key, perm in (("x", _PERM_IN), ("initial_h", _PERM_IN), ("initial_c", _PERM_IN)):
-        if names[key] is None:
-            continue
+        if names[key] is None or (key != "x" and (scope.lookup(names[key]) or ("",))[0] == "initializer"):
+            continue  # a constant state stays the node's own (held by the layer, in the node's layout)
         prod = scope.producers.get(names[key])
         if prod is None or prod.op_type != "Transpose" or perm_of(prod) != perm:
             return None
@@ -877,6 +952,7 @@ def write(
         else:
             proto = build(model, opset=opset, layout_encoding=layout_encoding)
         onnx.save(proto, str(tmp))
+        check_written(tmp, None)
 
 
 def _check_data_name(path: Path) -> None:
@@ -899,6 +975,31 @@ def _write_whole(model: Model, path: Path, layout_encoding: str, external_data: 
         else:
             proto = in_place(model, layout_encoding=layout_encoding)
         onnx.save(proto, str(tmp))
+        check_written(tmp, Path(model.path))
+
+
+def check_written(path: Path, source: Path | None) -> None:
+    """``onnx.checker``'s full check (with strict shape inference) of the file just written, as a runtime
+    would load it (only the structural check when the source model it was rewritten from fails the full one).
+    A file gatepack wrote that fails it is a bug in gatepack (GatepackError, exit 1), unless the source fails
+    it with the same complaint (its own defect, carried over unchanged)."""
+    full = True
+    if source is not None and _check_fails(source, full_check=True):
+        full = False  # its own shape annotations fail strict inference: hold the rewrite to the structural check
+    reason = _check_fails(path, full_check=full)
+    if reason is None or (source is not None and reason == _check_fails(source, full_check=full)):
+        return  # valid, or the source's own defect carried over unchanged (onnxruntime runs such models)
+    raise GatepackError(f"the ONNX model gatepack wrote fails onnx.checker's {'full ' if full else ''}check: {reason}")
+
+
+def _check_fails(path: Path, *, full_check: bool) -> str | None:
+    """onnx.checker's complaint about the model at ``path``, in whole words (None: it passes)."""
+    try:
+        onnx.checker.check_model(str(path), full_check=full_check)
+    except Exception as err:
+        text = " ".join(str(err).split())
+        return text if len(text) <= 300 else text[:300].rsplit(" ", 1)[0] + " ..."
+    return None
 
 
 def lifted_layers(model: Model) -> list[RecurrentLayer]:
@@ -1038,13 +1139,16 @@ def _rewrite_node(
     node = graph.node[position]
     gone = [n for n in graph.node if tuple(n.output) in original]
     kept = [n for n in graph.node if tuple(n.output) not in original]
-    before = sum(1 for n in graph.node[:position] if tuple(n.output) not in original)
+    earlier = {tuple(n.output) for n in graph.node[:position] if tuple(n.output) not in original}
     del graph.node[:]
     graph.node.extend(kept)
     itf = layer.interface
     interface_inputs = [n for n in (getattr(itf, role) for role in INPUT_ROLES) if n]  # the new nodes read these
     reads.update(interface_inputs)
     freed = _drop_dead_constants(graph, gone, reads)
+    # the new nodes go where the node was: after the nodes that came before it and are still there (the
+    # weights' constant cones among them may just have been dropped)
+    before = sum(1 for n in graph.node if tuple(n.output) in earlier)
     names.used -= freed | {node.name}
     inputs = list(node.input) + [""] * 8
     weights = ((1, "W"), (2, "R"), (3, "B"), (7, "P"))
@@ -1245,7 +1349,11 @@ def _emit_layer(
     inputs = {}
     for role, (elem_type, shape) in input_shapes.items():
         name = getattr(itf, role)
-        if name is not None:
+        if role in layer.constants:  # held by the layer: an initializer, in the node's own layout
+            inputs[role] = names.fresh(name)
+            node_layout = 1 if batch_major and encoding == "attribute" else 0
+            inits.append(_Stacked(inputs[role], list(constant_in_layout(layer, role, node_layout))))
+        elif name is not None:
             inputs[role], new = names.graph_input(name)
             if new:
                 g_in.append(helper.make_tensor_value_info(inputs[role], elem_type, shape))
@@ -1254,7 +1362,7 @@ def _emit_layer(
         if getattr(itf, role) is not None:
             outputs[role] = names.fresh(getattr(itf, role))
             g_out.append(helper.make_tensor_value_info(outputs[role], elem, shape))
-    nodes += layer_nodes(layer, encoding, names, inits, inputs, outputs)
+    nodes += layer_nodes(layer, encoding, names, inits, inputs, outputs, in_node_layout=set(layer.constants))
 
 
 def layer_nodes(
@@ -1267,13 +1375,15 @@ def layer_nodes(
     *,
     node_name: str | None = None,
     weight_names: dict[str, str] | None = None,
+    in_node_layout: set[str] | frozenset[str] = frozenset(),
 ) -> list[onnx.NodeProto]:
     """The nodes computing ``layer`` from the tensors ``inputs`` names per interface role (x,
     sequence_lens, initial_h, initial_c; in the layer's layout) into those ``outputs`` names (y, y_h,
     y_c): one GRU/RNN/LSTM node with every attribute explicit, inside Transposes for a batch-major
     layer under the ``transpose`` encoding. Its weights are appended to ``inits``, named
     ``weight_names`` (W, R, B, P) where those are free, else after the layer; the node is named
-    ``node_name`` (default: the layer's name)."""
+    ``node_name`` (default: the layer's name); the roles ``in_node_layout`` names are already in the node's
+    own layout (constants written for it), never transposed."""
     preferred = weight_names or {}
     wrap = layer.interface.layout == 1 and encoding == "transpose"
     nodes: list[onnx.NodeProto] = []
@@ -1302,7 +1412,8 @@ def layer_nodes(
         node_inputs[3] = weight("B", [np.concatenate([p.Wb, p.Rb]) for p in layer.directions])
     for k, role in ((5, "initial_h"), (6, "initial_c")):
         if inputs.get(role):
-            node_inputs[k] = transposed(inputs[role], _PERM_IN, f"{role}_dir_major") if wrap else inputs[role]
+            turn = wrap and role not in in_node_layout
+            node_inputs[k] = transposed(inputs[role], _PERM_IN, f"{role}_dir_major") if turn else inputs[role]
     if layer.has_peepholes:
         node_inputs[7] = weight("P", [p.P for p in layer.directions])
     while node_inputs and not node_inputs[-1]:
@@ -1445,10 +1556,10 @@ def _run_isolated(isolated: _Isolated, itf: Interface, inputs: dict[str, np.ndar
     """Run original nodes alone on onnxruntime: the interface's inputs in, its Y, Y_h (and Y_c) out."""
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(itf.dtype))
     graph_inputs = [helper.make_tensor_value_info(itf.x, elem, None)]
-    if itf.sequence_lens:
+    if itf.sequence_lens and itf.sequence_lens not in isolated.constants:
         graph_inputs.append(helper.make_tensor_value_info(itf.sequence_lens, onnx.TensorProto.INT32, None))
     for role in ("initial_h", "initial_c"):
-        if getattr(itf, role):
+        if getattr(itf, role) and getattr(itf, role) not in isolated.constants:
             graph_inputs.append(helper.make_tensor_value_info(getattr(itf, role), elem, None))
     outputs = [
         helper.make_tensor_value_info(name, elem, None) for name in (getattr(itf, r) for r in OUTPUT_ROLES) if name
@@ -1508,8 +1619,8 @@ def _ort_message(err: Exception) -> str:
     """onnxruntime's message without its status prefix, source paths and C++ signatures."""
     text = " ".join(str(err).split()).split(" : ")[-1]
     text = re.sub(r"/onnxruntime_src/\S+:\d+\s+(\S+\([^)]*\)\s+)?", "", text)
-    text = re.sub(r"\S+( [=!<>]+ \S+)? was false\. ", "", text)
-    return text.strip()[:240]
+    text = re.sub(r"\S+( [=!<>]+ \S+)? was false\. ", "", text).strip()
+    return text if len(text) <= 300 else text[:300].rsplit(" ", 1)[0] + " ..."  # whole words
 
 
 def _session(source, label: str):

@@ -55,7 +55,12 @@ from pathlib import Path
 import numpy as np
 
 from gatepack.converters.decompose import build_activation
-from gatepack.converters.description import build_layer, describe, parse
+from gatepack.converters.description import (
+    build_layer,
+    constant_from_layout,
+    describe,
+    parse,
+)
 from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
 from gatepack.converters.findings import Finding, Status, fp16_source
@@ -72,6 +77,7 @@ from gatepack.schemas.cells import CELLS
 from gatepack.schemas.layer import (
     INPUT_ROLES,
     OUTPUT_ROLES,
+    PERM_SWAP_01,
     ROLE_LABELS,
     Cell,
     Direction,
@@ -211,9 +217,14 @@ def build(model: Model, *, strategy: str = "auto"):
             return params[name]
 
         x = parameter(itf.x, [n, s, i] if itf.layout else [s, n, i], dtype)
-        lens = parameter(itf.sequence_lens, [n], np.int32) if itf.sequence_lens else None
+        held = _held_constants(layer, itf.layout)
+        lens = held.get("sequence_lens")
+        if lens is None and itf.sequence_lens:
+            lens = parameter(itf.sequence_lens, [n], np.int32)
         states = {
-            role: parameter(getattr(itf, role), [n, d, h] if itf.layout else [d, n, h], dtype)
+            role: held[role]
+            if role in held
+            else parameter(getattr(itf, role), [n, d, h] if itf.layout else [d, n, h], dtype)
             for role in ("initial_h", "initial_c")
             if getattr(itf, role)
         }
@@ -278,6 +289,7 @@ def build_whole(model: Model, *, strategy: str = "auto"):
                     for role, v in optional.items()
                     if v is not None and v.get_node().get_type_name() != "NullNode"
                 }
+                given.update((role, c.output(0)) for role, c in _held_constants(layer, node.layout or 0).items())
                 node_layer = replace(layer, interface=replace(layer.interface, layout=node.layout or 0))
                 chosen, _ = choose_strategy(layer, strategy)
                 outputs = (_emit_native if chosen == "native" else _emit_decomposed)(
@@ -336,6 +348,17 @@ def _const(ops, array: np.ndarray, name: str):
     node = ops.constant(array, name=name, shared_memory=bool(array.flags.writeable))
     node.set_friendly_name(name)
     return node
+
+
+def _held_constants(layer: RecurrentLayer, layout: int) -> dict[str, object]:
+    """Per input the layer holds as a constant, its value in ``layout``: a Constant named ``LAYER/ROLE`` holding
+    it in layout 0 (read back by that name; the IR asks nobody to feed it), transposed for a batch-major layout."""
+    _, ops = _ov()
+    held = {}
+    for role in layer.constants:
+        node = _const(ops, layer.constants[role], f"{layer.name}/{role}")
+        held[role] = ops.transpose(node, [1, 0, 2]) if layout == 1 and role != "sequence_lens" else node
+    return held
 
 
 def _shape_dims(ops, x_seq_major):
@@ -1021,7 +1044,8 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
                     P=const(f"P{k}") if peepholes else None,
                 )
             )
-    return build_layer(path, info, directions, Provenance(FORMAT, path, name, strategy)), found
+    constants = {role: constant_from_layout(const(role), role, 0) for role in info.constant_roles}
+    return build_layer(path, info, directions, Provenance(FORMAT, path, name, strategy), constants), found
 
 
 # ----------------------------------------------------------------------------------------- running
@@ -1080,7 +1104,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
         return run_lifted(path, layer.provenance.handle, layer.interface, feed, (ov, ops))
     ov_model = read_ir(path)
     itf = layer.interface
-    inputs = {getattr(itf, role) for role in INPUT_ROLES} - {None}
+    inputs = {getattr(itf, role) for role in ("x", *layer.fed_roles())}
     params = [p for p in ov_model.get_parameters() if p.output(0).get_names() & inputs]
     outs = {getattr(itf, role) for role in OUTPUT_ROLES} - {None}
     results = [r for r in ov_model.get_results() if r.input_value(0).get_names() & outs]
@@ -1111,9 +1135,14 @@ def _node_alone(ops, layer: RecurrentLayer, op, feed: dict[str, np.ndarray]):
     names = {"x": itf.x}
     for role, _ in state_roles(layer.cell):
         names[role] = getattr(itf, role) or f"{name}/{STATE_INPUTS[role[-1]]}"
+        held = layer.constant_state(role, n)  # a constant the layer holds, fed to the node alone as it is
+        if held is not None:
+            feed[names[role]] = held.transpose(PERM_SWAP_01) if batch_major else held
         feed.setdefault(names[role], np.zeros((n, d, h) if batch_major else (d, n, h), layer.dtype))
     names["sequence_lens"] = itf.sequence_lens or f"{name}/sequence_lengths"
     lens_type = op.get_input_element_type(index["sequence_lens"])
+    if layer.constant("sequence_lens") is not None:
+        feed[names["sequence_lens"]] = layer.constant("sequence_lens")
     feed[names["sequence_lens"]] = feed.get(names["sequence_lens"], np.full(n, s)).astype(lens_type.to_dtype())
     params = []
     for role, tensor in names.items():

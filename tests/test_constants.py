@@ -1,0 +1,160 @@
+"""Optional inputs a source holds as constants (initial_h, initial_c, sequence_lens as an initializer, a
+Constant node or a folded cone) stay constants on every target: the artifact takes X alone, and running it
+on X reproduces onnxruntime running the unmodified source. Verification never feeds such an input, and it
+fails a target that asks for one the source holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gatepack as gp
+from gatepack.converters.registry import WRITERS
+
+S, N, I, H = 5, 2, 3, 4
+KINDS = ("initializer", "constant_node", "folded_cone")
+
+
+def _source(tmp_path, cell: str, kind: str, with_lens: bool = False) -> tuple[str, dict[str, np.ndarray]]:
+    """A one-node model whose initial state(s) (and lengths) are constants of ``kind``; X is its only input."""
+    rng = np.random.default_rng(7)
+    gates = {"GRU": 3, "LSTM": 4}[cell]
+    weights = {
+        "W": rng.uniform(-1, 1, (1, gates * H, I)).astype(np.float32),
+        "R": rng.uniform(-1, 1, (1, gates * H, H)).astype(np.float32),
+        "B": rng.uniform(-1, 1, (1, 2 * gates * H)).astype(np.float32),
+    }
+    held = {"h0": rng.uniform(-1, 1, (1, N, H)).astype(np.float32)}
+    if cell == "LSTM":
+        held["c0"] = rng.uniform(-1, 1, (1, N, H)).astype(np.float32)
+    if with_lens:
+        held["lens"] = np.array([S, 3], np.int32)
+    inits = [numpy_helper.from_array(v, k) for k, v in weights.items()]
+    nodes = []
+    for name, value in held.items():
+        if kind == "initializer":
+            inits.append(numpy_helper.from_array(value, name))
+        elif kind == "constant_node":
+            nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value)))
+        else:  # a cone: two halves concatenated along the batch axis (the lengths: one constant node)
+            if value.ndim == 3:
+                halves = [value[:, :1], value[:, 1:]]
+                for k, half in enumerate(halves):
+                    nodes.append(helper.make_node("Constant", [], [f"{name}_{k}"], value=numpy_helper.from_array(half)))
+                nodes.append(helper.make_node("Concat", [f"{name}_0", f"{name}_1"], [name], axis=1))
+            else:
+                nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value)))
+    inputs = ["X", "W", "R", "B", "lens" if with_lens else "", "h0"] + (["c0"] if cell == "LSTM" else [])
+    outputs = ["Y", "Y_h"] + (["Y_c"] if cell == "LSTM" else [])
+    attrs = {"linear_before_reset": 1} if cell == "GRU" else {}
+    nodes.append(helper.make_node(cell, inputs, outputs, hidden_size=H, **attrs))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [S, N, I])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        inits,
+    )
+    path = tmp_path / f"{cell}_{kind}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(path))
+    return str(path), held
+
+
+def _onnxruntime(path: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return {o.name: v for o, v in zip(session.get_outputs(), session.run(None, {"X": x}))}
+
+
+OUTPUTS = {"onnx": "o.onnx", "openvino": "o.xml", "directml": "dml", "coreml": "o.mlpackage", "bnns": "bundle"}
+
+
+def _run_artifact(target: str, out: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    """The written artifact run on X alone: on its runtime where one runs here, else on gatepack's executor
+    of the format's semantics (DirectML: resources in the desc's 4-D shapes)."""
+    if target == "directml":
+        got = gp.run(out, {"X": x[None]}, engine="numpy")
+        return {k: v[0] if k != "Y" else v for k, v in got.items()}
+    return gp.run(out, {"X": x}, engine="native" if target in ("onnx", "openvino") else "numpy")
+
+
+@pytest.mark.parametrize("target", WRITERS)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("cell", ["GRU", "LSTM"])
+def test_constant_state_kept(tmp_path, cell, kind, target):
+    if target == "openvino":
+        pytest.importorskip("openvino")
+    if target == "coreml":
+        pytest.importorskip("coremltools")
+    src, held = _source(tmp_path, cell, kind)
+    model = gp.load(src)
+    assert sorted(model.layers[0].constants) == (["initial_c", "initial_h"] if cell == "LSTM" else ["initial_h"])
+    assert model.other_ops == []  # a constant that feeds only the layer is part of it
+    out = str(tmp_path / OUTPUTS[target])
+    result = gp.convert(src, out, to=target)
+    assert result.passed
+    findings = {f.feature: f for f in result.findings[model.layers[0].name]}
+    assert "constant" in findings["initial_h"].detail and findings["initial_h"].status.value == "exact"
+    x = np.random.default_rng(3).uniform(-1, 1, (S, N, I)).astype(np.float32)
+    expected = _onnxruntime(src, x)
+    got = _run_artifact(target, out, x)
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, atol=2e-5, rtol=1e-4, err_msg=f"{target} {name}")
+    if target == "directml":  # the stored state is the source's, not a sample
+        import json
+
+        manifest = json.loads((tmp_path / "dml" / "gatepack.json").read_text())
+        tensors = manifest["layers"][0]["tensors"]
+        assert tensors["initial_h"]["constant"] is True
+        stored = np.load(tmp_path / "dml" / f"{tensors['initial_h']['resource']}.npy")
+        np.testing.assert_array_equal(stored[0], held["h0"])
+
+
+@pytest.mark.parametrize("target", [t for t in WRITERS if t != "bnns"])
+def test_constant_sequence_lens_kept(tmp_path, target):
+    if target == "openvino":
+        pytest.importorskip("openvino")
+    if target == "coreml":
+        pytest.importorskip("coremltools")
+    src, _ = _source(tmp_path, "GRU", "initializer", with_lens=True)
+    assert "sequence_lens" in gp.load(src).layers[0].constants
+    out = str(tmp_path / OUTPUTS[target])
+    assert gp.convert(src, out, to=target).passed
+    x = np.random.default_rng(4).uniform(-1, 1, (S, N, I)).astype(np.float32)
+    expected, got = _onnxruntime(src, x), _run_artifact(target, out, x)
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, atol=2e-5, rtol=1e-4, err_msg=f"{target} {name}")
+
+
+def test_constant_sequence_lens_refused_by_bnns(tmp_path):
+    src, _ = _source(tmp_path, "GRU", "initializer", with_lens=True)
+    with pytest.raises(gp.RefusedError, match="sequence"):
+        gp.convert(src, str(tmp_path / "bundle"), to="bnns")
+
+
+def test_verification_fails_a_target_that_asks_for_a_held_state(tmp_path):
+    """The defect every target had: the constant initial state written as an input. Verification must not
+    pass it, whatever it would feed."""
+    src, held = _source(tmp_path, "GRU", "initializer")
+    proto = onnx.load(src)
+    h0 = next(t for t in proto.graph.initializer if t.name == "h0")
+    proto.graph.initializer.remove(h0)
+    proto.graph.input.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, N, H]))
+    wrong = str(tmp_path / "wrong.onnx")
+    onnx.save(proto, wrong)
+    verification = gp.verify(src, wrong)
+    assert not verification.passed
+    assert any("holds it as a constant" in o.output for o in verification.outputs)
+
+
+def test_held_state_is_not_an_input_of_the_layer(tmp_path):
+    src, _ = _source(tmp_path, "LSTM", "constant_node")
+    layer = gp.load(src).layers[0]
+    assert layer.fed_roles() == ()
+    with pytest.raises(gp.InputError, match="constant of the layer"):
+        from gatepack.converters.executor import run_layer
+
+        run_layer(layer, np.zeros((S, N, I), np.float32), None, np.zeros((1, N, H), np.float32))
