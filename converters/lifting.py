@@ -21,6 +21,8 @@ blocks: canonical order i, o, f, c (ONNX); Keras and PyTorch store i, f, c, o, O
 Core ML i, f, o, c; all 24 orders are tried. An LSTM carries two states: the recurrence names both
 (h, whose steps are Y, and c), and the lifted layer has no peepholes and no input/forget coupling
 (a step computing either does not agree with any reading, so it is refused, never approximated).
+A GRU's or LSTM's gate activation is a Sigmoid, or a hard sigmoid a recogniser saw (a ``Clip``), tried
+with the parameters producers use (``GATE_ACTIVATIONS``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ from gatepack.schemas.layer import (
 )
 
 ACTIVATION_OPS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}  # lower-case op name -> canonical
+# A gate activation a step may apply: a Sigmoid op, or a hard sigmoid min(max(alpha*x + beta, 0), 1) written
+# with Clip/Mul/Add (recognisers report it as "hardsigmoid"), tried with the parameters producers use:
+# ONNX's default and Keras 2's (0.2, 0.5), Keras 3's and PyTorch's Hardsigmoid relu6(x + 3) / 6 (1/6, 0.5).
+GATE_ACTIVATIONS = {
+    "sigmoid": (Activation("Sigmoid"),),
+    "hardsigmoid": (Activation("HardSigmoid", 0.2, 0.5), Activation("HardSigmoid", 1 / 6, 0.5)),
+}
 
 
 class LiftRefused(Exception):
@@ -80,7 +89,7 @@ class Recurrence:
     input_size: int
     hidden_size: int
     candidates: list[WeightCandidate]
-    activations: frozenset[str]  # lower-case: sigmoid, tanh, relu
+    activations: frozenset[str]  # lower-case: sigmoid, hardsigmoid, tanh, relu
     run_original: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # interface feed -> its Y, Y_h (Y_c)
     tolerance: str | None = None  # the dtype whose tolerance the comparison uses (default: the interface's)
 
@@ -134,25 +143,32 @@ def lift(rec: Recurrence, seed: int = 0) -> Lifted:
 
 
 def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
+    gates = [act for name in sorted(rec.activations) for act in GATE_ACTIVATIONS.get(name, ())]
     for cand in rec.candidates:
         cell = {4: Cell.LSTM, 3: Cell.GRU, 1: Cell.RNN}.get(cand.gates)
         if cell is None or cand.R.shape[1] != rec.hidden_size or cand.W.shape[1] != rec.input_size:
             continue
         if cell is Cell.GRU:
-            if not {"sigmoid", "tanh"} <= rec.activations:
+            if not gates or "tanh" not in rec.activations:
                 continue
             variants = [
-                (order, lbr, (Activation("Sigmoid"), Activation("Tanh")))
+                (order, lbr, (gate, Activation("Tanh")))
+                for gate in gates
                 for order in GRU_SOURCE_ORDERS
                 for lbr in (True, False)
             ]
         elif cell is Cell.LSTM:
-            if not {"sigmoid", "tanh"} <= rec.activations:
+            if not gates or "tanh" not in rec.activations:
                 continue
-            lstm_acts = (Activation("Sigmoid"), Activation("Tanh"), Activation("Tanh"))
-            variants = [(order, False, lstm_acts) for order in LSTM_SOURCE_ORDERS]
+            variants = [
+                (order, False, (gate, Activation("Tanh"), Activation("Tanh")))
+                for gate in gates
+                for order in LSTM_SOURCE_ORDERS
+            ]
         else:
-            variants = [(("i",), False, (Activation(ACTIVATION_OPS[a]),)) for a in sorted(rec.activations)]
+            variants = [
+                (("i",), False, (Activation(ACTIVATION_OPS[a]),)) for a in sorted(rec.activations & set(ACTIVATION_OPS))
+            ]
         for (order, lbr, acts), (wb, rb, bias_label) in itertools.product(variants, cand.biases):
             blocks = [order.index(g) for g in cell.gate_names]  # source block of each canonical gate
             params = DirectionParams(
@@ -176,6 +192,8 @@ def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
             parts = [cell.op_name]
             if cell is not Cell.RNN:
                 parts.append(f"gate order {', '.join(order)}")
+                if acts[0].name != "Sigmoid":
+                    parts.append(f"gates {acts[0]}")
             if cell is Cell.GRU:
                 parts += [f"reset {'after' if lbr else 'before'} the matmul"]
             elif cell is Cell.RNN:
@@ -266,6 +284,19 @@ def candidates_from_constants(
                 for r_oriented, r_text in _orientations(r, (gh, hidden_size)):
                     label = f"W {wn!r}{w_text}, R {rn!r}{r_text}"
                     found.append(WeightCandidate(w_oriented, r_oriented, tuple(biases), label))
+    return found
+
+
+def hidden_sizes(constants: dict[str, np.ndarray], input_size: int) -> set[int]:
+    """Every hidden size H for which two of the float matrices can be a fused W ([I, G*H] or [G*H, I])
+    and R ([H, G*H] or [G*H, H]), G = 4, 3 or 1: the weights tell H when no shape does."""
+    matrices = [v.shape for v in constants.values() if v.dtype.kind == "f" and v.ndim == 2]
+    found = set()
+    for w, r in itertools.permutations(matrices, 2):
+        for fused in (d for axis, d in enumerate(w) if w[1 - axis] == input_size):
+            for hidden in (d for axis, d in enumerate(r) if r[1 - axis] == fused):
+                if any(gates * hidden == fused for gates in (4, 3, 1)):
+                    found.add(hidden)
     return found
 
 

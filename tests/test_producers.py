@@ -29,14 +29,31 @@ TARGETS = ("onnx", "openvino", "directml", "coreml", "bnns")
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "directml": ".dml", "coreml": ".mlpackage", "bnns": ".bnns"}
 
 
-# Keras LSTM through tf2onnx: an LSTM node; every Keras layer through ov.convert_model: a Loop
-LIFTED = ("tf2onnx_gru", "tf2onnx_simple_rnn", "torch_dynamo_rnn", "coreml_gru", "ov_keras")
+# Keras LSTM through tf2onnx: an LSTM node (a Loop with hard-sigmoid gates in Keras 3); every Keras layer through
+# ov.convert_model: a Loop. tf2onnx writes a Keras 2 GRU with reset_after (its default) as a GRU node.
+LIFTED = (
+    "tf2onnx_gru",
+    "tf2onnx_simple_rnn",
+    "tf2onnx_classifier",
+    "tf2onnx_lstm_hard_sigmoid",
+    "tf2onnx_keras2_classifier_gru_reset_before",
+    "tf2onnx_keras2_classifier_gru_nobias",
+    "tf2onnx_keras2_classifier_simple_rnn",
+    "torch_dynamo_rnn",
+    "coreml_gru",
+    "ov_keras",
+)
+# Keras masking (Embedding(mask_zero=True), Masking): tf2onnx's Loop selects per step on a mask computed from
+# the data, which is not shown to be a prefix of each row: refused, saying "masked".
+MASKED = sorted(a for a in MANIFEST if "_masked_" in a)
+# BNNSGraph's lstm takes parameterless activations only: a hard-sigmoid LSTM is refused for bnns.
+HARD_SIGMOID = {a for a in MANIFEST if "hard_sigmoid" in a}
 # OpenVINO 2026.4's ONNX frontend computes one of two GRU/RNN nodes that read the same X tensor wrongly
 # (docs/conventions.md, "OpenVINO traps"); gatepack's verification catches it and writes nothing.
 OPENVINO_SHARED_X = {"torch_dynamo_rnn_relu_bidirectional.onnx"}
 
 
-ARTIFACTS = sorted(MANIFEST)
+ARTIFACTS = sorted(a for a in MANIFEST if a not in MASKED)
 LIFTED_ARTIFACTS = [a for a in ARTIFACTS if a.startswith(LIFTED)]
 
 
@@ -91,6 +108,11 @@ def test_converts_to_every_target_with_verification(artifact, tmp_path):
             assert (layer.interface.initial_h is None) == ("h0" not in _truth(artifact))
     for target in TARGETS:
         out = tmp_path / f"{target}{SUFFIX[target]}"
+        if target == "bnns" and artifact in HARD_SIGMOID:
+            with pytest.raises(gp.RefusedError, match="HardSigmoid"):
+                gp.convert(path, out, to=target, layers_only=True)
+            assert not out.exists()
+            continue
         if target == "openvino" and artifact in OPENVINO_SHARED_X:
             with pytest.raises(gp.VerificationError):
                 gp.convert(path, out, to=target)
@@ -139,7 +161,10 @@ def _layer_input(artifact: str, layer, truth: dict) -> np.ndarray:
     return np.ascontiguousarray(x[:, ::-1] if "go_backwards" in artifact else x)
 
 
-SINGLE_LIFTED = [a for a in LIFTED_ARTIFACTS if not any(k in a for k in ("bidirectional", "rnn2", "gru2"))]
+# (a classifier's outputs are its Dense head's, not the layer's)
+SINGLE_LIFTED = [
+    a for a in LIFTED_ARTIFACTS if not any(k in a for k in ("bidirectional", "rnn2", "gru2", "classifier"))
+]
 
 
 @pytest.mark.parametrize("artifact", SINGLE_LIFTED)
@@ -151,6 +176,8 @@ def test_lifted_layers_converted_give_the_frameworks_outputs(artifact, tmp_path)
     expected = [v for k, v in truth.items() if k not in (layer.interface.x, "x")]
     for target in TARGETS:
         out = tmp_path / f"{target}{SUFFIX[target]}"
+        if target == "bnns" and artifact in HARD_SIGMOID:  # refused: test_converts_to_every_target_with_verification
+            continue
         # DirectML tensors are static: a layer of unknown sizes is written at the sizes it is fed here
         fixed = target == "directml" and "dynamic" in artifact
         sizes = {"seq_length": x.shape[1], "batch_size": x.shape[0]} if fixed else {}
@@ -195,7 +222,7 @@ def test_onnx_loops_and_unrolled_steps_are_replaced_in_place(artifact, tmp_path)
     before, after = onnx.load(str(path)).graph, onnx.load(str(out)).graph
     ops = {n.op_type for n in after.node}
     everything = lambda g: [n for n in g.node] + [m for n in g.node for a in n.attribute if a.g for m in a.g.node]  # noqa: E731
-    assert "Loop" not in ops and ops & {"GRU", "RNN"} and len(everything(after)) < len(everything(before))
+    assert "Loop" not in ops and ops & {"GRU", "RNN", "LSTM"} and len(everything(after)) < len(everything(before))
     assert [o.name for o in after.output] == [o.name for o in before.output]
     truth = _truth(artifact)
     session = ort.InferenceSession(str(out))
@@ -245,3 +272,46 @@ def test_nameless_ir_outputs_get_stable_names_said_by_inspect():
     outputs = gp.run(path, {"x": _truth("ov_torch_gru.xml")["x"]})
     assert list(outputs) == [n.split("calls it ")[1].strip("'") for n in named]
     assert list(gp.run(path, {"x": _truth("ov_torch_gru.xml")["x"]})) == list(outputs)  # stable
+
+
+@pytest.mark.parametrize("artifact", [a for a in LIFTED_ARTIFACTS if "classifier" in a])
+def test_a_dynamic_batch_loop_takes_its_hidden_size_from_the_weights(artifact):
+    """A Keras functional model with a dynamic batch whose layer's last state feeds a Dense head: no shape
+    tells the loop's state size (tf2onnx declares it [?, ?]); the weights do. Its zero initial state is
+    expanded to the batch read from X's shape: no initial state."""
+    (layer,) = gp.load(PRODUCERS / artifact).layers
+    assert layer.hidden_size == 4 and layer.input_size == 3
+    assert layer.interface.initial_h is None and layer.interface.batch_size is None
+    assert layer.has_bias == ("nobias" not in artifact)
+
+
+@pytest.mark.parametrize(
+    "artifact, alpha", [("tf2onnx_lstm_hard_sigmoid.onnx", 1 / 6), ("tf2onnx_keras2_lstm_hard_sigmoid.onnx", 0.2)]
+)
+def test_hard_sigmoid_gates_are_read_with_their_producers_parameters(artifact, alpha):
+    """Keras 3's hard_sigmoid is relu6(x + 3) / 6 (tf2onnx: Clip/Mul/Add in a Loop), HardSigmoid(1/6, 0.5);
+    Keras 2's is min(max(0.2 x + 0.5, 0), 1) (tf2onnx: an LSTM node with HardSigmoid(0.2, 0.5))."""
+    (layer,) = gp.load(PRODUCERS / artifact).layers
+    gate, cell, hidden = layer.directions[0].activations
+    assert gate.name == "HardSigmoid" and gate.alpha == pytest.approx(alpha) and gate.beta == pytest.approx(0.5)
+    assert (cell.name, hidden.name) == ("Tanh", "Tanh")
+
+
+@pytest.mark.parametrize("artifact", MASKED)
+def test_masked_keras_layers_are_refused_saying_masked(artifact, tmp_path):
+    """Keras masking: the Loop keeps each row's state where a mask computed from the data is false. The
+    fixture is real (onnxruntime runs it to Keras's outputs); gatepack refuses it on one line saying
+    "masked", and writes nothing."""
+    import onnxruntime as ort
+
+    path = PRODUCERS / artifact
+    truth = _truth(artifact)
+    session = ort.InferenceSession(str(path))
+    feed = {i.name: truth[i.name] for i in session.get_inputs()}
+    for got, want in zip(session.run(None, feed), [v for k, v in truth.items() if k not in feed]):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+    with pytest.raises(gp.NoRecurrentLayerError) as err:
+        gp.convert(path, tmp_path / "out.onnx", to="onnx")
+    line = err.value.one_line()
+    assert "masked" in line and "Loop" in line and "\n" not in line
+    assert not (tmp_path / "out.onnx").exists()

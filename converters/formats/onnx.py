@@ -61,6 +61,7 @@ from gatepack.schemas.layer import (
     SpecError,
     dim_text,
     stack_directions,
+    state_roles,
 )
 
 FORMAT = "onnx"
@@ -274,7 +275,9 @@ class _Reader:
             x=region.x,
             y=region.y,
             y_h=region.y_h,
+            y_c=region.y_c,
             initial_h=region.initial_h,
+            initial_c=region.initial_c,
             layout=region.layout,
             seq_length=region.seq_length,
             batch_size=region.batch_size,
@@ -822,8 +825,8 @@ def _exposed_text(region) -> str:
         if how[0] == "Y_seq":
             order = "in processing order (reversed in time)" if how[1] else "in time order"
             parts.append(f"{tensor!r} is Y without its direction axis, {order}")
-        elif how[0] == "Y_h":
-            parts.append(f"{tensor!r} is Y_h without its direction axis")
+        elif how[0] in ("Y_h", "Y_c"):
+            parts.append(f"{tensor!r} is {how[0]} without its direction axis")
         else:
             parts.append(f"{tensor!r} is Y at step {how[1]}")
     shown = "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
@@ -1216,14 +1219,16 @@ def _lifted_replacement(layer: RecurrentLayer) -> tuple:
         return stack_directions([getattr(p, key) for p in layer.directions])
 
     weights = {w: stack("W"), f"{layer.name}:R": stack("R")}
-    inputs = [x0, w, f"{layer.name}:R", "", "", region.initial_h or ""]
+    inputs = [x0, w, f"{layer.name}:R", "", "", region.initial_h or "", region.initial_c or ""]
     if layer.has_bias:
         weights[f"{layer.name}:B"] = np.concatenate([stack("Wb"), stack("Rb")], axis=1)
         inputs[3] = f"{layer.name}:B"
+    while not inputs[-1]:
+        inputs.pop()
     node = helper.make_node(
         layer.cell.spec.onnx_op,
         inputs,
-        [f"{layer.name}:Y0", f"{layer.name}:Y_h0"],
+        [f"{layer.name}:Y0", f"{layer.name}:Y_h0", f"{layer.name}:Y_c0"][: len(state_roles(layer.cell)) + 1],
         name=layer.name,
         **_attributes(layer),
     )

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from gatepack.converters.lifting import hidden_sizes
 from gatepack.schemas.layer import Direction
 
 _STATE_KEEPERS = {"Identity"}
@@ -57,6 +58,9 @@ class Region:
     hidden_size: int
     activations: frozenset[str]
     exposed: dict[str, tuple] = field(default_factory=dict)  # original tensor -> ("Y", t, rank) | ("Y_h", rank)
+    initial_c: str | None = None  # an LSTM's: as initial_h
+    initial_c_source: str | None = None
+    y_c: str | None = None
 
 
 class NotARecurrence(Exception):
@@ -184,9 +188,8 @@ class Finder:
         body = next((a.g for a in node.attribute if a.name == "body"), None)
         if body is None:
             return None
-        body_ops = {n.op_type for n in _all_nodes(body)}
-        activations = frozenset(op.lower() for op in body_ops & {"Sigmoid", "Tanh", "Relu"})
-        if not activations or not body_ops & {"MatMul", "Gemm"}:
+        activations = _step_activations(body)
+        if not activations or not {n.op_type for n in _all_nodes(body)} & {"MatMul", "Gemm"}:
             return None
         what = f"Loop {name!r}"
         n_carried = len(node.input) - 2
@@ -201,38 +204,33 @@ class Finder:
             for k in range(n_carried)
             if carried_out[k] != carried_in[k] and self._is_float(node.input[2 + k], body, carried_in[k])
         ]
-        if len(changing) != 1:
+        sequences, masks = self._stepped(body)
+        if masks:
             raise NotARecurrence(
-                f"{what}: it carries {len(changing)} changing float states (a GRU or RNN carries one; an LSTM two)"
+                f"{what}: masked: each step is kept or skipped per row by the mask {masks[0]!r} (Keras masking), "
+                "computed from the data and not shown to be a prefix of each row as sequence_lens would need, "
+                "so it is not lifted (export the layer without the mask to lift it)"
             )
-        k = changing[0]
-        defined = _defined(body)
-        gathers = [
-            n
-            for n in _all_nodes(body)
-            if n.op_type == "Gather" and n.input[0] not in defined and _attr(n, "axis", 0) == 0
-        ]
-        if len(gathers) != 1:
-            raise NotARecurrence(f"{what}: it reads {len(gathers)} outer sequences step by step, not one")
-        sequence = gathers[0].input[0]
-        direction, x = Direction.FORWARD, sequence
-        reverser = self.scope.producers.get(sequence)
+        if len(sequences) != 1:
+            raise NotARecurrence(f"{what}: it reads {len(sequences)} outer float sequences step by step, not one")
+        k_h, k_c = self._states(body, changing, carried_in, carried_out, what)
+        direction, x = Direction.FORWARD, sequences[0]
+        reverser = self.scope.producers.get(x)
         if reverser is not None and _reverses_time(reverser, self._constant):
             direction, x = Direction.REVERSE, reverser.input[0]
-        initial = node.input[2 + k]
-        init_value = self._constant(initial)
-        if init_value is not None:
-            if np.any(init_value):
-                raise NotARecurrence(f"{what}: its initial state {initial!r} is a non-zero constant")
-            initial = None
         scan = next(
-            (j for j, s in enumerate(scans) if _through(body, s) == _through(body, carried_out[k])),
+            (j for j, s in enumerate(scans) if _through(body, s) == _through(body, carried_out[k_h])),
             None,
         )
         y_seq = node.output[n_carried + scan] if scan is not None and len(node.output) > n_carried + scan else None
-        final = node.output[k] if len(node.output) > k and node.output[k] else None
-        dims = self._dims(final) or self._dims(initial or "") or []
+        finals = [node.output[k] if k is not None and len(node.output) > k and node.output[k] else None
+                  for k in (k_h, k_c)]  # fmt: skip
+        initials = [None if k is None else self._initial(node.input[2 + k], what) for k in (k_h, k_c)]
+        x_dims = self._dims(x) or []
+        dims = self._dims(finals[0] or "") or self._dims(initials[0] or "") or []
         hidden = dims[-1] if dims and isinstance(dims[-1], int) else None
+        if hidden is None and len(x_dims) == 3 and isinstance(x_dims[2], int):
+            hidden = self._hidden_from_weights(node, x_dims[2], what)
         trip = self._constant(node.input[0]) if node.input[0] else None
         steps = int(trip.reshape(-1)[0]) if trip is not None and trip.size == 1 else None
         found = (
@@ -240,9 +238,74 @@ class Finder:
             "(as tf2onnx writes Keras recurrent layers)"
         )
         return self._build(
-            name, found, "Loop", direction, x, initial, activations, hidden, steps,
-            outputs=[o for o in (y_seq, final) if o], y_seq=y_seq, final=final, states=None,
+            name, found, "Loop", direction, x, initials, activations, hidden, steps,
+            outputs=[o for o in (y_seq, *finals) if o], y_seq=y_seq, finals=finals, states=None,
         )  # fmt: skip
+
+    def _stepped(self, body: onnx.GraphProto) -> tuple[list[str], list[str]]:
+        """The outer tensors the body gathers step ``t`` of (axis 0): float sequences, and boolean masks
+        (or the float masks a boolean one was cast to)."""
+        defined = _defined(body)
+        gathered = [
+            n.input[0]
+            for n in _all_nodes(body)
+            if n.op_type == "Gather" and n.input[0] not in defined and _attr(n, "axis", 0) == 0
+        ]
+        masks = [t for t in gathered if self._is_mask(t)]
+        return [t for t in gathered if t not in masks], masks
+
+    def _is_mask(self, name: str) -> bool:
+        """A boolean tensor, or one cast from a boolean (or from a comparison)."""
+        while True:
+            node = self.scope.producers.get(name)
+            if node is None:
+                return False
+            if node.op_type in ("Equal", "Not", "Less", "Greater", "And", "Or", "LessOrEqual", "GreaterOrEqual"):
+                return True
+            if node.op_type not in ("Cast", "Transpose", "Unsqueeze", "Squeeze", "Reshape", "Identity"):
+                return False
+            name = node.input[0]
+
+    def _states(self, body, changing: list[int], carried_in: list[str], carried_out: list[str], what: str) -> tuple:
+        """(h, c) among the changing carried values: h is the one a MatMul/Gemm multiplies (the recurrent
+        product), c the other one an LSTM carries (None for a GRU or RNN)."""
+        multiplied = {_through(body, n.input[0]) for n in _all_nodes(body) if n.op_type in ("MatMul", "Gemm")}
+        read = [k for k in changing if carried_in[k] in multiplied or _through(body, carried_in[k]) in multiplied]
+        if len(changing) not in (1, 2) or len(read) != 1:
+            raise NotARecurrence(
+                f"{what}: it carries {len(changing)} changing float states, {len(read)} of them multiplied by a "
+                "matrix (a GRU or RNN carries one state, an LSTM two, h multiplied and c not)"
+            )
+        rest = [k for k in changing if k != read[0]]
+        return read[0], (rest[0] if rest else None)
+
+    def _initial(self, outer: str, what: str) -> str | None:
+        """A loop-carried state's initial value: None for zeros (a constant, or a zero constant expanded to a
+        shape computed from the input's, as tf2onnx writes a dynamic batch's zero state)."""
+        value = self._constant(outer)
+        producer = self.scope.producers.get(outer)
+        if value is None and producer is not None and producer.op_type == "Expand":
+            value = self._constant(producer.input[0])
+        elif value is None and producer is not None and producer.op_type == "ConstantOfShape":
+            attr = next((a for a in producer.attribute if a.name == "value"), None)
+            value = self.value_of(attr.t) if attr is not None else np.zeros(1, np.float32)
+        if value is None:
+            return outer
+        if np.any(value):
+            raise NotARecurrence(f"{what}: its initial state {outer!r} is a non-zero constant")
+        return None
+
+    def _hidden_from_weights(self, node: onnx.NodeProto, input_size: int, what: str) -> int:
+        """The hidden size when no shape tells it: the one size for which two of the float matrices the loop
+        reads can be W [I, G*H] and R [H, G*H] (either orientation; G = 4, 3 or 1)."""
+        reads = set(node.input) | set(_captured(node))
+        outer = {n: v for n in reads if (v := self._constant(n)) is not None}
+        sizes = hidden_sizes(_float_constants([node], outer, self.value_of, self._constant), input_size)
+        if len(sizes) != 1:
+            raise NotARecurrence(
+                f"{what}: its state has no known hidden size (the weights fit {sorted(sizes) or 'no size'})"
+            )
+        return sizes.pop()
 
     def _is_float(self, outer: str, body: onnx.GraphProto, inner: str) -> bool:
         value = self._constant(outer)
@@ -318,8 +381,8 @@ class Finder:
         cell = "/".join(sorted(activations))
         found = f"{len(states)} unrolled {cell} steps (as torch.onnx's dynamo exporter writes nn.RNN)"
         return self._build(
-            name, found, "unrolled", direction, x, initial, activations, hidden, len(states),
-            outputs=states, y_seq=None, final=None, states=states,
+            name, found, "unrolled", direction, x, [initial, None], activations, hidden, len(states),
+            outputs=states, y_seq=None, finals=[None, None], states=states,
         )  # fmt: skip
 
     def _step_nodes(self, states: list[str], initial: str | None) -> list[onnx.NodeProto]:
@@ -365,15 +428,18 @@ class Finder:
     # -- building
 
     def _build(
-        self, name, found, kind, direction, x_seq, initial, activations, hidden, steps, *, outputs, y_seq, final, states
-    ) -> Region:
+        self, name, found, kind, direction, x_seq, initials, activations, hidden, steps, *, outputs, y_seq, finals,
+        states
+    ) -> Region:  # fmt: skip
+        """The region of a recurrence found: ``initials`` and ``finals`` are (h, c) (c: an LSTM's, else
+        None); ``states`` the per-step states of unrolled steps, ``y_seq`` the scanned Y of a Loop."""
         x_dims = self._dims(x_seq) or []
         if len(x_dims) != 3 or not isinstance(x_dims[2], int):
             raise NotARecurrence(f"{found}: its sequence input {x_seq!r} has no known [S, N, I] shape")
         if not isinstance(hidden, int):
             raise NotARecurrence(f"{found}: its state has no known hidden size")
-        x, layout, absorbed = self._layout(x_seq, initial is not None)
-        boundary = {x} | ({initial} if initial else set())
+        x, layout, absorbed = self._layout(x_seq, any(initials))
+        boundary = {x} | {i for i in initials if i}
         nodes, constants = self._cone(outputs, boundary, found)
         seq = x_dims[0] if isinstance(x_dims[0], int) else steps
         if steps is not None and isinstance(x_dims[0], int) and x_dims[0] != steps:
@@ -389,44 +455,38 @@ class Finder:
                 steps_4d = steps_4d[::-1]
             y0 = out.add("Concat", steps_4d, f"{name}:Y0", axis=0)
             last, last_rank = states[-1], ranks[-1]
-            y_h0 = last if last_rank == 3 else out.axes("Unsqueeze", last, [0], f"{name}:Y_h0")
+            final_states = [last if last_rank == 3 else out.axes("Unsqueeze", last, [0], f"{name}:Y_h0"), None]
             for t, (s, r) in enumerate(zip(states, ranks)):
                 if s in self._read_outside(nodes):
                     exposed[s] = ("Y", t if direction is Direction.FORWARD else len(states) - 1 - t, r)
-        else:  # Loop: a scanned [S,N,H] in processing order and a final [N,H]
+        else:  # Loop: a scanned [S,N,H] in processing order and final [N,H] states
             y0 = None
             if y_seq:
                 in_time = out.reverse_time(y_seq, f"{name}:in_time") if direction is Direction.REVERSE else y_seq
                 y0 = out.axes("Unsqueeze", in_time, [1], f"{name}:Y0")
                 exposed[y_seq] = ("Y_seq", direction is Direction.REVERSE)
-            y_h0 = out.axes("Unsqueeze", final, [0], f"{name}:Y_h0") if final else None
-            if final:
-                exposed[final] = ("Y_h", 2)
-        y = y_h = None
+            final_states = []
+            for role, final in zip(("Y_h", "Y_c"), finals):
+                final_states.append(out.axes("Unsqueeze", final, [0], f"{name}:{role}0") if final else None)
+                if final:
+                    exposed[final] = (role, 2)
+        y = None
         if y0 is not None:
             y = (
                 out.add("Transpose", [y0], f"{name}:Y", perm=[2, 0, 1, 3])
                 if layout
                 else out.add("Identity", [y0], f"{name}:Y")
             )
-        if y_h0 is not None:
-            y_h = (
-                out.add("Transpose", [y_h0], f"{name}:Y_h", perm=[1, 0, 2])
-                if layout
-                else out.add("Identity", [y_h0], f"{name}:Y_h")
-            )
-        canonical_initial = source_initial = None
-        if initial is not None:
-            rank = len(self._dims(initial) or [])
-            if rank == 3:
-                canonical_initial = initial
-            elif rank == 2:
-                canonical_initial, source_initial = f"{name}:initial_h", initial
-                out.nodes.insert(0, helper.make_node("Squeeze", [canonical_initial] + (
-                    [out._const([0])] if self.opset >= 13 else []), [initial], name=f"{name}:initial_h:Squeeze",
-                    **({} if self.opset >= 13 else {"axes": [0]})))  # fmt: skip
-            else:
-                raise NotARecurrence(f"{found}: its initial state {initial!r} has no known rank 2 or 3 shape")
+        canonical_states = []
+        for role, state in zip(("Y_h", "Y_c"), final_states):
+            if state is not None and layout:
+                state = out.add("Transpose", [state], f"{name}:{role}", perm=[1, 0, 2])
+            elif state is not None:
+                state = out.add("Identity", [state], f"{name}:{role}")
+            canonical_states.append(state)
+        y_h, y_c = canonical_states
+        canonical = [self._canonical_initial(out, name, role, initial, found)
+                     for role, initial in zip(("initial_h", "initial_c"), initials)]  # fmt: skip
         constants.update(out.constants)
         region_nodes = [n for n in nodes if not any(n is a for a in absorbed)]
         return Region(
@@ -438,10 +498,13 @@ class Finder:
             adapters=out.nodes,
             constants=constants,
             x=x,
-            initial_h=canonical_initial,
-            initial_source=source_initial,
+            initial_h=canonical[0][0],
+            initial_source=canonical[0][1],
+            initial_c=canonical[1][0],
+            initial_c_source=canonical[1][1],
             y=y,
             y_h=y_h,
+            y_c=y_c,
             layout=layout,
             seq_length=seq,
             batch_size=batch,
@@ -450,6 +513,22 @@ class Finder:
             activations=activations,
             exposed=exposed,
         )
+
+    def _canonical_initial(self, out: _Adapters, name: str, role: str, initial: str | None, found: str) -> tuple:
+        """(the canonical [1,N,H] input of an initial state, the original [N,H] tensor an adapter makes of it
+        if it is not the same)."""
+        if initial is None:
+            return None, None
+        rank = len(self._dims(initial) or [])
+        if rank == 3:
+            return initial, None
+        if rank != 2:
+            raise NotARecurrence(f"{found}: its initial state {initial!r} has no known rank 2 or 3 shape")
+        canonical = f"{name}:{role}"
+        axes = [out._const([0])] if self.opset >= 13 else []
+        out.nodes.insert(0, helper.make_node("Squeeze", [canonical, *axes], [initial], name=f"{canonical}:Squeeze",
+                                             **({} if self.opset >= 13 else {"axes": [0]})))  # fmt: skip
+        return canonical, initial
 
     def _read_outside(self, nodes: list[onnx.NodeProto]) -> set[str]:
         """Tensors of ``nodes`` read by other nodes or by the graph's outputs."""
@@ -465,19 +544,33 @@ class Finder:
     def weights(self, region: Region) -> dict[str, np.ndarray]:
         """The float constants a region's step may multiply by: its initializers and Constant nodes,
         and those of its subgraphs."""
-        found = {k: v for k, v in region.constants.items() if v.dtype.kind == "f"}
-        for node in region.nodes:
-            for sub in _subgraphs(node):
-                for inner in _all_graphs(sub):
-                    for init in inner.initializer:
-                        value = self.value_of(init)
-                        if value.dtype.kind == "f":
-                            found[init.name] = value
-            if node.op_type == "Constant":
-                value = self._constant(node.output[0])
-                if value is not None and value.dtype.kind == "f":
-                    found[node.output[0]] = value
-        return found
+        return _float_constants(region.nodes, region.constants, self.value_of, self._constant)
+
+
+def _float_constants(nodes: list[onnx.NodeProto], constants: dict, value_of, constant) -> dict[str, np.ndarray]:
+    """The float ``constants`` (by name), the outputs of the Constant ``nodes`` and the initializers of
+    their subgraphs."""
+    found = {k: v for k, v in constants.items() if v.dtype.kind == "f"}
+    for node in nodes:
+        for sub in _subgraphs(node):
+            for inner in _all_graphs(sub):
+                for init in inner.initializer:
+                    value = value_of(init)
+                    if value.dtype.kind == "f":
+                        found[init.name] = value
+        if node.op_type == "Constant":
+            value = constant(node.output[0])
+            if value is not None and value.dtype.kind == "f":
+                found[node.output[0]] = value
+    return found
+
+
+def _step_activations(body: onnx.GraphProto) -> frozenset[str]:
+    """The activations a loop body applies (lower-case): its Sigmoid/Tanh/Relu ops, and "hardsigmoid" for
+    a HardSigmoid op or a Clip (a hard sigmoid written as Clip with Mul/Add around it)."""
+    ops = {n.op_type for n in _all_nodes(body)}
+    found = {op.lower() for op in ops & {"Sigmoid", "Tanh", "Relu"}}
+    return frozenset(found | ({"hardsigmoid"} if ops & {"HardSigmoid", "Clip"} else set()))
 
 
 def _inferred_shapes(proto: onnx.ModelProto) -> dict[str, list]:
@@ -589,16 +682,17 @@ def replace_in_place(
         x0 = node_inputs(region)[0]
         if region.layout == 1:
             out.add("Transpose", [region.x], x0, perm=[1, 0, 2])
-        if region.initial_source is not None:  # the node reads [1,N,H]; the source has [N,H]
-            out.axes("Unsqueeze", region.initial_source, [0], node.input[5])
-        y, y_h = node.output[0], node.output[1]
+        for source, at in ((region.initial_source, 5), (region.initial_c_source, 6)):
+            if source is not None:  # the node reads [1,N,H]; the source has [N,H]
+                out.axes("Unsqueeze", source, [0], node.input[at])
+        y = node.output[0]
         for tensor, how in region.exposed.items():
             if how[0] == "Y_seq":
                 squeezed = out.axes("Squeeze", y, [1], f"{tensor}:sequence" if how[1] else tensor)
                 if how[1]:
                     out.reverse_time(squeezed, tensor)
-            elif how[0] == "Y_h":
-                out.axes("Squeeze", y_h, [0], tensor)
+            elif how[0] in ("Y_h", "Y_c"):
+                out.axes("Squeeze", node.output[1 if how[0] == "Y_h" else 2], [0], tensor)
             else:
                 _, step, rank = how
                 sliced = out.step(y, step, f"{tensor}:step")
