@@ -190,7 +190,7 @@ def exact_kernel_source(path: Path) -> str | bytes:
     itself, or, when a ``DynamicQuantizeLSTM`` has int8 weights, the serialised model with those weights
     and zero points re-encoded as uint8 (``_exact_kernel``; external data read from regular files inside
     the model's directory, as the reader reads it)."""
-    from gatepack.converters.formats.onnx import _all_graphs, external_file
+    from gatepack.converters.formats.onnx import external_file, walk_nodes
 
     with open(path, "rb") as file:
         if os.fstat(file.fileno()).st_size == 0:
@@ -199,7 +199,7 @@ def exact_kernel_source(path: Path) -> str | bytes:
             if data.find(OP_TYPE.encode()) < 0:
                 return str(path)
     proto = onnx.load_model(str(path), load_external_data=False)
-    graphs = _all_graphs(proto)
+    graphs = list({id(graph): graph for _, graph, _, _ in walk_nodes(proto.graph)}.values())  # with nodes
     weights = [
         (init, k)
         for graph in graphs
