@@ -456,7 +456,8 @@ def verify_whole(
                 )
             )
             continue
-        dtypes = tuple(d for d in (str(value.dtype), str(actual[name].dtype)) if d in TOLERANCES) or (
+        computed = tuple(_computed_in(source, layer) for layer in source.layers)  # e.g. 8-bit quantized layers
+        dtypes = tuple(d for d in (str(value.dtype), str(actual[name].dtype), *computed) if d in TOLERANCES) or (
             "float32",
         )  # integer outputs: float32's
         result.outputs.append(compare(WHOLE_MODEL, name, actual[name], value, dtypes, tolerance=tolerance))

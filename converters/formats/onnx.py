@@ -39,6 +39,7 @@ from gatepack.converters.errors import (
 )
 from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats import onnx_quantized
 from gatepack.converters.formats.onnx_lifting import node_inputs, perm_of, replace_in_place
 from gatepack.converters.lifting import LiftRefused, Recurrence, candidates_from_constants, lift
 from gatepack.converters.model import Model, with_separate_inputs
@@ -230,6 +231,8 @@ class _Reader:
         for node, scope, name in self._walk(self.proto.graph, None, ""):
             self.op_types.add(node.op_type)
             if node.domain not in _ONNX_DOMAINS:
+                if onnx_quantized.is_quantized_lstm(node):
+                    self.layers.append(onnx_quantized.read_quantized_lstm(self, node, scope, name))
                 continue
             if cell_of_op(node.op_type) is not None:
                 self.layers.append(self._read_node(node, scope, name))
@@ -315,6 +318,9 @@ class _Reader:
         if self.skipped:
             kinds = sorted({reason.split(" ")[0] for _, reason in self.skipped})
             return f" ({len(self.skipped)} {'/'.join(kinds)} node(s) found: {self.skipped[0][1]})"
+        foreign = onnx_quantized.foreign_operators(walk_nodes(self.proto.graph), _ONNX_DOMAINS)
+        if foreign:
+            return foreign
         products = self.op_types & {"MatMul", "Gemm"}
         activations = sorted(self.op_types & {"Sigmoid", "Tanh", "Relu"})
         if not products or not activations:
@@ -1138,7 +1144,11 @@ def _rewrite_node(
     when nothing else read them (they are replaced). ``reads``: the model's read counts, kept up to
     date. Return the new weights' names."""
     original = {tuple(n.output) for n in layer.provenance.handle.nodes}
-    position = next(k for k, n in enumerate(graph.node) if tuple(n.output) in original and cell_of_op(n.op_type))
+    position = next(
+        k
+        for k, n in enumerate(graph.node)
+        if tuple(n.output) in original and (cell_of_op(n.op_type) or onnx_quantized.is_quantized_lstm(n))
+    )
     node = graph.node[position]
     gone = [n for n in graph.node if tuple(n.output) in original]
     kept = [n for n in graph.node if tuple(n.output) not in original]
@@ -1540,8 +1550,9 @@ def check(
 
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the ONNX file at ``path`` on onnxruntime (CPU)."""
-    return _run_session(_session(str(path), str(path)), inputs, str(path))
+    """Run the ONNX file at ``path`` on onnxruntime (CPU); a DynamicQuantizeLSTM's int8 weights run as the
+    equal uint8 ones (``onnx_quantized.exact_kernel_source``)."""
+    return _run_session(_session(onnx_quantized.exact_kernel_source(Path(path)), str(path)), inputs, str(path))
 
 
 def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -1579,7 +1590,8 @@ def _run_isolated(isolated: _Isolated, itf: Interface, inputs: dict[str, np.ndar
     inits = [numpy_helper.from_array(v, k) for k, v in isolated.constants.items() if k not in fed]
     graph = helper.make_graph(isolated.nodes, "isolated", graph_inputs, outputs, inits)
     opsets = [helper.make_opsetid("", isolated.opset)]
-    proto = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+    opsets += [helper.make_opsetid(d, 1) for d in sorted({n.domain for n in isolated.nodes} - set(_ONNX_DOMAINS))]
+    proto = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets[:1]))
     return _run_session(_session(proto.SerializeToString(), label), {**inputs, **fed}, label)
 
 
@@ -1662,4 +1674,5 @@ IMPLEMENTATION = FormatImplementation(
     run_native=run_native,
     run_layer_native=run_layer_native,
     graph_inputs=graph_inputs,
+    compute_dtype=onnx_quantized.compute_dtype,
 )

@@ -325,11 +325,12 @@ def build_whole(model: Model, *, strategy: str = "auto"):
 
 
 def _read_onnx(core, model: Model):
-    """OpenVINO's reading of the source ONNX model; with lifted layers, of the model where each is
-    replaced in place by its GRU/RNN node (so the conversion extension translates it)."""
+    """OpenVINO's reading of the source ONNX model; with lifted or dequantized layers, of the model where
+    each is replaced in place by its GRU/RNN/LSTM node (so the conversion extension translates it)."""
     from gatepack.converters.formats import onnx as onnx_format
+    from gatepack.converters.formats.onnx_quantized import is_quantized_layer
 
-    if not onnx_format.lifted_layers(model):
+    if not onnx_format.lifted_layers(model) and not any(map(is_quantized_layer, model.layers)):
         return core.read_model(str(model.path))
     import tempfile
 
