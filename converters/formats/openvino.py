@@ -859,7 +859,14 @@ def _implicit_inputs(path: Path, op, ov_model, name: str, cell: Cell) -> tuple[b
             hint="gatepack reads sequence lengths given as a graph input, or the full length",
         )
     if full_lengths:
-        found.append(Finding("sequence_lens", Status.EXACT, "sequence_lengths is the full length (from X's shape)"))
+        found.append(
+            Finding(
+                "sequence_lens",
+                Status.EXACT,
+                "sequence_lengths is computed from tensor shapes and is X's full length (for two input sizes): "
+                "the layer has no sequence_lens input",
+            )
+        )
     elif not op.get_input_partial_shape(0).is_static:
         found.append(
             Finding(

@@ -455,18 +455,26 @@ def run_lifted(path: Path, handle: LoopHandle, itf: Interface, feed: dict[str, n
 def _original_sizes(ov_model, x_value, s: int, n: int, label: str) -> dict:
     """Dims for every input of the model such that ``x_value`` (the loop's X) is [s, n, I]: each
     dynamic dimension is tried as a distinct number above every static one, and the one that becomes
-    X's time (batch) dimension gets s (n); any other dynamic dimension gets 1."""
+    X's time (batch) dimension gets s (n); any other dynamic dimension gets 1. X's shape is then checked
+    (OpenVINO's shape inference where gatepack's rules do not reach: a Dense in front of the loop)."""
     shapes = {node_key(p): list(p.get_partial_shape()) for p in ov_model.get_parameters()}
     static = [d.get_length() for dims in shapes.values() for d in dims if d.is_static]
     markers = iter(range(max(static, default=0) + 101, 1 << 30, 2))
     trial = {key: [d.get_length() if d.is_static else next(markers) for d in dims] for key, dims in shapes.items()}
     if all(d.is_static for dims in shapes.values() for d in dims):
         return trial
-    shape = shape_of(x_value, Sizing(trial))
+    shape = shape_of(x_value, Sizing(trial, ov_model))
     if shape is None:
         raise RuntimeFailure(f"{label}: its X is computed by operators gatepack cannot size, so it cannot be run")
     mapping = {shape[0]: s, shape[1]: n}
-    return {
+    sized = {
         key: [v if dims[k].is_static else mapping.get(v, 1) for k, v in enumerate(trial[key])]
         for key, dims in shapes.items()
     }
+    shape = shape_of(x_value, Sizing(sized, ov_model))
+    if shape is None or shape[:2] != [s, n]:
+        raise RuntimeFailure(
+            f"{label}: no sizing of the model's inputs gatepack tries makes its X [{s}, {n}, I] (X is {shape} "
+            "then), so it cannot be run"
+        )
+    return sized

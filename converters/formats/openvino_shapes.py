@@ -5,7 +5,10 @@ value a shape computation gives, when every graph input has given sizes.
 states) and a loop's trip count and buffers with values computed from X's shape by a few operators
 (ShapeOf, Gather, Concat, Broadcast, ...). The readers prove what such a value is by evaluating it for
 two sizings of the inputs, each dynamic dimension a distinct number, so that a wrong dimension cannot
-match by accident. Only the few shape operators below are evaluated; anything else gives None.
+match by accident. The shapes of the few operators recurrent exports put between an input and a sequence
+op are inferred here; any other operator's (a MatMul, a convolution in front of the layer: the shape
+``ShapeOf`` reads may be any tensor's) is OpenVINO's own shape inference on a copy of the model reshaped
+to the sizing. Only the few shape arithmetic operators below are evaluated; anything else gives None.
 """
 
 from __future__ import annotations
@@ -50,8 +53,10 @@ class Sizing:
     """One assignment of sizes to a model's inputs, and what was derived from it (each node once)."""
 
     inputs: dict  # Parameter key -> dims
+    model: object = None  # the model the Parameters are of: OpenVINO sizes the operators not inferred here
     shapes: dict = field(default_factory=dict)
     values: dict = field(default_factory=dict)
+    reshaped: dict | None = None  # node key -> that node in a copy of ``model`` reshaped to ``inputs`` (made once)
 
 
 def _memoised(table: dict, value, compute):
@@ -144,7 +149,63 @@ def _infer_shape(value, sizes: Sizing) -> list[int] | None:
             return _reshaped(data, operand, bool(node.get_attributes().get("special_zero")))
         except (ValueError, IndexError):
             return None
-    return None
+    return _shape_by_openvino(value, sizes)
+
+
+def _shape_by_openvino(value, sizes: Sizing) -> list[int] | None:
+    """The static shape OpenVINO's own shape inference gives ``value`` in a copy of the model whose
+    inputs are reshaped to ``sizes`` (the copy is made on the first such question, once per sizing);
+    None without the model, or when OpenVINO cannot reshape it or leaves the shape dynamic."""
+    if sizes.model is None:
+        return None
+    if sizes.reshaped is None:
+        sizes.reshaped = _reshaped_copy(sizes.model, sizes.inputs)
+    node = sizes.reshaped.get(node_key(value.get_node()))
+    if node is None:
+        return None
+    shape = node.get_output_partial_shape(value.get_index())
+    return [int(d) for d in shape.to_shape()] if shape.is_static else None
+
+
+def _reshaped_copy(model, inputs: dict) -> dict:
+    """Each node of ``model`` (by key) -> the same node in a copy whose Parameters have the dims in
+    ``inputs``; empty when a Parameter has no dims there. A dimension the graph itself fixes stays
+    dynamic in the copy (``ov.convert_model`` leaves a PyTorch input [?,?,?] whose last dimension a
+    Linear or convolution makes I): when the whole sizing fails, the dims are given one at a time and
+    each kept where OpenVINO's shape inference accepts it, so whatever depends on a refused one stays
+    unknown. Not ``Model.reshape``: its SmartReshape passes rewrite the graph, and the nodes must stay
+    the same."""
+    from openvino import Dimension, PartialShape
+
+    copy = model.clone()
+    originals, copies = model.get_parameters(), copy.get_parameters()
+    if any(node_key(p) not in inputs for p in originals):
+        return {}
+
+    def accepted(shapes: list[list]) -> bool:
+        try:
+            for param, dims in zip(copies, shapes):
+                param.set_partial_shape(PartialShape(dims))
+            copy.validate_nodes_and_infer_types()
+            return True
+        except Exception:  # OpenVINO raises a bare RuntimeError when shape inference fails
+            return False
+
+    if not accepted([[Dimension(d) for d in inputs[node_key(p)]] for p in originals]):
+        current = [list(p.get_partial_shape()) for p in originals]
+        for k, param in enumerate(originals):
+            for axis, size in enumerate(inputs[node_key(param)]):
+                trial = [list(dims) for dims in current]
+                trial[k][axis] = Dimension(size)
+                if current[k][axis].is_dynamic and accepted(trial):
+                    current = trial
+        if not accepted(current):
+            return {}
+    before, after = model.get_ordered_ops(), copy.get_ordered_ops()
+    same = [(n.get_type_name(), n.get_friendly_name()) for n in before] == [
+        (n.get_type_name(), n.get_friendly_name()) for n in after
+    ]
+    return {node_key(a): b for a, b in zip(before, after)} if same else {}
 
 
 def _slice(node, a: list) -> np.ndarray:
@@ -232,6 +293,6 @@ def evaluate_for_two_shapes(ov_model, values: list, x) -> list[tuple[list, list[
                 dims.append(dim.get_length() if dim.is_static else size)
                 size += 0 if dim.is_static else 2
             inputs[node_key(param)] = dims
-        sizes = Sizing(inputs)
+        sizes = Sizing(inputs, ov_model)
         trials.append(([evaluate_shape_cone(v, sizes) for v in values], shape_of(x, sizes)))
     return trials

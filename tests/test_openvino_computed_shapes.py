@@ -1,0 +1,115 @@
+"""ov.convert_model's IRs of a recurrent layer behind another layer (fixtures/producers: a torch Linear or
+Conv1d in front of nn.GRU/RNN/LSTM, converted from the module and from its ONNX export): the sequence op's
+``sequence_lengths`` (ShapeOf -> Convert -> Gather -> Broadcast) and zero initial states are computed from
+the shapes of tensors the model computes, and the model's input is [?, ?, ?] although the Linear fixes its
+last dimension. Those are the full length and zeros: the layer has neither input, so BNNS and Core ML
+write it natively.
+
+The oracles: the framework's own outputs (the fixtures' truth), the layer's input computed from the
+model's input by OpenVINO CPU (f32); and IRs edited here with OpenVINO's Python API whose lengths are
+not the full length or whose state is not zeros, which must stay inputs. The Keras loops behind a Dense
+or Conv1D are covered by tests/test_producers.py (ov_keras_dense_*, ov_keras_conv1d_*).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+import pytest
+
+import gatepack.converters as gp
+from gatepack.schemas.layer import state_roles
+
+PRODUCERS = Path(__file__).resolve().parent.parent / "fixtures" / "producers"
+FRONTED = [
+    f"ov_{route}_{name}.xml" for route in ("torch", "onnx") for name in ("linear_gru", "linear_rnn", "conv1d_lstm")
+]
+NOT_NATIVE = ("decomposed", "unsupported", "lossy")
+SUFFIX = {"coreml": ".mlpackage", "bnns": ".bnns"}
+
+
+def _sequence_op(ov_model, name: str):
+    return next(op for op in ov_model.get_ordered_ops() if op.get_friendly_name() == name)
+
+
+@pytest.mark.parametrize("artifact", FRONTED)
+def test_full_lengths_and_zero_states_from_computed_shapes_are_no_inputs(artifact):
+    model = gp.load(PRODUCERS / artifact)
+    (layer,) = model.layers
+    itf = layer.interface
+    assert itf.sequence_lens is None and itf.initial_h is None and itf.initial_c is None
+    notes = model.notes_for(layer)
+    (lens,) = [f for f in notes if f.feature == "sequence_lens"]
+    assert lens.status.value == "exact" and "no sequence_lens input" in lens.detail and not lens.warning
+    assert not [f for f in notes if f.feature in ("initial_h", "initial_c")]  # no "constant, not zeros"
+    report = gp.report(PRODUCERS / artifact, to=["bnns", "coreml"], layers_only=True)
+    for target in ("bnns", "coreml"):
+        findings = report.layers[0].targets[target].findings
+        assert not [f for f in findings if f.feature != "model" and f.status.value in NOT_NATIVE], (target, findings)
+
+
+@pytest.mark.parametrize("artifact", ["ov_torch_linear_gru.xml", "ov_onnx_linear_rnn.xml", "ov_torch_conv1d_lstm.xml"])
+def test_bnns_and_coreml_convert_the_layer_natively_to_the_frameworks_outputs(artifact, tmp_path):
+    """The layer alone, written as BNNS and Core ML (verified against OpenVINO), run by gatepack's
+    executor of each format on the layer's input (OpenVINO CPU computes it from the model's input)
+    gives torch's outputs: Y [S,N,H] and the final states [1,N,H]."""
+    path = PRODUCERS / artifact
+    truth = dict(np.load(PRODUCERS / f"{path.stem}.truth.npz"))
+    (input_name,) = gp.input_names(path)
+    expected = [v for k, v in truth.items() if k != input_name]
+    (layer,) = gp.load(path).layers
+    source = ov.Core().read_model(str(path))
+    front = ov.Model([_sequence_op(source, layer.name).input_value(0)], source.get_parameters())
+    compiled = ov.Core().compile_model(front, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    x = np.asarray(compiled({0: truth[input_name]})[0])  # [N,S,I]: the sequence op's batch-major X
+    n, s, _ = x.shape
+    for target in ("bnns", "coreml"):
+        out = tmp_path / f"layer{SUFFIX[target]}"
+        result = gp.convert(path, out, to=target, layers_only=True)
+        assert result.passed and result.verification.passed, result.to_text()
+        assert not [f for fs in result.findings.values() for f in fs if f.status.value == "decomposed"]
+        (back,) = gp.load(out).layers
+        assert back.interface.sequence_lens is None and back.interface.initial_h is None
+        got = gp.run(out, {back.interface.x: x}, engine="numpy")
+        y = got[back.interface.y].reshape(n, s, -1).transpose(1, 0, 2)
+        states = [
+            got[getattr(back.interface, role)].reshape(n, 1, -1).transpose(1, 0, 2)
+            for _, role in state_roles(back.cell)
+        ]
+        for value, want in zip([y, *states], expected, strict=True):
+            np.testing.assert_allclose(value, want, atol=1e-5, rtol=1e-4, err_msg=f"{artifact} -> {target}")
+
+
+def _edited(tmp_path, artifact: str, index: int, change) -> Path:
+    """The fixture with the sequence op's input ``index`` replaced by ``change(value)``, saved as an IR."""
+    model = ov.Core().read_model(str(PRODUCERS / artifact))
+    op = next(o for o in model.get_ordered_ops() if o.get_type_name().endswith("Sequence"))
+    op.input(index).replace_source_output(change(op.input_value(index)).output(0))
+    out = tmp_path / "edited.xml"
+    ov.save_model(model, str(out), compress_to_fp16=False)
+    return out
+
+
+def test_lengths_computed_from_shapes_but_not_the_full_length_are_refused(tmp_path):
+    """sequence_lengths - 1 (still computed from the Linear's output shape only) is no full length: the
+    reading says so on one line, naming the layer."""
+    path = _edited(tmp_path, "ov_torch_linear_gru.xml", 2, lambda v: ops.subtract(v, ops.constant(np.int32(1))))
+    with pytest.raises(
+        gp.InputError, match="sequence_lengths is computed from constants and shapes but is not the full"
+    ):
+        gp.load(path)
+
+
+def test_a_state_computed_from_shapes_that_is_not_zeros_stays_an_input(tmp_path):
+    """The zero initial state + 0.5 is computed from shapes alone but is no zero state: it becomes the
+    layer's initial_h input, with the warning that the IR's constant is exposed."""
+    path = _edited(tmp_path, "ov_onnx_conv1d_lstm.xml", 1, lambda v: ops.add(v, ops.constant(np.float32(0.5))))
+    model = gp.load(path)
+    (layer,) = model.layers
+    assert layer.interface.initial_h is not None and layer.interface.initial_c is None
+    assert layer.interface.sequence_lens is None
+    (note,) = [f for f in model.notes_for(layer) if f.feature == "initial_h"]
+    assert "not zeros" in note.detail and note.warning
