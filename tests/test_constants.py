@@ -158,3 +158,61 @@ def test_held_state_is_not_an_input_of_the_layer(tmp_path):
         from gatepack.converters.executor import run_layer
 
         run_layer(layer, np.zeros((S, N, I), np.float32), None, np.zeros((1, N, H), np.float32))
+
+
+def _zero_state_from_shape(tmp_path, value: float) -> str:
+    """A GRU whose initial_h is ``value`` expanded to [1, N, H], N read from X's shape (as exporters write a
+    zero state for a dynamic batch)."""
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array(rng.uniform(-1, 1, (1, 3 * H, I)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.uniform(-1, 1, (1, 3 * H, H)).astype(np.float32), "R"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+        numpy_helper.from_array(np.array([H], np.int64), "hidden"),
+        numpy_helper.from_array(np.array(value, np.float32), "fill"),
+    ]
+    nodes = [
+        helper.make_node("Shape", ["X"], ["x_shape"]),
+        helper.make_node("Gather", ["x_shape", "one"], ["n"], axis=0),
+        helper.make_node("Concat", ["one", "n", "hidden"], ["state_shape"], axis=0),
+        helper.make_node("Expand", ["fill", "state_shape"], ["h0"]),
+        helper.make_node("GRU", ["X", "W", "R", "", "", "h0"], ["Y", "Y_h"], hidden_size=H),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["S", "N", I])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("Y", "Y_h")],
+        inits,
+    )
+    path = tmp_path / f"state_{value:g}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("target", WRITERS)
+def test_zero_state_sized_like_x_is_no_input(tmp_path, target):
+    if target == "openvino":
+        pytest.importorskip("openvino")
+    if target == "coreml":
+        pytest.importorskip("coremltools")
+    src = _zero_state_from_shape(tmp_path, 0.0)
+    model = gp.load(src)
+    assert model.layers[0].interface.initial_h is None and model.other_ops == []
+    out = str(tmp_path / OUTPUTS[target])
+    sizes = {"seq_length": S, "batch_size": N} if target == "directml" else {}  # DirectML tensors are static
+    assert gp.convert(src, out, to=target, **sizes).passed
+    x = np.random.default_rng(6).uniform(-1, 1, (S, N, I)).astype(np.float32)
+    expected, got = _onnxruntime(src, x), _run_artifact(target, out, x)
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, atol=2e-5, rtol=1e-4, err_msg=f"{target} {name}")
+
+
+def test_nonzero_state_sized_like_x_stays_an_input(tmp_path):
+    """A state computed from X's shape that is not zeros is no constant and no absent state: the layer takes it
+    as an input, and a layers-only target is refused until --layers-only says so."""
+    src = _zero_state_from_shape(tmp_path, 0.5)
+    model = gp.load(src)
+    assert model.layers[0].interface.initial_h == "h0" and "Expand" in model.other_ops
+    with pytest.raises(gp.RefusedError, match="other operator"):
+        gp.convert(src, str(tmp_path / "dml"), to="directml")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -204,6 +204,7 @@ class _Isolated:
     constants: dict[str, np.ndarray]
     opset: int
     region: object = None  # a lifted layer's onnx_lifting.Region
+    blank: set[str] = field(default_factory=set)  # node inputs run as absent (a zero state computed from shapes)
 
 
 class _Reader:
@@ -242,7 +243,8 @@ class _Reader:
                 raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found: {refused[0][1]}")
             raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found{self._why_none()}")
         absorbed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
-        absorbed |= constant_feeders(self.proto.graph, absorbed)
+        fed = {getattr(lay.interface, r) for lay in self.layers for r in ("x", *lay.fed_roles())}
+        absorbed |= constant_feeders(self.proto.graph, absorbed, fed)
         other = [n.op_type for n in self.proto.graph.node if id(n) not in absorbed]
         meta = {"opset": self.opset, "other_ops": sorted(set(other)), "external_data": self.external_data}
         return Model(self.path, FORMAT, self.layers, self.notes, self.skipped, {**meta, "other_op_count": len(other)})
@@ -384,9 +386,20 @@ class _Reader:
             return self._tensor(nodes[0].attribute[0].t)
         return self._fold(nodes, inits, name, at, role)
 
-    def _collect_cone(self, name: str, scope: _Scope, nodes: list, inits: dict, seen: set, at: str, role: str) -> None:
+    def _collect_cone(
+        self,
+        name: str,
+        scope: _Scope,
+        nodes: list,
+        inits: dict,
+        seen: set,
+        at: str,
+        role: str,
+        shapes: dict | None = None,
+    ) -> None:
         """The nodes computing ``name`` from constants, in execution order (iterative: a chain of
-        thousands of nodes is no deeper than one)."""
+        thousands of nodes is no deeper than one). With ``shapes``, a ``Shape`` node of a graph input is a
+        leaf too: its output -> (input name, start, end), recorded there."""
         stack: list[tuple[str, _Scope, bool]] = [(name, scope, False)]
         while stack:
             current, where_from, expanded = stack.pop()
@@ -411,6 +424,12 @@ class _Reader:
                     hint="gatepack needs weights computable from constants alone",
                 )
             node: onnx.NodeProto = obj
+            if shapes is not None and node.op_type == "Shape" and node.domain in _ONNX_DOMAINS:
+                source = owner.lookup(node.input[0])
+                if source is not None and source[0] == "input":
+                    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+                    shapes[current] = (node.input[0], attrs.get("start", 0), attrs.get("end"))
+                    continue
             if node.op_type in _NONDETERMINISTIC or node.domain not in _ONNX_DOMAINS:
                 raise InputError(
                     f"{at}{role} depends on a {node.domain or 'ai.onnx'}::{node.op_type} node, which gatepack "
@@ -422,6 +441,35 @@ class _Reader:
                 )
             stack.append((current, node, True))  # emitted after its inputs
             stack.extend((inp, owner, False) for inp in reversed(node.input))
+
+    def _zeros_from_shapes(self, name: str, scope: _Scope, layer: str, role: str) -> bool:
+        """Whether tensor ``name`` is computed from constants and the shapes of graph inputs alone and is all
+        zeros for two different sizings of their symbolic dimensions (a zero initial state sized like X, as
+        exporters write it: ``Expand``/``ConstantOfShape`` of a shape taken from X): no initial state."""
+        nodes: list[onnx.NodeProto] = []
+        inits: dict[str, np.ndarray] = {}
+        shapes: dict[str, tuple] = {}
+        try:
+            self._collect_cone(name, scope, nodes, inits, set(), where(self.path, layer), role, shapes)
+        except InputError:
+            return False
+        if not shapes:
+            return False
+        cone = [n for n in nodes if not (n.op_type == "Shape" and n.output[0] in shapes)]
+        for trial in (2, 3):
+            sized = dict(inits)
+            for out, (source, start, end) in shapes.items():
+                dims = _dims(self.types.get(source)) or []
+                symbols = sorted({d for d in dims if not isinstance(d, int)}, key=str)
+                full = [d if isinstance(d, int) else trial + 2 * symbols.index(d) for d in dims]
+                sized[out] = np.array(full[start:end] if end is not None else full[start:], np.int64)
+            try:
+                value = self._fold(cone, sized, name, where(self.path, layer), role) if cone else sized[name]
+            except InputError:
+                return False
+            if value.dtype.kind != "f" or np.any(value):
+                return False
+        return True
 
     def _fold(self, nodes: list, inits: dict, name: str, at: str, role: str) -> np.ndarray:
         from onnx.reference import ReferenceEvaluator
@@ -539,6 +587,17 @@ class _Reader:
         )
         interface = self._interface(node, scope, inputs, outputs, layout, w, hidden, at, isolated)
         constants = self._held_constants(scope, interface, layout, name, w.dtype, isolated)
+        zero_states = [r for r in ("initial_h", "initial_c") if getattr(interface, r) in isolated.blank]
+        if zero_states:
+            interface = replace(interface, **dict.fromkeys(zero_states))
+            notes.append(
+                Finding(
+                    "initial state",
+                    Status.EXACT,
+                    f"{', '.join(ROLE_LABELS[r] for r in zero_states)}: zeros computed from the shape of the model's "
+                    "input (checked for two sizes), which is no initial state",
+                )
+            )
         zeros = np.zeros(gh, dtype=w.dtype)
         directions = tuple(
             DirectionParams(
@@ -590,7 +649,9 @@ class _Reader:
             try:
                 value = self.constant(name, scope, layer, ROLE_LABELS[role])
             except InputError:
-                continue  # computed from the model's inputs (or by control flow): the layer takes it as an input
+                if role != "sequence_lens" and self._zeros_from_shapes(name, scope, layer, ROLE_LABELS[role]):
+                    isolated.blank.add(name)  # a zero state sized like X: no initial state
+                continue  # else computed from the model's inputs (or by control flow): an input of the layer
             at = where(self.path, layer)
             if role == "sequence_lens":
                 if value.dtype != np.int32 or value.ndim != 1:
@@ -772,15 +833,24 @@ class _Reader:
             raise InputError(f"{at}{err}") from None
 
 
-def constant_feeders(graph: onnx.GraphProto, absorbed: set[int]) -> set[int]:
+def copy_node(node: onnx.NodeProto, renamed: dict[str, str]) -> onnx.NodeProto:
+    """A copy of ``node`` whose inputs ``renamed`` names are renamed (to "" for an absent optional input)."""
+    copied = onnx.NodeProto()
+    copied.CopyFrom(node)
+    copied.input[:] = [renamed.get(name, name) for name in node.input]
+    return copied
+
+
+def constant_feeders(graph: onnx.GraphProto, absorbed: set[int], fed: set[str] = frozenset()) -> set[int]:
     """The ids of ``graph``'s nodes that compute constants read only by the ``absorbed`` nodes (a layer's
-    own): a ``Constant`` node holding a layer's weights or initial state, or a cone of operators folding
-    them. They are part of the layer, not operators around it."""
+    own): a ``Constant`` node holding a layer's weights or initial state, a cone of operators folding
+    them, or one computing a zero state from X's shape (``Shape`` -> ``Expand``). They are part of the layer,
+    not operators around it; a tensor the layers take as an input (``fed``) is never such a constant."""
     computed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
     constant_outputs: set[str] = set()
     for node in graph.node:  # nodes are in execution order
         holds_graph = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
-        depends = any(name in computed for name in node.input if name)
+        depends = node.op_type != "Shape" and any(name in computed for name in node.input if name)
         if holds_graph or depends or node.op_type in _NONDETERMINISTIC or node.domain not in _ONNX_DOMAINS:
             computed.update(node.output)
         else:
@@ -796,7 +866,9 @@ def constant_feeders(graph: onnx.GraphProto, absorbed: set[int]) -> set[int]:
         if (
             outputs
             and id(node) not in absorbed
-            and all(o in constant_outputs and o not in graph_outputs and readers.get(o) for o in outputs)
+            and all(
+                o in constant_outputs and o not in graph_outputs and o not in fed and readers.get(o) for o in outputs
+            )
             and all(id(r) in absorbed or id(r) in found for o in outputs for r in readers[o])
         ):
             found.add(id(node))
@@ -1588,7 +1660,10 @@ def _run_isolated(isolated: _Isolated, itf: Interface, inputs: dict[str, np.ndar
         for k, v in fed.items()
     ]
     inits = [numpy_helper.from_array(v, k) for k, v in isolated.constants.items() if k not in fed]
-    graph = helper.make_graph(isolated.nodes, "isolated", graph_inputs, outputs, inits)
+    nodes = isolated.nodes
+    if isolated.blank:  # inputs that are no inputs of the layer (zeros sized like X): absent, as ONNX allows
+        nodes = [copy_node(n, {name: "" for name in isolated.blank}) for n in nodes]
+    graph = helper.make_graph(nodes, "isolated", graph_inputs, outputs, inits)
     opsets = [helper.make_opsetid("", isolated.opset)]
     opsets += [helper.make_opsetid(d, 1) for d in sorted({n.domain for n in isolated.nodes} - set(_ONNX_DOMAINS))]
     proto = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets[:1]))
