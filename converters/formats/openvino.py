@@ -1076,7 +1076,8 @@ def run_model(ov_model, inputs: dict[str, np.ndarray], label: str) -> dict[str, 
         raise InputError(f"{label}: missing input(s) {missing}", hint=f"the model takes {wanted}")
     compiled = _compiled(ov_model, label)
     try:
-        results = compiled([np.ascontiguousarray(inputs[n]) for n in wanted])
+        # np.require keeps a scalar a scalar (np.ascontiguousarray makes it shape [1], which OpenVINO refuses)
+        results = compiled([np.require(inputs[n], requirements="C") for n in wanted])
     except Exception as err:
         raise RuntimeFailure(f"{label}: OpenVINO CPU failed: {_ov_message(err)}") from None
     return {out.get_any_name(): np.array(results[k]) for k, out in enumerate(ov_model.outputs)}
