@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gatepack.converters import registry
-from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
+from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
 from gatepack.converters.model import Model
 from gatepack.converters.samples import DEFAULT_SEQ_LENGTH, TOLERANCES, sample_inputs, sample_sizes
 from gatepack.schemas.layer import (
@@ -442,7 +442,11 @@ def verify_whole(
         expected = registry.reader(source.format).run_native(source.path, feed)
     except RuntimeFailure as err:
         raise SourceDoesNotRun(f"{err.one_line()} (inputs: {result.inputs_used})") from None
-    actual = registry.reader(target.format).run_native(target_file, feed)
+    try:
+        actual = registry.reader(target.format).run_native(target_file, feed)
+    except GatepackError as err:  # named by where the artifact lands, never by the staging path
+        err.message = err.message.replace(str(target_file), str(target.path))
+        raise
     for name, value in expected.items():
         if name not in actual:
             result.outputs.append(
