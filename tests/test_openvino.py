@@ -356,3 +356,41 @@ def test_implicit_lengths_through_a_huge_shape_are_worked_out_without_allocating
     (layer,) = gp.load(xml).layers
     assert layer.interface.sequence_lens is None and layer.interface.initial_h is None
     assert gp.convert(xml, tmp_path / "m.onnx", layers_only=True).passed  # ShapeOf, Gather ... stay behind
+
+
+def test_run_honours_sequence_lengths_of_a_dynamic_shape_ir(tmp_path):
+    """An IR whose LSTMSequence takes real sequence_lengths on a dynamic-shape X (built with OpenVINO's own
+    opset): OpenVINO CPU ignores the lengths unless the model is static, so gatepack runs it reshaped to the
+    fed shapes. The oracle is OpenVINO itself on the statically reshaped model; the dynamic compile differs
+    (the trap is real on this runtime)."""
+    import openvino.opset15 as ops
+
+    rng = np.random.default_rng(2)
+    n, s, i, h = 2, 5, 3, 4
+    x = ops.parameter([-1, -1, i], np.float32, name="x")
+    lens = ops.parameter([-1], np.int32, name="lens")
+    h0 = ops.parameter([-1, 1, h], np.float32, name="h0")
+    c0 = ops.parameter([-1, 1, h], np.float32, name="c0")
+    w, r, b = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((1, 4 * h, i), (1, 4 * h, h), (1, 4 * h)))
+    seq = ops.lstm_sequence(x, h0, c0, lens, ops.constant(w), ops.constant(r), ops.constant(b), h, "forward")
+    for k, name in enumerate(("y", "y_h", "y_c")):
+        seq.output(k).get_tensor().set_names({name})
+    path = tmp_path / "packed.xml"
+    ov.save_model(
+        ov.Model([seq.output(k) for k in range(3)], [x, h0, c0, lens], "packed"), path, compress_to_fp16=False
+    )
+    feed = {
+        "x": rng.uniform(-1, 1, (n, s, i)).astype(np.float32),
+        "h0": rng.uniform(-1, 1, (n, 1, h)).astype(np.float32),
+        "c0": rng.uniform(-1, 1, (n, 1, h)).astype(np.float32),
+        "lens": np.array([2, 5], np.int32),
+    }
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    static = ov.Core().read_model(path)
+    static.reshape({p.output(0): feed[p.get_output_tensor(0).get_any_name()].shape for p in static.get_parameters()})
+    expected = ov.Core().compile_model(static, "CPU", config)(feed)
+    dynamic = ov.Core().compile_model(ov.Core().read_model(path), "CPU", config)(feed)
+    got = gp.run(path, feed)
+    for k, name in enumerate(("y", "y_h", "y_c")):
+        np.testing.assert_allclose(got[name], expected[k], atol=1e-6, err_msg=name)
+    assert not np.allclose(np.asarray(dynamic[1]), np.asarray(expected[1]), atol=1e-3)  # what a dynamic run gives

@@ -1084,8 +1084,21 @@ def run_model(ov_model, inputs: dict[str, np.ndarray], label: str) -> dict[str, 
 
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the IR at ``path`` on OpenVINO CPU (fp32 inference precision)."""
-    return run_model(read_ir(Path(path)), inputs, str(path))
+    """Run the IR at ``path`` on OpenVINO CPU (fp32 inference precision), reshaped to the static shapes it is
+    fed: on dynamic shapes the CPU plugin ignores a sequence op's ``sequence_lengths`` (docs/conventions.md
+    §3), so a packed sequence would run all S steps. A model that cannot be reshaped runs as it is."""
+    ov_model = read_ir(Path(path))
+    dynamic = {
+        p.output(0): tuple(np.shape(inputs[name]))
+        for p in ov_model.get_parameters()
+        if not p.get_partial_shape().is_static and (name := p.get_output_tensor(0).get_any_name()) in inputs
+    }
+    if dynamic:
+        try:
+            ov_model.reshape(dynamic)
+        except Exception:  # a shape its own Reshape constants fix; run dynamic (verification compares anyway)
+            ov_model = read_ir(Path(path))
+    return run_model(ov_model, inputs, str(path))
 
 
 def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
