@@ -160,16 +160,16 @@ def test_held_state_is_not_an_input_of_the_layer(tmp_path):
         run_layer(layer, np.zeros((S, N, I), np.float32), None, np.zeros((1, N, H), np.float32))
 
 
-def _zero_state_from_shape(tmp_path, value: float) -> str:
-    """A GRU whose initial_h is ``value`` expanded to [1, N, H], N read from X's shape (as exporters write a
-    zero state for a dynamic batch)."""
+def _state_from_shape(tmp_path, fill: np.ndarray, tag: str) -> str:
+    """A GRU whose initial_h is ``fill`` ([1, 1, H], or a scalar) expanded to [1, N, H], N read from X's shape, as
+    exporters write a zero state for a dynamic batch, and a learned state repeated along the batch."""
     rng = np.random.default_rng(5)
     inits = [
         numpy_helper.from_array(rng.uniform(-1, 1, (1, 3 * H, I)).astype(np.float32), "W"),
         numpy_helper.from_array(rng.uniform(-1, 1, (1, 3 * H, H)).astype(np.float32), "R"),
         numpy_helper.from_array(np.array([1], np.int64), "one"),
         numpy_helper.from_array(np.array([H], np.int64), "hidden"),
-        numpy_helper.from_array(np.array(value, np.float32), "fill"),
+        numpy_helper.from_array(np.asarray(fill, np.float32), "fill"),
     ]
     nodes = [
         helper.make_node("Shape", ["X"], ["x_shape"]),
@@ -185,34 +185,57 @@ def _zero_state_from_shape(tmp_path, value: float) -> str:
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("Y", "Y_h")],
         inits,
     )
-    path = tmp_path / f"state_{value:g}.onnx"
+    path = tmp_path / f"state_{tag}.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(path))
     return str(path)
 
 
+LEARNED = np.random.default_rng(9).uniform(-1, 1, (1, 1, H)).astype(np.float32)
+
+
 @pytest.mark.parametrize("target", WRITERS)
-def test_zero_state_sized_like_x_is_no_input(tmp_path, target):
+@pytest.mark.parametrize("kind", ["zeros", "learned"])
+def test_state_repeated_along_the_batch(tmp_path, target, kind):
+    """Zeros sized like X are no initial state; a learned state expanded to X's batch is held as one state of
+    batch 1, broadcast by the artifact to any batch: it takes X alone and gives onnxruntime's outputs on the
+    unmodified source at batch 2 (and 3 where the artifact's shapes are dynamic)."""
     if target == "openvino":
         pytest.importorskip("openvino")
     if target == "coreml":
         pytest.importorskip("coremltools")
-    src = _zero_state_from_shape(tmp_path, 0.0)
-    model = gp.load(src)
-    assert model.layers[0].interface.initial_h is None and model.other_ops == []
+    src = _state_from_shape(tmp_path, np.zeros(()) if kind == "zeros" else LEARNED, kind)
+    (layer,) = gp.load(src).layers
+    assert gp.load(src).other_ops == []
+    if kind == "zeros":
+        assert layer.interface.initial_h is None and not layer.constants
+    else:
+        assert layer.fed_roles() == () and np.array_equal(layer.constants["initial_h"], LEARNED)
     out = str(tmp_path / OUTPUTS[target])
     sizes = {"seq_length": S, "batch_size": N} if target == "directml" else {}  # DirectML tensors are static
     assert gp.convert(src, out, to=target, **sizes).passed
-    x = np.random.default_rng(6).uniform(-1, 1, (S, N, I)).astype(np.float32)
-    expected, got = _onnxruntime(src, x), _run_artifact(target, out, x)
-    for name, value in expected.items():
-        np.testing.assert_allclose(got[name], value, atol=2e-5, rtol=1e-4, err_msg=f"{target} {name}")
+    for batch in (N, 3) if target != "directml" else (N,):
+        x = np.random.default_rng(batch).uniform(-1, 1, (S, batch, I)).astype(np.float32)
+        expected, got = _onnxruntime(src, x), _run_artifact(target, out, x)
+        for name, value in expected.items():
+            np.testing.assert_allclose(got[name], value, atol=2e-5, rtol=1e-4, err_msg=f"{target} {name} N={batch}")
 
 
-def test_nonzero_state_sized_like_x_stays_an_input(tmp_path):
-    """A state computed from X's shape that is not zeros is no constant and no absent state: the layer takes it
-    as an input, and a layers-only target is refused until --layers-only says so."""
-    src = _zero_state_from_shape(tmp_path, 0.5)
-    model = gp.load(src)
-    assert model.layers[0].interface.initial_h == "h0" and "Expand" in model.other_ops
+def test_state_computed_from_x_values_stays_an_input(tmp_path):
+    """A state computed from X's values (not its shape) is neither constant nor absent: the layer takes it as an
+    input, and a layers-only target is refused until --layers-only says so."""
+    src, _ = _source(tmp_path, "GRU", "initializer")
+    proto = onnx.load(src)
+    proto.graph.initializer.remove(next(t for t in proto.graph.initializer if t.name == "h0"))
+    proj = np.random.default_rng(1).uniform(-1, 1, (I, H)).astype(np.float32)
+    proto.graph.initializer.extend(
+        [numpy_helper.from_array(proj, "proj"), numpy_helper.from_array(np.array([0, 0], np.int64), "first")]
+    )
+    proto.graph.node.insert(0, helper.make_node("Slice", ["X", "first", "first_end"], ["x0"]))
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([1, N], np.int64), "first_end"))
+    proto.graph.node.insert(1, helper.make_node("MatMul", ["x0", "proj"], ["h0"]))
+    path = str(tmp_path / "from_x.onnx")
+    onnx.save(proto, path)
+    model = gp.load(path)
+    assert model.layers[0].fed_roles() == ("initial_h",) and "MatMul" in model.other_ops
     with pytest.raises(gp.RefusedError, match="other operator"):
-        gp.convert(src, str(tmp_path / "dml"), to="directml")
+        gp.convert(path, str(tmp_path / "dml"), to="directml")

@@ -261,7 +261,7 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
             itf = layer.interface
             chosen, _ = choose_strategy(layer, strategy, target)
             x = function.inputs[names[itf.x]]
-            held = _held_constants(mb, layer)
+            held = _held_constants(mb, layer, x)
             fed = layer.fed_roles()
             lens = function.inputs[names[itf.sequence_lens]] if "sequence_lens" in fed else held.get("sequence_lens")
             states = {
@@ -289,13 +289,17 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
     return program, {"layers": described, "names": names}
 
 
-def _held_constants(mb, layer: RecurrentLayer) -> dict:
+def _held_constants(mb, layer: RecurrentLayer, x) -> dict:
     """Per input the layer holds as a constant, a const op ``LAYER_ROLE`` holding it in layout 0 (read back by
-    that name; the package asks nobody to feed it), transposed for a batch-major interface."""
+    that name; the package asks nobody to feed it), a state of batch 1 broadcast to the batch of ``x`` (X in the
+    interface's layout), transposed for a batch-major interface."""
     held = {}
     for role, value in layer.constants.items():
         value = value if role == "sequence_lens" else value.astype(np.float32)
         node = mb.const(val=value, name=f"{safe_name(layer.name)}_{role}")
+        if role != "sequence_lens" and value.shape[1] == 1 and layer.interface.batch_size != 1:
+            x_sm = mb.transpose(x=x, perm=[1, 0, 2]) if layer.interface.layout else x
+            node = mb.add(x=node, y=mb.expand_dims(x=_zeros_state(mb, layer, x_sm), axes=[0]))  # [D, N, H]
         held[role] = mb.transpose(x=node, perm=[1, 0, 2]) if layer.interface.layout and value.ndim == 3 else node
     return held
 

@@ -205,6 +205,8 @@ class _Isolated:
     opset: int
     region: object = None  # a lifted layer's onnx_lifting.Region
     blank: set[str] = field(default_factory=set)  # node inputs run as absent (a zero state computed from shapes)
+    # node input -> the batch-1 state (node layout) it repeats along X's batch: run as that state broadcast
+    broadcast: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class _Reader:
@@ -442,20 +444,26 @@ class _Reader:
             stack.append((current, node, True))  # emitted after its inputs
             stack.extend((inp, owner, False) for inp in reversed(node.input))
 
-    def _zeros_from_shapes(self, name: str, scope: _Scope, layer: str, role: str) -> bool:
-        """Whether tensor ``name`` is computed from constants and the shapes of graph inputs alone and is all
-        zeros for two different sizings of their symbolic dimensions (a zero initial state sized like X, as
-        exporters write it: ``Expand``/``ConstantOfShape`` of a shape taken from X): no initial state."""
+    def _state_from_shapes(
+        self, name: str, scope: _Scope, layer: str, role: str, node_layout: int
+    ) -> np.ndarray | None:
+        """If tensor ``name`` (an initial state, in the node's layout) is computed from constants and the shapes of
+        graph inputs alone, and for two different sizings of their symbolic dimensions it is one state of batch
+        1 repeated along the batch (a learned state expanded to X's batch, or zeros sized like X, as exporters
+        write them: ``Expand``/``ConstantOfShape``/``Tile`` of a shape taken from X), that batch-1 state, in the
+        node's layout; else None (an input of the layer)."""
         nodes: list[onnx.NodeProto] = []
         inits: dict[str, np.ndarray] = {}
         shapes: dict[str, tuple] = {}
         try:
             self._collect_cone(name, scope, nodes, inits, set(), where(self.path, layer), role, shapes)
         except InputError:
-            return False
+            return None
         if not shapes:
-            return False
+            return None
         cone = [n for n in nodes if not (n.op_type == "Shape" and n.output[0] in shapes)]
+        batch_axis = 0 if node_layout else 1
+        found = None
         for trial in (2, 3):
             sized = dict(inits)
             for out, (source, start, end) in shapes.items():
@@ -466,10 +474,16 @@ class _Reader:
             try:
                 value = self._fold(cone, sized, name, where(self.path, layer), role) if cone else sized[name]
             except InputError:
-                return False
-            if value.dtype.kind != "f" or np.any(value):
-                return False
-        return True
+                return None
+            if value.dtype.kind != "f" or value.ndim != 3:
+                return None
+            first = np.take(value, [0], axis=batch_axis)
+            if not np.array_equal(value, np.broadcast_to(first, value.shape)):
+                return None
+            if found is not None and not np.array_equal(found, first):
+                return None
+            found = first
+        return found
 
     def _fold(self, nodes: list, inits: dict, name: str, at: str, role: str) -> np.ndarray:
         from onnx.reference import ReferenceEvaluator
@@ -649,8 +663,14 @@ class _Reader:
             try:
                 value = self.constant(name, scope, layer, ROLE_LABELS[role])
             except InputError:
-                if role != "sequence_lens" and self._zeros_from_shapes(name, scope, layer, ROLE_LABELS[role]):
-                    isolated.blank.add(name)  # a zero state sized like X: no initial state
+                state = None
+                if role != "sequence_lens":
+                    state = self._state_from_shapes(name, scope, layer, ROLE_LABELS[role], node_layout)
+                if state is not None and not np.any(state):
+                    isolated.blank.add(name)  # zeros sized like X: no initial state
+                elif state is not None and state.dtype == dtype:  # one state for every batch entry: held, batch 1
+                    held[role] = constant_from_layout(state, role, node_layout)
+                    isolated.broadcast[name] = state
                 continue  # else computed from the model's inputs (or by control flow): an input of the layer
             at = where(self.path, layer)
             if role == "sequence_lens":
@@ -831,6 +851,25 @@ class _Reader:
             return Interface(layout=layout, seq_length=seq, batch_size=batch, dtype=w.dtype.name, **names)
         except SpecError as err:  # e.g. a tensor name that is not valid UTF-8
             raise InputError(f"{at}{err}") from None
+
+
+def broadcast_state_nodes(
+    state: str, state_batch_axis: int, x: str, x_batch_axis: int, out: str
+) -> list[onnx.NodeProto]:
+    """Nodes computing ``out``: the batch-1 ``state`` ([D, 1, H]; [1, D, H] with ``state_batch_axis`` 0)
+    repeated to X's batch, read from axis ``x_batch_axis`` of X's shape: ``Expand(state, [1, N, 1])``."""
+    one = helper.make_tensor(f"{out}__one", onnx.TensorProto.INT64, [1], [1])
+    axis = helper.make_tensor(f"{out}__axis", onnx.TensorProto.INT64, [1], [x_batch_axis])
+    dims = [f"{out}__one"] * 3
+    dims[state_batch_axis] = f"{out}__n"
+    return [
+        helper.make_node("Constant", [], [f"{out}__one"], value=one),
+        helper.make_node("Constant", [], [f"{out}__axis"], value=axis),
+        helper.make_node("Shape", [x], [f"{out}__x_shape"]),
+        helper.make_node("Gather", [f"{out}__x_shape", f"{out}__axis"], [f"{out}__n"], axis=0),
+        helper.make_node("Concat", dims, [f"{out}__shape"], axis=0),
+        helper.make_node("Expand", [state, f"{out}__shape"], [out]),
+    ]
 
 
 def copy_node(node: onnx.NodeProto, renamed: dict[str, str]) -> onnx.NodeProto:
@@ -1439,7 +1478,15 @@ def _emit_layer(
         if role in layer.constants:  # held by the layer: an initializer, in the node's own layout
             inputs[role] = names.fresh(name)
             node_layout = 1 if batch_major and encoding == "attribute" else 0
-            inits.append(_Stacked(inputs[role], list(constant_in_layout(layer, role, node_layout))))
+            value = constant_in_layout(layer, role, node_layout)
+            if role != "sequence_lens" and layer.constants[role].shape[1] == 1 and n != 1:  # one state, any batch
+                batch1 = names.fresh(f"{name}__batch1")
+                axis = 0 if node_layout else 1
+                nodes += broadcast_state_nodes(batch1, axis, inputs["x"], 0 if batch_major else 1, inputs[role])
+                names.used |= {o for node in nodes[-6:] for o in node.output}
+                inits.append(_Stacked(batch1, list(value)))
+            else:
+                inits.append(_Stacked(inputs[role], list(value)))
         elif name is not None:
             inputs[role], new = names.graph_input(name)
             if new:
@@ -1647,7 +1694,7 @@ def _run_isolated(isolated: _Isolated, itf: Interface, inputs: dict[str, np.ndar
     if itf.sequence_lens and itf.sequence_lens not in isolated.constants:
         graph_inputs.append(helper.make_tensor_value_info(itf.sequence_lens, onnx.TensorProto.INT32, None))
     for role in ("initial_h", "initial_c"):
-        if getattr(itf, role) and getattr(itf, role) not in isolated.constants:
+        if getattr(itf, role) and getattr(itf, role) not in {**isolated.constants, **isolated.broadcast}:
             graph_inputs.append(helper.make_tensor_value_info(getattr(itf, role), elem, None))
     outputs = [
         helper.make_tensor_value_info(name, elem, None) for name in (getattr(itf, r) for r in OUTPUT_ROLES) if name
@@ -1663,6 +1710,17 @@ def _run_isolated(isolated: _Isolated, itf: Interface, inputs: dict[str, np.ndar
     nodes = isolated.nodes
     if isolated.blank:  # inputs that are no inputs of the layer (zeros sized like X): absent, as ONNX allows
         nodes = [copy_node(n, {name: "" for name in isolated.blank}) for n in nodes]
+    for name, state in isolated.broadcast.items():  # a learned state repeated along X's batch, as the model does
+        inits.append(numpy_helper.from_array(state, f"{name}__batch1"))
+        node = next(n for n in nodes if cell_of_op(n.op_type) and name in n.input)
+        layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+        batch_axis = 0 if layout else 1
+        at = nodes.index(node)  # just before the node: its X may come from the Transposes before it
+        nodes = (
+            nodes[:at]
+            + broadcast_state_nodes(f"{name}__batch1", batch_axis, node.input[0], batch_axis, name)
+            + nodes[at:]
+        )
     graph = helper.make_graph(nodes, "isolated", graph_inputs, outputs, inits)
     opsets = [helper.make_opsetid("", isolated.opset)]
     opsets += [helper.make_opsetid(d, 1) for d in sorted({n.domain for n in isolated.nodes} - set(_ONNX_DOMAINS))]

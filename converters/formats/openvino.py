@@ -217,7 +217,7 @@ def build(model: Model, *, strategy: str = "auto"):
             return params[name]
 
         x = parameter(itf.x, [n, s, i] if itf.layout else [s, n, i], dtype)
-        held = _held_constants(layer, itf.layout)
+        held = _held_constants(layer, itf.layout, x)
         lens = held.get("sequence_lens")
         if lens is None and itf.sequence_lens:
             lens = parameter(itf.sequence_lens, [n], np.int32)
@@ -289,7 +289,8 @@ def build_whole(model: Model, *, strategy: str = "auto"):
                     for role, v in optional.items()
                     if v is not None and v.get_node().get_type_name() != "NullNode"
                 }
-                given.update((role, c.output(0)) for role, c in _held_constants(layer, node.layout or 0).items())
+                held = _held_constants(layer, node.layout or 0, ctx.get_input(0))
+                given.update((role, c.output(0)) for role, c in held.items())
                 node_layer = replace(layer, interface=replace(layer.interface, layout=node.layout or 0))
                 chosen, _ = choose_strategy(layer, strategy)
                 outputs = (_emit_native if chosen == "native" else _emit_decomposed)(
@@ -351,13 +352,18 @@ def _const(ops, array: np.ndarray, name: str):
     return node
 
 
-def _held_constants(layer: RecurrentLayer, layout: int) -> dict[str, object]:
+def _held_constants(layer: RecurrentLayer, layout: int, x) -> dict[str, object]:
     """Per input the layer holds as a constant, its value in ``layout``: a Constant named ``LAYER/ROLE`` holding
-    it in layout 0 (read back by that name; the IR asks nobody to feed it), transposed for a batch-major layout."""
+    it in layout 0 (read back by that name; the IR asks nobody to feed it), a state of batch 1 broadcast to the
+    batch of ``x`` (X in ``layout``), transposed for a batch-major layout."""
     _, ops = _ov()
     held = {}
-    for role in layer.constants:
-        node = _const(ops, layer.constants[role], f"{layer.name}/{role}")
+    for role, value in layer.constants.items():
+        node = _const(ops, value, f"{layer.name}/{role}")
+        if role != "sequence_lens" and value.shape[1] == 1 and layer.interface.batch_size != 1:
+            batch = ops.gather(ops.shape_of(x, output_type="i64"), [0 if layout else 1], 0)
+            sizes = [np.array([value.shape[0]], np.int64), batch, np.array([value.shape[2]], np.int64)]
+            node = ops.broadcast(node, ops.concat(sizes, 0))
         held[role] = ops.transpose(node, [1, 0, 2]) if layout == 1 and role != "sequence_lens" else node
     return held
 
