@@ -155,17 +155,3 @@ def test_real_model_converts_and_verifies(name, tmp_path):
     layers = gp.convert(REALMODELS / name, tmp_path / "layers.onnx", to="onnx", layers_only=True)
     assert layers.verification.passed and not layers.whole
     assert len(layers.verification.outputs) >= len(source.layers)
-
-
-def test_silero_v4_to_openvino_whole_with_its_scalar_sample_rate(tmp_path):
-    """silero VAD v4 (LSTMs inside If branches, a scalar int64 sr) converts whole to OpenVINO once verification
-    is given a chunk size it runs on, and the IR, fed the 0-d sr a user feeds, gives onnxruntime's outputs."""
-    pytest.importorskip("openvino")
-    out = tmp_path / "silero.xml"
-    feed = real_feed(SILERO_V4)
-    result = gp.convert(REALMODELS / SILERO_V4, out, input_shapes={"input": (1, 512)})
-    assert result.whole and result.verification.passed
-    expected = ort.InferenceSession(str(REALMODELS / SILERO_V4)).run(None, feed)
-    got = gp.run(out, feed)
-    for (name, value), want in zip(got.items(), expected):
-        np.testing.assert_allclose(value, want, atol=2e-5, rtol=1e-4, err_msg=name)
