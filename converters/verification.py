@@ -331,6 +331,7 @@ def verify_whole(
     except RuntimeFailure as err:
         raise SourceDoesNotRun(err.one_line()) from None
     actual = registry.reader(target.format).run_native(target_file, feed)
+    computed = tuple(_computed_in(source, layer) for layer in source.layers)  # e.g. 8-bit quantized layers
     for name, value in expected.items():
         if name not in actual:
             result.outputs.append(
@@ -344,7 +345,6 @@ def verify_whole(
                 )
             )
             continue
-        computed = tuple(_computed_in(source, layer) for layer in source.layers)  # e.g. 8-bit quantized layers
         dtypes = tuple(d for d in (str(value.dtype), str(actual[name].dtype), *computed) if d in TOLERANCES) or (
             "float32",
         )  # integer outputs: float32's
