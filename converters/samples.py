@@ -15,7 +15,8 @@ DEFAULT_BATCH = 3
 TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2)}
 # A float layer read from onnxruntime's DynamicQuantizeLSTM against the node itself (8-bit X and h at run
 # time; measured, docs/conventions.md §9); its ``compute_dtype`` names this entry.
-TOLERANCES["dynamic int8"] = (2e-2, 1e-2)
+DYNAMIC_INT8 = "dynamic int8"
+TOLERANCES[DYNAMIC_INT8] = (2e-2, 1e-2)
 MAX_SAMPLE_VALUES = 1 << 26  # per sample tensor (X or Y): 256 MiB of float32
 
 

@@ -447,6 +447,7 @@ def verify_whole(
     except GatepackError as err:  # named by where the artifact lands, never by the staging path
         err.message = err.message.replace(str(target_file), str(target.path))
         raise
+    computed = tuple(_computed_in(source, layer) for layer in source.layers)  # e.g. 8-bit quantized layers
     for name, value in expected.items():
         if name not in actual:
             result.outputs.append(
@@ -460,7 +461,6 @@ def verify_whole(
                 )
             )
             continue
-        computed = tuple(_computed_in(source, layer) for layer in source.layers)  # e.g. 8-bit quantized layers
         dtypes = tuple(d for d in (str(value.dtype), str(actual[name].dtype), *computed) if d in TOLERANCES) or (
             "float32",
         )  # integer outputs: float32's

@@ -24,14 +24,14 @@ from onnx import TensorProto, helper, numpy_helper
 import gatepack.converters as gp
 from gatepack.converters.formats import onnx as onnx_format
 from gatepack.converters.model import Model, as_layers_only
-from gatepack.converters.samples import TOLERANCES
+from gatepack.converters.samples import DYNAMIC_INT8, TOLERANCES
 from gatepack.converters.verification import verify_models
 
 QUANTIZED = Path(__file__).resolve().parent.parent / "fixtures" / "producers" / "ort_quantized"
 MANIFEST = json.loads((QUANTIZED / "manifest.json").read_text())
 ARTIFACTS = sorted(MANIFEST)
 TARGETS = {"onnx": ".onnx", "openvino": ".xml", "directml": ".dml", "coreml": ".mlpackage", "bnns": ".bnns"}
-ATOL, RTOL = TOLERANCES["dynamic int8"]
+ATOL, RTOL = TOLERANCES[DYNAMIC_INT8]
 # onnxruntime's own int8 kernel on x86 without VNNI saturates 16-bit sums; the stored truth was made on
 # such a CPU. Measured between it and the float layer: 0.21 (docs/conventions.md §9).
 RAW_INT8_GAP = 0.25

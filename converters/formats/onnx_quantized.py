@@ -39,13 +39,11 @@ from onnx import helper, numpy_helper
 from gatepack.converters.errors import InputError, where
 from gatepack.converters.fileio import open_regular
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.samples import TOLERANCES
+from gatepack.converters.samples import DYNAMIC_INT8, TOLERANCES
 from gatepack.schemas.layer import Provenance, RecurrentLayer
 
 OP_TYPE = "DynamicQuantizeLSTM"
 DOMAIN = "com.microsoft"
-# The verification tolerance of a layer read from this operator (atol, rtol; docs/conventions.md §9).
-TOLERANCE_KEY = "dynamic int8"
 _ATTRIBUTES = {
     "hidden_size": onnx.AttributeProto.INT,
     "direction": onnx.AttributeProto.STRING,
@@ -69,8 +67,8 @@ def is_quantized_layer(layer: RecurrentLayer) -> bool:
 
 
 def compute_dtype(layer: RecurrentLayer) -> str:
-    """The verification tolerance class: ``TOLERANCE_KEY`` for a dequantized layer, else its dtype."""
-    return TOLERANCE_KEY if is_quantized_layer(layer) else layer.interface.dtype
+    """The verification tolerance class: ``DYNAMIC_INT8`` for a dequantized layer, else its dtype."""
+    return DYNAMIC_INT8 if is_quantized_layer(layer) else layer.interface.dtype
 
 
 def foreign_operators(nodes: Iterable[tuple], onnx_domains: tuple[str, ...]) -> str:
@@ -241,7 +239,7 @@ def _finding(stored: dict[str, np.ndarray], per_channel: bool) -> Finding:
         if saturating
         else None
     )
-    atol, rtol = TOLERANCES[TOLERANCE_KEY]
+    atol, rtol = TOLERANCES[DYNAMIC_INT8]
     return Finding(
         "quantization",
         Status.LOSSY,
