@@ -113,3 +113,40 @@ def test_a_state_computed_from_shapes_that_is_not_zeros_stays_an_input(tmp_path)
     assert layer.interface.sequence_lens is None
     (note,) = [f for f in model.notes_for(layer) if f.feature == "initial_h"]
     assert "not zeros" in note.detail and note.warning
+
+
+REAL = Path(__file__).resolve().parent.parent / "fixtures" / "realmodels"
+
+
+@pytest.mark.parametrize("name", ["dfn3_enc", "dpcrn_online_simple_lstm"])
+def test_real_models_through_openvinos_onnx_frontend_convert_natively_to_bnns(name, tmp_path):
+    """DeepFilterNet3's encoder (a GRU behind convolutions) and DPCRN (four LSTMs behind convolutions,
+    two with their states as model inputs) converted by ov.convert_model: every layer's lengths and zero
+    states are computed from the shapes of convolution outputs. No layer keeps a sequence_lens input,
+    exactly the layers whose state is a model input keep one, and BNNS writes them all natively
+    (verified against OpenVINO CPU)."""
+    ir = tmp_path / f"{name}.xml"
+    ov.save_model(ov.convert_model(str(REAL / f"{name}.onnx")), str(ir), compress_to_fp16=False)
+    source = ov.Core().read_model(str(ir))
+    model = gp.load(ir)
+    for layer in model.layers:
+        assert layer.interface.sequence_lens is None, layer.name
+        state = _sequence_op(source, layer.name).input_value(1)
+        assert (layer.interface.initial_h is not None) == _reads_a_model_input(state), layer.name
+    result = gp.convert(ir, tmp_path / "out.bnns", to="bnns", layers_only=True)
+    assert result.passed and result.verification.passed, result.to_text()
+    assert not [
+        f for fs in result.findings.values() for f in fs if f.feature != "model" and f.status.value in NOT_NATIVE
+    ]
+
+
+def _reads_a_model_input(value) -> bool:
+    """Whether ``value`` reads a model input's values (not only its shape)."""
+    stack = [value.get_node()]
+    while stack:
+        node = stack.pop()
+        if node.get_type_name() == "Parameter":
+            return True
+        if node.get_type_name() != "ShapeOf":
+            stack.extend(v.get_node() for v in node.input_values())
+    return False
