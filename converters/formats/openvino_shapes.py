@@ -280,7 +280,15 @@ def _evaluate(value, sizes: Sizing) -> np.ndarray | None:
 
 def evaluate_for_two_shapes(ov_model, values: list, x) -> list[tuple[list, list[int] | None]]:
     """``values`` (computed from shapes only) and the shape of ``x`` for two sizings of the model's
-    inputs, each dynamic dimension a distinct number (so a wrong dimension cannot match by accident)."""
+    inputs, each dynamic dimension a distinct number (so a wrong dimension cannot match by accident).
+    The two sizings, and what they derived, are kept on the model for its other sequence ops."""
+    kept = getattr(ov_model, "gatepack_sizings", None)
+    if kept is None:
+        kept = {}
+        try:
+            ov_model.gatepack_sizings = kept
+        except AttributeError:  # a model object that takes no attributes: nothing kept
+            pass
     trials = []
     for first in (101, 211):
         inputs, size = {}, first
@@ -293,6 +301,7 @@ def evaluate_for_two_shapes(ov_model, values: list, x) -> list[tuple[list, list[
                 dims.append(dim.get_length() if dim.is_static else size)
                 size += 0 if dim.is_static else 2
             inputs[node_key(param)] = dims
-        sizes = Sizing(inputs, ov_model)
+        key = tuple((k, tuple(dims)) for k, dims in inputs.items())
+        sizes = kept.setdefault(key, Sizing(inputs, ov_model))
         trials.append(([evaluate_shape_cone(v, sizes) for v in values], shape_of(x, sizes)))
     return trials
