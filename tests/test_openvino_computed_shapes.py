@@ -150,3 +150,38 @@ def _reads_a_model_input(value) -> bool:
         if node.get_type_name() != "ShapeOf":
             stack.extend(v.get_node() for v in node.input_values())
     return False
+
+
+def _state_sized_by_nonzero(fill: float):
+    """A state [N,1,H] of ``fill`` whose batch is the length of NonZero over X's batch: a shape no shape
+    inference knows before running (NonZero's output size depends on X's values)."""
+
+    def change(state):
+        op = next(t.get_node() for t in state.get_target_inputs())
+        x = op.input_value(0)  # [N,S,I]
+        everywhere = ops.non_zero(ops.greater_equal(ops.reduce_max(x, [1, 2]), ops.constant(np.float32(-1e30))))
+        batch = ops.gather(ops.shape_of(everywhere), ops.constant(np.array([1])), ops.constant(np.int64(0)))
+        shape = ops.concat([batch, ops.constant(np.array([1, 4]))], 0)
+        return ops.broadcast(ops.constant(np.float32(fill)), shape)
+
+    return change
+
+
+def test_a_zero_state_broadcast_to_a_shape_nothing_can_size_is_zeros(tmp_path):
+    """Zeros broadcast to any shape are zeros: the layer has no initial state, and the IR still runs on
+    OpenVINO CPU to torch's outputs. The same broadcast of 0.5 stays an input, said to be computed by
+    operators gatepack does not evaluate (not claimed to be a non-zero constant)."""
+    path = _edited(tmp_path, "ov_torch_linear_gru.xml", 1, _state_sized_by_nonzero(0.0))
+    model = gp.load(path)
+    (layer,) = model.layers
+    assert layer.interface.initial_h is None and layer.interface.sequence_lens is None
+    truth = dict(np.load(PRODUCERS / "ov_torch_linear_gru.truth.npz"))
+    (input_name,) = gp.input_names(path)
+    for got, want in zip(gp.run(path, {input_name: truth[input_name]}).values(), list(truth.values())[1:], strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+
+    path = _edited(tmp_path, "ov_torch_linear_gru.xml", 1, _state_sized_by_nonzero(0.5))
+    model = gp.load(path)
+    assert model.layers[0].interface.initial_h is not None
+    (note,) = [f for f in model.notes_for(model.layers[0]) if f.feature == "initial_h"]
+    assert "operators gatepack does not evaluate" in note.detail

@@ -40,6 +40,25 @@ def from_shapes_only(value) -> bool:
     return True
 
 
+_ZERO_KEEPING = {"Broadcast", "Tile", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Convert", "Slice", "Gather"}
+
+
+def zeros_whatever_the_shape(value, depth: int = 8) -> bool:
+    """True when ``value`` is an all-zero constant broadcast or rearranged (Broadcast to a shape computed
+    from any tensor, Tile, Reshape, Slice, ...: their data input), or a Concat of such values: zeros
+    for every sizing of the model, proven without sizing anything (``ov.convert_model`` writes a zero
+    initial state as ``Broadcast(0, shape)``, the batch in the shape read from any tensor)."""
+    node = value.get_node()
+    kind = node.get_type_name()
+    if kind == "Constant":
+        shape = node.get_output_partial_shape(0)
+        return shape.is_static and not np.any(np.array(node.get_data()))
+    if depth == 0 or node.get_output_size() != 1 or kind not in _ZERO_KEEPING | {"Concat"}:
+        return False
+    sources = node.input_values() if kind == "Concat" else [node.input_value(0)]
+    return all(zeros_whatever_the_shape(source, depth - 1) for source in sources)
+
+
 _SPLITS = ("Split", "VariadicSplit")
 _SAME_SHAPE = {"Convert", "Relu", "Tanh", "Sigmoid", "Clamp", "Exp", "Negative", "Abs", "Sqrt", "Erf", "Gelu"}
 _BROADCASTING = {"Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Power"}
