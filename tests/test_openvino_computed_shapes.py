@@ -113,3 +113,75 @@ def test_a_state_computed_from_shapes_that_is_not_zeros_stays_an_input(tmp_path)
     assert layer.interface.sequence_lens is None
     (note,) = [f for f in model.notes_for(layer) if f.feature == "initial_h"]
     assert "not zeros" in note.detail and note.warning
+
+
+REAL = Path(__file__).resolve().parent.parent / "fixtures" / "realmodels"
+
+
+@pytest.mark.parametrize("name", ["dfn3_enc", "dpcrn_online_simple_lstm"])
+def test_real_models_through_openvinos_onnx_frontend_convert_natively_to_bnns(name, tmp_path):
+    """DeepFilterNet3's encoder (a GRU behind convolutions) and DPCRN (four LSTMs behind convolutions,
+    two with their states as model inputs) converted by ov.convert_model: every layer's lengths and zero
+    states are computed from the shapes of convolution outputs. No layer keeps a sequence_lens input,
+    exactly the layers whose state is a model input keep one, and BNNS writes them all natively
+    (verified against OpenVINO CPU)."""
+    ir = tmp_path / f"{name}.xml"
+    ov.save_model(ov.convert_model(str(REAL / f"{name}.onnx")), str(ir), compress_to_fp16=False)
+    source = ov.Core().read_model(str(ir))
+    model = gp.load(ir)
+    for layer in model.layers:
+        assert layer.interface.sequence_lens is None, layer.name
+        state = _sequence_op(source, layer.name).input_value(1)
+        assert (layer.interface.initial_h is not None) == _reads_a_model_input(state), layer.name
+    result = gp.convert(ir, tmp_path / "out.bnns", to="bnns", layers_only=True)
+    assert result.passed and result.verification.passed, result.to_text()
+    assert not [
+        f for fs in result.findings.values() for f in fs if f.feature != "model" and f.status.value in NOT_NATIVE
+    ]
+
+
+def _reads_a_model_input(value) -> bool:
+    """Whether ``value`` reads a model input's values (not only its shape)."""
+    stack = [value.get_node()]
+    while stack:
+        node = stack.pop()
+        if node.get_type_name() == "Parameter":
+            return True
+        if node.get_type_name() != "ShapeOf":
+            stack.extend(v.get_node() for v in node.input_values())
+    return False
+
+
+def _state_sized_by_nonzero(fill: float):
+    """A state [N,1,H] of ``fill`` whose batch is the length of NonZero over X's batch: a shape no shape
+    inference knows before running (NonZero's output size depends on X's values)."""
+
+    def change(state):
+        op = next(t.get_node() for t in state.get_target_inputs())
+        x = op.input_value(0)  # [N,S,I]
+        everywhere = ops.non_zero(ops.greater_equal(ops.reduce_max(x, [1, 2]), ops.constant(np.float32(-1e30))))
+        batch = ops.gather(ops.shape_of(everywhere), ops.constant(np.array([1])), ops.constant(np.int64(0)))
+        shape = ops.concat([batch, ops.constant(np.array([1, 4]))], 0)
+        return ops.broadcast(ops.constant(np.float32(fill)), shape)
+
+    return change
+
+
+def test_a_zero_state_broadcast_to_a_shape_nothing_can_size_is_zeros(tmp_path):
+    """Zeros broadcast to any shape are zeros: the layer has no initial state, and the IR still runs on
+    OpenVINO CPU to torch's outputs. The same broadcast of 0.5 stays an input, said to be computed by
+    operators gatepack does not evaluate (not claimed to be a non-zero constant)."""
+    path = _edited(tmp_path, "ov_torch_linear_gru.xml", 1, _state_sized_by_nonzero(0.0))
+    model = gp.load(path)
+    (layer,) = model.layers
+    assert layer.interface.initial_h is None and layer.interface.sequence_lens is None
+    truth = dict(np.load(PRODUCERS / "ov_torch_linear_gru.truth.npz"))
+    (input_name,) = gp.input_names(path)
+    for got, want in zip(gp.run(path, {input_name: truth[input_name]}).values(), list(truth.values())[1:], strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+
+    path = _edited(tmp_path, "ov_torch_linear_gru.xml", 1, _state_sized_by_nonzero(0.5))
+    model = gp.load(path)
+    assert model.layers[0].interface.initial_h is not None
+    (note,) = [f for f in model.notes_for(model.layers[0]) if f.feature == "initial_h"]
+    assert "operators gatepack does not evaluate" in note.detail

@@ -68,6 +68,7 @@ from gatepack.converters.formats.openvino_lifting import LOOP_OPS, STATE_INPUTS,
 from gatepack.converters.formats.openvino_shapes import (
     evaluate_for_two_shapes,
     from_shapes_only,
+    zeros_whatever_the_shape,
 )
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
@@ -854,8 +855,10 @@ def _implicit_inputs(path: Path, op, ov_model, name: str, cell: Cell) -> tuple[b
     full_lengths = lens_known and all(
         got[0].shape == (x[0],) and bool(np.all(got[0].astype(np.int64) == x[1])) for got, x in trials
     )
+    evaluated = [bool(trials) and all(got[k] is not None for got, _ in trials) for k in range(len(states) + 1)]
     zero_state = [
-        shape_only[k] and bool(trials) and all(got[k] is not None and not np.any(got[k]) for got, _ in trials)
+        shape_only[k]
+        and (zeros_whatever_the_shape(states[k - 1]) or evaluated[k] and not any(np.any(got[k]) for got, _ in trials))
         for k in range(1, 1 + len(roles))
     ]
     if lens_known and not full_lengths:
@@ -889,8 +892,9 @@ def _implicit_inputs(path: Path, op, ov_model, name: str, cell: Cell) -> tuple[b
                 Finding(
                     role,
                     Status.EXACT,
-                    f"{STATE_INPUTS[role[-1]]} is a constant of the IR, not zeros; gatepack makes it the layer's "
-                    f"{role} input (feed it those values)",
+                    f"{STATE_INPUTS[role[-1]]} is a constant of the IR, "
+                    + ("not zeros" if evaluated[k] else "computed by operators gatepack does not evaluate")
+                    + f"; gatepack makes it the layer's {role} input (feed it those values)",
                     warning="constant initial state exposed as an input",
                 )
             )

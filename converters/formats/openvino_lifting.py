@@ -45,6 +45,7 @@ from gatepack.converters.formats.openvino_shapes import (
     from_shapes_only,
     node_key,
     shape_of,
+    zeros_whatever_the_shape,
 )
 from gatepack.converters.lifting import ACTIVATION_OPS, LiftRefused, Recurrence, candidates_from_constants, lift
 from gatepack.schemas.layer import (
@@ -230,7 +231,8 @@ def _structure(op, ov_model) -> tuple[LoopHandle, Interface, tuple[int, int]]:
         fed = not from_shapes_only(outer)
         if not fed:
             k = [o for _, o, _ in states].index(outer)
-            if not trials or any(got[k] is None or np.any(got[k]) for got, _ in trials):
+            evaluated_zeros = trials and not any(got[k] is None or np.any(got[k]) for got, _ in trials)
+            if not (evaluated_zeros or zeros_whatever_the_shape(outer)):
                 raise _NotALayer(f"its initial {STATE_INPUTS[role]} is computed from constants but is not zeros")
         output = finals.get(desc.body_value_index)
         state_handles.append((role, desc.input_index, output, fed))

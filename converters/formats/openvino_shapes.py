@@ -40,6 +40,25 @@ def from_shapes_only(value) -> bool:
     return True
 
 
+_ZERO_KEEPING = {"Broadcast", "Tile", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Convert", "Slice", "Gather"}
+
+
+def zeros_whatever_the_shape(value, depth: int = 8) -> bool:
+    """True when ``value`` is an all-zero constant broadcast or rearranged (Broadcast to a shape computed
+    from any tensor, Tile, Reshape, Slice, ...: their data input), or a Concat of such values: zeros
+    for every sizing of the model, proven without sizing anything (``ov.convert_model`` writes a zero
+    initial state as ``Broadcast(0, shape)``, the batch in the shape read from any tensor)."""
+    node = value.get_node()
+    kind = node.get_type_name()
+    if kind == "Constant":
+        shape = node.get_output_partial_shape(0)
+        return shape.is_static and not np.any(np.array(node.get_data()))
+    if depth == 0 or node.get_output_size() != 1 or kind not in _ZERO_KEEPING | {"Concat"}:
+        return False
+    sources = node.input_values() if kind == "Concat" else [node.input_value(0)]
+    return all(zeros_whatever_the_shape(source, depth - 1) for source in sources)
+
+
 _SPLITS = ("Split", "VariadicSplit")
 _SAME_SHAPE = {"Convert", "Relu", "Tanh", "Sigmoid", "Clamp", "Exp", "Negative", "Abs", "Sqrt", "Erf", "Gelu"}
 _BROADCASTING = {"Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Power"}
@@ -280,7 +299,15 @@ def _evaluate(value, sizes: Sizing) -> np.ndarray | None:
 
 def evaluate_for_two_shapes(ov_model, values: list, x) -> list[tuple[list, list[int] | None]]:
     """``values`` (computed from shapes only) and the shape of ``x`` for two sizings of the model's
-    inputs, each dynamic dimension a distinct number (so a wrong dimension cannot match by accident)."""
+    inputs, each dynamic dimension a distinct number (so a wrong dimension cannot match by accident).
+    The two sizings, and what they derived, are kept on the model for its other sequence ops."""
+    kept = getattr(ov_model, "gatepack_sizings", None)
+    if kept is None:
+        kept = {}
+        try:
+            ov_model.gatepack_sizings = kept
+        except AttributeError:  # a model object that takes no attributes: nothing kept
+            pass
     trials = []
     for first in (101, 211):
         inputs, size = {}, first
@@ -293,6 +320,7 @@ def evaluate_for_two_shapes(ov_model, values: list, x) -> list[tuple[list, list[
                 dims.append(dim.get_length() if dim.is_static else size)
                 size += 0 if dim.is_static else 2
             inputs[node_key(param)] = dims
-        sizes = Sizing(inputs, ov_model)
+        key = tuple((k, tuple(dims)) for k, dims in inputs.items())
+        sizes = kept.setdefault(key, Sizing(inputs, ov_model))
         trials.append(([evaluate_shape_cone(v, sizes) for v in values], shape_of(x, sizes)))
     return trials
