@@ -401,11 +401,12 @@ class _Document:
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
         self.file = path / MODEL_FILE if path.is_dir() else path
-        if not self.file.exists():
+        if not (self.file.exists() or self.file.is_symlink()):
             raise InputError(
                 f"{path}: no DxDispatch model here (expected a directory with {MODEL_FILE}, or a .json file)"
             )
-        self.data = read_json(self.file)
+        # inside a directory, model.json is a file of the artifact: it may not lead outside it
+        self.data = read_json(contained_file(path, MODEL_FILE, str(self.file)) if path.is_dir() else self.file)
         if not isinstance(self.data, dict) or not all(
             isinstance(self.data.get(k), t)
             for k, t in (("resources", dict), ("dispatchables", dict), ("commands", list))
@@ -787,9 +788,9 @@ def read(path: str | Path, **_options) -> Model:
 
 def _manifest(document: _Document) -> dict[str, dict]:
     file = document.file.parent / MANIFEST_FILE
-    if not file.exists():
+    if not (file.exists() or file.is_symlink()):
         return {}
-    data = read_json(file)
+    data = read_json(contained_file(file.parent, MANIFEST_FILE, str(file)))
     try:
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             raise ValueError(
