@@ -579,6 +579,21 @@ MANIFEST_EDITS = {
     "bnns-interface-list": ("bnns", "bnns.json", ["layers", 0, "interface"], [1]),
     "bnns-call-number": ("bnns", "bnns.json", ["layers", 0, "calls", 0], 3),
     "bnns-layout-true": ("bnns", "bnns.json", ["layers", 0, "interface", "layout"], True),
+    "bnns-layout-float": ("bnns", "bnns.json", ["layers", 0, "interface", "layout"], 1.0),
+    "bnns-seq-length-zero": ("bnns", "bnns.json", ["layers", 0, "interface", "seq_length"], 0),
+    "dml-strides-number": ("directml", "model.json", ["dispatchables", "rec", "desc", "InputTensor", "Strides"], 5),
+    "dml-total-size-text": (
+        "directml",
+        "model.json",
+        ["dispatchables", "rec", "desc", "WeightTensor", "TotalTensorSizeInBytes"],
+        "x",
+    ),
+    "dml-total-size-small": (
+        "directml",
+        "model.json",
+        ["dispatchables", "rec", "desc", "WeightTensor", "TotalTensorSizeInBytes"],
+        4,
+    ),
 }
 
 

@@ -537,7 +537,7 @@ def tensor_shape(dispatch: _Dispatch, field: str) -> tuple[list[int], np.dtype]:
         raise InputError(f"{dispatch.at(field)}DataType {tensor.get('DataType')!r} is not FLOAT32, FLOAT16 or UINT32")
     strides = tensor.get("Strides")
     packed = [int(np.prod(sizes[k + 1 :])) for k in range(4)]
-    if strides is not None and list(strides) != packed:
+    if strides is not None and (not isinstance(strides, list) or strides != packed):
         raise InputError(
             f"{dispatch.at(field)}Strides {strides} are not packed ({packed}); gatepack reads packed tensors only"
         )
@@ -546,7 +546,14 @@ def tensor_shape(dispatch: _Dispatch, field: str) -> tuple[list[int], np.dtype]:
         raise InputError(
             f"{dispatch.at(field)}Flags {tensor.get('Flags')!r}: recurrent operators accept DML_TENSOR_FLAG_NONE only"
         )
-    return sizes, np.dtype(by_name[data_type])
+    dtype = np.dtype(by_name[data_type])
+    total, minimum = tensor.get("TotalTensorSizeInBytes"), (int(np.prod(sizes)) * dtype.itemsize + 3) // 4 * 4
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < minimum):
+        raise InputError(
+            f"{dispatch.at(field)}TotalTensorSizeInBytes {total!r} is not a byte count of at least {minimum}, what "
+            "its Sizes and DataType need (DMLCalcBufferTensorSize)"
+        )
+    return sizes, dtype
 
 
 def _enum(value: object, prefix: str) -> str:
