@@ -95,6 +95,7 @@ METADATA_EDITS = {
     "names-outputs-swapped": (_set(["names"], {"X": "X", "initial_h": "initial_h", "Y": "Y_h", "Y_h": "Y"}), "names"),
     "names-unknown": (_set(["names"], {"X": "other", "initial_h": "initial_h", "Y": "Y", "Y_h": "Y_h"}), "names"),
     "precision-unknown": (_set(["precision"], "fp8"), "precision"),
+    "precision-fp16-on-fp32": (_set(["precision"], "fp16"), "precision"),  # would loosen verification's tolerance
     "layout-float": (_set(["layers", 0, "interface", "layout"], 1.0), "layout"),
     "layout-text": (_set(["layers", 0, "interface", "layout"], "1"), "layout"),
     "layout-contradicts-program": (_set(["layers", 0, "interface", "layout"], 1), "initial_h"),
@@ -127,6 +128,14 @@ def test_core_ml_metadata_as_written_still_reads(copy_of):
     _edit_metadata(copy_of, lambda meta: meta)  # the same metadata, rewritten: the checks accept it
     model = gp.load(copy_of)
     assert [layer.interface.x for layer in model.layers] == ["X"]
+
+
+def test_fp16_package_whose_metadata_says_fp32_is_refused(tmp_path):
+    path = tmp_path / "h.mlpackage"
+    gp.convert(SOURCE, path, to="coreml", verify=False, compress_to_fp16=True, allow_lossy=True)
+    assert gp.load(path).layers  # as written, it reads
+    _edit_metadata(path, _set(["precision"], "fp32"))  # would tighten verification's tolerance below fp16's
+    one_line_error(cli("inspect", path), 3, "precision", "fp16")
 
 
 def test_fuzzed_core_ml_metadata_is_read_or_exit_3(package, tmp_path_factory):
