@@ -191,7 +191,7 @@ def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only
     from gatepack.converters.model import as_layers_only
     from gatepack.converters.reporting import model_finding
 
-    info, implementation = registry.writer(to or registry.detect(path))
+    info, implementation = registry.writer(to or registry.detect(path, writing=True))
     info.check_options(options)
     model = as_layers_only(model) if layers_only else model
     whole = model_finding(model, info.name)
@@ -269,7 +269,7 @@ def _convert(
     from gatepack.converters.fileio import atomic_files, atomic_path, prepare_output
     from gatepack.converters.model import Model, as_layers_only
 
-    info, implementation = registry.writer(to or registry.detect(dst))
+    info, implementation = registry.writer(to or registry.detect(dst, writing=True))
     read_options, write_options = _split_options(options)
     _read_options(read_options)
     info.check_options(write_options)

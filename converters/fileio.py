@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 MAX_JSON_BYTES = 64 << 20  # a manifest larger than this is not one gatepack wrote or can use
 MAX_NPZ_BYTES = 4 << 30  # the decompressed size of all tensors of one `run --inputs` file
+NUMERIC_KINDS = "biufc"  # NumPy dtype kinds of the arrays gatepack reads (bool, integers, floats, complex)
 
 
 def _squash(err: object, limit: int = 160) -> str:
@@ -150,10 +151,14 @@ def _npy_header(handle, where: str) -> "tuple[tuple[int, ...], bool, np.dtype]":
             shape, fortran, dtype = fmt.read_array_header_2_0(handle, max_header_size=1 << 16)
         else:
             raise ValueError(f"version {version} is not 1.0, 2.0 or 3.0")
-    except (ValueError, OSError, SyntaxError, TypeError) as err:
-        raise InputError(f"{where}: not a readable .npy file ({_squash(err)})") from None
+    except Exception as err:  # NumPy's header parser raises ValueError, SyntaxError, tokenize.TokenError...
+        raise InputError(f"{where}: not a readable .npy file ({type(err).__name__}: {_squash(err)})") from None
     if dtype.hasobject:
         raise InputError(f"{where}: holds Python objects (dtype {dtype}); gatepack never unpickles")
+    if dtype.kind not in NUMERIC_KINDS or dtype.names is not None or dtype.subdtype is not None:
+        raise InputError(f"{where}: holds {dtype}, not numbers; gatepack reads plain numeric arrays only")
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
+        raise InputError(f"{where}: its header declares shape {shape!r}, not a tuple of sizes")
     return tuple(shape), fortran, dtype
 
 
@@ -433,6 +438,68 @@ def atomic_path(target: Path, *, directory: bool = False) -> Iterator[Path]:
             _discard(tmp)
         _undo_parents(created)
         raise
+
+
+_LOCK_NAME = ".lock"
+
+
+def _lock(file: Path, *, wait: bool) -> int | None:
+    """An exclusive advisory lock on ``file`` (its descriptor), held until the descriptor is closed; None
+    when another process holds it (``wait=False``) or the platform has no ``fcntl`` (nothing is then
+    cleaned). The kernel releases the lock of a process that dies, however it dies."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    try:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _remove_abandoned(parent: Path, prefix: str) -> None:
+    """Remove the staging folders in ``parent`` named ``prefix*.tmp`` whose lock no process holds:
+    their run was killed before it could remove them."""
+    try:
+        candidates = [p for p in parent.iterdir() if p.name.startswith(prefix) and p.name.endswith(".tmp")]
+    except OSError:
+        return
+    for folder in candidates:
+        lock = folder / _LOCK_NAME
+        if folder.is_symlink() or not folder.is_dir() or lock.is_symlink() or not is_regular(lock):
+            continue  # not a staging folder of this kind: never touched
+        fd = _lock(lock, wait=False)
+        if fd is not None:
+            try:
+                shutil.rmtree(folder, ignore_errors=True)
+            finally:
+                os.close(fd)
+
+
+@contextmanager
+def staging_directory(parent: str | Path, prefix: str) -> Iterator[Path]:
+    """A fresh hidden folder ``prefix*.tmp`` in ``parent`` for one run's temporary files (a framework's
+    intermediate package), removed when the block ends, however it ends. It holds a lock for the run's
+    lifetime, so a later run removes the folders that killed runs left (``_remove_abandoned``)."""
+    parent = Path(parent)
+    _remove_abandoned(parent, prefix)
+    with _output_errors(parent):
+        folder = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent))
+    fd = _lock(folder / ".locking", wait=True)  # locked before it is named: never taken for abandoned
+    if fd is not None:
+        os.replace(folder / ".locking", folder / _LOCK_NAME)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from gatepack.converters.errors import RuntimeFailure, UsageError
+from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import OutputKind, has_markers, starts_like_protobuf, starts_with
 
 if TYPE_CHECKING:
@@ -366,8 +366,12 @@ def all_write_options() -> dict[str, WriteOption]:
     return found
 
 
-def detect(path: str | Path) -> str:
-    """The format of ``path`` from its suffix, else (for a directory) from the marker files it holds."""
+def detect(path: str | Path, *, writing: bool = False) -> str:
+    """The format of ``path`` from its suffix, else (for a directory) from the marker files it holds.
+
+    A path gatepack cannot read is refused with what it looks like and the command that exports
+    it to ONNX (``foreign_kind``): InputError for an existing input, UsageError otherwise.
+    """
     p = Path(path)
     suffix = p.suffix.lower()
     named = [name for name, info in FORMATS.items() if suffix and suffix in info.suffixes]
@@ -378,9 +382,98 @@ def detect(path: str | Path) -> str:
         marked = [name for name, info in FORMATS.items() if any(os.path.lexists(p / m) for m in info.markers)]
         if marked:
             return marked[0]
+    if not writing and (p.is_file() or p.is_dir()):
+        kind = foreign_kind(p)
+        if kind is not None:
+            what, export = kind
+            raise InputError(f"{path}: {what}; gatepack does not read it", hint=export)
     raise UsageError(
         f"{path}: cannot tell the format from the name", hint=f"pass --from/--to, one of {', '.join(FORMATS)}"
     )
+
+
+TORCH_EXPORT = "export the module the weights belong to: torch.onnx.export(model, example_inputs, 'NAME.onnx')"
+KERAS_EXPORT = "export it to ONNX: tf2onnx.convert.from_keras(keras.models.load_model(PATH), output_path='NAME.onnx')"
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def foreign_kind(path: Path) -> tuple[str, str] | None:
+    """(what ``path`` looks like, the command that exports it to ONNX) for the model files of other
+    frameworks, told by their magic bytes where that is cheap (a zip archive's member names, the HDF5
+    signature, the TFLite flatbuffer identifier, a pickle's protocol opcode) and else by their suffix;
+    None for anything else. Nothing is unpickled or loaded: at most the first bytes and a zip's
+    directory are read."""
+    saved_model = f"export it to ONNX: python -m tf2onnx.convert --saved-model {path} --output NAME.onnx"
+    if path.is_dir():
+        found = os.path.lexists(path / "saved_model.pb") or os.path.lexists(path / "saved_model.pbtxt")
+        return ("a TensorFlow SavedModel directory", saved_model) if found else None
+    head, members = _head_and_members(path)
+    suffix = path.suffix.lower()
+    if head.startswith(HDF5_MAGIC):
+        return "an HDF5 file (a Keras .h5 model or weights)", KERAS_EXPORT.replace("PATH", repr(str(path)))
+    if members is not None:
+        return _zip_kind(path, members)
+    if head[4:8] == b"TFL3" or suffix == ".tflite":
+        what = "a TensorFlow Lite model" if head[4:8] == b"TFL3" else "named like a TensorFlow Lite model"
+        return what, f"export it to ONNX: python -m tf2onnx.convert --tflite {path} --output NAME.onnx"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "a Python pickle, e.g. a legacy torch.save checkpoint (gatepack never unpickles)", TORCH_EXPORT
+    if suffix == ".bin" and os.path.lexists(path.with_suffix(".xml")):
+        return f"the weights of the OpenVINO IR {path.with_suffix('.xml').name}", f"pass {path.with_suffix('.xml')}"
+    by_suffix = {
+        (".pt", ".pth", ".ckpt", ".bin", ".safetensors"): ("named like PyTorch weights", TORCH_EXPORT),
+        (".keras", ".h5", ".hdf5"): ("named like a Keras model", KERAS_EXPORT.replace("PATH", repr(str(path)))),
+        (".pb",): (
+            "a TensorFlow protobuf (a frozen GraphDef or a SavedModel's saved_model.pb)",
+            f"export it to ONNX: python -m tf2onnx.convert --graphdef {path} --inputs IN:0 --outputs OUT:0 --output "
+            "NAME.onnx (a SavedModel: --saved-model on its folder)",
+        ),
+        (".mlmodel",): (
+            "a Core ML model in the single-file format (a neural network; gatepack reads ML Programs, .mlpackage)",
+            "export the original model to ONNX, or convert it with coremltools' ct.convert(..., "
+            "convert_to='mlprogram') to an .mlpackage",
+        ),
+        (".npz", ".npy"): (
+            "NumPy arrays, not a model (gatepack takes .npz files as run --inputs)",
+            "build the model in its framework and export that to ONNX (torch.onnx.export, tf2onnx)",
+        ),
+    }
+    return next((kind for suffixes, kind in by_suffix.items() if suffix in suffixes), None)
+
+
+def _head_and_members(path: Path) -> tuple[bytes, list[str] | None]:
+    """The first 64 bytes of a regular file, and its member names if it is a zip archive (else None)."""
+    import zipfile
+
+    from gatepack.converters.fileio import open_regular
+
+    try:
+        with open_regular(path) as handle:
+            head = handle.read(64)
+            if not head.startswith(ZIP_MAGIC):
+                return head, None
+            handle.seek(0)
+            with zipfile.ZipFile(handle) as archive:
+                return head, archive.namelist()[:10_000]
+    except (InputError, OSError, zipfile.BadZipFile, ValueError):
+        return b"", None
+
+
+def _zip_kind(path: Path, members: list[str]) -> tuple[str, str]:
+    """What a zip archive holds, from its member names alone."""
+    if any(m.endswith("data.pkl") or m.endswith("constants.pkl") for m in members):
+        script = any("/code/" in m or m.startswith("code/") for m in members)
+        what = "a TorchScript archive" if script else "a PyTorch state dict or checkpoint (torch.save)"
+        return f"{what} (gatepack never unpickles)", TORCH_EXPORT
+    if "config.json" in members and any(m.endswith(".h5") for m in members):
+        return "a Keras 3 model (.keras)", KERAS_EXPORT.replace("PATH", repr(str(path)))
+    if members and all(m.endswith(".npy") for m in members):
+        return (
+            "NumPy arrays (.npz), not a model (gatepack takes .npz files as run --inputs)",
+            "build the model in its framework and export that to ONNX (torch.onnx.export, tf2onnx)",
+        )
+    return "a zip archive, no model gatepack knows", "export the model to ONNX (torch.onnx.export, tf2onnx)"
 
 
 def check_name(name: str) -> FormatInfo:

@@ -199,7 +199,7 @@ class Interface:
             value = getattr(self, label)
             if not (value is None and label != "x") and (not isinstance(value, str) or not value):
                 raise SpecError(f"interface {label} {value!r} is not a tensor name")
-        if isinstance(self.layout, bool) or self.layout not in (0, 1):
+        if isinstance(self.layout, bool) or not isinstance(self.layout, (int, np.integer)) or self.layout not in (0, 1):
             raise SpecError(f"interface layout {self.layout!r} is not 0 or 1")
         for label in ("seq_length", "batch_size"):
             value = getattr(self, label)

@@ -322,6 +322,21 @@ def _escape_cases():
         (made["coreml"] / "Manifest.json").unlink()
         (made["coreml"] / "Manifest.json").symlink_to(foreign.parent / "Manifest.json")
 
+    def _linked_outside(artifact: Path, name: str, foreign) -> None:
+        """``name`` inside ``artifact`` replaced by a link to a copy of it outside (readable and valid)."""
+        shutil.copy(artifact / name, foreign.parent / name)
+        (artifact / name).unlink()
+        (artifact / name).symlink_to(foreign.parent / name)
+
+    def dml_model_json_link(made, foreign):
+        _linked_outside(made["directml"], "model.json", foreign)
+
+    def dml_manifest_link(made, foreign):
+        _linked_outside(made["directml"], "gatepack.json", foreign)
+
+    def bnns_manifest_link(made, foreign):
+        _linked_outside(made["bnns"], "bnns.json", foreign)
+
     def ir_bin_link(made, foreign):
         folder = made["openvino"].parent / "ir"  # the IR's directory is its own; `outside` is beside it
         folder.mkdir()
@@ -346,6 +361,9 @@ def _escape_cases():
             coreml_absolute,
             coreml_weight_link,
             coreml_manifest_link,
+            dml_model_json_link,
+            dml_manifest_link,
+            bnns_manifest_link,
             ir_bin_link,
         )
     }
@@ -561,6 +579,21 @@ MANIFEST_EDITS = {
     "bnns-interface-list": ("bnns", "bnns.json", ["layers", 0, "interface"], [1]),
     "bnns-call-number": ("bnns", "bnns.json", ["layers", 0, "calls", 0], 3),
     "bnns-layout-true": ("bnns", "bnns.json", ["layers", 0, "interface", "layout"], True),
+    "bnns-layout-float": ("bnns", "bnns.json", ["layers", 0, "interface", "layout"], 1.0),
+    "bnns-seq-length-zero": ("bnns", "bnns.json", ["layers", 0, "interface", "seq_length"], 0),
+    "dml-strides-number": ("directml", "model.json", ["dispatchables", "rec", "desc", "InputTensor", "Strides"], 5),
+    "dml-total-size-text": (
+        "directml",
+        "model.json",
+        ["dispatchables", "rec", "desc", "WeightTensor", "TotalTensorSizeInBytes"],
+        "x",
+    ),
+    "dml-total-size-small": (
+        "directml",
+        "model.json",
+        ["dispatchables", "rec", "desc", "WeightTensor", "TotalTensorSizeInBytes"],
+        4,
+    ),
 }
 
 

@@ -293,6 +293,9 @@ class _Layer:
             if interface.get("dtype", "float32") != "float32":
                 raise ValueError(f"interface dtype {interface['dtype']!r} is not float32")
             self.interface = Interface(**interface)
+            for dim in ("seq_length", "batch_size"):  # a static size of 0 is an empty sequence or batch
+                if getattr(self.interface, dim) == 0:
+                    raise ValueError(f"interface {dim} 0: BNNS runs no empty sequence or batch")
             calls = entry["calls"]
             combine = entry.get("combine", "stack_directions")
             order = entry.get("output_time_order")

@@ -38,7 +38,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -60,7 +59,7 @@ from gatepack.converters.apple import (
 from gatepack.converters.decompose import build_activation
 from gatepack.converters.description import build_layer, constant_from_layout, describe, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError, where
-from gatepack.converters.fileio import contained_file, parse_json, read_bytes, read_json
+from gatepack.converters.fileio import contained_file, parse_json, read_bytes, read_json, staging_directory
 from gatepack.converters.findings import Finding, Status, fp16_source
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import CORE_ML_TARGETS, FormatImplementation
@@ -92,6 +91,15 @@ def _ct():
     from gatepack.converters.runtimes import coremltools
 
     return coremltools()
+
+
+def _mil_types():
+    """coremltools' MIL types, imported after ``_ct()`` so that coremltools' first import stays quiet
+    (importing one of its submodules first would import the package without gatepack's guard)."""
+    _ct()
+    from coremltools.converters.mil.mil import types
+
+    return types
 
 
 @contextlib.contextmanager
@@ -195,31 +203,34 @@ def write(
     with _quiet():  # coremltools prints notes while building constants
         program, described = build(model, strategy=strategy, target=minimum_deployment_target)
     described["precision"] = "fp16" if compress_to_fp16 else "fp32"
-    try:
-        with _quiet(), _heap_frozen():
-            mlmodel = ct.convert(
-                program,
-                source="milinternal",
-                convert_to="mlprogram",
-                minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
-                compute_precision=ct.precision.FLOAT16 if compress_to_fp16 else ct.precision.FLOAT32,
-                # the program as written: no fusion, and no fp16 cast unless asked for
-                pass_pipeline=ct.PassPipeline(pass_names=FP16_PASSES) if compress_to_fp16 else ct.PassPipeline.EMPTY,
-            )
-    except Exception as err:  # coremltools raises ValueError/AssertionError with long messages
-        raise RuntimeFailure(
-            f"{path}: coremltools cannot convert the program: {' '.join(str(err).split())[:240]}"
-        ) from None
-    mlmodel.user_defined_metadata[METADATA_KEY] = json.dumps(described)
-    mlmodel.short_description = "recurrent layers written by gatepack"
-    staging = Path(tempfile.mkdtemp(prefix=".coreml.", dir=path.parent))
-    try:
+    # coremltools converts into a package it makes in the system's temporary folder and removes only when
+    # the process exits: gatepack has it made in its own staging folder instead, removed when the package
+    # is in place (and, after a killed run, by the next one)
+    with staging_directory(path.parent, ".coreml.") as staging:
+        try:
+            with _quiet(), _heap_frozen():
+                mlmodel = ct.convert(
+                    program,
+                    source="milinternal",
+                    convert_to="mlprogram",
+                    minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
+                    compute_precision=ct.precision.FLOAT16 if compress_to_fp16 else ct.precision.FLOAT32,
+                    # the program as written: no fusion, and no fp16 cast unless asked for
+                    pass_pipeline=(
+                        ct.PassPipeline(pass_names=FP16_PASSES) if compress_to_fp16 else ct.PassPipeline.EMPTY
+                    ),
+                    package_dir=str(staging / "converted.mlpackage"),
+                )
+        except Exception as err:  # coremltools raises ValueError/AssertionError with long messages
+            raise RuntimeFailure(
+                f"{path}: coremltools cannot convert the program: {' '.join(str(err).split())[:240]}"
+            ) from None
+        mlmodel.user_defined_metadata[METADATA_KEY] = json.dumps(described)
+        mlmodel.short_description = "recurrent layers written by gatepack"
         mlmodel.save(str(staging / "model.mlpackage"))
         if path.is_dir():
             shutil.rmtree(path)
         os.replace(staging / "model.mlpackage", path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET):
@@ -703,9 +714,80 @@ def _read_program(path: Path, files: _PackageFiles):
         raise InputError(f"{path}: the program has no 'main' function")
     text = dict(spec.description.metadata.userDefined).get(METADATA_KEY)
     meta = parse_json(text, f"{path}: metadata {METADATA_KEY!r}") if text else None
-    if meta is not None and (not isinstance(meta, dict) or not isinstance(meta.get("layers", []), list)):
-        raise InputError(f"{path}: metadata {METADATA_KEY!r} is not an object with a 'layers' list")
-    return program.functions["main"], meta
+    function = program.functions["main"]
+    return function, None if meta is None else _checked_metadata(path, meta, function)
+
+
+PRECISIONS = ("fp32", "fp16")
+
+
+def _checked_metadata(path: Path, meta: object, function) -> dict:
+    """gatepack's metadata, every field typed and its interfaces checked against the program.
+
+    ``names`` maps each source tensor name to the program's name for it, which is ``safe_name`` of
+    it (gatepack's writer applies no other renaming): a mapping that renames otherwise, or swaps two
+    tensors, is refused rather than feeding one tensor's data to another.
+    """
+    at = f"{path}: metadata {METADATA_KEY!r}"
+    if not isinstance(meta, dict) or not isinstance(meta.get("layers", []), list):
+        raise InputError(f"{at} is not an object with a 'layers' list")
+    names = meta.get("names", {})
+    if not isinstance(names, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in names.items()):
+        raise InputError(f"{at}: 'names' {_short(names)} is not an object of source name -> Core ML name")
+    renamed = {k: v for k, v in names.items() if v != safe_name(k)}
+    if renamed:
+        original, given = next(iter(renamed.items()))
+        raise InputError(
+            f"{at}: 'names' maps {original!r} to {given!r}; Core ML's name for it is {safe_name(original)!r}"
+        )
+    precision = meta.get("precision", "fp32")
+    if precision not in PRECISIONS:
+        raise InputError(f"{at}: 'precision' {_short(precision)} is not one of {list(PRECISIONS)}")
+    computes = "fp16" if any(v.dtype == _mil_types().fp16 for op in _ops(function) for v in op.outputs) else "fp32"
+    if precision != computes:  # the precision sets verification's tolerance: it must be the program's
+        raise InputError(f"{at}: 'precision' is {precision!r} but the program computes in {computes}")
+    _check_interfaces(path, [parse(path, entry) for entry in meta.get("layers", [])], names, function)
+    return {**meta, "names": names, "precision": precision}
+
+
+def _short(value: object) -> str:
+    return " ".join(repr(value).split())[:80]
+
+
+def _check_interfaces(path: Path, described: list, names: dict, function) -> None:
+    """The described layers' tensors are exactly the program's inputs and outputs, each input with the
+    rank, static sizes and type its role gives it (x [S,N,I] or layout 1 [N,S,I]; states [D,N,H] or
+    [N,D,H]; sequence_lens [N] int32): a description that contradicts the program is refused."""
+    types = _mil_types()
+
+    inputs, outputs = {}, set()
+    for info in described:
+        itf, d = info.interface, info.direction.count
+        rows = (itf.batch_size, itf.seq_length) if itf.layout else (itf.seq_length, itf.batch_size)
+        states = (itf.batch_size, d) if itf.layout else (d, itf.batch_size)
+        roles = {"x": ((*rows, info.input_size), types.fp32), "sequence_lens": ((itf.batch_size,), types.int32)}
+        for role, _ in state_roles(info.cell):
+            roles[role] = ((*states, info.hidden_size), types.fp32)
+        for role, (shape, dtype) in roles.items():
+            if getattr(itf, role):
+                inputs[names.get(getattr(itf, role), getattr(itf, role))] = (info.name, role, shape, dtype)
+        outputs |= {names.get(t, t) for t in (getattr(itf, r) for r in OUTPUT_ROLES) if t}
+    declared = set(function.inputs)
+    produced = {v.name for v in function.outputs}
+    if set(inputs) != declared or outputs != produced:
+        raise InputError(
+            f"{path}: its metadata describes inputs {sorted(inputs)} and outputs {sorted(outputs)}; the program has "
+            f"inputs {sorted(declared)} and outputs {sorted(produced)}"
+        )
+    for name, (layer, role, shape, dtype) in inputs.items():
+        var = function.inputs[name]
+        got = [d if isinstance(d, int) else "?" for d in var.shape]
+        expected = [d if isinstance(d, int) else "?" for d in shape]
+        if got != expected or var.dtype != dtype:
+            raise InputError(
+                f"{path}: layer {layer!r}: {role} {name!r} is {types.builtin_to_string(var.dtype)} {got} in the "
+                f"program, its metadata says {types.builtin_to_string(dtype)} {expected}"
+            )
 
 
 def _ops(block) -> list:
@@ -1031,9 +1113,7 @@ class _NotALayer(Exception):
 
 
 def _fp16_type():
-    from coremltools.converters.mil.mil import types
-
-    return types.fp16
+    return _mil_types().fp16
 
 
 def _loop_structure(op, path: Path):
@@ -1447,7 +1527,7 @@ def _while_loop(op, values: list, env: dict, path: Path) -> tuple:
 
 def execute(function, inputs: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:
     """Run a MIL function on named inputs (Core ML's names); return every output that was computable."""
-    from coremltools.converters.mil.mil import types
+    types = _mil_types()
 
     env = {}
     for name, var in function.inputs.items():
@@ -1483,7 +1563,7 @@ def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.n
 
 def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
     """The program's inputs as (name, dtype, dims), by the source's names where gatepack sanitised them."""
-    from coremltools.converters.mil.mil import types
+    types = _mil_types()
 
     function, meta = _load_program(Path(path))
     names = (meta or {}).get("names", {})

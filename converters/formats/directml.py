@@ -411,11 +411,12 @@ class _Document:
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
         self.file = path / MODEL_FILE if path.is_dir() else path
-        if not self.file.exists():
+        if not (self.file.exists() or self.file.is_symlink()):
             raise InputError(
                 f"{path}: no DxDispatch model here (expected a directory with {MODEL_FILE}, or a .json file)"
             )
-        self.data = read_json(self.file)
+        # inside a directory, model.json is a file of the artifact: it may not lead outside it
+        self.data = read_json(contained_file(path, MODEL_FILE, str(self.file)) if path.is_dir() else self.file)
         if not isinstance(self.data, dict) or not all(
             isinstance(self.data.get(k), t)
             for k, t in (("resources", dict), ("dispatchables", dict), ("commands", list))
@@ -546,7 +547,7 @@ def tensor_shape(dispatch: _Dispatch, field: str) -> tuple[list[int], np.dtype]:
         raise InputError(f"{dispatch.at(field)}DataType {tensor.get('DataType')!r} is not FLOAT32, FLOAT16 or UINT32")
     strides = tensor.get("Strides")
     packed = [int(np.prod(sizes[k + 1 :])) for k in range(4)]
-    if strides is not None and list(strides) != packed:
+    if strides is not None and (not isinstance(strides, list) or strides != packed):
         raise InputError(
             f"{dispatch.at(field)}Strides {strides} are not packed ({packed}); gatepack reads packed tensors only"
         )
@@ -555,7 +556,14 @@ def tensor_shape(dispatch: _Dispatch, field: str) -> tuple[list[int], np.dtype]:
         raise InputError(
             f"{dispatch.at(field)}Flags {tensor.get('Flags')!r}: recurrent operators accept DML_TENSOR_FLAG_NONE only"
         )
-    return sizes, np.dtype(by_name[data_type])
+    dtype = np.dtype(by_name[data_type])
+    total, minimum = tensor.get("TotalTensorSizeInBytes"), (int(np.prod(sizes)) * dtype.itemsize + 3) // 4 * 4
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < minimum):
+        raise InputError(
+            f"{dispatch.at(field)}TotalTensorSizeInBytes {total!r} is not a byte count of at least {minimum}, what "
+            "its Sizes and DataType need (DMLCalcBufferTensorSize)"
+        )
+    return sizes, dtype
 
 
 def _enum(value: object, prefix: str) -> str:
@@ -797,9 +805,9 @@ def read(path: str | Path, **_options) -> Model:
 
 def _manifest(document: _Document) -> dict[str, dict]:
     file = document.file.parent / MANIFEST_FILE
-    if not file.exists():
+    if not (file.exists() or file.is_symlink()):
         return {}
-    data = read_json(file)
+    data = read_json(contained_file(file.parent, MANIFEST_FILE, str(file)))
     try:
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             raise ValueError(
