@@ -769,7 +769,7 @@ def _check_interfaces(path: Path, described: list, names: dict, function) -> Non
         for role, _ in state_roles(info.cell):
             roles[role] = ((*states, info.hidden_size), types.fp32)
         for role, (shape, dtype) in roles.items():
-            if getattr(itf, role):
+            if getattr(itf, role) and role not in info.constant_roles:  # a held constant is a const op, no input
                 inputs[names.get(getattr(itf, role), getattr(itf, role))] = (info.name, role, shape, dtype)
         outputs |= {names.get(t, t) for t in (getattr(itf, r) for r in OUTPUT_ROLES) if t}
     declared = set(function.inputs)
