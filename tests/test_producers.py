@@ -355,6 +355,7 @@ def test_coreml_gru_loops_converted_to_onnx_give_torchs_outputs(artifact, tmp_pa
     layers = gp.load(path).layers
     directions = 2 if config.get("bidirectional") else 1
     assert len(layers) == config.get("num_layers", 1) * directions
+    assert all(layer.has_bias == config.get("bias", True) for layer in layers)  # bias=False: zero linear biases
     _convert(path, out, "onnx", gp.load(path))
     session = ort.InferenceSession(str(out))
     feed = {

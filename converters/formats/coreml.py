@@ -985,7 +985,7 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
         candidate = WeightCandidate(
             candidate.W.astype(np.float32),
             candidate.R.astype(np.float32),
-            tuple((a.astype(np.float32), b.astype(np.float32), t) for a, b, t in candidate.biases),
+            tuple((_float32(a), _float32(b), t) for a, b, t in candidate.biases),
             candidate.label,
         )
         rec = Recurrence(
@@ -1024,6 +1024,10 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
 
 class _NotALayer(Exception):
     pass
+
+
+def _float32(array: np.ndarray | None) -> np.ndarray | None:
+    return None if array is None else array.astype(np.float32)
 
 
 def _fp16_type():
@@ -1116,7 +1120,8 @@ def _loop_x(var, has_initial: bool) -> tuple:
 
 def _loop_weights(op, body_ops: list, gather):
     """The loop's linear ops as one weight candidate: those reading the gathered X step are W's gate
-    blocks, the others R's, in program order, with their biases (zeros where a linear op has none)."""
+    blocks, the others R's, in program order, with their biases (zeros where a linear op has none; no
+    bias when all are zeros)."""
     from gatepack.converters.lifting import WeightCandidate
 
     linears = [o for o in body_ops if o.op_type == "linear"]
@@ -1134,8 +1139,11 @@ def _loop_weights(op, body_ops: list, gather):
         parts[key + "b"] = np.concatenate(
             [b if b is not None else np.zeros(len(w), w.dtype) for b, w in zip(biases, weights)]
         )
+    biases = (parts["Wb"], parts["Rb"], "biases of the same linear ops")
+    if not (np.any(parts["Wb"]) or np.any(parts["Rb"])):  # coremltools' nn.GRU(bias=False): zero bias constants
+        biases = (None, None, "no bias (the linear ops' biases are zeros)")
     return WeightCandidate(
-        parts["W"], parts["R"], ((parts["Wb"], parts["Rb"], "biases of the same linear ops"),),
+        parts["W"], parts["R"], (biases,),
         f"W from linear ops {[o.name for o in from_x]}, R from {[o.name for o in from_h]}",
     )  # fmt: skip
 
