@@ -437,3 +437,63 @@ def test_the_converters_forced_collection_skips_existing_objects_and_gc_is_left_
         assert gc.get_freeze_count() > frozen // 2  # (frozen objects may still be freed by refcount)
     finally:
         gc.unfreeze()
+
+
+def _hand_built_rnn_loop(tmp_path, extra: bool, seed: int = 11):
+    """A tanh RNN written with coremltools' builder as coremltools' PyTorch frontend writes a recurrence (its
+    nn.GRU): a while_loop gathering step t of X and the state at t from an [S+1,N,H] buffer that starts as
+    concat(h0, zeros), linear ops of both, the new state scattered in at t + 1. ``extra``: the step also adds
+    another program input. Returns the package, its weights and inputs."""
+    rng = np.random.default_rng(seed)
+    s, n, i, h = 5, 2, 3, 4
+    w, r = rng.uniform(-1, 1, (h, i)).astype(np.float32), rng.uniform(-1, 1, (h, h)).astype(np.float32)
+    b = rng.uniform(-1, 1, h).astype(np.float32)
+
+    def build(mb, x, h0, other=None):
+        def body(step, buffer):
+            x_t = mb.squeeze(x=mb.gather(x=x, indices=step, axis=0), axes=[0])
+            h_t = mb.squeeze(x=mb.gather(x=buffer, indices=step, axis=0), axes=[0])
+            pre = mb.add(x=mb.linear(x=x_t, weight=w, bias=b), y=mb.linear(x=h_t, weight=r))
+            new = mb.expand_dims(x=mb.tanh(x=pre if other is None else mb.add(x=pre, y=other)), axes=[0])
+            after = mb.add(x=step, y=np.int32(1))
+            return after, mb.scatter(data=buffer, indices=after, updates=new, axis=0, mode="update")
+
+        start = mb.concat(values=[h0, np.zeros((s, n, h), np.float32)], axis=0)
+        loop_vars = (np.array([0], np.int32), start)
+        return mb.while_loop(_cond=lambda step, _: mb.less(x=step, y=np.int32(s)), _body=body, loop_vars=loop_vars)[1]
+
+    path = _save_program(build, [(s, n, i), (1, n, h)] + ([(n, h)] if extra else []), tmp_path)
+    feed = {"x": rng.uniform(-1, 1, (s, n, i)).astype(np.float32), "initial_h": rng.uniform(-1, 1, (1, n, h))}
+    return path, (w, r, b), {k: v.astype(np.float32) for k, v in feed.items()}
+
+
+def test_a_while_loop_starting_from_a_given_state_is_lifted_with_it(tmp_path):
+    """The loop's state buffer starts from the program's h0: the lifted RNN takes it as its initial state;
+    converted to ONNX (verified against the MIL interpreter) onnxruntime gives the recurrence computed here
+    from the weights, h_t = tanh(W x_t + b + R h_{t-1}) from h_0 = h0."""
+    import onnxruntime as ort
+
+    path, (w, r, b), feed = _hand_built_rnn_loop(tmp_path, extra=False)
+    (layer,) = gp.load(path).layers
+    assert (layer.cell.op_name, layer.interface.x, layer.interface.initial_h) == ("RNN", "x", "initial_h")
+    out = tmp_path / "rnn.onnx"
+    assert gp.convert(path, out, to="onnx", layers_only=True).verification.passed
+    y, y_h = ort.InferenceSession(str(out)).run([layer.interface.y, layer.interface.y_h], feed)
+    state, steps = feed["initial_h"][0].astype(np.float64), []
+    for x_t in feed["x"].astype(np.float64):
+        state = np.tanh(x_t @ w.T + b + state @ r.T)
+        steps.append(state)
+    np.testing.assert_allclose(y[:, 0], np.stack(steps), atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(y_h[0], state, atol=1e-5, rtol=1e-4)
+
+
+def test_a_while_loop_reading_another_input_is_refused_on_one_line(tmp_path):
+    """A loop whose step also reads a program input that is neither its X nor its initial state is no GRU/RNN
+    layer: refused on one line naming the loop and the input, and nothing is written."""
+    path, _, _ = _hand_built_rnn_loop(tmp_path, extra=True)
+    out = tmp_path / "out.onnx"
+    with pytest.raises(gp.NoRecurrentLayerError) as err:
+        gp.convert(path, out, to="onnx", layers_only=True)
+    line = err.value.one_line()
+    assert "while_loop" in line and "reads ['initial_c'] besides its X 'x' and initial state 'initial_h'" in line
+    assert "\n" not in line and not out.exists()

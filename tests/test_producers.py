@@ -53,8 +53,14 @@ HARD_SIGMOID = {a for a in MANIFEST if "hard_sigmoid" in a}
 OPENVINO_SHARED_X = {"torch_dynamo_rnn_relu_bidirectional.onnx"}
 
 
-ARTIFACTS = sorted(a for a in MANIFEST if a not in MASKED)
-LIFTED_ARTIFACTS = [a for a in ARTIFACTS if a.startswith(LIFTED)]
+# A module holding its initial state (an nn.Parameter): coremltools folds it into the constant start of the
+# loop's state buffer, which a lifted layer does not carry: refused, saying "learned initial state".
+LEARNED_STATE = sorted(a for a in MANIFEST if MANIFEST[a]["config"].get("initial_state") == "learned")
+
+
+ARTIFACTS = sorted(a for a in MANIFEST if a not in MASKED)  # all run on their runtime to the framework's outputs
+CONVERTED = [a for a in ARTIFACTS if a not in LEARNED_STATE]
+LIFTED_ARTIFACTS = [a for a in CONVERTED if a.startswith(LIFTED)]
 
 
 def _truth(artifact: str) -> dict[str, np.ndarray]:
@@ -92,7 +98,7 @@ def test_runs_to_the_frameworks_outputs(artifact):
         np.testing.assert_allclose(got.astype(np.float32), want, **_tolerance(artifact))
 
 
-@pytest.mark.parametrize("artifact", ARTIFACTS)
+@pytest.mark.parametrize("artifact", CONVERTED)
 def test_converts_to_every_target_with_verification(artifact, tmp_path):
     path = PRODUCERS / artifact
     model = gp.load(path)
@@ -179,9 +185,9 @@ def _front_output(artifact: str, layer, x: np.ndarray) -> np.ndarray:
     return sequence.transpose(1, 0, 2) if layer.interface.layout == 1 else sequence
 
 
-# (a classifier's outputs are its Dense head's, not the layer's)
+# (a classifier's outputs are its Dense head's, not the layer's; a layer given h0: test_coreml_gru_loops_...)
 SINGLE_LIFTED = [
-    a for a in LIFTED_ARTIFACTS if not any(k in a for k in ("bidirectional", "rnn2", "gru2", "classifier"))
+    a for a in LIFTED_ARTIFACTS if not any(k in a for k in ("bidirectional", "rnn2", "gru2", "classifier", "h0"))
 ]
 
 
@@ -334,3 +340,58 @@ def test_masked_keras_layers_are_refused_saying_masked(artifact, tmp_path):
     line = err.value.one_line()
     assert "masked" in line and "Loop" in line and "\n" not in line
     assert not (tmp_path / "out.onnx").exists()
+
+
+@pytest.mark.parametrize("artifact", [a for a in LIFTED_ARTIFACTS if a.startswith("coreml_gru")])
+def test_coreml_gru_loops_converted_to_onnx_give_torchs_outputs(artifact, tmp_path):
+    """coremltools writes each layer and direction of an nn.GRU as a while_loop, layer l's loops reading
+    layer l-1's Ys joined on features and, when the module is given h0, starting from h0[l*D + d]. Every
+    loop is lifted (with its initial state iff h0 was given); converted to ONNX (layers only) and run by
+    onnxruntime chained the same way from torch's x and h0, the layers give torch's y and h."""
+    import onnxruntime as ort
+
+    path, out = PRODUCERS / artifact, tmp_path / "layers.onnx"
+    truth, config = _truth(artifact), MANIFEST[artifact]["config"]
+    layers = gp.load(path).layers
+    directions = 2 if config.get("bidirectional") else 1
+    assert len(layers) == config.get("num_layers", 1) * directions
+    assert all(layer.has_bias == config.get("bias", True) for layer in layers)  # bias=False: zero linear biases
+    _convert(path, out, "onnx", gp.load(path))
+    session = ort.InferenceSession(str(out))
+    feed = {
+        i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32) for i in session.get_inputs()
+    }
+    sequence = truth["x"].transpose(1, 0, 2) if config.get("batch_first") else truth["x"]  # [S,N,I]
+    finals = []
+    for first in range(0, len(layers), directions):  # one layer of the stack: its directions
+        ys = []
+        for index, layer in enumerate(layers[first : first + directions], start=first):
+            itf = layer.interface
+            assert (itf.initial_h is not None) == ("h0" in truth), itf
+            feed[itf.x] = sequence.transpose(1, 0, 2) if itf.layout else sequence
+            if itf.initial_h is not None:  # torch's h0 [L*D,N,H]: this layer and direction's [1,N,H]
+                state = truth["h0"][index : index + 1]
+                feed[itf.initial_h] = state.transpose(1, 0, 2) if itf.layout else state
+            got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+            y, y_h = got[itf.y], got[itf.y_h]
+            if itf.layout:  # [N,S,1,H], [N,1,H]
+                y, y_h = y.transpose(1, 2, 0, 3), y_h.transpose(1, 0, 2)
+            ys.append(y[:, 0])
+            finals.append(y_h[0])
+        sequence = np.concatenate(ys, axis=-1)
+    y = sequence.transpose(1, 0, 2) if config.get("batch_first") else sequence
+    np.testing.assert_allclose(y, truth["y"], **_tolerance(artifact))
+    np.testing.assert_allclose(np.stack(finals), truth["h"], **_tolerance(artifact))
+
+
+@pytest.mark.parametrize("artifact", LEARNED_STATE)
+def test_a_learned_initial_state_is_refused_on_one_line(artifact, tmp_path):
+    """nn.GRU called with an nn.Parameter h0: coremltools folds it into the loop's constant start, a state no
+    input gives. The package runs to torch's outputs (test_runs_to_the_frameworks_outputs); lifting refuses
+    it on one line saying why and what to do instead, and nothing is written."""
+    out = tmp_path / "out.onnx"
+    with pytest.raises(gp.NoRecurrentLayerError) as err:
+        gp.convert(PRODUCERS / artifact, out, to="onnx", layers_only=True)
+    line = err.value.one_line()
+    assert "while_loop" in line and "learned initial state" in line and "as an input" in line and "\n" not in line
+    assert not out.exists()

@@ -1071,7 +1071,7 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
         candidate = WeightCandidate(
             candidate.W.astype(np.float32),
             candidate.R.astype(np.float32),
-            tuple((a.astype(np.float32), b.astype(np.float32), t) for a, b, t in candidate.biases),
+            tuple((_float32(a), _float32(b), t) for a, b, t in candidate.biases),
             candidate.label,
         )
         rec = Recurrence(
@@ -1112,31 +1112,104 @@ class _NotALayer(Exception):
     pass
 
 
+def _float32(array: np.ndarray | None) -> np.ndarray | None:
+    return None if array is None else array.astype(np.float32)
+
+
 def _fp16_type():
     return _mil_types().fp16
 
 
 def _loop_structure(op, path: Path):
+    """What a while_loop holds if it is one direction of a GRU or RNN: where it is (handle), its weights,
+    interface and activations; _NotALayer (one line) when it is not such a loop."""
     body = op.blocks[1]
     body_ops = _ops(body)
     defined = {v.name for o in body_ops for v in o.outputs} | {v.name for v in body.inputs}
     gathers = [o for o in body_ops if o.op_type == "gather" and o.inputs["x"].name not in defined]
     if len(gathers) != 1:
         raise _NotALayer(f"while_loop {op.name!r} reads {len(gathers)} outer sequences step by step, not one")
-    x_var = gathers[0].inputs["x"]
-    reverse = False
-    producer = x_var.op
-    if producer is not None and producer.op_type == "reverse" and list(_value(producer.inputs["axes"])) == [0]:
-        reverse, x_var = True, producer.inputs["x"]
-    layout = 0
-    producer = x_var.op
-    if producer is not None and producer.op_type == "transpose" and list(_value(producer.inputs["perm"])) == [1, 0, 2]:
-        layout, x_var = 1, producer.inputs["x"]
     buffers = [v for v in op.outputs if len(v.shape) == 3]
     if len(buffers) != 1:
         raise _NotALayer(f"while_loop {op.name!r} carries {len(buffers)} state buffers (a GRU or RNN carries one)")
+    initial = _initial_state(op, op.inputs["loop_vars"][op.outputs.index(buffers[0])])
+    x_var, reverse, layout = _loop_x(gathers[0].inputs["x"], initial is not None)
+    given = {x_var.name} | ({initial.name} if initial is not None else set())
+    others = _outer_inputs(op, given)
+    if others:
+        raise _NotALayer(
+            f"while_loop {op.name!r} reads {sorted(others)} besides its X {x_var.name!r}"
+            + (f" and initial state {initial.name!r}" if initial is not None else "")
+            + ", which a GRU/RNN layer does not take"
+        )
+    candidate = _loop_weights(op, body_ops, gathers[0])
+    activations = frozenset(o.op_type for o in body_ops if o.op_type in ("sigmoid", "tanh", "relu"))
+    shape = x_var.shape
+    s, n = (shape[1], shape[0]) if layout else (shape[0], shape[1])
+    itf = Interface(
+        x=x_var.name,
+        y=f"{op.name}:Y",
+        y_h=f"{op.name}:Y_h",
+        initial_h=initial.name if initial is not None else None,
+        layout=layout,
+        seq_length=s if isinstance(s, int) else None,
+        batch_size=n if isinstance(n, int) else None,
+        dtype="float32",
+    )
+    return _LoopHandle(x_var.name, op.name, buffers[0].name, reverse), candidate, itf, activations
+
+
+def _initial_state(op, start):
+    """The tensor a while_loop's [S+1,N,H] state buffer starts from at row 0, or None for zeros.
+
+    coremltools writes the buffer's start as a zero constant (no initial state) or as
+    ``concat([h0 [1,N,H], zeros [S,N,H]], axis=0)``, h0 being the program's input or a slice of it
+    (one layer and direction of torch's [L*D,N,H] h0); in an fp16 program, in fp16 and cast to fp32."""
+    while start.val is None and start.op is not None and start.op.op_type == "cast":
+        start = start.op.inputs["x"]
+    if start.val is not None:
+        if np.any(np.asarray(start.val)[:1] != 0):
+            raise _NotALayer(
+                f"while_loop {op.name!r} starts from a constant non-zero state (a learned initial state), "
+                "which a lifted layer does not carry; pass the state as an input (trace the module called with h0)"
+            )
+        return None
+    producer = start.op
+    if producer is not None and producer.op_type == "concat" and _value(producer.inputs["axis"]) in (0, -3):
+        first = producer.inputs["values"][0]
+        if len(first.shape) == 3 and first.shape[0] == 1 and first.val is None:
+            return first
+    raise _NotALayer(
+        f"while_loop {op.name!r}: its state buffer starts as {start.name!r}"
+        f"{f' ({producer.op_type})' if producer is not None else ''}, not zeros or an initial state "
+        "followed by zeros"
+    )
+
+
+def _loop_x(var, has_initial: bool) -> tuple:
+    """The layer's X, whether the layer is a reverse one, and its layout: a ``reverse`` along time in
+    front of the loop's sequence makes a reverse layer; a ``transpose`` [1, 0, 2] in front of that
+    makes it batch-major (layout 1) unless an initial state is given, which the program holds as
+    [1,N,H] (the layer then reads the transposed, sequence-major X, and its state keeps its shape)."""
+    reverse, layout = False, 0
+    producer = var.op
+    if producer is not None and producer.op_type == "reverse" and list(_value(producer.inputs["axes"])) == [0]:
+        reverse, var = True, producer.inputs["x"]
+    producer = var.op
+    transposed = producer is not None and producer.op_type == "transpose"
+    if transposed and not has_initial and list(_value(producer.inputs["perm"])) == [1, 0, 2]:
+        layout, var = 1, producer.inputs["x"]
+    return var, reverse, layout
+
+
+def _loop_weights(op, body_ops: list, gather):
+    """The loop's linear ops as one weight candidate: those reading the gathered X step are W's gate
+    blocks, the others R's, in program order, with their biases (zeros where a linear op has none; no
+    bias when all are zeros)."""
+    from gatepack.converters.lifting import WeightCandidate
+
     linears = [o for o in body_ops if o.op_type == "linear"]
-    from_x = [o for o in linears if _reads(o.inputs["x"], gathers[0])]
+    from_x = [o for o in linears if _reads(o.inputs["x"], gather)]
     from_h = [o for o in linears if o not in from_x]
     if not from_x or len(from_x) != len(from_h):
         raise _NotALayer(f"while_loop {op.name!r} has {len(from_x)} linear ops of X and {len(from_h)} of its state")
@@ -1150,25 +1223,39 @@ def _loop_structure(op, path: Path):
         parts[key + "b"] = np.concatenate(
             [b if b is not None else np.zeros(len(w), w.dtype) for b, w in zip(biases, weights)]
         )
-    from gatepack.converters.lifting import WeightCandidate
-
-    candidate = WeightCandidate(
-        parts["W"], parts["R"], ((parts["Wb"], parts["Rb"], "biases of the same linear ops"),),
+    biases = (parts["Wb"], parts["Rb"], "biases of the same linear ops")
+    if not (np.any(parts["Wb"]) or np.any(parts["Rb"])):  # coremltools' nn.GRU(bias=False): zero bias constants
+        biases = (None, None, "no bias (the linear ops' biases are zeros)")
+    return WeightCandidate(
+        parts["W"], parts["R"], (biases,),
         f"W from linear ops {[o.name for o in from_x]}, R from {[o.name for o in from_h]}",
     )  # fmt: skip
-    activations = frozenset(o.op_type for o in body_ops if o.op_type in ("sigmoid", "tanh", "relu"))
-    shape = x_var.shape
-    s, n = (shape[1], shape[0]) if layout else (shape[0], shape[1])
-    itf = Interface(
-        x=x_var.name,
-        y=f"{op.name}:Y",
-        y_h=f"{op.name}:Y_h",
-        layout=layout,
-        seq_length=s if isinstance(s, int) else None,
-        batch_size=n if isinstance(n, int) else None,
-        dtype="float32",
-    )
-    return _LoopHandle(x_var.name, op.name, buffers[0].name, reverse), candidate, itf, activations
+
+
+def _outer_inputs(op, given: set[str]) -> set[str]:
+    """The program inputs ``op`` (with the blocks it holds) reads through the ops before it, walking up
+    from what it reads and stopping at the tensors ``given`` and at constants."""
+    pending, seen, found = _read_vars(op), set(), set()
+    while pending:
+        var = pending.pop()
+        if var.name in seen or var.name in given or var.val is not None:
+            continue
+        seen.add(var.name)
+        if var.op is None:
+            found.add(var.name)
+        else:
+            pending += _read_vars(var.op)
+    return found
+
+
+def _read_vars(op) -> list:
+    """The tensors ``op`` reads from outside itself: its inputs, and what its blocks read from outside them."""
+    found = [v for value in op.inputs.values() for v in (value if isinstance(value, (list, tuple)) else [value])]
+    for block in op.blocks:
+        inside = {v.name for v in block.inputs} | {v.name for o in _ops(block) for v in o.outputs}
+        outer = [v for o in block.operations for v in _read_vars(o)] + list(block.outputs)
+        found += [v for v in outer if v.name not in inside]
+    return found
 
 
 def _reads(var, target_op, depth: int = 8) -> bool:
@@ -1189,12 +1276,18 @@ def _reads(var, target_op, depth: int = 8) -> bool:
 
 
 def _run_lifted(path: Path, handle: _LoopHandle, itf: Interface, feed: dict[str, np.ndarray]) -> dict:
-    """A lifted loop run on the MIL interpreter: canonical Y [S,1,N,H] and Y_h [1,N,H] in the layout."""
+    """A lifted loop run on the MIL interpreter: canonical Y [S,1,N,H] and Y_h [1,N,H] in the layout.
+
+    The program is run from X and (when the loop starts from one) the initial state [1,N,H] only, as
+    the program holds it (a layer with an initial state is sequence-major: ``_loop_x``); the loop's
+    buffer is the initial state followed by Y in processing order."""
     function, _ = _load_program(path)
     env = {handle.x: np.asarray(feed[itf.x])}
+    if itf.initial_h is not None:
+        env[itf.initial_h] = np.asarray(feed[itf.initial_h])
     _run_block(function, env, path)
     if handle.buffer not in env:
-        raise RuntimeFailure(f"{path}: while_loop {handle.loop!r} did not run on X {handle.x!r} alone")
+        raise RuntimeFailure(f"{path}: while_loop {handle.loop!r} did not run on its X {handle.x!r} and initial state")
     buffer = np.asarray(env[handle.buffer], np.float32)
     y = buffer[1:][::-1] if handle.reverse else buffer[1:]
     y, y_h = y[:, None], buffer[-1][None]
