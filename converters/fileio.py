@@ -21,7 +21,7 @@ import shutil
 import stat
 import tempfile
 import zipfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
@@ -408,31 +408,26 @@ def atomic_path(target: Path, *, directory: bool = False) -> Iterator[Path]:
     created: list[Path] = []
     tmp: Path | None = None
     try:
-        with _output_errors(target):
-            created = _make_parent(target)
-            if directory:
-                tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-                tmp.chmod(0o777 & ~_umask())
-            else:
-                fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-                os.close(fd)
-                tmp = Path(name)
-                tmp.chmod(0o666 & ~_umask())
-        yield tmp
-        with _output_errors(target):
-            if directory and target.is_dir() and not target.is_symlink():
-                aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
-                try:
-                    os.replace(target, aside / "old")
+        with ExitStack() as claim:  # tmp's lock: a killed run's tmp is removed by the next run (_remove_abandoned)
+            with _output_errors(target):
+                created = _make_parent(target)
+                tmp = claim.enter_context(_claimed_temporary(target.parent, f".{target.name}.", directory=directory))
+                tmp.chmod((0o777 if directory else 0o666) & ~_umask())
+            yield tmp
+            with _output_errors(target):
+                if directory and target.is_dir() and not target.is_symlink():
+                    aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
                     try:
-                        os.replace(tmp, target)
-                    except OSError:
-                        os.replace(aside / "old", target)  # put the old artifact back
-                        raise
-                finally:
-                    shutil.rmtree(aside, ignore_errors=True)
-            else:
-                os.replace(tmp, target)
+                        os.replace(target, aside / "old")
+                        try:
+                            os.replace(tmp, target)
+                        except OSError:
+                            os.replace(aside / "old", target)  # put the old artifact back
+                            raise
+                    finally:
+                        shutil.rmtree(aside, ignore_errors=True)
+                else:
+                    os.replace(tmp, target)
     except BaseException:
         if tmp is not None:
             _discard(tmp)
@@ -440,19 +435,19 @@ def atomic_path(target: Path, *, directory: bool = False) -> Iterator[Path]:
         raise
 
 
-_LOCK_NAME = ".lock"
+LOCK_SUFFIX = ".lock"  # a run's temporary entry X has its lock file X.lock beside it
 
 
-def _lock(file: Path, *, wait: bool) -> int | None:
+def _lock(file: Path, *, wait: bool, create: bool = False) -> int | None:
     """An exclusive advisory lock on ``file`` (its descriptor), held until the descriptor is closed; None
-    when another process holds it (``wait=False``) or the platform has no ``fcntl`` (nothing is then
-    cleaned). The kernel releases the lock of a process that dies, however it dies."""
+    when another process holds it (``wait=False``), the file is gone, or the platform has no ``fcntl``
+    (nothing is then cleaned). The kernel releases the lock of a process that dies, however it dies."""
     try:
         import fcntl
     except ImportError:
         return None
     try:
-        fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        fd = os.open(file, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | (os.O_CREAT if create else 0), 0o600)
     except OSError:
         return None
     try:
@@ -464,42 +459,63 @@ def _lock(file: Path, *, wait: bool) -> int | None:
 
 
 def _remove_abandoned(parent: Path, prefix: str) -> None:
-    """Remove the staging folders in ``parent`` named ``prefix*.tmp`` whose lock no process holds:
-    their run was killed before it could remove them."""
+    """Remove the temporary entries ``prefix*.tmp`` in ``parent`` whose lock file (``.tmp.lock``) no
+    process holds: their run was killed before it could remove them. Entries without a lock file are
+    never touched."""
     try:
-        candidates = [p for p in parent.iterdir() if p.name.startswith(prefix) and p.name.endswith(".tmp")]
+        locks = [p for p in parent.iterdir() if p.name.startswith(prefix) and p.name.endswith(".tmp" + LOCK_SUFFIX)]
     except OSError:
         return
-    for folder in candidates:
-        lock = folder / _LOCK_NAME
-        if folder.is_symlink() or not folder.is_dir() or lock.is_symlink() or not is_regular(lock):
-            continue  # not a staging folder of this kind: never touched
+    for lock in locks:
+        if lock.is_symlink() or not is_regular(lock):
+            continue
         fd = _lock(lock, wait=False)
-        if fd is not None:
-            try:
-                shutil.rmtree(folder, ignore_errors=True)
-            finally:
-                os.close(fd)
+        if fd is None:
+            continue
+        try:
+            _discard(lock.with_name(lock.name.removesuffix(LOCK_SUFFIX)))
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+
+@contextmanager
+def _claimed_temporary(parent: Path, prefix: str, *, directory: bool) -> Iterator[Path]:
+    """A fresh temporary entry ``prefix*.tmp`` in ``parent`` (a directory, or an empty file), with its
+    lock file held until the block ends; abandoned entries of the same prefix are removed first. The
+    lock file is locked before the entry exists, so no run takes a live entry for an abandoned one.
+    The entry itself is the caller's to move or remove; the lock file is removed here."""
+    _remove_abandoned(parent, prefix)
+    fd, lock_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp" + LOCK_SUFFIX, dir=parent)
+    os.close(fd)
+    lock = Path(lock_name)
+    held = _lock(lock, wait=True)
+    try:
+        entry = lock.with_name(lock.name.removesuffix(LOCK_SUFFIX))
+        if directory:
+            entry.mkdir()
+        else:
+            os.close(os.open(entry, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        yield entry
+    finally:
+        lock.unlink(missing_ok=True)
+        if held is not None:
+            os.close(held)
 
 
 @contextmanager
 def staging_directory(parent: str | Path, prefix: str) -> Iterator[Path]:
     """A fresh hidden folder ``prefix*.tmp`` in ``parent`` for one run's temporary files (a framework's
-    intermediate package), removed when the block ends, however it ends. It holds a lock for the run's
-    lifetime, so a later run removes the folders that killed runs left (``_remove_abandoned``)."""
+    intermediate package), removed when the block ends, however it ends; a later run removes the
+    folders that killed runs left (``_claimed_temporary``)."""
     parent = Path(parent)
-    _remove_abandoned(parent, prefix)
-    with _output_errors(parent):
-        folder = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent))
-    fd = _lock(folder / ".locking", wait=True)  # locked before it is named: never taken for abandoned
-    if fd is not None:
-        os.replace(folder / ".locking", folder / _LOCK_NAME)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        if fd is not None:
-            os.close(fd)
+    with ExitStack() as claim:
+        with _output_errors(parent):
+            folder = claim.enter_context(_claimed_temporary(parent, prefix, directory=True))
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextmanager
@@ -513,18 +529,19 @@ def atomic_files(target: Path, companions: tuple[str, ...] = ()) -> Iterator[Pat
     created: list[Path] = []
     tmp: Path | None = None
     try:
-        with _output_errors(target):
-            created = _make_parent(target)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-        yield tmp / target.name
-        with _output_errors(target):
-            for suffix in companions:
-                written, final = tmp / target.with_suffix(suffix).name, target.with_suffix(suffix)
-                if written.exists():
-                    os.replace(written, final)
-                elif is_regular(final):
-                    final.unlink()
-            os.replace(tmp / target.name, target)
+        with ExitStack() as claim:  # as in atomic_path
+            with _output_errors(target):
+                created = _make_parent(target)
+                tmp = claim.enter_context(_claimed_temporary(target.parent, f".{target.name}.", directory=True))
+            yield tmp / target.name
+            with _output_errors(target):
+                for suffix in companions:
+                    written, final = tmp / target.with_suffix(suffix).name, target.with_suffix(suffix)
+                    if written.exists():
+                        os.replace(written, final)
+                    elif is_regular(final):
+                        final.unlink()
+                os.replace(tmp / target.name, target)
     except BaseException:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

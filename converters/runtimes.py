@@ -52,7 +52,10 @@ def openvino() -> tuple[ModuleType, ModuleType]:
 
 
 def coremltools() -> ModuleType:
-    """coremltools, imported without the messages it logs on Linux about its missing Core ML runtime."""
+    """coremltools, imported without the messages it logs on Linux about its missing Core ML runtime
+    ("Failed to load _MLModelProxy ..."): every import of one of its modules goes through here first."""
+    if sys.modules.get("coremltools") is not None:  # imported already: nothing to quieten
+        return sys.modules["coremltools"]
     import contextlib
     import io
     import logging

@@ -355,15 +355,46 @@ def test_core_ml_conversions_leave_no_temporary_package(tmp_path, monkeypatch):
     assert sorted(p.name for p in out.iterdir()) == ["m0.mlpackage", "m1.mlpackage"]
 
 
-def test_staging_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
+KILLED_DURING_SAVE = """
+import os, signal, sys
+import coremltools as ct
+import gatepack as gp
+
+def killed(self, path):
+    os.kill(os.getpid(), signal.SIGKILL)  # the package is converted, in gatepack's staging folder
+
+ct.models.MLModel.save = killed
+gp.convert(sys.argv[1], sys.argv[2], to="coreml", verify=False)
+"""
+
+
+def test_what_a_killed_conversion_leaves_is_removed_by_the_next_run(tmp_path):
+    pytest.importorskip("fcntl")
+    scratch = tmp_path / "system-temp"
+    scratch.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_DURING_SAVE, str(SOURCE), str(out / "m.mlpackage")],
+        capture_output=True,
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        timeout=300,
+    )
+    assert killed.returncode == -9, killed.stderr
+    left = sorted(p.name for p in out.iterdir())
+    assert any(n.startswith(".coreml.") for n in left) and any(n.startswith(".m.mlpackage.") for n in left), left
+    assert sorted(scratch.rglob("*")) == []  # nothing of it in the system's temporary folder
+    gp.convert(SOURCE, out / "m.mlpackage", to="coreml", verify=False)
+    assert sorted(p.name for p in out.iterdir()) == ["m.mlpackage"]
+
+
+def test_temporary_entries_of_live_runs_and_foreign_files_are_kept(tmp_path):
     fcntl = pytest.importorskip("fcntl")
-    abandoned = tmp_path / ".coreml.killed.tmp"  # a killed run's: its lock file, held by no process
-    (abandoned / "converted.mlpackage").mkdir(parents=True)
-    (abandoned / ".lock").write_bytes(b"")
-    running = tmp_path / ".coreml.running.tmp"  # another run's, still converting: its lock held
+    running = tmp_path / ".coreml.running.tmp"  # another run's, still converting: its lock file held
     running.mkdir()
-    (running / ".lock").write_bytes(b"")
-    held = os.open(running / ".lock", os.O_RDWR)
+    (tmp_path / ".coreml.running.tmp.lock").write_bytes(b"")
+    held = os.open(tmp_path / ".coreml.running.tmp.lock", os.O_RDWR)
     foreign = tmp_path / ".coreml.user.tmp"  # not gatepack's (no lock file): never touched
     foreign.mkdir()
     try:
@@ -371,5 +402,5 @@ def test_staging_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
         gp.convert(SOURCE, tmp_path / "m.mlpackage", to="coreml", verify=False)
     finally:
         os.close(held)
-    assert not abandoned.exists() and running.exists() and foreign.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".coreml.running.tmp", ".coreml.user.tmp", "m.mlpackage"]
+    expected = [".coreml.running.tmp", ".coreml.running.tmp.lock", ".coreml.user.tmp", "m.mlpackage"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == expected

@@ -743,7 +743,8 @@ def _checked_metadata(path: Path, meta: object, function) -> dict:
     precision = meta.get("precision", "fp32")
     if precision not in PRECISIONS:
         raise InputError(f"{at}: 'precision' {_short(precision)} is not one of {list(PRECISIONS)}")
-    computes = "fp16" if any(v.dtype == _mil_types().fp16 for op in _ops(function) for v in op.outputs) else "fp32"
+    fp16 = _mil_types().fp16
+    computes = "fp16" if any(v.dtype == fp16 for op in _ops(function) for v in op.outputs) else "fp32"
     if precision != computes:  # the precision sets verification's tolerance: it must be the program's
         raise InputError(f"{at}: 'precision' is {precision!r} but the program computes in {computes}")
     _check_interfaces(path, [parse(path, entry) for entry in meta.get("layers", [])], names, function)
