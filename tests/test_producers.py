@@ -49,8 +49,9 @@ MASKED = sorted(a for a in MANIFEST if "_masked_" in a)
 # BNNSGraph's lstm takes parameterless activations only: a hard-sigmoid LSTM is refused for bnns.
 HARD_SIGMOID = {a for a in MANIFEST if "hard_sigmoid" in a}
 # OpenVINO 2026.4's ONNX frontend computes one of two GRU/RNN nodes that read the same X tensor wrongly
-# (docs/conventions.md, "OpenVINO traps"); gatepack's verification catches it and writes nothing.
-OPENVINO_SHARED_X = {"torch_dynamo_rnn_relu_bidirectional.onnx"}
+# (docs/conventions.md, "OpenVINO traps"); gatepack's verification catches it and writes nothing. Every
+# bidirectional nn.RNN dynamo unrolls is lifted into a forward and a reverse RNN node reading one X.
+OPENVINO_SHARED_X = {a for a in MANIFEST if a.startswith("torch_dynamo_rnn") and "bidirectional" in a}
 
 
 ARTIFACTS = sorted(a for a in MANIFEST if a not in MASKED)

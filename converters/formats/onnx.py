@@ -266,7 +266,9 @@ class _Reader:
                     reasons.append(str(err))
             else:
                 refused.append((variants[0].name, reasons[0]))
-        if self.layers:
+        if self.layers:  # and what looks recurrent but neither became a layer nor was refused
+            claimed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
+            refused += finder.unlifted(claimed, {name for name, _ in refused})
             self.skipped += refused
         return refused
 

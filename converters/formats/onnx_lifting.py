@@ -332,20 +332,50 @@ class Finder:
                 chains.append((f"unrolled:{r_name}", r_name, group))
         return chains
 
-    def _depends(self, name: str, on: str, limit: int = 64) -> bool:
-        """Whether tensor ``name`` is computed from ``on`` within ``limit`` nodes."""
-        frontier, seen = [name], set()
-        while frontier and len(seen) < limit:
-            current = frontier.pop()
-            if current == on:
-                return True
-            if current in seen:
+    def _depends(self, name: str, on: str, depth: int = 16) -> bool:
+        """Whether tensor ``name`` is computed from ``on`` through at most ``depth`` nodes."""
+        return self._crossed(name, on, depth) is not None
+
+    def _crossed(self, name: str, on: str, depth: int = 16) -> set[str] | None:
+        """The op types of the nodes searched until ``on`` was reached from ``name`` (None: not within ``depth``
+        nodes). Breadth first: a step's previous state is a few nodes up, however large the cone of the
+        step's other inputs (in a stack, the input projection reads the whole layer below)."""
+        frontier, seen, crossed = {name}, set(), set()
+        for _ in range(depth + 1):
+            if on in frontier:
+                return crossed
+            seen |= frontier
+            producers = [node for t in frontier if (node := self.scope.producers.get(t)) is not None]
+            crossed |= {node.op_type for node in producers}
+            frontier = {i for node in producers for i in node.input if i} - seen
+        return None
+
+    def unlifted(self, claimed: set[int], reported: set[str]) -> list[tuple[str, str]]:
+        """(name, reason) for what looks like an unrolled recurrence among the main graph's nodes no layer
+        ``claimed`` (by id) and not ``reported`` already: MatMuls/Gemms by one shared constant matrix, one
+        reading the one before it (in graph order) through a Sigmoid/Tanh/Relu within a few nodes."""
+        groups: dict[str, list[tuple[onnx.NodeProto, str]]] = {}
+        for node in self.proto.graph.node:
+            if id(node) in claimed or node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
                 continue
-            seen.add(current)
-            node = self.scope.producers.get(current)
-            if node is not None:
-                frontier.extend(node.input)
-        return False
+            weights = [i for i in node.input[:2] if (v := self._constant(i)) is not None and v.ndim == 2]
+            if len(weights) == 1:
+                groups.setdefault(weights[0], []).append((node, next(i for i in node.input[:2] if i != weights[0])))
+        found = []
+        for weight, members in groups.items():
+            name = f"unrolled:{weight}"
+            if name in reported or len(members) < 2:
+                continue
+            through = set()
+            for (earlier, _), (_, data) in zip(members, members[1:]):  # in graph order
+                crossed = self._crossed(data, earlier.output[0])
+                through |= (crossed or set()) & {"Sigmoid", "Tanh", "Relu"}
+            if through:
+                ops = "/".join(sorted({n.op_type for n, _ in members}))
+                found.append((name, f"{len(members)} {ops} nodes by one constant {weight!r}, each step reading an "
+                                    f"earlier one's output through {'/'.join(sorted(through))}, look like an unrolled "
+                                    "recurrence, but no GRU/RNN/LSTM layer was lifted from them"))  # fmt: skip
+        return found
 
     def _unrolled(self, name: str, r_name: str, group: list[onnx.NodeProto], direction: Direction) -> Region:
         what = f"the {len(group)} MatMuls by {r_name!r}"
