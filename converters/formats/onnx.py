@@ -283,6 +283,7 @@ class _Reader:
             y_c=region.y_c,
             initial_h=region.initial_h,
             initial_c=region.initial_c,
+            sequence_lens=region.sequence_lens,
             layout=region.layout,
             seq_length=region.seq_length,
             batch_size=region.batch_size,
@@ -835,6 +836,8 @@ def _exposed_text(region) -> str:
             parts.append(f"{tensor!r} is Y without its direction axis, {order}")
         elif how[0] in ("Y_h", "Y_c"):
             parts.append(f"{tensor!r} is {how[0]} without its direction axis")
+        elif how[0] == "Y_kept":
+            parts.append(f"{tensor!r} is Y without its direction axis within each row's length, Y_h after it")
         else:
             parts.append(f"{tensor!r} is Y at step {how[1]}")
     shown = "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
@@ -1231,7 +1234,7 @@ def _lifted_replacement(layer: RecurrentLayer) -> tuple:
         return stack_directions([getattr(p, key) for p in layer.directions])
 
     weights = {w: stack("W"), f"{layer.name}:R": stack("R")}
-    inputs = [x0, w, f"{layer.name}:R", "", "", region.initial_h or "", region.initial_c or ""]
+    inputs = [x0, w, f"{layer.name}:R", "", region.sequence_lens or "", region.initial_h or "", region.initial_c or ""]
     if layer.has_bias:
         weights[f"{layer.name}:B"] = np.concatenate([stack("Wb"), stack("Rb")], axis=1)
         inputs[3] = f"{layer.name}:B"

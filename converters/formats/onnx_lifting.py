@@ -33,6 +33,8 @@ from gatepack.schemas.layer import Direction
 _STATE_KEEPERS = {"Identity"}
 _SHAPE_OPS = {"Slice", "Squeeze", "Unsqueeze", "Gather", "Reshape", "Split", "Identity"}
 _INT64_MIN = np.iinfo(np.int64).min
+# Comparisons a prefix mask is made of: the operand (0 or 1) that rises along time for the result to be true first.
+_RISING = {"Less": 0, "LessOrEqual": 0, "Greater": 1, "GreaterOrEqual": 1}
 
 
 @dataclass
@@ -61,6 +63,8 @@ class Region:
     initial_c: str | None = None  # an LSTM's: as initial_h
     initial_c_source: str | None = None
     y_c: str | None = None
+    sequence_lens: str | None = None  # canonical [N] int32 input of a loop masked by lengths
+    mask: str | None = None  # the original mask [S,N] or [S,N,1] it reads (sequence_lens in the rewritten model)
 
 
 class NotARecurrence(Exception):
@@ -80,14 +84,34 @@ class _Adapters:
         self.constants[name] = np.asarray(values, np.int64)
         return name
 
+    def scalar(self, value: int) -> str:
+        name = f"{self.prefix}:const{len(self.constants)}"
+        self.constants[name] = np.asarray(value, np.int64)
+        return name
+
     def add(self, op: str, inputs: list[str], output: str, **attrs) -> str:
         self.nodes.append(helper.make_node(op, inputs, [output], name=f"{output}:{op}", **attrs))
         return output
 
-    def axes(self, op: str, x: str, axes: list[int], output: str) -> str:
+    def axes(self, op: str, x: str, axes: list[int], output: str, **attrs) -> str:
+        """Squeeze, Unsqueeze or ReduceSum over ``axes`` (an input from opset 13, an attribute before)."""
         if self.opset >= 13:
-            return self.add(op, [x, self._const(axes)], output)
-        return self.add(op, [x], output, axes=axes)
+            return self.add(op, [x, self._const(axes)], output, **attrs)
+        return self.add(op, [x], output, axes=axes, **attrs)
+
+    def lengths(self, mask: str, output: str) -> str:
+        """[N] int32 lengths of a prefix mask [S,N] or [S,N,1]: its true steps counted along time."""
+        counted = self.axes("ReduceSum", self.add("Cast", [mask], f"{output}:int", to=onnx.TensorProto.INT32), [0],
+                            f"{output}:summed", keepdims=0)  # fmt: skip
+        return self.add("Reshape", [counted, self._const([-1])], output)
+
+    def keep_last(self, y: str, y_h: str, mask: str, rank: int, output: str) -> str:
+        """[S,N,H]: ``y`` [S,N,H] where the mask [S,N] or [S,N,1] is true, the last state ``y_h`` [N,H] after
+        (what a Keras loop masked by lengths scans: it keeps its last output on masked steps)."""
+        condition = self.add("Cast", [mask], f"{output}:condition", to=onnx.TensorProto.BOOL)
+        if rank == 2:
+            condition = self.axes("Unsqueeze", condition, [2], f"{output}:condition3")
+        return self.add("Where", [condition, y, y_h], output)
 
     def reverse_time(self, x: str, output: str) -> str:
         if self.opset < 10:
@@ -119,12 +143,12 @@ class Finder:
             if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
                 name = node.name or f"Loop_{index}"
                 try:
-                    region = self._loop(node, name)
+                    readings = self._loop(node, name)
                 except NotARecurrence as err:
                     refused.append((name, str(err)))
                     continue
-                if region is not None:
-                    found.append([region])
+                if readings:
+                    found.append(readings)
         for chain in self._chains():
             try:
                 found.append(
@@ -184,13 +208,15 @@ class Finder:
 
     # -- Loop
 
-    def _loop(self, node: onnx.NodeProto, name: str) -> Region | None:
+    def _loop(self, node: onnx.NodeProto, name: str) -> list[Region]:
+        """The readings of a Loop to try in order (one; a loop masked by lengths: its Y past each length its
+        last output, as Keras keeps it, or zero, as Keras's zero_output_for_mask writes it)."""
         body = next((a.g for a in node.attribute if a.name == "body"), None)
         if body is None:
-            return None
+            return []
         activations = _step_activations(body)
         if not activations or not {n.op_type for n in _all_nodes(body)} & {"MatMul", "Gemm"}:
-            return None
+            return []
         what = f"Loop {name!r}"
         n_carried = len(node.input) - 2
         body_in = [i.name for i in body.input]
@@ -205,23 +231,26 @@ class Finder:
             if carried_out[k] != carried_in[k] and self._is_float(node.input[2 + k], body, carried_in[k])
         ]
         sequences, masks = self._stepped(body)
-        if masks:
+        if len(masks) > 1 or (masks and not self._prefix_mask(masks[0])):
             raise NotARecurrence(
                 f"{what}: masked: each step is kept or skipped per row by the mask {masks[0]!r} (Keras masking), "
                 "computed from the data and not shown to be a prefix of each row as sequence_lens would need, "
-                "so it is not lifted (export the layer without the mask to lift it)"
+                "so it is not lifted (export the layer without the mask, or give the mask from lengths, to lift it)"
             )
         if len(sequences) != 1:
             raise NotARecurrence(f"{what}: it reads {len(sequences)} outer float sequences step by step, not one")
+        mask = masks[0] if masks else None
+        k_kept = self._kept_output(node, body, changing, carried_in, carried_out, scans, what) if mask else None
+        changing = [k for k in changing if k != k_kept]
         k_h, k_c = self._states(body, changing, carried_in, carried_out, what)
         direction, x = Direction.FORWARD, sequences[0]
         reverser = self.scope.producers.get(x)
         if reverser is not None and _reverses_time(reverser, self._constant):
             direction, x = Direction.REVERSE, reverser.input[0]
-        scan = next(
-            (j for j, s in enumerate(scans) if _through(body, s) == _through(body, carried_out[k_h])),
-            None,
-        )
+        if mask and direction is Direction.REVERSE:
+            raise NotARecurrence(f"{what}: masked (by lengths) and running backwards: not lifted")
+        scanned = carried_out[k_h if k_kept is None else k_kept]
+        scan = next((j for j, s in enumerate(scans) if _through(body, s) == _through(body, scanned)), None)
         y_seq = node.output[n_carried + scan] if scan is not None and len(node.output) > n_carried + scan else None
         finals = [node.output[k] if k is not None and len(node.output) > k and node.output[k] else None
                   for k in (k_h, k_c)]  # fmt: skip
@@ -236,11 +265,19 @@ class Finder:
         found = (
             f"an ONNX Loop{f' of {steps} steps' if steps else ''} over a {'/'.join(sorted(activations))} cell "
             "(as tf2onnx writes Keras recurrent layers)"
-        )
-        return self._build(
-            name, found, "Loop", direction, x, initials, activations, hidden, steps,
-            outputs=[o for o in (y_seq, *finals) if o], y_seq=y_seq, finals=finals, states=None,
-        )  # fmt: skip
+        ) + (f", masked by {mask!r}, a prefix of each row (its lengths become sequence_lens)" if mask else "")
+        if mask and not (y_seq and finals[0]):
+            raise NotARecurrence(
+                f"{what}: masked (by lengths), but its outputs do not show its sequence and last state"
+            )
+        return [
+            self._build(
+                name, found, "Loop", direction, x, initials, activations, hidden, steps,
+                outputs=[o for o in (y_seq, *finals) if o], y_seq=y_seq, finals=finals, states=None, mask=mask,
+                keep_last=keep_last,
+            )
+            for keep_last in ((True, False) if mask else (False,))
+        ]  # fmt: skip
 
     def _stepped(self, body: onnx.GraphProto) -> tuple[list[str], list[str]]:
         """The outer tensors the body gathers step ``t`` of (axis 0): float sequences, and boolean masks
@@ -265,6 +302,69 @@ class Finder:
             if node.op_type not in ("Cast", "Transpose", "Unsqueeze", "Squeeze", "Reshape", "Identity"):
                 return False
             name = node.input[0]
+
+    def _prefix_mask(self, mask: str) -> bool:
+        """Whether the mask a loop gathers step ``t`` of (its axis 0) is, per row, true for a prefix of the steps
+        and false after: a comparison ``a < b`` (or ``<=``, ``>``, ``>=``) of a constant that does not decrease
+        along time with a value constant along time (Keras ``mask=ops.less(ops.arange(S)[None], lengths[:, None])``,
+        tf2onnx: ``Less(const [1, S], lengths)``), or the mirror image, followed along the time axis through
+        Transpose/Unsqueeze/Squeeze/Cast/Identity (a value that rises along time crosses a constant once)."""
+        name, axis = mask, 0
+        while (node := self.scope.producers.get(name)) is not None and self._dims(name) is not None:
+            rank = len(self._dims(name))
+            if node.op_type in ("Cast", "Identity"):
+                name = node.input[0]
+            elif node.op_type == "Transpose" and perm_of(node) is not None:
+                name, axis = node.input[0], perm_of(node)[axis]
+            elif node.op_type in ("Unsqueeze", "Squeeze"):
+                axes = _attr(node, "axes", None) if len(node.input) < 2 else self._constant(node.input[1])
+                if axes is None:
+                    return False
+                in_rank = rank - len(axes) if node.op_type == "Unsqueeze" else rank + len(axes)
+                kept = [a for a in range(max(rank, in_rank)) if a not in {int(x) % max(rank, in_rank) for x in axes}]
+                if node.op_type == "Unsqueeze":
+                    if axis not in kept:
+                        return False
+                    axis = kept.index(axis)
+                else:
+                    axis = kept[axis]
+                name = node.input[0]
+            elif node.op_type in _RISING:
+                return self._crosses_once(node, axis, rank)
+            else:
+                return False
+        return False
+
+    def _crosses_once(self, node: onnx.NodeProto, axis: int, rank: int) -> bool:
+        """``node`` compares (``_RISING``: which operand must not decrease along ``axis`` for its result to be a
+        prefix) a constant that does not decrease (or increase) along time with an operand of size 1 there."""
+        rising = _RISING[node.op_type]
+        for side, sign in ((rising, 1), (1 - rising, -1)):  # the rising side a constant, or the other one falling
+            value, opposite = self._constant(node.input[side]), self._dims(node.input[1 - side])
+            if value is None or opposite is None or not all(isinstance(d, int) for d in opposite):
+                continue
+            at, across = axis - (rank - value.ndim), axis - (rank - len(opposite))
+            if 0 <= at < value.ndim and (across < 0 or opposite[across] == 1):
+                if np.all(sign * np.diff(value.astype(np.float64), axis=at) >= 0):
+                    return True
+        return False
+
+    def _kept_output(self, node, body, changing: list[int], carried_in, carried_out, scans, what: str) -> int | None:
+        """The carried value a masked loop scans out when it is not a state (Keras keeps its last output on
+        masked steps): scanned, multiplied by no matrix, zero at first and read by nothing after the loop.
+        None when the loop scans a state."""
+        multiplied = {_through(body, n.input[0]) for n in _all_nodes(body) if n.op_type in ("MatMul", "Gemm")}
+        scanned = {_through(body, s) for s in scans}
+        kept = [k for k in changing if _through(body, carried_out[k]) in scanned and carried_in[k] not in multiplied]
+        if len(kept) != 1:
+            return None
+        k = kept[0]
+        if self._initial(node.input[2 + k], what) is not None:
+            raise NotARecurrence(f"{what}: masked, and the output it keeps on masked steps does not start at zero")
+        final = node.output[k] if len(node.output) > k else ""
+        if final and (final in {o.name for o in self.proto.graph.output} or self.scope.consumers.get(final)):
+            raise NotARecurrence(f"{what}: masked, and the last output it keeps ({final!r}) is read: not lifted")
+        return k
 
     def _states(self, body, changing: list[int], carried_in: list[str], carried_out: list[str], what: str) -> tuple:
         """(h, c) among the changing carried values: h is the one a MatMul/Gemm multiplies (the recurrent
@@ -459,7 +559,7 @@ class Finder:
 
     def _build(
         self, name, found, kind, direction, x_seq, initials, activations, hidden, steps, *, outputs, y_seq, finals,
-        states
+        states, mask=None, keep_last=False
     ) -> Region:  # fmt: skip
         """The region of a recurrence found: ``initials`` and ``finals`` are (h, c) (c: an LSTM's, else
         None); ``states`` the per-step states of unrolled steps, ``y_seq`` the scanned Y of a Loop."""
@@ -469,7 +569,7 @@ class Finder:
         if not isinstance(hidden, int):
             raise NotARecurrence(f"{found}: its state has no known hidden size")
         x, layout, absorbed = self._layout(x_seq, any(initials))
-        boundary = {x} | {i for i in initials if i}
+        boundary = {x} | {i for i in initials if i} | ({mask} if mask else set())
         nodes, constants = self._cone(outputs, boundary, found)
         seq = x_dims[0] if isinstance(x_dims[0], int) else steps
         if steps is not None and isinstance(x_dims[0], int) and x_dims[0] != steps:
@@ -495,6 +595,10 @@ class Finder:
                 in_time = out.reverse_time(y_seq, f"{name}:in_time") if direction is Direction.REVERSE else y_seq
                 y0 = out.axes("Unsqueeze", in_time, [1], f"{name}:Y0")
                 exposed[y_seq] = ("Y_seq", direction is Direction.REVERSE)
+            if mask:
+                y0 = self._by_lengths(out, name, mask, x_seq, y0, finals[0] if keep_last else None)
+                if keep_last:
+                    exposed[y_seq] = ("Y_kept", mask, len(self._dims(mask) or []))
             final_states = []
             for role, final in zip(("Y_h", "Y_c"), finals):
                 final_states.append(out.axes("Unsqueeze", final, [0], f"{name}:{role}0") if final else None)
@@ -542,7 +646,46 @@ class Finder:
             hidden_size=hidden,
             activations=activations,
             exposed=exposed,
+            sequence_lens=f"{name}:sequence_lens" if mask else None,
+            mask=mask,
         )
+
+    def _by_lengths(self, out: _Adapters, name: str, mask: str, x_seq: str, y0: str, final_h: str | None) -> str:
+        """For a loop masked by lengths: the adapter making its mask [S,N] or [S,N,1] from the canonical
+        sequence_lens (mask[t, n] = t < sequence_lens[n], in the mask's type) to run it alone, and its canonical
+        Y. With ``final_h`` (the loop keeps its last output past each length, as Keras does): the loop's Y
+        within each row's length and, past it, the loop's Y minus its last state, which is zero exactly where
+        it keeps its last output; ``replace_in_place`` restores that as Where(mask, Y, Y_h). Without: the
+        loop's Y as it is (zero past each length, as ONNX's is). Anything else past a length shows in the proof."""
+        dims = self._dims(mask)
+        if self.opset < 11 or dims is None or len(dims) not in (2, 3) or (len(dims) == 3 and dims[2] != 1):
+            raise NotARecurrence(f"{name}: its mask {mask!r} is not [S, N] or [S, N, 1] (opset 11 or later)")
+        lengths = out.add("Cast", [f"{name}:sequence_lens"], f"{name}:lengths", to=onnx.TensorProto.INT64)
+        length = out.add("Gather", [out.add("Shape", [x_seq], f"{name}:x_shape"), out.scalar(0)], f"{name}:S")
+        steps = out.add("Range", [out.scalar(0), length, out.scalar(1)], f"{name}:steps")
+        steps, lengths = (
+            out.axes("Unsqueeze", steps, [1], f"{name}:t"),
+            out.axes("Unsqueeze", lengths, [0], f"{name}:n"),
+        )
+        within = out.add("Less", [steps, lengths], f"{name}:within")
+        if len(dims) == 3:
+            within = out.axes("Unsqueeze", within, [2], f"{name}:within3")
+        out.add("Cast", [within], mask, to=self._mask_type(mask))
+        if final_h is None:
+            return y0
+        condition = out.add("Cast", [mask], f"{name}:condition", to=onnx.TensorProto.BOOL)
+        condition = out.axes("Unsqueeze", condition, [1] if len(dims) == 3 else [1, 3], f"{name}:condition4")
+        past = out.add("Sub", [y0, final_h], f"{name}:Y_past")
+        return out.add("Where", [condition, y0, past], f"{name}:Y0_within")
+
+    def _mask_type(self, mask: str) -> int:
+        """The element type of a mask: the last Cast's on the way from its comparison, else bool."""
+        name = mask
+        while (node := self.scope.producers.get(name)) is not None and node.op_type != "Cast":
+            if node.op_type not in ("Transpose", "Unsqueeze", "Squeeze", "Identity"):
+                return onnx.TensorProto.BOOL
+            name = node.input[0]
+        return _attr(node, "to", onnx.TensorProto.BOOL) if node is not None else onnx.TensorProto.BOOL
 
     def _canonical_initial(self, out: _Adapters, name: str, role: str, initial: str | None, found: str) -> tuple:
         """(the canonical [1,N,H] input of an initial state, the original [N,H] tensor an adapter makes of it
@@ -715,6 +858,8 @@ def replace_in_place(
         for source, at in ((region.initial_source, 5), (region.initial_c_source, 6)):
             if source is not None:  # the node reads [1,N,H]; the source has [N,H]
                 out.axes("Unsqueeze", source, [0], node.input[at])
+        if region.mask:  # the node reads sequence_lens; the source has a prefix mask
+            out.lengths(region.mask, node.input[4])
         y = node.output[0]
         for tensor, how in region.exposed.items():
             if how[0] == "Y_seq":
@@ -723,6 +868,10 @@ def replace_in_place(
                     out.reverse_time(squeezed, tensor)
             elif how[0] in ("Y_h", "Y_c"):
                 out.axes("Squeeze", node.output[1 if how[0] == "Y_h" else 2], [0], tensor)
+            elif how[0] == "Y_kept":
+                steps = out.axes("Squeeze", y, [1], f"{tensor}:sequence")
+                last = out.axes("Squeeze", node.output[1], [0], f"{tensor}:last")
+                out.keep_last(steps, last, how[1], how[2], tensor)
             else:
                 _, step, rank = how
                 sliced = out.step(y, step, f"{tensor}:step")
