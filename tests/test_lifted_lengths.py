@@ -34,22 +34,26 @@ def _truth(artifact: str) -> dict[str, np.ndarray]:
     return dict(np.load(PRODUCERS / artifact.replace(".onnx", ".truth.npz")))
 
 
-@pytest.mark.parametrize("artifact", LENGTH_MASKED)
+@pytest.mark.parametrize("artifact", [a for a in LENGTH_MASKED if not MANIFEST[a]["config"]["bidirectional"]])
 def test_the_layer_takes_sequence_lens_and_gives_kerass_outputs_within_each_length(artifact, tmp_path):
     """The layer alone (ONNX semantics: Y zero past each row's length, Y_h the state at its last step),
     written as ONNX layers and run on onnxruntime with Keras's X and lengths, gives Keras's outputs within
-    each length and its final states; Keras's Y past a length is its last output (the final state), or zero
-    with zero_output_for_mask."""
+    each length and its final states. Keras's Y past a length is its last output (the final state), or
+    zero with zero_output_for_mask; go_backwards: Keras's Y is in processing order, and past each length
+    (processed first) the output it keeps is still its initial zero."""
     path = PRODUCERS / artifact
     truth = _truth(artifact)
+    config = MANIFEST[artifact]["config"]
     (layer,) = gp.load(path).layers
     itf = layer.interface
     assert itf.sequence_lens and itf.layout == 1 and itf.x == "x"
+    assert layer.direction.value == ("reverse" if config.get("go_backwards") else "forward")
     out = tmp_path / "layer.onnx"
     assert gp.convert(path, out, to="onnx", layers_only=True).passed
     (written,) = gp.load(out).layers
     got = gp.run(out, {written.interface.x: truth["x"], written.interface.sequence_lens: truth["lengths"]})
     y, *states = [v for k, v in truth.items() if k not in ("x", "lengths")]  # Keras: [N,S,H], [N,H] ...
+    y = y[:, ::-1] if config.get("go_backwards") else y  # in time order
     y_layer = got[written.interface.y][:, :, 0]  # [N,S,1,H] -> [N,S,H]
     within = np.arange(y.shape[1])[None, :] < truth["lengths"][:, None]
     np.testing.assert_allclose(y_layer[within], y[within], atol=1e-5, rtol=1e-4)
@@ -58,7 +62,7 @@ def test_the_layer_takes_sequence_lens_and_gives_kerass_outputs_within_each_leng
     for role, state in zip(roles, states):
         np.testing.assert_allclose(got[getattr(written.interface, role)][:, 0], state, atol=1e-5, rtol=1e-4)
     kept = np.broadcast_to(states[0][:, None], y.shape)
-    if MANIFEST[artifact]["config"].get("zero_output_for_mask"):
+    if config.get("zero_output_for_mask") or config.get("go_backwards"):
         kept = np.zeros_like(y)
     np.testing.assert_array_equal(y[~within], kept[~within])
 
@@ -73,7 +77,7 @@ def test_the_whole_model_rewritten_in_place_runs_as_the_original_on_any_lengths(
     assert "Loop" not in ops and ops & {"GRU", "RNN", "LSTM"}
     original, rewritten = ort.InferenceSession(str(path)), ort.InferenceSession(str(out))
     rng = np.random.default_rng(3)
-    for lengths in ([0, 5], [1, 2], [5, 5], [4, 0], [9, -1]):
+    for lengths in ([0, 5], [1, 2], [5, 5], [4, 0], [9, -1]):  # empty, partial, full, beyond S
         feed = {"x": rng.standard_normal((2, 5, 3)).astype(np.float32), "lengths": np.array(lengths, np.int32)}
         for want, got in zip(original.run(None, feed), rewritten.run(None, feed)):
             np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-5, err_msg=str(lengths))

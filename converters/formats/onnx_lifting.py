@@ -33,6 +33,8 @@ from gatepack.schemas.layer import Direction
 _STATE_KEEPERS = {"Identity"}
 _SHAPE_OPS = {"Slice", "Squeeze", "Unsqueeze", "Gather", "Reshape", "Split", "Identity"}
 _INT64_MIN = np.iinfo(np.int64).min
+# What a mask passes through on its way to a loop (a reverse in time: Keras's go_backwards).
+_MASK_CARRIERS = ("Cast", "Transpose", "Unsqueeze", "Squeeze", "Reshape", "Identity", "ReverseSequence", "Slice")
 # Comparisons a prefix mask is made of: the operand (0 or 1) that rises along time for the result to be true first.
 _RISING = {"Less": 0, "LessOrEqual": 0, "Greater": 1, "GreaterOrEqual": 1}
 
@@ -231,15 +233,9 @@ class Finder:
             if carried_out[k] != carried_in[k] and self._is_float(node.input[2 + k], body, carried_in[k])
         ]
         sequences, masks = self._stepped(body)
-        if len(masks) > 1 or (masks and not self._prefix_mask(masks[0])):
-            raise NotARecurrence(
-                f"{what}: masked: each step is kept or skipped per row by the mask {masks[0]!r} (Keras masking), "
-                "computed from the data and not shown to be a prefix of each row as sequence_lens would need, "
-                "so it is not lifted (export the layer without the mask, or give the mask from lengths, to lift it)"
-            )
+        mask, mask_reversed = self._lengths_mask(masks, what)
         if len(sequences) != 1:
             raise NotARecurrence(f"{what}: it reads {len(sequences)} outer float sequences step by step, not one")
-        mask = masks[0] if masks else None
         k_kept = self._kept_output(node, body, changing, carried_in, carried_out, scans, what) if mask else None
         changing = [k for k in changing if k != k_kept]
         k_h, k_c = self._states(body, changing, carried_in, carried_out, what)
@@ -247,8 +243,8 @@ class Finder:
         reverser = self.scope.producers.get(x)
         if reverser is not None and _reverses_time(reverser, self._constant):
             direction, x = Direction.REVERSE, reverser.input[0]
-        if mask and direction is Direction.REVERSE:
-            raise NotARecurrence(f"{what}: masked (by lengths) and running backwards: not lifted")
+        if mask and mask_reversed != (direction is Direction.REVERSE):
+            raise NotARecurrence(f"{what}: masked by lengths, but the mask and the sequence run in different orders")
         scanned = carried_out[k_h if k_kept is None else k_kept]
         scan = next((j for j, s in enumerate(scans) if _through(body, s) == _through(body, scanned)), None)
         y_seq = node.output[n_carried + scan] if scan is not None and len(node.output) > n_carried + scan else None
@@ -299,9 +295,25 @@ class Finder:
                 return False
             if node.op_type in ("Equal", "Not", "Less", "Greater", "And", "Or", "LessOrEqual", "GreaterOrEqual"):
                 return True
-            if node.op_type not in ("Cast", "Transpose", "Unsqueeze", "Squeeze", "Reshape", "Identity"):
+            if node.op_type not in _MASK_CARRIERS:
                 return False
             name = node.input[0]
+
+    def _lengths_mask(self, masks: list[str], what: str) -> tuple[str | None, bool]:
+        """(the mask a loop gathers, in time order, if it is a prefix of each row (``_prefix_mask``); whether the
+        loop reads it reversed in time, as Keras's go_backwards does), or (None, False) without a mask."""
+        if not masks:
+            return None, False
+        mask, reverser = masks[0], self.scope.producers.get(masks[0])
+        reversed_ = reverser is not None and _reverses_time(reverser, self._constant)
+        in_time = reverser.input[0] if reversed_ else mask
+        if len(masks) > 1 or not self._prefix_mask(in_time):
+            raise NotARecurrence(
+                f"{what}: masked: each step is kept or skipped per row by the mask {mask!r} (Keras masking), "
+                "computed from the data and not shown to be a prefix of each row as sequence_lens would need, "
+                "so it is not lifted (export the layer without the mask, or give the mask from lengths, to lift it)"
+            )
+        return in_time, reversed_
 
     def _prefix_mask(self, mask: str) -> bool:
         """Whether the mask a loop gathers step ``t`` of (its axis 0) is, per row, true for a prefix of the steps
@@ -341,7 +353,7 @@ class Finder:
         rising = _RISING[node.op_type]
         for side, sign in ((rising, 1), (1 - rising, -1)):  # the rising side a constant, or the other one falling
             value, opposite = self._constant(node.input[side]), self._dims(node.input[1 - side])
-            if value is None or opposite is None or not all(isinstance(d, int) for d in opposite):
+            if value is None or opposite is None:
                 continue
             at, across = axis - (rank - value.ndim), axis - (rank - len(opposite))
             if 0 <= at < value.ndim and (across < 0 or opposite[across] == 1):
@@ -450,6 +462,15 @@ class Finder:
             frontier = {i for node in producers for i in node.input if i} - seen
         return None
 
+    def _is_matrix(self, name: str) -> bool:
+        """Whether ``name`` is a constant matrix (told from its declared dims: nothing is loaded)."""
+        if name in self.scope.initializers:
+            return len(self.scope.initializers[name].dims) == 2
+        node = self.scope.producers.get(name)
+        if node is None or node.op_type != "Constant":
+            return False
+        return any(a.name == "value" and len(a.t.dims) == 2 for a in node.attribute)
+
     def unlifted(self, claimed: set[int], reported: set[str]) -> list[tuple[str, str]]:
         """(name, reason) for what looks like an unrolled recurrence among the main graph's nodes no layer
         ``claimed`` (by id) and not ``reported`` already: MatMuls/Gemms by one shared constant matrix, one
@@ -458,7 +479,7 @@ class Finder:
         for node in self.proto.graph.node:
             if id(node) in claimed or node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
                 continue
-            weights = [i for i in node.input[:2] if (v := self._constant(i)) is not None and v.ndim == 2]
+            weights = [i for i in node.input[:2] if self._is_matrix(i)]
             if len(weights) == 1:
                 groups.setdefault(weights[0], []).append((node, next(i for i in node.input[:2] if i != weights[0])))
         found = []
@@ -578,17 +599,7 @@ class Finder:
         out = _Adapters(name, self.opset)
         exposed: dict[str, tuple] = {}
         if states is not None:  # unrolled: one tensor per step, in processing order
-            ranks = [len(self._dims(s) or [0, 0, 0]) for s in states]
-            steps_4d = [out.axes("Unsqueeze", s, [1] if r == 3 else [0, 1], f"{name}:step{t}") for t, (s, r) in
-                        enumerate(zip(states, ranks))]  # fmt: skip
-            if direction is Direction.REVERSE:
-                steps_4d = steps_4d[::-1]
-            y0 = out.add("Concat", steps_4d, f"{name}:Y0", axis=0)
-            last, last_rank = states[-1], ranks[-1]
-            final_states = [last if last_rank == 3 else out.axes("Unsqueeze", last, [0], f"{name}:Y_h0"), None]
-            for t, (s, r) in enumerate(zip(states, ranks)):
-                if s in self._read_outside(nodes):
-                    exposed[s] = ("Y", t if direction is Direction.FORWARD else len(states) - 1 - t, r)
+            y0, final_states = self._unrolled_outputs(out, name, direction, states, nodes, exposed)
         else:  # Loop: a scanned [S,N,H] in processing order and final [N,H] states
             y0 = None
             if y_seq:
@@ -599,11 +610,9 @@ class Finder:
                 y0 = self._by_lengths(out, name, mask, x_seq, y0, finals[0] if keep_last else None)
                 if keep_last:
                     exposed[y_seq] = ("Y_kept", mask, len(self._dims(mask) or []))
-            final_states = []
-            for role, final in zip(("Y_h", "Y_c"), finals):
-                final_states.append(out.axes("Unsqueeze", final, [0], f"{name}:{role}0") if final else None)
-                if final:
-                    exposed[final] = (role, 2)
+            final_states = [out.axes("Unsqueeze", f, [0], f"{name}:{role}0") if f else None
+                            for role, f in zip(("Y_h", "Y_c"), finals)]  # fmt: skip
+            exposed.update((f, (role, 2)) for role, f in zip(("Y_h", "Y_c"), finals) if f)
         y = None
         if y0 is not None:
             y = (
@@ -649,6 +658,23 @@ class Finder:
             sequence_lens=f"{name}:sequence_lens" if mask else None,
             mask=mask,
         )
+
+    def _unrolled_outputs(self, out: _Adapters, name: str, direction, states, nodes, exposed: dict) -> tuple:
+        """Y0 [S,1,N,H] and the final states ([1,N,H] h, None) of unrolled steps (one tensor per step, in
+        processing order); each step the rest of the graph reads goes into ``exposed``."""
+        ranks = [len(self._dims(s) or [0, 0, 0]) for s in states]
+        steps_4d = [out.axes("Unsqueeze", s, [1] if r == 3 else [0, 1], f"{name}:step{t}") for t, (s, r) in
+                    enumerate(zip(states, ranks))]  # fmt: skip
+        if direction is Direction.REVERSE:
+            steps_4d = steps_4d[::-1]
+        y0 = out.add("Concat", steps_4d, f"{name}:Y0", axis=0)
+        last, last_rank = states[-1], ranks[-1]
+        final_states = [last if last_rank == 3 else out.axes("Unsqueeze", last, [0], f"{name}:Y_h0"), None]
+        read = self._read_outside(nodes)
+        for t, (s, r) in enumerate(zip(states, ranks)):
+            if s in read:
+                exposed[s] = ("Y", t if direction is Direction.FORWARD else len(states) - 1 - t, r)
+        return y0, final_states
 
     def _by_lengths(self, out: _Adapters, name: str, mask: str, x_seq: str, y0: str, final_h: str | None) -> str:
         """For a loop masked by lengths: the adapter making its mask [S,N] or [S,N,1] from the canonical
