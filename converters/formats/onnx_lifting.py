@@ -211,8 +211,9 @@ class Finder:
     # -- Loop
 
     def _loop(self, node: onnx.NodeProto, name: str) -> list[Region]:
-        """The readings of a Loop to try in order (one; a loop masked by lengths: its Y past each length its
-        last output, as Keras keeps it, or zero, as Keras's zero_output_for_mask writes it)."""
+        """The readings of a Loop to try in order (one; a forward loop masked by lengths: its Y past each length
+        its last output, as Keras keeps it, or zero, as Keras's zero_output_for_mask writes it; a reverse one
+        processes the steps past each length first, where a kept output is still zero)."""
         body = next((a.g for a in node.attribute if a.name == "body"), None)
         if body is None:
             return []
@@ -263,8 +264,11 @@ class Finder:
             "(as tf2onnx writes Keras recurrent layers)"
         ) + (f", masked by {mask!r}, a prefix of each row (its lengths become sequence_lens)" if mask else "")
         if mask and not (y_seq and finals[0]):
+            raise NotARecurrence(f"{what}: masked by lengths, but its outputs do not show its sequence and last state")
+        if mask and any(initials):  # onnxruntime's layers give a row of length 0 a zero Y_h
             raise NotARecurrence(
-                f"{what}: masked (by lengths), but its outputs do not show its sequence and last state"
+                f"{what}: masked by lengths, with an initial state: a row of length 0 keeps it in the loop, where "
+                "ONNX's layers give zeros, so it is not lifted"
             )
         return [
             self._build(
@@ -272,7 +276,7 @@ class Finder:
                 outputs=[o for o in (y_seq, *finals) if o], y_seq=y_seq, finals=finals, states=None, mask=mask,
                 keep_last=keep_last,
             )
-            for keep_last in ((True, False) if mask else (False,))
+            for keep_last in ((True, False) if mask and direction is Direction.FORWARD else (False,))
         ]  # fmt: skip
 
     def _stepped(self, body: onnx.GraphProto) -> tuple[list[str], list[str]]:
