@@ -212,12 +212,17 @@ def _or_zeros(bias: np.ndarray | None, cand: WeightCandidate) -> np.ndarray:
 
 
 def _sample(rec: Recurrence, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random X (and initial state) in the interface's layout and static sizes."""
+    """Random X (and initial state, and sequence_lens in 1..S) in the interface's layout and static sizes."""
     itf = rec.interface
     s = itf.seq_length if isinstance(itf.seq_length, int) else DEFAULT_SEQ_LENGTH
     n = itf.batch_size if isinstance(itf.batch_size, int) else DEFAULT_BATCH
     x = rng.uniform(-1, 1, (s, n, rec.input_size)).astype(itf.dtype)
     feed = {itf.x: x.transpose(PERM_SWAP_01) if itf.layout == 1 else x}
+    if itf.sequence_lens:  # row 0 at full length, row 1 shorter (steps past a length are tried), the rest random
+        lengths = rng.integers(1, s + 1, n).astype(np.int32)
+        lengths[0] = s
+        lengths[1:2] = rng.integers(1, max(s, 2), lengths[1:2].shape)
+        feed[itf.sequence_lens] = lengths
     for name in (itf.initial_h, itf.initial_c):
         if name:
             state = rng.uniform(-1, 1, (1, n, rec.hidden_size)).astype(itf.dtype)
@@ -240,7 +245,13 @@ def _canonical(itf: Interface, outputs: dict[str, np.ndarray]) -> dict[str, np.n
 
 def _agrees(layer: RecurrentLayer, feed: dict, expected: dict[str, np.ndarray], tolerance: str | None) -> bool:
     itf = layer.interface
-    outputs = run_layer(layer, feed[itf.x], None, feed.get(itf.initial_h or ""), feed.get(itf.initial_c or ""))
+    outputs = run_layer(
+        layer,
+        feed[itf.x],
+        feed.get(itf.sequence_lens or ""),
+        feed.get(itf.initial_h or ""),
+        feed.get(itf.initial_c or ""),
+    )
     actual = _canonical(itf, dict(zip([itf.y or "", itf.y_h or "", itf.y_c or ""], outputs)))
     atol, rtol = TOLERANCES[tolerance or itf.dtype]
     return all(

@@ -63,7 +63,15 @@ class Model:
         kinds = f"{len(ops)} type{'s' if len(ops) != 1 else ''}"
         head = f"{count} other operator{'s' if count != 1 else ''}" if count else "other operators"
         head += f" of {kinds}"
-        return f"{head} ({operator_list(ops)})"
+        return f"{head} ({operator_list(ops)}){self._skipped_text()}"
+
+    def _skipped_text(self) -> str:
+        """', among them what looks recurrent but was not read as a layer ('a', 'b'; ...)' ('' if none)."""
+        if not self.skipped:
+            return ""
+        names = ", ".join(repr(name) for name, _ in self.skipped[:4])
+        more = f" and {len(self.skipped) - 4} more" if len(self.skipped) > 4 else ""
+        return f", among them what looks recurrent but was not read as a layer ({names}{more}; inspect says why)"
 
 
 def as_layers_only(model: Model) -> Model:

@@ -36,6 +36,7 @@ LIFTED = (
     "tf2onnx_simple_rnn",
     "tf2onnx_classifier",
     "tf2onnx_lstm_hard_sigmoid",
+    "tf2onnx_length_mask",
     "tf2onnx_keras2_classifier_gru_reset_before",
     "tf2onnx_keras2_classifier_gru_nobias",
     "tf2onnx_keras2_classifier_simple_rnn",
@@ -48,9 +49,12 @@ LIFTED = (
 MASKED = sorted(a for a in MANIFEST if "_masked_" in a)
 # BNNSGraph's lstm takes parameterless activations only: a hard-sigmoid LSTM is refused for bnns.
 HARD_SIGMOID = {a for a in MANIFEST if "hard_sigmoid" in a}
+# Keras masks given from lengths are lifted to sequence_lens, which BNNSGraph's recurrent ops do not take.
+LENGTH_MASKED = {a for a in MANIFEST if "_length_mask_" in a}
 # OpenVINO 2026.4's ONNX frontend computes one of two GRU/RNN nodes that read the same X tensor wrongly
-# (docs/conventions.md, "OpenVINO traps"); gatepack's verification catches it and writes nothing.
-OPENVINO_SHARED_X = {"torch_dynamo_rnn_relu_bidirectional.onnx"}
+# (docs/conventions.md, "OpenVINO traps"); gatepack's verification catches it and writes nothing. Every
+# bidirectional nn.RNN dynamo unrolls is lifted into a forward and a reverse RNN node reading one X.
+OPENVINO_SHARED_X = {a for a in MANIFEST if a.startswith("torch_dynamo_rnn") and "bidirectional" in a}
 
 
 # A module holding its initial state (an nn.Parameter): coremltools folds it into the constant start of the
@@ -114,8 +118,8 @@ def test_converts_to_every_target_with_verification(artifact, tmp_path):
             assert (layer.interface.initial_h is None) == ("h0" not in _truth(artifact))
     for target in TARGETS:
         out = tmp_path / f"{target}{SUFFIX[target]}"
-        if target == "bnns" and artifact in HARD_SIGMOID:
-            with pytest.raises(gp.RefusedError, match="HardSigmoid"):
+        if target == "bnns" and artifact in HARD_SIGMOID | LENGTH_MASKED:
+            with pytest.raises(gp.RefusedError, match="HardSigmoid|no sequence lengths"):
                 gp.convert(path, out, to=target, layers_only=True)
             assert not out.exists()
             continue
@@ -185,9 +189,12 @@ def _front_output(artifact: str, layer, x: np.ndarray) -> np.ndarray:
     return sequence.transpose(1, 0, 2) if layer.interface.layout == 1 else sequence
 
 
-# (a classifier's outputs are its Dense head's, not the layer's; a layer given h0: test_coreml_gru_loops_...)
+# (a classifier's outputs are its Dense head's, not the layer's; a layer given h0: test_coreml_gru_loops_...;
+# a layer masked by lengths: test_lifted_lengths.py)
 SINGLE_LIFTED = [
-    a for a in LIFTED_ARTIFACTS if not any(k in a for k in ("bidirectional", "rnn2", "gru2", "classifier", "h0"))
+    a
+    for a in LIFTED_ARTIFACTS
+    if not any(k in a for k in ("bidirectional", "rnn2", "gru2", "classifier", "h0", "length_mask"))
 ]
 
 

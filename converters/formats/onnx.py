@@ -270,7 +270,9 @@ class _Reader:
                     reasons.append(str(err))
             else:
                 refused.append((variants[0].name, reasons[0]))
-        if self.layers:
+        if self.layers:  # and what looks recurrent but neither became a layer nor was refused
+            claimed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
+            refused += finder.unlifted(claimed, {name for name, _ in refused})
             self.skipped += refused
         return refused
 
@@ -285,6 +287,7 @@ class _Reader:
             y_c=region.y_c,
             initial_h=region.initial_h,
             initial_c=region.initial_c,
+            sequence_lens=region.sequence_lens,
             layout=region.layout,
             seq_length=region.seq_length,
             batch_size=region.batch_size,
@@ -944,6 +947,8 @@ def _exposed_text(region) -> str:
             parts.append(f"{tensor!r} is Y without its direction axis, {order}")
         elif how[0] in ("Y_h", "Y_c"):
             parts.append(f"{tensor!r} is {how[0]} without its direction axis")
+        elif how[0] == "Y_kept":
+            parts.append(f"{tensor!r} is Y without its direction axis within each row's length, Y_h after it")
         else:
             parts.append(f"{tensor!r} is Y at step {how[1]}")
     shown = "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
@@ -1340,7 +1345,7 @@ def _lifted_replacement(layer: RecurrentLayer) -> tuple:
         return stack_directions([getattr(p, key) for p in layer.directions])
 
     weights = {w: stack("W"), f"{layer.name}:R": stack("R")}
-    inputs = [x0, w, f"{layer.name}:R", "", "", region.initial_h or "", region.initial_c or ""]
+    inputs = [x0, w, f"{layer.name}:R", "", region.sequence_lens or "", region.initial_h or "", region.initial_c or ""]
     if layer.has_bias:
         weights[f"{layer.name}:B"] = np.concatenate([stack("Wb"), stack("Rb")], axis=1)
         inputs[3] = f"{layer.name}:B"

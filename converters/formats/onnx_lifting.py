@@ -33,6 +33,10 @@ from gatepack.schemas.layer import Direction
 _STATE_KEEPERS = {"Identity"}
 _SHAPE_OPS = {"Slice", "Squeeze", "Unsqueeze", "Gather", "Reshape", "Split", "Identity"}
 _INT64_MIN = np.iinfo(np.int64).min
+# What a mask passes through on its way to a loop (a reverse in time: Keras's go_backwards).
+_MASK_CARRIERS = ("Cast", "Transpose", "Unsqueeze", "Squeeze", "Reshape", "Identity", "ReverseSequence", "Slice")
+# Comparisons a prefix mask is made of: the operand (0 or 1) that rises along time for the result to be true first.
+_RISING = {"Less": 0, "LessOrEqual": 0, "Greater": 1, "GreaterOrEqual": 1}
 
 
 @dataclass
@@ -61,6 +65,8 @@ class Region:
     initial_c: str | None = None  # an LSTM's: as initial_h
     initial_c_source: str | None = None
     y_c: str | None = None
+    sequence_lens: str | None = None  # canonical [N] int32 input of a loop masked by lengths
+    mask: str | None = None  # the original mask [S,N] or [S,N,1] it reads (sequence_lens in the rewritten model)
 
 
 class NotARecurrence(Exception):
@@ -80,14 +86,34 @@ class _Adapters:
         self.constants[name] = np.asarray(values, np.int64)
         return name
 
+    def scalar(self, value: int) -> str:
+        name = f"{self.prefix}:const{len(self.constants)}"
+        self.constants[name] = np.asarray(value, np.int64)
+        return name
+
     def add(self, op: str, inputs: list[str], output: str, **attrs) -> str:
         self.nodes.append(helper.make_node(op, inputs, [output], name=f"{output}:{op}", **attrs))
         return output
 
-    def axes(self, op: str, x: str, axes: list[int], output: str) -> str:
+    def axes(self, op: str, x: str, axes: list[int], output: str, **attrs) -> str:
+        """Squeeze, Unsqueeze or ReduceSum over ``axes`` (an input from opset 13, an attribute before)."""
         if self.opset >= 13:
-            return self.add(op, [x, self._const(axes)], output)
-        return self.add(op, [x], output, axes=axes)
+            return self.add(op, [x, self._const(axes)], output, **attrs)
+        return self.add(op, [x], output, axes=axes, **attrs)
+
+    def lengths(self, mask: str, output: str) -> str:
+        """[N] int32 lengths of a prefix mask [S,N] or [S,N,1]: its true steps counted along time."""
+        counted = self.axes("ReduceSum", self.add("Cast", [mask], f"{output}:int", to=onnx.TensorProto.INT32), [0],
+                            f"{output}:summed", keepdims=0)  # fmt: skip
+        return self.add("Reshape", [counted, self._const([-1])], output)
+
+    def keep_last(self, y: str, y_h: str, mask: str, rank: int, output: str) -> str:
+        """[S,N,H]: ``y`` [S,N,H] where the mask [S,N] or [S,N,1] is true, the last state ``y_h`` [N,H] after
+        (what a Keras loop masked by lengths scans: it keeps its last output on masked steps)."""
+        condition = self.add("Cast", [mask], f"{output}:condition", to=onnx.TensorProto.BOOL)
+        if rank == 2:
+            condition = self.axes("Unsqueeze", condition, [2], f"{output}:condition3")
+        return self.add("Where", [condition, y, y_h], output)
 
     def reverse_time(self, x: str, output: str) -> str:
         if self.opset < 10:
@@ -119,12 +145,12 @@ class Finder:
             if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
                 name = node.name or f"Loop_{index}"
                 try:
-                    region = self._loop(node, name)
+                    readings = self._loop(node, name)
                 except NotARecurrence as err:
                     refused.append((name, str(err)))
                     continue
-                if region is not None:
-                    found.append([region])
+                if readings:
+                    found.append(readings)
         for chain in self._chains():
             try:
                 found.append(
@@ -184,13 +210,16 @@ class Finder:
 
     # -- Loop
 
-    def _loop(self, node: onnx.NodeProto, name: str) -> Region | None:
+    def _loop(self, node: onnx.NodeProto, name: str) -> list[Region]:
+        """The readings of a Loop to try in order (one; a forward loop masked by lengths: its Y past each length
+        its last output, as Keras keeps it, or zero, as Keras's zero_output_for_mask writes it; a reverse one
+        processes the steps past each length first, where a kept output is still zero)."""
         body = next((a.g for a in node.attribute if a.name == "body"), None)
         if body is None:
-            return None
+            return []
         activations = _step_activations(body)
         if not activations or not {n.op_type for n in _all_nodes(body)} & {"MatMul", "Gemm"}:
-            return None
+            return []
         what = f"Loop {name!r}"
         n_carried = len(node.input) - 2
         body_in = [i.name for i in body.input]
@@ -205,23 +234,20 @@ class Finder:
             if carried_out[k] != carried_in[k] and self._is_float(node.input[2 + k], body, carried_in[k])
         ]
         sequences, masks = self._stepped(body)
-        if masks:
-            raise NotARecurrence(
-                f"{what}: masked: each step is kept or skipped per row by the mask {masks[0]!r} (Keras masking), "
-                "computed from the data and not shown to be a prefix of each row as sequence_lens would need, "
-                "so it is not lifted (export the layer without the mask to lift it)"
-            )
+        mask, mask_reversed = self._lengths_mask(masks, what)
         if len(sequences) != 1:
             raise NotARecurrence(f"{what}: it reads {len(sequences)} outer float sequences step by step, not one")
+        k_kept = self._kept_output(node, body, changing, carried_in, carried_out, scans, what) if mask else None
+        changing = [k for k in changing if k != k_kept]
         k_h, k_c = self._states(body, changing, carried_in, carried_out, what)
         direction, x = Direction.FORWARD, sequences[0]
         reverser = self.scope.producers.get(x)
         if reverser is not None and _reverses_time(reverser, self._constant):
             direction, x = Direction.REVERSE, reverser.input[0]
-        scan = next(
-            (j for j, s in enumerate(scans) if _through(body, s) == _through(body, carried_out[k_h])),
-            None,
-        )
+        if mask and mask_reversed != (direction is Direction.REVERSE):
+            raise NotARecurrence(f"{what}: masked by lengths, but the mask and the sequence run in different orders")
+        scanned = carried_out[k_h if k_kept is None else k_kept]
+        scan = next((j for j, s in enumerate(scans) if _through(body, s) == _through(body, scanned)), None)
         y_seq = node.output[n_carried + scan] if scan is not None and len(node.output) > n_carried + scan else None
         finals = [node.output[k] if k is not None and len(node.output) > k and node.output[k] else None
                   for k in (k_h, k_c)]  # fmt: skip
@@ -236,11 +262,22 @@ class Finder:
         found = (
             f"an ONNX Loop{f' of {steps} steps' if steps else ''} over a {'/'.join(sorted(activations))} cell "
             "(as tf2onnx writes Keras recurrent layers)"
-        )
-        return self._build(
-            name, found, "Loop", direction, x, initials, activations, hidden, steps,
-            outputs=[o for o in (y_seq, *finals) if o], y_seq=y_seq, finals=finals, states=None,
-        )  # fmt: skip
+        ) + (f", masked by {mask!r}, a prefix of each row (its lengths become sequence_lens)" if mask else "")
+        if mask and not (y_seq and finals[0]):
+            raise NotARecurrence(f"{what}: masked by lengths, but its outputs do not show its sequence and last state")
+        if mask and any(initials):  # onnxruntime's layers give a row of length 0 a zero Y_h
+            raise NotARecurrence(
+                f"{what}: masked by lengths, with an initial state: a row of length 0 keeps it in the loop, where "
+                "ONNX's layers give zeros, so it is not lifted"
+            )
+        return [
+            self._build(
+                name, found, "Loop", direction, x, initials, activations, hidden, steps,
+                outputs=[o for o in (y_seq, *finals) if o], y_seq=y_seq, finals=finals, states=None, mask=mask,
+                keep_last=keep_last,
+            )
+            for keep_last in ((True, False) if mask and direction is Direction.FORWARD else (False,))
+        ]  # fmt: skip
 
     def _stepped(self, body: onnx.GraphProto) -> tuple[list[str], list[str]]:
         """The outer tensors the body gathers step ``t`` of (axis 0): float sequences, and boolean masks
@@ -262,9 +299,88 @@ class Finder:
                 return False
             if node.op_type in ("Equal", "Not", "Less", "Greater", "And", "Or", "LessOrEqual", "GreaterOrEqual"):
                 return True
-            if node.op_type not in ("Cast", "Transpose", "Unsqueeze", "Squeeze", "Reshape", "Identity"):
+            if node.op_type not in _MASK_CARRIERS:
                 return False
             name = node.input[0]
+
+    def _lengths_mask(self, masks: list[str], what: str) -> tuple[str | None, bool]:
+        """(the mask a loop gathers, in time order, if it is a prefix of each row (``_prefix_mask``); whether the
+        loop reads it reversed in time, as Keras's go_backwards does), or (None, False) without a mask."""
+        if not masks:
+            return None, False
+        mask, reverser = masks[0], self.scope.producers.get(masks[0])
+        reversed_ = reverser is not None and _reverses_time(reverser, self._constant)
+        in_time = reverser.input[0] if reversed_ else mask
+        if len(masks) > 1 or not self._prefix_mask(in_time):
+            raise NotARecurrence(
+                f"{what}: masked: each step is kept or skipped per row by the mask {mask!r} (Keras masking), "
+                "computed from the data and not shown to be a prefix of each row as sequence_lens would need, "
+                "so it is not lifted (export the layer without the mask, or give the mask from lengths, to lift it)"
+            )
+        return in_time, reversed_
+
+    def _prefix_mask(self, mask: str) -> bool:
+        """Whether the mask a loop gathers step ``t`` of (its axis 0) is, per row, true for a prefix of the steps
+        and false after: a comparison ``a < b`` (or ``<=``, ``>``, ``>=``) of a constant that does not decrease
+        along time with a value constant along time (Keras ``mask=ops.less(ops.arange(S)[None], lengths[:, None])``,
+        tf2onnx: ``Less(const [1, S], lengths)``), or the mirror image, followed along the time axis through
+        Transpose/Unsqueeze/Squeeze/Cast/Identity (a value that rises along time crosses a constant once)."""
+        name, axis = mask, 0
+        while (node := self.scope.producers.get(name)) is not None and self._dims(name) is not None:
+            rank = len(self._dims(name))
+            if node.op_type in ("Cast", "Identity"):
+                name = node.input[0]
+            elif node.op_type == "Transpose" and perm_of(node) is not None:
+                name, axis = node.input[0], perm_of(node)[axis]
+            elif node.op_type in ("Unsqueeze", "Squeeze"):
+                axes = _attr(node, "axes", None) if len(node.input) < 2 else self._constant(node.input[1])
+                if axes is None:
+                    return False
+                in_rank = rank - len(axes) if node.op_type == "Unsqueeze" else rank + len(axes)
+                kept = [a for a in range(max(rank, in_rank)) if a not in {int(x) % max(rank, in_rank) for x in axes}]
+                if node.op_type == "Unsqueeze":
+                    if axis not in kept:
+                        return False
+                    axis = kept.index(axis)
+                else:
+                    axis = kept[axis]
+                name = node.input[0]
+            elif node.op_type in _RISING:
+                return self._crosses_once(node, axis, rank)
+            else:
+                return False
+        return False
+
+    def _crosses_once(self, node: onnx.NodeProto, axis: int, rank: int) -> bool:
+        """``node`` compares (``_RISING``: which operand must not decrease along ``axis`` for its result to be a
+        prefix) a constant that does not decrease (or increase) along time with an operand of size 1 there."""
+        rising = _RISING[node.op_type]
+        for side, sign in ((rising, 1), (1 - rising, -1)):  # the rising side a constant, or the other one falling
+            value, opposite = self._constant(node.input[side]), self._dims(node.input[1 - side])
+            if value is None or opposite is None:
+                continue
+            at, across = axis - (rank - value.ndim), axis - (rank - len(opposite))
+            if 0 <= at < value.ndim and (across < 0 or opposite[across] == 1):
+                if np.all(sign * np.diff(value.astype(np.float64), axis=at) >= 0):
+                    return True
+        return False
+
+    def _kept_output(self, node, body, changing: list[int], carried_in, carried_out, scans, what: str) -> int | None:
+        """The carried value a masked loop scans out when it is not a state (Keras keeps its last output on
+        masked steps): scanned, multiplied by no matrix, zero at first and read by nothing after the loop.
+        None when the loop scans a state."""
+        multiplied = {_through(body, n.input[0]) for n in _all_nodes(body) if n.op_type in ("MatMul", "Gemm")}
+        scanned = {_through(body, s) for s in scans}
+        kept = [k for k in changing if _through(body, carried_out[k]) in scanned and carried_in[k] not in multiplied]
+        if len(kept) != 1:
+            return None
+        k = kept[0]
+        if self._initial(node.input[2 + k], what) is not None:
+            raise NotARecurrence(f"{what}: masked, and the output it keeps on masked steps does not start at zero")
+        final = node.output[k] if len(node.output) > k else ""
+        if final and (final in {o.name for o in self.proto.graph.output} or self.scope.consumers.get(final)):
+            raise NotARecurrence(f"{what}: masked, and the last output it keeps ({final!r}) is read: not lifted")
+        return k
 
     def _states(self, body, changing: list[int], carried_in: list[str], carried_out: list[str], what: str) -> tuple:
         """(h, c) among the changing carried values: h is the one a MatMul/Gemm multiplies (the recurrent
@@ -332,20 +448,59 @@ class Finder:
                 chains.append((f"unrolled:{r_name}", r_name, group))
         return chains
 
-    def _depends(self, name: str, on: str, limit: int = 64) -> bool:
-        """Whether tensor ``name`` is computed from ``on`` within ``limit`` nodes."""
-        frontier, seen = [name], set()
-        while frontier and len(seen) < limit:
-            current = frontier.pop()
-            if current == on:
-                return True
-            if current in seen:
+    def _depends(self, name: str, on: str, depth: int = 16) -> bool:
+        """Whether tensor ``name`` is computed from ``on`` through at most ``depth`` nodes."""
+        return self._crossed(name, on, depth) is not None
+
+    def _crossed(self, name: str, on: str, depth: int = 16) -> set[str] | None:
+        """The op types of the nodes searched until ``on`` was reached from ``name`` (None: not within ``depth``
+        nodes). Breadth first: a step's previous state is a few nodes up, however large the cone of the
+        step's other inputs (in a stack, the input projection reads the whole layer below)."""
+        frontier, seen, crossed = {name}, set(), set()
+        for _ in range(depth + 1):
+            if on in frontier:
+                return crossed
+            seen |= frontier
+            producers = [node for t in frontier if (node := self.scope.producers.get(t)) is not None]
+            crossed |= {node.op_type for node in producers}
+            frontier = {i for node in producers for i in node.input if i} - seen
+        return None
+
+    def _is_matrix(self, name: str) -> bool:
+        """Whether ``name`` is a constant matrix (told from its declared dims: nothing is loaded)."""
+        if name in self.scope.initializers:
+            return len(self.scope.initializers[name].dims) == 2
+        node = self.scope.producers.get(name)
+        if node is None or node.op_type != "Constant":
+            return False
+        return any(a.name == "value" and len(a.t.dims) == 2 for a in node.attribute)
+
+    def unlifted(self, claimed: set[int], reported: set[str]) -> list[tuple[str, str]]:
+        """(name, reason) for what looks like an unrolled recurrence among the main graph's nodes no layer
+        ``claimed`` (by id) and not ``reported`` already: MatMuls/Gemms by one shared constant matrix, one
+        reading the one before it (in graph order) through a Sigmoid/Tanh/Relu within a few nodes."""
+        groups: dict[str, list[tuple[onnx.NodeProto, str]]] = {}
+        for node in self.proto.graph.node:
+            if id(node) in claimed or node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
                 continue
-            seen.add(current)
-            node = self.scope.producers.get(current)
-            if node is not None:
-                frontier.extend(node.input)
-        return False
+            weights = [i for i in node.input[:2] if self._is_matrix(i)]
+            if len(weights) == 1:
+                groups.setdefault(weights[0], []).append((node, next(i for i in node.input[:2] if i != weights[0])))
+        found = []
+        for weight, members in groups.items():
+            name = f"unrolled:{weight}"
+            if name in reported or len(members) < 2:
+                continue
+            through = set()
+            for (earlier, _), (_, data) in zip(members, members[1:]):  # in graph order
+                crossed = self._crossed(data, earlier.output[0])
+                through |= (crossed or set()) & {"Sigmoid", "Tanh", "Relu"}
+            if through:
+                ops = "/".join(sorted({n.op_type for n, _ in members}))
+                found.append((name, f"{len(members)} {ops} nodes by one constant {weight!r}, each step reading an "
+                                    f"earlier one's output through {'/'.join(sorted(through))}, look like an unrolled "
+                                    "recurrence, but no GRU/RNN/LSTM layer was lifted from them"))  # fmt: skip
+        return found
 
     def _unrolled(self, name: str, r_name: str, group: list[onnx.NodeProto], direction: Direction) -> Region:
         what = f"the {len(group)} MatMuls by {r_name!r}"
@@ -429,7 +584,7 @@ class Finder:
 
     def _build(
         self, name, found, kind, direction, x_seq, initials, activations, hidden, steps, *, outputs, y_seq, finals,
-        states
+        states, mask=None, keep_last=False
     ) -> Region:  # fmt: skip
         """The region of a recurrence found: ``initials`` and ``finals`` are (h, c) (c: an LSTM's, else
         None); ``states`` the per-step states of unrolled steps, ``y_seq`` the scanned Y of a Loop."""
@@ -439,7 +594,7 @@ class Finder:
         if not isinstance(hidden, int):
             raise NotARecurrence(f"{found}: its state has no known hidden size")
         x, layout, absorbed = self._layout(x_seq, any(initials))
-        boundary = {x} | {i for i in initials if i}
+        boundary = {x} | {i for i in initials if i} | ({mask} if mask else set())
         nodes, constants = self._cone(outputs, boundary, found)
         seq = x_dims[0] if isinstance(x_dims[0], int) else steps
         if steps is not None and isinstance(x_dims[0], int) and x_dims[0] != steps:
@@ -448,28 +603,20 @@ class Finder:
         out = _Adapters(name, self.opset)
         exposed: dict[str, tuple] = {}
         if states is not None:  # unrolled: one tensor per step, in processing order
-            ranks = [len(self._dims(s) or [0, 0, 0]) for s in states]
-            steps_4d = [out.axes("Unsqueeze", s, [1] if r == 3 else [0, 1], f"{name}:step{t}") for t, (s, r) in
-                        enumerate(zip(states, ranks))]  # fmt: skip
-            if direction is Direction.REVERSE:
-                steps_4d = steps_4d[::-1]
-            y0 = out.add("Concat", steps_4d, f"{name}:Y0", axis=0)
-            last, last_rank = states[-1], ranks[-1]
-            final_states = [last if last_rank == 3 else out.axes("Unsqueeze", last, [0], f"{name}:Y_h0"), None]
-            for t, (s, r) in enumerate(zip(states, ranks)):
-                if s in self._read_outside(nodes):
-                    exposed[s] = ("Y", t if direction is Direction.FORWARD else len(states) - 1 - t, r)
+            y0, final_states = self._unrolled_outputs(out, name, direction, states, nodes, exposed)
         else:  # Loop: a scanned [S,N,H] in processing order and final [N,H] states
             y0 = None
             if y_seq:
                 in_time = out.reverse_time(y_seq, f"{name}:in_time") if direction is Direction.REVERSE else y_seq
                 y0 = out.axes("Unsqueeze", in_time, [1], f"{name}:Y0")
                 exposed[y_seq] = ("Y_seq", direction is Direction.REVERSE)
-            final_states = []
-            for role, final in zip(("Y_h", "Y_c"), finals):
-                final_states.append(out.axes("Unsqueeze", final, [0], f"{name}:{role}0") if final else None)
-                if final:
-                    exposed[final] = (role, 2)
+            if mask:
+                y0 = self._by_lengths(out, name, mask, x_seq, y0, finals[0] if keep_last else None)
+                if keep_last:
+                    exposed[y_seq] = ("Y_kept", mask, len(self._dims(mask) or []))
+            final_states = [out.axes("Unsqueeze", f, [0], f"{name}:{role}0") if f else None
+                            for role, f in zip(("Y_h", "Y_c"), finals)]  # fmt: skip
+            exposed.update((f, (role, 2)) for role, f in zip(("Y_h", "Y_c"), finals) if f)
         y = None
         if y0 is not None:
             y = (
@@ -512,7 +659,63 @@ class Finder:
             hidden_size=hidden,
             activations=activations,
             exposed=exposed,
+            sequence_lens=f"{name}:sequence_lens" if mask else None,
+            mask=mask,
         )
+
+    def _unrolled_outputs(self, out: _Adapters, name: str, direction, states, nodes, exposed: dict) -> tuple:
+        """Y0 [S,1,N,H] and the final states ([1,N,H] h, None) of unrolled steps (one tensor per step, in
+        processing order); each step the rest of the graph reads goes into ``exposed``."""
+        ranks = [len(self._dims(s) or [0, 0, 0]) for s in states]
+        steps_4d = [out.axes("Unsqueeze", s, [1] if r == 3 else [0, 1], f"{name}:step{t}") for t, (s, r) in
+                    enumerate(zip(states, ranks))]  # fmt: skip
+        if direction is Direction.REVERSE:
+            steps_4d = steps_4d[::-1]
+        y0 = out.add("Concat", steps_4d, f"{name}:Y0", axis=0)
+        last, last_rank = states[-1], ranks[-1]
+        final_states = [last if last_rank == 3 else out.axes("Unsqueeze", last, [0], f"{name}:Y_h0"), None]
+        read = self._read_outside(nodes)
+        for t, (s, r) in enumerate(zip(states, ranks)):
+            if s in read:
+                exposed[s] = ("Y", t if direction is Direction.FORWARD else len(states) - 1 - t, r)
+        return y0, final_states
+
+    def _by_lengths(self, out: _Adapters, name: str, mask: str, x_seq: str, y0: str, final_h: str | None) -> str:
+        """For a loop masked by lengths: the adapter making its mask [S,N] or [S,N,1] from the canonical
+        sequence_lens (mask[t, n] = t < sequence_lens[n], in the mask's type) to run it alone, and its canonical
+        Y. With ``final_h`` (the loop keeps its last output past each length, as Keras does): the loop's Y
+        within each row's length and, past it, the loop's Y minus its last state, which is zero exactly where
+        it keeps its last output; ``replace_in_place`` restores that as Where(mask, Y, Y_h). Without: the
+        loop's Y as it is (zero past each length, as ONNX's is). Anything else past a length shows in the proof."""
+        dims = self._dims(mask)
+        if self.opset < 11 or dims is None or len(dims) not in (2, 3) or (len(dims) == 3 and dims[2] != 1):
+            raise NotARecurrence(f"{name}: its mask {mask!r} is not [S, N] or [S, N, 1] (opset 11 or later)")
+        lengths = out.add("Cast", [f"{name}:sequence_lens"], f"{name}:lengths", to=onnx.TensorProto.INT64)
+        length = out.add("Gather", [out.add("Shape", [x_seq], f"{name}:x_shape"), out.scalar(0)], f"{name}:S")
+        steps = out.add("Range", [out.scalar(0), length, out.scalar(1)], f"{name}:steps")
+        steps, lengths = (
+            out.axes("Unsqueeze", steps, [1], f"{name}:t"),
+            out.axes("Unsqueeze", lengths, [0], f"{name}:n"),
+        )
+        within = out.add("Less", [steps, lengths], f"{name}:within")
+        if len(dims) == 3:
+            within = out.axes("Unsqueeze", within, [2], f"{name}:within3")
+        out.add("Cast", [within], mask, to=self._mask_type(mask))
+        if final_h is None:
+            return y0
+        condition = out.add("Cast", [mask], f"{name}:condition", to=onnx.TensorProto.BOOL)
+        condition = out.axes("Unsqueeze", condition, [1] if len(dims) == 3 else [1, 3], f"{name}:condition4")
+        past = out.add("Sub", [y0, final_h], f"{name}:Y_past")
+        return out.add("Where", [condition, y0, past], f"{name}:Y0_within")
+
+    def _mask_type(self, mask: str) -> int:
+        """The element type of a mask: the last Cast's on the way from its comparison, else bool."""
+        name = mask
+        while (node := self.scope.producers.get(name)) is not None and node.op_type != "Cast":
+            if node.op_type not in ("Transpose", "Unsqueeze", "Squeeze", "Identity"):
+                return onnx.TensorProto.BOOL
+            name = node.input[0]
+        return _attr(node, "to", onnx.TensorProto.BOOL) if node is not None else onnx.TensorProto.BOOL
 
     def _canonical_initial(self, out: _Adapters, name: str, role: str, initial: str | None, found: str) -> tuple:
         """(the canonical [1,N,H] input of an initial state, the original [N,H] tensor an adapter makes of it
@@ -685,6 +888,8 @@ def replace_in_place(
         for source, at in ((region.initial_source, 5), (region.initial_c_source, 6)):
             if source is not None:  # the node reads [1,N,H]; the source has [N,H]
                 out.axes("Unsqueeze", source, [0], node.input[at])
+        if region.mask:  # the node reads sequence_lens; the source has a prefix mask
+            out.lengths(region.mask, node.input[4])
         y = node.output[0]
         for tensor, how in region.exposed.items():
             if how[0] == "Y_seq":
@@ -693,6 +898,10 @@ def replace_in_place(
                     out.reverse_time(squeezed, tensor)
             elif how[0] in ("Y_h", "Y_c"):
                 out.axes("Squeeze", node.output[1 if how[0] == "Y_h" else 2], [0], tensor)
+            elif how[0] == "Y_kept":
+                steps = out.axes("Squeeze", y, [1], f"{tensor}:sequence")
+                last = out.axes("Squeeze", node.output[1], [0], f"{tensor}:last")
+                out.keep_last(steps, last, how[1], how[2], tensor)
             else:
                 _, step, rank = how
                 sliced = out.step(y, step, f"{tensor}:step")
