@@ -363,8 +363,8 @@ def sample_graph_inputs(
     """Inputs for every input of a whole model, and what they were in words. The user's own arrays where
     ``given`` has them; otherwise drawn at the declared shapes, a symbolic dimension taking its size from
     ``given.shapes`` (or from another input that fixes the same symbol), else ``dim_size``; floats in
-    [-1, 1), an integer input that the model compares with a constant (a sample rate choosing an ``If``
-    branch) that constant, other integers and booleans zero (indices and flags with a safe value)."""
+    [-1, 1), integers as the model uses them (``_integer_draws``: a compared constant, an embedding's rows,
+    lengths), other integers and booleans zero (indices and flags with a safe value)."""
     given = given or GivenInputs()
     declared = _graph_inputs(model)
     given.check_names(model, [name for name, _, _ in declared])
@@ -376,7 +376,7 @@ def sample_graph_inputs(
         if len(fixed) != len(dims) or any(isinstance(d, int) and d != f for d, f in zip(dims, fixed)):
             raise UsageError(f"{model.path}: input {name!r} is declared {dims}, given shape {list(fixed)}")
         symbols.update((d, f) for d, f in zip(dims, fixed) if isinstance(d, str))
-    compared = _compared_constants(model)
+    integers = _integer_draws(model, dim_size)
     feed, words = {}, []
     for name, dtype, dims in declared:
         if name in given.values:
@@ -386,9 +386,10 @@ def sample_graph_inputs(
         shape = given.shapes.get(name) or [d if isinstance(d, int) else symbols.get(d, dim_size) for d in dims]
         if np.issubdtype(dtype, np.floating):
             feed[name] = rng.uniform(-1, 1, shape).astype(dtype)
-        elif name in compared:
-            feed[name] = np.full(shape, compared[name], dtype)
-            words.append(f"{name} = {compared[name]} (a value the model compares it with)")
+        elif name in integers:
+            low, high, why = integers[name]
+            feed[name] = rng.integers(low, high + 1, shape).astype(dtype)
+            words.append(f"{name} {why}" if low == high else f"{name} {list(shape)} {why}")
             continue
         else:
             feed[name] = np.zeros(shape, dtype)
@@ -396,8 +397,16 @@ def sample_graph_inputs(
     return feed, "; ".join(words)
 
 
-def _compared_constants(model: Model) -> dict[str, int]:
-    """Integer graph inputs an ONNX model compares (``Equal``) with a constant scalar: input -> that value."""
+_PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Transpose", "Expand", "Flatten", "Slice"}
+_ORDERINGS = {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
+
+
+def _integer_draws(model: Model, dim_size: int) -> dict[str, tuple[int, int, str]]:
+    """How to draw each integer input of an ONNX model so that the model takes it, from how the model uses it
+    (followed through Cast/Unsqueeze/Slice/...): input -> (low, high, why), both ends included. Compared
+    (``Equal``) with a constant scalar: that constant (a sample rate choosing an ``If`` branch); indices of a
+    ``Gather`` from a constant table: its rows (an embedding); compared (``Less``/``Greater``...) with positions:
+    lengths 1..``dim_size``. Inputs it says nothing about are drawn as zeros."""
     if model.format != "onnx" or model.path is None:
         return {}
     from onnx import numpy_helper
@@ -409,17 +418,39 @@ def _compared_constants(model: Model) -> dict[str, int]:
     constants.update(
         (n.output[0], n.attribute[0].t)
         for n in graph.node
-        if n.op_type == "Constant" and n.attribute[0].name == "value"
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"
     )
-    inputs = {i.name for i in graph.input} - set(constants)
-    found: dict[str, int] = {}
+    readers: dict[str, list] = {}
     for node in graph.node:
-        if node.op_type == "Equal" and len(node.input) == 2:
-            for mine, other in (node.input, reversed(node.input)):
-                if mine in inputs and other in constants and mine not in found:
-                    value = numpy_helper.to_array(constants[other])
-                    if value.size == 1 and value.dtype.kind in "iu":
-                        found[mine] = int(value.reshape(-1)[0])
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    integer = (2, 3, 4, 5, 6, 7, 12, 13)  # ONNX's integer element types (uint8 ... uint64)
+    found: dict[str, tuple[int, int, str]] = {}
+    for value in graph.input:
+        if value.name in constants or value.type.tensor_type.elem_type not in integer:
+            continue
+        pending, seen = [value.name], set()
+        while pending and value.name not in found:
+            tensor = pending.pop(0)
+            seen.add(tensor)
+            for node in readers.get(tensor, []):
+                other = [n for n in node.input if n != tensor]
+                if node.op_type == "Equal" and other and other[0] in constants:
+                    scalar = numpy_helper.to_array(constants[other[0]])
+                    if scalar.size == 1 and scalar.dtype.kind in "iu":
+                        v = int(scalar.reshape(-1)[0])
+                        found[value.name] = (v, v, f"= {v} (a value the model compares it with)")
+                        break
+                if node.op_type == "Gather" and node.input[1] == tensor and node.input[0] in constants:
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    rows = int(list(constants[node.input[0]].dims)[axis])
+                    found[value.name] = (0, rows - 1, f"in 0..{rows - 1} (indices into a table of {rows} rows)")
+                    break
+                if node.op_type in _ORDERINGS:
+                    found[value.name] = (1, dim_size, f"in 1..{dim_size} (lengths the model compares positions with)")
+                    break
+                if node.op_type in _PASS_THROUGH:
+                    pending += [o for o in node.output if o and o not in seen]
     return found
 
 

@@ -5,6 +5,8 @@ fails a target that asks for one the source holds."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -239,3 +241,36 @@ def test_state_computed_from_x_values_stays_an_input(tmp_path):
     assert model.layers[0].fed_roles() == ("initial_h",) and "MatMul" in model.other_ops
     with pytest.raises(gp.RefusedError, match="other operator"):
         gp.convert(path, str(tmp_path / "dml"), to="directml")
+
+
+def test_whole_model_integer_inputs_are_drawn_as_the_model_uses_them(tmp_path):
+    """Lengths a Keras mask compares positions with are drawn in 1..S (zeros would mask every step and prove
+    nothing); token ids are drawn inside their embedding table (random ids outside it fail the source)."""
+    from gatepack.converters.verification import sample_graph_inputs
+
+    masked = gp.load(Path(__file__).parent.parent / "fixtures" / "producers" / "tf2onnx_length_mask_gru.onnx")
+    feed, words = sample_graph_inputs(masked, np.random.default_rng(0))
+    assert feed["lengths"].min() >= 1 and "lengths [2] in 1..7" in words
+    rng = np.random.default_rng(3)
+    table = rng.uniform(-1, 1, (10, I)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["embedded"], axis=0),
+        helper.make_node("GRU", ["embedded", "W", "R"], ["Y", "Y_h"], hidden_size=H),
+    ]
+    inits = [
+        numpy_helper.from_array(table, "table"),
+        numpy_helper.from_array(rng.uniform(-1, 1, (1, 3 * H, I)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.uniform(-1, 1, (1, 3 * H, H)).astype(np.float32), "R"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["S", "N"])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("Y", "Y_h")],
+        inits,
+    )
+    path = tmp_path / "embedded.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(path))
+    feed, words = sample_graph_inputs(gp.load(path), np.random.default_rng(0))
+    assert 0 <= feed["ids"].min() and feed["ids"].max() <= 9 and feed["ids"].max() > 0 and "table of 10 rows" in words
+    assert gp.convert(path, tmp_path / "out.onnx").passed
