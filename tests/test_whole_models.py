@@ -347,3 +347,43 @@ def test_html_report_of_28_layers_in_a_browser(tmp_path):
     assert dom.count('data-target="openvino" data-status="folded" style="display: none;"') == len(rows)
     none_left = _browser(tmp_path, "--dump-dom", page.as_uri() + "#status=lossy").stdout
     assert none_left.count('class="group" style="display: none;"') == len(rows)
+
+
+def test_report_and_convert_agree_on_a_model_openvinos_frontend_refuses(tmp_path):
+    """An ai.onnx.ml Scaler (onnxruntime runs it, OpenVINO's ONNX frontend has no translation): the report's
+    openvino `model` finding is unsupported with the frontend's reason, and convert refuses with the same one
+    (exit 4, nothing written); onnx keeps the whole model, and the layers alone convert to openvino."""
+    pytest.importorskip("openvino")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((1, 12, 3)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal((1, 12, 4)).astype(np.float32), "R"),
+        numpy_helper.from_array(np.array([10, 3], np.int64), "flat"),
+        numpy_helper.from_array(np.array([5, 2, 3], np.int64), "back"),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["x", "flat"], ["rows"]),
+        helper.make_node("Scaler", ["rows"], ["scaled"], domain="ai.onnx.ml", offset=[0.1, 0.2, 0.3], scale=[2.0] * 3),
+        helper.make_node("Reshape", ["scaled", "back"], ["u"]),
+        helper.make_node("GRU", ["u", "W", "R"], ["Y"], hidden_size=4),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 3])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 14), helper.make_opsetid("ai.onnx.ml", 3)]
+    src = tmp_path / "scaled.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=opsets), src)
+    found = gp.report(src, to="openvino").layers[0].targets["openvino"].findings
+    model = next(f for f in found if f.feature == "model")
+    assert model.status.value == "unsupported" and "OpenVINO's ONNX frontend cannot convert" in model.detail
+    with pytest.raises(gp.RefusedError) as err:
+        gp.convert(src, tmp_path / "m.xml")
+    assert model.detail in str(err.value) and err.value.exit_code == 4 and not (tmp_path / "m.xml").exists()
+    assert gp.convert(src, tmp_path / "m.onnx").passed
+    assert gp.convert(src, tmp_path / "layers.xml", layers_only=True).passed

@@ -184,16 +184,48 @@ def is_whole_model(model: Model) -> bool:
 
 
 def whole_model_finding(model: Model) -> Finding | None:
-    """The report's ``model`` finding when the whole ONNX model goes into the IR (None otherwise)."""
+    """The report's ``model`` finding when the whole ONNX model goes into the IR (None otherwise): from the same
+    import by OpenVINO's ONNX frontend that ``convert`` runs, so the report never calls exact a model that the
+    frontend refuses."""
     if not is_whole_model(model):
         return None
-
+    refusal = _frontend_refusal(model)
+    if refusal is not None:
+        return Finding(
+            "model",
+            Status.UNSUPPORTED,
+            f"OpenVINO's ONNX frontend cannot convert the model's {model.other_ops_text()}: {refusal}",
+            alternative="convert to onnx, which keeps the whole model, or pass --layers-only for the layers alone",
+        )
     return Finding(
         "model",
         Status.EXACT,
         f"whole model in one artifact: OpenVINO's ONNX frontend converts the model's {model.other_ops_text()}; "
         "gatepack translates every recurrent node",
     )
+
+
+def _frontend_refusal(model: Model) -> str | None:
+    """Why OpenVINO's ONNX frontend cannot import ``model`` (None: it can), asked once per unchanged file."""
+    path = Path(model.path)
+    stat = path.stat()
+    return _frontend_refusal_of(model, (str(path.resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+_FRONTEND_VERDICTS: dict[tuple, str | None] = {}
+
+
+def _frontend_refusal_of(model: Model, key: tuple) -> str | None:
+    if key not in _FRONTEND_VERDICTS:
+        ov, _ = _ov()
+        try:
+            _read_onnx(ov.Core(), model)
+            _FRONTEND_VERDICTS[key] = None
+        except GatepackError as err:
+            _FRONTEND_VERDICTS[key] = err.one_line()
+        except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
+            _FRONTEND_VERDICTS[key] = _ov_message(err)
+    return _FRONTEND_VERDICTS[key]
 
 
 def build(model: Model, *, strategy: str = "auto"):
