@@ -103,16 +103,28 @@ def test_lengths_computed_from_shapes_but_not_the_full_length_are_refused(tmp_pa
         gp.load(path)
 
 
-def test_a_state_computed_from_shapes_that_is_not_zeros_stays_an_input(tmp_path):
-    """The zero initial state + 0.5 is computed from shapes alone but is no zero state: it becomes the
-    layer's initial_h input, with the warning that the IR's constant is exposed."""
+def test_a_state_computed_from_shapes_that_is_not_zeros_is_held_by_the_layer(tmp_path):
+    """The zero initial state + 0.5 is computed from shapes alone and is one state for every batch entry (as
+    a learned state broadcast to the batch): the layer holds it as a constant of batch 1, takes no initial_h
+    input, and its ONNX conversion gives OpenVINO's outputs on the edited IR at two batch sizes."""
     path = _edited(tmp_path, "ov_onnx_conv1d_lstm.xml", 1, lambda v: ops.add(v, ops.constant(np.float32(0.5))))
     model = gp.load(path)
     (layer,) = model.layers
-    assert layer.interface.initial_h is not None and layer.interface.initial_c is None
-    assert layer.interface.sequence_lens is None
-    (note,) = [f for f in model.notes_for(layer) if f.feature == "initial_h"]
-    assert "not zeros" in note.detail and note.warning
+    assert layer.fed_roles() == () and layer.interface.initial_c is None
+    np.testing.assert_array_equal(layer.constants["initial_h"], np.full((1, 1, layer.hidden_size), 0.5, np.float32))
+    out = tmp_path / "held.onnx"
+    assert gp.convert(path, out, layers_only=True).passed
+    source = ov.Core().read_model(str(path))
+    op = next(o for o in source.get_ordered_ops() if o.get_type_name() == "LSTMSequence")
+    probe = ov.Model([op.input_value(0), op.output(0), op.output(1)], source.get_parameters())  # the layer's X, Y, Y_h
+    compiled = ov.Core().compile_model(probe, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    itf = layer.interface
+    for batch in (1, 3):
+        feed = {"x": np.random.default_rng(batch).uniform(-1, 1, (batch, 6, 3)).astype(np.float32)}  # x [N, S, 3]
+        x, y, y_h = (np.asarray(v) for v in compiled(feed).values())
+        got = gp.run(out, {itf.x: x})  # the layers-only ONNX on onnxruntime, fed the layer's own X
+        np.testing.assert_allclose(got[itf.y], y.transpose(0, 2, 1, 3), atol=1e-5, err_msg=f"Y, N={batch}")
+        np.testing.assert_allclose(got[itf.y_h], y_h, atol=1e-5, err_msg=f"Y_h, N={batch}")
 
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "realmodels"

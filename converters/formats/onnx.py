@@ -651,6 +651,15 @@ class _Reader:
             self.notes[name] = notes
         return layer
 
+    def _held_state(self, name: str, scope: _Scope) -> bool:
+        """Whether initial state ``name`` is computed from constants alone, or from constants and the shapes of
+        graph inputs as one state repeated along the batch (then the layer holds it, or has none)."""
+        try:
+            self.constant(name, scope, "", "initial state")
+            return True
+        except InputError:
+            return self._state_from_shapes(name, scope, "", "initial state", 0) is not None
+
     def _held_constants(
         self, scope: _Scope, itf: Interface, node_layout: int, layer: str, dtype: np.dtype, isolated: _Isolated
     ) -> dict[str, np.ndarray]:
@@ -834,7 +843,12 @@ class _Reader:
             raise InputError(f"{at}the node has no output")
         node_layout, outer = layout, {}
         if layout == 0:
-            absorbed = _absorbable_transposes(scope, node, names)
+            held = {  # states the node holds whatever the layout (constants, or repeated along X's batch)
+                names[r]
+                for r in ("initial_h", "initial_c")
+                if names[r] and (scope.lookup(names[r]) or ("",))[0] != "input" and self._held_state(names[r], scope)
+            }
+            absorbed = _absorbable_transposes(scope, node, names, held)
             if absorbed is not None:
                 outer, isolated.nodes = absorbed
                 names.update(outer)
@@ -958,16 +972,20 @@ def _exposed_text(region) -> str:
     )
 
 
-def _absorbable_transposes(scope: _Scope, node: onnx.NodeProto, names: dict) -> tuple[dict, list] | None:
+def _absorbable_transposes(
+    scope: _Scope, node: onnx.NodeProto, names: dict, held: set[str] = frozenset()
+) -> tuple[dict, list] | None:
     """If a layout-0 node is wrapped in batch-major Transposes from graph inputs to graph outputs
     (gatepack's own layout encoding, and common in exports), return the outer tensor names and the
-    wrapped nodes in execution order (transposes in, the node, transposes out)."""
+    wrapped nodes in execution order (transposes in, the node, transposes out). A state in ``held`` (one
+    the layer holds: a constant, or a state repeated along X's batch) needs no Transpose: it stays the
+    node's own."""
     outer: dict = {}
     before: list[onnx.NodeProto] = []
     after: list[onnx.NodeProto] = []
     for key, perm in (("x", _PERM_IN), ("initial_h", _PERM_IN), ("initial_c", _PERM_IN)):
-        if names[key] is None or (key != "x" and (scope.lookup(names[key]) or ("",))[0] == "initializer"):
-            continue  # a constant state stays the node's own (held by the layer, in the node's layout)
+        if names[key] is None or names[key] in held:
+            continue
         prod = scope.producers.get(names[key])
         if prod is None or prod.op_type != "Transpose" or perm_of(prod) != perm:
             return None

@@ -870,12 +870,15 @@ def _activations(names: list[str], alphas: list[float], betas: list[float], path
     return acts
 
 
-def _implicit_inputs(path: Path, op, ov_model, name: str, cell: Cell) -> tuple[bool, dict[str, bool], list[Finding]]:
+def _implicit_inputs(
+    path: Path, op, ov_model, name: str, cell: Cell
+) -> tuple[bool, dict[str, bool], list[Finding], dict[str, np.ndarray]]:
     """Whether a sequence op's ``sequence_lengths`` and initial states are real inputs of the layer
     (per state role). ``ov.convert_model`` fills the required inputs with values computed from X's
     shape: the full length and zeros. Those mean "no sequence_lens" and "no initial state" (proven by
-    evaluating them for two different input shapes); a constant state or lengths fed by a graph input
-    stay inputs."""
+    evaluating them for two different input shapes); a state that is the same for every batch entry (a
+    constant of the IR, a learned state broadcast to the batch) is held by the layer (the last item: role ->
+    layout-0 value); lengths fed by a graph input stay inputs."""
     found: list[Finding] = []
     index = sequence_inputs(cell)
     roles = [role for role, _ in state_roles(cell)]
@@ -918,8 +921,15 @@ def _implicit_inputs(path: Path, op, ov_model, name: str, cell: Cell) -> tuple[b
                 warning="OpenVINO CPU ignores sequence_lengths on dynamic shapes",
             )
         )
+    held: dict[str, np.ndarray] = {}
     for k, role in enumerate(roles, start=1):
-        if shape_only[k] and not zero_state[k - 1]:
+        value = _held_state([got[k] for got, _ in trials]) if shape_only[k] and evaluated[k] else None
+        if value is not None and not zero_state[k - 1]:  # a learned state: the same for every batch entry
+            held[role] = value
+            found.append(
+                Finding(role, Status.EXACT, f"{STATE_INPUTS[role[-1]]} is a constant of the IR {list(value.shape)}")
+            )
+        elif shape_only[k] and not zero_state[k - 1]:
             found.append(
                 Finding(
                     role,
@@ -930,7 +940,19 @@ def _implicit_inputs(path: Path, op, ov_model, name: str, cell: Cell) -> tuple[b
                     warning="constant initial state exposed as an input",
                 )
             )
-    return not full_lengths, {role: not zero for role, zero in zip(roles, zero_state)}, found
+    return not full_lengths, {role: not zero for role, zero in zip(roles, zero_state)}, found, held
+
+
+def _held_state(trials: list[np.ndarray]) -> np.ndarray | None:
+    """A state evaluated for two input sizings ([N, D, H] each) as the layer's constant in layout 0: the same
+    array both times (a constant of the IR), or one batch row repeated to each batch ([D, 1, H]); else None."""
+    first, second = trials
+    if first.shape == second.shape and np.array_equal(first, second):
+        return np.ascontiguousarray(first.transpose(1, 0, 2))
+    rows = [t[:1] for t in trials]
+    if all(np.array_equal(t, np.broadcast_to(r, t.shape)) for t, r in zip(trials, rows)) and np.array_equal(*rows):
+        return np.ascontiguousarray(rows[0].transpose(1, 0, 2))
+    return None
 
 
 def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, list[Finding]]:
@@ -987,10 +1009,10 @@ def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, li
     if cw or cr or cb:
         found.append(FP16_SOURCE)
     roles = [role for role, _ in state_roles(cell)]
-    has_lens, has_state, implicit = (
+    has_lens, has_state, implicit, held = (
         _implicit_inputs(path, op, ov_model, name, cell)
         if ov_model is not None
-        else (True, dict.fromkeys(roles, True), [])
+        else (True, dict.fromkeys(roles, True), [], {})
     )
     found += implicit
 
@@ -1035,6 +1057,7 @@ def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, li
             lbr,
             clip if clip > 0 else None,
             True,
+            constants={role: value.astype(w.dtype) for role, value in held.items()},
             provenance=Provenance(FORMAT, path, name),
         )
     except SpecError as err:
