@@ -425,3 +425,19 @@ def stacked_model(path: Path, layers: int, hidden: int, cell: str = "GRU") -> in
         size_threshold=1024,
     )
     return weight_bytes
+
+
+def assert_not_lifted(proto: onnx.ModelProto, tmp_path: Path, *words: str) -> None:
+    """``proto`` saved and converted to ONNX is refused with NoRecurrentLayerError on one line holding every
+    one of ``words``, and nothing is written."""
+    import pytest
+
+    import gatepack as gp
+
+    source, out = tmp_path / "refused.onnx", tmp_path / "out.onnx"
+    onnx.save(proto, str(source))
+    with pytest.raises(gp.NoRecurrentLayerError) as err:
+        gp.convert(source, out, to="onnx")
+    line = err.value.one_line()
+    assert all(word in line for word in words) and "\n" not in line, line
+    assert not out.exists()
