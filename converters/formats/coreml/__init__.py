@@ -1,0 +1,46 @@
+"""Core ML ML Programs (``.mlpackage``): one module per role.
+
+* ``common`` — coremltools imported quietly, deployment targets, names Core ML accepts, native or decomposed;
+* ``writer`` — recurrent layers written with coremltools' MIL builder (native ops or ``while_loop`` cells);
+* ``reader`` — packages read without a Core ML runtime: files, gatepack's metadata, native ops;
+* ``lifting`` — other producers' ``while_loop`` cells lifted into canonical layers;
+* ``interpreter`` — the NumPy interpreter of MIL ops, and running a package on it;
+* ``checks`` — the findings for writing a layer.
+"""
+
+from gatepack.converters.formats.coreml.checks import check
+from gatepack.converters.formats.coreml.common import FORMAT, TARGETS, choose_strategy, native_blockers, safe_name
+from gatepack.converters.formats.coreml.reader import read
+from gatepack.converters.formats.coreml.running import (
+    compute_dtype,
+    graph_inputs,
+    run_layer_native,
+    run_native,
+    run_numpy,
+)
+from gatepack.converters.formats.coreml.writer import build, write
+from gatepack.converters.registry import FormatImplementation
+
+__all__ = [
+    "FORMAT",
+    "TARGETS",
+    "build",
+    "check",
+    "choose_strategy",
+    "native_blockers",
+    "read",
+    "run_numpy",
+    "safe_name",
+    "write",
+]
+
+IMPLEMENTATION = FormatImplementation(
+    read=read,
+    write=write,
+    check=check,
+    run_native=run_native,
+    run_layer_native=run_layer_native,
+    run_numpy=run_numpy,
+    graph_inputs=graph_inputs,
+    compute_dtype=compute_dtype,
+)

@@ -1,0 +1,158 @@
+"""Core ML: what the reader, writer and interpreter share (coremltools imported quietly, deployment
+targets, name sanitising, the native-or-decomposed choice, access to a loaded program's ops)."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import logging
+import re
+import warnings
+
+import numpy as np
+
+from gatepack.converters.apple import (
+    feature_blockers,
+)
+from gatepack.converters.errors import UsageError
+from gatepack.converters.findings import fp16_source
+from gatepack.converters.registry import CORE_ML_TARGETS
+from gatepack.converters.strategy import choose
+from gatepack.schemas.layer import (
+    Cell,
+    RecurrentLayer,
+)
+
+FORMAT = "coreml"
+METADATA_KEY = "gatepack"
+TARGETS = CORE_ML_TARGETS
+DEFAULT_TARGET = "iOS18"
+
+
+def _ct():
+    from gatepack.converters.runtimes import coremltools
+
+    return coremltools()
+
+
+def _mil_types():
+    """coremltools' MIL types, imported after ``_ct()`` so that coremltools' first import stays quiet
+    (importing one of its submodules first would import the package without gatepack's guard)."""
+    _ct()
+    from coremltools.converters.mil.mil import types
+
+    return types
+
+
+@contextlib.contextmanager
+def _quiet():
+    """coremltools prints progress bars and warnings while converting; gatepack reports itself."""
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
+
+
+@contextlib.contextmanager
+def _heap_frozen():
+    """Keep the objects that already exist out of the full garbage collection ``ct.convert`` forces
+    on every call (``gc.collect()``: ~90 ms in a process holding onnx and coremltools, seconds in a
+    long-lived one, for nothing, since they are not the converter's). Objects made meanwhile are
+    collected as usual, and everything is unfrozen afterwards. When the application has frozen
+    objects itself, nothing is done (unfreezing would release its objects too)."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _target_rank(target: str) -> int:
+    if target not in TARGETS:
+        raise UsageError(f"minimum deployment target {target!r} is not one of {', '.join(TARGETS)}")
+    return TARGETS.index(target)
+
+
+# ---------------------------------------------------------------------------------------- strategy
+
+
+def native_blockers(layer: RecurrentLayer, target: str = DEFAULT_TARGET) -> list[str]:
+    """Why MIL's own gru/rnn/lstm op would not compute what ONNX specifies (empty: it would)."""
+    blockers = feature_blockers(layer, f"{layer.cell.value} op")
+    if layer.cell is Cell.LSTM:
+        if layer.clip is not None:
+            blockers["clip"] = (
+                f"clip {layer.clip:g}: the lstm op's clip bounds the cell state after each update (coremltools' "
+                "reference), ONNX's the gates' inputs (docs/conventions.md §8)"
+            )
+        if layer.input_forget:
+            blockers["input_forget"] = "input_forget = 1: the lstm op has no input/forget coupling"
+    reasons = list(blockers.values())
+    if layer.cell is Cell.GRU and layer.linear_before_reset and _target_rank(target) < TARGETS.index("iOS18"):
+        reasons.append(f"linear_before_reset = 1 needs the gru op's reset_after (iOS18); the target is {target}")
+    return reasons
+
+
+def choose_strategy(layer: RecurrentLayer, strategy: str, target: str = DEFAULT_TARGET) -> tuple[str, list[str]]:
+    blockers = native_blockers(layer, target)
+    return choose(strategy, blockers), blockers
+
+
+# ----------------------------------------------------------------------------------------- writing
+
+
+def safe_name(name: str) -> str:
+    """A name Core ML accepts: letters, digits and underscores, not starting with a digit (the rule
+    of coremltools' own sanitiser, applied by gatepack so the mapping is known and stored)."""
+    text = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return text if re.match(r"[A-Za-z_]", text) else "_" + text
+
+
+FP16_PASSES = [
+    "common::add_fp16_cast",
+    "common::const_elimination",
+    "common::cast_optimization",
+    "common::dead_code_elimination",
+]
+FP16_TARGET = "iOS17"  # the gru/rnn ops take fp16 from iOS17 (docs/conventions.md §5)
+
+
+# ------------------------------------------------------------------------------ programs
+
+
+def _ops(block) -> list:
+    """Every op of a block, including those of nested blocks (while_loop bodies)."""
+    found = []
+    for op in block.operations:
+        found.append(op)
+        for inner in op.blocks:
+            found += _ops(inner)
+    return found
+
+
+def _value(var):
+    return (
+        None
+        if var is None or var.val is None
+        else (var.val if isinstance(var.val, (str, bool)) else np.asarray(var.val))
+    )
+
+
+def _named(found: dict, name: str):
+    """``found[name]``, or what coremltools' fp16 cast pass renamed it to."""
+    for candidate in (name, f"{name}_cast_fp16", f"{name}_to_fp16"):
+        if candidate in found:
+            return found[candidate]
+    return None
+
+
+FP16_SOURCE = fp16_source(
+    "dtype", "an fp16 package: weights stored and arithmetic done in fp16 (compared with it at fp16 tolerance)"
+)

@@ -1,0 +1,472 @@
+"""Core ML ML Programs: GRU/RNN layers written with coremltools' MIL builder, read back without a
+Core ML runtime, and executed by a NumPy interpreter of the MIL ops gatepack emits.
+
+MIL's recurrent ops (docs/conventions.md §5) differ from ONNX::
+
+
+* gate blocks r, o, z (o = the candidate): ONNX z, r, h rows permuted by ``[1, 2, 0]``;
+* reset_after = False (every target) is reset-*before*: ``o = g(W_o x + b_o + W_ho (r * h) + b_ho)``,
+  whatever Apple's docs print; the biases are then additive and ``bias = Wb + Rb`` (folded);
+* reset_after = True (iOS18) is ONNX linear_before_reset = 1: ``bias = Rb``, ``input_bias = Wb``;
+* a reverse op returns its output sequence in *processing order*: gatepack reverses it back to
+  input time, as ONNX has it;
+* no bidirectional mode (two ops, stacked into ONNX's Y [S,D,N,H]), no clip, no sequence lengths,
+  activations are parameterless strings.
+
+Strategies: ``native`` uses ``gru``/``rnn`` where they compute exactly what ONNX specifies
+(activations Sigmoid/Tanh/Relu, no clip, no sequence_lens, linear_before_reset = 1 only from iOS18);
+``decomposed`` writes the cell from elementary MIL ops in a ``while_loop`` (one matmul for every
+step's input projection outside it, a ``scatter`` of each step's output, masks for sequence_lens,
+``reverse_sequence`` for the reverse direction); ``auto`` picks native where it is exact.
+
+Core ML sanitises tensor names (``a/b:0`` becomes ``a_b_0``); the package's metadata
+(``gatepack``) keeps the source's names and every layer's description, so the layer reads back whole
+and ``run`` takes the source's names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gatepack.converters.apple import (
+    NATIVE_ACTIVATIONS,
+    apple_peephole,
+    apple_weights,
+)
+from gatepack.converters.decompose import build_activation
+from gatepack.converters.description import describe
+from gatepack.converters.errors import RuntimeFailure, UsageError
+from gatepack.converters.fileio import staging_directory
+from gatepack.converters.formats.coreml.common import (
+    DEFAULT_TARGET,
+    FP16_PASSES,
+    FP16_TARGET,
+    METADATA_KEY,
+    TARGETS,
+    _ct,
+    _heap_frozen,
+    _quiet,
+    _target_rank,
+    choose_strategy,
+    safe_name,
+)
+from gatepack.converters.model import Model, with_separate_inputs
+from gatepack.schemas.activations import Activation
+from gatepack.schemas.layer import (
+    OUTPUT_ROLES,
+    Cell,
+    Direction,
+    RecurrentLayer,
+    state_roles,
+)
+
+
+def write(
+    model: Model,
+    path: str | Path,
+    *,
+    strategy: str = "auto",
+    minimum_deployment_target: str = DEFAULT_TARGET,
+    compress_to_fp16: bool = False,
+) -> None:
+    """Write ``model``'s layers as one ML Program package at ``path`` (NAME.mlpackage): fp32, or
+    with ``compress_to_fp16`` fp16 weights and fp16 arithmetic behind an fp32 interface (coremltools'
+    own fp16 cast pass, then only constant folding and cast/dead-code clean-up)."""
+    ct = _ct()
+    path = Path(path)
+    _target_rank(minimum_deployment_target)
+    if compress_to_fp16 and _target_rank(minimum_deployment_target) < TARGETS.index(FP16_TARGET):
+        raise UsageError(
+            f"fp16 packages need --minimum-deployment-target {FP16_TARGET} or later (the target is "
+            f"{minimum_deployment_target})"
+        )
+    with _quiet():  # coremltools prints notes while building constants
+        program, described = build(model, strategy=strategy, target=minimum_deployment_target)
+    described["precision"] = "fp16" if compress_to_fp16 else "fp32"
+    # coremltools converts into a package it makes in the system's temporary folder and removes only when
+    # the process exits: gatepack has it made in its own staging folder instead, removed when the package
+    # is in place (and, after a killed run, by the next one)
+    with staging_directory(path.parent, ".coreml.") as staging:
+        try:
+            with _quiet(), _heap_frozen():
+                mlmodel = ct.convert(
+                    program,
+                    source="milinternal",
+                    convert_to="mlprogram",
+                    minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
+                    compute_precision=ct.precision.FLOAT16 if compress_to_fp16 else ct.precision.FLOAT32,
+                    # the program as written: no fusion, and no fp16 cast unless asked for
+                    pass_pipeline=(
+                        ct.PassPipeline(pass_names=FP16_PASSES) if compress_to_fp16 else ct.PassPipeline.EMPTY
+                    ),
+                    package_dir=str(staging / "converted.mlpackage"),
+                )
+        except Exception as err:  # coremltools raises ValueError/AssertionError with long messages
+            raise RuntimeFailure(
+                f"{path}: coremltools cannot convert the program: {' '.join(str(err).split())[:240]}"
+            ) from None
+        mlmodel.user_defined_metadata[METADATA_KEY] = json.dumps(described)
+        mlmodel.short_description = "recurrent layers written by gatepack"
+        mlmodel.save(str(staging / "model.mlpackage"))
+        if path.is_dir():
+            shutil.rmtree(path)
+        os.replace(staging / "model.mlpackage", path)
+
+
+def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET):
+    """A MIL ``Program`` holding every layer with the source's interface (chained inputs apart), and its
+    description."""
+    ct = _ct()
+    model = with_separate_inputs(model)
+    from coremltools.converters.mil.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function, Program, get_new_symbol, types
+
+    symbols: dict[str, object] = {}
+
+    def dim(value, key: str):
+        if isinstance(value, int):
+            return value
+        return symbols.setdefault(key, get_new_symbol())
+
+    specs: dict[str, object] = {}
+    names: dict[str, str] = {}
+    for layer in model.layers:
+        itf = layer.interface
+        s, n = dim(itf.seq_length, f"S/{layer.name}"), dim(itf.batch_size, f"N/{itf.x}")
+        d, h = layer.num_directions, layer.hidden_size
+        shapes = {itf.x: ((n, s, layer.input_size) if itf.layout else (s, n, layer.input_size), types.fp32)}
+        fed = layer.fed_roles()  # an input the layer holds as a constant is a const op, not a placeholder
+        if "sequence_lens" in fed:
+            shapes[itf.sequence_lens] = ((n,), types.int32)
+        for role in ("initial_h", "initial_c"):
+            if role in fed:
+                shapes[getattr(itf, role)] = ((n, d, h) if itf.layout else (d, n, h), types.fp32)
+        for name, (shape, dtype) in shapes.items():
+            if name not in specs:
+                names[name] = safe_name(name)
+                specs[name] = mb.placeholder(shape=shape, dtype=dtype)
+    described = []
+    with Function({names[k]: v for k, v in specs.items()}, opset_version=getattr(ct.target, target)) as function:
+        outputs = []
+        for layer in model.layers:
+            itf = layer.interface
+            chosen, _ = choose_strategy(layer, strategy, target)
+            x = function.inputs[names[itf.x]]
+            held = _held_constants(mb, layer, x)
+            fed = layer.fed_roles()
+            lens = function.inputs[names[itf.sequence_lens]] if "sequence_lens" in fed else held.get("sequence_lens")
+            states = {
+                role: function.inputs[names[getattr(itf, role)]] if role in fed else held.get(role)
+                for role, _ in state_roles(layer.cell)
+            }
+            if chosen == "native":
+                results = _emit_native(mb, layer, x, states, target)
+            else:
+                results = _emit_decomposed(mb, layer, x, lens, states)
+            for name, value in zip((getattr(itf, role) for role in OUTPUT_ROLES), results):
+                if name:
+                    names[name] = safe_name(name)
+                    outputs.append(mb.identity(x=value, name=names[name]))
+            description = describe(layer)
+            description["interface"]["dtype"] = "float32"  # the package's interface and weights, whatever the source's
+            described.append({"name": layer.name, "strategy": chosen, "target": target, **description})
+        function.set_outputs(outputs)
+    if len(set(names.values())) != len(names):
+        raise UsageError(
+            f"{model.path}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})"
+        )
+    program = Program()
+    program.add_function("main", function)
+    return program, {"layers": described, "names": names}
+
+
+def _held_constants(mb, layer: RecurrentLayer, x) -> dict:
+    """Per input the layer holds as a constant, a const op ``LAYER_ROLE`` holding it in layout 0 (read back by
+    that name; the package asks nobody to feed it), a state of batch 1 broadcast to the batch of ``x`` (X in the
+    interface's layout), transposed for a batch-major interface."""
+    held = {}
+    for role, value in layer.constants.items():
+        value = value if role == "sequence_lens" else value.astype(np.float32)
+        node = mb.const(val=value, name=f"{safe_name(layer.name)}_{role}")
+        if role != "sequence_lens" and value.shape[1] == 1 and layer.interface.batch_size != 1:
+            x_sm = mb.transpose(x=x, perm=[1, 0, 2]) if layer.interface.layout else x
+            node = mb.add(x=node, y=mb.expand_dims(x=_zeros_state(mb, layer, x_sm), axes=[0]))  # [D, N, H]
+        held[role] = mb.transpose(x=node, perm=[1, 0, 2]) if layer.interface.layout and value.ndim == 3 else node
+    return held
+
+
+def _time_major(mb, layer: RecurrentLayer, x, states: dict) -> tuple:
+    """X as [S,N,I] and each given initial state (by role) as [D,N,H]."""
+    if not layer.interface.layout:
+        return x, {role: value for role, value in states.items() if value is not None}
+    initial = {role: mb.transpose(x=value, perm=[1, 0, 2]) for role, value in states.items() if value is not None}
+    return mb.transpose(x=x, perm=[1, 0, 2]), initial
+
+
+def _zeros_state(mb, layer: RecurrentLayer, x_sm):
+    batch = mb.slice_by_index(x=mb.shape(x=x_sm), begin=[1], end=[2])
+    return mb.fill(shape=mb.concat(values=[batch, np.array([layer.hidden_size], np.int32)], axis=0), value=0.0)
+
+
+def _stack_directions(mb, layer: RecurrentLayer, ys: list, *finals: list) -> tuple:
+    """Per-direction Y [S,N,H] and final states [N,H] (Y_h; LSTM: and Y_c) -> the interface's Y and
+    final states."""
+
+    def stack(values: list, axis: int):
+        expanded = [mb.expand_dims(x=v, axes=[axis]) for v in values]
+        return mb.concat(values=expanded, axis=axis) if len(expanded) > 1 else expanded[0]
+
+    y, ends = stack(ys, 1), [stack(values, 0) for values in finals]
+    if layer.interface.layout:
+        y, ends = mb.transpose(x=y, perm=[2, 0, 1, 3]), [mb.transpose(x=e, perm=[1, 0, 2]) for e in ends]
+    return (y, *ends)
+
+
+def _emit_native(mb, layer: RecurrentLayer, x, states: dict, target: str):
+    """One MIL gru/rnn/lstm op per direction (forward or reverse), each direction's sequence brought back
+    to input time, then stacked into the interface's Y and final states."""
+    x_sm, initial = _time_major(mb, layer, x, states)
+    zeros = _zeros_state(mb, layer, x_sm) if len(initial) < len(states) else None
+    ys, finals = [], [[] for _ in states]
+    prefix = safe_name(layer.name)
+    for k, params in enumerate(layer.directions):
+        reverse = layer.direction is Direction.REVERSE or k == 1
+        start = {role: mb.gather(x=initial[role], indices=k, axis=0) if role in initial else zeros for role in states}
+        args = {key: mb.const(val=value, name=f"{prefix}_{key}_{k}") for key, value in apple_weights(layer, k).items()}
+        acts = [NATIVE_ACTIVATIONS[a.name] for a in params.activations]
+        common = dict(
+            x=x_sm,
+            direction="reverse" if reverse else "forward",
+            output_sequence=True,
+            name=f"{prefix}_{layer.cell.value}_{k}",
+            **start,
+            **args,
+        )
+        if layer.cell is Cell.LSTM:
+            if params.P is not None:
+                common["peephole"] = mb.const(val=apple_peephole(params.P), name=f"{prefix}_peephole_{k}")
+            y, *ends = mb.lstm(recurrent_activation=acts[0], cell_activation=acts[1], activation=acts[2], **common)
+        elif layer.cell is Cell.GRU:
+            if _target_rank(target) >= TARGETS.index("iOS18"):
+                common["reset_after"] = layer.linear_before_reset
+            y, *ends = mb.gru(recurrent_activation=acts[0], activation=acts[1], **common)
+        else:
+            y, *ends = mb.rnn(activation=acts[0], **common)
+        ys.append(mb.reverse(x=y, axes=[0]) if reverse else y)  # processing order -> input time
+        for values, end in zip(finals, ends):
+            values.append(end)
+    return _stack_directions(mb, layer, ys, *finals)
+
+
+class _MilOps:
+    """``decompose.ElementaryOps`` over MIL's builder (float32 scalar constants)."""
+
+    def __init__(self, mb) -> None:
+        self.mb = mb
+
+    def const(self, x, value: float):
+        return np.float32(value)
+
+    def zero_like(self, x):
+        return self.mb.mul(x=x, y=np.float32(0.0))
+
+    def add(self, x, y):
+        return self.mb.add(x=x, y=y)
+
+    def sub(self, x, y):
+        return self.mb.sub(x=x, y=y)
+
+    def mul(self, x, y):
+        return self.mb.mul(x=x, y=y)
+
+    def div(self, x, y):
+        return self.mb.real_div(x=x, y=y)
+
+    def minimum(self, x, y):
+        return self.mb.minimum(x=x, y=y)
+
+    def maximum(self, x, y):
+        return self.mb.maximum(x=x, y=y)
+
+    def select(self, cond, a, b):
+        return self.mb.select(cond=cond, a=a, b=b)
+
+    def greater(self, x, y):
+        return self.mb.greater(x=x, y=y)
+
+    def greater_equal(self, x, y):
+        return self.mb.greater_equal(x=x, y=y)
+
+    def clip01(self, x):
+        return self.mb.clip(x=x, alpha=np.float32(0.0), beta=np.float32(1.0))
+
+    def exp(self, x):
+        return self.mb.exp(x=x)
+
+    def log(self, x):
+        return self.mb.log(x=x)
+
+    def abs(self, x):
+        return self.mb.abs(x=x)
+
+    def neg(self, x):
+        return self.mb.mul(x=x, y=np.float32(-1.0))
+
+    def sigmoid(self, x):
+        return self.mb.sigmoid(x=x)
+
+    def tanh(self, x):
+        return self.mb.tanh(x=x)
+
+    def relu(self, x):
+        return self.mb.relu(x=x)
+
+
+def _activation(mb, v, act: Activation):
+    """An ONNX activation from elementary MIL ops (the shared recipes; stable for any input)."""
+    return build_activation(_MilOps(mb), v, act, "MIL")
+
+
+def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
+    """The layer from elementary MIL ops: per direction a ``while_loop`` carrying the cell's states
+    (h; LSTM: h and c) and the output sequence; returns Y and each final state in the layout."""
+    x_sm, initial = _time_major(mb, layer, x, states)
+    zeros = _zeros_state(mb, layer, x_sm)
+    seq = mb.slice_by_index(x=mb.shape(x=x_sm), begin=[0], end=[1])  # [1] int32
+    ys_shape = mb.concat(values=[seq, mb.slice_by_index(x=mb.shape(x=zeros), begin=[0], end=[2])], axis=0)
+    valid = None
+    if lens is not None:
+        steps = mb.range_1d(start=np.int32(0), end=mb.squeeze(x=seq, axes=[0]), step=np.int32(1))
+        inside = mb.less(x=mb.expand_dims(x=steps, axes=[1]), y=mb.expand_dims(x=lens, axes=[0]))
+        valid = mb.expand_dims(
+            x=mb.cast(x=inside, dtype="fp32"), axes=[2]
+        )  # [S,N,1], 1 where step t is inside the sequence (gather takes no bool)
+    # min(max(v, -c), c): MIL's clip op refuses alpha == beta, and RNN allows clip = 0
+    clip = (
+        (lambda v: mb.minimum(x=mb.maximum(x=v, y=np.float32(-layer.clip)), y=np.float32(layer.clip)))
+        if layer.clip is not None
+        else (lambda v: v)
+    )
+    prefix = safe_name(layer.name)
+    roles = [role for role, _ in state_roles(layer.cell)]
+    ys, finals = [], [[] for _ in roles]
+    for k, p in enumerate(layer.directions):
+        reverse = layer.direction is Direction.REVERSE or k == 1
+        x_d = (
+            (
+                mb.reverse_sequence(x=x_sm, lengths=lens, seq_axis=0, batch_axis=1)
+                if lens is not None
+                else mb.reverse(x=x_sm, axes=[0])
+            )
+            if reverse
+            else x_sm
+        )
+        w_t = mb.const(val=np.ascontiguousarray(p.W.T, np.float32), name=f"{prefix}_W{k}")
+        wb = mb.const(val=np.asarray(p.Wb, np.float32), name=f"{prefix}_Wb{k}")
+        weights = _StepWeights(
+            r_t=mb.const(val=np.ascontiguousarray(p.R.T, np.float32), name=f"{prefix}_R{k}"),
+            rb=mb.const(val=np.asarray(p.Rb, np.float32), name=f"{prefix}_Rb{k}"),
+            peephole=None if p.P is None else mb.const(val=np.asarray(p.P, np.float32), name=f"{prefix}_P{k}"),
+            activations=p.activations,
+        )
+        xw = mb.add(x=mb.matmul(x=x_d, y=w_t), y=wb)  # [S,N,G*H]: every step's input projection at once
+        start = [mb.gather(x=initial[role], indices=k, axis=0) if role in initial else zeros for role in roles]
+        step = _lstm_step if layer.cell is Cell.LSTM else _gru_rnn_step
+
+        def cond(i, *carried):
+            return mb.less(x=i, y=seq)
+
+        def body(i, *carried, xw=xw, weights=weights, step=step):
+            *state, out = carried
+            gx = mb.squeeze(x=mb.gather(x=xw, indices=i, axis=0), axes=[0])  # [N,G*H]
+            new = step(mb, layer, weights, gx, state, clip)
+            y_t = new[0]
+            if valid is not None:  # past its length a sequence keeps its states and outputs zeros
+                ok = mb.cast(x=mb.squeeze(x=mb.gather(x=valid, indices=i, axis=0), axes=[0]), dtype="bool")  # [N,1]
+                y_t = mb.select(cond=ok, a=new[0], b=np.float32(0.0))
+                new = [mb.select(cond=ok, a=n, b=s) for n, s in zip(new, state)]
+            out = mb.scatter(data=out, indices=i, updates=mb.expand_dims(x=y_t, axes=[0]), axis=0, mode="update")
+            return (mb.add(x=i, y=np.int32(1)), *new, out)
+
+        _, *last, y_d = mb.while_loop(
+            _cond=cond,
+            _body=body,
+            loop_vars=(np.array([0], np.int32), *start, mb.fill(shape=ys_shape, value=0.0)),
+            name=f"{prefix}_loop{k}",
+        )
+        if reverse:
+            y_d = (
+                mb.reverse_sequence(x=y_d, lengths=lens, seq_axis=0, batch_axis=1)
+                if lens is not None
+                else mb.reverse(x=y_d, axes=[0])
+            )
+        if lens is not None:  # the final states are 0 for an empty sequence (onnxruntime)
+            empty = mb.expand_dims(x=mb.equal(x=lens, y=np.int32(0)), axes=[1])
+            last = [mb.select(cond=empty, a=np.float32(0.0), b=value) for value in last]
+        ys.append(y_d)
+        for values, value in zip(finals, last):
+            values.append(value)
+    return _stack_directions(mb, layer, ys, *finals)
+
+
+@dataclass(frozen=True)
+class _StepWeights:
+    """One direction's recurrent constants for a decomposed step (R transposed for the matmul)."""
+
+    r_t: object  # [H, G*H]
+    rb: object  # [G*H]
+    peephole: object | None  # LSTM: [3H], i, o, f
+    activations: tuple
+
+
+def _gru_rnn_step(mb, layer: RecurrentLayer, weights: _StepWeights, gx, state: list, clip) -> list:
+    """One GRU or RNN step on projected inputs gx [N,G*H] (Wb added): [h'] (equations: schemas.layer)."""
+    (h_prev,) = state
+    h = layer.hidden_size
+    f = weights.activations[0]
+    gh_all = mb.add(x=mb.matmul(x=h_prev, y=weights.r_t), y=weights.rb)  # [N,G*H]
+    if layer.cell is Cell.RNN:
+        return [_activation(mb, clip(mb.add(x=gx, y=gh_all)), f)]
+    g = weights.activations[1]
+    xz, xr, xh = mb.split(x=gx, num_splits=3, axis=1)
+    hz, hr, hh = mb.split(x=gh_all, num_splits=3, axis=1)
+    z = _activation(mb, clip(mb.add(x=xz, y=hz)), f)
+    reset = _activation(mb, clip(mb.add(x=xr, y=hr)), f)
+    if layer.linear_before_reset:
+        cand_in = mb.mul(x=reset, y=hh)
+    else:  # (r * h) R_h^T + Rb_h
+        r_h = mb.slice_by_index(x=weights.r_t, begin=[0, 2 * h], end=[h, 3 * h])
+        rb_h = mb.slice_by_index(x=weights.rb, begin=[2 * h], end=[3 * h])
+        cand_in = mb.add(x=mb.matmul(x=mb.mul(x=reset, y=h_prev), y=r_h), y=rb_h)
+    cand = _activation(mb, clip(mb.add(x=xh, y=cand_in)), g)
+    return [mb.add(x=mb.mul(x=mb.sub(x=np.float32(1.0), y=z), y=cand), y=mb.mul(x=z, y=h_prev))]
+
+
+def _lstm_step(mb, layer: RecurrentLayer, weights: _StepWeights, gx, state: list, clip) -> list:
+    """One LSTM step on projected inputs gx [N,4H] (gates i, o, f, c; Wb added): [h', c']::
+
+    i = f(gx_i + h Ri^T + Rb_i + Pi * c)     f_ = f(gx_f + h Rf^T + Rb_f + Pf * c)  (input_forget: 1 - i)
+    c' = f_ * c + i * g(gx_c + h Rc^T + Rb_c)
+    o = f(gx_o + h Ro^T + Rb_o + Po * c')    h' = o * h(c')        (clip on every pre-activation)
+    """
+    h_prev, c_prev = state
+    f, g, h_act = weights.activations
+    pre = mb.add(x=mb.add(x=gx, y=mb.matmul(x=h_prev, y=weights.r_t)), y=weights.rb)  # [N,4H]
+    pre_i, pre_o, pre_f, pre_c = mb.split(x=pre, num_splits=4, axis=1)
+    if weights.peephole is not None:
+        p_i, p_o, p_f = mb.split(x=weights.peephole, num_splits=3, axis=0)
+        pre_i = mb.add(x=pre_i, y=mb.mul(x=p_i, y=c_prev))
+        pre_f = mb.add(x=pre_f, y=mb.mul(x=p_f, y=c_prev))
+    i = _activation(mb, clip(pre_i), f)
+    forget = mb.sub(x=np.float32(1.0), y=i) if layer.input_forget else _activation(mb, clip(pre_f), f)
+    c_new = mb.add(x=mb.mul(x=forget, y=c_prev), y=mb.mul(x=i, y=_activation(mb, clip(pre_c), g)))
+    if weights.peephole is not None:
+        pre_o = mb.add(x=pre_o, y=mb.mul(x=p_o, y=c_new))
+    o = _activation(mb, clip(pre_o), f)
+    return [mb.mul(x=o, y=_activation(mb, c_new, h_act)), c_new]
