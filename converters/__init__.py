@@ -306,7 +306,8 @@ def _convert(
     )
     with staging as tmp:
         progress.step(f"writing {len(model.layers)} layer(s) as {info.name}")
-        implementation.write(model, tmp, **write_options)
+        shaped = {"input_shapes": given.shapes} if given.shapes and _takes(implementation.write, "input_shapes") else {}
+        implementation.write(model, tmp, **write_options, **shaped)
         if verify:
             progress.step(f"reading back {dst}")
             written = implementation.read(tmp)
@@ -336,6 +337,13 @@ def _convert(
                     hint="rerun with --no-verify to keep the output for inspection",
                 )
     return result
+
+
+def _takes(function, parameter: str) -> bool:
+    """Whether ``function`` takes the keyword ``parameter`` (a writer that fixes a whole model's input shapes)."""
+    import inspect
+
+    return parameter in inspect.signature(function).parameters
 
 
 def _findings(model: "Model", target: str, write_options: dict) -> dict[str, list["Finding"]]:

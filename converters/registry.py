@@ -188,7 +188,9 @@ class FormatImplementation:
       layers' interface tensors);
     * ``whole_model_finding(model)``: what the format does with the operators around the layers
       (None from the default: it writes the layers only);
-    * ``compute_dtype(layer)``: the precision its runtime computes a layer read from disk in.
+    * ``compute_dtype(layer)``: the precision its runtime computes a layer read from disk in;
+    * ``run_whole(path, inputs)``: a whole-model artifact on the runtime verification judges it by (None:
+      ``run_native``; Core ML: gatepack's MIL interpreter, no Core ML runtime running here).
     """
 
     read: Callable[..., "Model"]
@@ -200,6 +202,7 @@ class FormatImplementation:
     graph_inputs: Callable[[Any], "list[tuple[str, np.dtype, list]]"] | None = None
     whole_model_finding: Callable[["Model"], "Finding | None"] = _no_whole_model_finding
     compute_dtype: Callable[["RecurrentLayer"], str] = _computed_as_stored
+    run_whole: Callable[[Any, dict], dict] | None = None
 
 
 @dataclass(frozen=True)

@@ -474,7 +474,8 @@ def verify_whole(
     except RuntimeFailure as err:
         raise SourceDoesNotRun(f"{err.one_line()} (inputs: {result.inputs_used})") from None
     try:
-        actual = registry.reader(target.format).run_native(target_file, feed)
+        runs = registry.reader(target.format)
+        actual = (runs.run_whole or runs.run_native)(target_file, feed)
     except GatepackError as err:  # named by where the artifact lands, never by the staging path
         err.message = err.message.replace(str(target_file), str(target.path))
         raise

@@ -109,6 +109,12 @@ def read(path: str | Path, *, defaults: DefaultsPolicy = DefaultsPolicy.ONNXRUNT
     return _Reader(path, proto, DefaultsPolicy(defaults)).read()
 
 
+def reread(path: str | Path, proto: onnx.ModelProto) -> Model:
+    """Read the layers of ``proto``, a rewrite of the model at ``path`` held in memory (e.g. ``in_place``'s): the
+    layers' handles hold ``proto``'s own nodes."""
+    return _Reader(Path(path), proto, DefaultsPolicy.ONNXRUNTIME).read()
+
+
 def load_proto(path: Path) -> onnx.ModelProto:
     """Load the model structure (external data stays on disk until a tensor is needed)."""
     data = read_bytes(path)

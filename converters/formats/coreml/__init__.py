@@ -5,7 +5,9 @@
 * ``reader`` — packages read without a Core ML runtime: files, gatepack's metadata, native ops;
 * ``lifting`` — other producers' ``while_loop`` cells lifted into canonical layers;
 * ``interpreter`` — the NumPy interpreter of MIL ops, and running a package on it;
-* ``checks`` — the findings for writing a layer.
+* ``checks`` — the findings for writing a layer;
+* ``translate``, ``onnx_ops`` and ``whole`` — a whole ONNX model as one ML Program: the operator table's
+  interface, the table (one entry per ONNX operator), and the pipeline.
 """
 
 from gatepack.converters.formats.coreml.checks import check
@@ -18,6 +20,7 @@ from gatepack.converters.formats.coreml.running import (
     run_native,
     run_numpy,
 )
+from gatepack.converters.formats.coreml.whole import whole_model_finding
 from gatepack.converters.formats.coreml.writer import build, write
 from gatepack.converters.registry import FormatImplementation
 
@@ -43,4 +46,6 @@ IMPLEMENTATION = FormatImplementation(
     run_numpy=run_numpy,
     graph_inputs=graph_inputs,
     compute_dtype=compute_dtype,
+    whole_model_finding=whole_model_finding,
+    run_whole=run_numpy,
 )

@@ -182,8 +182,21 @@ def _checked_metadata(path: Path, meta: object, function) -> dict:
     computes = "fp16" if any(v.dtype == fp16 for op in _ops(function) for v in op.outputs) else "fp32"
     if precision != computes:  # the precision sets verification's tolerance: it must be the program's
         raise InputError(f"{at}: 'precision' is {precision!r} but the program computes in {computes}")
-    _check_interfaces(path, [parse(path, entry) for entry in meta.get("layers", [])], names, function)
+    if meta.get("whole") is True:
+        _check_whole_interface(path, names, function)
+    else:
+        _check_interfaces(path, [parse(path, entry) for entry in meta.get("layers", [])], names, function)
     return {**meta, "names": names, "precision": precision}
+
+
+def _check_whole_interface(path: Path, names: dict, function) -> None:
+    """A whole model's package: the source's input and output names (``names``) are the program's, each once."""
+    program = set(function.inputs) | {v.name for v in function.outputs}
+    if set(names.values()) != program:
+        raise InputError(
+            f"{path}: its metadata names the model's inputs and outputs {sorted(names.values())}; the program has "
+            f"{sorted(program)}"
+        )
 
 
 def _short(value: object) -> str:

@@ -59,9 +59,14 @@ def read(path: str | Path, **_options) -> Model:
         if precision == "fp16":
             for found in notes.values():
                 found.append(FP16_SOURCE)
-        return Model(
-            path, FORMAT, layers, notes, meta={"gatepack": True, "names": meta.get("names", {}), "precision": precision}
-        )
+        read_meta = {"gatepack": True, "names": meta.get("names", {}), "precision": precision}
+        if meta.get("whole") is True:  # a whole model: verified end to end, its interface the model's own
+            read_meta.update(
+                other_ops=list(meta.get("other_ops") or ["(operators)"]),
+                other_op_count=meta.get("other_op_count"),
+                own_input_shapes=True,
+            )
+        return Model(path, FORMAT, layers, notes, meta=read_meta)
     layers, notes = [], {}
     for op in ops:
         if op.op_type in NATIVE_OPS:

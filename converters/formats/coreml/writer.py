@@ -74,10 +74,14 @@ def write(
     strategy: str = "auto",
     minimum_deployment_target: str = DEFAULT_TARGET,
     compress_to_fp16: bool = False,
+    input_shapes: dict[str, list[int]] | None = None,
 ) -> None:
-    """Write ``model``'s layers as one ML Program package at ``path`` (NAME.mlpackage): fp32, or
-    with ``compress_to_fp16`` fp16 weights and fp16 arithmetic behind an fp32 interface (coremltools'
-    own fp16 cast pass, then only constant folding and cast/dead-code clean-up)."""
+    """Write ``model`` as one ML Program package at ``path`` (NAME.mlpackage): its layers, or the whole ONNX model
+    around them (``whole``; ``input_shapes`` fixes its symbolic input dimensions); fp32, or with
+    ``compress_to_fp16`` fp16 weights and fp16 arithmetic behind an fp32 interface (coremltools' own fp16 cast
+    pass, then only constant folding and cast/dead-code clean-up)."""
+    from gatepack.converters.formats.coreml import whole
+
     ct = _ct()
     path = Path(path)
     _target_rank(minimum_deployment_target)
@@ -87,7 +91,12 @@ def write(
             f"{minimum_deployment_target})"
         )
     with _quiet():  # coremltools prints notes while building constants
-        program, described = build(model, strategy=strategy, target=minimum_deployment_target)
+        if whole.is_whole_model(model):
+            program, described = whole.build_whole(
+                model, strategy=strategy, target=minimum_deployment_target, input_shapes=input_shapes
+            )
+        else:
+            program, described = build(model, strategy=strategy, target=minimum_deployment_target)
     described["precision"] = "fp16" if compress_to_fp16 else "fp32"
     # coremltools converts into a package it makes in the system's temporary folder and removes only when
     # the process exits: gatepack has it made in its own staging folder instead, removed when the package
@@ -113,6 +122,8 @@ def write(
             ) from None
         mlmodel.user_defined_metadata[METADATA_KEY] = json.dumps(described)
         mlmodel.short_description = "recurrent layers written by gatepack"
+        if described.get("whole"):
+            whole.carry_metadata(model, mlmodel)
         mlmodel.save(str(staging / "model.mlpackage"))
         if path.is_dir():
             shutil.rmtree(path)
@@ -156,19 +167,8 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
         outputs = []
         for layer in model.layers:
             itf = layer.interface
-            chosen, _ = choose_strategy(layer, strategy, target)
-            x = function.inputs[names[itf.x]]
-            held = _held_constants(mb, layer, x)
-            fed = layer.fed_roles()
-            lens = function.inputs[names[itf.sequence_lens]] if "sequence_lens" in fed else held.get("sequence_lens")
-            states = {
-                role: function.inputs[names[getattr(itf, role)]] if role in fed else held.get(role)
-                for role, _ in state_roles(layer.cell)
-            }
-            if chosen == "native":
-                results = _emit_native(mb, layer, x, states, target)
-            else:
-                results = _emit_decomposed(mb, layer, x, lens, states)
+            given = {role: function.inputs[names[getattr(itf, role)]] for role in ("x", *layer.fed_roles())}
+            results, chosen = emit_layer(mb, layer, given, strategy, target)
             for name, value in zip((getattr(itf, role) for role in OUTPUT_ROLES), results):
                 if name:
                     names[name] = safe_name(name)
@@ -184,6 +184,20 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
     program = Program()
     program.add_function("main", function)
     return program, {"layers": described, "names": names}
+
+
+def emit_layer(mb, layer: RecurrentLayer, given: dict, strategy: str, target: str) -> tuple[tuple, str]:
+    """MIL ops computing ``layer`` from ``given`` (interface role -> MIL var, in the interface's layout: ``x`` and
+    every role the layer does not hold as a constant); return (Y, Y_h[, Y_c]) in that layout and the strategy
+    chosen (native op where it is exact, else the ``while_loop`` decomposition)."""
+    chosen, _ = choose_strategy(layer, strategy, target)
+    x = given["x"]
+    held = _held_constants(mb, layer, x)
+    lens = given.get("sequence_lens", held.get("sequence_lens"))
+    states = {role: given.get(role, held.get(role)) for role, _ in state_roles(layer.cell)}
+    if chosen == "native":
+        return _emit_native(mb, layer, x, states, target), chosen
+    return _emit_decomposed(mb, layer, x, lens, states), chosen
 
 
 def _held_constants(mb, layer: RecurrentLayer, x) -> dict:

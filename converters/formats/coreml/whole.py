@@ -1,0 +1,322 @@
+"""A whole ONNX model as one ML Program: the recurrent layers by the Core ML layer writer, every other operator by
+the ONNX operator table (``onnx_ops``), shape arithmetic folded for the model's (or the user's) input shapes.
+
+See ``translate`` for the pipeline. The package keeps the model's own input and output names (sanitised where
+Core ML needs it; the metadata maps them back), its metadata, and gatepack's description of every layer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import NoReturn
+
+import numpy as np
+
+from gatepack.converters.description import describe
+from gatepack.converters.errors import RefusedError, UsageError
+from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.coreml.common import DEFAULT_TARGET, _ct, safe_name
+from gatepack.converters.formats.coreml.translate import Translation, Untranslatable, mil_constant
+from gatepack.converters.formats.coreml.writer import emit_layer
+from gatepack.converters.model import Model
+from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
+
+# ONNX element types (TensorProto.DataType) a package's inputs and outputs can carry, as MIL types' names
+_IO_TYPES = {1: "fp32", 10: "fp16", 6: "int32", 7: "int32", 11: "fp32"}  # int64 -> int32, double -> fp32
+# what a user feeds for an input whose type changes in the package
+_IO_CHANGES = {7: "int64 -> int32", 11: "float64 -> float32"}
+# nodes never evaluated at conversion time though their inputs are constant (values that must differ per run)
+_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+def is_whole_model(model: Model) -> bool:
+    """An ONNX model with operators around its recurrent layers, written whole unless the user asked for the
+    layers alone."""
+    return model.format == "onnx" and model.keeps_whole and model.path is not None
+
+
+class _Prepared:
+    """The source rewritten for translation: its proto (layers as plain nodes), the layers read from it, the
+    ids of the nodes a layer stands for (``skip``) and the anchor node of each layer (id -> layer)."""
+
+    def __init__(self, model: Model) -> None:
+        from gatepack.converters.formats import onnx as onnx_format
+
+        self.proto = onnx_format.in_place(model)
+        reread = onnx_format.reread(model.path, self.proto)
+        self.layers: list[RecurrentLayer] = reread.layers
+        self.anchors: dict[int, RecurrentLayer] = {}
+        self.skip: set[int] = set()
+        for layer in self.layers:
+            nodes = layer.provenance.handle.nodes
+            self.skip |= {id(n) for n in nodes}
+            anchor = next(n for n in nodes if n.op_type == layer.cell.spec.onnx_op)
+            self.anchors[id(anchor)] = layer
+        self.skip |= onnx_format.constant_feeders(
+            self.proto.graph,
+            set(self.skip),
+            {getattr(lay.interface, r) for lay in self.layers for r in ("x", *lay.fed_roles())},
+        )
+        self.opset = next((o.version for o in self.proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def build_whole(
+    model: Model,
+    *,
+    strategy: str = "auto",
+    target: str = DEFAULT_TARGET,
+    input_shapes: dict[str, list[int]] | None = None,
+):
+    """The whole model as a MIL ``Program`` and gatepack's description of it (names, layers, operators)."""
+    ct = _ct()
+    from coremltools.converters.mil.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function, Program
+
+    prepared = _Prepared(model)
+    graph = prepared.proto.graph
+    names: dict[str, str] = {}
+    placeholders = _placeholders(model, graph, input_shapes or {}, names)
+    t = Translation(mb, prepared.opset)
+    described: list[dict] = []
+    failures: list[Untranslatable] = []
+    with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
+        constants = _initializers(model, graph)
+        t.values.update(constants)
+        for onnx_name, mil_name in names.items():
+            t.values[onnx_name] = function.inputs[mil_name]
+        _translate_graph(t, graph, prepared, strategy, target, described, failures)
+        if failures:
+            refuse_untranslatable(model, failures)
+        outputs = []
+        for out in graph.output:
+            names[out.name] = safe_name(out.name)
+            value = t.values[out.name]
+            outputs.append(mb.identity(x=t.as_var(value), name=names[out.name]))
+        function.set_outputs(outputs)
+    if len(set(names.values())) != len(names):
+        raise UsageError(
+            f"{model.path}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})"
+        )
+    program = Program()
+    program.add_function("main", function)
+    other = [n.op_type for n in graph.node if id(n) not in prepared.skip]
+    return program, {
+        "whole": True,
+        "layers": described,
+        "names": names,
+        "other_ops": sorted(set(other)),
+        "other_op_count": len(other),
+        "source_opset": prepared.opset,
+    }
+
+
+def _placeholders(model: Model, graph, input_shapes: dict, names: dict) -> dict:
+    """A MIL placeholder per graph input (initializers apart), its symbolic dims flexible unless given."""
+    from coremltools.converters.mil.mil import Builder as mb
+    from coremltools.converters.mil.mil import get_new_symbol, types
+
+    initialized = {t.name for t in graph.initializer}
+    symbols: dict[str, object] = {}
+    placeholders = {}
+    unknown = set(input_shapes) - {i.name for i in graph.input}
+    if unknown:
+        raise UsageError(f"{model.path}: --input-shape names {sorted(unknown)}, which the model does not take")
+    for value in graph.input:
+        if value.name in initialized:
+            continue
+        tensor = value.type.tensor_type
+        if tensor.elem_type not in _IO_TYPES:
+            raise RefusedError(
+                f"{model.path}: input {value.name!r} has ONNX element type {tensor.elem_type}, which a Core ML "
+                "input cannot carry",
+                hint="pass --layers-only for the recurrent layers alone",
+            )
+        dims = []
+        for k, d in enumerate(tensor.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            else:
+                dims.append(symbols.setdefault(d.dim_param or f"{value.name}:{k}", get_new_symbol()))
+        if value.name in input_shapes:
+            given = list(input_shapes[value.name])
+            if len(given) != len(dims) or any(isinstance(d, int) and d != g for d, g in zip(dims, given)):
+                shown = [d if isinstance(d, int) else "?" for d in dims]
+                raise UsageError(f"{model.path}: --input-shape {value.name}={given} does not fit its shape {shown}")
+            dims = given
+        names[value.name] = safe_name(value.name)
+        dtype = getattr(types, _IO_TYPES[tensor.elem_type])
+        placeholders[names[value.name]] = mb.placeholder(shape=tuple(dims) or (1,), dtype=dtype)
+    return placeholders
+
+
+def _initializers(model: Model, graph) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+
+    return {t.name: numpy_helper.to_array(t, base_dir=str(Path(model.path).parent)) for t in graph.initializer}
+
+
+def _translate_graph(
+    t: Translation, graph, prepared: _Prepared, strategy: str, target: str, described: list, failures: list
+) -> None:
+    """Translate ``graph``'s nodes in order into ``t``; collect what cannot be translated in ``failures``."""
+    from gatepack.converters.formats.coreml.onnx_ops import OPERATORS
+
+    for node in graph.node:
+        if id(node) in prepared.skip:
+            layer = prepared.anchors.get(id(node))
+            if layer is not None:
+                _emit_layer(t, node, layer, strategy, target, described, failures)
+            continue
+        try:
+            if node.domain not in ("", "ai.onnx"):
+                t.refuse(node, f"an operator of domain {node.domain!r}")
+            if node.op_type == "If":
+                _translate_if(t, node, prepared, strategy, target, described, failures)
+                continue
+            if any(name and name not in t.values for name in node.input):
+                if failures:
+                    continue  # it reads what a node that could not be translated computes: that node is named
+                t.refuse(
+                    node, f"it reads {[n for n in node.input if n and n not in t.values]}, computed nowhere before"
+                )
+            inputs = [t.values[name] if name else None for name in node.input]
+            constant_inputs = all(v is None or isinstance(v, np.ndarray) for v in inputs)
+            if node.op_type == "Constant" or (node.input and constant_inputs and node.op_type not in _NOT_FOLDED):
+                t.values.update(zip(node.output, _evaluate(t, node, inputs)))
+                continue
+            if node.op_type in ("Shape", "Size") and _static(t.values.get(node.input[0])):
+                t.values[node.output[0]] = _static_shape(t, node)
+                continue
+            entry = OPERATORS.get(node.op_type)
+            if entry is None:
+                t.refuse(node, "no translation to MIL")
+            if not entry.opsets[0] <= t.opset <= entry.opsets[1]:
+                t.refuse(node, f"its translation covers opsets {entry.opsets[0]}..{entry.opsets[1]}, not {t.opset}")
+            extra = sorted({a.name for a in node.attribute} - entry.attributes)
+            if extra:
+                t.refuse(node, f"attribute{'s' if len(extra) > 1 else ''} {', '.join(extra)} not honoured")
+            outputs = entry.emit(t, node)
+            t.values.update((name, value) for name, value in zip(node.output, outputs) if name)
+        except Untranslatable as err:
+            failures.append(err)
+
+
+def _translate_if(
+    t: Translation, node, prepared: _Prepared, strategy: str, target: str, described: list, failures: list
+) -> None:
+    """An ``If`` whose condition is known at conversion time: its chosen branch, translated in place (the branch
+    reads the outer graph's values; its outputs become the node's). One decided at run time is refused."""
+    condition = t.values.get(node.input[0])
+    if not isinstance(condition, np.ndarray):
+        t.refuse(node, "its condition is computed at run time (Core ML's cond is not written yet)")
+    branch = t.attr(node, "then_branch" if bool(np.asarray(condition).reshape(-1)[0]) else "else_branch")
+    for init in branch.initializer:
+        from onnx import numpy_helper
+
+        t.values[init.name] = numpy_helper.to_array(init)
+    _translate_graph(t, branch, prepared, strategy, target, described, failures)
+    for inner, outer in zip(branch.output, node.output):
+        if inner.name in t.values:
+            t.values[outer] = t.values[inner.name]
+
+
+def _static_shape(t: Translation, node) -> np.ndarray:
+    """``Shape`` (with its start/end) or ``Size`` of a tensor whose shape is static, as a constant."""
+    shape = np.array(Translation.shape(t.values[node.input[0]]), np.int64)
+    if node.op_type == "Size":
+        return np.array(np.prod(shape), np.int64)
+    return shape[t.attr(node, "start", 0) : t.attr(node, "end", None)]
+
+
+def _static(value) -> bool:
+    return value is not None and all(isinstance(d, (int, np.integer)) for d in Translation.shape(value))
+
+
+def _evaluate(t: Translation, node, inputs: list) -> list[np.ndarray]:
+    """A node whose inputs are all constants, evaluated by onnx's reference implementation."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"in{k}" if name else "" for k, name in enumerate(node.input)]
+    copy = helper.make_node(node.op_type, names, [f"out{k}" for k in range(len(node.output))], domain=node.domain)
+    copy.attribute.extend(node.attribute)
+    feeds = {n: v for n, v in zip(names, inputs) if n}
+    graph = helper.make_graph(
+        [copy],
+        "fold",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()],
+        [helper.make_tensor_value_info(o, 0, None) for o in copy.output],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", t.opset)])
+    try:
+        return list(ReferenceEvaluator(proto).run(None, feeds))
+    except Exception as err:  # the reference implementation raises many types
+        t.refuse(node, f"evaluating it on its constant inputs failed: {' '.join(str(err).split())[:160]}")
+
+
+def _emit_layer(
+    t: Translation, node, layer: RecurrentLayer, strategy: str, target: str, described: list, failures: list
+) -> None:
+    itf = layer.interface
+    try:
+        given = {}
+        for role in ("x", *layer.fed_roles()):
+            name = getattr(itf, role)
+            if name not in t.values:
+                if failures:
+                    return  # computed by a node that could not be translated: that node is named
+                t.refuse(node, f"its {role} {name!r} is not computed before it")
+            value = t.values[name]
+            given[role] = (
+                t.as_var(value.astype(np.float32) if role != "sequence_lens" else value)
+                if isinstance(value, np.ndarray)
+                else value
+            )
+        results, chosen = emit_layer(t.mb, layer, given, strategy, target)
+    except Untranslatable as err:
+        failures.append(err)
+        return
+    for role, value in zip(OUTPUT_ROLES, results):
+        name = getattr(itf, role)
+        if name:
+            t.values[name] = value
+    description = describe(layer)
+    description["interface"]["dtype"] = "float32"
+    described.append({"name": layer.name, "strategy": chosen, "target": target, **description})
+
+
+def refusal_summary(failures: list[Untranslatable]) -> str:
+    """'3 nodes Core ML cannot hold: Einsum x2 (first: 'einsum_1': ...); Foo (first: ...)'."""
+    counts = Counter(f.op_type for f in failures)
+    first: dict[str, Untranslatable] = {}
+    for f in failures:
+        first.setdefault(f.op_type, f)
+    parts = [
+        f"{op}{f' x{n}' if n > 1 else ''} (first: {first[op].node_name!r}: {first[op].reason})"
+        for op, n in counts.most_common()
+    ]
+    return f"{len(failures)} node{'s' if len(failures) != 1 else ''} Core ML cannot hold: " + "; ".join(parts)
+
+
+def refuse_untranslatable(model: Model, failures: list[Untranslatable]) -> NoReturn:
+    raise RefusedError(
+        f"{model.path}: {refusal_summary(failures)}",
+        hint="pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep the "
+        "whole model",
+    )
+
+
+def whole_model_finding(model: Model) -> Finding | None:
+    """The report's ``model`` finding for a whole ONNX model written as one ML Program."""
+    if not is_whole_model(model):
+        return None
+    return Finding(
+        "model",
+        Status.EXACT,
+        f"whole model in one ML Program: gatepack translates the model's {model.other_ops_text()} to MIL ops and "
+        "writes every recurrent layer",
+    )
+
+
+__all__ = ["build_whole", "is_whole_model", "mil_constant", "whole_model_finding"]
