@@ -13,6 +13,7 @@ from gatepack.converters.apple import (
     recurrence,
 )
 from gatepack.converters.errors import UsageError
+from gatepack.converters.formats.coreml import mil_elementwise, mil_nn, mil_tensor
 from gatepack.converters.formats.coreml.common import (
     _mil_types,
     _value,
@@ -224,6 +225,8 @@ _MIL_OPS = {
     "rnn": _recurrent(Cell.RNN),
     "lstm": _lstm,
 }
+
+_MIL_OPS.update({**mil_elementwise.OPS, **mil_nn.OPS, **mil_tensor.OPS})
 
 
 class _Missing(Exception):

@@ -40,25 +40,30 @@ class _Prepared:
     """The source rewritten for translation: its proto (layers as plain nodes), the layers read from it, the
     ids of the nodes a layer stands for (``skip``) and the anchor node of each layer (id -> layer)."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, proto, layers: list[RecurrentLayer]) -> None:
         from gatepack.converters.formats import onnx as onnx_format
 
-        self.proto = onnx_format.in_place(model)
-        reread = onnx_format.reread(model.path, self.proto)
-        self.layers: list[RecurrentLayer] = reread.layers
+        self.proto = proto
+        self.layers = layers
         self.anchors: dict[int, RecurrentLayer] = {}
         self.skip: set[int] = set()
-        for layer in self.layers:
+        for layer in layers:
             nodes = layer.provenance.handle.nodes
             self.skip |= {id(n) for n in nodes}
             anchor = next(n for n in nodes if n.op_type == layer.cell.spec.onnx_op)
             self.anchors[id(anchor)] = layer
-        self.skip |= onnx_format.constant_feeders(
-            self.proto.graph,
-            set(self.skip),
-            {getattr(lay.interface, r) for lay in self.layers for r in ("x", *lay.fed_roles())},
-        )
-        self.opset = next((o.version for o in self.proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+        if layers:
+            fed = {getattr(lay.interface, r) for lay in layers for r in ("x", *lay.fed_roles())}
+            self.skip |= onnx_format.constant_feeders(proto.graph, set(self.skip), fed)
+        self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+    @classmethod
+    def of(cls, model: Model) -> "_Prepared":
+        """``model``'s source with every layer rewritten in place, read again."""
+        from gatepack.converters.formats import onnx as onnx_format
+
+        proto = onnx_format.in_place(model)
+        return cls(proto, onnx_format.reread(model.path, proto).layers)
 
 
 def build_whole(
@@ -69,25 +74,42 @@ def build_whole(
     input_shapes: dict[str, list[int]] | None = None,
 ):
     """The whole model as a MIL ``Program`` and gatepack's description of it (names, layers, operators)."""
+    return translate_proto(
+        _Prepared.of(model), Path(model.path), strategy=strategy, target=target, input_shapes=input_shapes
+    )
+
+
+def translate_onnx(proto, base_dir: Path, *, target: str = DEFAULT_TARGET, input_shapes: dict | None = None):
+    """An ONNX model without recurrent layers as a MIL ``Program`` and its description (the operator table's
+    tests translate one operator so). ``base_dir``: where its external data is."""
+    return translate_proto(_Prepared(proto, []), base_dir / "model.onnx", target=target, input_shapes=input_shapes)
+
+
+def translate_proto(
+    prepared: _Prepared,
+    path: Path,
+    *,
+    strategy: str = "auto",
+    target: str = DEFAULT_TARGET,
+    input_shapes: dict[str, list[int]] | None = None,
+):
     ct = _ct()
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, Program
 
-    prepared = _Prepared(model)
     graph = prepared.proto.graph
     names: dict[str, str] = {}
-    placeholders = _placeholders(model, graph, input_shapes or {}, names)
+    placeholders = _placeholders(path, graph, input_shapes or {}, names)
     t = Translation(mb, prepared.opset)
     described: list[dict] = []
     failures: list[Untranslatable] = []
     with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
-        constants = _initializers(model, graph)
-        t.values.update(constants)
+        t.values.update(_initializers(path, graph))
         for onnx_name, mil_name in names.items():
             t.values[onnx_name] = function.inputs[mil_name]
         _translate_graph(t, graph, prepared, strategy, target, described, failures)
         if failures:
-            refuse_untranslatable(model, failures)
+            refuse_untranslatable(path, failures)
         outputs = []
         for out in graph.output:
             names[out.name] = safe_name(out.name)
@@ -96,7 +118,7 @@ def build_whole(
         function.set_outputs(outputs)
     if len(set(names.values())) != len(names):
         raise UsageError(
-            f"{model.path}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})"
+            f"{path}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})"
         )
     program = Program()
     program.add_function("main", function)
@@ -111,7 +133,21 @@ def build_whole(
     }
 
 
-def _placeholders(model: Model, graph, input_shapes: dict, names: dict) -> dict:
+def carry_metadata(model: Model, mlmodel) -> None:
+    """The source ONNX model's own metadata on the package: its doc string as the description, its producer and
+    metadata properties as user-defined metadata (gatepack's own key apart)."""
+    from gatepack.converters.formats.onnx import load_proto
+
+    proto = load_proto(Path(model.path))
+    mlmodel.short_description = proto.doc_string or f"{Path(model.path).name}, written whole by gatepack"
+    if proto.producer_name:
+        mlmodel.user_defined_metadata["source_producer"] = f"{proto.producer_name} {proto.producer_version}".strip()
+    for prop in proto.metadata_props:
+        if prop.key != "gatepack":
+            mlmodel.user_defined_metadata[prop.key] = prop.value
+
+
+def _placeholders(path: Path, graph, input_shapes: dict, names: dict) -> dict:
     """A MIL placeholder per graph input (initializers apart), its symbolic dims flexible unless given."""
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import get_new_symbol, types
@@ -121,14 +157,14 @@ def _placeholders(model: Model, graph, input_shapes: dict, names: dict) -> dict:
     placeholders = {}
     unknown = set(input_shapes) - {i.name for i in graph.input}
     if unknown:
-        raise UsageError(f"{model.path}: --input-shape names {sorted(unknown)}, which the model does not take")
+        raise UsageError(f"{path}: --input-shape names {sorted(unknown)}, which the model does not take")
     for value in graph.input:
         if value.name in initialized:
             continue
         tensor = value.type.tensor_type
         if tensor.elem_type not in _IO_TYPES:
             raise RefusedError(
-                f"{model.path}: input {value.name!r} has ONNX element type {tensor.elem_type}, which a Core ML "
+                f"{path}: input {value.name!r} has ONNX element type {tensor.elem_type}, which a Core ML "
                 "input cannot carry",
                 hint="pass --layers-only for the recurrent layers alone",
             )
@@ -142,7 +178,7 @@ def _placeholders(model: Model, graph, input_shapes: dict, names: dict) -> dict:
             given = list(input_shapes[value.name])
             if len(given) != len(dims) or any(isinstance(d, int) and d != g for d, g in zip(dims, given)):
                 shown = [d if isinstance(d, int) else "?" for d in dims]
-                raise UsageError(f"{model.path}: --input-shape {value.name}={given} does not fit its shape {shown}")
+                raise UsageError(f"{path}: --input-shape {value.name}={given} does not fit its shape {shown}")
             dims = given
         names[value.name] = safe_name(value.name)
         dtype = getattr(types, _IO_TYPES[tensor.elem_type])
@@ -150,10 +186,10 @@ def _placeholders(model: Model, graph, input_shapes: dict, names: dict) -> dict:
     return placeholders
 
 
-def _initializers(model: Model, graph) -> dict[str, np.ndarray]:
+def _initializers(path: Path, graph) -> dict[str, np.ndarray]:
     from onnx import numpy_helper
 
-    return {t.name: numpy_helper.to_array(t, base_dir=str(Path(model.path).parent)) for t in graph.initializer}
+    return {t.name: numpy_helper.to_array(t, base_dir=str(path.parent)) for t in graph.initializer}
 
 
 def _translate_graph(
@@ -299,9 +335,9 @@ def refusal_summary(failures: list[Untranslatable]) -> str:
     return f"{len(failures)} node{'s' if len(failures) != 1 else ''} Core ML cannot hold: " + "; ".join(parts)
 
 
-def refuse_untranslatable(model: Model, failures: list[Untranslatable]) -> NoReturn:
+def refuse_untranslatable(path: Path, failures: list[Untranslatable]) -> NoReturn:
     raise RefusedError(
-        f"{model.path}: {refusal_summary(failures)}",
+        f"{path}: {refusal_summary(failures)}",
         hint="pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep the "
         "whole model",
     )

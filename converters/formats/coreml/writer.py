@@ -82,7 +82,6 @@ def write(
     pass, then only constant folding and cast/dead-code clean-up)."""
     from gatepack.converters.formats.coreml import whole
 
-    ct = _ct()
     path = Path(path)
     _target_rank(minimum_deployment_target)
     if compress_to_fp16 and _target_rank(minimum_deployment_target) < TARGETS.index(FP16_TARGET):
@@ -97,6 +96,18 @@ def write(
             )
         else:
             program, described = build(model, strategy=strategy, target=minimum_deployment_target)
+    save_package(program, described, path, minimum_deployment_target, compress_to_fp16, carry=model)
+
+
+def save_package(
+    program, described: dict, path: Path, target: str, compress_to_fp16: bool = False, carry: Model | None = None
+) -> None:
+    """Convert a MIL program built by gatepack to an ML Program package at ``path`` with gatepack's metadata
+    (``described``) and, for a whole model, the source model's own metadata (``carry``)."""
+    from gatepack.converters.formats.coreml import whole
+
+    ct = _ct()
+    minimum_deployment_target = target
     described["precision"] = "fp16" if compress_to_fp16 else "fp32"
     # coremltools converts into a package it makes in the system's temporary folder and removes only when
     # the process exits: gatepack has it made in its own staging folder instead, removed when the package
@@ -122,8 +133,8 @@ def write(
             ) from None
         mlmodel.user_defined_metadata[METADATA_KEY] = json.dumps(described)
         mlmodel.short_description = "recurrent layers written by gatepack"
-        if described.get("whole"):
-            whole.carry_metadata(model, mlmodel)
+        if described.get("whole") and carry is not None:
+            whole.carry_metadata(carry, mlmodel)
         mlmodel.save(str(staging / "model.mlpackage"))
         if path.is_dir():
             shutil.rmtree(path)
