@@ -296,6 +296,8 @@ def _convert(
                 hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
             )
         model = with_layout(model, layout)
+    if given.shapes:  # a whole model's writer and its finding fix the model's symbolic dimensions so
+        model = replace(model, meta={**model.meta, "input_shapes": dict(given.shapes)})
     findings = _findings(model, info.name, write_options)
     _refuse_blocking(label, findings, allow_lossy, layers_only)
     result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
@@ -306,8 +308,7 @@ def _convert(
     )
     with staging as tmp:
         progress.step(f"writing {len(model.layers)} layer(s) as {info.name}")
-        shaped = {"input_shapes": given.shapes} if given.shapes and _takes(implementation.write, "input_shapes") else {}
-        implementation.write(model, tmp, **write_options, **shaped)
+        implementation.write(model, tmp, **write_options)
         if verify:
             progress.step(f"reading back {dst}")
             written = implementation.read(tmp)
@@ -337,13 +338,6 @@ def _convert(
                     hint="rerun with --no-verify to keep the output for inspection",
                 )
     return result
-
-
-def _takes(function, parameter: str) -> bool:
-    """Whether ``function`` takes the keyword ``parameter`` (a writer that fixes a whole model's input shapes)."""
-    import inspect
-
-    return parameter in inspect.signature(function).parameters
 
 
 def _findings(model: "Model", target: str, write_options: dict) -> dict[str, list["Finding"]]:

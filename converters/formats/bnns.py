@@ -691,8 +691,26 @@ def check(layer: RecurrentLayer, **_options) -> list[Finding]:
     return found
 
 
+def whole_model_finding(model: Model) -> Finding | None:
+    """A whole ONNX model for BNNSGraph: its artifact is the compiled Core ML package (BNNSGraph compiles an
+    ``.mlmodelc``), which ``--to coreml`` writes; this format's bundle holds layers only."""
+    if not (model.format == "onnx" and model.keeps_whole):
+        return None
+    return Finding(
+        "model",
+        Status.UNSUPPORTED,
+        f"a BNNS bundle holds recurrent layers alone, not the model's {model.other_ops_text()}; BNNSGraph runs a "
+        "whole model from the Core ML package compiled: convert --to coreml, then `xcrun coremlcompiler compile "
+        "MODEL.mlpackage OUT/` and load OUT/MODEL.mlmodelc with BNNSGraphCompileFromFile (Swift: "
+        "BNNSGraph.Context(compileFromPath:))",
+        alternative="convert --to coreml for the whole model (BNNSGraph compiles it), or pass --layers-only for the "
+        "layers alone as a BNNS bundle",
+    )
+
+
 IMPLEMENTATION = FormatImplementation(
     read=read,
+    whole_model_finding=whole_model_finding,
     write=write,
     check=check,
     run_native=run_native,

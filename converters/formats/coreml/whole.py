@@ -16,7 +16,7 @@ import numpy as np
 from gatepack.converters.description import describe
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.coreml.common import DEFAULT_TARGET, _ct, safe_name
+from gatepack.converters.formats.coreml.common import DEFAULT_TARGET, _ct, _quiet, safe_name
 from gatepack.converters.formats.coreml.translate import Translation, Untranslatable, mil_constant
 from gatepack.converters.formats.coreml.writer import emit_layer
 from gatepack.converters.model import Model
@@ -66,17 +66,11 @@ class _Prepared:
         return cls(proto, onnx_format.reread(model.path, proto).layers)
 
 
-def build_whole(
-    model: Model,
-    *,
-    strategy: str = "auto",
-    target: str = DEFAULT_TARGET,
-    input_shapes: dict[str, list[int]] | None = None,
-):
-    """The whole model as a MIL ``Program`` and gatepack's description of it (names, layers, operators)."""
-    return translate_proto(
-        _Prepared.of(model), Path(model.path), strategy=strategy, target=target, input_shapes=input_shapes
-    )
+def build_whole(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET):
+    """The whole model as a MIL ``Program`` and gatepack's description of it (names, layers, operators), its
+    symbolic input dimensions fixed by the user's ``--input-shape``s (``model.meta["input_shapes"]``)."""
+    shapes = model.meta.get("input_shapes")
+    return translate_proto(_Prepared.of(model), Path(model.path), strategy=strategy, target=target, input_shapes=shapes)
 
 
 def translate_onnx(proto, base_dir: Path, *, target: str = DEFAULT_TARGET, input_shapes: dict | None = None):
@@ -344,15 +338,45 @@ def refuse_untranslatable(path: Path, failures: list[Untranslatable]) -> NoRetur
 
 
 def whole_model_finding(model: Model) -> Finding | None:
-    """The report's ``model`` finding for a whole ONNX model written as one ML Program."""
+    """The report's ``model`` finding for a whole ONNX model written as one ML Program: from the same translation
+    ``convert`` runs (its verdict cached per unchanged file and input shapes), so the report never calls exact a
+    model with an operator the table cannot write."""
     if not is_whole_model(model):
         return None
+    refusal = _translation_refusal(model)
+    if refusal is not None:
+        return Finding(
+            "model",
+            Status.UNSUPPORTED,
+            refusal,
+            alternative="pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which "
+            "keep the whole model",
+        )
     return Finding(
         "model",
         Status.EXACT,
         f"whole model in one ML Program: gatepack translates the model's {model.other_ops_text()} to MIL ops and "
         "writes every recurrent layer",
     )
+
+
+_VERDICTS: dict[tuple, str | None] = {}
+
+
+def _translation_refusal(model: Model) -> str | None:
+    """Why the model does not translate (None: it does), asked once per unchanged file and input shapes."""
+    path = Path(model.path)
+    stat = path.stat()
+    shapes = model.meta.get("input_shapes") or {}
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, tuple(sorted((k, tuple(v)) for k, v in shapes.items())))
+    if key not in _VERDICTS:
+        try:
+            with _quiet():
+                build_whole(model)
+            _VERDICTS[key] = None
+        except (RefusedError, UsageError) as err:
+            _VERDICTS[key] = err.message.removeprefix(f"{path}: ")
+    return _VERDICTS[key]
 
 
 __all__ = ["build_whole", "is_whole_model", "mil_constant", "whole_model_finding"]

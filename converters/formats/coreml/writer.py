@@ -74,10 +74,9 @@ def write(
     strategy: str = "auto",
     minimum_deployment_target: str = DEFAULT_TARGET,
     compress_to_fp16: bool = False,
-    input_shapes: dict[str, list[int]] | None = None,
 ) -> None:
     """Write ``model`` as one ML Program package at ``path`` (NAME.mlpackage): its layers, or the whole ONNX model
-    around them (``whole``; ``input_shapes`` fixes its symbolic input dimensions); fp32, or with
+    around them (``whole``; the user's input shapes in ``model.meta`` fix its symbolic dimensions); fp32, or with
     ``compress_to_fp16`` fp16 weights and fp16 arithmetic behind an fp32 interface (coremltools' own fp16 cast
     pass, then only constant folding and cast/dead-code clean-up)."""
     from gatepack.converters.formats.coreml import whole
@@ -91,9 +90,7 @@ def write(
         )
     with _quiet():  # coremltools prints notes while building constants
         if whole.is_whole_model(model):
-            program, described = whole.build_whole(
-                model, strategy=strategy, target=minimum_deployment_target, input_shapes=input_shapes
-            )
+            program, described = whole.build_whole(model, strategy=strategy, target=minimum_deployment_target)
         else:
             program, described = build(model, strategy=strategy, target=minimum_deployment_target)
     save_package(program, described, path, minimum_deployment_target, compress_to_fp16, carry=model)
