@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("coremltools")

@@ -242,9 +242,9 @@ def _run_block(block, env: dict, path: Path) -> None:
             args = {key: _lookup(var, env) for key, var in op.inputs.items()}
         except _Missing:
             continue
-        if op.op_type == "while_loop":
+        if op.op_type in _CONTROL_FLOW:
             try:
-                results = _while_loop(op, args["loop_vars"], env, path)
+                results = _CONTROL_FLOW[op.op_type](op, args, env, path)
             except _Missing:  # its body reads a value that was not given (another layer's): skip it
                 continue
         else:
@@ -269,7 +269,9 @@ def _lookup(var, env: dict):
     raise _Missing(var.name)
 
 
-def _while_loop(op, values: list, env: dict, path: Path) -> tuple:
+def _while_loop(op, args: dict, env: dict, path: Path) -> tuple:
+    """MIL while_loop: ``loop_vars`` carried through the body block while the cond block says so."""
+    values = args["loop_vars"]
     cond_block, body_block = op.blocks
     while True:
         scope = dict(env)
@@ -281,6 +283,17 @@ def _while_loop(op, values: list, env: dict, path: Path) -> tuple:
         scope.update({var.name: value for var, value in zip(body_block.inputs, values)})
         _run_block(body_block, scope, path)
         values = [_lookup(var, scope) for var in body_block.outputs]
+
+
+def _cond(op, args: dict, env: dict, path: Path) -> tuple:
+    """MIL cond: the true block when ``pred`` holds, else the false block; the block's outputs are the op's."""
+    block = op.blocks[0] if bool(np.asarray(args["pred"]).reshape(-1)[0]) else op.blocks[1]
+    scope = dict(env)
+    _run_block(block, scope, path)
+    return tuple(_lookup(var, scope) for var in block.outputs)
+
+
+_CONTROL_FLOW = {"while_loop": _while_loop, "cond": _cond}
 
 
 def execute(function, inputs: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:

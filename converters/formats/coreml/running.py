@@ -36,7 +36,8 @@ def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.n
     path = Path(path)
     function, meta = _load_program(path)
     names = (meta or {}).get("names", {})
-    feed = {names.get(k, k): v for k, v in inputs.items()}
+    scalars = set((meta or {}).get("scalar_inputs", []))  # a whole model's scalar inputs are [1] in the package
+    feed = {names.get(k, k): np.reshape(v, (1,)) if k in scalars and np.ndim(v) == 0 else v for k, v in inputs.items()}
     missing = [n for n in function.inputs if n not in feed]
     if missing:
         raise InputError(

@@ -93,14 +93,16 @@ def translate_proto(
 
     graph = prepared.proto.graph
     names: dict[str, str] = {}
-    placeholders = _placeholders(path, graph, input_shapes or {}, names)
+    scalars: list[str] = []
+    placeholders = _placeholders(path, graph, input_shapes or {}, names, scalars)
     t = Translation(mb, prepared.opset)
     described: list[dict] = []
     failures: list[Untranslatable] = []
     with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
         t.values.update(_initializers(path, graph))
         for onnx_name, mil_name in names.items():
-            t.values[onnx_name] = function.inputs[mil_name]
+            given = function.inputs[mil_name]
+            t.values[onnx_name] = mb.squeeze(x=given, axes=[0]) if onnx_name in scalars else given
         _translate_graph(t, graph, prepared, strategy, target, described, failures)
         if failures:
             refuse_untranslatable(path, failures)
@@ -124,6 +126,7 @@ def translate_proto(
         "other_ops": sorted(set(other)),
         "other_op_count": len(other),
         "source_opset": prepared.opset,
+        "scalar_inputs": scalars,
     }
 
 
@@ -141,8 +144,9 @@ def carry_metadata(model: Model, mlmodel) -> None:
             mlmodel.user_defined_metadata[prop.key] = prop.value
 
 
-def _placeholders(path: Path, graph, input_shapes: dict, names: dict) -> dict:
-    """A MIL placeholder per graph input (initializers apart), its symbolic dims flexible unless given."""
+def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: list) -> dict:
+    """A MIL placeholder per graph input (initializers apart), its symbolic dims flexible unless given. Core ML
+    inputs have a rank: a scalar input is [1] in the package (listed in ``scalars``; run takes either)."""
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import get_new_symbol, types
 
@@ -176,7 +180,9 @@ def _placeholders(path: Path, graph, input_shapes: dict, names: dict) -> dict:
             dims = given
         names[value.name] = safe_name(value.name)
         dtype = getattr(types, _IO_TYPES[tensor.elem_type])
-        placeholders[names[value.name]] = mb.placeholder(shape=tuple(dims) or (1,), dtype=dtype)
+        placeholders[names[value.name]] = mb.placeholder(shape=tuple(dims) or (1,), dtype=dtype)  # no rank-0 inputs
+        if not dims:
+            scalars.append(value.name)
     return placeholders
 
 
@@ -201,15 +207,15 @@ def _translate_graph(
         try:
             if node.domain not in ("", "ai.onnx"):
                 t.refuse(node, f"an operator of domain {node.domain!r}")
-            if node.op_type == "If":
-                _translate_if(t, node, prepared, strategy, target, described, failures)
-                continue
             if any(name and name not in t.values for name in node.input):
                 if failures:
                     continue  # it reads what a node that could not be translated computes: that node is named
                 t.refuse(
                     node, f"it reads {[n for n in node.input if n and n not in t.values]}, computed nowhere before"
                 )
+            if node.op_type == "If":
+                _translate_if(t, node, prepared, strategy, target, described, failures)
+                continue
             inputs = [t.values[name] if name else None for name in node.input]
             constant_inputs = all(v is None or isinstance(v, np.ndarray) for v in inputs)
             if node.op_type == "Constant" or (node.input and constant_inputs and node.op_type not in _NOT_FOLDED):
@@ -235,20 +241,49 @@ def _translate_graph(
 def _translate_if(
     t: Translation, node, prepared: _Prepared, strategy: str, target: str, described: list, failures: list
 ) -> None:
-    """An ``If`` whose condition is known at conversion time: its chosen branch, translated in place (the branch
-    reads the outer graph's values; its outputs become the node's). One decided at run time is refused."""
-    condition = t.values.get(node.input[0])
-    if not isinstance(condition, np.ndarray):
-        t.refuse(node, "its condition is computed at run time (Core ML's cond is not written yet)")
-    branch = t.attr(node, "then_branch" if bool(np.asarray(condition).reshape(-1)[0]) else "else_branch")
-    for init in branch.initializer:
-        from onnx import numpy_helper
+    """An ``If``: when its condition is known at conversion time, the chosen branch translated in place (it reads
+    the outer graph's values; its outputs become the node's); else MIL's ``cond`` holding both branches."""
+    condition = t.value(node, 0)
+    if isinstance(condition, np.ndarray):
+        branch = t.attr(node, "then_branch" if bool(np.asarray(condition).reshape(-1)[0]) else "else_branch")
+        t.values.update(_branch_constants(branch))
+        _translate_graph(t, branch, prepared, strategy, target, described, failures)
+        for inner, outer in zip(branch.output, node.output):
+            if inner.name in t.values:
+                t.values[outer] = t.values[inner.name]
+        return
 
-        t.values[init.name] = numpy_helper.to_array(init)
-    _translate_graph(t, branch, prepared, strategy, target, described, failures)
-    for inner, outer in zip(branch.output, node.output):
-        if inner.name in t.values:
-            t.values[outer] = t.values[inner.name]
+    def block(branch):
+        def translate() -> tuple:
+            outer = dict(t.values)  # a block's values stay in the block
+            t.values.update(_branch_constants(branch))
+            before = len(failures)
+            _translate_graph(t, branch, prepared, strategy, target, described, failures)
+            if len(failures) > before:  # cannot finish the block: end it with stand-ins, the refusal names why
+                outputs = tuple(t.mb.const(val=np.zeros(1, np.float32)) for _ in branch.output)
+            else:
+                outputs = tuple(t.mb.identity(x=t.as_var(t.values[o.name])) for o in branch.output)
+            t.values = outer
+            return outputs
+
+        return translate
+
+    pred = condition if t.rank(condition) == 0 else t.mb.reshape(x=condition, shape=[])
+    try:
+        then, other = block(t.attr(node, "then_branch")), block(t.attr(node, "else_branch"))
+        results = t.mb.cond(pred=pred, _true_fn=then, _false_fn=other)
+    except Untranslatable:
+        raise
+    except Exception as err:  # coremltools' type checks: the branches' outputs differ in type or shape
+        t.refuse(node, f"MIL's cond cannot hold its branches: {' '.join(str(err).split())[:200]}")
+    results = results if isinstance(results, (list, tuple)) else [results]
+    t.values.update(zip(node.output, results))
+
+
+def _branch_constants(branch) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+
+    return {init.name: numpy_helper.to_array(init) for init in branch.initializer}
 
 
 def _static_shape(t: Translation, node) -> np.ndarray:
