@@ -479,7 +479,8 @@ def verify_whole(
     except GatepackError as err:  # named by where the artifact lands, never by the staging path
         err.message = err.message.replace(str(target_file), str(target.path))
         raise
-    computed = tuple(_computed_in(source, layer) for layer in source.layers)  # e.g. 8-bit quantized layers
+    # the precisions either side computes in: e.g. 8-bit quantized source layers, an fp16 target
+    computed = tuple(_computed_in(model, layer) for model in (source, target) for layer in model.layers)
     for name, value in expected.items():
         if name not in actual:
             result.outputs.append(

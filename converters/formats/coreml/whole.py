@@ -24,8 +24,8 @@ from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
 # ONNX element types (TensorProto.DataType) a package's inputs and outputs can carry, as MIL types' names
 _IO_TYPES = {1: "fp32", 10: "fp16", 6: "int32", 7: "int32", 11: "fp32"}  # int64 -> int32, double -> fp32
-# what a user feeds for an input whose type changes in the package
-_IO_CHANGES = {7: "int64 -> int32", 11: "float64 -> float32"}
+# what an input or output whose type changes in the package becomes (float64 loses precision: lossy)
+_IO_CHANGES = {7: "int64 -> int32 (values must fit)", 11: "float64 -> float32"}
 # nodes never evaluated at conversion time though their inputs are constant (values that must differ per run)
 _NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
@@ -94,7 +94,13 @@ def translate_proto(
     graph = prepared.proto.graph
     names: dict[str, str] = {}
     scalars: list[str] = []
-    placeholders = _placeholders(path, graph, input_shapes or {}, names, scalars)
+    changes: list[str] = []
+    placeholders = _placeholders(path, graph, input_shapes or {}, names, scalars, changes)
+    changes += [
+        f"output {o.name!r}: {_IO_CHANGES[o.type.tensor_type.elem_type]}"
+        for o in graph.output
+        if o.type.tensor_type.elem_type in _IO_CHANGES
+    ]
     t = Translation(mb, prepared.opset)
     described: list[dict] = []
     failures: list[Untranslatable] = []
@@ -127,6 +133,7 @@ def translate_proto(
         "other_op_count": len(other),
         "source_opset": prepared.opset,
         "scalar_inputs": scalars,
+        "interface_changes": changes,
     }
 
 
@@ -144,9 +151,10 @@ def carry_metadata(model: Model, mlmodel) -> None:
             mlmodel.user_defined_metadata[prop.key] = prop.value
 
 
-def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: list) -> dict:
+def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: list, changes: list) -> dict:
     """A MIL placeholder per graph input (initializers apart), its symbolic dims flexible unless given. Core ML
-    inputs have a rank: a scalar input is [1] in the package (listed in ``scalars``; run takes either)."""
+    inputs have a rank: a scalar input is [1] in the package (listed in ``scalars``; run takes either). What
+    changes in the interface is appended to ``changes``."""
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import get_new_symbol, types
 
@@ -183,6 +191,9 @@ def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: l
         placeholders[names[value.name]] = mb.placeholder(shape=tuple(dims) or (1,), dtype=dtype)  # no rank-0 inputs
         if not dims:
             scalars.append(value.name)
+            changes.append(f"input {value.name!r}: a scalar, [1] in the package (run takes either)")
+        if tensor.elem_type in _IO_CHANGES:
+            changes.append(f"input {value.name!r}: {_IO_CHANGES[tensor.elem_type]}")
     return placeholders
 
 
@@ -378,7 +389,7 @@ def whole_model_finding(model: Model) -> Finding | None:
     model with an operator the table cannot write."""
     if not is_whole_model(model):
         return None
-    refusal = _translation_refusal(model)
+    refusal, changes = _translation_verdict(model)
     if refusal is not None:
         return Finding(
             "model",
@@ -387,19 +398,22 @@ def whole_model_finding(model: Model) -> Finding | None:
             alternative="pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which "
             "keep the whole model",
         )
-    return Finding(
-        "model",
-        Status.EXACT,
+    whole = (
         f"whole model in one ML Program: gatepack translates the model's {model.other_ops_text()} to MIL ops and "
-        "writes every recurrent layer",
+        "writes every recurrent layer"
     )
+    if changes:  # Core ML's interface types: the model's own names, not quite its own types
+        lossy = any("float64" in c for c in changes)
+        return Finding("model", Status.LOSSY if lossy else Status.REPACKED, f"{whole}; {'; '.join(changes)}")
+    return Finding("model", Status.EXACT, whole)
 
 
-_VERDICTS: dict[tuple, str | None] = {}
+_VERDICTS: dict[tuple, tuple[str | None, list[str]]] = {}
 
 
-def _translation_refusal(model: Model) -> str | None:
-    """Why the model does not translate (None: it does), asked once per unchanged file and input shapes."""
+def _translation_verdict(model: Model) -> tuple[str | None, list[str]]:
+    """Why the model does not translate (None: it does) and what changes in its interface, asked once per
+    unchanged file and input shapes."""
     path = Path(model.path)
     stat = path.stat()
     shapes = model.meta.get("input_shapes") or {}
@@ -407,10 +421,10 @@ def _translation_refusal(model: Model) -> str | None:
     if key not in _VERDICTS:
         try:
             with _quiet():
-                build_whole(model)
-            _VERDICTS[key] = None
+                _, described = build_whole(model)
+            _VERDICTS[key] = (None, described["interface_changes"])
         except (RefusedError, UsageError) as err:
-            _VERDICTS[key] = err.message.removeprefix(f"{path}: ")
+            _VERDICTS[key] = (err.message.removeprefix(f"{path}: "), [])
     return _VERDICTS[key]
 
 
