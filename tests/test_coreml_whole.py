@@ -1,0 +1,107 @@
+"""Whole ONNX models to Core ML (issue 30's acceptance): each real model converts to one ML Program with its own
+interface, verified end to end — onnxruntime on the unmodified source against the package read back from disk and
+run on gatepack's MIL interpreter — at 1e-4; a model with an operator outside the table is refused naming it; the
+report agrees with convert on the ``model`` finding."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from helpers import REALMODELS
+from onnx import TensorProto, helper
+
+import gatepack as gp
+from gatepack.cli import main
+
+pytest.importorskip("coremltools")
+
+# the real models and the input shapes that fix their symbolic dimensions (the interface stays the model's own)
+REAL = {
+    "gtcrn_stream.onnx": {},
+    "gtcrn_stream_simple.onnx": {},
+    "ulunas_stream_simple.onnx": {},
+    "dfn3_enc.onnx": {},
+    "dfn3_erb_dec.onnx": {},
+    "dfn3_df_dec.onnx": {},
+    "dpcrn_online_simple_lstm.onnx": {},
+    "dtln_model_1_lstm.onnx": {},
+    "silero_vad_openvino_16k_lstm.onnx": {},
+    "silero_vad_v4_lstm_in_if.onnx": {},
+}
+TOLERANCE = 1e-4
+
+
+def _interface(path) -> list[tuple[str, str]]:
+    """(name, kind) of a model's inputs and outputs, in order."""
+    proto = onnx.load(str(path), load_external_data=False)
+    initialized = {t.name for t in proto.graph.initializer}
+    return [(i.name, "input") for i in proto.graph.input if i.name not in initialized] + [
+        (o.name, "output") for o in proto.graph.output
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_model_converts_whole_and_verifies(name, tmp_path):
+    src, out = REALMODELS / name, tmp_path / "m.mlpackage"
+    result = gp.convert(src, out, input_shapes=REAL[name] or None)
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    assert not result.verification.incomplete
+    assert max(o.max_abs_error for o in result.verification.outputs) <= TOLERANCE
+    compared = {o.output for o in result.verification.outputs}
+    assert compared == {n for n, kind in _interface(src) if kind == "output"}  # every output, by its own name
+    taken = [n for n, _, _ in gp.converters.registry.reader("coreml").graph_inputs(out)]
+    assert taken == [n for n, kind in _interface(src) if kind == "input"]  # the model's own input names, in order
+    read = gp.load(out)
+    assert len(read.layers) == len(gp.load(src).layers) and read.other_ops
+
+
+def _model_with(op_type: str, **attributes) -> onnx.ModelProto:
+    """X -> GRU -> Y -> op_type -> out: a whole model whose one other operator is ``op_type``."""
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("W", TensorProto.FLOAT, [1, 12, 3], rng.standard_normal(36).astype(np.float32))
+    r = helper.make_tensor("R", TensorProto.FLOAT, [1, 12, 4], rng.standard_normal(48).astype(np.float32))
+    nodes = [
+        helper.make_node("GRU", ["x", "W", "R"], ["y"], hidden_size=4, name="gru"),
+        helper.make_node(op_type, ["y"], ["out"], name="the_odd_one", **attributes),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 3])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [w, r],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_operator_outside_the_table_is_refused_naming_it_and_the_report_agrees(tmp_path):
+    src, out = tmp_path / "odd.onnx", tmp_path / "odd.mlpackage"
+    onnx.save(_model_with("Hardmax"), src)
+    runner = CliRunner()
+    refused = runner.invoke(main, ["convert", str(src), "--to", "coreml", "-o", str(out), "--json"])
+    assert refused.exit_code == 4, refused.output
+    error = json.loads(refused.stdout)
+    assert "Hardmax" in error["error"] and "'the_odd_one'" in error["error"] and "--layers-only" in error["hint"]
+    assert not out.exists()
+    report = json.loads(runner.invoke(main, ["report", str(src), "--to", "coreml", "--json"]).stdout)
+    assert report["model"]["coreml"]["status"] == "unsupported" and "Hardmax" in report["model"]["coreml"]["detail"]
+    done = runner.invoke(main, ["convert", str(src), "--to", "coreml", "-o", str(out), "--layers-only"])
+    assert done.exit_code == 0, done.output
+
+
+@pytest.mark.parametrize("target", ["onnx", "openvino", "coreml", "bnns", "directml"])
+def test_report_and_convert_agree_on_the_model_finding(target, tmp_path):
+    src = REALMODELS / "dtln_model_1_lstm.onnx"
+    finding = gp.report(src, target).to_json()["model"][target]
+    suffix = {"onnx": "m.onnx", "openvino": "m.xml", "coreml": "m.mlpackage", "bnns": "m.bnns", "directml": "m.json"}
+    runner = CliRunner()
+    done = runner.invoke(main, ["convert", str(src), "--to", target, "-o", str(tmp_path / suffix[target]), "--json"])
+    if finding["status"] == "unsupported":
+        assert done.exit_code == 4 and json.loads(done.stdout)["findings"][0]["detail"] == finding["detail"]
+    else:
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.stdout)["whole_model"]
