@@ -105,3 +105,14 @@ def test_report_and_convert_agree_on_the_model_finding(target, tmp_path):
     else:
         assert done.exit_code == 0, done.output
         assert json.loads(done.stdout)["whole_model"]
+
+
+def test_whole_model_in_fp16_is_lossy_and_verified_at_fp16_tolerance(tmp_path):
+    src, out = REALMODELS / "burn_rnn.onnx", tmp_path / "m.mlpackage"
+    with pytest.raises(gp.RefusedError, match="allow-lossy|lossy"):
+        gp.convert(src, out, compress_to_fp16=True, minimum_deployment_target="iOS17")
+    result = gp.convert(src, out, compress_to_fp16=True, minimum_deployment_target="iOS17", allow_lossy=True)
+    assert result.whole and result.verification.passed
+    worst = max(result.verification.outputs, key=lambda o: o.max_abs_error)
+    assert 1e-6 < worst.max_abs_error and worst.atol >= 1e-3  # computed in fp16, compared at fp16's tolerance
+    assert any(f.status.value == "lossy" for fs in result.findings.values() for f in fs)
