@@ -284,9 +284,11 @@ def _convert(
         source_info = registry.check_name(source_format or registry.detect(src))
         inputs = [Path(src)] + [Path(src).with_suffix(c) for c in source_info.companions]
         prepare_output(dst, info.output_kind, inputs)
+        registry.check_output_name(dst, info)
         progress.step(f"reading {src}")
         source, label = load(src, source_format, **read_options), str(src)
     prepare_output(dst, info.output_kind, _inputs_of(source))  # and every file the source was read from
+    registry.check_output_name(dst, info)
     model = as_layers_only(source) if layers_only else source
     if layout is not None and any(layer.interface.layout != layout for layer in model.layers):
         if model.keeps_whole and implementation.whole_model_finding(model) is not None:

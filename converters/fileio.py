@@ -376,9 +376,17 @@ def _make_parent(target: Path) -> list[Path]:
         parent = parent.parent
     if parent.exists() and not parent.is_dir():
         raise UsageError(f"{target}: its folder {parent} is a file", hint="choose another -o path")
-    for folder in reversed(missing):
-        folder.mkdir()
-    return list(reversed(missing))
+    if any(folder.name in ("..", ".") for folder in missing):  # 'missing/..' exists only once 'missing' is made
+        raise UsageError(f"{target}: its folder {target.parent} does not exist", hint="choose another -o path")
+    made: list[Path] = []
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.append(folder)
+    except OSError:
+        _undo_parents(made)
+        raise
+    return made
 
 
 def _undo_parents(created: list[Path]) -> None:

@@ -395,6 +395,40 @@ def detect(path: str | Path, *, writing: bool = False) -> str:
     )
 
 
+# suffixes of model files gatepack writes in no format (an output named so would not read back as its target)
+FOREIGN_SUFFIXES = {
+    ".mlmodel": "Core ML's older single-file format",
+    ".tflite": "a LiteRT (TensorFlow Lite) model",
+    ".pt": "a PyTorch file",
+    ".pth": "a PyTorch file",
+    ".h5": "a Keras HDF5 model",
+    ".keras": "a Keras model",
+    ".pb": "a TensorFlow graph",
+    ".npz": "a NumPy archive",
+}
+
+
+def check_output_name(path: str | Path, info: FormatInfo) -> None:
+    """Refuse an output path whose suffix names another format (or a model file no format here writes), and a
+    single-file format's path without its own suffix: what gatepack writes must read back as what it is."""
+    suffix = Path(path).suffix.lower()
+    if suffix in info.suffixes:
+        return
+    other = next((f for f in FORMATS.values() if suffix and suffix in f.suffixes), None)
+    named = f"names the {other.name} format" if other else FOREIGN_SUFFIXES.get(suffix)
+    if named is None and (info.is_directory or not info.suffixes):
+        return  # a directory artifact may be named freely
+    right = Path(path).with_suffix(info.suffixes[0]).name if info.suffixes else Path(path).stem
+    why = (
+        f"{suffix!r} is {named}"
+        if other is None and named
+        else f"{suffix!r} {named}"
+        if named
+        else (f"it does not end in {' or '.join(info.suffixes)}")
+    )
+    raise UsageError(f"{path}: --to {info.name} writes {info.artifact}, and {why}", hint=f"-o {right}")
+
+
 TORCH_EXPORT = "export the module the weights belong to: torch.onnx.export(model, example_inputs, 'NAME.onnx')"
 KERAS_EXPORT = "export it to ONNX: tf2onnx.convert.from_keras(keras.models.load_model(PATH), output_path='NAME.onnx')"
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
