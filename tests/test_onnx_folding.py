@@ -78,6 +78,11 @@ def test_silero_v4_nested_ifs_inline_and_the_sample_rate_if_stays():
     # each decided If keeps one branch: half of the LSTM nodes (those on the other paths) are gone
     assert op_counts(folded)["If"] == 1 and (op_counts(source)["LSTM"], op_counts(folded)["LSTM"]) == (8, 4)
     assert [n.op_type for n in folded.graph.node][-1] == "If"
+
+    def lstm_inputs(proto):
+        return {tuple(n.input[:2]) for g in subgraphs_of(proto.graph) for n in g.node if n.op_type == "LSTM"}
+
+    assert lstm_inputs(folded) < lstm_inputs(source)  # the moved nodes keep their names (nothing clashes)
     # a symbol given through one input fixes it in the others: batch from 'input' reaches h and c
     only_input = fold(source, {"input": [1, 512]})
     dims = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in only_input.graph.input}

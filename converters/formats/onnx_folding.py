@@ -57,7 +57,7 @@ def fold(proto: onnx.ModelProto, input_shapes: dict[str, list[int]] | None = Non
         del graph.value_info[:]  # stale symbolic shapes would stop inference from refining them
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     for _ in range(_MAX_ROUNDS):
-        folder = _Folder(opsets, _inferred_types(model), _name_counts(model))
+        folder = _Folder(opsets, _inferred_types(model), _name_counts_in([model.graph]))
         folder.fold_graph(model.graph, {}, main=True)
         if not folder.changed:
             break
@@ -135,11 +135,11 @@ def _defined(graph: onnx.GraphProto) -> set[str]:
     return names | {o for node in graph.node for o in node.output if o}
 
 
-def _name_counts(model: onnx.ModelProto) -> Counter:
-    """How many graphs of the model define each tensor name, and how many nodes bear each node name (a name
-    moved out of a branch clashes when something else has it too)."""
+def _name_counts_in(graphs: list[onnx.GraphProto]) -> Counter:
+    """How many of ``graphs`` and the graphs nested in them define each tensor name, and how many of their nodes
+    bear each node name (a name moved out of a branch clashes when something else has it too)."""
     counts: Counter = Counter()
-    for graph in subgraphs_of(model.graph):
+    for graph in (g for top in graphs for g in subgraphs_of(top)):
         counts.update(_defined(graph))
         counts.update(node.name for node in graph.node if node.name)
     return counts
@@ -329,6 +329,8 @@ class _Folder:
         clash (each branch output produced in the branch takes the If's output name), then Identity nodes for
         the outputs that are not (read from outside the branch, or one tensor for several outputs)."""
         branch = next(a.g for a in node.attribute if a.name == ("then_branch" if chosen else "else_branch"))
+        self.names -= _name_counts_in(node_subgraphs(node))  # both branches leave; a name clashes if found elsewhere
+        self.names.update(_name_counts_in([branch]))
         own = _defined(branch)
         out_names = [o.name for o in branch.output]
         renamed: dict[str, str] = {}
