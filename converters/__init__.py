@@ -267,7 +267,7 @@ def _convert(
 ) -> Result:
     from gatepack.converters import registry
     from gatepack.converters.fileio import atomic_files, atomic_path, prepare_output
-    from gatepack.converters.model import Model, as_layers_only
+    from gatepack.converters.model import Model, as_layers_only, with_input_shapes
 
     info, implementation = registry.writer(to or registry.detect(dst, writing=True))
     read_options, write_options = _split_options(options)
@@ -287,7 +287,7 @@ def _convert(
         progress.step(f"reading {src}")
         source, label = load(src, source_format, **read_options), str(src)
     prepare_output(dst, info.output_kind, _inputs_of(source))  # and every file the source was read from
-    model = as_layers_only(source) if layers_only else source
+    model = with_input_shapes(as_layers_only(source) if layers_only else source, given.shapes)
     if layout is not None and any(layer.interface.layout != layout for layer in model.layers):
         if model.keeps_whole and implementation.whole_model_finding(model) is not None:
             raise UsageError(
