@@ -267,7 +267,7 @@ def _convert(
 ) -> Result:
     from gatepack.converters import registry
     from gatepack.converters.fileio import atomic_files, atomic_path, prepare_output
-    from gatepack.converters.model import Model, as_layers_only
+    from gatepack.converters.model import Model, as_layers_only, with_input_shapes
 
     info, implementation = registry.writer(to or registry.detect(dst, writing=True))
     read_options, write_options = _split_options(options)
@@ -288,8 +288,7 @@ def _convert(
         progress.step(f"reading {src}")
         source, label = load(src, source_format, **read_options), str(src)
     prepare_output(dst, info.output_kind, _inputs_of(source))  # and every file the source was read from
-    registry.check_output_name(dst, info)
-    model = as_layers_only(source) if layers_only else source
+    model = with_input_shapes(as_layers_only(source) if layers_only else source, given.shapes)
     if layout is not None and any(layer.interface.layout != layout for layer in model.layers):
         if model.keeps_whole and implementation.whole_model_finding(model) is not None:
             raise UsageError(
@@ -298,8 +297,6 @@ def _convert(
                 hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
             )
         model = with_layout(model, layout)
-    if given.shapes:  # a whole model's writer and its finding fix the model's symbolic dimensions so
-        model = replace(model, meta={**model.meta, "input_shapes": dict(given.shapes)})
     findings = _findings(model, info.name, write_options)
     _refuse_blocking(label, findings, allow_lossy, layers_only)
     result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)

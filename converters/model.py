@@ -74,6 +74,16 @@ class Model:
         return f", among them what looks recurrent but was not read as a layer ({names}{more}; inspect says why)"
 
 
+def with_input_shapes(model: Model, shapes: dict) -> Model:
+    """``model`` carrying the user's input shapes (input name -> dims, ``--input-shape``) for a target that fixes
+    the whole model's symbolic dimensions with them (OpenVINO folds a model its ONNX frontend refuses as it is)."""
+    return (
+        replace(model, meta={**model.meta, "input_shapes": {k: list(v) for k, v in shapes.items()}})
+        if shapes
+        else model
+    )
+
+
 def as_layers_only(model: Model) -> Model:
     """``model`` marked to be written as its recurrent layers alone (the operators around them dropped)."""
     return replace(model, meta={**model.meta, "layers_only": True}) if model.other_ops else model

@@ -388,3 +388,89 @@ def test_report_and_convert_agree_on_a_model_openvinos_frontend_refuses(tmp_path
     assert model.detail in str(err.value) and err.value.exit_code == 4 and not (tmp_path / "m.xml").exists()
     assert gp.convert(src, tmp_path / "m.onnx").passed
     assert gp.convert(src, tmp_path / "layers.xml", layers_only=True).passed
+
+
+def _conv_gru_behind_a_rank_if(batch: int | str) -> onnx.ModelProto:
+    """x [batch, 2, T] -> If(batch == 1) then x else Flatten(x) (a TorchScript-style guard on a shape) -> Conv1d
+    -> Transpose -> GRU. The If's branches differ in rank, so OpenVINO's ONNX frontend sees a Conv input of unknown
+    rank and refuses the model; folded for batch 1 the If is its then branch, and the frontend converts it."""
+    rng = np.random.default_rng(5)
+
+    def branch(name: str, node: onnx.NodeProto) -> onnx.GraphProto:
+        return helper.make_graph(
+            [node], name, [], [helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, None)]
+        )
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["x_shape"], end=1),
+        helper.make_node("Equal", ["x_shape", "one"], ["single"]),
+        helper.make_node("Squeeze", ["single"], ["is_single"]),
+        helper.make_node(
+            "If",
+            ["is_single"],
+            ["guarded"],
+            then_branch=branch("then", helper.make_node("Identity", ["x"], ["kept"])),
+            else_branch=branch("else", helper.make_node("Flatten", ["x"], ["flat"])),
+        ),
+        helper.make_node("Conv", ["guarded", "conv_w"], ["conv"]),
+        helper.make_node("Transpose", ["conv"], ["seq"], perm=[2, 0, 1]),
+        helper.make_node("GRU", ["seq", "W", "R"], ["Y", "Y_h"], hidden_size=3),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+        numpy_helper.from_array(rng.standard_normal((4, 2, 3)).astype(np.float32), "conv_w"),
+        numpy_helper.from_array(rng.standard_normal((1, 9, 4)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal((1, 9, 3)).astype(np.float32), "R"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "rank_guard",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 2, "T"])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h")],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_model_openvinos_frontend_takes_as_it_is_is_not_folded(tmp_path):
+    """Declared batch 1: OpenVINO decides the If itself (its condition folds from a static dimension), so the model
+    is imported as it is: `exact`, nothing folded."""
+    pytest.importorskip("openvino")
+    src = tmp_path / "guarded.onnx"
+    onnx.save(_conv_gru_behind_a_rank_if(1), src)
+    found = gp.report(src, to="openvino").layers[0].targets["openvino"].findings
+    assert next(f for f in found if f.feature == "model").status.value == "exact"
+
+
+def test_symbolic_dims_that_block_folding_ask_for_input_shapes(tmp_path):
+    """A symbolic batch leaves the If undecided, and OpenVINO's ONNX frontend refuses the Conv of unknown rank
+    behind it: convert refuses (exit 4, the report agreeing) naming --input-shape with the input's name; given
+    x=1,2,7 the model is folded for it (the If replaced by its then branch) and converts, the IR fixed to that
+    shape (a warning says so), matching onnxruntime on the original model."""
+    pytest.importorskip("openvino")
+    import openvino as ov
+
+    src, out = tmp_path / "guarded.onnx", tmp_path / "m.xml"
+    onnx.save(_conv_gru_behind_a_rank_if("B"), src)
+    with pytest.raises(RuntimeError, match="rank"):
+        ov.Core().read_model(str(src))  # the frontend itself
+    found = gp.report(src, to="openvino").layers[0].targets["openvino"].findings
+    refused = next(f for f in found if f.feature == "model")
+    with pytest.raises(gp.RefusedError) as err:
+        gp.convert(src, out)
+    assert refused.status.value == "unsupported" and refused.detail in str(err.value) and err.value.exit_code == 4
+    assert "Conv" in refused.detail and "--input-shape for x=d1,d2,..." in err.value.one_line() and not out.exists()
+    result = gp.convert(src, out, input_shapes={"x": (1, 2, 7)})
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    (layer,) = result.findings
+    model = next(f for f in result.findings[layer] if f.feature == "model")
+    assert model.status.value == "folded" and "folded first for the input shapes x [1, 2, 7]" in model.detail
+    assert model.warning == "the IR takes only the input shapes it was folded for (x [1, 2, 7])"
+    x = np.random.default_rng(7).uniform(-1, 1, (1, 2, 7)).astype(np.float32)
+    got = ov.Core().compile_model(str(out), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})({"x": x})
+    for name, expected in zip(("Y", "Y_h"), _session(str(src)).run(None, {"x": x})):
+        np.testing.assert_allclose(got[name], expected, atol=1e-5, rtol=1e-5)
+    with pytest.raises(
+        gp.UsageError, match=r"guarded.onnx: input 'x' is declared \['B', 2, 'T'\], given shape \[1, 2\]"
+    ):
+        gp.convert(src, tmp_path / "m.xml", input_shapes={"x": (1, 2)})

@@ -1201,6 +1201,11 @@ def in_place(model: Model, *, layout_encoding: str = "transpose", external: tupl
     return proto
 
 
+def embed_external_data(proto: onnx.ModelProto, source_dir: Path) -> None:
+    """Embed (in place) ``proto``'s external tensors, each read from a regular file inside ``source_dir``."""
+    _relocate_external_data(proto, source_dir, None, set())
+
+
 def _relocate_external_data(
     proto: onnx.ModelProto, source_dir: Path, external: tuple | None, written: set[str]
 ) -> None:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -186,16 +186,34 @@ def is_whole_model(model: Model) -> bool:
 def whole_model_finding(model: Model) -> Finding | None:
     """The report's ``model`` finding when the whole ONNX model goes into the IR (None otherwise): from the same
     import by OpenVINO's ONNX frontend that ``convert`` runs, so the report never calls exact a model that the
-    frontend refuses."""
+    frontend refuses. A model the frontend refuses as it is but takes once folded for its input shapes
+    (``onnx_folding``: the user's ``--input-shape``s, else the declared ones) is ``folded``."""
     if not is_whole_model(model):
         return None
-    refusal = _frontend_refusal(model)
-    if refusal is not None:
+    verdict = _frontend_verdict(model)
+    if verdict.refusal is not None:
         return Finding(
             "model",
             Status.UNSUPPORTED,
-            f"OpenVINO's ONNX frontend cannot convert the model's {model.other_ops_text()}: {refusal}",
-            alternative="convert to onnx, which keeps the whole model, or pass --layers-only for the layers alone",
+            f"OpenVINO's ONNX frontend cannot convert the model's {model.other_ops_text()}: {verdict.refusal}",
+            alternative=(
+                f"pass --input-shape for {verdict.symbolic} to fold the model for those shapes, "
+                if verdict.symbolic
+                else ""
+            )
+            + "convert to onnx, which keeps the whole model, or pass --layers-only for the layers alone",
+        )
+    if verdict.folded_for is not None:
+        return Finding(
+            "model",
+            Status.FOLDED,
+            f"whole model in one artifact: OpenVINO's ONNX frontend refuses the model as it is ({verdict.as_is}); "
+            f"folded first for the input shapes {verdict.folded_for} (constants and shape arithmetic computed, the "
+            f"Ifs they decide replaced by their branch), it converts the model's {model.other_ops_text()}; gatepack "
+            "translates every recurrent node",
+            warning=f"the IR takes only the input shapes it was folded for ({verdict.fixed})"
+            if verdict.fixed
+            else None,
         )
     return Finding(
         "model",
@@ -205,27 +223,60 @@ def whole_model_finding(model: Model) -> Finding | None:
     )
 
 
-def _frontend_refusal(model: Model) -> str | None:
-    """Why OpenVINO's ONNX frontend cannot import ``model`` (None: it can), asked once per unchanged file."""
+@dataclass(frozen=True)
+class _FrontendVerdict:
+    """OpenVINO's ONNX frontend on a model: ``refusal`` why it cannot import it (None: it can); ``as_is`` why it
+    refuses the model as it is and ``folded_for`` the input shapes it imports it folded for (None: as it is);
+    ``fixed`` the inputs whose symbolic dimensions folding fixed; ``symbolic`` the inputs left with symbolic
+    dimensions when even the folded model is refused."""
+
+    refusal: str | None
+    as_is: str | None = None
+    folded_for: str | None = None
+    fixed: str | None = None
+    symbolic: str | None = None
+
+
+_FRONTEND_VERDICTS: dict[tuple, _FrontendVerdict] = {}
+
+
+def _frontend_verdict(model: Model) -> _FrontendVerdict:
+    """The frontend's verdict on ``model``, asked once per unchanged file and input shapes."""
     path = Path(model.path)
     stat = path.stat()
-    return _frontend_refusal_of(model, (str(path.resolve()), stat.st_mtime_ns, stat.st_size))
-
-
-_FRONTEND_VERDICTS: dict[tuple, str | None] = {}
-
-
-def _frontend_refusal_of(model: Model, key: tuple) -> str | None:
+    shapes = model.meta.get("input_shapes") or {}
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, tuple(sorted((k, tuple(v)) for k, v in shapes.items())))
     if key not in _FRONTEND_VERDICTS:
-        ov, _ = _ov()
-        try:
-            _read_onnx(ov.Core(), model)
-            _FRONTEND_VERDICTS[key] = None
-        except GatepackError as err:
-            _FRONTEND_VERDICTS[key] = err.one_line()
-        except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
-            _FRONTEND_VERDICTS[key] = _ov_message(err)
+        _FRONTEND_VERDICTS[key] = _ask_frontend(model)
     return _FRONTEND_VERDICTS[key]
+
+
+def _ask_frontend(model: Model) -> _FrontendVerdict:
+    """Import ``model`` with OpenVINO's ONNX frontend; when it refuses, import it folded for its input shapes.
+    A given shape the model cannot take raises UsageError."""
+    ov, _ = _ov()
+    as_is = _import_refusal(lambda: _read_onnx(ov.Core(), model))
+    if as_is is None:
+        return _FrontendVerdict(None)
+    source = _proto_to_read(model, always=True)
+    folded = _folded(model, source)
+    if _import_refusal(lambda: _read_onnx(ov.Core(), model, folded)) is None:
+        before, after = _input_dims(source), _input_dims(folded)
+        fixed = "; ".join(f"{name} {dims}" for name, dims in after.items() if dims != before[name])
+        return _FrontendVerdict(None, as_is, "; ".join(f"{n} {d}" for n, d in after.items()), fixed or None)
+    symbolic = [name for name, dims in _input_dims(folded).items() if not all(isinstance(d, int) for d in dims)]
+    return _FrontendVerdict(as_is, symbolic=", ".join(f"{n}=d1,d2,..." for n in symbolic) or None)
+
+
+def _import_refusal(read) -> str | None:
+    """Why ``read()`` (an import by OpenVINO's ONNX frontend) fails, on one line (None: it imports)."""
+    try:
+        read()
+        return None
+    except GatepackError as err:
+        return err.one_line()
+    except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
+        return _ov_message(err)
 
 
 def build(model: Model, *, strategy: str = "auto"):
@@ -343,8 +394,9 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     core = ov.Core()
     for op_type in (spec.onnx_op for spec in CELLS.values()):
         core.add_extension(ConversionExtension(op_type, translator(op_type)))
+    folded = _folded(model, _proto_to_read(model, always=True)) if _frontend_verdict(model).folded_for else None
     try:
-        ov_model = _read_onnx(core, model)
+        ov_model = _read_onnx(core, model, folded)
     except Exception as err:
         if failures and isinstance(failures[0], GatepackError):
             raise failures[0] from None
@@ -358,13 +410,12 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     return ov_model
 
 
-def _read_onnx(core, model: Model):
-    """OpenVINO's reading of the source ONNX model; with lifted or dequantized layers, of the model where
-    each is replaced in place by its GRU/RNN/LSTM node (so the conversion extension translates it)."""
-    from gatepack.converters.formats import onnx as onnx_format
-    from gatepack.converters.formats.onnx_quantized import is_quantized_layer
-
-    if not onnx_format.lifted_layers(model) and not any(map(is_quantized_layer, model.layers)):
+def _read_onnx(core, model: Model, proto=None):
+    """OpenVINO's reading of the source ONNX model (of ``proto`` when given: the model folded); with lifted or
+    dequantized layers, of the model where each is replaced in place by its GRU/RNN/LSTM node (so the conversion
+    extension translates it)."""
+    proto = proto if proto is not None else _proto_to_read(model)
+    if proto is None:
         return core.read_model(str(model.path))
     import tempfile
 
@@ -372,8 +423,44 @@ def _read_onnx(core, model: Model):
 
     with tempfile.TemporaryDirectory(prefix="gatepack-") as scratch:
         path = Path(scratch) / "in_place.onnx"
-        onnx.save(onnx_format.in_place(model), str(path))
+        onnx.save(proto, str(path))
         return core.read_model(str(path))
+
+
+def _proto_to_read(model: Model, *, always: bool = False):
+    """The ONNX model OpenVINO reads in place of the file (its external data embedded): the source with its
+    lifted or dequantized layers replaced in place by their nodes; None when the file is read as it is (unless
+    ``always``: then the source itself)."""
+    from gatepack.converters.formats import onnx as onnx_format
+    from gatepack.converters.formats.onnx_quantized import is_quantized_layer
+
+    if onnx_format.lifted_layers(model) or any(map(is_quantized_layer, model.layers)):
+        return onnx_format.in_place(model)
+    if not always:
+        return None
+    proto = onnx_format.load_proto(Path(model.path))
+    onnx_format.embed_external_data(proto, Path(model.path).parent)
+    return proto
+
+
+def _folded(model: Model, proto):
+    """``proto`` (the model OpenVINO reads) folded for the user's input shapes, else its declared ones."""
+    from gatepack.converters.formats.onnx_folding import fold
+
+    try:
+        return fold(proto, model.meta.get("input_shapes"))
+    except UsageError as err:
+        raise UsageError(f"{model.path}: {err.message}", hint=err.hint) from None
+
+
+def _input_dims(proto) -> dict[str, list]:
+    """Each graph input's dims (a symbolic one by its name, '?' unnamed)."""
+    initializers = {t.name for t in proto.graph.initializer}
+    return {
+        i.name: [d.dim_param or (d.dim_value if d.HasField("dim_value") else "?") for d in i.type.tensor_type.shape.dim]
+        for i in proto.graph.input
+        if i.name not in initializers
+    }
 
 
 def _const(ops, array: np.ndarray, name: str):
