@@ -288,6 +288,7 @@ def _convert(
         progress.step(f"reading {src}")
         source, label = load(src, source_format, **read_options), str(src)
     prepare_output(dst, info.output_kind, _inputs_of(source))  # and every file the source was read from
+    registry.check_output_name(dst, info)
     model = with_input_shapes(as_layers_only(source) if layers_only else source, given.shapes)
     if layout is not None and any(layer.interface.layout != layout for layer in model.layers):
         if model.keeps_whole and implementation.whole_model_finding(model) is not None:
