@@ -207,7 +207,11 @@ def _write_option_flags(fn):
             flag = f"{option.flag}/--no-{option.flag.removeprefix('--')}"
             fn = click.option(flag, option.name, default=None, help=text)(fn)
         else:
-            kind = click.IntRange(min=1) if option.cli_type == "size" else click.Choice(list(option.cli_type))
+            kind = (
+                click.IntRange(min=1)
+                if option.cli_type == "size"
+                else click.Choice(list(option.cli_type), case_sensitive=not option.any_case)
+            )
             fn = click.option(option.flag, option.name, type=kind, default=None, help=text)(fn)
     return fn
 
