@@ -212,7 +212,10 @@ class FormatImplementation:
       layers' interface tensors);
     * ``whole_model_finding(model)``: what the format does with the operators around the layers
       (None from the default: it writes the layers only);
-    * ``compute_dtype(layer)``: the precision its runtime computes a layer read from disk in.
+    * ``compute_dtype(layer)``: the precision its runtime computes a layer read from disk in;
+    * ``run_onnx_node(layer, feed)``: a layer's ONNX node as this format's runtime computes it when
+      onnxruntime hands the node to it (an execution provider), on gatepack's executor of its semantics
+      (None: no such provider).
     """
 
     read: Callable[..., "Model"]
@@ -224,6 +227,7 @@ class FormatImplementation:
     graph_inputs: Callable[[Any], "list[tuple[str, np.dtype, list]]"] | None = None
     whole_model_finding: Callable[["Model"], "Finding | None"] = _no_whole_model_finding
     compute_dtype: Callable[["RecurrentLayer"], str] = _computed_as_stored
+    run_onnx_node: Callable[["RecurrentLayer", dict], dict] | None = None
 
 
 @dataclass(frozen=True)
