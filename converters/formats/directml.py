@@ -950,7 +950,12 @@ def dml_activation(kind: str, params: dict[str, float]) -> Callable[[np.ndarray]
     if kind == "ACTIVATION_SOFTPLUS":
         steep = params["Steepness"]
         softplus = Activation("Softplus")
-        return lambda x: softplus(x * np.asarray(steep, x.dtype)) / np.asarray(steep, x.dtype)
+
+        def scaled(x: np.ndarray) -> np.ndarray:
+            with np.errstate(divide="ignore", invalid="ignore"):  # Steepness 0 (the provider's): inf, as computed
+                return softplus(x * np.asarray(steep, x.dtype)) / np.asarray(steep, x.dtype)
+
+        return scaled
     return to_activation(kind, params)
 
 
