@@ -207,7 +207,11 @@ def _write_option_flags(fn):
             flag = f"{option.flag}/--no-{option.flag.removeprefix('--')}"
             fn = click.option(flag, option.name, default=None, help=text)(fn)
         else:
-            kind = click.IntRange(min=1) if option.cli_type == "size" else click.Choice(list(option.cli_type))
+            kind = (
+                click.IntRange(min=1)
+                if option.cli_type == "size"
+                else click.Choice(list(option.cli_type), case_sensitive=not option.any_case)
+            )
             fn = click.option(option.flag, option.name, type=kind, default=None, help=text)(fn)
     return fn
 
@@ -302,9 +306,15 @@ def convert(
 @_from_option
 @_layers_only_option
 @_defaults_option
+@click.option(
+    "--for",
+    "runtime",
+    type=click.Choice(list(all_write_options()["runtime"].cli_type), case_sensitive=False),
+    help="onnx: " + all_write_options()["runtime"].help,
+)
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON (same as --format json; errors too).")
 @handle_errors
-def report(model, targets, fmt, output, from_format, layers_only, activation_defaults, as_json) -> None:
+def report(model, targets, fmt, output, from_format, layers_only, activation_defaults, runtime, as_json) -> None:
     """Per layer and target: what is exact, repacked, folded, decomposed, lossy or unsupported."""
     if as_json and fmt not in (None, "json"):
         raise gp.UsageError(f"--json and --format {fmt} ask for two formats")
@@ -314,7 +324,11 @@ def report(model, targets, fmt, output, from_format, layers_only, activation_def
 
         prepare_output(output, REPORT_OUTPUT, [Path(model), *loaded.files])
     fmt = "json" if as_json else fmt or (_report_format_of(output) if output else "text")
-    text = gp.report(loaded, list(targets) or None, layers_only=layers_only).render(fmt)
+    options = {} if runtime is None else {"runtime": runtime.lower()}
+    if options and targets and "onnx" not in targets:
+        raise gp.UsageError(f"--for {runtime} applies to the onnx target", hint="add --to onnx")
+    report_targets = list(targets) or (["onnx"] if options else None)
+    text = gp.report(loaded, report_targets, layers_only=layers_only, **options).render(fmt)
     if output:
         with atomic_path(Path(output)) as tmp:
             tmp.write_text(text if text.endswith("\n") else text + "\n")

@@ -51,6 +51,7 @@ class WriteOption:
     help: str
     cli_type: Any = None  # click type or choices; bool: --flag/--no-flag
     cli_convert: Callable[[Any], Any] = lambda value: value  # CLI value -> API value
+    any_case: bool = False  # the CLI takes the choices in any case (the API too: ``accepts`` decides)
 
     def check(self, value: Any) -> None:
         """UsageError naming the option and the value unless ``accepts(value)``."""
@@ -92,6 +93,18 @@ COMPRESS_TO_FP16 = WriteOption(
     "openvino: store weights as fp16; coreml: fp16 weights and arithmetic, iOS17+ (lossy; default: fp32).",
     bool,
 )
+RUNTIMES = ("onnxruntime", "directml")
+
+
+def _runtime(value: Any) -> bool:
+    return isinstance(value, str) and value.lower() in RUNTIMES
+
+
+def runtime_name(value: str | None) -> str:
+    """The runtime an ONNX artifact is written for, in lower case (None: onnxruntime's CPU provider)."""
+    return "onnxruntime" if value is None else value.lower()
+
+
 ONNX_OPTIONS = (
     WriteOption(
         "opset",
@@ -117,6 +130,17 @@ ONNX_OPTIONS = (
         "--external-data",
         "weights in NAME.onnx.data beside the model (default: as the source stores them; always above 1 GiB).",
         bool,
+    ),
+    WriteOption(
+        "runtime",
+        f"one of {', '.join(RUNTIMES)} (any case)",
+        _runtime,
+        "--for",
+        "the runtime the model is for (default onnxruntime): directml writes every recurrent node in a form "
+        "onnxruntime's DirectML provider computes as ONNX specifies (elementary ops where it would not).",
+        RUNTIMES,
+        str.lower,
+        any_case=True,
     ),
 )
 DIRECTML_OPTIONS = (
@@ -190,7 +214,10 @@ class FormatImplementation:
       (None from the default: it writes the layers only);
     * ``compute_dtype(layer)``: the precision its runtime computes a layer read from disk in;
     * ``run_whole(path, inputs)``: a whole-model artifact on the runtime verification judges it by (None:
-      ``run_native``; Core ML: gatepack's MIL interpreter, no Core ML runtime running here).
+      ``run_native``; Core ML: gatepack's MIL interpreter, no Core ML runtime running here);
+    * ``run_onnx_node(layer, feed)``: a layer's ONNX node as this format's runtime computes it when
+      onnxruntime hands the node to it (an execution provider), on gatepack's executor of its semantics
+      (None: no such provider).
     """
 
     read: Callable[..., "Model"]
@@ -203,6 +230,7 @@ class FormatImplementation:
     whole_model_finding: Callable[["Model"], "Finding | None"] = _no_whole_model_finding
     compute_dtype: Callable[["RecurrentLayer"], str] = _computed_as_stored
     run_whole: Callable[[Any, dict], dict] | None = None
+    run_onnx_node: Callable[["RecurrentLayer", dict], dict] | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +256,9 @@ class FormatInfo:
     framework: str | None = None  # that framework's module
     module: str = ""  # the implementation module (default: gatepack.converters.formats.NAME)
     constant_form: str = "a constant"  # how its artifact holds an input the source holds as a constant
+    # (format, how): the whole model for this format's runtime written as that other format instead, named in
+    # the refusal of a whole model when that format keeps it whole
+    whole_model_via: tuple[str, str] | None = None
 
     @property
     def installed(self) -> bool:
@@ -321,6 +352,12 @@ FORMATS: dict[str, FormatInfo] = {
             suffixes=(".json",),
             markers=("model.json",),
             write_options=DIRECTML_OPTIONS,
+            whole_model_via=(
+                "onnx",
+                "to run the whole model on DirectML, use --to onnx --for directml (API: to='onnx', "
+                "runtime='directml'): every recurrent node in a form onnxruntime's DirectML provider computes as "
+                "ONNX specifies",
+            ),
             cells=("gru", "rnn", "lstm"),
             is_directory=True,
             recognise=has_markers("model.json", "gatepack.json"),

@@ -467,6 +467,8 @@ def model_finding(model: Model, target: str, keepers: list[str] | None = None) -
         )
     keepers = whole_model_targets(model) if keepers is None else keepers
     keep = f", or convert to {' or '.join(keepers)}, which keep the whole model" if keepers else ""
+    if info.whole_model_via is not None and info.whole_model_via[0] in keepers:
+        keep += f"; {info.whole_model_via[1]}"
     return Finding(
         "model",
         Status.UNSUPPORTED,

@@ -521,7 +521,7 @@ def verify_models(
 
     progress = progress or Silent()
     incomplete = None
-    if source.meta.get("other_ops") and target.meta.get("other_ops"):
+    if (source.meta.get("other_ops") and target.meta.get("other_ops")) or target.meta.get("elementary"):
         progress.step("verifying the whole model")
         try:
             return verify_whole(source, target, seed=seed, target_file=target_file, tolerance=tolerance, given=given)
@@ -568,3 +568,36 @@ def verify_models(
                 )
     progress.step("verified", len(pairs), len(pairs))
     return result
+
+
+def verify_provider_nodes(written: Model, runtime: str, result: Verification, *, seed: int = 0) -> None:
+    """Node by node, every recurrent node of the ONNX model ``written`` for ``runtime`` (an onnxruntime
+    execution provider): gatepack's executor of that runtime's operator semantics, reading the node as the
+    provider reads it (``run_onnx_node``), against onnxruntime CPU on the same node and random inputs. Each
+    output is added to ``result`` (a node the provider would compute otherwise fails it)."""
+    provider = registry.reader(runtime).run_onnx_node
+    if provider is None:
+        raise UsageError(f"{runtime} has no gatepack executor of the nodes onnxruntime hands it")
+    rng = np.random.default_rng(seed + 1)
+    for layer in written.layers:
+        role_inputs = sample_inputs(layer, rng, sample_sizes(layer, layer))
+        feed = to_interface(layer, role_inputs)
+        expected = from_interface(layer, registry.reader(written.format).run_layer_native(layer, feed))
+        label = f"{layer.name} [{runtime} provider]"
+        try:
+            actual = from_interface(layer, provider(layer, feed))
+        except GatepackError as err:
+            why = err.message.removeprefix(f"layer {layer.name!r}: ")
+            result.outputs.append(
+                OutputComparison(label, f"not computed: {why}", float("inf"), float("inf"), 0, 0, False)
+            )
+            continue
+        for output in ("Y", "Y_h", "Y_c"):
+            if output in expected and output in actual:
+                dtypes = (layer.interface.dtype,)
+                result.outputs.append(compare(label, output, actual[output], expected[output], dtypes))
+    if written.layers:
+        result.notes.append(
+            f"each recurrent node of the written model also ran on gatepack's executor of {runtime}'s operator "
+            f"semantics, read as onnxruntime's {runtime} provider reads it, against onnxruntime CPU on that node"
+        )

@@ -106,8 +106,8 @@ class Provenance:
     ``kind`` is ``node`` for another producer's recurrent op, or the strategy (``native``,
     ``decomposed``) of a layer gatepack wrote. ``op_type``, ``op_version``, ``inputs`` and ``layout``
     describe the source node where the format has one (ONNX: the operator, its opset, its input tensor
-    names X, W, R, B, sequence_lens, initial_h, and its own layout attribute). ``handle`` is the
-    reader's own record for re-running the layer from the artifact; only the module of ``format``
+    names X, W, R, B, sequence_lens, initial_h, its own layout attribute and every attribute as written).
+    ``handle`` is the reader's own record for re-running the layer from the artifact; only the module of ``format``
     reads it.
     """
 
@@ -120,6 +120,9 @@ class Provenance:
     inputs: tuple[str, ...] = ()
     layout: int | None = None
     handle: object = field(default=None, repr=False)
+    # the source node's attributes as written (ONNX: name -> value, strings decoded), for whoever must read
+    # the node as another runtime would (onnxruntime's DirectML provider applies its own defaults)
+    attributes: tuple[tuple[str, object], ...] = ()
 
     def of(self, fmt: str) -> bool:
         """Whether the layer was read from an artifact of format ``fmt``."""

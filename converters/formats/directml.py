@@ -54,6 +54,7 @@ from typing import Callable, Union
 import numpy as np
 
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
+from gatepack.converters.executor import CellOptions
 from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model, with_separate_inputs
@@ -61,6 +62,7 @@ from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
     CONSTANT_ROLES,
+    OUTPUT_ROLES,
     PERM_SWAP_01,
     PERM_Y_TO_BATCH_MAJOR,
     ROLE_LABELS,
@@ -948,14 +950,17 @@ def dml_activation(kind: str, params: dict[str, float]) -> Callable[[np.ndarray]
     if kind == "ACTIVATION_SOFTPLUS":
         steep = params["Steepness"]
         softplus = Activation("Softplus")
-        return lambda x: softplus(x * np.asarray(steep, x.dtype)) / np.asarray(steep, x.dtype)
+
+        def scaled(x: np.ndarray) -> np.ndarray:
+            with np.errstate(divide="ignore", invalid="ignore"):  # Steepness 0 (the provider's): inf, as computed
+                return softplus(x * np.asarray(steep, x.dtype)) / np.asarray(steep, x.dtype)
+
+        return scaled
     return to_activation(kind, params)
 
 
 def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
     """Run a GRU/RNN/LSTM desc as DirectML defines it; returns its bound outputs (desc field -> 4-D array)."""
-    from gatepack.converters.executor import CellOptions, run_recurrence
-
     s, n, i, d, h = rec.sizes
     directions = []
     for k in range(d):
@@ -963,24 +968,158 @@ def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
         directions.append((w, r, wb, rb, [dml_activation(kind, params) for kind, params in descs]))
     h0, c0 = rec.tensors["HiddenInitTensor"], rec.tensors.get("CellMemInitTensor")
     lengths = rec.tensors["SequenceLengthsTensor"]
-    y, *finals = run_recurrence(
+    y, *finals = _run_desc(
         rec.dispatch.cell,
         directions,
-        reverse=[rec.direction is Direction.REVERSE or k == 1 for k in range(d)],
-        x=rec.tensors["InputTensor"][0],
-        sequence_lens=None if lengths is None else lengths.reshape(n).astype(np.int64),
-        initial_h=None if h0 is None else h0[0],
-        initial_c=None if c0 is None else c0[0],
-        options=CellOptions(
+        rec.direction,
+        rec.tensors["InputTensor"][0],
+        None if lengths is None else lengths.reshape(n).astype(np.int64),
+        {"initial_h": None if h0 is None else h0[0], "initial_c": None if c0 is None else c0[0]},
+        CellOptions(
             linear_before_reset=rec.linear_before_reset,
             input_forget=rec.couple_input_forget,
             peepholes=tuple(rec.peephole(k) for k in range(d)),
         ),
-        clip=rec.clip,
-        dtype=rec.tensors["WeightTensor"].dtype,
+        rec.clip,
+        rec.tensors["WeightTensor"].dtype,
     )
     out = dict(zip(OUTPUT_FIELDS, [y, *(f[None] for f in finals)]))
     return {f: out[f] for f in rec.output_shapes}
+
+
+# ------------------------------------------------- onnxruntime's DirectML execution provider (docs/conventions.md §4)
+
+# The names the provider maps onto DirectML activation operators, spelled exactly (any other is
+# "Unsupported activation function": Affine, or another spelling); its defaults when a node has no
+# ``activations``, and the alpha/beta it takes when a stack runs out (ActivationHelper's).
+EP_ACTIVATIONS = frozenset(ACTIVATIONS) - {"Affine"}
+EP_DEFAULT_PARAMETERS = {"LeakyRelu": (0.01, None), "ThresholdedRelu": (1.0, None), "ScaledTanh": (1.0, 1.0)}
+EP_DEFAULT_PARAMETERS |= {"HardSigmoid": (0.2, 0.5), "Elu": (1.0, None)}
+EP_SOFTPLUS_STEEPNESS = 0.0  # the provider never sets it: the value-initialised desc keeps 0
+
+
+def ep_mishandled(layer: RecurrentLayer) -> list[str]:
+    """What onnxruntime's DirectML provider computes differently from ONNX in ``layer``'s node, as reasons
+    (empty: it computes the node exactly once the node is written in layout 0 with every activation explicit).
+
+    From its DmlOperatorRecurrentNeuralNetwork.cpp: the GRU and RNN descs have no clip (the attribute is
+    never read); ``Affine`` is rejected; ``Softplus`` leaves DirectML's Steepness at 0. LSTM's clip,
+    peepholes and input_forget are handed over as the desc's own fields."""
+    reasons = []
+    if layer.clip is not None and layer.cell is not Cell.LSTM:
+        reasons.append(
+            f"clip={layer.clip:g}: DML_{layer.cell.op_name}_OPERATOR_DESC has no clip field, so the provider drops it"
+        )
+    names = {a.name for p in layer.directions for a in p.activations}
+    if "Affine" in names:
+        reasons.append("an Affine activation: the provider rejects it (no recurrent activation of its own)")
+    if "Softplus" in names:
+        reasons.append("a Softplus activation: the provider leaves ACTIVATION_SOFTPLUS's Steepness at 0 (divides by 0)")
+    return reasons
+
+
+def _ep_activations(layer: RecurrentLayer, attrs: dict) -> list[tuple[str, dict[str, float]]]:
+    """The DirectML activation operators the provider builds from the node's attributes, per direction in order."""
+    per, d = layer.cell.activation_count, layer.num_directions
+    names = list(attrs.get("activations") or ()) or list(layer.cell.spec.default_activations) * d
+    names = (names + [""] * (per * d))[: per * d]  # the provider resizes the list to the direction count
+    alphas, betas = list(attrs.get("activation_alpha") or ()), list(attrs.get("activation_beta") or ())
+    descs = []
+    for name in names:
+        if name not in EP_ACTIVATIONS:
+            raise RuntimeFailure(f"layer {layer.name!r}: onnxruntime's DirectML provider rejects activation {name!r}")
+        kind, fields = ACTIVATIONS[name]
+        default = EP_DEFAULT_PARAMETERS.get(name, (None, None))
+        params = {}
+        for (canonical, field), stack, fallback in zip(fields, (alphas, betas), default):
+            params[field] = stack.pop(0) if stack else fallback  # consumed in order, per parameter
+        if name == "Softplus":
+            params["Steepness"] = EP_SOFTPLUS_STEEPNESS
+        descs.append((kind, params))
+    return descs
+
+
+def run_onnx_node(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``layer``'s ONNX node as onnxruntime's DirectML provider computes it, on gatepack's executor of
+    DirectML's operator semantics: the node's attributes read as the provider reads them (its activation
+    spellings and defaults, a GRU/RNN clip dropped, LSTM clip/input_forget passed on; layout=1 not taken),
+    its weights as stored. ``feed`` and the result are in the layer's interface (names, layout): Transposes
+    the reader absorbed around the node are exact on any provider."""
+    found = layer.provenance
+    if found is None or found.op_type is None:
+        raise UsageError(f"layer {layer.name!r} was not read from an ONNX node")
+    attrs = dict(found.attributes)
+    if attrs.get("layout", 0) != 0:
+        raise RuntimeFailure(f"layer {layer.name!r}: onnxruntime's DirectML provider does not run layout=1")
+    itf = layer.interface
+    batch_major = itf.layout == 1
+    x = feed[itf.x]
+    x = x.transpose(PERM_SWAP_01) if batch_major else x
+    states = {}
+    for role in ("initial_h", "initial_c"):
+        if role in layer.fed_roles():
+            states[role] = feed[getattr(itf, role)].transpose(PERM_SWAP_01) if batch_major else feed[getattr(itf, role)]
+        else:
+            states[role] = layer.constant_state(role, x.shape[1])
+    lengths = (
+        feed.get(itf.sequence_lens) if "sequence_lens" in layer.fed_roles() else layer.constants.get("sequence_lens")
+    )
+    per = layer.cell.activation_count
+    descs = _ep_activations(layer, attrs)
+    directions = [
+        (p.W, p.R, p.Wb, p.Rb, [dml_activation(*desc) for desc in descs[k * per : (k + 1) * per]])
+        for k, p in enumerate(layer.directions)
+    ]
+    lstm = layer.cell is Cell.LSTM
+    y, *finals = _run_desc(
+        layer.cell,
+        directions,
+        layer.direction,
+        x,
+        None if lengths is None else np.asarray(lengths).astype(np.uint32).astype(np.int64),
+        states,
+        CellOptions(
+            linear_before_reset=bool(attrs.get("linear_before_reset", 0)),
+            input_forget=lstm and bool(attrs.get("input_forget", 0)),
+            peepholes=tuple(p.P for p in layer.directions),
+        ),
+        attrs.get("clip") if lstm else None,  # GRU/RNN: no clip field
+        layer.dtype,
+    )
+    named = {}
+    for role, value in zip(OUTPUT_ROLES, [y, *finals]):
+        if getattr(itf, role):
+            perm = PERM_Y_TO_BATCH_MAJOR if role == "y" else PERM_SWAP_01
+            named[getattr(itf, role)] = value.transpose(perm) if batch_major else value
+    return named
+
+
+def _run_desc(
+    cell: Cell,
+    directions: list,
+    direction: Direction,
+    x: np.ndarray,
+    lengths: np.ndarray | None,
+    states: dict,
+    options: "CellOptions",
+    clip: float | None,
+    dtype: np.dtype,
+) -> tuple[np.ndarray, ...]:
+    """One GRU/RNN/LSTM desc on the executor: X [S,N,I], ``states`` role -> [D,N,H] or None; Y, finals."""
+    from gatepack.converters.executor import run_recurrence
+
+    return run_recurrence(
+        cell,
+        directions,
+        reverse=[direction is Direction.REVERSE or k == 1 for k in range(len(directions))],
+        x=x,
+        sequence_lens=lengths,
+        initial_h=states.get("initial_h"),
+        initial_c=states.get("initial_c"),
+        options=options,
+        clip=clip,
+        dtype=dtype,
+    )
 
 
 def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -1200,4 +1339,5 @@ IMPLEMENTATION = FormatImplementation(
     run_native=run_native,
     run_layer_native=run_layer_native,
     run_numpy=run_numpy,
+    run_onnx_node=run_onnx_node,
 )

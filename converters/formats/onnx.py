@@ -33,17 +33,19 @@ from gatepack.converters.errors import (
     GatepackError,
     InputError,
     NoRecurrentLayerError,
+    RefusedError,
     RuntimeFailure,
     UsageError,
     where,
 )
 from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats import onnx_quantized
+from gatepack.converters.formats import directml as directml_ep
+from gatepack.converters.formats import onnx_elementary, onnx_quantized
 from gatepack.converters.formats.onnx_lifting import node_inputs, perm_of, replace_in_place
 from gatepack.converters.lifting import LiftRefused, Recurrence, candidates_from_constants, lift
 from gatepack.converters.model import Model, with_separate_inputs
-from gatepack.converters.registry import FormatImplementation
+from gatepack.converters.registry import FormatImplementation, runtime_name
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, canonical_name, resolve_activations
 from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import (
@@ -648,7 +650,16 @@ class _Reader:
                 has_bias=b is not None,
                 constants=constants,
                 provenance=Provenance(
-                    FORMAT, self.path, name, "node", node.op_type, version, tuple(node.input), layout, isolated
+                    FORMAT,
+                    self.path,
+                    name,
+                    "node",
+                    node.op_type,
+                    version,
+                    tuple(node.input),
+                    layout,
+                    isolated,
+                    tuple((key, _decoded(value)) for key, value in sorted(attrs.items())),
                 ),
             )
         except SpecError as err:
@@ -1014,6 +1025,15 @@ def _absorbable_transposes(
     return outer, before + [node] + after
 
 
+def _decoded(value: object) -> object:
+    """An attribute value with its strings (bytes in the protobuf) decoded; lists as tuples."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list):
+        return tuple(_decoded(v) for v in value)
+    return value
+
+
 def _text(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -1065,6 +1085,7 @@ def write(
     opset: int | None = None,
     layout_encoding: str = "transpose",
     external_data: bool | None = None,
+    runtime: str | None = None,
 ) -> None:
     """Write ``model``'s layers as one ONNX model: one node per layer, each with the source layer's
     interface (names, layout, optional inputs and outputs). Atomic: nothing is left on failure. An
@@ -1074,9 +1095,18 @@ def write(
     node in Transposes, which every runtime runs; ``attribute`` writes ``layout=1`` (opset >= 14).
     ``external_data`` stores the weights in ``NAME.onnx.data`` beside the model, streamed from the
     layers' arrays without an in-memory copy of the model; by default when the source stored its
-    weights so, or when they exceed 1 GiB (ONNX files stop at 2 GiB).
+    weights so, or when they exceed 1 GiB (ONNX files stop at 2 GiB). ``runtime``: ``directml`` writes each
+    layer in a form onnxruntime's DirectML provider computes as ONNX specifies (``for_runtime``).
     """
     path = Path(path)
+    runtime = runtime_name(runtime)
+    if runtime == "directml" and layout_encoding == "attribute":
+        raise UsageError(
+            "the layout attribute cannot be written for directml: onnxruntime's DirectML provider does not take "
+            "layout=1",
+            hint="leave out --onnx-layout (Transposes around a layout-0 node)",
+        )
+    _refuse_for_runtime(model, runtime, opset)
     if is_whole_model(model):
         if opset is not None and opset != model.meta.get("opset"):
             raise UsageError(
@@ -1084,7 +1114,7 @@ def write(
                 "the recurrent layers written alone",
                 hint="leave out --opset, or pass --layers-only",
             )
-        _write_whole(model, path, layout_encoding, external_data)
+        _write_whole(model, path, layout_encoding, external_data, runtime)
         return
     opset = DEFAULT_OPSET if opset is None else opset
     if external_data is None:
@@ -1097,11 +1127,51 @@ def write(
         if external_data:
             _check_data_name(path)
             with open(tmp.parent / data_name, "wb") as data:
-                proto = build(model, opset=opset, layout_encoding=layout_encoding, external=(data, data_name))
+                proto = build(
+                    model, opset=opset, layout_encoding=layout_encoding, external=(data, data_name), runtime=runtime
+                )
         else:
-            proto = build(model, opset=opset, layout_encoding=layout_encoding)
+            proto = build(model, opset=opset, layout_encoding=layout_encoding, runtime=runtime)
         onnx.save(proto, str(tmp))
         check_written(tmp, None)
+
+
+def _refuse_for_runtime(model: Model, runtime: str, opset: int | None) -> None:
+    """RefusedError for a layer that cannot be written safely for ``runtime`` (``check``'s unsupported findings
+    for it), naming the layer, the reason and the alternative."""
+    if runtime != "directml":
+        return
+    opset = model.meta.get("opset") if is_whole_model(model) else opset or DEFAULT_OPSET
+    for layer in model.layers:
+        refused = _directml_refusal(layer, opset)
+        if refused is not None:
+            raise RefusedError(
+                f"{model.path or '(in-memory model)'}: layer {layer.name!r}: {refused.feature}: {refused.detail}",
+                findings=[refused],
+                hint=refused.alternative,
+            )
+
+
+def _directml_refusal(layer: RecurrentLayer, opset: int | None) -> Finding | None:
+    """What cannot be made safe for onnxruntime's DirectML provider in ``layer`` at ``opset`` (None: nothing)."""
+    if layer.dtype == np.float64:
+        return Finding(
+            "dtype",
+            Status.UNSUPPORTED,
+            "float64: onnxruntime's DirectML provider registers GRU/RNN/LSTM for float16 and float32 only (the node "
+            "would run on another provider, and onnxruntime's CPU GRU/LSTM take no float64)",
+            alternative="convert the model to float32 first, or leave out --for directml",
+        )
+    if opset is not None and opset < onnx_elementary.MINIMUM_OPSET and directml_ep.ep_mishandled(layer):
+        return Finding(
+            "cell",
+            Status.UNSUPPORTED,
+            f"its elementary form (needed: {'; '.join(directml_ep.ep_mishandled(layer))}) takes opset "
+            f"{onnx_elementary.MINIMUM_OPSET} or later, and the model is written at opset {opset}",
+            alternative=f"write it at opset {DEFAULT_OPSET} (--opset {DEFAULT_OPSET}, or --layers-only for a whole "
+            "model), or leave out --for directml",
+        )
+    return None
 
 
 def _check_data_name(path: Path) -> None:
@@ -1111,7 +1181,9 @@ def _check_data_name(path: Path) -> None:
         )
 
 
-def _write_whole(model: Model, path: Path, layout_encoding: str, external_data: bool | None) -> None:
+def _write_whole(
+    model: Model, path: Path, layout_encoding: str, external_data: bool | None, runtime: str = "onnxruntime"
+) -> None:
     """The whole model rewritten in place (``in_place``); its weights stay external data (streamed
     into ``NAME.onnx.data``) when the source kept them so, unless ``external_data`` says otherwise."""
     external = bool(model.meta.get("external_data")) if external_data is None else external_data
@@ -1120,9 +1192,11 @@ def _write_whole(model: Model, path: Path, layout_encoding: str, external_data: 
     with atomic_files(path, (".onnx.data",) if path.suffix == ".onnx" else ()) as tmp:
         if external:
             with open(tmp.parent / (path.name + ".data"), "wb") as data:
-                proto = in_place(model, layout_encoding=layout_encoding, external=(data, path.name + ".data"))
+                proto = in_place(
+                    model, layout_encoding=layout_encoding, external=(data, path.name + ".data"), runtime=runtime
+                )
         else:
-            proto = in_place(model, layout_encoding=layout_encoding)
+            proto = in_place(model, layout_encoding=layout_encoding, runtime=runtime)
         onnx.save(proto, str(tmp))
         check_written(tmp, Path(model.path))
 
@@ -1164,7 +1238,9 @@ def is_whole_model(model: Model) -> bool:
     return model.format == FORMAT and model.keeps_whole and model.path is not None
 
 
-def in_place(model: Model, *, layout_encoding: str = "transpose", external: tuple | None = None) -> onnx.ModelProto:
+def in_place(
+    model: Model, *, layout_encoding: str = "transpose", external: tuple | None = None, runtime: str = "onnxruntime"
+) -> onnx.ModelProto:
     """The source model, whole, with each recurrent layer rewritten where it is.
 
     A GRU/RNN node (with the Transposes gatepack absorbed around it) becomes ``layer_nodes``: every
@@ -1176,7 +1252,7 @@ def in_place(model: Model, *, layout_encoding: str = "transpose", external: tupl
 
     ``external`` = (binary file, location): every tensor is written there, the new weights streamed
     from the layers' arrays and the source's external tensors copied in chunks; without it, the
-    source's external tensors are embedded."""
+    source's external tensors are embedded. ``runtime``: as ``write``'s."""
     proto = load_proto(Path(model.path))
     opset = next((o.version for o in proto.opset_import if o.domain in _ONNX_DOMAINS), DEFAULT_OPSET)
     if layout_encoding == "attribute" and opset < 14 and any(lay.interface.layout == 1 for lay in model.layers):
@@ -1194,7 +1270,8 @@ def in_place(model: Model, *, layout_encoding: str = "transpose", external: tupl
             lifted.append(_lifted_replacement(layer))
         else:
             graph = located[layer.provenance.node]
-            written |= _rewrite_node(graph, layer, layout_encoding, names, reads, external)
+            form = _Form(layout_encoding, runtime, opset)
+            written |= _rewrite_node(graph, layer, form, names, reads, external)
     if lifted:
         replace_in_place(proto, lifted)
     _relocate_external_data(proto, Path(model.path).parent, external, written)
@@ -1279,7 +1356,7 @@ def _read_counts(proto: onnx.ModelProto) -> Counter:
 def _rewrite_node(
     graph: onnx.GraphProto,
     layer: RecurrentLayer,
-    encoding: str,
+    form: "_Form",
     names: _NameBook,
     reads: Counter,
     external: tuple | None = None,
@@ -1314,7 +1391,7 @@ def _rewrite_node(
     inits: list[_Stacked] = []
     new = layer_nodes(
         layer,
-        encoding,
+        form,
         names,
         inits,
         {role: getattr(itf, role) for role in INPUT_ROLES},
@@ -1436,7 +1513,12 @@ class _Stacked:
 
 
 def build(
-    model: Model, *, opset: int = DEFAULT_OPSET, layout_encoding: str = "transpose", external: tuple | None = None
+    model: Model,
+    *,
+    opset: int = DEFAULT_OPSET,
+    layout_encoding: str = "transpose",
+    external: tuple | None = None,
+    runtime: str = "onnxruntime",
 ) -> onnx.ModelProto:
     """The ONNX model of ``model``'s layers; ``external`` = (binary file, location) streams the
     weights into that file instead of the protobuf."""
@@ -1456,7 +1538,7 @@ def build(
     graph_inputs: list[onnx.ValueInfoProto] = []
     graph_outputs: list[onnx.ValueInfoProto] = []
     for layer in model.layers:
-        _emit_layer(layer, layout_encoding, names, nodes, stacked, graph_inputs, graph_outputs)
+        _emit_layer(layer, _Form(layout_encoding, runtime, opset), names, nodes, stacked, graph_inputs, graph_outputs)
     inits = [t.external(*external) if external else t.embedded() for t in stacked]
     opsets = [helper.make_opsetid("", opset)]
     ir_version = helper.find_min_ir_version_for(opsets)
@@ -1491,7 +1573,7 @@ class _NameBook:
 
 
 def _emit_layer(
-    layer: RecurrentLayer, encoding: str, names: _NameBook, nodes: list, inits: list, g_in: list, g_out: list
+    layer: RecurrentLayer, form: "_Form", names: _NameBook, nodes: list, inits: list, g_in: list, g_out: list
 ) -> None:
     """Declare ``layer``'s interface as graph inputs and outputs, and emit its nodes and weights."""
     itf = layer.interface
@@ -1511,7 +1593,7 @@ def _emit_layer(
         name = getattr(itf, role)
         if role in layer.constants:  # held by the layer: an initializer, in the node's own layout
             inputs[role] = names.fresh(name)
-            node_layout = 1 if batch_major and encoding == "attribute" else 0
+            node_layout = 1 if batch_major and form.encoding == "attribute" else 0
             value = constant_in_layout(layer, role, node_layout)
             if role != "sequence_lens" and layer.constants[role].shape[1] == 1 and n != 1:  # one state, any batch
                 batch1 = names.fresh(f"{name}__batch1")
@@ -1530,12 +1612,26 @@ def _emit_layer(
         if getattr(itf, role) is not None:
             outputs[role] = names.fresh(getattr(itf, role))
             g_out.append(helper.make_tensor_value_info(outputs[role], elem, shape))
-    nodes += layer_nodes(layer, encoding, names, inits, inputs, outputs, in_node_layout=set(layer.constants))
+    nodes += layer_nodes(layer, form, names, inits, inputs, outputs, in_node_layout=set(layer.constants))
+
+
+@dataclass(frozen=True)
+class _Form:
+    """How a layer's nodes are written: the layout ``encoding`` (transpose, attribute), the ``runtime`` the
+    model is for (onnxruntime, directml) and the model's ``opset``."""
+
+    encoding: str = "transpose"
+    runtime: str = "onnxruntime"
+    opset: int = DEFAULT_OPSET
+
+    def elementary(self, layer: RecurrentLayer) -> bool:
+        """Whether ``layer`` is written as elementary operators: its runtime would compute its node otherwise."""
+        return self.runtime == "directml" and bool(directml_ep.ep_mishandled(layer))
 
 
 def layer_nodes(
     layer: RecurrentLayer,
-    encoding: str,
+    form: _Form,
     names: "_NameBook",
     inits: list,
     inputs: dict[str, str | None],
@@ -1547,13 +1643,13 @@ def layer_nodes(
 ) -> list[onnx.NodeProto]:
     """The nodes computing ``layer`` from the tensors ``inputs`` names per interface role (x,
     sequence_lens, initial_h, initial_c; in the layer's layout) into those ``outputs`` names (y, y_h,
-    y_c): one GRU/RNN/LSTM node with every attribute explicit, inside Transposes for a batch-major
-    layer under the ``transpose`` encoding. Its weights are appended to ``inits``, named
-    ``weight_names`` (W, R, B, P) where those are free, else after the layer; the node is named
-    ``node_name`` (default: the layer's name); the roles ``in_node_layout`` names are already in the node's
-    own layout (constants written for it), never transposed."""
-    preferred = weight_names or {}
-    wrap = layer.interface.layout == 1 and encoding == "transpose"
+    y_c): one GRU/RNN/LSTM node with every attribute explicit (or, where ``form``'s runtime would compute
+    that node otherwise, ``onnx_elementary``'s operators), inside Transposes for a batch-major layer
+    under the ``transpose`` encoding. Its weights are appended to ``inits``, named ``weight_names`` (W, R,
+    B, P) where those are free, else after the layer; the node is named ``node_name`` (default: the layer's
+    name); the roles ``in_node_layout`` names are already in the node's own layout (constants written for
+    it), never transposed."""
+    wrap = layer.interface.layout == 1 and form.encoding == "transpose"
     nodes: list[onnx.NodeProto] = []
     after: list[onnx.NodeProto] = []
 
@@ -1564,6 +1660,50 @@ def layer_nodes(
         )
         return out
 
+    node_in = {role: inputs.get(role) or None for role in INPUT_ROLES}
+    if wrap:
+        node_in["x"] = transposed(inputs["x"], _PERM_IN, "seq_major")
+        for role in ("initial_h", "initial_c"):
+            if node_in[role] and role not in in_node_layout:
+                node_in[role] = transposed(node_in[role], _PERM_IN, f"{role}_dir_major")
+    node_out: dict[str, str | None] = {}
+    for key, perm in (("y", _PERM_Y), ("y_h", _PERM_YH), ("y_c", _PERM_YH)):
+        final = outputs.get(key)
+        node_out[key] = names.fresh(f"{final}__seq_major") if final is not None and wrap else final
+        if final is not None and wrap:
+            after.append(
+                helper.make_node(
+                    "Transpose",
+                    [node_out[key]],
+                    [final],
+                    perm=perm,
+                    name=names.fresh(f"{layer.name}/{key}_batch_major"),
+                )
+            )
+    if form.elementary(layer):
+
+        def constant(name: str, value: np.ndarray) -> str:
+            fresh = names.fresh(name)
+            inits.append(_Stacked(fresh, list(value)))
+            return fresh
+
+        nodes += onnx_elementary.elementary_nodes(layer, names.fresh, constant, node_in, node_out, form.opset)
+    else:
+        nodes.append(_recurrent_node(layer, form, names, inits, node_in, node_out, node_name, weight_names or {}))
+    return nodes + after
+
+
+def _recurrent_node(
+    layer: RecurrentLayer,
+    form: _Form,
+    names: "_NameBook",
+    inits: list,
+    node_in: dict[str, str | None],
+    node_out: dict[str, str | None],
+    node_name: str | None,
+    preferred: dict[str, str],
+) -> onnx.NodeProto:
+    """The layer's own GRU/RNN/LSTM node on the tensors ``node_in``/``node_out`` name (already in its layout)."""
     weight_prefix = layer.name.replace("/", ".")
 
     def weight(role: str, parts: list[np.ndarray]) -> str:
@@ -1572,45 +1712,23 @@ def layer_nodes(
         return name
 
     # X W R B sequence_lens initial_h initial_c P, as the ONNX operators number their inputs
-    node_inputs = [inputs["x"], weight("W", [p.W for p in layer.directions])]
-    node_inputs += [weight("R", [p.R for p in layer.directions]), "", inputs.get("sequence_lens") or "", "", "", ""]
-    if wrap:
-        node_inputs[0] = transposed(inputs["x"], _PERM_IN, "seq_major")
+    node_inputs = [node_in["x"], weight("W", [p.W for p in layer.directions])]
+    node_inputs += [weight("R", [p.R for p in layer.directions]), "", node_in["sequence_lens"] or "", "", "", ""]
     if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
         node_inputs[3] = weight("B", [np.concatenate([p.Wb, p.Rb]) for p in layer.directions])
-    for k, role in ((5, "initial_h"), (6, "initial_c")):
-        if inputs.get(role):
-            turn = wrap and role not in in_node_layout
-            node_inputs[k] = transposed(inputs[role], _PERM_IN, f"{role}_dir_major") if turn else inputs[role]
+    node_inputs[5], node_inputs[6] = node_in["initial_h"] or "", node_in["initial_c"] or ""
     if layer.has_peepholes:
         node_inputs[7] = weight("P", [p.P for p in layer.directions])
     while node_inputs and not node_inputs[-1]:
         node_inputs.pop()
-
-    node_outputs = []
-    for key, perm in (("y", _PERM_Y), ("y_h", _PERM_YH), ("y_c", _PERM_YH)):
-        final = outputs.get(key)
-        if final is None:
-            node_outputs.append("")
-        elif wrap:
-            inner = names.fresh(f"{final}__seq_major")
-            after.append(
-                helper.make_node(
-                    "Transpose", [inner], [final], perm=perm, name=names.fresh(f"{layer.name}/{key}_batch_major")
-                )
-            )
-            node_outputs.append(inner)
-        else:
-            node_outputs.append(final)
+    node_outputs = [node_out.get(key) or "" for key in ("y", "y_h", "y_c")]
     while node_outputs and not node_outputs[-1]:
         node_outputs.pop()
-
     attrs = _attributes(layer)
-    if layer.interface.layout == 1 and encoding == "attribute":
+    if layer.interface.layout == 1 and form.encoding == "attribute":
         attrs["layout"] = 1
     name = names.fresh(layer.name) if node_name is None else node_name
-    nodes.append(helper.make_node(layer.cell.op_name, node_inputs, node_outputs, name=name, **attrs))
-    return nodes + after
+    return helper.make_node(layer.cell.op_name, node_inputs, node_outputs, name=name, **attrs)
 
 
 def _attributes(layer: RecurrentLayer) -> dict:
@@ -1645,9 +1763,23 @@ def check(
     opset: int | None = None,
     layout_encoding: str = "transpose",
     external_data: bool | None = None,
+    runtime: str | None = None,
 ) -> list[Finding]:
-    """Findings for writing ``layer`` as ONNX (every canonical layer is expressible)."""
+    """Findings for writing ``layer`` as ONNX (every canonical layer is expressible); for ``runtime``
+    ``directml``, in the form onnxruntime's DirectML provider computes as ONNX specifies."""
     op = layer.cell.op_name
+    if runtime_name(runtime) == "directml":
+        found = _directml_findings(layer, opset, check(layer, opset=opset, layout_encoding=layout_encoding))
+        if layer.interface.layout == 1 and layout_encoding == "attribute":
+            found = [f for f in found if f.feature != "layout"] + [
+                Finding(
+                    "layout",
+                    Status.UNSUPPORTED,
+                    "layout=1 attribute: onnxruntime's DirectML provider does not take it",
+                    alternative="leave out --onnx-layout: Transposes around a layout-0 node",
+                )
+            ]
+        return found
     found = [
         Finding("cell", Status.EXACT, f"{op} operator, opset {DEFAULT_OPSET if opset is None else opset}"),
         Finding("direction", Status.EXACT, layer.direction.value),
@@ -1697,6 +1829,63 @@ def check(
     found.append(Finding("dtype", Status.EXACT, layer.interface.dtype, warning=dtype_warning))
     found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)}"))
     return found
+
+
+def _directml_findings(layer: RecurrentLayer, opset: int | None, plain: list[Finding]) -> list[Finding]:
+    """``plain`` (the onnxruntime findings) restated for onnxruntime's DirectML provider: each feature it would
+    compute otherwise decomposed (``onnx_elementary``), what it takes as its own said so, a refusal for the rest."""
+    by_feature = {f.feature: f for f in plain}
+    reasons = directml_ep.ep_mishandled(layer)
+    provider = "onnxruntime's DirectML provider"
+    if reasons:
+        cell = Finding(
+            "cell",
+            Status.DECOMPOSED,
+            f"elementary ONNX operators (a Loop over time per direction: MatMul, Add, Mul, Where, Clip and the "
+            f"activations' own operators) in place of the {layer.cell.op_name} node, which {provider} would compute "
+            f"otherwise: {'; '.join(reasons)}",
+        )
+    else:
+        cell = Finding(
+            "cell",
+            Status.EXACT,
+            f"{by_feature['cell'].detail}, as {provider} maps it onto DML_OPERATOR_{layer.cell.op_name}: layout 0, "
+            "activation names in its spelling, every alpha/beta written (its defaults differ from onnxruntime CPU's)",
+        )
+    by_feature["cell"] = cell
+    names = {a.name for p in layer.directions for a in p.activations}
+    if names & {"Affine", "Softplus"}:
+        by_feature["activations"] = Finding(
+            "activations",
+            Status.DECOMPOSED,
+            f"{layer.activation_summary()}: {', '.join(sorted(names & {'Affine', 'Softplus'}))} as elementary "
+            f"operators ({provider} rejects Affine and leaves Softplus's Steepness at 0)",
+        )
+    if layer.clip is not None:
+        by_feature["clip"] = (
+            Finding("clip", Status.DECOMPOSED, f"clip={layer.clip:g} as a Clip of every gate's pre-activation")
+            if reasons
+            else Finding(
+                "clip",
+                Status.EXACT,
+                f"clip={layer.clip:g}: {provider} passes it to DML_LSTM_OPERATOR_DESC's ClipThreshold",
+            )
+        )
+    if layer.interface.sequence_lens:
+        by_feature["sequence_lens"] = (
+            Finding("sequence_lens", Status.DECOMPOSED, "sequence_lens as Where masks (onnxruntime's rule)")
+            if reasons
+            else Finding(
+                "sequence_lens",
+                Status.EXACT,
+                f"sequence_lens input kept ({provider} passes it as DirectML's SequenceLengthsTensor)",
+                warning=directml_ep.SEQUENCE_LENGTHS_NOTE,
+            )
+        )
+    refused = _directml_refusal(layer, opset)
+    if refused is not None:
+        by_feature[refused.feature] = refused
+    return list(by_feature.values())
 
 
 # ----------------------------------------------------------------------------------------- running
