@@ -48,6 +48,9 @@ class Finding:
         return {k: v for k, v in data.items() if v is not None}
 
 
+FP16_SOURCE_WARNING = "fp16 source: its precision was lost when it was saved"
+
+
 def fp16_source(feature: str, stored: str) -> Finding:
     """The note on a source that holds fp16 values: widening them to float32 loses nothing more (the
     loss happened when the source was saved), so it is never a reason to refuse a target."""
@@ -55,7 +58,7 @@ def fp16_source(feature: str, stored: str) -> Finding:
         feature,
         Status.EXACT,
         f"{stored}; read as the fp16 values widened to float32, which loses nothing more",
-        warning="fp16 source: its precision was lost when it was saved",
+        warning=FP16_SOURCE_WARNING,
     )
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from gatepack.converters import registry
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
+from gatepack.converters.findings import FP16_SOURCE_WARNING
 from gatepack.converters.model import Model
 from gatepack.converters.samples import DEFAULT_SEQ_LENGTH, TOLERANCES, sample_inputs, sample_sizes
 from gatepack.schemas.layer import (
@@ -281,7 +282,10 @@ def _overflowed_sequences(expected: dict[str, np.ndarray]) -> np.ndarray | None:
 
 def _computed_in(model: Model, layer: RecurrentLayer) -> str:
     """The precision the model's runtime computes ``layer`` in (a format may compute float64 in
-    float32: OpenVINO's CPU plugin); the comparison uses the looser tolerance."""
+    float32: OpenVINO's CPU plugin), or float16 where the artifact stores the layer's weights in fp16 (an
+    fp16-compressed IR computes in fp32 on weights rounded to fp16); the comparison uses the looser tolerance."""
+    if any(f.warning == FP16_SOURCE_WARNING for f in model.notes_for(layer)):
+        return "float16"
     return registry.reader(model.format).compute_dtype(layer)
 
 

@@ -1461,8 +1461,8 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
             Finding(
                 "weights storage",
                 Status.LOSSY,
-                "weights compressed to fp16 in the .bin (asked for)",
-                alternative="leave weights in fp32 (the default)",
+                "weights compressed to fp16 in the .bin (asked for; verified at fp16's tolerance)",
+                alternative="pass --allow-lossy to accept it, or leave out --compress-to-fp16 for fp32 weights",
             )
         )
     found.append(
