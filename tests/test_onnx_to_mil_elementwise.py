@@ -66,6 +66,18 @@ def test_pow_float_exponent_of_an_integer_base_is_refused(tmp_path):
     )
 
 
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_integer_mod_sign_of_divisor_or_dividend(tmp_path, fmod):
+    divisor = np.array([[3], [-4], [5]], np.int64)
+    check_operator(tmp_path, "Mod", {"a": _i(2, 3, 4)}, {"fmod": fmod}, constants={"b": divisor})
+
+
+def test_float_mod_is_fmod(tmp_path):
+    b = np.array([1.5, -0.7, 2.0, -3.0], np.float32)
+    check_operator(tmp_path, "Mod", {"a": _f(3, 4) * 4, "b": b}, {"fmod": 1})
+    check_refused(tmp_path, "Mod", {"a": _f(4), "b": b}, match="fmod 0 of floats")
+
+
 # --- unary
 
 
@@ -90,6 +102,21 @@ def test_float_unary(tmp_path, op):
 
 def test_log_of_zero_is_minus_infinity(tmp_path):
     check_operator(tmp_path, "Log", {"x": np.array([0.0, 1e-30, 1.0], np.float32)})
+
+
+@pytest.mark.parametrize(
+    "op, attributes",
+    [
+        ("IsNaN", {}),
+        ("IsInf", {}),
+        ("IsInf", {"detect_negative": 0}),
+        ("IsInf", {"detect_positive": 0}),
+        ("IsInf", {"detect_positive": 0, "detect_negative": 0}),
+    ],
+)
+def test_nan_and_infinity_tests(tmp_path, op, attributes):
+    x = np.array([0.0, np.nan, np.inf, -np.inf, 1.5, -2.0], np.float32)
+    check_operator(tmp_path, op, {"x": x}, attributes)
 
 
 @pytest.mark.parametrize("op", ["Abs", "Neg", "Sign", "Relu"])

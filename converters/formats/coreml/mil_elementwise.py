@@ -130,7 +130,7 @@ OPS: dict[str, Callable] = {
     # binary, broadcast
     "pow": _pow,
     "floor_div": _floor_div,
-    "mod": lambda x, y, **_: np.asarray(np.asarray(x) - _floor_div(x, y) * np.asarray(y)),
+    "mod": _quiet(lambda x, y, **_: np.remainder(x, y)),  # the divisor's sign, as Python's %
     "less_equal": lambda x, y, **_: np.less_equal(x, y),
     "not_equal": lambda x, y, **_: np.not_equal(x, y),
     "logical_not": lambda x, **_: np.logical_not(x),

@@ -83,6 +83,19 @@ def _div(t: Translation, node) -> list:
     return [mb.mul(x=magnitude, y=mb.mul(x=mb.sign(x=x), y=mb.sign(x=y)))]
 
 
+def _mod(t: Translation, node) -> list:
+    """``fmod`` 0 (integers): MIL's ``mod``, the remainder with the divisor's sign, as ONNX. ``fmod`` 1: C's fmod,
+    the remainder with the dividend's sign: ``sign(x) * mod(|x|, |y|)``."""
+    x, y = _same_types(t, node, NUMBERS)
+    fmod = int(t.attr(node, "fmod", 0))
+    if not fmod:
+        if mil_dtype(x) in FLOATS:
+            t.refuse(node, "fmod 0 of floats, which ONNX does not define")
+        return [t.mb.mod(x=x, y=y)]
+    mb = t.mb
+    return [mb.mul(x=mb.sign(x=x), y=mb.mod(x=mb.abs(x=x), y=mb.abs(x=y)))]
+
+
 def _pow(t: Translation, node) -> list:
     """x ** y. A one-element constant exponent that does not widen x: 1 is x, 2 is ``mul(x, x)``, 0.5 of a float
     is ``sqrt``; otherwise MIL's ``pow`` with the exponent in x's type (opset 12+ lets it differ: an integer
@@ -129,6 +142,24 @@ def _compare(mil_op: str) -> OnnxOp:
         return [getattr(t.mb, mil_op)(x=x, y=y)]
 
     return OnnxOp(emit, opsets=(7, 10_000))
+
+
+def _is_nan(t: Translation, node) -> list:
+    """NaN is the one value not equal to itself: ``not_equal(x, x)``."""
+    x = typed(t, node, 0, FLOATS)
+    return [t.mb.not_equal(x=x, y=x)]
+
+
+def _is_inf(t: Translation, node) -> list:
+    """``equal`` to +inf and/or -inf (``detect_positive``, ``detect_negative``); neither: ``greater(x, x)``, false
+    everywhere."""
+    x = typed(t, node, 0, FLOATS)
+    positive, negative = int(t.attr(node, "detect_positive", 1)), int(t.attr(node, "detect_negative", 1))
+    if positive and negative:
+        return [t.mb.equal(x=t.mb.abs(x=x), y=like(np.inf, x))]
+    if positive or negative:
+        return [t.mb.equal(x=x, y=like(np.inf if positive else -np.inf, x))]
+    return [t.mb.greater(x=x, y=x)]
 
 
 def _not(t: Translation, node) -> list:
@@ -272,6 +303,7 @@ TABLE: dict[str, OnnxOp] = {
     "Mul": _binary("mul"),
     "Div": OnnxOp(_div, opsets=(7, 10_000)),
     "Pow": OnnxOp(_pow, opsets=(7, 10_000)),
+    "Mod": OnnxOp(_mod, frozenset({"fmod"}), opsets=(10, 10_000)),
     "Neg": OnnxOp(_neg, opsets=(6, 10_000)),
     "Abs": _unary("abs", NUMBERS),
     "Sign": _unary("sign", NUMBERS, first=9),
@@ -301,6 +333,8 @@ TABLE: dict[str, OnnxOp] = {
     "GreaterOrEqual": _compare("greater_equal"),
     "Less": _compare("less"),
     "LessOrEqual": _compare("less_equal"),
+    "IsNaN": OnnxOp(_is_nan, opsets=(9, 10_000)),
+    "IsInf": OnnxOp(_is_inf, frozenset({"detect_positive", "detect_negative"}), opsets=(10, 10_000)),
     "Not": OnnxOp(_not),
     "And": _binary("logical_and", ("bool",)),
     "Or": _binary("logical_or", ("bool",)),
