@@ -28,14 +28,16 @@ def operator_model(
     order: list[str] | None = None,
     outputs: int = 1,
     opset: int = 17,
+    before: list | None = None,
 ):
     """One ``op_type`` node reading ``inputs`` (graph inputs) and ``constants`` (initializers), in ``order``
-    (default: inputs then constants; '' for an absent optional input)."""
+    (default: inputs then constants; '' for an absent optional input); ``before``: nodes computing some of what
+    it reads (a bool, which no Core ML input carries)."""
     constants = constants or {}
     order = order if order is not None else [*inputs, *constants]
     node = helper.make_node(op_type, order, [f"out{k}" for k in range(outputs)], **(attributes or {}))
     graph = helper.make_graph(
-        [node],
+        [*(before or []), node],
         op_type.lower(),
         [
             helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
