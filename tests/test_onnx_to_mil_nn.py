@@ -4,7 +4,7 @@ are the real models' (gtcrn, ulunas, dpcrn: opset 11; DeepFilterNet3: opset 12) 
 
 import numpy as np
 import pytest
-from onnx_to_mil import check_operator, check_refused
+from onnx_to_mil import check_operator, check_refused, onnxruntime_outputs, operator_model, translated_outputs
 
 RNG = np.random.default_rng(0)
 
@@ -70,6 +70,32 @@ def test_einsum(tmp_path, equation, shapes):
 def test_einsum_refuses_diagonals_and_ellipses_naming_the_equation(tmp_path, equation, shapes):
     inputs = {f"x{k}": _f(*s) for k, s in enumerate(shapes)}
     check_refused(tmp_path, "Einsum", inputs, {"equation": equation}, opset=12, match=f"Einsum .*{equation[:3]}")
+
+
+def _check_symbolic(tmp_path, op_type, x, symbolic: dict[int, str], attributes, constants, opset):
+    """``op_type`` on input ``x`` whose axes ``symbolic`` are declared by name only (sizes known at run time)."""
+    proto = operator_model(op_type, {"x": x}, attributes, constants=constants, opset=opset)
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    for axis, name in symbolic.items():
+        dims[axis].Clear()
+        dims[axis].dim_param = name
+    want = onnxruntime_outputs(proto, {"x": x})[0]
+    got = translated_outputs(proto, {"x": x}, tmp_path)[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("symbolic", [{1: "T"}, {0: "B", 1: "T"}])
+def test_einsum_with_symbolic_batch_and_time(tmp_path, symbolic):
+    constants = {"w": _f(2, 3, 4)}
+    _check_symbolic(tmp_path, "Einsum", _f(2, 7, 2, 3), symbolic, {"equation": "btgi,gih->btgh"}, constants, 12)
+
+
+def test_conv_and_conv_transpose_with_symbolic_time(tmp_path):
+    attributes = {"group": 4, "pads": [0, 1, 0, 1], "strides": [1, 2]}
+    _check_symbolic(tmp_path, "Conv", _f(1, 4, 7, 9), {2: "T"}, attributes, {"w": _f(4, 1, 1, 3)}, 12)
+    attributes["output_padding"] = [0, 1]
+    _check_symbolic(tmp_path, "ConvTranspose", _f(1, 4, 7, 9), {2: "T"}, attributes, {"w": _f(4, 1, 1, 3)}, 12)
 
 
 # ----------------------------------------------------------------------------------------- convolutions

@@ -339,12 +339,19 @@ def _einsum_terms(t: Translation, node, count: int) -> tuple[list[str], str]:
     return terms, right
 
 
-def _grouped_shape(t: Translation, node, sizes: dict, groups: list[str]) -> list:
-    """The reshape target merging each group of letters into one axis (-1 for the one symbolic group)."""
+def _grouped_shape(t: Translation, node, sizes: dict, where: dict, groups: list[str]):
+    """The reshape target merging each group of letters into one axis: a list (-1 for one symbolic group), or,
+    with more symbolic groups, a shape computed at run time (``where``: letter -> (operand, axis))."""
     merged = [math.prod(sizes[c] for c in g) if all(isinstance(sizes[c], int) for c in g) else -1 for g in groups]
-    if merged.count(-1) > 1:
-        t.refuse(node, f"{merged.count(-1)} merged axes of symbolic size in one reshape")
-    return merged
+    if merged.count(-1) <= 1:
+        return merged
+    if any(len(g) > 1 for g, m in zip(groups, merged) if m == -1):
+        t.refuse(node, f"merged axes {groups} of symbolic sizes in one reshape")
+    pieces = [
+        np.array([m], np.int32) if m != -1 else t.mb.gather(x=t.mb.shape(x=where[g][0]), indices=[where[g][1]])
+        for g, m in zip(groups, merged)
+    ]
+    return t.mb.concat(values=pieces, axis=0)
 
 
 def _einsum_operand(t: Translation, x, term: str, keep: str, order: list[str]):
@@ -367,6 +374,7 @@ def _einsum(t: Translation, node) -> list:
     terms, out = _einsum_terms(t, node, count)
     xs = [t.var(node, k) for k in range(count)]
     sizes = {c: d for x, term in zip(xs, terms) for c, d in zip(term, t.shape(x))}
+    where = {c: (x, k) for x, term in zip(xs, terms) for k, c in enumerate(term)}
     if count == 1:
         y = _einsum_operand(t, xs[0], terms[0], out, [out])
         return [y]
@@ -377,11 +385,11 @@ def _einsum(t: Translation, node) -> list:
     groups_a, groups_b = [*batch, free_a, contracted], [*batch, contracted, free_b]
     x = _einsum_operand(t, xs[0], a, out + contracted, groups_a)
     y = _einsum_operand(t, xs[1], b, out + contracted, groups_b)
-    x = t.mb.reshape(x=x, shape=_grouped_shape(t, node, sizes, groups_a))
-    y = t.mb.reshape(x=y, shape=_grouped_shape(t, node, sizes, groups_b))
+    x = t.mb.reshape(x=x, shape=_grouped_shape(t, node, sizes, where, groups_a))
+    y = t.mb.reshape(x=y, shape=_grouped_shape(t, node, sizes, where, groups_b))
     product = t.mb.matmul(x=x, y=y)
     produced = batch + free_a + free_b
-    product = t.mb.reshape(x=product, shape=_grouped_shape(t, node, sizes, list(produced)))
+    product = t.mb.reshape(x=product, shape=_grouped_shape(t, node, sizes, where, list(produced)))
     perm = [produced.index(c) for c in out]
     return [t.mb.transpose(x=product, perm=perm) if perm != sorted(perm) else product]
 
