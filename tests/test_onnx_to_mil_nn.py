@@ -330,3 +330,38 @@ def test_other_reductions(tmp_path, op):
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
 def test_flatten(tmp_path, axis):
     check_operator(tmp_path, "Flatten", {"x": _f(2, 3, 4)}, {"axis": axis})
+
+
+# ----------------------------------------------------------------------------------------- resize
+
+_TRANSFORMS = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"]
+
+
+@pytest.mark.parametrize("transform", _TRANSFORMS)
+@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
+def test_resize_nearest_by_scales(tmp_path, transform, nearest_mode):
+    attributes = {"mode": "nearest", "coordinate_transformation_mode": transform, "nearest_mode": nearest_mode}
+    constants = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2.5, 0.6], np.float32)}
+    check_operator(tmp_path, "Resize", {"x": _f(1, 2, 4, 5)}, attributes, constants=constants, opset=13)
+
+
+@pytest.mark.parametrize("transform", [*_TRANSFORMS[:4], "half_pixel_symmetric"])
+def test_resize_linear_by_sizes(tmp_path, transform):
+    attributes = {"mode": "linear", "coordinate_transformation_mode": transform}
+    constants = {"roi": np.zeros(0, np.float32), "scales": np.zeros(0, np.float32), "sizes": np.array([1, 2, 7, 3])}
+    check_operator(tmp_path, "Resize", {"x": _f(1, 2, 4, 5)}, attributes, constants=constants, opset=19)
+
+
+def test_resize_opset_10_and_refusals(tmp_path):
+    scales = np.array([1, 1, 2, 2], np.float32)
+    check_operator(tmp_path, "Resize", {"x": _f(1, 2, 3, 4)}, {"mode": "nearest"}, constants={"s": scales}, opset=10)
+    constants = {"roi": np.zeros(0, np.float32), "scales": scales}
+    check_refused(
+        tmp_path,
+        "Resize",
+        {"x": _f(1, 2, 3, 4)},
+        {"mode": "cubic"},
+        constants=constants,
+        opset=13,
+        match="Resize .*mode 'cubic'",
+    )

@@ -394,6 +394,79 @@ def _einsum(t: Translation, node) -> list:
     return [t.mb.transpose(x=product, perm=perm) if perm != sorted(perm) else product]
 
 
+_SOURCE_COORDINATES = {  # ONNX Resize: the input coordinate of output index i (float32, as onnxruntime)
+    "half_pixel": lambda i, scale, d, out: (i + 0.5) / scale - 0.5,
+    "pytorch_half_pixel": lambda i, scale, d, out: (i + 0.5) / scale - 0.5 if out > 1 else 0.0 * i,
+    "align_corners": lambda i, scale, d, out: i * np.float32(d - 1) / np.float32(max(out - 1, 1)),
+    "asymmetric": lambda i, scale, d, out: i / scale,
+    "half_pixel_symmetric": lambda i, scale, d, out: (
+        np.float32(d / 2) * (1 - np.float32(out / (scale * d))) + (i + 0.5) / scale - 0.5
+    ),
+}
+_NEAREST = {
+    "round_prefer_floor": lambda x: np.where(x - np.floor(x) == 0.5, np.floor(x), np.round(x)),
+    "round_prefer_ceil": lambda x: np.where(x - np.floor(x) == 0.5, np.ceil(x), np.round(x)),
+    "floor": np.floor,
+    "ceil": np.ceil,
+}
+
+
+def _resize_plan(t: Translation, node, shape: tuple) -> list[tuple[int, int, float]]:
+    """(axis, output size, scale) of each axis Resize changes, from constant scales or sizes (opset 10: scales
+    as the second input; 11+: roi, scales, sizes; 18+: ``axes``)."""
+    scales_at = 1 if t.opset < 11 else 2
+    axes = [int(a) % len(shape) for a in t.attr(node, "axes", range(len(shape)))]
+    if t.has(node, scales_at + 1):
+        sizes = [int(v) for v in t.constant(node, scales_at + 1, "sizes").reshape(-1)]
+        if t.attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
+            t.refuse(node, f"keep_aspect_ratio_policy {t.attr(node, 'keep_aspect_ratio_policy')!r}")
+        plan = [(a, n, None) for a, n in zip(axes, sizes)]
+    else:
+        scales = [float(v) for v in t.constant(node, scales_at, "scales").reshape(-1)]
+        if any(not isinstance(shape[a], int) for a, s in zip(axes, scales) if s != 1.0):
+            t.refuse(node, "a resized axis of symbolic size")
+        plan = [(a, int(math.floor(shape[a] * s)), s) for a, s in zip(axes, scales)]
+    if any(not isinstance(shape[a], int) for a, n, s in plan if n != shape[a] or s not in (None, 1.0)):
+        t.refuse(node, "a resized axis of symbolic size (the source indices are computed at conversion time)")
+    return [
+        (a, n, np.float32(n / shape[a] if s is None else s))
+        for a, n, s in plan
+        if (n, s) not in ((shape[a], 1.0), (shape[a], None))
+    ]
+
+
+def _resize(t: Translation, node) -> list:
+    """ONNX Resize, nearest or linear, as one ``gather`` (nearest) or two gathers blended (linear) per resized
+    axis, with the source indices and weights computed at conversion time by ONNX's coordinate transformation
+    and nearest rounding: exact for every size, scale and mode. Refused: cubic, antialias, tf_crop_and_resize,
+    tf_half_pixel_for_nearest (onnxruntime, the oracle, does not run it), exclude_outside,
+    keep_aspect_ratio_policy other than stretch."""
+    mode = t.attr(node, "mode", "nearest")
+    transform = t.attr(node, "coordinate_transformation_mode", "half_pixel" if t.opset >= 11 else "asymmetric")
+    if mode not in ("nearest", "linear") or transform not in _SOURCE_COORDINATES:
+        t.refuse(node, f"mode {mode!r} with coordinate_transformation_mode {transform!r}")
+    if int(t.attr(node, "antialias", 0)) or int(t.attr(node, "exclude_outside", 0)):
+        t.refuse(node, "antialias or exclude_outside")
+    rounding = _NEAREST.get(t.attr(node, "nearest_mode", "round_prefer_floor"))
+    if rounding is None:
+        t.refuse(node, f"nearest_mode {t.attr(node, 'nearest_mode')!r}")
+    y = t.var(node, 0)
+    shape = t.shape(y)
+    for axis, out, scale in _resize_plan(t, node, shape):
+        d = shape[axis]
+        x = _SOURCE_COORDINATES[transform](np.arange(out, dtype=np.float32), scale, d, out).astype(np.float32)
+        if mode == "nearest":
+            y = t.mb.gather(x=y, indices=np.clip(rounding(x), 0, d - 1).astype(np.int32), axis=axis)
+            continue
+        x = np.clip(x, 0, d - 1)
+        low = np.floor(x).astype(np.int32)
+        weight = (x - low).astype(np.float32).reshape([out if k == axis else 1 for k in range(len(shape))])
+        near = t.mb.gather(x=y, indices=low, axis=axis)
+        far = t.mb.gather(x=y, indices=np.minimum(low + 1, d - 1).astype(np.int32), axis=axis)
+        y = t.mb.add(x=near, y=t.mb.mul(x=t.mb.sub(x=far, y=near), y=weight))
+    return [y]
+
+
 TABLE: dict[str, OnnxOp] = {
     "MatMul": OnnxOp(_matmul),
     "Gemm": OnnxOp(_gemm, frozenset({"alpha", "beta", "transA", "transB"}), (7, 10_000)),
@@ -422,6 +495,23 @@ TABLE: dict[str, OnnxOp] = {
     "Softmax": OnnxOp(_softmax(False), frozenset({"axis"})),
     "LogSoftmax": OnnxOp(_softmax(True), frozenset({"axis"})),
     "Flatten": OnnxOp(_flatten, frozenset({"axis"})),
+    "Resize": OnnxOp(
+        _resize,
+        frozenset(
+            {
+                "mode",
+                "coordinate_transformation_mode",
+                "nearest_mode",
+                "antialias",
+                "exclude_outside",
+                "axes",
+                "keep_aspect_ratio_policy",
+                "cubic_coeff_a",
+                "extrapolation_value",
+            }
+        ),
+        (10, 10_000),
+    ),
     "Einsum": OnnxOp(_einsum, frozenset({"equation"}), (12, 10_000)),
     **{op: _reduce(op) for op in _REDUCTIONS},
 }
