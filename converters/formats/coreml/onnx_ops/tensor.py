@@ -281,7 +281,19 @@ def _gather_elements(t: Translation, node) -> list:
     _require(t, node, x, _NUMERIC)
     axis = int(t.attr(node, "axis", 0)) % t.rank(x)
     index = _nonnegative(t, indices, [_dim(t, x, axis)])
+    if any(a != axis and d != e for a, (d, e) in enumerate(zip(t.shape(x), t.shape(indices)))):
+        x = _cut_to(t, x, indices, axis)  # ONNX lets the indices be shorter than x off the axis; MIL does not
     return [t.mb.gather_along_axis(x=t.as_var(x), indices=t.as_var(index), axis=axis)]
+
+
+def _cut_to(t: Translation, x, indices, axis: int):
+    """``x`` cut to the shape of ``indices`` on every axis but ``axis`` (at run time where a shape is symbolic)."""
+    rank, shape = t.rank(x), t.shape(indices)
+    end = np.asarray([d if _static(d) else 0 for d in shape], np.int32)
+    if not all(_static(d) for d in shape):
+        end = t.mb.shape(x=t.as_var(indices))
+    mask = [a == axis for a in range(rank)]
+    return t.mb.slice_by_index(x=t.as_var(x), begin=np.zeros(rank, np.int32), end=end, end_mask=mask)
 
 
 _SCATTER_MODES = {"none": "update", "add": "add", "mul": "mul", "max": "max", "min": "min"}
