@@ -292,6 +292,10 @@ def test_pad_axes_opset_18_and_attributes_before_11(tmp_path):
     check_operator(tmp_path, "Pad", {"x": _f(2, 3)}, {"pads": [1, 0, 0, 2], "value": 2.0}, opset=2)
 
 
+def test_pad_edge_wider_than_the_dimension(tmp_path):
+    check_operator(tmp_path, "Pad", {"x": _f(2, 3, 2)}, {"mode": "edge"}, constants={"p": _i(0, 5, 1, 0, 0, 4)})
+
+
 def test_pad_reflect_on_symbolic_dims(tmp_path):
     constants = {"pads": _i(0, 0, 2, 0, 0, 1)}
     _check_symbolic(tmp_path, "Pad", {"x": _f(2, 3, 8)}, {"mode": "reflect"}, constants=constants, symbolic={"x": [2]})

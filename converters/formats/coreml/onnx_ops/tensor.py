@@ -340,6 +340,8 @@ def _constant_of_shape(t: Translation, node) -> list:
     tensor attribute, float32 0 by default), as MIL's fill."""
     value = t.attr(node, "value")
     value = np.zeros(1, np.float32) if value is None else np.asarray(value)
+    if value.dtype == np.int64 and abs(int(value.reshape(-1)[0])) > _INT32_MAX:
+        t.refuse(node, f"its value {int(value.reshape(-1)[0])} does not fit Core ML's int32")
     if value.dtype not in (np.float32, np.float16, np.float64, np.int32, np.int64, np.bool_):
         t.refuse(node, f"a value of type {value.dtype}, which MIL's fill does not hold")
     return [t.mb.fill(shape=t.var(node, 0), value=mil_constant(value.reshape(())))]
@@ -430,13 +432,20 @@ def _pad(t: Translation, node) -> list:
 
 
 def _pad_last_two(t: Translation, x, axes: list[int], before: list[int], after: list[int], mode: str):
-    """Pad ``axes`` (one or two) of ``x`` by ``mode``, moved to the last axes for MIL's pad and back."""
+    """Pad ``axes`` (one or two) of ``x`` by ``mode``, moved to the last axes for MIL's pad and back. MIL's
+    replicate pads at most the dimension per side: larger edge pads of a static dimension take several pads."""
     rank = t.rank(x)
     perm = [a for a in range(rank) if a not in axes] + axes
-    moved = x if perm == list(range(rank)) else t.mb.transpose(x=x, perm=perm)
-    amounts = np.asarray([[max(before[a], 0), max(after[a], 0)] for a in axes], np.int32).reshape(-1)
-    out = t.mb.pad(x=moved, pad=amounts, mode=mode)
-    return out if moved is x else t.mb.transpose(x=out, perm=[perm.index(a) for a in range(rank)])
+    out = x if perm == list(range(rank)) else t.mb.transpose(x=x, perm=perm)
+    left = [[max(before[a], 0), max(after[a], 0)] for a in axes]
+    while any(sum(side) for side in left):
+        step = [list(side) for side in left]
+        if mode == "replicate":
+            dims = t.shape(out)[rank - len(axes) :]
+            step = [[min(n, int(d)) if _static(d) else n for n in side] for side, d in zip(left, dims)]
+        out = t.mb.pad(x=out, pad=np.asarray(step, np.int32).reshape(-1), mode=mode)
+        left = [[n - m for n, m in zip(side, taken)] for side, taken in zip(left, step)]
+    return out if perm == list(range(rank)) else t.mb.transpose(x=out, perm=[perm.index(a) for a in range(rank)])
 
 
 def _crop(t: Translation, x, before: list[int], after: list[int]):
