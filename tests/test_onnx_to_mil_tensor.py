@@ -272,6 +272,32 @@ def test_size_of_symbolic_dims(tmp_path):
     _check_symbolic(tmp_path, "Size", {"x": _f(2, 3, 4)}, symbolic={"x": [1]})
 
 
+def test_deepfilternet_shape_chain_with_free_dims(tmp_path):
+    """DeepFilterNet3's encoder flattens a tensor whose S (and batch) stay symbolic: Transpose -> Shape -> Slice
+    -> Concat -> Reshape, the shape computed at run time; the region cut from the real model."""
+    from pathlib import Path
+
+    import onnx
+
+    source = Path(__file__).parent.parent / "fixtures" / "realmodels" / "dfn3_enc.onnx"
+    onnx.save(onnx.shape_inference.infer_shapes(onnx.load(source)), tmp_path / "inferred.onnx")
+    region = tmp_path / "region.onnx"
+    onnx.utils.extract_model(
+        tmp_path / "inferred.onnx", region, ["/df_conv1/Relu_output_0"], ["/Reshape_output_0"], check_model=False
+    )
+    proto = onnx.load(region)
+    inputs = {"/df_conv1/Relu_output_0": _f(1, 64, 5, 48)}
+    assert [n.op_type for n in proto.graph.node if n.op_type != "Constant"] == [
+        "Transpose",
+        "Shape",
+        "Slice",
+        "Concat",
+        "Reshape",
+    ]
+    want, have = onnxruntime_outputs(proto, inputs)[0], translated_outputs(proto, inputs, tmp_path)[0]
+    np.testing.assert_array_equal(have, want)
+
+
 def test_non_zero_is_refused(tmp_path):
     check_refused(tmp_path, "NonZero", {"x": _f(2, 3)}, match="NonZero .*data-dependent")
 
