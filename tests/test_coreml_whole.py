@@ -30,7 +30,8 @@ REAL = {
     "dpcrn_online_simple_lstm.onnx": {},
     "dtln_model_1_lstm.onnx": {},
     "silero_vad_openvino_16k_lstm.onnx": {},
-    "silero_vad_v4_lstm_in_if.onnx": {},
+    # batch and sequence symbolic: nested Ifs on shapes whose branches differ in rank (MIL's cond needs one type)
+    "silero_vad_v4_lstm_in_if.onnx": {"input": [1, 512], "h": [2, 1, 64], "c": [2, 1, 64]},
 }
 TOLERANCE = 1e-4
 
@@ -57,6 +58,14 @@ def test_real_model_converts_whole_and_verifies(name, tmp_path):
     assert taken == [n for n, kind in _interface(src) if kind == "input"]  # the model's own input names, in order
     read = gp.load(out)
     assert 0 < len(read.layers) <= len(gp.load(src).layers) and read.other_ops  # a branch never taken: not written
+
+
+def test_symbolic_inputs_that_block_the_translation_are_named_with_the_fix(tmp_path):
+    with pytest.raises(gp.RefusedError) as refused:
+        gp.convert(REALMODELS / "silero_vad_v4_lstm_in_if.onnx", tmp_path / "m.mlpackage")
+    hint = refused.value.hint
+    assert "cond" in str(refused.value) and "--input-shape" in hint and "input [?, ?]" in hint, hint
+    assert not (tmp_path / "m.mlpackage").exists()
 
 
 def _model_with(op_type: str, **attributes) -> onnx.ModelProto:

@@ -112,7 +112,15 @@ def safe_name(name: str) -> str:
     """A name Core ML accepts: letters, digits and underscores, not starting with a digit (the rule
     of coremltools' own sanitiser, applied by gatepack so the mapping is known and stored)."""
     text = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return text if re.match(r"[A-Za-z_]", text) else "_" + text
+    text = text if re.match(r"[A-Za-z_]", text) else "_" + text
+    return text + "_workaround" if text in _RESERVED_NAMES else text
+
+
+# the names coremltools' sanitiser renames (MIL's type and keyword names): it appends "_workaround"
+_RESERVED_NAMES = frozenset(
+    "any bool program func tensor list dict tuple true false string bf16 fp16 fp32 fp64 int8 int16 int32 int64 "
+    "uint8 uint16 uint32 uint64 state".split()
+)
 
 
 FP16_PASSES = [

@@ -48,6 +48,22 @@ class OnnxOp:
     opsets: tuple[int, int] = (1, 10_000)
 
 
+# Core ML holds tensors of rank <= 5 (its backend refuses more); ONNX models use rank 6 now and then (gtcrn's unfold:
+# Gather -> Transpose -> Reshape). Such a tensor is held as ``Squeezed``: its size-1 axes left out.
+MAX_RANK = 5
+# the operators whose translations take a ``Squeezed`` input
+TAKES_SQUEEZED = frozenset({"Transpose", "Reshape"})
+
+
+@dataclass(frozen=True)
+class Squeezed:
+    """An ONNX tensor of rank > ``MAX_RANK`` held as ``var``: the tensor with its size-1 axes left out (the element
+    order is the same), ``shape`` its ONNX shape (static)."""
+
+    var: object
+    shape: tuple[int, ...]
+
+
 @dataclass
 class Translation:
     """The state of one graph's translation: ``values`` maps each ONNX tensor name to its MIL var or, when it is
@@ -68,13 +84,20 @@ class Translation:
         name = node.input[k]
         if name not in self.values:
             self.refuse(node, f"input {name!r} is not computed before it (the graph is not in order)")
-        return self.values[name]
+        value = self.values[name]
+        if isinstance(value, Squeezed) and node.op_type not in TAKES_SQUEEZED:
+            self.refuse(
+                node, f"input {name!r} has rank {len(value.shape)} {list(value.shape)}; Core ML holds rank <= 5"
+            )
+        return value
 
     def var(self, node, k: int):
         """Input ``k`` as a MIL var (a constant becomes a ``const`` op, int64 as int32)."""
         return self.as_var(self.value(node, k))
 
     def as_var(self, value):
+        if isinstance(value, Squeezed):
+            raise ValueError("a tensor of rank > 5 reached a translation that does not take it")
         return self.mb.const(val=mil_constant(value)) if isinstance(value, np.ndarray) else value
 
     def constant(self, node, k: int, what: str) -> np.ndarray:

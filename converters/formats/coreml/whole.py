@@ -17,7 +17,7 @@ from gatepack.converters.description import describe
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import DEFAULT_TARGET, _ct, _quiet, safe_name
-from gatepack.converters.formats.coreml.translate import Translation, Untranslatable, mil_constant
+from gatepack.converters.formats.coreml.translate import MAX_RANK, Squeezed, Translation, Untranslatable
 from gatepack.converters.formats.coreml.writer import emit_layer
 from gatepack.converters.model import Model
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
@@ -111,11 +111,17 @@ def translate_proto(
             t.values[onnx_name] = mb.squeeze(x=given, axes=[0]) if onnx_name in scalars else given
         _translate_graph(t, graph, prepared, strategy, target, described, failures)
         if failures:
-            refuse_untranslatable(path, failures)
+            refuse_untranslatable(path, failures, _symbolic_inputs(function))
         outputs = []
         for out in graph.output:
             names[out.name] = safe_name(out.name)
             value = t.values[out.name]
+            if isinstance(value, Squeezed):
+                raise RefusedError(
+                    f"{path}: output {out.name!r} has rank {len(value.shape)}; Core ML holds tensors of rank <= "
+                    f"{MAX_RANK}",
+                    hint="pass --layers-only for the recurrent layers alone, or convert to onnx or openvino",
+                )
             outputs.append(mb.identity(x=t.as_var(value), name=names[out.name]))
         function.set_outputs(outputs)
     if len(set(names.values())) != len(names):
@@ -279,7 +285,7 @@ def _translate_if(
 
         return translate
 
-    pred = condition if t.rank(condition) == 0 else t.mb.reshape(x=condition, shape=[])
+    pred = condition if t.rank(condition) == 0 else t.mb.reshape(x=condition, shape=np.zeros(0, np.int32))
     try:
         then, other = block(t.attr(node, "then_branch")), block(t.attr(node, "else_branch"))
         results = t.mb.cond(pred=pred, _true_fn=then, _false_fn=other)
@@ -344,6 +350,8 @@ def _emit_layer(
                     return  # computed by a node that could not be translated: that node is named
                 t.refuse(node, f"its {role} {name!r} is not computed before it")
             value = t.values[name]
+            if isinstance(value, Squeezed):
+                t.refuse(node, f"its {role} {name!r} has rank {len(value.shape)}")
             given[role] = (
                 t.as_var(value.astype(np.float32) if role != "sequence_lens" else value)
                 if isinstance(value, np.ndarray)
@@ -375,12 +383,28 @@ def refusal_summary(failures: list[Untranslatable]) -> str:
     return f"{len(failures)} node{'s' if len(failures) != 1 else ''} Core ML cannot hold: " + "; ".join(parts)
 
 
-def refuse_untranslatable(path: Path, failures: list[Untranslatable]) -> NoReturn:
+def refuse_untranslatable(path: Path, failures: list[Untranslatable], symbolic: list[str] = ()) -> NoReturn:
+    """RefusedError naming what cannot be translated; where inputs have symbolic dimensions, fixing them (which folds
+    the shape arithmetic and the Ifs decided by shapes) is the first way out."""
+    fix = (
+        f"fix the symbolic input dimensions with --input-shape NAME=d1,d2,... ({'; '.join(symbolic)}), or "
+        if symbolic
+        else ""
+    )
     raise RefusedError(
         f"{path}: {refusal_summary(failures)}",
-        hint="pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep the "
-        "whole model",
+        hint=f"{fix}pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep "
+        "the whole model",
     )
+
+
+def _symbolic_inputs(function) -> list[str]:
+    """'NAME [?, 512]' for each program input with a symbolic dimension."""
+    return [
+        f"{name} [{', '.join(str(d) if isinstance(d, int) else '?' for d in var.shape)}]"
+        for name, var in function.inputs.items()
+        if not all(isinstance(d, int) for d in var.shape)
+    ]
 
 
 def whole_model_finding(model: Model) -> Finding | None:
@@ -391,13 +415,7 @@ def whole_model_finding(model: Model) -> Finding | None:
         return None
     refusal, changes = _translation_verdict(model)
     if refusal is not None:
-        return Finding(
-            "model",
-            Status.UNSUPPORTED,
-            refusal,
-            alternative="pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which "
-            "keep the whole model",
-        )
+        return Finding("model", Status.UNSUPPORTED, refusal[0], alternative=refusal[1])
     whole = (
         f"whole model in one ML Program: gatepack translates the model's {model.other_ops_text()} to MIL ops and "
         "writes every recurrent layer"
@@ -408,12 +426,12 @@ def whole_model_finding(model: Model) -> Finding | None:
     return Finding("model", Status.EXACT, whole)
 
 
-_VERDICTS: dict[tuple, tuple[str | None, list[str]]] = {}
+_VERDICTS: dict[tuple, tuple[tuple[str, str] | None, list[str]]] = {}
 
 
-def _translation_verdict(model: Model) -> tuple[str | None, list[str]]:
-    """Why the model does not translate (None: it does) and what changes in its interface, asked once per
-    unchanged file and input shapes."""
+def _translation_verdict(model: Model) -> tuple[tuple[str, str] | None, list[str]]:
+    """Why the model does not translate and the way out (None: it translates), and what changes in its interface,
+    asked once per unchanged file and input shapes."""
     path = Path(model.path)
     stat = path.stat()
     shapes = model.meta.get("input_shapes") or {}
@@ -424,8 +442,9 @@ def _translation_verdict(model: Model) -> tuple[str | None, list[str]]:
                 _, described = build_whole(model)
             _VERDICTS[key] = (None, described["interface_changes"])
         except (RefusedError, UsageError) as err:
-            _VERDICTS[key] = (err.message.removeprefix(f"{path}: "), [])
+            hint = err.hint or "pass --layers-only for the recurrent layers alone"
+            _VERDICTS[key] = ((err.message.removeprefix(f"{path}: "), hint), [])
     return _VERDICTS[key]
 
 
-__all__ = ["build_whole", "is_whole_model", "mil_constant", "whole_model_finding"]
+__all__ = ["build_whole", "is_whole_model", "translate_onnx", "whole_model_finding"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gatepack.converters.formats.coreml.translate import OnnxOp, Translation, mil_constant
+from gatepack.converters.formats.coreml.translate import MAX_RANK, OnnxOp, Squeezed, Translation, mil_constant
 
 _INT32_MIN, _INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 # the element types MIL's gather, scatter_nd and pad take (int64 arrives as int32)
@@ -92,8 +92,30 @@ def _nonnegative(t: Translation, indices, dims: list):
 
 def _transpose(t: Translation, node) -> list:
     x = t.value(node, 0)
-    perm = t.attr(node, "perm", list(range(t.rank(x)))[::-1])
-    return [t.mb.transpose(x=t.as_var(x), perm=[int(p) for p in perm])]
+    rank = len(x.shape) if isinstance(x, Squeezed) else t.rank(x)
+    perm = [int(p) for p in t.attr(node, "perm", list(range(rank))[::-1])]
+    if isinstance(x, Squeezed):  # only the non-unit axes move: their order after the transpose
+        kept = [a for a in range(rank) if x.shape[a] != 1]
+        moved = [kept.index(p) for p in perm if x.shape[p] != 1]
+        var = t.mb.transpose(x=x.var, perm=moved) if moved != sorted(moved) else x.var
+        return [_held_at_rank(t, var, tuple(x.shape[p] for p in perm))]
+    return [t.mb.transpose(x=t.as_var(x), perm=perm)]
+
+
+def _held_at_rank(t: Translation, var, shape: tuple) -> object:
+    """``var`` (the tensor of static ``shape`` with its size-1 axes left out) as ONNX's tensor: reshaped to ``shape``
+    when Core ML holds that rank, else ``Squeezed``."""
+    if len(shape) <= MAX_RANK:
+        return t.mb.reshape(x=var, shape=np.asarray(shape, np.int32))
+    return Squeezed(var, tuple(int(d) for d in shape))
+
+
+def _elide_units(t: Translation, node, x, shape: tuple) -> object:
+    """A tensor of rank > 5 and static ``shape`` that ``x`` holds, as ``Squeezed`` (``x`` reshaped to its
+    non-unit sizes); refused when its non-unit axes are more than Core ML's rank."""
+    if not all(_static(d) for d in shape) or sum(d != 1 for d in shape) > MAX_RANK:
+        t.refuse(node, f"its output has rank {len(shape)} {list(shape)}; Core ML holds rank <= {MAX_RANK}")
+    return Squeezed(t.mb.reshape(x=x, shape=np.asarray([d for d in shape if d != 1] or [1], np.int32)), shape)
 
 
 def _squeeze(t: Translation, node) -> list:
@@ -111,6 +133,11 @@ def _unsqueeze(t: Translation, node) -> list:
     x = t.value(node, 0)
     count = len(np.asarray(t.constant(node, 1, "axes") if t.opset >= 13 else t.attr(node, "axes")).reshape(-1))
     axes = sorted(_axes(t, node, t.rank(x) + count))
+    if t.rank(x) + count > MAX_RANK:
+        shape = list(t.shape(x))
+        for a in axes:
+            shape.insert(a, 1)
+        return [_elide_units(t, node, t.as_var(x), tuple(shape))]
     return [t.mb.expand_dims(x=t.as_var(x), axes=axes)]
 
 
@@ -124,6 +151,8 @@ def _reshape(t: Translation, node) -> list:
     here: from the static dimension, else at run time as ``select(shape == 0, shape(x)[:K], shape)``."""
     x, shape = t.value(node, 0), t.value(node, 1)
     allowzero = int(t.attr(node, "allowzero", 0))
+    if isinstance(x, Squeezed) or (isinstance(shape, np.ndarray) and shape.size > MAX_RANK):
+        return [_reshape_high_rank(t, node, x, t.constant(node, 1, "shape"), allowzero)]
     if isinstance(shape, np.ndarray):
         target = _ints(shape)
         if 0 in target and allowzero:
@@ -142,6 +171,23 @@ def _reshape(t: Translation, node) -> list:
     if not _static(count):
         t.refuse(node, "its shape has a length known only at run time")
     return [t.mb.reshape(x=t.as_var(x), shape=_zeros_copied(t, x, t.as_var(shape), int(count)))]
+
+
+def _reshape_high_rank(t: Translation, node, x, shape: np.ndarray, allowzero: int) -> object:
+    """Reshape from or to a rank above Core ML's: the element order is the layout, so the tensor without its unit
+    axes reshapes straight to the target (0s copied from the input's ONNX shape, one -1 inferred)."""
+    dims = x.shape if isinstance(x, Squeezed) else t.shape(x)
+    target = _ints(shape)
+    if not all(_static(d) for d in dims) or (allowzero and 0 in target):
+        t.refuse(node, f"a reshape of rank {len(dims)} -> {len(target)} with a symbolic or empty shape")
+    target = [int(dims[k]) if v == 0 and k < len(dims) else v for k, v in enumerate(target)]
+    if -1 in target:
+        known = int(np.prod([v for v in target if v != -1]))
+        target[target.index(-1)] = int(np.prod(dims)) // max(known, 1)
+    var = x.var if isinstance(x, Squeezed) else t.as_var(x)
+    if len(target) <= MAX_RANK:
+        return t.mb.reshape(x=var, shape=np.asarray(target, np.int32))
+    return _elide_units(t, node, var, tuple(target))
 
 
 def _zeros_copied(t: Translation, x, shape, count: int):
@@ -271,6 +317,15 @@ def _gather(t: Translation, node) -> list:
     _require(t, node, x, _NUMERIC)
     axis = int(t.attr(node, "axis", 0)) % t.rank(x)
     index = _nonnegative(t, indices, [_dim(t, x, axis)])
+    shape = (*t.shape(x)[:axis], *t.shape(indices), *t.shape(x)[axis + 1 :])
+    if len(shape) > MAX_RANK:  # gathered without the size-1 axes of x (but the gathered one) and of the indices
+        units = [a for a, d in enumerate(t.shape(x)) if d == 1 and a != axis]
+        low = t.mb.squeeze(x=t.as_var(x), axes=units) if units else t.as_var(x)
+        flat = t.mb.reshape(
+            x=t.as_var(index), shape=np.asarray([d for d in t.shape(indices) if d != 1] or [1], np.int32)
+        )
+        gathered = t.mb.gather(x=low, indices=flat, axis=axis - sum(a < axis for a in units))
+        return [_elide_units(t, node, gathered, shape)]
     return [t.mb.gather(x=t.as_var(x), indices=t.as_var(index), axis=axis)]
 
 
