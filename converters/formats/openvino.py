@@ -330,7 +330,7 @@ def build_whole(model: Model, *, strategy: str = "auto"):
                     ops, node_layer, ctx.get_input(0), given.pop("sequence_lens", None), given
                 )
                 if chosen == "native":
-                    names_to_restore.append((outputs[0].get_node().input_value(0).get_node(), layer.name))
+                    names_to_restore.append((_producing_sequence_op(outputs[0]), layer.name))
                 if not any(e["name"] == layer.name for e in described):
                     described.append({"name": layer.name, "strategy": chosen, **describe(layer)})
                 return list(outputs)
@@ -356,6 +356,14 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
     ov_model.set_rt_info(json.dumps(model.meta["other_ops"]), RT_INFO_OTHER_OPS)
     return ov_model
+
+
+def _producing_sequence_op(output):
+    """The sequence op whose Y ``output`` is (through the layout ops ``_emit_native`` puts after it)."""
+    node = output.get_node()
+    while not node.get_type_name().endswith("Sequence"):
+        node = node.input_value(0).get_node()
+    return node
 
 
 def _read_onnx(core, model: Model):
@@ -453,12 +461,25 @@ def _emit_native(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
     else:
         node = ops.rnn_sequence(x_bm, *initial, seq, w, r, b, **common)
     node.set_friendly_name(layer.name)
-    y = ops.transpose(node.output(0), [0, 2, 1, 3] if itf.layout else [2, 1, 0, 3])  # [N,D,S,H] ->
+    y = ops.transpose(node.output(0), [0, 2, 1, 3]) if itf.layout else _seq_major_y(ops, node.output(0), d)
     finals = [
         node.output(k) if itf.layout else ops.transpose(node.output(k), [1, 0, 2]).output(0)
         for k in range(1, 1 + len(initial))
     ]
     return (y.output(0), *finals)
+
+
+def _seq_major_y(ops, y_native, num_directions: int):
+    """Y [N,D,S,H] of a sequence op as ONNX's [S,D,N,H]: a Transpose (2,1,0,3), or for one direction
+    Squeeze(1) -> Transpose (1,0,2) -> Unsqueeze(1).
+
+    Why not one Transpose for one direction: OpenVINO's CPU plugin rewrites a one-direction sequence op between
+    Transpose(X, (1,0,2)) and Transpose(Y, (2,1,0,3)) to read seq-major X, replacing that X Transpose by a
+    Reshape for every reader; the Transposes of one X by two sequence ops are one node once OpenVINO merges
+    equal ops, so the other op reads X reshaped, not transposed (docs/conventions.md, OpenVINO traps)."""
+    if num_directions == 2:
+        return ops.transpose(y_native, [2, 1, 0, 3])
+    return ops.unsqueeze(ops.transpose(ops.squeeze(y_native, [1]), [1, 0, 2]), [1])
 
 
 class _OpenVinoOps:
