@@ -206,26 +206,46 @@ def whole_model_finding(model: Model) -> Finding | None:
 
 
 def _frontend_refusal(model: Model) -> str | None:
-    """Why OpenVINO's ONNX frontend cannot import ``model`` (None: it can), asked once per unchanged file."""
+    """Why OpenVINO's ONNX frontend cannot import ``model`` (None: it can), asked once per unchanged file by the
+    import ``build_whole`` runs (strategy auto); the ``ov.Model`` imported is kept for the ``build_whole`` of the
+    same model that follows (one at most, handed over once, replaced by the next import)."""
+    key = _file_key(model)
+    if key not in _FRONTEND_VERDICTS:
+        _KEPT_IMPORT.clear()
+        try:
+            _KEPT_IMPORT[_import_key(model, "auto")] = _import_whole(model, "auto")
+            _FRONTEND_VERDICTS[key] = None
+        except _FrontendRefusal as refusal:
+            _FRONTEND_VERDICTS[key] = refusal.reason
+        except GatepackError:  # gatepack's own translation failed: no verdict on the frontend; convert says why
+            return None
+    return _FRONTEND_VERDICTS[key]
+
+
+def _file_key(model: Model) -> tuple:
+    """The source file as it is now: resolved path, modification time, size."""
     path = Path(model.path)
     stat = path.stat()
-    return _frontend_refusal_of(model, (str(path.resolve()), stat.st_mtime_ns, stat.st_size))
+    return (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+def _import_key(model: Model, strategy: str) -> tuple:
+    """What an import depends on: the file, the strategy, the layers (the very objects; a copy of the model made
+    with ``dataclasses.replace`` shares them) and the other operators."""
+    return (_file_key(model), strategy, tuple(map(id, model.layers)), json.dumps(model.meta["other_ops"]))
 
 
 _FRONTEND_VERDICTS: dict[tuple, str | None] = {}
+# the last import run for a verdict (``_import_key`` -> ov.Model), until ``build_whole`` takes it or another replaces it
+_KEPT_IMPORT: dict[tuple, object] = {}
 
 
-def _frontend_refusal_of(model: Model, key: tuple) -> str | None:
-    if key not in _FRONTEND_VERDICTS:
-        ov, _ = _ov()
-        try:
-            _read_onnx(ov.Core(), model)
-            _FRONTEND_VERDICTS[key] = None
-        except GatepackError as err:
-            _FRONTEND_VERDICTS[key] = err.one_line()
-        except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
-            _FRONTEND_VERDICTS[key] = _ov_message(err)
-    return _FRONTEND_VERDICTS[key]
+class _FrontendRefusal(Exception):
+    """OpenVINO's ONNX frontend failed on the model (not on gatepack's translation of a recurrent node)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def build(model: Model, *, strategy: str = "auto"):
@@ -275,12 +295,25 @@ def build(model: Model, *, strategy: str = "auto"):
 
 def build_whole(model: Model, *, strategy: str = "auto"):
     """The whole ONNX model as one ``openvino.Model``: OpenVINO's ONNX frontend converts every other
-    operator, and a conversion extension hands each GRU/RNN/LSTM node to gatepack's own translation.
+    operator, and a conversion extension hands each GRU/RNN/LSTM node to gatepack's own translation
+    (``_import_whole``; the import the report's verdict ran, when it was of this model and strategy)."""
+    kept = _KEPT_IMPORT.pop(_import_key(model, strategy), None)
+    _KEPT_IMPORT.clear()
+    if kept is not None:
+        return kept
+    try:
+        return _import_whole(model, strategy)
+    except _FrontendRefusal as refusal:
+        raise RuntimeFailure(
+            f"{model.path}: OpenVINO's ONNX frontend cannot convert the model's other operators: {refusal.reason}"
+        ) from None
 
-    The frontend gives the extension the node's inputs (X, and sequence_lens / initial_h, or a
-    NullNode where absent) but not its name, so a node is matched to its layer by the tensor names
-    of X and W. The node's own layout applies (batch-major Transposes around it stay ordinary ops).
-    """
+
+def _import_whole(model: Model, strategy: str):
+    """``build_whole``'s import. The frontend gives the extension the node's inputs (X, and sequence_lens /
+    initial_h, or a NullNode where absent) but not its name, so a node is matched to its layer by the tensor
+    names of X and W. The node's own layout applies (batch-major Transposes around it stay ordinary ops).
+    Raises gatepack's error from a translation, or ``_FrontendRefusal`` when the frontend fails."""
     ov, ops = _ov()
     from openvino.frontend.onnx import ConversionExtension
 
@@ -300,35 +333,8 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     def translator(op_type: str):
         def translate(ctx) -> list:
             try:
-                x_names, w_names = ctx.get_input(0).get_names(), ctx.get_input(1).get_names()
-                found = [
-                    (lay, node)
-                    for lay, node in candidates.get(op_type, [])
-                    if node.inputs[0] in x_names and node.inputs[1] in w_names
-                ]
-                if len(found) != 1:
-                    raise InputError(
-                        f"{model.path}: cannot tell which {op_type} node OpenVINO's frontend is converting (X "
-                        f"{sorted(x_names)}, W {sorted(w_names)}; {len(found)} candidates)"
-                    )
-                layer, node = found[0]
-                # the ONNX node's optional inputs: sequence_lens (4), initial_h (5), initial_c (6)
-                optional = {
-                    role: ctx.get_input(k) if ctx.get_input_size() > k else None
-                    for k, role in enumerate(INPUT_ROLES[1:], start=4)
-                }
-                given = {
-                    role: v
-                    for role, v in optional.items()
-                    if v is not None and v.get_node().get_type_name() != "NullNode"
-                }
-                held = _held_constants(layer, node.layout or 0, ctx.get_input(0))
-                given.update((role, c.output(0)) for role, c in held.items())
-                node_layer = replace(layer, interface=replace(layer.interface, layout=node.layout or 0))
-                chosen, _ = choose_strategy(layer, strategy)
-                outputs = (_emit_native if chosen == "native" else _emit_decomposed)(
-                    ops, node_layer, ctx.get_input(0), given.pop("sequence_lens", None), given
-                )
+                layer, node = _matching_layer(ctx, candidates.get(op_type, []), op_type, model.path)
+                chosen, outputs = _translate_node(ops, ctx, layer, node, strategy)
                 if chosen == "native":
                     names_to_restore.append((_producing_sequence_op(outputs[0]), layer.name))
                 if not any(e["name"] == layer.name for e in described):
@@ -345,17 +351,42 @@ def build_whole(model: Model, *, strategy: str = "auto"):
         core.add_extension(ConversionExtension(op_type, translator(op_type)))
     try:
         ov_model = _read_onnx(core, model)
-    except Exception as err:
+    except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
         if failures and isinstance(failures[0], GatepackError):
             raise failures[0] from None
-        raise RuntimeFailure(
-            f"{model.path}: OpenVINO's ONNX frontend cannot convert the model's other operators: {_ov_message(err)}"
-        ) from None
+        raise _FrontendRefusal(err.one_line() if isinstance(err, GatepackError) else _ov_message(err)) from None
     for node, name in names_to_restore:  # the frontend names ops after their ONNX outputs
         node.set_friendly_name(name)
     ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
     ov_model.set_rt_info(json.dumps(model.meta["other_ops"]), RT_INFO_OTHER_OPS)
     return ov_model
+
+
+def _matching_layer(ctx, candidates: list, op_type: str, path) -> tuple[RecurrentLayer, Provenance]:
+    """The layer (and its ONNX node) the frontend is converting: the one candidate reading its X and W."""
+    x_names, w_names = ctx.get_input(0).get_names(), ctx.get_input(1).get_names()
+    found = [(lay, node) for lay, node in candidates if node.inputs[0] in x_names and node.inputs[1] in w_names]
+    if len(found) != 1:
+        raise InputError(
+            f"{path}: cannot tell which {op_type} node OpenVINO's frontend is converting (X "
+            f"{sorted(x_names)}, W {sorted(w_names)}; {len(found)} candidates)"
+        )
+    return found[0]
+
+
+def _translate_node(ops, ctx, layer: RecurrentLayer, node: Provenance, strategy: str) -> tuple[str, tuple]:
+    """The strategy chosen for ``layer`` and its outputs (Y, finals) from the frontend's inputs of its node."""
+    # the ONNX node's optional inputs: sequence_lens (4), initial_h (5), initial_c (6)
+    optional = {
+        role: ctx.get_input(k) if ctx.get_input_size() > k else None for k, role in enumerate(INPUT_ROLES[1:], start=4)
+    }
+    given = {role: v for role, v in optional.items() if v is not None and v.get_node().get_type_name() != "NullNode"}
+    held = _held_constants(layer, node.layout or 0, ctx.get_input(0))
+    given.update((role, c.output(0)) for role, c in held.items())
+    node_layer = replace(layer, interface=replace(layer.interface, layout=node.layout or 0))
+    chosen, _ = choose_strategy(layer, strategy)
+    emit = _emit_native if chosen == "native" else _emit_decomposed
+    return chosen, emit(ops, node_layer, ctx.get_input(0), given.pop("sequence_lens", None), given)
 
 
 def _producing_sequence_op(output):
