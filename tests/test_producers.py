@@ -52,12 +52,6 @@ MASKED = sorted(a for a in MANIFEST if "_masked_" in a)
 HARD_SIGMOID = {a for a in MANIFEST if "hard_sigmoid" in a}
 # Keras masks given from lengths are lifted to sequence_lens, which BNNSGraph's recurrent ops do not take.
 LENGTH_MASKED = {a for a in MANIFEST if "_length_mask_" in a}
-# OpenVINO 2026.4's ONNX frontend computes one of two GRU/RNN nodes that read the same X tensor wrongly
-# (docs/conventions.md, "OpenVINO traps"); gatepack's verification catches it and writes nothing. Every
-# bidirectional nn.RNN dynamo unrolls is lifted into a forward and a reverse RNN node reading one X.
-OPENVINO_SHARED_X = {a for a in MANIFEST if a.startswith("torch_dynamo_rnn") and "bidirectional" in a}
-
-
 # A module holding its initial state (an nn.Parameter): coremltools folds it into the constant start of the
 # loop's state buffer, which a lifted layer does not carry: refused, saying "learned initial state".
 LEARNED_STATE = sorted(a for a in MANIFEST if MANIFEST[a]["config"].get("initial_state") == "learned")
@@ -122,11 +116,6 @@ def test_converts_to_every_target_with_verification(artifact, tmp_path):
         if target == "bnns" and artifact in HARD_SIGMOID | LENGTH_MASKED:
             with pytest.raises(gp.RefusedError, match="HardSigmoid|no sequence lengths"):
                 gp.convert(path, out, to=target, layers_only=True)
-            assert not out.exists()
-            continue
-        if target == "openvino" and artifact in OPENVINO_SHARED_X:
-            with pytest.raises(gp.VerificationError):
-                gp.convert(path, out, to=target)
             assert not out.exists()
             continue
         result = _convert(path, out, target, model)

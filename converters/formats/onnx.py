@@ -610,8 +610,9 @@ class _Reader:
         isolated = _Isolated(
             [node], {k: v for k, v in ((inputs[1], w), (inputs[2], r), (inputs[3], b), (inputs[7], p)) if k}, self.opset
         )
-        interface = self._interface(node, scope, inputs, outputs, layout, w, hidden, at, isolated)
-        constants = self._held_constants(scope, interface, layout, name, w.dtype, isolated)
+        computed = self._computed_inputs(scope, inputs, layout, name)
+        interface = self._interface(node, scope, inputs, outputs, layout, w, hidden, at, isolated, computed)
+        constants = self._held_constants(scope, interface, layout, name, w.dtype, isolated, computed)
         zero_states = [r for r in ("initial_h", "initial_c") if getattr(interface, r) in isolated.blank]
         if zero_states:
             interface = replace(interface, **dict.fromkeys(zero_states))
@@ -668,39 +669,54 @@ class _Reader:
             self.notes[name] = notes
         return layer
 
-    def _held_state(self, name: str, scope: _Scope) -> bool:
-        """Whether initial state ``name`` is computed from constants alone, or from constants and the shapes of
-        graph inputs as one state repeated along the batch (then the layer holds it, or has none)."""
-        try:
-            self.constant(name, scope, "", "initial state")
-            return True
-        except InputError:
-            return self._state_from_shapes(name, scope, "", "initial state", 0) is not None
-
-    def _held_constants(
-        self, scope: _Scope, itf: Interface, node_layout: int, layer: str, dtype: np.dtype, isolated: _Isolated
-    ) -> dict[str, np.ndarray]:
-        """The optional inputs (sequence_lens, initial_h, initial_c) the model computes from constants alone
-        (an initializer, a ``Constant`` node, a cone of operators over them), in the canonical layout 0; each
-        also becomes a constant of the isolated node, so running it alone never feeds a value in its place.
-        An input computed from a graph input stays an input of the layer."""
-        held: dict[str, np.ndarray] = {}
-        for role in CONSTANT_ROLES:
-            name = getattr(itf, role)
+    def _computed_inputs(self, scope: _Scope, inputs: list, node_layout: int, layer: str) -> dict[str, tuple]:
+        """Per optional input (sequence_lens, initial_h, initial_c) the model computes rather than takes as a graph
+        input, what folding it gives, once per node (the layout and the held constants both ask): ``(name,
+        "constant", value)`` when constants alone compute it (an initializer, a ``Constant`` node, a cone of
+        operators over them), for a state ``(name, "repeated", batch-1 state)`` when constants and the shapes of
+        graph inputs compute one state repeated along X's batch (``_state_from_shapes``, in the node's layout),
+        else ``(name, None, None)`` (computed from the model's inputs, or by control flow: an input of the layer)."""
+        computed: dict[str, tuple] = {}
+        for role, index in zip(CONSTANT_ROLES, (4, 5, 6)):
+            name = inputs[index]
             if not name or scope.lookup(name) is None or scope.lookup(name)[0] == "input":
                 continue
             try:
-                value = self.constant(name, scope, layer, ROLE_LABELS[role])
+                computed[role] = (name, "constant", self.constant(name, scope, layer, ROLE_LABELS[role]))
             except InputError:
                 state = None
                 if role != "sequence_lens":
                     state = self._state_from_shapes(name, scope, layer, ROLE_LABELS[role], node_layout)
-                if state is not None and not np.any(state):
+                computed[role] = (name, None if state is None else "repeated", state)
+        return computed
+
+    def _held_constants(
+        self,
+        scope: _Scope,
+        itf: Interface,
+        node_layout: int,
+        layer: str,
+        dtype: np.dtype,
+        isolated: _Isolated,
+        computed: dict[str, tuple],
+    ) -> dict[str, np.ndarray]:
+        """The optional inputs (sequence_lens, initial_h, initial_c) the model computes from constants alone
+        (``computed``: from ``_computed_inputs``), in the canonical layout 0; each also becomes a constant of the
+        isolated node, so running it alone never feeds a value in its place. An input computed from a graph input
+        stays an input of the layer."""
+        held: dict[str, np.ndarray] = {}
+        for role in CONSTANT_ROLES:
+            name = getattr(itf, role)
+            folded_name, kind, value = computed.get(role, (None, None, None))
+            if not name or name != folded_name or kind is None:
+                continue  # absent, a graph input (or absorbed into one), or computed from the model's inputs
+            if kind == "repeated":
+                if not np.any(value):
                     isolated.blank.add(name)  # zeros sized like X: no initial state
-                elif state is not None and state.dtype == dtype:  # one state for every batch entry: held, batch 1
-                    held[role] = constant_from_layout(state, role, node_layout)
-                    isolated.broadcast[name] = state
-                continue  # else computed from the model's inputs (or by control flow): an input of the layer
+                elif value.dtype == dtype:  # one state for every batch entry: held, batch 1
+                    held[role] = constant_from_layout(value, role, node_layout)
+                    isolated.broadcast[name] = value
+                continue
             at = where(self.path, layer)
             if role == "sequence_lens":
                 if value.dtype != np.int32 or value.ndim != 1:
@@ -846,6 +862,7 @@ class _Reader:
         hidden: int,
         at: str,
         isolated: _Isolated,
+        computed: dict[str, tuple],
     ) -> Interface:
         names = {
             "x": inputs[0],
@@ -861,9 +878,7 @@ class _Reader:
         node_layout, outer = layout, {}
         if layout == 0:
             held = {  # states the node holds whatever the layout (constants, or repeated along X's batch)
-                names[r]
-                for r in ("initial_h", "initial_c")
-                if names[r] and (scope.lookup(names[r]) or ("",))[0] != "input" and self._held_state(names[r], scope)
+                names[r] for r in ("initial_h", "initial_c") if r in computed and computed[r][1] is not None
             }
             absorbed = _absorbable_transposes(scope, node, names, held)
             if absorbed is not None:

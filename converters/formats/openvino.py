@@ -251,6 +251,14 @@ def _frontend_verdict(model: Model) -> _FrontendVerdict:
     return _FRONTEND_VERDICTS[key]
 
 
+class _FrontendRefusal(Exception):
+    """OpenVINO's ONNX frontend failed on the model (not on gatepack's translation of a recurrent node)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def _ask_frontend(model: Model) -> _FrontendVerdict:
     """Import ``model`` with OpenVINO's ONNX frontend; when it refuses, import it folded for its input shapes.
     A given shape the model cannot take raises UsageError."""
@@ -326,12 +334,21 @@ def build(model: Model, *, strategy: str = "auto"):
 
 def build_whole(model: Model, *, strategy: str = "auto"):
     """The whole ONNX model as one ``openvino.Model``: OpenVINO's ONNX frontend converts every other
-    operator, and a conversion extension hands each GRU/RNN/LSTM node to gatepack's own translation.
+    operator, and a conversion extension hands each GRU/RNN/LSTM node to gatepack's own translation
+    (``_import_whole``)."""
+    try:
+        return _import_whole(model, strategy)
+    except _FrontendRefusal as refusal:
+        raise RuntimeFailure(
+            f"{model.path}: OpenVINO's ONNX frontend cannot convert the model's other operators: {refusal.reason}"
+        ) from None
 
-    The frontend gives the extension the node's inputs (X, and sequence_lens / initial_h, or a
-    NullNode where absent) but not its name, so a node is matched to its layer by the tensor names
-    of X and W. The node's own layout applies (batch-major Transposes around it stay ordinary ops).
-    """
+
+def _import_whole(model: Model, strategy: str):
+    """``build_whole``'s import. The frontend gives the extension the node's inputs (X, and sequence_lens /
+    initial_h, or a NullNode where absent) but not its name, so a node is matched to its layer by the tensor
+    names of X and W. The node's own layout applies (batch-major Transposes around it stay ordinary ops).
+    Raises gatepack's error from a translation, or ``_FrontendRefusal`` when the frontend fails."""
     ov, ops = _ov()
     from openvino.frontend.onnx import ConversionExtension
 
@@ -351,37 +368,10 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     def translator(op_type: str):
         def translate(ctx) -> list:
             try:
-                x_names, w_names = ctx.get_input(0).get_names(), ctx.get_input(1).get_names()
-                found = [
-                    (lay, node)
-                    for lay, node in candidates.get(op_type, [])
-                    if node.inputs[0] in x_names and node.inputs[1] in w_names
-                ]
-                if len(found) != 1:
-                    raise InputError(
-                        f"{model.path}: cannot tell which {op_type} node OpenVINO's frontend is converting (X "
-                        f"{sorted(x_names)}, W {sorted(w_names)}; {len(found)} candidates)"
-                    )
-                layer, node = found[0]
-                # the ONNX node's optional inputs: sequence_lens (4), initial_h (5), initial_c (6)
-                optional = {
-                    role: ctx.get_input(k) if ctx.get_input_size() > k else None
-                    for k, role in enumerate(INPUT_ROLES[1:], start=4)
-                }
-                given = {
-                    role: v
-                    for role, v in optional.items()
-                    if v is not None and v.get_node().get_type_name() != "NullNode"
-                }
-                held = _held_constants(layer, node.layout or 0, ctx.get_input(0))
-                given.update((role, c.output(0)) for role, c in held.items())
-                node_layer = replace(layer, interface=replace(layer.interface, layout=node.layout or 0))
-                chosen, _ = choose_strategy(layer, strategy)
-                outputs = (_emit_native if chosen == "native" else _emit_decomposed)(
-                    ops, node_layer, ctx.get_input(0), given.pop("sequence_lens", None), given
-                )
+                layer, node = _matching_layer(ctx, candidates.get(op_type, []), op_type, model.path)
+                chosen, outputs = _translate_node(ops, ctx, layer, node, strategy)
                 if chosen == "native":
-                    names_to_restore.append((outputs[0].get_node().input_value(0).get_node(), layer.name))
+                    names_to_restore.append((_producing_sequence_op(outputs[0]), layer.name))
                 if not any(e["name"] == layer.name for e in described):
                     described.append({"name": layer.name, "strategy": chosen, **describe(layer)})
                 return list(outputs)
@@ -400,14 +390,47 @@ def build_whole(model: Model, *, strategy: str = "auto"):
     except Exception as err:
         if failures and isinstance(failures[0], GatepackError):
             raise failures[0] from None
-        raise RuntimeFailure(
-            f"{model.path}: OpenVINO's ONNX frontend cannot convert the model's other operators: {_ov_message(err)}"
-        ) from None
+        raise _FrontendRefusal(err.one_line() if isinstance(err, GatepackError) else _ov_message(err)) from None
     for node, name in names_to_restore:  # the frontend names ops after their ONNX outputs
         node.set_friendly_name(name)
     ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
     ov_model.set_rt_info(json.dumps(model.meta["other_ops"]), RT_INFO_OTHER_OPS)
     return ov_model
+
+
+def _matching_layer(ctx, candidates: list, op_type: str, path) -> tuple[RecurrentLayer, Provenance]:
+    """The layer (and its ONNX node) the frontend is converting: the one candidate reading its X and W."""
+    x_names, w_names = ctx.get_input(0).get_names(), ctx.get_input(1).get_names()
+    found = [(lay, node) for lay, node in candidates if node.inputs[0] in x_names and node.inputs[1] in w_names]
+    if len(found) != 1:
+        raise InputError(
+            f"{path}: cannot tell which {op_type} node OpenVINO's frontend is converting (X "
+            f"{sorted(x_names)}, W {sorted(w_names)}; {len(found)} candidates)"
+        )
+    return found[0]
+
+
+def _translate_node(ops, ctx, layer: RecurrentLayer, node: Provenance, strategy: str) -> tuple[str, tuple]:
+    """The strategy chosen for ``layer`` and its outputs (Y, finals) from the frontend's inputs of its node."""
+    # the ONNX node's optional inputs: sequence_lens (4), initial_h (5), initial_c (6)
+    optional = {
+        role: ctx.get_input(k) if ctx.get_input_size() > k else None for k, role in enumerate(INPUT_ROLES[1:], start=4)
+    }
+    given = {role: v for role, v in optional.items() if v is not None and v.get_node().get_type_name() != "NullNode"}
+    held = _held_constants(layer, node.layout or 0, ctx.get_input(0))
+    given.update((role, c.output(0)) for role, c in held.items())
+    node_layer = replace(layer, interface=replace(layer.interface, layout=node.layout or 0))
+    chosen, _ = choose_strategy(layer, strategy)
+    emit = _emit_native if chosen == "native" else _emit_decomposed
+    return chosen, emit(ops, node_layer, ctx.get_input(0), given.pop("sequence_lens", None), given)
+
+
+def _producing_sequence_op(output):
+    """The sequence op whose Y ``output`` is (through the layout ops ``_emit_native`` puts after it)."""
+    node = output.get_node()
+    while not node.get_type_name().endswith("Sequence"):
+        node = node.input_value(0).get_node()
+    return node
 
 
 def _read_onnx(core, model: Model, proto=None):
@@ -540,12 +563,25 @@ def _emit_native(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
     else:
         node = ops.rnn_sequence(x_bm, *initial, seq, w, r, b, **common)
     node.set_friendly_name(layer.name)
-    y = ops.transpose(node.output(0), [0, 2, 1, 3] if itf.layout else [2, 1, 0, 3])  # [N,D,S,H] ->
+    y = ops.transpose(node.output(0), [0, 2, 1, 3]) if itf.layout else _seq_major_y(ops, node.output(0), d)
     finals = [
         node.output(k) if itf.layout else ops.transpose(node.output(k), [1, 0, 2]).output(0)
         for k in range(1, 1 + len(initial))
     ]
     return (y.output(0), *finals)
+
+
+def _seq_major_y(ops, y_native, num_directions: int):
+    """Y [N,D,S,H] of a sequence op as ONNX's [S,D,N,H]: a Transpose (2,1,0,3), or for one direction
+    Squeeze(1) -> Transpose (1,0,2) -> Unsqueeze(1).
+
+    Why not one Transpose for one direction: OpenVINO's CPU plugin rewrites a one-direction sequence op between
+    Transpose(X, (1,0,2)) and Transpose(Y, (2,1,0,3)) to read seq-major X, replacing that X Transpose by a
+    Reshape for every reader; the Transposes of one X by two sequence ops are one node once OpenVINO merges
+    equal ops, so the other op reads X reshaped, not transposed (docs/conventions.md, OpenVINO traps)."""
+    if num_directions == 2:
+        return ops.transpose(y_native, [2, 1, 0, 3])
+    return ops.unsqueeze(ops.transpose(ops.squeeze(y_native, [1]), [1, 0, 2]), [1])
 
 
 class _OpenVinoOps:
