@@ -125,3 +125,52 @@ def test_whole_model_in_fp16_is_lossy_and_verified_at_fp16_tolerance(tmp_path):
     worst = max(result.verification.outputs, key=lambda o: o.max_abs_error)
     assert 1e-6 < worst.max_abs_error and worst.atol >= 1e-3  # computed in fp16, compared at fp16's tolerance
     assert any(f.status.value == "lossy" for fs in result.findings.values() for f in fs)
+
+
+def _recurrent_model(op: str, attributes: dict, *, lens: bool = False) -> onnx.ModelProto:
+    """Relu -> op (with ``attributes``, initial state, optional sequence_lens) -> Tanh on Y: a whole model."""
+    rng = np.random.default_rng(3)
+    gates, h, i, d = (
+        {"GRU": 3, "LSTM": 4, "RNN": 1}[op],
+        4,
+        3,
+        2 if attributes.get("direction") == "bidirectional" else 1,
+    )
+    inits = [
+        helper.make_tensor("W", TensorProto.FLOAT, [d, gates * h, i], rng.standard_normal(d * gates * h * i)),
+        helper.make_tensor("R", TensorProto.FLOAT, [d, gates * h, h], rng.standard_normal(d * gates * h * h)),
+        helper.make_tensor("B", TensorProto.FLOAT, [d, 2 * gates * h], rng.standard_normal(d * 2 * gates * h)),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, i])]
+    ins = ["xr", "W", "R", "B", "lens" if lens else "", "h0"]
+    inputs.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, [d, 2, h]))
+    if lens:
+        inits.append(helper.make_tensor("lens", TensorProto.INT32, [2], [5, 3]))
+    nodes = [
+        helper.make_node("Relu", ["x"], ["xr"]),
+        helper.make_node(op, ins, ["y", "y_h"], hidden_size=h, name="cell", **attributes),
+        helper.make_node("Tanh", ["y"], ["out"]),
+    ]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("out", "y_h")]
+    return helper.make_model(
+        helper.make_graph(nodes, "g", inputs, outputs, inits), opset_imports=[helper.make_opsetid("", 14)]
+    )
+
+
+# each recurrent attribute end to end: onnx2coreml maps LSTM's clip (gate pre-activations) to Core ML's cell-state clip
+@pytest.mark.parametrize(
+    "op, attributes, lens",
+    [
+        ("LSTM", {"clip": 0.5}, False),
+        ("GRU", {"clip": 0.7, "linear_before_reset": 1}, False),
+        ("RNN", {"activations": ["LeakyRelu"], "activation_alpha": [0.2]}, False),
+        ("GRU", {"direction": "bidirectional", "activations": ["HardSigmoid", "Tanh"] * 2}, False),
+        ("LSTM", {"direction": "reverse", "input_forget": 1}, True),
+    ],
+)
+def test_recurrent_attributes_end_to_end_in_a_whole_model(tmp_path, op, attributes, lens):
+    src = tmp_path / "m.onnx"
+    onnx.save(_recurrent_model(op, attributes, lens=lens), src)
+    result = gp.convert(src, tmp_path / "m.mlpackage")
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    assert max(o.max_abs_error for o in result.verification.outputs) <= TOLERANCE
