@@ -342,7 +342,7 @@ def test_html_report_of_28_layers_in_a_browser(tmp_path):
     pixels = np.asarray(Image.open(shot).convert("RGB"))
     red = np.all(pixels == [0xF6, 0xB0, 0xB0], axis=2)
     green = np.all(pixels == [0xD4, 0xF7, 0xD4], axis=2)
-    assert red.sum() > 3 * green.sum() > 0  # three layers-only targets in red, onnx exact in green
+    assert red.sum() > 1.5 * green.sum() > 0  # two layers-only targets (directml, bnns) in red, onnx exact in green
     dom = _browser(tmp_path, "--dump-dom", page.as_uri() + "#targets=onnx,directml&status=unsupported").stdout
     assert 'data-ready="yes"' in dom
     assert dom.index('id="targets"') < dom.index('id="caveats"') < dom.index('id="matrix"')
