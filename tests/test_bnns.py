@@ -63,11 +63,13 @@ def convert_and_check(cfg: Config, tmp_path: Path) -> None:
     assert_matches_onnxruntime(cfg, feed0, outputs, *TOLERANCE)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_matrix(cfg: Config, tmp_path):
     convert_and_check(cfg, tmp_path)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", REPRESENTABLE, ids=[c.label() for c in REPRESENTABLE])
 def test_matrix_representable(cfg: Config, tmp_path):
     assert not blocked(cfg)

@@ -75,6 +75,7 @@ def test_the_representable_variants_are_representable():
     assert REPRESENTABLE and not any(blocked(cfg) for cfg in REPRESENTABLE)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", MATRIX + REPRESENTABLE, ids=[c.label() for c in MATRIX + REPRESENTABLE])
 def test_matrix_and_its_representable_variants(cfg: Config, tmp_path):
     """Refused with exactly the blocking features, or written, re-read and run against onnxruntime."""

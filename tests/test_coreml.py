@@ -70,6 +70,7 @@ def native_is_exact(cfg: Config) -> bool:
     return set(cfg.activations or []) <= {"Sigmoid", "Tanh", "Relu"} and not clip and cfg.seq_lens == "none"
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_matrix_auto(cfg: Config, tmp_path):
     chosen = convert_and_check(cfg, tmp_path, "auto")
@@ -81,6 +82,7 @@ def test_matrix_auto(cfg: Config, tmp_path):
 DECOMPOSED = [c for c in MATRIX if native_is_exact(c)]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", DECOMPOSED, ids=[c.label() for c in DECOMPOSED])
 def test_matrix_decomposed(cfg: Config, tmp_path):
     assert convert_and_check(cfg, tmp_path, "decomposed") == "decomposed"
@@ -89,6 +91,7 @@ def test_matrix_decomposed(cfg: Config, tmp_path):
 NATIVE = [native_variant(c) for c in MATRIX[::2]]  # 180: the native op covers less, and each package costs a conversion
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", NATIVE, ids=[c.label() for c in NATIVE])
 def test_matrix_native(cfg: Config, tmp_path):
     assert convert_and_check(cfg, tmp_path, "native") == "native"
@@ -371,6 +374,7 @@ def test_bad_packages(tmp_path):
 FP16 = MATRIX[::6]  # 60 configurations, each package converted twice by coremltools' passes
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", FP16, ids=[c.label() for c in FP16])
 def test_fp16_packages(cfg: Config, tmp_path):
     """--compress-to-fp16: coremltools' fp16 cast pass over gatepack's program; every weight

@@ -35,6 +35,7 @@ def lstm_op_is_exact(cfg: Config) -> bool:
     )
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_matrix_against_onnxruntime(cfg: Config, tmp_path):
     src, out = tmp_path / "m.onnx", tmp_path / "m.mlpackage"
@@ -72,6 +73,7 @@ def test_the_lstm_op_variants_cover_its_features():
     assert any(c.activations and c.activations[:3] != c.activations[3:] for c in LSTM_OP if c.D == 2)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", LSTM_OP, ids=[c.label() for c in LSTM_OP])
 def test_the_lstm_op_where_it_is_exact(cfg: Config, tmp_path):
     """Forced native: the package holds lstm ops only, runs from disk to the oracle, and reads back to ONNX

@@ -49,6 +49,7 @@ def dml_inputs(cfg: Config, feed0: dict[str, np.ndarray]) -> dict[str, np.ndarra
     return feed
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_matrix_against_onnxruntime(cfg: Config, tmp_path):
     if cfg.clip is not None and (cfg.cell == "GRU" or cfg.clip >= 0):

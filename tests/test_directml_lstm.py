@@ -37,6 +37,7 @@ def dml_inputs(cfg: Config, feed0: dict) -> dict:
     return feed
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_matrix_against_onnxruntime(cfg: Config, tmp_path):
     out, result = convert(cfg, tmp_path)

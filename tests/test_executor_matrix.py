@@ -62,6 +62,7 @@ def test_matrix_is_large_and_covers_everything():
     assert len(seen) > 150
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_executor_matches_onnxruntime(cfg: Config, tmp_path):
     check_against_ort(cfg, tmp_path)

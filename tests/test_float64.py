@@ -17,6 +17,7 @@ FLOAT64 = [c for c in MATRIX if c.dtype == "float64"]
 FLOAT64_TOLERANCE = (1e-10, 1e-9)
 
 
+@pytest.mark.matrix
 def test_the_oracle_agrees_with_onnxruntime_on_the_whole_matrix():
     """The oracle computes what onnxruntime computes (float32 tolerance, in float64 arithmetic)."""
     for cfg in MATRIX:
@@ -31,6 +32,7 @@ def test_float64_cases_exist():
     assert len(FLOAT64) >= 20 and {c.cell for c in FLOAT64} == {"GRU", "RNN"}
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", FLOAT64, ids=[c.label() for c in FLOAT64])
 def test_float64_onnx_to_onnx_at_float64_tolerance(cfg, tmp_path):
     """The source and the converted ONNX file, each run by gatepack's executor from disk in float64,

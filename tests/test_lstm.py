@@ -97,6 +97,7 @@ def test_matrix_is_large_and_covers_every_feature():
     assert any(c.H == 1 for c in MATRIX) and any(c.I == 1 for c in MATRIX) and any(c.S == 1 for c in MATRIX)
 
 
+@pytest.mark.matrix
 def test_few_configurations_diverge():
     # the relative bound for diverged sequences must stay the exception, not the rule
     diverged = 0
@@ -106,6 +107,7 @@ def test_few_configurations_diverge():
     assert diverged < len(MATRIX) // 10, diverged
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_executor_and_onnx_round_trip_match_the_oracle(cfg: Config, tmp_path):
     source = tmp_path / "lstm.onnx"

@@ -51,6 +51,7 @@ def native_is_exact(cfg: Config, static: bool) -> bool:
     return len(lists) == 1 and lists <= allowed and cfg.clip != 0 and (cfg.seq_lens == "none" or static)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_matrix_auto(cfg: Config, tmp_path):
     """auto picks the native op exactly where it is exact, and the result matches onnxruntime."""
@@ -63,6 +64,7 @@ def test_matrix_auto(cfg: Config, tmp_path):
 DECOMPOSED = [c for c in MATRIX if static_case(c) or native_is_exact(c, static_case(c))]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", DECOMPOSED, ids=[c.label() for c in DECOMPOSED])
 def test_matrix_decomposed(cfg: Config, tmp_path):
     assert convert_and_check(cfg, tmp_path, "decomposed") == "decomposed"

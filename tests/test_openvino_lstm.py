@@ -61,6 +61,7 @@ def convert_and_run(cfg: Config, tmp_path, strategy: str, static: bool) -> tuple
     return layer.provenance.kind, layer
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
 def test_matrix_auto(cfg: Config, tmp_path):
     """auto uses LSTMSequence-5 exactly where it is exact, the TensorIterator decomposition elsewhere."""
@@ -87,6 +88,7 @@ def test_native_variants_cover_clip_lengths_and_states():
     assert any(c.activations and "Relu" in c.activations for c in NATIVE)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("cfg", NATIVE, ids=[c.label() for c in NATIVE])
 def test_native_lstm_sequence_where_it_is_exact(cfg: Config, tmp_path):
     static = cfg.seq_lens != "none"

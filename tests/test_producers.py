@@ -97,6 +97,7 @@ def test_runs_to_the_frameworks_outputs(artifact):
         np.testing.assert_allclose(got.astype(np.float32), want, **_tolerance(artifact))
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("artifact", CONVERTED)
 def test_converts_to_every_target_with_verification(artifact, tmp_path):
     path = PRODUCERS / artifact

@@ -59,6 +59,7 @@ def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
     return ("lossy", lossy) if lossy else ("converts", set())
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("target", TARGETS)
 def test_report_agrees_with_convert(target: str, tmp_path):
     """On the whole generated matrix: what the report says of each configuration is what the

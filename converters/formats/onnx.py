@@ -2023,6 +2023,12 @@ def _session(source, label: str):
     # stack of 4 bidirectional LSTMs (H = 1024, 369 MB) it took 0.46 s against 0.02 s, for runs
     # 0.05 s slower, and it holds a second copy of the weights.
     options.add_session_config_entry("session.disable_prepacking", "1")
+    # For the same reason its worker threads do not spin between the runs waiting for more work (the
+    # default): that spinning only pays off for back-to-back runs, and it holds the cores the run itself and
+    # every other process need (a verification of a one-layer model took ~20 ms instead of ~1 ms on a busy
+    # 2-core machine). The threads still share each run's work.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     try:
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as err:
