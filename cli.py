@@ -113,13 +113,16 @@ class _Commands(click.Group):
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
-    """gatepack: move GRU and RNN layers between ONNX, OpenVINO, DirectML, Core ML and BNNS
-    without silently breaking them, and prove every conversion numerically."""
+    """gatepack: move GRU, RNN and LSTM layers, and the models around them, between ONNX, OpenVINO,
+    DirectML, Core ML and BNNS without silently breaking them, and prove every conversion numerically."""
     ctx.obj = {"debug": debug}
 
 
 _from_option = click.option(
-    "--from", "from_format", type=click.Choice(READERS), help="Source format (default: from the path)."
+    "--from",
+    "from_format",
+    type=click.Choice(READERS, case_sensitive=False),
+    help="Source format (default: from the path).",
 )
 _defaults_option = click.option(
     "--activation-defaults",
@@ -165,6 +168,15 @@ def _verification_inputs_options(fn):
         help="Fix an input's shape for verification, e.g. input=1,512 (repeatable; symbolic dimensions it names "
         "take these sizes in every input).",
     )(fn)
+
+
+def _one_output(option: str | None, argument: str | None) -> str:
+    """The output path, from ``-o`` or the argument after MODEL (not two different ones)."""
+    if option and argument and option != argument:
+        raise click.UsageError(f"two outputs given: -o {option} and {argument}; give one")
+    if not (option or argument):
+        raise click.UsageError("no output: gatepack convert MODEL -o OUTPUT (or MODEL OUTPUT)")
+    return option or argument
 
 
 def _given_inputs(inputs_path: str | None) -> dict:
@@ -218,8 +230,14 @@ def _write_option_flags(fn):
 
 @main.command()
 @click.argument("model", type=click.Path())
-@click.option("--to", "to", type=click.Choice(WRITERS), help="Target format (default: from the output path).")
-@click.option("-o", "--output", required=True, type=click.Path(), help="Output path.")
+@click.argument("output_argument", metavar="[OUTPUT]", required=False, type=click.Path())
+@click.option(
+    "--to",
+    "to",
+    type=click.Choice(WRITERS, case_sensitive=False),
+    help="Target format (default: from the output path).",
+)
+@click.option("-o", "--output", type=click.Path(), help="Output path (or give it after MODEL).")
 @_from_option
 @click.option("--no-verify", is_flag=True, help="Skip the numerical verification.")
 @click.option("--allow-lossy", is_flag=True, help="Accept conversions that change results beyond float rounding.")
@@ -242,6 +260,7 @@ def _write_option_flags(fn):
 @handle_errors
 def convert(
     model,
+    output_argument,
     to,
     output,
     from_format,
@@ -257,8 +276,11 @@ def convert(
     quiet,
     **write_options,
 ) -> None:
-    """Convert the recurrent layers of MODEL to another format, and verify the result."""
+    """Convert MODEL (its recurrent layers, or the whole model where the target holds it) to another format
+    and verify the result: gatepack convert MODEL -o OUTPUT (or MODEL OUTPUT)."""
     from gatepack.converters.registry import check_name, detect
+
+    output = _one_output(output, output_argument)
 
     options = all_write_options()
     given = {name: options[name].cli_convert(value) for name, value in write_options.items() if value is not None}
@@ -294,7 +316,11 @@ def convert(
 @main.command()
 @click.argument("model", type=click.Path())
 @click.option(
-    "--to", "targets", multiple=True, type=click.Choice(WRITERS), help="Target format (repeatable; default: all)."
+    "--to",
+    "targets",
+    multiple=True,
+    type=click.Choice(WRITERS, case_sensitive=False),
+    help="Target format (repeatable; default: all).",
 )
 @click.option(
     "--format",

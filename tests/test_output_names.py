@@ -39,3 +39,16 @@ def test_directory_artifacts_may_be_named_freely_unless_the_name_is_another_form
 def test_a_path_through_a_missing_directory_leaves_nothing_behind(tmp_path):
     done = CliRunner().invoke(main, ["convert", SRC, "--to", "onnx", "-o", str(tmp_path / "bad" / ".." / "x.onnx")])
     assert done.exit_code != 0 and not list(tmp_path.iterdir()), done.output
+
+
+def test_format_names_in_any_case_and_the_output_as_a_second_argument(tmp_path):
+    runner = CliRunner()
+    done = runner.invoke(main, ["convert", SRC, str(tmp_path / "a.xml"), "--to", "OpenVINO", "-q"])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "a.xml").is_file() and (tmp_path / "a.bin").is_file()
+    report = runner.invoke(main, ["report", SRC, "--to", "CoreML"])
+    assert report.exit_code == 0 and "coreml" in report.output
+    missing = runner.invoke(main, ["convert", SRC])
+    assert missing.exit_code == 2 and "-o OUTPUT" in missing.output
+    two = runner.invoke(main, ["convert", SRC, str(tmp_path / "b.onnx"), "-o", str(tmp_path / "c.onnx")])
+    assert two.exit_code == 2 and "give one" in two.output and not list(tmp_path.glob("[bc].onnx"))
