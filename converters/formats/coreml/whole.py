@@ -68,9 +68,36 @@ class _Prepared:
 
 def build_whole(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET):
     """The whole model as a MIL ``Program`` and gatepack's description of it (names, layers, operators), its
-    symbolic input dimensions fixed by the user's ``--input-shape``s (``model.meta["input_shapes"]``)."""
+    symbolic input dimensions fixed by the user's ``--input-shape``s (``model.meta["input_shapes"]``). The program
+    the report's verdict built for the same file, layers, shapes, strategy and target is taken instead (once)."""
+    kept = _KEPT.pop(_build_key(model, strategy, target), None)
+    _KEPT.clear()
+    if kept is not None:
+        return kept
     shapes = model.meta.get("input_shapes")
     return translate_proto(_Prepared.of(model), Path(model.path), strategy=strategy, target=target, input_shapes=shapes)
+
+
+# the program the last verdict built (one at most), until build_whole takes it or another verdict replaces it
+_KEPT: dict[tuple, tuple] = {}
+
+
+def _build_key(model: Model, strategy: str, target: str) -> tuple:
+    """What a translation depends on: the file as it is now, the layers (the very objects: a copy of the model made
+    with ``dataclasses.replace`` shares them), the input shapes, the strategy and the target."""
+    return (*_file_key(model), tuple(map(id, model.layers)), strategy, target)
+
+
+def _file_key(model: Model) -> tuple:
+    path = Path(model.path)
+    stat = path.stat()
+    shapes = model.meta.get("input_shapes") or {}
+    return (
+        str(path.resolve()),
+        stat.st_mtime_ns,
+        stat.st_size,
+        tuple(sorted((k, tuple(v)) for k, v in shapes.items())),
+    )
 
 
 def translate_onnx(proto, base_dir: Path, *, target: str = DEFAULT_TARGET, input_shapes: dict | None = None):
@@ -433,14 +460,14 @@ def _translation_verdict(model: Model) -> tuple[tuple[str, str] | None, list[str
     """Why the model does not translate and the way out (None: it translates), and what changes in its interface,
     asked once per unchanged file and input shapes."""
     path = Path(model.path)
-    stat = path.stat()
-    shapes = model.meta.get("input_shapes") or {}
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, tuple(sorted((k, tuple(v)) for k, v in shapes.items())))
+    key = _file_key(model)
     if key not in _VERDICTS:
         try:
             with _quiet():
-                _, described = build_whole(model)
-            _VERDICTS[key] = (None, described["interface_changes"])
+                built = translate_proto(_Prepared.of(model), path, input_shapes=model.meta.get("input_shapes"))
+            _KEPT.clear()
+            _KEPT[_build_key(model, "auto", DEFAULT_TARGET)] = built
+            _VERDICTS[key] = (None, built[1]["interface_changes"])
         except (RefusedError, UsageError) as err:
             hint = err.hint or "pass --layers-only for the recurrent layers alone"
             _VERDICTS[key] = ((err.message.removeprefix(f"{path}: "), hint), [])
