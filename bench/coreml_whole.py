@@ -35,13 +35,22 @@ MODELS = [
     "silero_vad_openvino_16k_lstm.onnx",
     "silero_vad_v4_lstm_in_if.onnx",
 ]
-SETUP = "import onnx, openvino as ov, gatepack as gp, gatepack.converters.formats.coreml.whole"
+# both sides' frameworks imported before timing (coremltools through gatepack's quiet import)
+SETUP = (
+    "import onnx, openvino as ov, gatepack as gp, gatepack.converters.formats.coreml.whole\n"
+    "from gatepack.converters.runtimes import coremltools\ncoremltools()"
+)
+# the shapes a model needs (silero v4: symbolic batch and sequence decide nested Ifs whose branches differ in rank)
+SHAPES = {"silero_vad_v4_lstm_in_if.onnx": {"input": [1, 512], "h": [2, 1, 64], "c": [2, 1, 64]}}
 
 
 def _row(name: str, src: Path, tmp: str, repeat: int, weights_mb: float) -> str:
-    peer = measure(SETUP, f"ov.save_model(ov.convert_model({str(src)!r}), {tmp + '/ov.xml'!r})", repeat)
-    ours = measure(SETUP, f"gp.convert({str(src)!r}, {tmp + '/gp.mlpackage'!r}, verify=False)", repeat)
-    verified = measure(SETUP, f"gp.convert({str(src)!r}, {tmp + '/gv.mlpackage'!r})", repeat)
+    shapes = SHAPES.get(name)
+    ov_input = f", input={shapes!r}" if shapes else ""
+    peer = measure(SETUP, f"ov.save_model(ov.convert_model({str(src)!r}{ov_input}), {tmp + '/ov.xml'!r})", repeat)
+    given = f", input_shapes={shapes!r}" if shapes else ""
+    ours = measure(SETUP, f"gp.convert({str(src)!r}, {tmp + '/gp.mlpackage'!r}, verify=False{given})", repeat)
+    verified = measure(SETUP, f"gp.convert({str(src)!r}, {tmp + '/gv.mlpackage'!r}{given})", repeat)
     check = verified.seconds - ours.seconds
     return (
         f"| {name} | {weights_mb:.1f} MB | {peer.seconds * 1000:.0f} ms | {ours.seconds * 1000:.0f} ms | "
