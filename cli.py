@@ -406,9 +406,10 @@ def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, as_json)
 @click.option(
     "--engine",
     type=click.Choice(ENGINES),
-    default="native",
+    default="auto",
     show_default=True,
-    help="native: the format's own runtime; numpy: gatepack's executor.",
+    help="native: the format's own runtime; numpy: gatepack's executor of its semantics; auto: native where its "
+    "runtime runs here, else numpy (the line written says which ran).",
 )
 @_from_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
@@ -421,15 +422,21 @@ def run(artifact, inputs_path, output, engine, from_format, as_json) -> None:
 
     prepare_output(output, NPZ_OUTPUT, [Path(artifact), Path(inputs_path)])
     inputs = load_npz(inputs_path, allowed=gp.input_names(artifact, format=from_format))
+    if engine == "auto":
+        from gatepack.converters.registry import detect
+
+        engine = gp.engine_for(from_format or detect(artifact))
     outputs = gp.run(artifact, inputs, engine=engine, format=from_format)
     with atomic_path(Path(output)) as tmp:
         with open(tmp, "wb") as handle:
             np.savez(handle, **outputs)
     if as_json:
         shapes = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outputs.items()}
-        click.echo(json.dumps({"output": str(output), "outputs": shapes}, indent=2))
+        click.echo(json.dumps({"output": str(output), "engine": engine, "outputs": shapes}, indent=2))
     else:
-        click.echo(f"wrote {output}: " + ", ".join(f"{k} {list(v.shape)}" for k, v in outputs.items()))
+        ran = "its own runtime" if engine == "native" else "gatepack's executor of its semantics"
+        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in outputs.items())
+        click.echo(f"wrote {output} (ran on {ran}, --engine {engine}): {shapes}")
 
 
 @main.command()

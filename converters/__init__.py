@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["load", "save", "convert", "verify", "report", "run", "input_names", "Result"]
 
 READ_OPTIONS = ("activation_defaults",)
-ENGINES = ("native", "numpy")
+ENGINES = ("auto", "native", "numpy")
 
 
 @dataclass
@@ -474,6 +474,14 @@ def report(
     return build_report(as_layers_only(model) if layers_only else model, targets, write_options)
 
 
+def engine_for(format: str) -> str:
+    """The engine ``run`` uses by default for ``format``: its own runtime where one runs here (onnxruntime,
+    OpenVINO CPU), else gatepack's executor of its semantics."""
+    from gatepack.converters import registry
+
+    return "native" if registry.check_name(format).runs_here else "numpy"
+
+
 def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
     """The names of the tensors ``run`` takes for ``artifact`` (its graph inputs)."""
     from gatepack.converters import registry
@@ -489,13 +497,14 @@ def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
 
 
 def run(
-    artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "native", format: str | None = None, **options
+    artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "auto", format: str | None = None, **options
 ) -> dict[str, "np.ndarray"]:
     """Execute an artifact on named inputs; return its named outputs.
 
-    ``engine``: ``native`` (the format's own runtime where one runs here) or ``numpy`` (gatepack's
-    executor of the format's semantics, reading the artifact); ``format``: default from the path;
-    ``options``: read options (``activation_defaults``).
+    ``engine``: ``native`` (the format's own runtime where one runs here), ``numpy`` (gatepack's
+    executor of the format's semantics, reading the artifact) or ``auto`` (native where the format's runtime
+    runs here, else numpy: ``engine_for``); ``format``: default from the path; ``options``: read options
+    (``activation_defaults``).
     """
     from gatepack.converters import registry
     from gatepack.converters.executor import check_model_inputs
@@ -503,6 +512,7 @@ def run(
     fmt = format or registry.detect(artifact)
     if engine not in ENGINES:
         raise UsageError(f"engine {engine!r} is not one of {ENGINES}")
+    engine = engine_for(fmt) if engine == "auto" else engine
     _read_options(options)
     implementation = registry.reader(fmt)
     try:

@@ -241,6 +241,7 @@ class FormatInfo:
     title: str
     artifact: str
     runtime: str  # where `--engine native` runs it here
+    runs_here: bool = True  # its own runtime runs on this machine (False: `run` uses gatepack's executor)
     suffixes: tuple[str, ...] = ()  # path suffixes that name the format (lower case)
     markers: tuple[str, ...] = ()  # files whose presence in a directory names the format
     reads: bool = True
@@ -348,6 +349,7 @@ FORMATS: dict[str, FormatInfo] = {
             "DirectML (DxDispatch model)",
             "directory with model.json",
             "none here (NumPy executor of DirectML semantics)",
+            runs_here=False,
             constant_form="a resource initialised from its .npy file (gatepack.json marks it constant)",
             suffixes=(".json",),
             markers=("model.json",),
@@ -368,6 +370,7 @@ FORMATS: dict[str, FormatInfo] = {
             "Core ML ML Program",
             "NAME.mlpackage",
             "none here (NumPy executor of MIL semantics)",
+            runs_here=False,
             constant_form="a const op",
             suffixes=(".mlpackage",),
             markers=("Manifest.json",),
@@ -383,6 +386,7 @@ FORMATS: dict[str, FormatInfo] = {
             "BNNSGraph bundle",
             "directory with bnns.json",
             "none here (NumPy executor of BNNS semantics)",
+            runs_here=False,
             constant_form="a .npy file the Swift code makes a constant tensor",
             markers=("bnns.json",),
             cells=("gru", "rnn", "lstm"),
