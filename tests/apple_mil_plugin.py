@@ -13,8 +13,8 @@ inputs and the expected outputs (computed by the case with NumPy, SciPy or torch
   with the reason; any other difference or error fails the case;
 * keeps a deterministic sample of each test function's parametrizations (:func:`sample`, at most
   ``GATEPACK_APPLE_CASES`` per function, default 6, 0 = all);
-* writes one record per case (the op types of the program the interpreter ran, the outcome, the
-  reason) to the JSON file named by ``GATEPACK_APPLE_RECORD``.
+* writes one record per case (the op types of the programs the case built and of those the interpreter
+  ran, the outcome, the reason) to the JSON file named by ``GATEPACK_APPLE_RECORD``.
 
 The interpreter's op table is read when the plugin starts, so ops added to it are tested automatically.
 """
@@ -169,7 +169,8 @@ def pytest_runtest_setup(item) -> None:
         "module": item.module.__name__.removeprefix(APPLE_TESTS + "."),
         "test": f"{item.cls.__name__ if item.cls else ''}::{item.originalname}",
         "precision": _precision(item),
-        "ops": [],
+        "ops": [],  # op types of the programs the interpreter ran (after conversion)
+        "built_ops": [],  # op types of the programs the case built (before conversion)
         "compared": 0,
         "outcome": None,
         "reason": "",
@@ -225,7 +226,7 @@ def _skip_unrun_ops(program) -> None:
     run (the conversion passes do not turn such an op into ones it runs)."""
     built = set().union(*(_program_op_types(function) for function in program.functions.values()))
     if _CURRENT["case"] is not None:
-        _CURRENT["case"]["ops"] = sorted(built)
+        _CURRENT["case"]["built_ops"] = sorted(set(_CURRENT["case"]["built_ops"]) | built)
     missing = sorted(built - interpreted_op_types() - BLOCK_OPS)
     if missing:
         pytest.skip(f"op {', '.join(missing)}: {UNRUN_OP}")

@@ -110,9 +110,11 @@ def interpreter_passes(cases: list[dict]) -> Counter:
 def summary(run: dict) -> str:
     """Per op the interpreter runs: passed / skipped / failed cases holding it; then the skip reasons."""
     cases, passes = run["cases"], interpreter_passes(run["cases"])
-    lines = [f"Apple's MIL op tests from coremltools {run['version']}: {Counter(c['outcome'] for c in cases)}"]
+    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in Counter(c["outcome"] for c in cases).most_common())
+    compared = sum(1 for c in cases if c["compared"])
+    lines = [f"Apple's MIL op tests (coremltools {run['version']}): {outcomes}; {compared} ran on the interpreter"]
     for op in sorted(interpreted_op_types() | BLOCK_OPS):
-        holding = [c for c in cases if op in c["ops"]]
+        holding = [c for c in cases if op in c["ops"] or op in c["built_ops"]]
         counts = Counter(c["outcome"] for c in holding)
         lines.append(f"  {op:18} passed {passes[op]:4}  skipped {counts['skipped']:4}  failed {counts['failed']:3}")
     skipped = [c["reason"] for c in cases if c["outcome"] == "skipped"]
