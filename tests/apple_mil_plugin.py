@@ -143,6 +143,8 @@ class _TorchAbsent:
         return None
 
     def __getattr__(self, name: str):
+        if name.startswith("__"):  # Python's and pytest's own probing
+            raise AttributeError(name)
         pytest.skip(f"the case uses torch.{name} (its expected outputs come from torch), which is not installed")
 
 
@@ -186,7 +188,9 @@ def pytest_runtest_logreport(report) -> None:
     if case["outcome"] in (None, "passed"):
         xfail = hasattr(report, "wasxfail")  # Apple expects Core ML to fail the case (a known runtime bug)
         case["outcome"] = ("xpassed" if report.passed else "xfailed") if xfail else report.outcome
-        if report.skipped and isinstance(report.longrepr, tuple):
+        if xfail:
+            case["reason"] = str(report.wasxfail)
+        elif report.skipped and isinstance(report.longrepr, tuple):
             case["reason"] = str(report.longrepr[2]).removeprefix("Skipped: ")
         elif report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
