@@ -1,0 +1,165 @@
+"""gatepack's MIL interpreter against Apple's own MIL op tests, shipped in the coremltools wheel (9.0:
+``coremltools/converters/mil/mil/ops/tests/iOS14`` ... ``iOS18``). Each case computes its expected
+outputs itself (NumPy, SciPy), not from gatepack. ``tests/apple_mil_plugin.py`` runs a sample of them in
+a pytest subprocess with the interpreter in place of Core ML and records, per case, the op types of the
+program the interpreter ran and the outcome; this module asserts on those records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from apple_mil_plugin import (
+    APPLE_TESTS,
+    BLOCK_OPS,
+    CASES_VARIABLE,
+    RECORD_VARIABLE,
+    UNRUN_OP,
+    interpreted_op_types,
+)
+
+# Apple's op test modules (one per topic and iOS directory, where the wheel has one) whose ops overlap
+# the interpreter's.
+TOPICS = (
+    "activation",
+    "elementwise_binary",
+    "elementwise_unary",
+    "linear",
+    "normalization",
+    "conv",
+    "pool",
+    "reduction",
+    "scatter_gather",
+    "tensor_operation",
+    "tensor_transformation",
+    "control_flow",
+    "recurrent",
+)
+
+# Op types the interpreter is expected to run (or to refuse: cond) without a passed Apple case, and why.
+WITHOUT_APPLE_CASE = {
+    "cond": "the interpreter does not run cond (it refuses the op); Apple's cond cases are skipped with that reason",
+    "fill": "Apple's fill cases either give it a constant shape, which the conversion folds into a constant, or a "
+    "dynamic one, which makes the output's rank unknown: coremltools' reader of saved programs refuses those "
+    "('Variadic dimensions not yet implemented')",
+    "lstm": "every Apple lstm case sets clip (which the interpreter refuses, docs/conventions.md §8) or takes its "
+    "expected outputs from torch, not a test dependency (those run when torch is installed); "
+    "tests/test_coreml_lstm.py checks the op against onnxruntime",
+    "rnn": "Apple's rnn cases take their expected outputs from torch, not a test dependency (they run when torch "
+    "is installed); tests/test_coreml.py checks the op against coremltools' reference",
+}
+
+
+def apple_modules() -> tuple[str, list[str]]:
+    """(coremltools' version, the op test modules its wheel ships for ``TOPICS``); skips when it has none."""
+    from gatepack.converters.errors import RuntimeFailure
+    from gatepack.converters.runtimes import coremltools
+
+    try:
+        ct = coremltools()
+    except RuntimeFailure as err:  # coremltools is not installed
+        pytest.skip(err.one_line())
+    root = Path(ct.__file__).parent / Path(*APPLE_TESTS.split(".")[1:])
+    found = sorted(
+        f"{APPLE_TESTS}.{version.name}.test_{topic}"
+        for version in root.glob("iOS*")
+        for topic in TOPICS
+        if (version / f"test_{topic}.py").is_file()
+    )
+    if not found or not (root / "testing_utils.py").is_file():
+        pytest.skip(f"the installed coremltools {ct.__version__} wheel does not ship its MIL op tests under {root}")
+    return ct.__version__, found
+
+
+@pytest.fixture(scope="module")
+def apple_run(tmp_path_factory) -> dict:
+    """Apple's sampled cases run once in a subprocess: {'version', 'cases', 'collect_errors', 'output'}."""
+    version, modules = apple_modules()
+    where = tmp_path_factory.mktemp("apple_mil")
+    (where / "pytest.ini").write_text("[pytest]\n")
+    record = where / "record.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    env[RECORD_VARIABLE] = str(record)
+    command = [sys.executable, "-m", "pytest", "-p", "apple_mil_plugin", "-p", "no:cacheprovider", "-q", "-W", "ignore"]
+    command += ["-c", str(where / "pytest.ini"), "--rootdir", str(where), "--continue-on-collection-errors"]
+    done = subprocess.run(
+        [*command, "--pyargs", *modules], cwd=where, env=env, capture_output=True, text=True, timeout=1800
+    )
+    tail = "\n".join(done.stdout.splitlines()[-15:] + done.stderr.splitlines()[-15:])
+    # 0: all passed; 1: some failed or a module was not importable (both asserted below); more: pytest broke.
+    assert done.returncode in (0, 1) and record.is_file(), f"the run of Apple's cases broke:\n{tail}"
+    records = json.loads(record.read_text())
+    return {
+        "version": version,
+        "cases": [r for r in records if "case" in r],
+        "collect_errors": [r for r in records if "collect_error" in r],
+        "output": tail,
+    }
+
+
+def interpreter_passes(cases: list[dict]) -> Counter:
+    """Per op type, the passed cases in which the interpreter ran a program holding it."""
+    return Counter(op for case in cases if case["outcome"] == "passed" and case["compared"] for op in case["ops"])
+
+
+def summary(run: dict) -> str:
+    """Per op the interpreter runs: passed / skipped / failed cases holding it; then the skip reasons."""
+    cases, passes = run["cases"], interpreter_passes(run["cases"])
+    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in Counter(c["outcome"] for c in cases).most_common())
+    compared = sum(1 for c in cases if c["compared"])
+    lines = [f"Apple's MIL op tests (coremltools {run['version']}): {outcomes}; {compared} ran on the interpreter"]
+    for op in sorted(interpreted_op_types() | BLOCK_OPS):
+        holding = [c for c in cases if op in c["ops"] or op in c["built_ops"]]
+        counts = Counter(c["outcome"] for c in holding)
+        lines.append(f"  {op:18} passed {passes[op]:4}  skipped {counts['skipped']:4}  failed {counts['failed']:3}")
+    skipped = [c["reason"] for c in cases if c["outcome"] == "skipped"]
+    unrun = [r for r in skipped if r.endswith(UNRUN_OP)]
+    reasons = Counter(r[:160] for r in skipped if not r.endswith(UNRUN_OP))
+    ops = sorted({op for r in unrun for op in r.removeprefix("op ").split(":")[0].split(", ")})
+    lines.append(f"  skipped {len(unrun):4}: ops the interpreter does not run ({', '.join(ops)})")
+    lines += [f"  skipped {n:4}: {reason}" for reason, n in reasons.most_common()]
+    lines += [f"  not importable: {e['collect_error']} ({e['reason']})" for e in run["collect_errors"]]
+    return "\n".join(lines)
+
+
+def test_apple_cases_agree_with_the_interpreter(apple_run):
+    print(summary(apple_run))
+    failed = [f"{c['case']}: {c['reason']}" for c in apple_run["cases"] if c["outcome"] == "failed"]
+    assert not failed, "the interpreter disagrees with Apple's cases:\n" + "\n".join(failed)
+    assert sum(1 for c in apple_run["cases"] if c["compared"]) >= 100, apple_run["output"]
+
+
+def test_apple_modules_are_importable_but_for_missing_optional_packages(apple_run):
+    """A module may need a package that is not a test dependency (torch); anything else is a harness fault."""
+    broken = [e for e in apple_run["collect_errors"] if not e["reason"].startswith("ModuleNotFoundError")]
+    assert not broken, broken
+
+
+def test_every_op_the_interpreter_runs_passes_an_apple_case(apple_run):
+    """Every op type in the interpreter's table (read now: ops other modules add count too), plus the
+    block ops, has a passed Apple case, or a reason in ``WITHOUT_APPLE_CASE``."""
+    passes = interpreter_passes(apple_run["cases"])
+    required = interpreted_op_types() | BLOCK_OPS
+    missing = sorted(op for op in required if not passes[op] and op not in WITHOUT_APPLE_CASE)
+    assert not missing, f"ops without a passed Apple case: {missing}\n{summary(apple_run)}"
+
+
+def test_the_sample_is_bounded_and_configurable():
+    """The plugin's sample: at most the cap per function, fp32 first with one fp16 case, evenly spread."""
+    from apple_mil_plugin import DEFAULT_CASES, _spread, sample
+
+    class Case:
+        def __init__(self, precision: str, k: int) -> None:
+            backend = type("Backend", (), {"backend": "mlprogram", "precision": precision})()
+            self.callspec = type("Spec", (), {"params": {"backend": backend, "k": k}})()
+
+    items = [Case("fp16", k) for k in range(10)] + [Case("fp32", k) for k in range(10)]
+    kept = sample(items, DEFAULT_CASES)
+    assert len(kept) == DEFAULT_CASES == 6 and CASES_VARIABLE == "GATEPACK_APPLE_CASES"
+    assert [c.callspec.params["k"] for c in kept[:-1]] == [0, 2, 4, 7, 9] and kept[-1] in items[:10]
+    assert sample(items, 0) == items and _spread(list(range(5)), 1) == [2] and _spread([1, 2], 6) == [1, 2]
