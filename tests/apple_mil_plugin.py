@@ -107,8 +107,13 @@ def _cap() -> int:
 
 
 def _named_ops(item, op_types: set[str]) -> tuple[str, ...]:
-    """The interpreter's op types a case names in its parameters (``mode="exp"``, ``op_name="log"``)."""
-    return tuple(sorted({v for v in item.callspec.params.values() if isinstance(v, str) and v in op_types}))
+    """The interpreter's op types a case names in its parameters (``mode="exp"``, ``op_name="log"``; the reduction
+    and logical tests name theirs without the prefix: ``mode="sum"`` for ``reduce_sum``)."""
+    named = set()
+    for value in item.callspec.params.values():
+        if isinstance(value, str):
+            named |= {op for op in (value, f"reduce_{value}", f"logical_{value}") if op in op_types}
+    return tuple(sorted(named))
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
@@ -289,6 +294,7 @@ def compare_on_interpreter(
     import coremltools as ct
 
     from gatepack.converters.errors import InputError, UsageError
+    from gatepack.converters.formats.coreml.common import _mil_types, _ops
     from gatepack.converters.formats.coreml.package import _load_program
     from gatepack.converters.formats.coreml.running import run_numpy
 
@@ -311,6 +317,8 @@ def compare_on_interpreter(
     except UsageError as err:
         pytest.skip(err.one_line().replace(f"{path}: ", ""))
     fp16_atol, fp16_rtol = max(atol * 100.0, 5e-1), max(rtol * 100.0, 5e-2)
+    # a program holding fp16 values (inputs, weights) computes with their rounding, whatever its outputs' type
+    fp16_program = any(v.dtype == _mil_types().fp16 for op in _ops(function) for v in op.outputs)
     if mlmodel.compute_unit != ct.ComputeUnit.CPU_ONLY or dtype == "fp16":
         atol, rtol = fp16_atol, fp16_rtol
     for name, expected in expected_outputs.items():
@@ -319,7 +327,7 @@ def compare_on_interpreter(
         # An fp32 case whose program the case itself types fp16 (fp16 inputs and weights, expected outputs
         # from the unrounded weights) computes in fp16: Apple's fp16 tolerance (Apple's own runs use fp16
         # backends unless fp32 ones are asked for).
-        output_atol, output_rtol = (fp16_atol, fp16_rtol) if got.dtype == np.float16 else (atol, rtol)
+        output_atol, output_rtol = (fp16_atol, fp16_rtol) if got.dtype == np.float16 or fp16_program else (atol, rtol)
         if also_compare_shapes and not (expected.shape == () and got.shape == (1,)):
             assert got.shape == expected.shape, f"output {name}: expected shape {expected.shape}, got {got.shape}"
         close = np.isclose(got, expected, atol=output_atol, rtol=output_rtol)
