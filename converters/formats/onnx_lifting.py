@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from gatepack.converters.formats.onnx_folding import node_subgraphs
 from gatepack.converters.lifting import hidden_sizes
 from gatepack.schemas.layer import Direction
 
@@ -755,7 +756,7 @@ def _float_constants(nodes: list[onnx.NodeProto], constants: dict, value_of, con
     their subgraphs."""
     found = {k: v for k, v in constants.items() if v.dtype.kind == "f"}
     for node in nodes:
-        for sub in _subgraphs(node):
+        for sub in node_subgraphs(node):
             for inner in _all_graphs(sub):
                 for init in inner.initializer:
                     value = value_of(init)
@@ -795,20 +796,10 @@ def _inferred_shapes(proto: onnx.ModelProto) -> dict[str, list]:
     return shapes
 
 
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    found = []
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            found.append(attr.g)
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            found.extend(attr.graphs)
-    return found
-
-
 def _all_graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     found = [graph]
     for node in graph.node:
-        for sub in _subgraphs(node):
+        for sub in node_subgraphs(node):
             found += _all_graphs(sub)
     return found
 
@@ -827,7 +818,7 @@ def _defined(graph: onnx.GraphProto) -> set[str]:
 def _captured(node: onnx.NodeProto) -> list[str]:
     """Outer tensors a node's subgraphs read."""
     found = []
-    for sub in _subgraphs(node):
+    for sub in node_subgraphs(node):
         defined = _defined(sub)
         found += [i for n in _all_nodes(sub) for i in n.input if i and i not in defined]
     return found

@@ -116,6 +116,14 @@ def safe_name(name: str) -> str:
     return text + "_workaround" if text in _RESERVED_NAMES else text
 
 
+def check_sanitised_names(label: object, names: dict[str, str]) -> None:
+    """Refuse source tensor names that ``safe_name`` maps to one Core ML name (``names``: source -> Core ML)."""
+    if len(set(names.values())) != len(names):
+        raise UsageError(
+            f"{label}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})"
+        )
+
+
 # the names coremltools' sanitiser renames (MIL's type and keyword names): it appends "_workaround"
 _RESERVED_NAMES = frozenset(
     "any bool program func tensor list dict tuple true false string bf16 fp16 fp32 fp64 int8 int16 int32 int64 "

@@ -16,7 +16,7 @@ import numpy as np
 from gatepack.converters.description import describe
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.coreml.common import DEFAULT_TARGET, _ct, _quiet, safe_name
+from gatepack.converters.formats.coreml.common import DEFAULT_TARGET, _ct, _quiet, check_sanitised_names, safe_name
 from gatepack.converters.formats.coreml.translate import MAX_RANK, Squeezed, Translation, Untranslatable
 from gatepack.converters.formats.coreml.writer import emit_layer
 from gatepack.converters.model import Model
@@ -151,10 +151,7 @@ def translate_proto(
                 )
             outputs.append(mb.identity(x=t.as_var(value), name=names[out.name]))
         function.set_outputs(outputs)
-    if len(set(names.values())) != len(names):
-        raise UsageError(
-            f"{path}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})"
-        )
+    check_sanitised_names(path, names)
     program = Program()
     program.add_function("main", function)
     other = [n.op_type for n in graph.node if id(n) not in prepared.skip]

@@ -53,6 +53,7 @@ from gatepack.converters.formats.coreml.common import (
     _heap_frozen,
     _quiet,
     _target_rank,
+    check_sanitised_names,
     choose_strategy,
     safe_name,
 )
@@ -185,10 +186,7 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
             description["interface"]["dtype"] = "float32"  # the package's interface and weights, whatever the source's
             described.append({"name": layer.name, "strategy": chosen, "target": target, **description})
         function.set_outputs(outputs)
-    if len(set(names.values())) != len(names):
-        raise UsageError(
-            f"{model.path}: tensor names {sorted(names)} collide once Core ML sanitises them ({sorted(names.values())})"
-        )
+    check_sanitised_names(model.path, names)
     program = Program()
     program.add_function("main", function)
     return program, {"layers": described, "names": names}
