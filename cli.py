@@ -423,9 +423,10 @@ def run(artifact, inputs_path, output, engine, from_format, as_json) -> None:
     prepare_output(output, NPZ_OUTPUT, [Path(artifact), Path(inputs_path)])
     inputs = load_npz(inputs_path, allowed=gp.input_names(artifact, format=from_format))
     if engine == "auto":
+        from gatepack.converters import engine_for
         from gatepack.converters.registry import detect
 
-        engine = gp.engine_for(from_format or detect(artifact))
+        engine = engine_for(from_format or detect(artifact))
     outputs = gp.run(artifact, inputs, engine=engine, format=from_format)
     with atomic_path(Path(output)) as tmp:
         with open(tmp, "wb") as handle:

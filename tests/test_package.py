@@ -143,13 +143,14 @@ def test_installed_package_converts_a_whole_model_with_verification(venv):
 
 
 @pytest.mark.parametrize(
-    "framework, target, extra", [("openvino", "openvino", "openvino"), ("coremltools", "coreml", "coreml")]
+    "framework, target, extra, suffix",
+    [("openvino", "openvino", "openvino", ".xml"), ("coremltools", "coreml", "coreml", ".mlpackage")],
 )
-def test_a_missing_backend_names_its_extra(venv, framework, target, extra):
+def test_a_missing_backend_names_its_extra(venv, framework, target, extra, suffix):
     code = (
         f"import sys; sys.modules[{framework!r}] = None\n"  # as if the extra were not installed
         "from gatepack.cli import main\n"
-        f"main(['convert', {str(FIXTURES / 'gru_lbr0.onnx')!r}, '--to', {target!r}, '-o', 'x{target}'])"
+        f"main(['convert', {str(FIXTURES / 'gru_lbr0.onnx')!r}, '--to', {target!r}, '-o', 'x{suffix}'])"
     )
     result = _run(venv, venv["python"], "-c", code)
     assert result.returncode == 6, result.stderr

@@ -131,10 +131,12 @@ def test_converts_to_every_target_with_verification(artifact, tmp_path):
 
 def _convert(path, out, target: str, model, **options) -> gp.Result:
     """Convert as a user must: a model with operators around its layers (every producer's is: Squeeze,
-    Transpose, shape arithmetic) goes whole to ONNX and OpenVINO (from ONNX); any other target refuses
-    it and takes it with ``layers_only``."""
-    if model.other_ops and not (model.format == "onnx" and target in ("onnx", "openvino")):
-        with pytest.raises(gp.RefusedError, match="recurrent layers only"):
+    Transpose, shape arithmetic) goes whole to the targets whose report says they keep it (ONNX, OpenVINO and
+    Core ML from ONNX); any other target refuses it and takes it with ``layers_only``."""
+    from gatepack.converters.reporting import whole_model_targets
+
+    if model.other_ops and target not in whole_model_targets(model):
+        with pytest.raises(gp.RefusedError, match="recurrent layers (only|alone)"):
             gp.convert(path, out, to=target, **options)
         assert not out.exists()
         return gp.convert(path, out, to=target, layers_only=True, **options)
