@@ -346,3 +346,17 @@ def test_pad_wrap_is_refused(tmp_path):
 def test_depth_to_space_and_back(tmp_path, mode):
     check_operator(tmp_path, "DepthToSpace", {"x": _f(1, 8, 2, 3)}, {"blocksize": 2, "mode": mode})
     check_operator(tmp_path, "SpaceToDepth", {"x": _f(1, 2, 4, 6)}, {"blocksize": 2})
+
+
+@pytest.mark.parametrize("time_axis, batch_axis", [(0, 1), (1, 0)])
+def test_reverse_sequence(tmp_path, time_axis, batch_axis):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 3, 2) if time_axis == 0 else (3, 4, 2)).astype(np.float32)
+    lens = np.array([4, 1, 3], np.int64)
+    check_operator(
+        tmp_path,
+        "ReverseSequence",
+        {"x": x},
+        {"time_axis": time_axis, "batch_axis": batch_axis},
+        constants={"lens": lens},
+    )

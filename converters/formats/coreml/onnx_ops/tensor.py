@@ -536,7 +536,17 @@ def _space_to_depth(t: Translation, node) -> list:
     return [t.mb.space_to_depth(x=x, block_size=int(t.attr(node, "blocksize")))]
 
 
+def _reverse_sequence(t: Translation, node) -> list:
+    """ONNX ReverseSequence (opset 10): along ``time_axis``, the first ``sequence_lens[b]`` steps of each batch entry
+    reversed (the rest kept), as MIL's reverse_sequence with lengths as int32."""
+    x = t.value(node, 0)
+    lengths = t.as_var(t.value(node, 1))
+    time_axis, batch_axis = int(t.attr(node, "time_axis", 0)), int(t.attr(node, "batch_axis", 1))
+    return [t.mb.reverse_sequence(x=t.as_var(x), lengths=lengths, seq_axis=time_axis, batch_axis=batch_axis)]
+
+
 TABLE: dict[str, OnnxOp] = {
+    "ReverseSequence": OnnxOp(_reverse_sequence, frozenset({"time_axis", "batch_axis"}), (10, 10_000)),
     "Transpose": OnnxOp(_transpose, frozenset({"perm"})),
     "Squeeze": OnnxOp(_squeeze, frozenset({"axes"})),
     "Unsqueeze": OnnxOp(_unsqueeze, frozenset({"axes"})),
