@@ -73,3 +73,10 @@ def test_if_on_an_input_becomes_cond_with_both_branches(tmp_path, rate):
     proto, feed = _if_model(True), {"x": _f(2, 3), "sr": np.array(rate, np.int64)}
     got = translated_outputs(proto, feed, tmp_path)[0]
     np.testing.assert_allclose(got, onnxruntime_outputs(proto, feed)[0], rtol=1e-6)
+
+
+def test_no_mil_op_is_defined_twice_in_the_interpreter():
+    from gatepack.converters.formats.coreml.interpreter import OP_GROUPS
+
+    names = [name for group in OP_GROUPS for name in group]
+    assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})

@@ -54,48 +54,6 @@ def _slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, 
     return x[tuple(index)]
 
 
-def _gather(x, indices, axis=0, batch_dims=0, **_):
-    """MIL gather: ``np.take`` along ``axis`` (negative indices count from the end); with ``batch_dims``
-    b (iOS16), x and indices share their first b dimensions and each batch entry gathers on its own."""
-    indices = np.asarray(indices).astype(np.int64)
-    b = int(batch_dims)
-    if b == 0:
-        return np.take(x, indices, int(axis))
-    inner = int(axis) % x.ndim - b
-    xs, ids = x.reshape((-1,) + x.shape[b:]), indices.reshape((-1,) + indices.shape[b:])
-    parts = [np.take(x_b, i_b, inner) for x_b, i_b in zip(xs, ids)]
-    return np.stack(parts).reshape(x.shape[:b] + parts[0].shape)
-
-
-def _concat(values, axis, interleave=False, **_):
-    """MIL concat; with ``interleave`` (inputs of one shape) the result takes one slice of each input
-    in turn along ``axis``: [a0, b0, a1, b1, ...]."""
-    if not bool(interleave):
-        return np.concatenate(values, int(axis))
-    axis = int(axis) % values[0].ndim
-    shape = list(values[0].shape)
-    shape[axis] *= len(values)
-    return np.stack(values, axis + 1).reshape(shape)
-
-
-def _reshape(x, shape, **_):
-    """MIL reshape: -1 is inferred; a 0 copies the dimension of x it lines up with counting from the
-    right, or is 1 where x has none (iOS17's rule; iOS15 allows 0 only when the ranks are equal, where
-    both rules agree)."""
-    dims = [int(v) for v in shape]
-    offset = x.ndim - len(dims)
-    for i, d in enumerate(dims):
-        if d == 0:
-            dims[i] = x.shape[offset + i] if offset + i >= 0 else 1
-    return np.reshape(x, dims)
-
-
-def _range_1d(start, end, step, **_):
-    """MIL range_1d: [start, end) by step, in the inputs' type (fp32 or int32)."""
-    kind = np.result_type(np.asarray(start), np.asarray(end), np.asarray(step))
-    return np.arange(start, end, step).astype(np.int32 if np.issubdtype(kind, np.integer) else kind)
-
-
 def _axes(axes) -> tuple | None:
     """An optional ``axes`` input: None means every axis (reverse) or every unit axis (squeeze)."""
     return None if axes is None else tuple(int(a) for a in np.asarray(axes).reshape(-1))
@@ -230,16 +188,14 @@ def _lstm(
     return tuple(v.astype(x.dtype, copy=False) for v in (y, y_h, y_c))  # fp16 programs: fp16 results
 
 
-_MIL_OPS = {
+# the ops gatepack's layer writer emits and coremltools' recurrent programs hold
+_CORE_OPS = {
     "identity": lambda x, **_: x,
     "transpose": lambda x, perm, **_: np.transpose(x, perm),
     "shape": lambda x, **_: np.array(x.shape, np.int32),
     "slice_by_index": _slice_by_index,
-    "concat": _concat,
     "fill": lambda shape, value=0.0, **_: np.full([int(v) for v in shape], value, np.asarray(value).dtype),
-    "gather": _gather,
     "expand_dims": lambda x, axes, **_: np.expand_dims(x, tuple(int(a) for a in axes)),
-    "squeeze": lambda x, axes=None, **_: np.squeeze(x, _axes(axes)),
     "reverse": lambda x, axes=None, **_: np.flip(x, _axes(axes)),
     "reverse_sequence": _reverse_sequence,
     "matmul": lambda x, y, transpose_x=False, transpose_y=False, **_: np.matmul(
@@ -254,9 +210,6 @@ _MIL_OPS = {
     "sigmoid": lambda x, **_: Activation("Sigmoid")(x),  # 1 / (1 + e^-x), without overflow
     "tanh": lambda x, **_: np.tanh(x),
     "relu": lambda x, **_: np.maximum(x, 0).astype(x.dtype),
-    "exp": lambda x, **_: np.exp(x),
-    "log": lambda x, epsilon=0.0, **_: np.log(x + epsilon).astype(x.dtype, copy=False),  # MIL: log(x + epsilon)
-    "abs": lambda x, **_: np.abs(x),
     "greater": lambda x, y, **_: np.greater(x, y),
     "greater_equal": lambda x, y, **_: np.greater_equal(x, y),
     "less": lambda x, y, **_: np.less(x, y),
@@ -264,20 +217,20 @@ _MIL_OPS = {
     "select": lambda cond, a, b, **_: np.where(cond, a, b).astype(np.result_type(a, b)),
     "clip": lambda x, alpha, beta, **_: np.minimum(np.maximum(x, alpha), beta).astype(x.dtype),
     "cast": lambda x, dtype, **_: np.asarray(x).astype(_DTYPES[str(dtype)]),
-    "range_1d": _range_1d,
     "split": lambda x, axis, num_splits=None, split_sizes=None, **_: tuple(
         np.split(x, np.cumsum(split_sizes)[:-1] if split_sizes is not None else int(num_splits), int(axis))
     ),
     "scatter": _scatter,
     "linear": _linear,
     "stack": lambda values, axis, **_: np.stack(values, int(axis)),
-    "reshape": _reshape,
     "gru": _recurrent(Cell.GRU),
     "rnn": _recurrent(Cell.RNN),
     "lstm": _lstm,
 }
 
-_MIL_OPS.update({**mil_elementwise.OPS, **mil_nn.OPS, **mil_tensor.OPS})
+# with the ops the ONNX operator table emits, each group in its own module (tests check no op is defined twice)
+OP_GROUPS = (_CORE_OPS, mil_elementwise.OPS, mil_nn.OPS, mil_tensor.OPS)
+_MIL_OPS = {name: fn for group in OP_GROUPS for name, fn in group.items()}
 
 
 class _Missing(Exception):
