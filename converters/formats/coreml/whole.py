@@ -30,6 +30,12 @@ _IO_CHANGES = {7: "int64 -> int32 (values must fit)", 11: "float64 -> float32"}
 _NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
+# what a user whose model Core ML cannot hold whole can do instead
+ALTERNATIVES = (
+    "pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep the whole model"
+)
+
+
 def is_whole_model(model: Model) -> bool:
     """An ONNX model with operators around its recurrent layers, written whole unless the user asked for the
     layers alone."""
@@ -147,7 +153,7 @@ def translate_proto(
                 raise RefusedError(
                     f"{path}: output {out.name!r} has rank {len(value.shape)}; Core ML holds tensors of rank <= "
                     f"{MAX_RANK}",
-                    hint="pass --layers-only for the recurrent layers alone, or convert to onnx or openvino",
+                    hint=ALTERNATIVES,
                 )
             outputs.append(mb.identity(x=t.as_var(value), name=names[out.name]))
         function.set_outputs(outputs)
@@ -202,7 +208,7 @@ def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: l
             raise RefusedError(
                 f"{path}: input {value.name!r} has ONNX element type {tensor.elem_type}, which a Core ML "
                 "input cannot carry",
-                hint="pass --layers-only for the recurrent layers alone",
+                hint=ALTERNATIVES,
             )
         dims = []
         for k, d in enumerate(tensor.shape.dim):
@@ -417,8 +423,7 @@ def refuse_untranslatable(path: Path, failures: list[Untranslatable], symbolic: 
     )
     raise RefusedError(
         f"{path}: {refusal_summary(failures)}",
-        hint=f"{fix}pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep "
-        "the whole model",
+        hint=fix + ALTERNATIVES,
     )
 
 
@@ -466,7 +471,7 @@ def _translation_verdict(model: Model) -> tuple[tuple[str, str] | None, list[str
             _KEPT[_build_key(model, "auto", DEFAULT_TARGET)] = built
             _VERDICTS[key] = (None, built[1]["interface_changes"])
         except (RefusedError, UsageError) as err:
-            hint = err.hint or "pass --layers-only for the recurrent layers alone"
+            hint = err.hint or ALTERNATIVES
             _VERDICTS[key] = ((err.message.removeprefix(f"{path}: "), hint), [])
     return _VERDICTS[key]
 
