@@ -260,9 +260,9 @@ class _Folder:
             )
             if shape is None:
                 return None
-            results = [_shape_value(node, shape)]
+            results = [shape_value(node, shape)]
         elif all(name in known for name in node.input if name):
-            results = self._run_reference(node, known)
+            results = evaluate_node(node, known, self.opsets)
         else:
             return None
         if results is None or len(results) != len(node.output):
@@ -285,23 +285,6 @@ class _Folder:
         for name, type_proto in inferred.items():
             if _static_shape(type_proto) is not None and _static_shape(self.types.get(name)) is None:
                 self.types[name] = type_proto
-
-    def _run_reference(self, node: onnx.NodeProto, known: Mapping[str, np.ndarray]) -> list | None:
-        names = list(dict.fromkeys(name for name in node.input if name))
-        graph = helper.make_graph(
-            [node],
-            "fold",
-            [onnx.ValueInfoProto(name=n) for n in names],
-            [onnx.ValueInfoProto(name=o) for o in node.output if o],
-        )
-        try:
-            from onnx.reference import ReferenceEvaluator
-
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                warnings.simplefilter("ignore")
-                return list(ReferenceEvaluator(graph, opsets=self.opsets).run(None, {n: known[n] for n in names}))
-        except Exception:  # an operator onnx.reference cannot evaluate here stays a node
-            return None
 
     def _agrees(self, name: str, value: np.ndarray) -> bool:
         """The value has the type (and, where static, the shape) shape inference gives its tensor."""
@@ -370,7 +353,27 @@ def _decided(node: onnx.NodeProto, known: Mapping[str, np.ndarray]) -> bool | No
     return bool(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
 
 
-def _shape_value(node: onnx.NodeProto, shape: tuple[int, ...]) -> np.ndarray:
+def evaluate_node(node: onnx.NodeProto, known: Mapping[str, np.ndarray], opsets: Mapping[str, int]) -> list | None:
+    """``node``'s outputs from the values of its inputs (``known`` by name), by onnx's reference implementation;
+    None where it cannot evaluate the node."""
+    names = list(dict.fromkeys(name for name in node.input if name))
+    graph = helper.make_graph(
+        [node],
+        "fold",
+        [onnx.ValueInfoProto(name=n) for n in names],
+        [onnx.ValueInfoProto(name=o) for o in node.output if o],
+    )
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            return list(ReferenceEvaluator(graph, opsets=dict(opsets)).run(None, {n: known[n] for n in names}))
+    except Exception:  # an operator onnx.reference cannot evaluate here
+        return None
+
+
+def shape_value(node: onnx.NodeProto, shape: tuple[int, ...]) -> np.ndarray:
     """``Shape`` (with its start/end, clamped as Python slices are) or ``Size`` of a tensor of ``shape``."""
     if node.op_type == "Size":
         return np.array(int(np.prod(shape, dtype=np.int64)), np.int64)

@@ -269,7 +269,9 @@ def _translate_graph(
                 t.values.update(zip(node.output, _evaluate(t, node, inputs)))
                 continue
             if node.op_type in ("Shape", "Size") and _static(t.values.get(node.input[0])):
-                t.values[node.output[0]] = _static_shape(t, node)
+                from gatepack.converters.formats.onnx_folding import shape_value
+
+                t.values[node.output[0]] = shape_value(node, Translation.shape(t.values[node.input[0]]))
                 continue
             entry = OPERATORS.get(node.op_type)
             if entry is None:
@@ -333,38 +335,19 @@ def _branch_constants(branch) -> dict[str, np.ndarray]:
     return {init.name: numpy_helper.to_array(init) for init in branch.initializer}
 
 
-def _static_shape(t: Translation, node) -> np.ndarray:
-    """``Shape`` (with its start/end) or ``Size`` of a tensor whose shape is static, as a constant."""
-    shape = np.array(Translation.shape(t.values[node.input[0]]), np.int64)
-    if node.op_type == "Size":
-        return np.array(np.prod(shape), np.int64)
-    return shape[t.attr(node, "start", 0) : t.attr(node, "end", None)]
-
-
 def _static(value) -> bool:
     return value is not None and all(isinstance(d, (int, np.integer)) for d in Translation.shape(value))
 
 
 def _evaluate(t: Translation, node, inputs: list) -> list[np.ndarray]:
     """A node whose inputs are all constants, evaluated by onnx's reference implementation."""
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
+    from gatepack.converters.formats.onnx_folding import evaluate_node
 
-    names = [f"in{k}" if name else "" for k, name in enumerate(node.input)]
-    copy = helper.make_node(node.op_type, names, [f"out{k}" for k in range(len(node.output))], domain=node.domain)
-    copy.attribute.extend(node.attribute)
-    feeds = {n: v for n, v in zip(names, inputs) if n}
-    graph = helper.make_graph(
-        [copy],
-        "fold",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()],
-        [helper.make_tensor_value_info(o, 0, None) for o in copy.output],
-    )
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", t.opset)])
-    try:
-        return list(ReferenceEvaluator(proto).run(None, feeds))
-    except Exception as err:  # the reference implementation raises many types
-        t.refuse(node, f"evaluating it on its constant inputs failed: {' '.join(str(err).split())[:160]}")
+    known = {name: value for name, value in zip(node.input, inputs) if name}
+    outputs = evaluate_node(node, known, {"": t.opset})
+    if outputs is None:
+        t.refuse(node, "onnx's reference implementation cannot evaluate it on its constant inputs")
+    return outputs
 
 
 def _emit_layer(
