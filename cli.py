@@ -152,7 +152,22 @@ def _parse_input_shape(ctx, param, values: tuple[str, ...]) -> dict[str, tuple[i
 
 
 def _verification_inputs_options(fn):
-    """--input-shape (repeatable) and --inputs, the whole-model verification inputs a user fixes."""
+    """--input-shape (repeatable), --inputs, --state (repeatable) and --frames: the whole-model verification
+    inputs a user fixes, and a streaming model's consecutive calls."""
+    fn = click.option(
+        "--frames",
+        type=click.IntRange(min=1),
+        help="Verify a streaming model over this many consecutive calls, each feeding its state outputs back "
+        "(default for convert: 32 when state pairs are found; --inputs may hold a sequence of frames).",
+    )(fn)
+    fn = click.option(
+        "--state",
+        "states",
+        multiple=True,
+        metavar="IN=OUT",
+        help="A state pair of a streaming model: output OUT feeds input IN on the next call (repeatable; gives or "
+        "corrects the pairs gatepack finds by names and recurrent wiring).",
+    )(fn)
     fn = click.option(
         "--inputs",
         "inputs_path",
@@ -272,6 +287,8 @@ def convert(
     seed,
     input_shapes,
     inputs_path,
+    states,
+    frames,
     as_json,
     quiet,
     **write_options,
@@ -303,6 +320,8 @@ def convert(
         seed=seed,
         input_shapes=input_shapes,
         inputs=_given_inputs(inputs_path),
+        states=states,
+        frames=frames,
         progress=None if quiet else Progress("gatepack convert"),
         activation_defaults=activation_defaults,
         **given,
@@ -380,7 +399,7 @@ def report(model, targets, fmt, output, from_format, layers_only, activation_def
 @_verification_inputs_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
-def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, as_json) -> None:
+def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, states, frames, as_json) -> None:
     """Run SOURCE and TARGET on the same inputs and compare (exit 5 when they differ or the check is incomplete)."""
     result = gp.verify(
         source,
@@ -391,6 +410,8 @@ def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, as_json)
         progress=Progress("gatepack verify"),
         input_shapes=input_shapes,
         inputs=_given_inputs(inputs_path),
+        states=states,
+        frames=frames,
     )
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())
     if not result.passed:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from gatepack.converters.errors import (  # noqa: F401  (re-exported)
     GatepackError,
@@ -228,6 +228,8 @@ def convert(
     progress: "Progress | None" = None,
     input_shapes: "dict[str, tuple[int, ...]] | None" = None,
     inputs: "dict[str, np.ndarray] | None" = None,
+    states: "Sequence[tuple[str, str] | str]" = (),
+    frames: int | None = None,
     **options,
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
@@ -242,7 +244,9 @@ def convert(
     and OpenVINO keep the whole model unless asked). ``seed``: of the verification's inputs. ``progress``: e.g.
     ``gatepack.converters.progress.Progress("convert")`` reports the steps on stderr. ``input_shapes``
     (input name -> dims) fixes a whole model's symbolic dimensions for verification; ``inputs`` (input name ->
-    array) verifies it on the user's own data (other inputs are drawn).
+    array) verifies it on the user's own data (other inputs are drawn). A streaming model (state outputs fed
+    back as inputs on the next call: ``gatepack.converters.streaming``) is also verified over ``frames``
+    consecutive calls; ``states`` gives or corrects its state pairs (``(input, output)`` or ``"IN=OUT"``).
     ``options``: ``activation_defaults`` (reading) and the target's write options (``strategy``,
     ``opset``, ``compress_to_fp16`` ...: ``gatepack formats`` lists them); an unknown option, one the
     target does not take, or a value of the wrong type raises UsageError naming it.
@@ -256,14 +260,57 @@ def convert(
     from gatepack.converters.verification import GivenInputs
 
     given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
+    stream = _streaming_request(states, frames)
     try:
-        return _convert(src, dst, to, format, verify, allow_lossy, layout, layers_only, seed, progress, options, given)
+        return _convert(
+            src, dst, to, format, verify, allow_lossy, layout, layers_only, seed, progress, options, given, stream
+        )
     finally:
         progress.close()
 
 
+def _streaming_request(states, frames) -> tuple[list[tuple[str, str]], int | None]:
+    """``states`` as (input, output) pairs and ``frames`` checked (UsageError naming a bad value)."""
+    from gatepack.converters.streaming import parse_state_option
+
+    pairs = []
+    for pair in states or ():
+        if isinstance(pair, str):
+            pairs.append(parse_state_option(pair))
+        elif isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(p, str) for p in pair):
+            pairs.append((pair[0], pair[1]))
+        else:
+            raise UsageError(f"state pair {pair!r} is not (input, output) nor 'INPUT=OUTPUT'")
+    if frames is not None and (isinstance(frames, bool) or not isinstance(frames, int) or frames < 1):
+        raise UsageError(f"frames {frames!r} is not a number of calls >= 1")
+    return pairs, frames
+
+
+def _state_pairs(model: "Model", write_options: dict, stream, given, seed: int, verify: bool) -> list:
+    """The source's state pairs when they matter: asked for (``--state``, ``--stateful``) or for verifying a
+    whole streaming model; [] for a model without whole-model inputs, or whose source cannot run here."""
+    from gatepack.converters import registry
+    from gatepack.converters.streaming import source_state_pairs
+
+    given_pairs, _ = stream
+    asked = bool(given_pairs) or bool(write_options.get("stateful"))
+    if not (asked or verify) or not model.keeps_whole or model.path is None:
+        if asked:
+            raise UsageError(f"{model.path}: state pairs (--state, --stateful) apply to whole models")
+        return []
+    if registry.reader(model.format).graph_inputs is None:
+        return []
+    try:
+        return source_state_pairs(model, given_pairs, given, seed)
+    except RuntimeFailure:
+        if asked:
+            raise
+        return []  # the source does not run on drawn inputs: single-call verification says so
+
+
 def _convert(
-    src, dst, to, source_format, verify, allow_lossy, layout, layers_only, seed, progress: "Progress", options, given
+    src, dst, to, source_format, verify, allow_lossy, layout, layers_only, seed, progress: "Progress", options, given,
+    stream=((), None),
 ) -> Result:
     from gatepack.converters import registry
     from gatepack.converters.fileio import atomic_files, atomic_path, prepare_output
@@ -298,6 +345,11 @@ def _convert(
                 hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
             )
         model = with_layout(model, layout)
+    pairs = _state_pairs(model, write_options, stream, given, seed, verify)
+    if write_options.get("stateful") and not pairs:
+        raise UsageError(f"{label}: --stateful: no state pairs found", hint="name them: --state INPUT=OUTPUT")
+    if pairs:
+        model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
     findings = _findings(model, info.name, write_options)
     _refuse_blocking(label, findings, allow_lossy, layers_only)
     result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
@@ -315,8 +367,8 @@ def _convert(
             written.path = Path(dst)
             from gatepack.converters.verification import verify_models, verify_provider_nodes
 
-            result.verification = verify_models(
-                source, written, seed=seed, target_file=tmp, progress=progress, given=given
+            result.verification = _verify_written(
+                source, written, tmp, pairs, bool(write_options.get("stateful")), stream[1], seed, progress, given
             )
             runtime = write_options.get("runtime")
             if runtime is not None and registry.runtime_name(runtime) != "onnxruntime":
@@ -340,6 +392,27 @@ def _convert(
                     verification=result.verification,
                     hint="rerun with --no-verify to keep the output for inspection",
                 )
+    return result
+
+
+def _verify_written(source, written, tmp, pairs, stateful: bool, frames, seed, progress, given) -> "Verification":
+    """One call on drawn inputs (random states included), then for a streaming model ``frames`` consecutive
+    calls from zero states; a stateful artifact, which takes no state inputs, is verified by the calls alone."""
+    from gatepack.converters.streaming import verify_streaming
+    from gatepack.converters.verification import verify_models
+
+    streamed = None
+    if pairs and written.keeps_whole:
+        progress.step(f"verifying {frames or 'the default number of'} consecutive calls, states fed back")
+        streamed = verify_streaming(source, written, frames=frames, pairs=pairs, seed=seed, target_file=tmp,
+                                    given=given)
+        if stateful:
+            return streamed
+    result = verify_models(source, written, seed=seed, target_file=tmp, progress=progress, given=given)
+    if streamed is not None:
+        result.outputs += streamed.outputs
+        result.notes += streamed.notes
+        result.streaming = streamed.streaming
     return result
 
 
@@ -411,6 +484,8 @@ def verify(
     progress: "Progress | None" = None,
     input_shapes: "dict[str, tuple[int, ...]] | None" = None,
     inputs: "dict[str, np.ndarray] | None" = None,
+    frames: int | None = None,
+    states: "Sequence[tuple[str, str] | str]" = (),
     **options,
 ) -> "Verification":
     """Run the artifacts ``src`` and ``dst`` on the same random inputs and compare their outputs,
@@ -421,6 +496,9 @@ def verify(
     float32 1e-5 / 1e-4, float16 1e-2 / 1e-2, float64 1e-7 / 1e-6); ``options``: read options
     (``activation_defaults``); ``input_shapes`` / ``inputs``: as ``convert``'s. Returns the Verification
     (``passed``, per-output errors, ``incomplete``); it does not raise when the outputs differ.
+    ``frames`` (or ``states``): compare a streaming model over that many consecutive calls (default
+    ``streaming.DEFAULT_FRAMES``), each side feeding its state outputs back (``states``: pairs given or corrected,
+    as ``convert``'s); ``inputs`` may then hold a sequence of frames (one more leading axis).
     """
     from gatepack.converters.progress import Silent
     from gatepack.converters.verification import GivenInputs, Tolerance, verify_models
@@ -429,7 +507,16 @@ def verify(
     _check_seed(seed)
     tolerance = Tolerance(atol, rtol)
     progress = progress or Silent()
+    pairs, frames = _streaming_request(states, frames)
     try:
+        if frames is not None or pairs:
+            from gatepack.converters.streaming import verify_streaming
+
+            progress.step("verifying consecutive calls, states fed back")
+            return verify_streaming(
+                load(src, format, **options), load(dst, to, **options), frames=frames, states=pairs, seed=seed,
+                tolerance=tolerance, given=given,
+            )
         return verify_models(
             load(src, format, **options),
             load(dst, to, **options),

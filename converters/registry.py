@@ -93,6 +93,15 @@ COMPRESS_TO_FP16 = WriteOption(
     "openvino: store weights as fp16; coreml: fp16 weights and arithmetic, iOS17+ (lossy; default: fp32).",
     bool,
 )
+STATEFUL = WriteOption(
+    "stateful",
+    "true or false",
+    _is_bool,
+    "--stateful",
+    "openvino: keep a streaming model's states in OpenVINO variables (ReadValue/Assign); the IR takes the "
+    "frame inputs only (state pairs: found, or --state IN=OUT).",
+    bool,
+)
 RUNTIMES = ("onnxruntime", "directml")
 
 
@@ -217,7 +226,11 @@ class FormatImplementation:
       ``run_native``; Core ML: gatepack's MIL interpreter, no Core ML runtime running here);
     * ``run_onnx_node(layer, feed)``: a layer's ONNX node as this format's runtime computes it when
       onnxruntime hands the node to it (an execution provider), on gatepack's executor of its semantics
-      (None: no such provider).
+      (None: no such provider);
+    * ``open_session(path) -> run(inputs) -> outputs``: the artifact loaded once on the runtime
+      ``run_whole``/``run_native`` use, for many calls in a row (streaming verification; None: each call
+      loads it). A stateful artifact's session holds its states across calls and returns them under their
+      state outputs' names.
     """
 
     read: Callable[..., "Model"]
@@ -231,6 +244,7 @@ class FormatImplementation:
     compute_dtype: Callable[["RecurrentLayer"], str] = _computed_as_stored
     run_whole: Callable[[Any, dict], dict] | None = None
     run_onnx_node: Callable[["RecurrentLayer", dict], dict] | None = None
+    open_session: Callable[[Any], Callable[[dict], dict]] | None = None
 
 
 @dataclass(frozen=True)
@@ -337,7 +351,7 @@ FORMATS: dict[str, FormatInfo] = {
             "OpenVINO CPU",
             constant_form="a Constant node",
             suffixes=(".xml",),
-            write_options=(STRATEGY, COMPRESS_TO_FP16),
+            write_options=(STRATEGY, COMPRESS_TO_FP16, STATEFUL),
             cells=("gru", "rnn", "lstm"),
             companions=(".bin",),
             recognise=starts_with(b"<net", ".xml"),

@@ -413,15 +413,36 @@ def target_findings(
     refused = registry.cell_refusal(info, layer)
     if refused is not None:  # nothing else about the layer is checked: the format's module cannot hold it
         return sort_worst_first(list(model.notes_for(layer)) + [f for f in (refused, surroundings) if f is not None])
-    accepted = {k: v for k, v in options.items() if k in info.option_names}
+    accepted = {k: v for k, v in options.items() if k in info.option_names and k not in MODEL_OPTIONS}
     keeps_whole = surroundings is not None and surroundings.status is not Status.UNSUPPORTED
     if keeps_whole and "opset" in info.option_names and "opset" not in accepted and "opset" in model.meta:
         accepted["opset"] = model.meta["opset"]  # a whole model keeps its own
     chained = None if keeps_whole else chained_input_finding(model, layer)  # side-by-side layers only
-    found = implementation.check(layer, **accepted) + [surroundings, chained]
+    state = state_finding(model, target, bool(options.get("stateful"))) if keeps_whole else None
+    found = implementation.check(layer, **accepted) + [surroundings, chained, state]
     held = constant_findings(layer, info.constant_form)
     found = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
     return sort_worst_first(list(model.notes_for(layer)) + found)
+
+
+MODEL_OPTIONS = {"stateful"}  # write options about the whole model, not checked per layer
+
+
+def state_finding(model: Model, target: str, stateful: bool) -> Finding | None:
+    """What becomes of a streaming model's state pairs (``Model.meta['state_pairs']``) in ``target``: kept as
+    graph inputs and outputs under the source's names (an app's loop needs no change), or held by the runtime."""
+    pairs = model.meta.get("state_pairs")
+    if not pairs:
+        return None
+    named = ", ".join(f"{o} -> {i}" for i, o in pairs)
+    if stateful:
+        return Finding(
+            "state",
+            Status.REPACKED,
+            f"{len(pairs)} state pair(s) held as {target} variables, the artifact taking the frame inputs only "
+            f"({named}); verified over consecutive calls",
+        )
+    return Finding("state", Status.EXACT, f"{len(pairs)} state pair(s) kept as inputs and outputs ({named})")
 
 
 def constant_findings(layer: RecurrentLayer, form: str) -> list[Finding]:

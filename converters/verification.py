@@ -34,6 +34,7 @@ from gatepack.schemas.layer import (
 
 if TYPE_CHECKING:
     from gatepack.converters.progress import Progress
+    from gatepack.converters.streaming import StreamingResult
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Verification:
     # verification that is incomplete has not passed, whatever it compared
     incomplete: str | None = None
     inputs_used: str = ""  # the inputs fed, in words: their shapes, where they came from
+    streaming: "StreamingResult | None" = None  # a streaming model's consecutive calls (``streaming``)
 
     @property
     def passed(self) -> bool:
@@ -92,6 +94,7 @@ class Verification:
             "inputs": self.inputs_used,
             "outputs": [asdict(o) for o in self.outputs],
             "notes": self.notes,
+            **({"streaming": self.streaming.to_json()} if self.streaming else {}),
         }
 
     def verdict(self) -> str:

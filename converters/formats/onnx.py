@@ -22,7 +22,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import onnx
@@ -2062,6 +2062,13 @@ def _ort_hint(err: Exception) -> str | None:
     return None
 
 
+def open_session(path: str | Path) -> Callable[[dict], dict]:
+    """``run_native`` with the onnxruntime session made once, for many calls in a row."""
+    label = str(path)
+    session = _session(onnx_quantized.exact_kernel_source(Path(path)), label)
+    return lambda inputs: _run_session(session, inputs, label)
+
+
 IMPLEMENTATION = FormatImplementation(
     whole_model_finding=whole_model_finding,
     read=read,
@@ -2071,4 +2078,5 @@ IMPLEMENTATION = FormatImplementation(
     run_layer_native=run_layer_native,
     graph_inputs=graph_inputs,
     compute_dtype=onnx_quantized.compute_dtype,
+    open_session=open_session,
 )

@@ -116,6 +116,12 @@ def sequence_inputs(cell: Cell) -> dict[str, int]:
 FP16_SOURCE = fp16_source("weights", "the IR stores its weights as fp16 (compressed when it was saved)")
 
 
+def _stateful():
+    from gatepack.converters.formats import openvino_stateful
+
+    return openvino_stateful
+
+
 def _ov():
     from gatepack.converters.runtimes import openvino
 
@@ -161,13 +167,21 @@ def choose_strategy(layer: RecurrentLayer, strategy: str) -> tuple[str, list[str
 # ----------------------------------------------------------------------------------------- writing
 
 
-def write(model: Model, path: str | Path, *, strategy: str = "auto", compress_to_fp16: bool = False) -> None:
-    """Write ``model``'s layers as one IR (``path`` = NAME.xml, with NAME.bin beside it), atomically."""
+def write(
+    model: Model, path: str | Path, *, strategy: str = "auto", compress_to_fp16: bool = False, stateful: bool = False
+) -> None:
+    """Write ``model``'s layers as one IR (``path`` = NAME.xml, with NAME.bin beside it), atomically;
+    ``stateful``: its state pairs (``Model.meta['state_pairs']``) as OpenVINO variables (``openvino_stateful``)."""
     ov, _ = _ov()
     path = Path(path)
     if path.suffix.lower() != ".xml":
         raise UsageError(f"{path}: an OpenVINO IR path ends in .xml")
     ov_model = build_whole(model, strategy=strategy) if is_whole_model(model) else build(model, strategy=strategy)
+    if stateful:
+        pairs = model.meta.get("state_pairs")
+        if not pairs:
+            raise UsageError(f"{model.path}: --stateful needs the model's state pairs", hint="--state INPUT=OUTPUT")
+        _stateful().make_stateful(ov_model, pairs, str(model.path))
     with atomic_files(path, (".bin",)) as tmp:
         ov.save_model(ov_model, str(tmp), compress_to_fp16=compress_to_fp16)
 
@@ -1531,4 +1545,5 @@ IMPLEMENTATION = FormatImplementation(
     graph_inputs=graph_inputs,
     whole_model_finding=whole_model_finding,
     compute_dtype=compute_dtype,
+    open_session=lambda path: _stateful().open_session(path),
 )

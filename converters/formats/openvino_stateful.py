@@ -1,0 +1,107 @@
+"""Stateful OpenVINO IRs: a streaming model's states kept on the device as OpenVINO variables.
+
+OpenVINO's own transformation (``openvino.passes.MakeStateful``, as its model optimizer applies to its own
+stateful models) replaces each state pair's Parameter (the state input) and Result (the state output) with a
+``ReadValue``/``Assign`` pair sharing one variable: the IR then takes the frame inputs only, and an infer
+request carries the states from one call to the next. gatepack names each variable ``INPUT->OUTPUT`` (the
+state pair it replaces), so an IR read back says which source tensors it holds.
+
+Semantics an app relies on (OpenVINO's documentation of stateful models): a new infer request starts with
+every variable at its initial value — zeros here, as the source's zero states (``ReadValue`` without an
+initializer) — and ``InferRequest.reset_state()`` returns to it (the start of a new stream); each ``infer``
+reads the variables, and the ``Assign``s write the new states when it ends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from gatepack.converters.errors import RuntimeFailure, UsageError
+
+SEPARATOR = "->"  # a variable's id: the state input's name, this separator, the state output's name
+
+
+def make_stateful(ov_model, pairs: Sequence[tuple[str, str]], label: str) -> None:
+    """Turn each (state input, state output) pair of ``ov_model`` into a variable, in place."""
+    from openvino.passes import MakeStateful, Manager
+
+    params = {name: p for p in ov_model.get_parameters() for name in p.output(0).get_names()}
+    results = {name: r for r in ov_model.get_results() for name in r.input(0).get_tensor().get_names()}
+    chosen = []
+    for state_input, state_output in pairs:
+        if state_input not in params or state_output not in results:
+            missing = state_input if state_input not in params else state_output
+            raise UsageError(f"{label}: the state pair {state_input}={state_output} names no tensor {missing!r} of it")
+        param, result = params[state_input], results[state_output]
+        if param.get_partial_shape().is_dynamic:
+            raise UsageError(
+                f"{label}: state {state_input} has a dynamic shape {param.get_partial_shape()}; an OpenVINO variable "
+                "needs a static one",
+                hint=f"fix it with --input-shape {state_input}=...",
+            )
+        param.set_friendly_name(state_input)  # the variable's id is the two friendly names joined
+        result.set_friendly_name(f"{SEPARATOR}{state_output}")
+        chosen.append((param, result))
+    manager = Manager()
+    manager.register_pass(MakeStateful(chosen))
+    manager.run_passes(ov_model)
+
+
+def variables(ov_model) -> list[dict]:
+    """The variables of a (read) IR: id, the state pair it holds where gatepack named it, shape, element type."""
+    found = []
+    for op in ov_model.get_ops():
+        if op.get_type_name() != "ReadValue":
+            continue
+        info = op.get_variable_id() if hasattr(op, "get_variable_id") else op.get_attributes().get("variable_id")
+        state_input, _, state_output = str(info).partition(SEPARATOR)
+        found.append(
+            {
+                "variable": str(info),
+                "input": state_input if state_output else None,
+                "output": state_output or None,
+                "shape": [d.get_length() if d.is_static else None for d in op.get_output_partial_shape(0)],
+                "dtype": str(op.get_output_element_type(0).to_dtype()),
+            }
+        )
+    return found
+
+
+def open_session(path: str | Path) -> Callable[[dict], dict]:
+    """The IR compiled once for CPU (fp32) and one infer request, its variables at their initial values; each
+    call infers once and returns the outputs by name, and each variable named ``IN->OUT`` under ``OUT``."""
+    from gatepack.converters.formats.openvino import COMPILE_CONFIG, _ov, _ov_message, read_ir
+
+    ov, _ = _ov()
+    label = str(path)
+    ov_model = read_ir(Path(path))
+    core = ov.Core()
+    try:
+        compiled = core.compile_model(ov_model, "CPU", COMPILE_CONFIG)
+    except Exception as err:
+        raise RuntimeFailure(f"{label}: OpenVINO CPU cannot compile it: {_ov_message(err)}") from None
+    request = compiled.create_infer_request()
+    request.reset_state()
+    wanted = [p.get_any_name() for p in ov_model.inputs]
+    outputs = [o.get_any_name() for o in ov_model.outputs]
+
+    def run(inputs: dict) -> dict:
+        run.keep = (ov_model, core, compiled, request)  # type: ignore[attr-defined]  # its weights live in ov_model
+        missing = [n for n in wanted if n not in inputs]
+        if missing:
+            raise UsageError(f"{label}: missing input(s) {missing}", hint=f"the model takes {wanted}")
+        try:
+            results = request.infer([np.require(inputs[n], requirements="C") for n in wanted])
+        except Exception as err:
+            raise RuntimeFailure(f"{label}: OpenVINO CPU failed: {_ov_message(err)}") from None
+        found = {name: np.array(results[k]) for k, name in enumerate(outputs)}
+        for state in request.query_state():
+            _, separator, state_output = state.name.partition(SEPARATOR)
+            if separator:
+                found[state_output] = np.array(state.state.data)
+        return found
+
+    return run
