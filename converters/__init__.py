@@ -309,7 +309,18 @@ def _state_pairs(model: "Model", write_options: dict, stream, given, seed: int, 
 
 
 def _convert(
-    src, dst, to, source_format, verify, allow_lossy, layout, layers_only, seed, progress: "Progress", options, given,
+    src,
+    dst,
+    to,
+    source_format,
+    verify,
+    allow_lossy,
+    layout,
+    layers_only,
+    seed,
+    progress: "Progress",
+    options,
+    given,
     stream=((), None),
 ) -> Result:
     from gatepack.converters import registry
@@ -365,7 +376,7 @@ def _convert(
             progress.step(f"reading back {dst}")
             written = _read_back(implementation, tmp, source, info.name)
             written.path = Path(dst)
-            from gatepack.converters.verification import verify_models, verify_provider_nodes
+            from gatepack.converters.verification import verify_provider_nodes
 
             result.verification = _verify_written(
                 source, written, tmp, pairs, bool(write_options.get("stateful")), stream[1], seed, progress, given
@@ -404,8 +415,9 @@ def _verify_written(source, written, tmp, pairs, stateful: bool, frames, seed, p
     streamed = None
     if pairs and written.keeps_whole:
         progress.step(f"verifying {frames or 'the default number of'} consecutive calls, states fed back")
-        streamed = verify_streaming(source, written, frames=frames, pairs=pairs, seed=seed, target_file=tmp,
-                                    given=given)
+        streamed = verify_streaming(
+            source, written, frames=frames, pairs=pairs, seed=seed, target_file=tmp, given=given
+        )
         if stateful:
             return streamed
     result = verify_models(source, written, seed=seed, target_file=tmp, progress=progress, given=given)
@@ -514,8 +526,13 @@ def verify(
 
             progress.step("verifying consecutive calls, states fed back")
             return verify_streaming(
-                load(src, format, **options), load(dst, to, **options), frames=frames, states=pairs, seed=seed,
-                tolerance=tolerance, given=given,
+                load(src, format, **options),
+                load(dst, to, **options),
+                frames=frames,
+                states=pairs,
+                seed=seed,
+                tolerance=tolerance,
+                given=given,
             )
         return verify_models(
             load(src, format, **options),

@@ -24,13 +24,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
 from gatepack.converters import registry
 from gatepack.converters.errors import UsageError
 from gatepack.converters.model import Model
+
+if TYPE_CHECKING:
+    from gatepack.converters.verification import GivenInputs, Tolerance, Verification
 
 Runner = Callable[[dict], dict]
 
