@@ -521,12 +521,13 @@ def verify(
     progress = progress or Silent()
     pairs, frames = _streaming_request(states, frames)
     try:
-        if frames is not None or pairs:
+        source = load(src, format, **options)
+        if frames is not None or pairs or (given.values and _holds_frames(source, given)):
             from gatepack.converters.streaming import verify_streaming
 
             progress.step("verifying consecutive calls, states fed back")
             return verify_streaming(
-                load(src, format, **options),
+                source,
                 load(dst, to, **options),
                 frames=frames,
                 states=pairs,
@@ -535,7 +536,7 @@ def verify(
                 given=given,
             )
         return verify_models(
-            load(src, format, **options),
+            source,
             load(dst, to, **options),
             seed=seed,
             progress=progress,
@@ -544,6 +545,14 @@ def verify(
         )
     finally:
         progress.close()
+
+
+def _holds_frames(source: "Model", given) -> bool:
+    """True when ``given`` holds a sequence of frames for one of the whole source's inputs."""
+    from gatepack.converters.streaming import _split_given
+    from gatepack.converters.verification import _graph_inputs
+
+    return source.keeps_whole and bool(_split_given(given, _graph_inputs(source))[1])
 
 
 def report(
