@@ -181,7 +181,7 @@ def write(
         pairs = model.meta.get("state_pairs")
         if not pairs:
             raise UsageError(f"{model.path}: --stateful needs the model's state pairs", hint="--state INPUT=OUTPUT")
-        _stateful().make_stateful(ov_model, pairs, str(model.path))
+        _stateful().make_stateful(ov_model, pairs, str(model.path), model.meta.get("input_shapes"))
     with atomic_files(path, (".bin",)) as tmp:
         ov.save_model(ov_model, str(tmp), compress_to_fp16=compress_to_fp16)
 

@@ -24,11 +24,20 @@ from gatepack.converters.errors import RuntimeFailure, UsageError
 SEPARATOR = "->"  # a variable's id: the state input's name, this separator, the state output's name
 
 
-def make_stateful(ov_model, pairs: Sequence[tuple[str, str]], label: str) -> None:
-    """Turn each (state input, state output) pair of ``ov_model`` into a variable, in place."""
+def make_stateful(
+    ov_model, pairs: Sequence[tuple[str, str]], label: str, shapes: dict[str, list[int]] | None = None
+) -> None:
+    """Turn each (state input, state output) pair of ``ov_model`` into a variable, in place; ``shapes`` (input
+    name -> dims, ``--input-shape``) fix the inputs' dynamic dimensions first (a variable's shape is static)."""
     from openvino.passes import MakeStateful, Manager
 
     params = {name: p for p in ov_model.get_parameters() for name in p.output(0).get_names()}
+    fixed = {params[name].output(0): dims for name, dims in (shapes or {}).items() if name in params}
+    if fixed:
+        try:
+            ov_model.reshape(fixed)
+        except Exception as err:
+            raise UsageError(f"{label}: the input shapes {shapes} do not fit the model: {err}") from None
     results = {name: r for r in ov_model.get_results() for name in r.input(0).get_tensor().get_names()}
     chosen = []
     for state_input, state_output in pairs:
