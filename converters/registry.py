@@ -98,8 +98,8 @@ STATEFUL = WriteOption(
     "true or false",
     _is_bool,
     "--stateful",
-    "openvino: keep a streaming model's states in OpenVINO variables (ReadValue/Assign); the IR takes the "
-    "frame inputs only (state pairs: found, or --state IN=OUT).",
+    "keep a streaming model's states in the runtime: openvino variables (ReadValue/Assign), coreml states "
+    "(iOS18, fp16: lossy); the artifact takes the frame inputs only (state pairs: found, or --state IN=OUT).",
     bool,
 )
 RUNTIMES = ("onnxruntime", "directml")
@@ -388,7 +388,7 @@ FORMATS: dict[str, FormatInfo] = {
             constant_form="a const op",
             suffixes=(".mlpackage",),
             markers=("Manifest.json",),
-            write_options=(STRATEGY, MINIMUM_DEPLOYMENT_TARGET, COMPRESS_TO_FP16),
+            write_options=(STRATEGY, MINIMUM_DEPLOYMENT_TARGET, COMPRESS_TO_FP16, STATEFUL),
             cells=("gru", "rnn", "lstm"),
             is_directory=True,
             recognise=has_markers("Manifest.json"),

@@ -435,6 +435,14 @@ def state_finding(model: Model, target: str, stateful: bool) -> Finding | None:
     if not pairs:
         return None
     named = ", ".join(f"{o} -> {i}" for i, o in pairs)
+    if stateful and target == "coreml":
+        return Finding(
+            "state",
+            Status.LOSSY,
+            f"{len(pairs)} state pair(s) held as Core ML states (iOS18), which are fp16 only: each call's new state "
+            f"is rounded to fp16 ({named}); verified over consecutive calls at the fp16 tolerance",
+            alternative="leave out --stateful: the states stay fp32 inputs and outputs",
+        )
     if stateful:
         return Finding(
             "state",

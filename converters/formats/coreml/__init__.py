@@ -16,6 +16,7 @@ from gatepack.converters.formats.coreml.reader import read
 from gatepack.converters.formats.coreml.running import (
     compute_dtype,
     graph_inputs,
+    open_session,
     run_layer_native,
     run_native,
     run_numpy,
@@ -48,4 +49,5 @@ IMPLEMENTATION = FormatImplementation(
     compute_dtype=compute_dtype,
     whole_model_finding=whole_model_finding,
     run_whole=run_numpy,
+    open_session=open_session,
 )

@@ -138,6 +138,7 @@ FP16_PASSES = [
     "common::dead_code_elimination",
 ]
 FP16_TARGET = "iOS17"  # the gru/rnn ops take fp16 from iOS17 (docs/conventions.md §5)
+STATE_TARGET = "iOS18"  # Core ML states (StateType, read_state, coreml_update_state) from iOS18, fp16 only
 
 
 # ------------------------------------------------------------------------------ programs
@@ -151,6 +152,12 @@ def _ops(block) -> list:
         for inner in op.blocks:
             found += _ops(inner)
     return found
+
+
+def state_inputs(function) -> set[str]:
+    """The function's inputs that are Core ML states: those its ``read_state`` ops read (coremltools' loader of
+    a saved program gives a state input a plain tensor type, so the type cannot tell)."""
+    return {op.inputs["input"].name for op in _ops(function) if op.op_type == "read_state"}
 
 
 def _value(var):

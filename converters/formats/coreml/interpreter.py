@@ -17,6 +17,7 @@ from gatepack.converters.formats.coreml import mil_elementwise, mil_nn, mil_tens
 from gatepack.converters.formats.coreml.common import (
     _mil_types,
     _value,
+    state_inputs,
 )
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
@@ -221,6 +222,8 @@ _CORE_OPS = {
         np.split(x, np.cumsum(split_sizes)[:-1] if split_sizes is not None else int(num_splits), int(axis))
     ),
     "scatter": _scatter,
+    "read_state": lambda input, **_: input.read(),
+    "coreml_update_state": lambda state, value, **_: state.update(value),
     "linear": _linear,
     "stack": lambda values, axis, **_: np.stack(values, int(axis)),
     "gru": _recurrent(Cell.GRU),
@@ -305,8 +308,33 @@ def execute(function, inputs: dict[str, np.ndarray], path: Path) -> dict[str, np
     types = _mil_types()
 
     env = {}
+    held = {}
+    states = state_inputs(function)
     for name, var in function.inputs.items():
-        if name in inputs:
+        if name in inputs and name in states:
+            env[var.name] = held[name] = State(np.asarray(inputs[name]).astype(np.float16))
+        elif name in inputs:
             env[var.name] = np.asarray(inputs[name]).astype(types.nptype_from_builtin(var.dtype))
     _run_block(function, env, path)
-    return {var.name: env[var.name] for var in function.outputs if var.name in env}
+    found = {var.name: env[var.name] for var in function.outputs if var.name in env}
+    return {**found, **{name: state.value for name, state in held.items()}}
+
+
+class State:
+    """A Core ML state (iOS18 ``StateType``): an fp16 tensor that ``read_state`` reads and ``coreml_update_state``
+    overwrites; ``execute`` returns each state's value after the call under the state input's name."""
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.value = value
+
+    def read(self) -> np.ndarray:
+        return np.array(self.value)
+
+    def update(self, value: np.ndarray) -> np.ndarray:
+        if np.shape(value) != self.value.shape or np.asarray(value).dtype != np.float16:
+            raise UsageError(
+                f"coreml_update_state: a {np.asarray(value).dtype}{list(np.shape(value))} value for "
+                f"an fp16{list(self.value.shape)} state"
+            )
+        self.value = np.array(value)
+        return np.array(value)

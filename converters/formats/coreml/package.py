@@ -17,6 +17,7 @@ from gatepack.converters.formats.coreml.common import (
     _ops,
     _quiet,
     safe_name,
+    state_inputs,
 )
 from gatepack.schemas.layer import (
     OUTPUT_ROLES,
@@ -179,11 +180,13 @@ def _checked_metadata(path: Path, meta: object, function) -> dict:
     if precision not in PRECISIONS:
         raise InputError(f"{at}: 'precision' {_short(precision)} is not one of {list(PRECISIONS)}")
     fp16 = _mil_types().fp16
-    computes = "fp16" if any(v.dtype == fp16 for op in _ops(function) for v in op.outputs) else "fp32"
+    arithmetic = [op for op in _ops(function) if op.op_type not in _STATE_OPS]  # states are fp16 whatever it computes
+    computes = "fp16" if any(v.dtype == fp16 for op in arithmetic for v in op.outputs) else "fp32"
     if precision != computes:  # the precision sets verification's tolerance: it must be the program's
         raise InputError(f"{at}: 'precision' is {precision!r} but the program computes in {computes}")
     if meta.get("whole") is True:
         _check_whole_interface(path, names, function)
+        _check_states(path, meta.get("states", {}), names, function)
     else:
         _check_interfaces(path, [parse(path, entry) for entry in meta.get("layers", [])], names, function)
     return {**meta, "names": names, "precision": precision}
@@ -197,6 +200,21 @@ def _check_whole_interface(path: Path, names: dict, function) -> None:
             f"{path}: its metadata names the model's inputs and outputs {sorted(names.values())}; the program has "
             f"{sorted(program)}"
         )
+
+
+# a state is read and written in fp16 (the one type Core ML states hold), cast from and to the arithmetic's type
+_STATE_OPS = {"read_state", "coreml_update_state", "cast"}
+
+
+def _check_states(path: Path, states: object, names: dict, function) -> None:
+    """A stateful package: ``states`` maps each state input (a Core ML state of the program) to the source output
+    written into it; every state of the program is one of them."""
+    held = state_inputs(function)
+    if not isinstance(states, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in states.items()):
+        raise InputError(f"{path}: metadata 'states' {_short(states)} is not an object of state input -> output")
+    named = {names.get(k) for k in states}
+    if named != held:
+        raise InputError(f"{path}: its metadata names the states {sorted(states)}; the program holds {sorted(held)}")
 
 
 def _short(value: object) -> str:

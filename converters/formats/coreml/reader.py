@@ -65,6 +65,7 @@ def read(path: str | Path, **_options) -> Model:
                 other_ops=list(meta.get("other_ops") or ["(operators)"]),
                 other_op_count=meta.get("other_op_count"),
                 own_input_shapes=True,
+                **({"states": meta["states"]} if meta.get("states") else {}),  # a stateful package's state pairs
             )
         return Model(path, FORMAT, layers, notes, meta=read_meta)
     layers, notes = [], {}

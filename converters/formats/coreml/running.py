@@ -11,6 +11,7 @@ from gatepack.converters.formats.coreml.common import (
     FORMAT,
     _mil_types,
     _ops,
+    state_inputs,
 )
 from gatepack.converters.formats.coreml.interpreter import (
     _MIL_OPS,
@@ -32,9 +33,41 @@ from gatepack.schemas.layer import (
 
 def run_numpy(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the package's program on gatepack's MIL executor; inputs and outputs by the source's
-    tensor names (or Core ML's sanitised ones)."""
+    tensor names (or Core ML's sanitised ones). A stateful package's states start at zeros (a new
+    ``MLState``) unless given by their input names; their values after the call are not returned."""
     path = Path(path)
     function, meta = _load_program(path)
+    states = _states_of(function, meta)
+    inputs = {**{name: np.zeros(shape, np.float16) for name, shape in states.items()}, **inputs}
+    outputs = _run_program(path, function, meta, inputs)
+    return {k: v for k, v in outputs.items() if k not in states}
+
+
+def open_session(path: str | Path):
+    """The package's program loaded once; each call runs it on the frame inputs and, for a stateful package, its
+    states (zeros before the first call, then each call's new values), which it returns under the source's state
+    output names (``meta['states']``)."""
+    path = Path(path)
+    function, meta = _load_program(path)
+    states = {name: np.zeros(shape, np.float16) for name, shape in _states_of(function, meta).items()}
+    output_of = (meta or {}).get("states", {})
+
+    def run(inputs: dict) -> dict:
+        outputs = _run_program(path, function, meta, {**inputs, **states})
+        states.update((name, outputs.pop(name)) for name in list(states))
+        return {**outputs, **{output_of[name]: value for name, value in states.items()}}
+
+    return run
+
+
+def _states_of(function, meta) -> dict[str, tuple]:
+    """A stateful package's states: source input name -> shape."""
+    names = (meta or {}).get("names", {})
+    held = state_inputs(function)
+    return {_original(names, name): tuple(var.shape) for name, var in function.inputs.items() if name in held}
+
+
+def _run_program(path: Path, function, meta, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     names = (meta or {}).get("names", {})
     scalars = set((meta or {}).get("scalar_inputs", []))  # a whole model's scalar inputs are [1] in the package
     feed = {names.get(k, k): np.reshape(v, (1,)) if k in scalars and np.ndim(v) == 0 else v for k, v in inputs.items()}
@@ -58,6 +91,7 @@ def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
 
     function, meta = _load_program(Path(path))
     names = (meta or {}).get("names", {})
+    held = state_inputs(function)
     return [
         (
             _original(names, name),
@@ -65,6 +99,7 @@ def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
             [d if isinstance(d, int) else None for d in var.shape],
         )
         for name, var in function.inputs.items()
+        if name not in held  # a state is held by the model, not fed
     ]
 
 

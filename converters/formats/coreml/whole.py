@@ -16,7 +16,15 @@ import numpy as np
 from gatepack.converters.description import describe
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.coreml.common import DEFAULT_TARGET, _ct, _quiet, check_sanitised_names, safe_name
+from gatepack.converters.formats.coreml.common import (
+    DEFAULT_TARGET,
+    STATE_TARGET,
+    TARGETS,
+    _ct,
+    _quiet,
+    check_sanitised_names,
+    safe_name,
+)
 from gatepack.converters.formats.coreml.translate import MAX_RANK, Squeezed, Translation, Untranslatable
 from gatepack.converters.formats.coreml.writer import emit_layer
 from gatepack.converters.model import Model
@@ -72,16 +80,19 @@ class _Prepared:
         return cls(proto, onnx_format.reread(model.path, proto).layers)
 
 
-def build_whole(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET):
+def build_whole(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET, states: dict | None = None):
     """The whole model as a MIL ``Program`` and gatepack's description of it (names, layers, operators), its
     symbolic input dimensions fixed by the user's ``--input-shape``s (``model.meta["input_shapes"]``). The program
-    the report's verdict built for the same file, layers, shapes, strategy and target is taken instead (once)."""
+    the report's verdict built for the same file, layers, shapes, strategy and target is taken instead (once).
+    ``states`` (state input -> state output): those pairs as Core ML states (``_state_inputs``)."""
     kept = _KEPT.pop(_build_key(model, strategy, target), None)
     _KEPT.clear()
-    if kept is not None:
+    if kept is not None and not states:
         return kept
     shapes = model.meta.get("input_shapes")
-    return translate_proto(_Prepared.of(model), Path(model.path), strategy=strategy, target=target, input_shapes=shapes)
+    return translate_proto(
+        _Prepared.of(model), Path(model.path), strategy=strategy, target=target, input_shapes=shapes, states=states
+    )
 
 
 # the program the last verdict built (one at most), until build_whole takes it or another verdict replaces it
@@ -119,6 +130,7 @@ def translate_proto(
     strategy: str = "auto",
     target: str = DEFAULT_TARGET,
     input_shapes: dict[str, list[int]] | None = None,
+    states: dict[str, str] | None = None,
 ):
     ct = _ct()
     from coremltools.converters.mil.mil import Builder as mb
@@ -129,6 +141,9 @@ def translate_proto(
     scalars: list[str] = []
     changes: list[str] = []
     placeholders = _placeholders(path, graph, input_shapes or {}, names, scalars, changes)
+    states = states or {}
+    if states:
+        _state_inputs(path, placeholders, names, states, target)
     changes += [
         f"output {o.name!r}: {_IO_CHANGES[o.type.tensor_type.elem_type]}"
         for o in graph.output
@@ -141,14 +156,21 @@ def translate_proto(
         t.values.update(_initializers(path, graph))
         for onnx_name, mil_name in names.items():
             given = function.inputs[mil_name]
+            if onnx_name in states:  # the state as stored (fp16), read and widened for the model's fp32 arithmetic
+                given = mb.cast(x=mb.read_state(input=given), dtype="fp32")
             t.values[onnx_name] = mb.squeeze(x=given, axes=[0]) if onnx_name in scalars else given
         _translate_graph(t, graph, prepared, strategy, target, described, failures)
         if failures:
             refuse_untranslatable(path, failures, _symbolic_inputs(function))
         outputs = []
+        written_back = {output: state_input for state_input, output in states.items()}
         for out in graph.output:
-            names[out.name] = safe_name(out.name)
             value = t.values[out.name]
+            if out.name in written_back:  # the new state, stored back in fp16 for the next call
+                state = function.inputs[names[written_back[out.name]]]
+                mb.coreml_update_state(state=state, value=mb.cast(x=t.as_var(value), dtype="fp16"))
+                continue
+            names[out.name] = safe_name(out.name)
             if isinstance(value, Squeezed):
                 raise RefusedError(
                     f"{path}: output {out.name!r} has rank {len(value.shape)}; Core ML holds tensors of rank <= "
@@ -170,6 +192,7 @@ def translate_proto(
         "source_opset": prepared.opset,
         "scalar_inputs": scalars,
         "interface_changes": changes,
+        **({"states": states} if states else {}),
     }
 
 
@@ -231,6 +254,30 @@ def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: l
         if tensor.elem_type in _IO_CHANGES:
             changes.append(f"input {value.name!r}: {_IO_CHANGES[tensor.elem_type]}")
     return placeholders
+
+
+def _state_inputs(path: Path, placeholders: dict, names: dict, states: dict[str, str], target: str) -> None:
+    """Each state input's placeholder replaced by a Core ML state of the same shape, stored as fp16 (the one
+    element type Core ML states hold, iOS 18 and later): the function reads it with ``read_state`` and writes the
+    paired output into it with ``coreml_update_state``; the output is then no output of the package."""
+    from coremltools.converters.mil.mil import Builder as mb
+    from coremltools.converters.mil.mil import types
+
+    if TARGETS.index(target) < TARGETS.index(STATE_TARGET):
+        raise UsageError(
+            f"{path}: Core ML states need --minimum-deployment-target {STATE_TARGET} (the target is {target})"
+        )
+    for state_input in states:
+        mil_name = names.get(state_input)
+        if mil_name is None:
+            raise UsageError(f"{path}: the state pair {state_input}={states[state_input]} names no input of it")
+        shape = placeholders[mil_name].sym_shape
+        if not all(isinstance(d, int) for d in shape):
+            raise UsageError(
+                f"{path}: state {state_input} has a symbolic shape; a Core ML state needs a fixed one",
+                hint=f"fix it with --input-shape {state_input}=...",
+            )
+        placeholders[mil_name] = mb.state_tensor_placeholder(shape=tuple(shape), dtype=types.fp16)
 
 
 def _initializers(path: Path, graph) -> dict[str, np.ndarray]:

@@ -75,11 +75,13 @@ def write(
     strategy: str = "auto",
     minimum_deployment_target: str = DEFAULT_TARGET,
     compress_to_fp16: bool = False,
+    stateful: bool = False,
 ) -> None:
     """Write ``model`` as one ML Program package at ``path`` (NAME.mlpackage): its layers, or the whole ONNX model
     around them (``whole``; the user's input shapes in ``model.meta`` fix its symbolic dimensions); fp32, or with
     ``compress_to_fp16`` fp16 weights and fp16 arithmetic behind an fp32 interface (coremltools' own fp16 cast
-    pass, then only constant folding and cast/dead-code clean-up)."""
+    pass, then only constant folding and cast/dead-code clean-up); ``stateful``: a whole model's state pairs
+    (``model.meta['state_pairs']``) as Core ML states (fp16, iOS18)."""
     from gatepack.converters.formats.coreml import whole
 
     path = Path(path)
@@ -91,7 +93,14 @@ def write(
         )
     with _quiet():  # coremltools prints notes while building constants
         if whole.is_whole_model(model):
-            program, described = whole.build_whole(model, strategy=strategy, target=minimum_deployment_target)
+            states = dict(model.meta.get("state_pairs") or []) if stateful else None
+            if stateful and not states:
+                raise UsageError(f"{model.path}: --stateful needs the model's state pairs", hint="--state IN=OUT")
+            program, described = whole.build_whole(
+                model, strategy=strategy, target=minimum_deployment_target, states=states
+            )
+        elif stateful:
+            raise UsageError(f"{model.path}: --stateful applies to whole models (their state inputs and outputs)")
         else:
             program, described = build(model, strategy=strategy, target=minimum_deployment_target)
     save_package(program, described, path, minimum_deployment_target, compress_to_fp16, carry=model)
