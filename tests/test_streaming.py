@@ -200,3 +200,34 @@ def test_inputs_can_hold_a_sequence_of_frames(tmp_path):
     assert result.streaming.frames == 3
     with pytest.raises(gp.UsageError, match="only 5 frames"):
         gp.verify(src, out, inputs={"mix": mix}, frames=9)
+
+
+@pytest.mark.parametrize(
+    "name", ["gtcrn_stream_simple.onnx", "dtln_model_1_lstm.onnx", "silero_vad_openvino_16k_lstm.onnx"]
+)
+def test_stateful_core_ml_package_holds_fp16_states_and_is_verified_over_many_calls(name, tmp_path):
+    """Core ML states are fp16 only: lossy, refused unless allowed; the package's spec declares them (as
+    coremltools reads it), takes the frame inputs only, and matches onnxruntime's chain at the fp16 tolerance."""
+    import coremltools as ct
+
+    shapes, pairs = STREAMING[name]
+    out = tmp_path / "stateful.mlpackage"
+    with pytest.raises(gp.RefusedError, match="fp16"):
+        gp.convert(REALMODELS / name, out, stateful=True, verify=False)
+    result = gp.convert(REALMODELS / name, out, stateful=True, allow_lossy=True, frames=FRAMES)
+    assert result.verification.passed and result.verification.streaming.frames == FRAMES
+    assert {o.atol for o in result.verification.outputs} == {1e-2}  # fp16's, the state rounded every call
+    assert any(f.feature == "state" and f.status.value == "lossy" for fs in result.findings.values() for f in fs)
+    spec = ct.utils.load_spec(str(out))
+    declared = {s.name: s.type.stateType.arrayType.dataType for s in spec.description.state}
+    assert set(declared) == {gp.load(out).meta["names"][i] for i in pairs}
+    assert set(declared.values()) == {ct.proto.FeatureTypes_pb2.ArrayFeatureType.FLOAT16}
+    assert not {i.name for i in spec.description.input} & set(declared)
+
+
+def test_stateful_needs_state_pairs(tmp_path):
+    result = CliRunner().invoke(
+        main, ["convert", str(REALMODELS / "dfn3_enc.onnx"), str(tmp_path / "e.xml"), "--stateful"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "no state pairs" in result.output and "--state" in result.output
