@@ -19,7 +19,7 @@ from gatepack.converters import ENGINES
 from gatepack.converters.errors import GatepackError
 from gatepack.converters.fileio import OutputKind, has_suffix
 from gatepack.converters.progress import Progress
-from gatepack.converters.registry import FORMATS, READERS, WRITERS, all_write_options  # light: no framework
+from gatepack.converters.registry import FORMATS, READERS, WRITERS, all_write_options, check_name  # light: no framework
 
 REPORT_FORMATS = {"text": (".txt",), "json": (".json",), "markdown": (".md", ".markdown"), "html": (".html", ".htm")}
 REPORT_OUTPUT = OutputKind(
@@ -295,7 +295,7 @@ def convert(
 ) -> None:
     """Convert MODEL (its recurrent layers, or the whole model where the target holds it) to another format
     and verify the result: gatepack convert MODEL -o OUTPUT (or MODEL OUTPUT)."""
-    from gatepack.converters.registry import check_name, detect
+    from gatepack.converters.registry import detect
 
     output = _one_output(output, output_argument)
 
@@ -357,9 +357,13 @@ def convert(
     type=click.Choice(list(all_write_options()["runtime"].cli_type), case_sensitive=False),
     help="onnx: " + all_write_options()["runtime"].help,
 )
+@click.option("--stateful", is_flag=True, help=all_write_options()["stateful"].help)
+@click.option("--state", "states", multiple=True, metavar="IN=OUT", help="A streaming model's state pair (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON (same as --format json; errors too).")
 @handle_errors
-def report(model, targets, fmt, output, from_format, layers_only, activation_defaults, runtime, as_json) -> None:
+def report(
+    model, targets, fmt, output, from_format, layers_only, activation_defaults, runtime, stateful, states, as_json
+) -> None:
     """Per layer and target: what is exact, repacked, folded, decomposed, lossy or unsupported."""
     if as_json and fmt not in (None, "json"):
         raise gp.UsageError(f"--json and --format {fmt} ask for two formats")
@@ -373,7 +377,10 @@ def report(model, targets, fmt, output, from_format, layers_only, activation_def
     if options and targets and "onnx" not in targets:
         raise gp.UsageError(f"--for {runtime} applies to the onnx target", hint="add --to onnx")
     report_targets = list(targets) or (["onnx"] if options else None)
-    text = gp.report(loaded, report_targets, layers_only=layers_only, **options).render(fmt)
+    if stateful:
+        options["stateful"] = True
+        report_targets = report_targets or [t for t in WRITERS if "stateful" in check_name(t).option_names]
+    text = gp.report(loaded, report_targets, layers_only=layers_only, states=states, **options).render(fmt)
     if output:
         with atomic_path(Path(output)) as tmp:
             tmp.write_text(text if text.endswith("\n") else text + "\n")

@@ -302,7 +302,7 @@ def _state_pairs(model: "Model", write_options: dict, stream, given, seed: int, 
         return []
     try:
         return source_state_pairs(model, given_pairs, given, seed)
-    except RuntimeFailure:
+    except (RuntimeFailure, InputError):
         if asked:
             raise
         return []  # the source does not run on drawn inputs: single-call verification says so
@@ -561,6 +561,7 @@ def report(
     *,
     format: str | None = None,
     layers_only: bool = False,
+    states: "Sequence[tuple[str, str] | str]" = (),
     **options,
 ) -> "Report":
     """Per layer and target, what every feature becomes (exact, repacked, folded, decomposed, lossy,
@@ -569,7 +570,9 @@ def report(
     ``to``: a target format or a list of them (default: every format gatepack writes); ``format``: the
     source's format when a path is given; ``layers_only``: as ``convert`` would write the recurrent layers
     alone (a model with other operators); ``options``: ``activation_defaults`` and write options,
-    each applied to the targets that take it (one no target takes raises UsageError naming it).
+    each applied to the targets that take it (one no target takes raises UsageError naming it). A whole
+    streaming model is run once to find its state pairs (``states``: given or corrected, as ``convert``'s), and
+    each target says what becomes of them (``--stateful`` included).
     """
     from gatepack.converters import registry
     from gatepack.converters.reporting import build_report
@@ -583,8 +586,13 @@ def report(
     targets = [to] if isinstance(to, str) else list(to) if to else list(registry.WRITERS)
     registry.check_options(write_options, [registry.writer(target)[0] for target in targets])
     from gatepack.converters.model import as_layers_only
+    from gatepack.converters.verification import GivenInputs
 
-    return build_report(as_layers_only(model) if layers_only else model, targets, write_options)
+    model = as_layers_only(model) if layers_only else model
+    pairs = _state_pairs(model, write_options, _streaming_request(states, None), GivenInputs(), 0, verify=True)
+    if pairs:  # a streaming model: each target's ``state`` finding, as convert would write it
+        model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
+    return build_report(model, targets, write_options)
 
 
 def engine_for(format: str) -> str:

@@ -447,7 +447,8 @@ def state_finding(model: Model, target: str, stateful: bool) -> Finding | None:
         return Finding(
             "state",
             Status.REPACKED,
-            f"{len(pairs)} state pair(s) held as {target} variables, the artifact taking the frame inputs only "
+            f"{len(pairs)} state pair(s) held as OpenVINO variables (ReadValue/Assign), the IR taking the frame "
+            "inputs only "
             f"({named}); verified over consecutive calls",
         )
     return Finding("state", Status.EXACT, f"{len(pairs)} state pair(s) kept as inputs and outputs ({named})")
