@@ -219,8 +219,9 @@ class _Isolated:
     broadcast: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _isolated(layer: RecurrentLayer) -> _Isolated:
-    """The record this module's reader keeps of a layer it read (its ``Provenance.handle``)."""
+def isolated_record(layer: RecurrentLayer) -> _Isolated:
+    """The record this module's reader keeps of a layer it read (its ``Provenance.handle``): the node(s) the
+    layer stands for, which a whole-model translation of the same file (Core ML) skips too."""
     handle = None if layer.provenance is None else layer.provenance.handle
     assert isinstance(handle, _Isolated), f"layer {layer.name!r} was not read by the ONNX reader"
     return handle
@@ -262,7 +263,7 @@ class _Reader:
             if refused:
                 raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found: {refused[0][1]}")
             raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found{self._why_none()}")
-        absorbed = {id(n) for layer in self.layers for n in _isolated(layer).nodes}
+        absorbed = {id(n) for layer in self.layers for n in isolated_record(layer).nodes}
         fed = {getattr(lay.interface, r) for lay in self.layers for r in ("x", *lay.fed_roles())}
         absorbed |= constant_feeders(self.proto.graph, absorbed, fed)
         other = [n.op_type for n in self.proto.graph.node if id(n) not in absorbed]
@@ -289,7 +290,7 @@ class _Reader:
             else:
                 refused.append((variants[0].name, reasons[0]))
         if self.layers:  # and what looks recurrent but neither became a layer nor was refused
-            claimed = {id(n) for layer in self.layers for n in _isolated(layer).nodes}
+            claimed = {id(n) for layer in self.layers for n in isolated_record(layer).nodes}
             refused += finder.unlifted(claimed, {name for name, _ in refused})
             self.skipped += refused
         return refused
@@ -1416,7 +1417,7 @@ def _rewrite_node(
     ``layer_nodes`` at the node's place, under the node's own name; its weights keep their names
     when nothing else read them (they are replaced). ``reads``: the model's read counts, kept up to
     date. Return the new weights' names."""
-    original = {tuple(n.output) for n in _isolated(layer).nodes}
+    original = {tuple(n.output) for n in isolated_record(layer).nodes}
     position = next(
         k
         for k, n in enumerate(graph.node)
@@ -1495,7 +1496,7 @@ def _drop_dead_constants(graph: onnx.GraphProto, gone: list[onnx.NodeProto], rea
 
 def _lifted_replacement(layer: RecurrentLayer) -> tuple:
     """(region, node, weights) replacing a lifted layer's loop or unrolled steps (``replace_in_place``)."""
-    region = _isolated(layer).region
+    region = isolated_record(layer).region
     assert region is not None  # (a lifted layer's)
     x0, w = node_inputs(region)
 
