@@ -107,9 +107,7 @@ def test_the_wheel_holds_every_tracked_module_and_data_file(wheel):
         pytest.skip("not a git checkout")
     wanted = {f"gatepack/{p}" for p in tracked.stdout.split()}
     assert {"gatepack/py.typed", "gatepack/schemas/report.schema.json"} <= wanted
-    assert wanted <= set(zipfile.ZipFile(wheel).namelist()), sorted(
-        wanted - set(zipfile.ZipFile(wheel).namelist())
-    )
+    assert wanted <= set(zipfile.ZipFile(wheel).namelist()), sorted(wanted - set(zipfile.ZipFile(wheel).namelist()))
 
 
 def test_dependencies_install_everywhere_and_backends_are_extras(wheel):
