@@ -419,10 +419,11 @@ def target_findings(
         accepted["opset"] = model.meta["opset"]  # a whole model keeps its own
     chained = None if keeps_whole else chained_input_finding(model, layer)  # side-by-side layers only
     state = state_finding(model, target, bool(options.get("stateful"))) if keeps_whole else None
+    assert implementation.check is not None  # registry.writer returns formats that write, and check
     found = implementation.check(layer, **accepted) + [surroundings, chained, state]
     held = constant_findings(layer, info.constant_form)
-    found = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
-    return sort_worst_first(list(model.notes_for(layer)) + found)
+    kept = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
+    return sort_worst_first(list(model.notes_for(layer)) + kept)
 
 
 MODEL_OPTIONS = {"stateful"}  # write options about the whole model, not checked per layer
