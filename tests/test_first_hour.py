@@ -1,6 +1,8 @@
 """What a new user meets in the first hour (issue 32), each against an independent oracle where numbers are
 involved: OpenVINO's fp16 IR (ovc's default) verified at fp16's tolerance on OpenVINO CPU against onnxruntime."""
 
+import re
+
 import pytest
 from click.testing import CliRunner
 from helpers import REALMODELS
@@ -29,3 +31,38 @@ def test_fp16_whole_model_ir_verifies(tmp_path):
         REALMODELS / "dtln_model_1_lstm.onnx", tmp_path / "m.xml", compress_to_fp16=True, allow_lossy=True
     )
     assert result.whole and result.verification.passed
+
+
+def test_html_intro_speaks_of_operators_around_the_layers_only_when_there_are_some():
+    """A single-node model has no operators around its layer: the intro says nothing of them (it used to say
+    'the model has other operators around them, which no target keeps'); a model with some says which
+    targets keep them, and with --layers-only that they were left out as asked."""
+    intro = _html_intro(gp.report(REALMODELS / "burn_gru.onnx").render("html"))
+    assert intro.endswith("1 recurrent layer(s)") and "other operators" not in intro
+    whole = _html_intro(gp.report(REALMODELS / "dtln_model_1_lstm.onnx").render("html"))
+    assert "other operators around them, which onnx, openvino, coreml keep and directml, bnns cannot hold" in whole
+    alone = _html_intro(gp.report(REALMODELS / "dtln_model_1_lstm.onnx", layers_only=True).render("html"))
+    assert "left out as asked" in alone and "cannot hold" not in alone
+
+
+def _html_intro(page: str) -> str:
+    return page.split("<p id='intro'>")[1].split("</p>")[0]
+
+
+def test_json_and_html_reports_carry_gatepacks_version_and_the_utc_date():
+    report = gp.report(REALMODELS / "burn_gru.onnx", "onnx")
+    data = report.to_json()
+    assert data["gatepack_version"] == gp.__version__
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", data["created"])
+    assert f"made by gatepack {gp.__version__} on {data['created']}" in report.render("html")
+
+
+def test_text_report_folds_layers_with_the_same_findings_into_one_row_with_their_count():
+    """ulunas' 28 GRUs: 14 forward and 14 bidirectional, each kind with the same findings for every target
+    (only sizes and tensor names differ): two rows of the table, not 28."""
+    text = gp.report(REALMODELS / "ulunas_stream_simple.onnx").render("text").splitlines()
+    table = text[2 : text.index(next(line for line in text if line.startswith("onnx:")))]
+    assert [row.split(":")[0].strip() for row in table] == ["14 layers (GRU forward)", "14 layers (GRU bidirectional)"]
+    assert "GRU_336, GRU_717, GRU_1139 and 11 more" in table[0]
+    single = gp.report(REALMODELS / "burn_gru.onnx").render("text").splitlines()
+    assert single[2].split()[0] == "GRU_0"  # one layer: its name, as before
