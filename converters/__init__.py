@@ -39,6 +39,13 @@ if TYPE_CHECKING:
 __all__ = ["load", "save", "convert", "verify", "report", "run", "input_names", "Result"]
 
 READ_OPTIONS = ("activation_defaults",)
+# what to do when a model holds no recurrent layer: what gatepack converts, and how to get it
+CONVERTS = (
+    "gatepack converts models that hold GRU, RNN or LSTM layers: ONNX GRU/RNN/LSTM nodes, OpenVINO "
+    "GRUSequence/RNNSequence/LSTMSequence ops, and the loops and unrolled cells it lifts into them; export the "
+    "model with its recurrent layers kept as such operators (e.g. torch.onnx.export(..., dynamo=False) writes "
+    "each nn.GRU layer as a GRU node)"
+)
 ENGINES = ("auto", "native", "numpy")
 
 
@@ -148,7 +155,11 @@ def load(path: str | Path, format: str | None = None, **options) -> "Model":
     fmt = format or registry.detect(path)
     read_options = _read_options(options)
     with track_reads() as opened:
-        model = registry.reader(fmt).read(path, **read_options)
+        try:
+            model = registry.reader(fmt).read(path, **read_options)
+        except NoRecurrentLayerError as err:
+            err.hint = f"{err.hint}; {CONVERTS}" if err.hint else CONVERTS
+            raise
     model.files = tuple(sorted(opened))
     _check_names(model)
     return model

@@ -66,3 +66,39 @@ def test_text_report_folds_layers_with_the_same_findings_into_one_row_with_their
     assert "GRU_336, GRU_717, GRU_1139 and 11 more" in table[0]
     single = gp.report(REALMODELS / "burn_gru.onnx").render("text").splitlines()
     assert single[2].split()[0] == "GRU_0"  # one layer: its name, as before
+
+
+def test_a_model_without_recurrent_layers_is_told_what_it_holds_and_what_gatepack_converts(tmp_path):
+    from onnx import TensorProto, helper, save
+
+    value = helper.make_tensor_value_info
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Abs", ["y"], ["z"])]
+    graph = helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [2])], [value("z", TensorProto.FLOAT, [2])])
+    save(helper.make_model(graph), tmp_path / "relu.onnx")
+    failed = CliRunner().invoke(main, ["convert", str(tmp_path / "relu.onnx"), str(tmp_path / "r.xml")])
+    assert failed.exit_code == 3
+    assert "no recurrent (GRU/RNN/LSTM) layer found among its 2 operators of 2 types (Abs, Relu)" in failed.output
+    assert "hint: gatepack converts models that hold GRU, RNN or LSTM layers" in failed.output
+
+
+def test_mistyped_commands_options_and_values_are_answered_with_did_you_mean():
+    runner, src = CliRunner(), str(REALMODELS / "burn_gru.onnx")
+    assert "Did you mean 'convert'?" in runner.invoke(main, ["covnert", src]).output  # click's own
+    assert "'--to'" in runner.invoke(main, ["convert", src, "o.onnx", "--too", "onnx"]).output  # click's own
+    value = runner.invoke(main, ["convert", src, "o.onnx", "--to", "onx"])
+    assert value.exit_code == 2 and "Did you mean 'onnx'?" in value.output
+    assert (
+        "Did you mean 'numpy'?"
+        in runner.invoke(main, ["run", src, "--inputs", "a.npz", "-o", "b.npz", "--engine", "numpi"]).output
+    )
+
+
+def test_a_write_option_the_target_does_not_take_is_named_by_its_cli_flag(tmp_path):
+    """From the command line, the error names --onnx-layout, not the API's layout_encoding."""
+    out = tmp_path / "m.xml"
+    refused = CliRunner().invoke(
+        main, ["convert", str(REALMODELS / "burn_gru.onnx"), str(out), "--onnx-layout", "attribute"]
+    )
+    assert refused.exit_code == 2 and not out.exists()
+    assert "--onnx-layout does not apply to the openvino target" in refused.output
+    assert "--strategy, --compress-to-fp16" in refused.output and "layout_encoding" not in refused.output
