@@ -443,11 +443,17 @@ def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, as_json)
     help="native: the format's own runtime; numpy: gatepack's executor of its semantics; auto: native where its "
     "runtime runs here, else numpy (the line written says which ran).",
 )
+@click.option(
+    "--directml-shapes",
+    is_flag=True,
+    help="directml: feed and return the DxDispatch resources, by resource name in the descs' 4-D shapes "
+    "(X [1,S,N,I], Y_h [1,D,N,H]) instead of the source's tensors (X [S,N,I], Y_h [D,N,H]).",
+)
 @_from_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
-def run(artifact, inputs_path, output, engine, from_format, as_json) -> None:
-    """Execute ARTIFACT on the tensors in --inputs and save its outputs."""
+def run(artifact, inputs_path, output, engine, directml_shapes, from_format, as_json) -> None:
+    """Execute ARTIFACT on the tensors in --inputs and save its outputs (named and shaped as the source's)."""
     import numpy as np
 
     from gatepack.converters.fileio import atomic_path, load_npz, prepare_output
@@ -459,7 +465,7 @@ def run(artifact, inputs_path, output, engine, from_format, as_json) -> None:
         from gatepack.converters.registry import detect
 
         engine = engine_for(from_format or detect(artifact))
-    outputs = gp.run(artifact, inputs, engine=engine, format=from_format)
+    outputs = gp.run(artifact, inputs, engine=engine, format=from_format, directml_shapes=directml_shapes)
     with atomic_path(Path(output)) as tmp:
         with open(tmp, "wb") as handle:
             np.savez(handle, **outputs)

@@ -210,6 +210,8 @@ class FormatImplementation:
       --engine numpy`` uses the canonical executor);
     * ``graph_inputs(path) -> [(name, dtype, dims)]``: the inputs of a whole-model artifact (None: the
       layers' interface tensors);
+    * ``graph_outputs(path) -> [(name, dtype, dims)]``: the outputs of a whole-model artifact, dtype and dims
+      None where undeclared (None: the layers' interface tensors);
     * ``whole_model_finding(model)``: what the format does with the operators around the layers
       (None from the default: it writes the layers only);
     * ``compute_dtype(layer)``: the precision its runtime computes a layer read from disk in;
@@ -227,6 +229,7 @@ class FormatImplementation:
     run_layer_native: Callable[["RecurrentLayer", dict], dict] = _no_layer_runtime
     run_numpy: Callable[[Any, dict], dict] | None = None
     graph_inputs: Callable[[Any], "list[tuple[str, np.dtype, list]]"] | None = None
+    graph_outputs: Callable[[Any], "list[tuple[str, np.dtype | None, list | None]]"] | None = None
     whole_model_finding: Callable[["Model"], "Finding | None"] = _no_whole_model_finding
     compute_dtype: Callable[["RecurrentLayer"], str] = _computed_as_stored
     run_whole: Callable[[Any, dict], dict] | None = None

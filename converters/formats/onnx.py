@@ -2020,6 +2020,15 @@ def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
     return found
 
 
+def graph_outputs(path: str | Path) -> list[tuple[str, np.dtype | None, list | None]]:
+    """The model's outputs as (name, dtype, dims), each None where the model does not declare it."""
+    found = []
+    for value in load_proto(Path(path)).graph.output:
+        elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
+        found.append((value.name, np.dtype(helper.tensor_dtype_to_np_dtype(elem)) if elem else None, _dims(value.type)))
+    return found
+
+
 def _run_session(session, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
     wanted = [i.name for i in session.get_inputs()]
     missing = [name for name in wanted if name not in inputs]
@@ -2081,5 +2090,6 @@ IMPLEMENTATION = FormatImplementation(
     run_native=run_native,
     run_layer_native=run_layer_native,
     graph_inputs=graph_inputs,
+    graph_outputs=graph_outputs,
     compute_dtype=onnx_quantized.compute_dtype,
 )
