@@ -220,7 +220,7 @@ _layers_only_option = click.option(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
 def inspect(model: str, from_format: str | None, activation_defaults: str, as_json: bool) -> None:
-    """List the recurrent layers of MODEL: attributes, shapes, parameter counts."""
+    """A whole model's own inputs and outputs, then the recurrent layers of MODEL: attributes, shapes, parameters."""
     from gatepack.converters.inspection import describe_json, describe_text
 
     loaded = gp.load(model, from_format, activation_defaults=activation_defaults)
