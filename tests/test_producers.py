@@ -214,10 +214,8 @@ def test_lifted_layers_converted_give_the_frameworks_outputs(artifact, tmp_path)
             (lay,) = back.layers
             x_seq = x.transpose(1, 0, 2) if layer.interface.layout == 1 else x  # [S,N,I]
             s, n, h = x_seq.shape[0], x_seq.shape[1], lay.hidden_size
-            batch_major = lay.interface.layout == 1 and target != "directml"  # DirectML: [1, S, N, I] always
+            batch_major = lay.interface.layout == 1  # every target takes the source's layout (DirectML too)
             feed = x_seq.transpose(1, 0, 2) if batch_major else x_seq
-            if target == "directml":
-                feed = feed[None]
             outputs = gp.run(
                 out, {lay.interface.x: feed}, engine="numpy" if target in ("directml", "bnns", "coreml") else "native"
             )
