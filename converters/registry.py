@@ -434,8 +434,12 @@ def detect(path: str | Path, *, writing: bool = False) -> str:
         if kind is not None:
             what, export = kind
             raise InputError(f"{path}: {what}; gatepack does not read it", hint=export)
+    import difflib
+
+    near = difflib.get_close_matches(suffix, [s for info in FORMATS.values() for s in info.suffixes], n=1)
+    meant = f"did you mean {p.with_suffix(near[0]).name}? otherwise " if near and suffix else ""
     raise UsageError(
-        f"{path}: cannot tell the format from the name", hint=f"pass --from/--to, one of {', '.join(FORMATS)}"
+        f"{path}: cannot tell the format from the name", hint=f"{meant}pass --from/--to, one of {', '.join(FORMATS)}"
     )
 
 

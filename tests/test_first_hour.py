@@ -88,6 +88,8 @@ def test_mistyped_commands_options_and_values_are_answered_with_did_you_mean():
     runner, src = CliRunner(), str(REALMODELS / "burn_gru.onnx")
     assert "Did you mean 'convert'?" in runner.invoke(main, ["covnert", src]).output  # click's own
     assert "'--to'" in runner.invoke(main, ["convert", src, "o.onnx", "--too", "onnx"]).output  # click's own
+    suffix = runner.invoke(main, ["convert", src, "o.onx"])
+    assert suffix.exit_code == 2 and "did you mean o.onnx?" in suffix.output
     value = runner.invoke(main, ["convert", src, "o.onnx", "--to", "onx"])
     assert value.exit_code == 2 and "Did you mean 'onnx'?" in value.output
     assert (
