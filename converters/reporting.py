@@ -531,7 +531,8 @@ def model_finding(model: Model, target: str, keepers: list[str] | None = None) -
 
 def build_report(model: Model, targets: list[str], options: dict | None = None) -> Report:
     options = options or {}
-    keepers = whole_model_targets(model) if model.other_ops else []
+    # the formats that would keep the model whole, named in the refusals (layers written alone, as asked: none)
+    keepers = whole_model_targets(model) if model.keeps_whole else []
     surroundings = {target: model_finding(model, target, keepers) for target in targets}
     layers = []
     for layer in model.layers:

@@ -241,6 +241,8 @@ def test_layers_alone_of_a_real_model_have_names_every_format_keeps():
     alone = as_layers_only(source)
     names = [n for lay in alone.layers for r in INPUT_ROLES + OUTPUT_ROLES if (n := getattr(lay.interface, r))]
     assert all(re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", n) for n in names) and len(set(names)) == len(names)
+    whole = gp.report(source, "coreml").model["coreml"]  # the model asked whole again: its own names, kept whole
+    assert whole is not None and whole.status.value != "unsupported", whole
     shared = [lay for lay in source.layers if lay.interface.initial_h == "onnx::GRU_1296"]
     assert [alone.layers[source.layers.index(lay)].interface.initial_h for lay in shared] == [
         f"{lay.name}_initial_h" for lay in shared
