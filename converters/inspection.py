@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from gatepack.converters.model import GraphTensor, Model, graph_interface
 from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, ROLE_LABELS, RecurrentLayer, dim_text
 
@@ -53,7 +55,7 @@ def _attributes(layer: RecurrentLayer) -> str:
     return f"{layer.cell.op_name} {layer.direction.value}, {', '.join(attrs)}"
 
 
-def model_tensors(model: Model) -> tuple[list[GraphTensor], list[GraphTensor]] | None:
+def model_tensors(model: Model) -> tuple[Sequence[GraphTensor], Sequence[GraphTensor]] | None:
     """A whole model's own inputs and outputs (None for an artifact of recurrent layers alone, whose layers'
     tensors are its inputs and outputs)."""
     return graph_interface(model) if model.other_ops else None

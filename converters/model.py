@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from gatepack.converters.errors import InputError
 from gatepack.converters.findings import Finding, Status, operator_list
@@ -90,7 +90,7 @@ def with_input_shapes(model: Model, shapes: dict) -> Model:
 GraphTensor = tuple[str, Any, "list | None"]  # (name, NumPy dtype or None, dims or None) of a model's input or output
 
 
-def graph_interface(model: Model) -> tuple[list[GraphTensor], list[GraphTensor]] | None:
+def graph_interface(model: Model) -> tuple[Sequence[GraphTensor], Sequence[GraphTensor]] | None:
     """The whole model's own inputs and outputs as (name, dtype, dims), read from its artifact by its format
     (None: an in-memory model, a format whose artifacts hold recurrent layers only, or inputs the artifact does
     not declare fully)."""
@@ -135,7 +135,7 @@ def with_readable_names(model: Model) -> Model:
     own = {name for tensors in interface for name, _, _ in tensors}
     taken = set(own)  # every other name of the layers' tensors is replaced
     produced: dict[str, str] = {}
-    names: list[dict[str, str]] = [{} for _ in model.layers]
+    names: list[dict[str, Any]] = [{} for _ in model.layers]  # per layer: interface field -> its new name
     for roles in (OUTPUT_ROLES, INPUT_ROLES):  # producers first: a chained input takes its producer's name
         for layer, renamed in zip(model.layers, names):
             for role in roles:

@@ -23,7 +23,7 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import OutputKind, has_markers, starts_like_protobuf, starts_with
@@ -229,7 +229,7 @@ class FormatImplementation:
     run_layer_native: Callable[["RecurrentLayer", dict], dict] = _no_layer_runtime
     run_numpy: Callable[[Any, dict], dict] | None = None
     graph_inputs: Callable[[Any], "list[tuple[str, np.dtype, list]]"] | None = None
-    graph_outputs: Callable[[Any], "list[tuple[str, np.dtype | None, list | None]]"] | None = None
+    graph_outputs: Callable[[Any], "Sequence[tuple[str, np.dtype | None, list | None]]"] | None = None
     whole_model_finding: Callable[["Model"], "Finding | None"] = _no_whole_model_finding
     compute_dtype: Callable[["RecurrentLayer"], str] = _computed_as_stored
     run_whole: Callable[[Any, dict], dict] | None = None
