@@ -349,6 +349,7 @@ def test_coreml_gru_loops_converted_to_onnx_give_torchs_outputs(artifact, tmp_pa
     assert len(layers) == config.get("num_layers", 1) * directions
     assert all(layer.has_bias == config.get("bias", True) for layer in layers)  # bias=False: zero linear biases
     _convert(path, out, "onnx", gp.load(path))
+    layers = gp.load(out).layers  # as written: the program's internal tensor names made readable
     session = ort.InferenceSession(str(out))
     feed = {
         i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32) for i in session.get_inputs()
