@@ -34,7 +34,7 @@ from gatepack.converters.errors import UsageError
 from gatepack.converters.model import Model
 
 if TYPE_CHECKING:
-    from gatepack.converters.verification import GivenInputs, Tolerance, Verification
+    from gatepack.converters.verification import GivenInputs, OutputComparison, Tolerance, Verification
 
 Runner = Callable[[dict], dict]
 
@@ -285,6 +285,54 @@ def _split_given(given: "GivenInputs", declared: list[tuple[str, np.dtype, list]
     return fixed, sequences
 
 
+@dataclass
+class _Feeds:
+    """The inputs of a streaming run: a first call drawn as single-call verification draws it (the state pairs'
+    shapes come from it), the user's fixed values and sequences of frames (``--inputs``)."""
+
+    first: dict[str, np.ndarray]
+    words: str
+    fixed: dict[str, np.ndarray]
+    sequences: dict[str, np.ndarray]
+
+    @classmethod
+    def draw(cls, source: Model, given: "GivenInputs", seed: int) -> "_Feeds":
+        from gatepack.converters.verification import GivenInputs, _graph_inputs, sample_graph_inputs
+
+        fixed, sequences = _split_given(given, _graph_inputs(source))
+        first = {n: v[0] for n, v in sequences.items()}
+        rng = np.random.default_rng(seed)
+        feed, words = sample_graph_inputs(source, rng, given=GivenInputs(given.shapes, {**fixed, **first}))
+        return cls(feed, words, fixed, sequences)
+
+    def frames(self, state_inputs: set[str], seed: int) -> Callable[[int], dict[str, np.ndarray]]:
+        """Call k's frame inputs (not the states), the same each time they are asked for: the item k of a given
+        sequence, a given or integer input as fixed (an integer the model compares with a constant: a sample
+        rate), floats drawn anew in [-1, 1). Kept until both chains have run the call (``forget``)."""
+        rng = np.random.default_rng(seed + 1)
+        drawn: list[dict[str, np.ndarray]] = []
+
+        def draw(k: int) -> dict[str, np.ndarray]:
+            frame = {}
+            for name, value in self.first.items():
+                if name in state_inputs:
+                    continue
+                if name in self.sequences:
+                    frame[name] = self.sequences[name][k].astype(value.dtype, copy=False)
+                elif name in self.fixed or not np.issubdtype(value.dtype, np.floating):
+                    frame[name] = value
+                else:
+                    frame[name] = rng.uniform(-1, 1, value.shape).astype(value.dtype)
+            return frame
+
+        def frame(k: int) -> dict[str, np.ndarray]:
+            while len(drawn) <= k:
+                drawn.append(draw(len(drawn)))
+            return drawn[k]
+
+        return frame
+
+
 def verify_streaming(
     source: Model,
     target: Model,
@@ -302,83 +350,84 @@ def verify_streaming(
     states. A target whose graph inputs lack the state inputs holds its states itself (a stateful artifact):
     it is fed the frame inputs only, and its runner returns its states under the state outputs' names.
     ``pairs``: the state pairs when known (else found: ``states`` given, the rest by ``find_state_pairs``)."""
-    from gatepack.converters.samples import TOLERANCES
-    from gatepack.converters.verification import (
-        GivenInputs,
-        Verification,
-        _computed_in,
-        _graph_inputs,
-        compare,
-        sample_graph_inputs,
-    )
+    from gatepack.converters.verification import GivenInputs, Verification, _graph_inputs
 
     given = given or GivenInputs()
-    target_file = target_file or target.path
-    declared = _graph_inputs(source)
-    fixed, sequences = _split_given(given, declared)
-    first = {n: v[0] for n, v in sequences.items()}
-    rng = np.random.default_rng(seed)
-    feed, words = sample_graph_inputs(source, rng, given=GivenInputs(given.shapes, {**fixed, **first}))
-    run_source = open_runner(source, source.path)
+    target_path = Path(target_file or _path(target))
+    feeds = _Feeds.draw(source, given, seed)
+    run_source = open_runner(source, _path(source))
     if pairs is None:
-        pairs = find_state_pairs(source, Sample(feed, run_source(feed)), states)
+        pairs = find_state_pairs(source, Sample(feeds.first, run_source(feeds.first)), states)
     pairs = list(pairs)
     if not pairs:
         raise UsageError(
             f"{source.path}: no state pairs found (no output reads as the next value of an input)",
             hint="name them: --state INPUT=OUTPUT (repeatable)",
         )
-    count = frame_inputs(sequences, {n: feed[n] for n in feed}, frames)
+    count = frame_inputs(feeds.sequences, feeds.first, frames)
     state_inputs = {p.input for p in pairs}
-    initial = {p.input: fixed[p.input] if p.input in fixed else np.zeros_like(feed[p.input]) for p in pairs}
-
-    def draw(k: int) -> dict[str, np.ndarray]:
-        frame = {}
-        for name, value in feed.items():
-            if name in state_inputs:
-                continue
-            if name in sequences:
-                frame[name] = sequences[name][k].astype(value.dtype, copy=False)
-            elif name in fixed or not np.issubdtype(value.dtype, np.floating):
-                frame[name] = value  # given, or an integer the model uses as a constant (a sample rate)
-            else:
-                frame[name] = frame_rng.uniform(-1, 1, value.shape).astype(value.dtype)
-        return frame
-
-    target_inputs = {name for name, _, _ in _graph_inputs(replace_path(target, target_file))}
-    stateful = not state_inputs <= target_inputs
-    result = Verification(str(source.path), str(target.path), seed)
-    result.inputs_used = (
-        f"{count} consecutive calls from {'given' if any(p.input in fixed for p in pairs) else 'zero'} states; "
-        f"frame inputs {'given' if sequences else 'drawn anew for each call'} ({words})"
+    initial = {p.input: feeds.fixed.get(p.input, np.zeros_like(feeds.first[p.input])) for p in pairs}
+    stateful = not state_inputs <= {name for name, _, _ in _graph_inputs(replace_path(target, target_path))}
+    frame = feeds.frames(state_inputs, seed)
+    calls = zip(
+        run_frames(run_source, frame, pairs, initial, count),
+        run_frames(open_runner(target, target_path), frame, pairs, initial, count, state_inputs=not stateful),
     )
     streaming = StreamingResult(count, pairs)
-    computed = tuple(_computed_in(model, layer) for model in (source, target) for layer in model.layers)
-    if stateful and target.meta.get("states"):  # Core ML states hold fp16: every call's state is rounded to it
-        computed += ("float16",)
-    worst: dict[str, object] = {}
-    frame_rng = np.random.default_rng(seed + 1)
-    drawn: list[dict] = []  # both chains see the same frame inputs: drawn once, replayed for the second
-
-    def draw_once(k: int) -> dict[str, np.ndarray]:
-        while len(drawn) <= k:
-            drawn.append(draw(len(drawn)))
-        return drawn[k]
-
-    source_calls = run_frames(run_source, draw_once, pairs, initial, count)
-    target_calls = run_frames(
-        open_runner(target, target_file), draw_once, pairs, initial, count, state_inputs=not stateful
+    comparisons = _compare_calls(calls, streaming, _precisions(source, target, stateful), tolerance, target)
+    result = Verification(str(source.path), str(target.path), seed, outputs=comparisons)
+    result.inputs_used = (
+        f"{count} consecutive calls from {'given' if any(p.input in feeds.fixed for p in pairs) else 'zero'} "
+        f"states; frame inputs {'given' if feeds.sequences else 'drawn anew for each call'} ({feeds.words})"
     )
-    for k, (expected, actual) in enumerate(zip(source_calls, target_calls)):
+    result.notes.append(
+        f"streamed {count} calls, each side feeding its own state outputs back "
+        f"({', '.join(str(p) for p in pairs)}); largest error per call: {streaming.growth_text()}"
+        + ("; the target holds its states itself (stateful) and was fed the frame inputs only" if stateful else "")
+    )
+    result.streaming = streaming
+    return result
+
+
+def _path(model: Model) -> Path:
+    if model.path is None:
+        raise UsageError("streaming verification runs artifacts read from files, not in-memory models")
+    return Path(model.path)
+
+
+def _precisions(source: Model, target: Model, stateful: bool) -> tuple[str, ...]:
+    """What either side computes in; a target holding fp16 states (Core ML) rounds every call's state to fp16."""
+    from gatepack.converters.verification import _computed_in
+
+    computed = tuple(_computed_in(model, layer) for model in (source, target) for layer in model.layers)
+    return computed + (("float16",) if stateful and target.meta.get("states") else ())
+
+
+def _compare_calls(
+    calls: Iterable[tuple[dict, dict]],
+    streaming: StreamingResult,
+    computed: tuple[str, ...],
+    tolerance: "Tolerance | None",
+    target: Model,
+) -> "list[OutputComparison]":
+    """Every output of every (source, target) call compared; each output's worst call kept (a failing one
+    first), the largest error per call and the state outputs' errors after the last call noted in
+    ``streaming``."""
+    from gatepack.converters.samples import TOLERANCES
+    from gatepack.converters.verification import compare
+
+    worst: dict[str, OutputComparison] = {}
+    for k, (expected, actual) in enumerate(calls):
         errors = []
         for name, value in expected.items():
             got = actual.get(name)
-            label = STREAMED
             dtypes = tuple(d for d in (str(value.dtype), *computed) if d in TOLERANCES) or ("float32",)
             comparison = (
-                compare(label, name, got, value, dtypes, tolerance=tolerance or _accumulated(dtypes, count))
+                compare(
+                    STREAMED, name, got, value, dtypes, tolerance=tolerance or _accumulated(dtypes, streaming.frames)
+                )
                 if got is not None
-                else _missing(label, name, target)
+                else _missing(STREAMED, name, target)
             )
             errors.append(comparison.max_abs_error)
             kept = worst.get(name)
@@ -390,21 +439,12 @@ def verify_streaming(
                 worst[name] = comparison
                 streaming.worst[name] = (comparison.max_abs_error, k + 1)
         streaming.per_frame_error.append(max(errors, default=0.0))
-        drawn[k] = {}  # frames already run on both sides are not kept
-        if k == count - 1:
-            streaming.final_state_error = {
-                p.output: float(np.abs(np.asarray(actual[p.output], np.float64) - expected[p.output]).max())
-                for p in pairs
-                if p.output in actual
-            }
-    result.outputs = list(worst.values())
-    result.notes.append(
-        f"streamed {count} calls, each side feeding its own state outputs back "
-        f"({', '.join(str(p) for p in pairs)}); largest error per call: {streaming.growth_text()}"
-        + ("; the target holds its states itself (stateful) and was fed the frame inputs only" if stateful else "")
-    )
-    result.streaming = streaming
-    return result
+        streaming.final_state_error = {
+            p.output: float(np.abs(np.asarray(actual[p.output], np.float64) - expected[p.output]).max())
+            for p in streaming.pairs
+            if p.output in actual
+        }
+    return list(worst.values())
 
 
 def _accumulated(dtypes: tuple[str, ...], calls: int) -> "Tolerance":
@@ -434,12 +474,7 @@ def source_state_pairs(
     source: Model, given_pairs: Sequence[tuple[str, str]] = (), given: "GivenInputs | None" = None, seed: int = 0
 ) -> list[StatePair]:
     """``find_state_pairs`` on one call of the source on drawn inputs (the shapes and dtypes a pair must keep)."""
-    from gatepack.converters.verification import GivenInputs, _graph_inputs, sample_graph_inputs
+    from gatepack.converters.verification import GivenInputs
 
-    given = given or GivenInputs()
-    fixed, sequences = _split_given(given, _graph_inputs(source))
-    first = {n: v[0] for n, v in sequences.items()}
-    feed, _ = sample_graph_inputs(
-        source, np.random.default_rng(seed), given=GivenInputs(given.shapes, {**fixed, **first})
-    )
-    return find_state_pairs(source, Sample(feed, open_runner(source, source.path)(feed)), given_pairs)
+    feeds = _Feeds.draw(source, given or GivenInputs(), seed)
+    return find_state_pairs(source, Sample(feeds.first, open_runner(source, _path(source))(feeds.first)), given_pairs)

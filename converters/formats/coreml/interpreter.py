@@ -4,7 +4,7 @@ machines without a Core ML runtime (checked against Apple's own op tests)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -315,11 +315,12 @@ _CONTROL_FLOW = {"while_loop": _while_loop, "cond": _cond}
 
 
 def execute(function, inputs: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:
-    """Run a MIL function on named inputs (Core ML's names); return every output that was computable."""
+    """Run a MIL function on named inputs (Core ML's names); return every output that was computable, and each
+    state's value after the call under its input's name (a stateful program)."""
     types = _mil_types()
 
-    env = {}
-    held = {}
+    env: dict[str, Any] = {}
+    held: dict[str, State] = {}
     states = state_inputs(function)
     for name, var in function.inputs.items():
         if name in inputs and name in states:
