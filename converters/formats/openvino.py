@@ -23,17 +23,8 @@ Strategies (docs/conventions.md §3 and §8 say where OpenVINO's CPU plugin is e
   dynamic X the CPU plugin ignores them). Other activations fail to compile, and alpha/beta are
   ignored. Its clip is ONNX's (every pre-activation).
 * ``decomposed``: the cell from elementary ops inside a ``TensorIterator`` per direction, with one
-  MatMul for every step's input projection outside it. Per step (f, g, h = the direction's
-  activations, clip c applied with Clamp)::
-
-      z = f(xw_z + h Rz^T + Rbz);  r = f(xw_r + h Rr^T + Rbr)
-      n = g(xw_h + (r * h) Rh^T + Rbh)          linear_before_reset = 0
-      n = g(xw_h + r * (h Rh^T + Rbh))          linear_before_reset = 1
-      h' = (1 - z) * n + z * h;   RNN: h' = f(xw + h R^T + Rb)
-      LSTM: i = f(xw_i + h Ri^T + Rbi + Pi * c), f_ = f(... + Pf * c) or 1 - i (input_forget),
-            c' = f_ * c + i * g(xw_c + h Rc^T + Rbc), o = f(xw_o + h Ro^T + Rbo + Po * c'),
-            h' = o * h(c')
-
+  MatMul for every step's input projection outside it; each step is the cell's step of
+  ``converters.cell_steps`` (its equations there), built through ``_OpenVinoOps`` (clip with Clamp).
   Sequence lengths are masks: past its length a sequence keeps its states and outputs zeros; the
   reverse direction runs over ``ReverseSequence(X, lens)`` (so it starts at len-1) and its outputs
   are reversed back; the final states are 0 for ``len = 0`` (onnxruntime's behaviour).

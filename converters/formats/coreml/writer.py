@@ -15,9 +15,10 @@ MIL's recurrent ops (docs/conventions.md §5) differ from ONNX::
 
 Strategies: ``native`` uses ``gru``/``rnn`` where they compute exactly what ONNX specifies
 (activations Sigmoid/Tanh/Relu, no clip, no sequence_lens, linear_before_reset = 1 only from iOS18);
-``decomposed`` writes the cell from elementary MIL ops in a ``while_loop`` (one matmul for every
-step's input projection outside it, a ``scatter`` of each step's output, masks for sequence_lens,
-``reverse_sequence`` for the reverse direction); ``auto`` picks native where it is exact.
+``decomposed`` writes the cell from elementary MIL ops in a ``while_loop`` (each step the cell's step of
+``converters.cell_steps``, built through ``_MilOps``; one matmul for every step's input projection outside
+it, a ``scatter`` of each step's output, masks for sequence_lens, ``reverse_sequence`` for the reverse
+direction); ``auto`` picks native where it is exact.
 
 Core ML sanitises tensor names (``a/b:0`` becomes ``a_b_0``); the package's metadata
 (``gatepack``) keeps the source's names and every layer's description, so the layer reads back whole
