@@ -22,8 +22,8 @@ direction's activations and clip(v) = min(max(v, -clip), clip) on every pre-acti
                                o = f(clip(gx_o + h Ro^T + Rbo + Po * c'))      (the output peephole reads c')
                                h' = o * h(c')
 
-The sums run left to right as written, except GRU's, which add Rb to the recurrent product first
-(``gx_z + (h Rz^T + Rbz)``): its candidate needs ``h Rh^T + Rbh`` apart from gx.
+Every pre-activation is summed as ``gx + (x R^T + Rb)``: the recurrent projection, its bias included, is
+one operation of the format's (GRU's candidate needs ``h Rh^T + Rbh`` apart from gx).
 
 ``STEPS`` holds one step per ``Cell``; ``step_of`` raises for a cell without one, so no cell is ever
 computed as another. The NumPy executor (``converters.executor``) keeps its own steps, tuned for NumPy.
@@ -54,12 +54,8 @@ class StepOps(ElementaryOps, Protocol):
         ...
 
     def recurrent(self, x: Any, first: int, stop: int) -> Any:
-        """``x R[first*H : stop*H]^T``: the direction's recurrent product of ``x`` [N, H] with the gates
-        ``first`` up to ``stop`` (ONNX order), [N, (stop - first) * H]."""
-        ...
-
-    def recurrent_bias(self, first: int, stop: int) -> Any:
-        """``Rb[first*H : stop*H]``: the direction's recurrent bias of those gates."""
+        """``x R[first*H : stop*H]^T + Rb[first*H : stop*H]``: the direction's recurrent projection of
+        ``x`` [N, H] onto the gates ``first`` up to ``stop`` (ONNX order), [N, (stop - first) * H]."""
         ...
 
     def peepholes(self) -> Any:
@@ -82,7 +78,7 @@ def rnn_step(o: StepOps, layer: RecurrentLayer, params: DirectionParams, gx: Any
     """[h'] = [f(clip(gx + h R^T + Rb))] (module docstring)."""
     (h_prev,) = state
     act = _pre_activation(o, layer)
-    return [act(o.add(o.add(gx, o.recurrent(h_prev, 0, 1)), o.recurrent_bias(0, 1)), params.activations[0])]
+    return [act(o.add(gx, o.recurrent(h_prev, 0, 1)), params.activations[0])]
 
 
 def gru_step(o: StepOps, layer: RecurrentLayer, params: DirectionParams, gx: Any, state: list) -> list:
@@ -92,17 +88,14 @@ def gru_step(o: StepOps, layer: RecurrentLayer, params: DirectionParams, gx: Any
     act = _pre_activation(o, layer)
     f, g = params.activations
 
-    def projected(x: Any, first: int, stop: int) -> Any:  # x R^T + Rb over those gates
-        return o.add(o.recurrent(x, first, stop), o.recurrent_bias(first, stop))
-
     xz, xr, xh = o.split(gx, 3)
     if layer.linear_before_reset:
-        hz, hr, hh = o.split(projected(h_prev, 0, 3), 3)
+        hz, hr, hh = o.split(o.recurrent(h_prev, 0, 3), 3)
     else:
-        hz, hr = o.split(projected(h_prev, 0, 2), 2)
+        hz, hr = o.split(o.recurrent(h_prev, 0, 2), 2)
     z = act(o.add(xz, hz), f)
     reset = act(o.add(xr, hr), f)
-    candidate_in = o.mul(reset, hh) if layer.linear_before_reset else projected(o.mul(reset, h_prev), 2, 3)
+    candidate_in = o.mul(reset, hh) if layer.linear_before_reset else o.recurrent(o.mul(reset, h_prev), 2, 3)
     candidate = act(o.add(xh, candidate_in), g)
     # as written, not n + z * (h - n): with an infinite n that would make NaN
     return [o.add(o.mul(o.sub(o.const(z, 1), z), candidate), o.mul(z, h_prev))]
@@ -113,7 +106,7 @@ def lstm_step(o: StepOps, layer: RecurrentLayer, params: DirectionParams, gx: An
     h_prev, c_prev = state
     act = _pre_activation(o, layer)
     f, g, h_act = params.activations
-    pre_i, pre_o, pre_f, pre_c = o.split(o.add(o.add(gx, o.recurrent(h_prev, 0, 4)), o.recurrent_bias(0, 4)), 4)
+    pre_i, pre_o, pre_f, pre_c = o.split(o.add(gx, o.recurrent(h_prev, 0, 4)), 4)
     if params.P is not None:
         p_i, p_o, p_f = o.split(o.peepholes(), 3)
         pre_i = o.add(pre_i, o.mul(p_i, c_prev))

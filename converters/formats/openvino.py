@@ -594,10 +594,8 @@ class _OpenVinoOps:
         return self.ops.clamp(x, -bound, bound)
 
     def recurrent(self, x, first: int, stop: int):
-        return self.ops.matmul(x, self._gate_rows(self.r, first, stop), False, True)
-
-    def recurrent_bias(self, first: int, stop: int):
-        return self._gate_rows(self.rb, first, stop)
+        r, rb = self._gate_rows(self.r, first, stop), self._gate_rows(self.rb, first, stop)
+        return self.ops.add(self.ops.matmul(x, r, False, True), rb)
 
     def _gate_rows(self, tensor, first: int, stop: int):
         """Gate blocks [first*H, stop*H) of R's rows or of a bias (all of them: ``tensor`` itself)."""

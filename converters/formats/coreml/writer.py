@@ -306,15 +306,18 @@ class _MilOps:
         return self.mb.minimum(x=self.mb.maximum(x=x, y=np.float32(-bound)), y=np.float32(bound))
 
     def recurrent(self, x, first: int, stop: int):
-        r_t = self.r_t
-        if (first, stop) != (0, self.gates):
-            r_t = self.mb.slice_by_index(x=r_t, begin=[0, first * self.hidden], end=[self.hidden, stop * self.hidden])
-        return self.mb.matmul(x=x, y=r_t)
-
-    def recurrent_bias(self, first: int, stop: int):
-        if (first, stop) == (0, self.gates):
-            return self.rb
-        return self.mb.slice_by_index(x=self.rb, begin=[first * self.hidden], end=[stop * self.hidden])
+        """Gates from the first: the whole ``x R^T + Rb``, sliced. The reader finds R^T and Rb by their names,
+        and coremltools' fp16 passes fold a slice of a const into a new const: a program reading them only
+        through slices would lose them (GRU's z and r are projected this way). Later gates: slices of both."""
+        mb, h = self.mb, self.hidden
+        if first == 0:
+            projected = mb.add(x=mb.matmul(x=x, y=self.r_t), y=self.rb)
+            if stop == self.gates:
+                return projected
+            return mb.slice_by_index(x=projected, begin=[0, 0], end=[0, stop * h], end_mask=[True, False])
+        r_t = mb.slice_by_index(x=self.r_t, begin=[0, first * h], end=[h, stop * h])
+        rb = mb.slice_by_index(x=self.rb, begin=[first * h], end=[stop * h])
+        return mb.add(x=mb.matmul(x=x, y=r_t), y=rb)
 
     def peepholes(self):
         return self.p
