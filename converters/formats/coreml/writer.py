@@ -395,8 +395,10 @@ class _MilOps:
 
 def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
     """The layer from elementary MIL ops: per direction a ``while_loop`` carrying the cell's states
-    (h; LSTM: h and c) and the output sequence; returns Y and each final state in the layout."""
+    (h; LSTM: h and c) and the output sequence, or, for an input of one static step (a streaming model's
+    frame), that step straight-line without a loop; returns Y and each final state in the layout."""
     x_sm, initial = _time_major(mb, layer, x, states)
+    one_step = written_straight(layer)
     zeros = _zeros_state(mb, layer, x_sm)
     seq = mb.slice_by_index(x=mb.shape(x=x_sm), begin=[0], end=[1])  # [1] int32
     ys_shape = mb.concat(values=[seq, mb.slice_by_index(x=mb.shape(x=zeros), begin=[0], end=[2])], axis=0)
@@ -428,6 +430,17 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
         step_ops = _MilOps(mb, layer, p, k)
         xw = mb.add(x=mb.matmul(x=x_d, y=w_t), y=wb)  # [S,N,G*H]: every step's input projection at once
         start = [mb.gather(x=initial[role], indices=k, axis=0) if role in initial else zeros for role in roles]
+        if one_step:  # one frame: the step straight-line, no loop (a loop keeps a model off the Neural Engine)
+            new = step(step_ops, layer, p, mb.squeeze(x=xw, axes=[0]), start)
+            y_t = new[0]
+            if lens is not None:  # a sequence of length 0 keeps its states and outputs zeros
+                ok = mb.expand_dims(x=mb.greater(x=lens, y=np.int32(0)), axes=[1])  # [N,1]
+                y_t = mb.select(cond=ok, a=y_t, b=np.float32(0.0))
+                new = [mb.select(cond=ok, a=n, b=s) for n, s in zip(new, start)]
+            ys.append(mb.expand_dims(x=y_t, axes=[0]))  # reversing one step changes nothing
+            for values, value in zip(finals, _zero_when_empty(mb, lens, new)):
+                values.append(value)
+            continue
 
         def cond(i, *carried):
             return mb.less(x=i, y=seq)
@@ -456,10 +469,21 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
                 if lens is not None
                 else mb.reverse(x=y_d, axes=[0])
             )
-        if lens is not None:  # the final states are 0 for an empty sequence (onnxruntime)
-            empty = mb.expand_dims(x=mb.equal(x=lens, y=np.int32(0)), axes=[1])
-            last = [mb.select(cond=empty, a=np.float32(0.0), b=value) for value in last]
         ys.append(y_d)
-        for values, value in zip(finals, last):
+        for values, value in zip(finals, _zero_when_empty(mb, lens, last)):
             values.append(value)
     return _stack_directions(mb, layer, ys, *finals)
+
+
+def written_straight(layer: RecurrentLayer) -> bool:
+    """True when the layer's decomposition is one step written straight-line: its sequence length is fixed at one
+    (a streaming model's frame), so there is no loop to write (a loop keeps a model off the Neural Engine)."""
+    return layer.interface.seq_length == 1
+
+
+def _zero_when_empty(mb, lens, last: list) -> list:
+    """The final states are 0 for an empty sequence (onnxruntime)."""
+    if lens is None:
+        return last
+    empty = mb.expand_dims(x=mb.equal(x=lens, y=np.int32(0)), axes=[1])
+    return [mb.select(cond=empty, a=np.float32(0.0), b=value) for value in last]
