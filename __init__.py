@@ -35,6 +35,7 @@ from gatepack.converters import (
     report,
     run,
     save,
+    state_pairs,
     verify,
 )
 
@@ -49,6 +50,7 @@ __all__ = [
     "report",
     "run",
     "input_names",
+    "state_pairs",
     "Model",
     "RecurrentLayer",
     "Report",

@@ -237,10 +237,14 @@ _layers_only_option = click.option(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
 def inspect(model: str, from_format: str | None, activation_defaults: str, as_json: bool) -> None:
-    """A whole model's own inputs and outputs, then the recurrent layers of MODEL: attributes, shapes, parameters."""
+    """A whole model's own inputs and outputs (and a streaming model's state pairs), then the recurrent layers of
+    MODEL: attributes, shapes, parameters."""
     from gatepack.converters.inspection import describe_json, describe_text
 
     loaded = gp.load(model, from_format, activation_defaults=activation_defaults)
+    pairs = gp.state_pairs(loaded)
+    if pairs:
+        loaded.meta["state_pairs"] = [p.to_json() for p in pairs]
     click.echo(json.dumps(describe_json(loaded), indent=2) if as_json else describe_text(loaded))
 
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from gatepack.converters.model import Model
     from gatepack.converters.progress import Progress
     from gatepack.converters.reporting import Report
+    from gatepack.converters.streaming import StatePair
     from gatepack.converters.verification import Verification
 
 __all__ = ["load", "save", "convert", "verify", "report", "run", "input_names", "Result"]
@@ -561,6 +562,24 @@ def verify(
         )
     finally:
         progress.close()
+
+
+def state_pairs(
+    model: "Model | str | Path",
+    *,
+    states: "Sequence[tuple[str, str] | str]" = (),
+    input_shapes: "dict[str, tuple[int, ...]] | None" = None,
+    format: str | None = None,
+) -> "list[StatePair]":
+    """A whole streaming model's state pairs (which output feeds which input on the next call), found on one call
+    of the model on drawn inputs by names and recurrent wiring (``gatepack.converters.streaming``); ``states``
+    gives or corrects pairs (``(input, output)`` or ``"IN=OUT"``); ``input_shapes`` fixes symbolic dimensions.
+    [] for a model that holds only layers or cannot run here on the inputs drawn."""
+    from gatepack.converters.verification import GivenInputs
+
+    loaded = load(model, format) if isinstance(model, (str, Path)) else model
+    given = GivenInputs(dict(input_shapes or {}), {})
+    return _state_pairs(loaded, {}, _streaming_request(states, None), given, 0, verify=True)
 
 
 def _holds_frames(source: "Model", given) -> bool:

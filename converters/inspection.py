@@ -76,6 +76,7 @@ def describe_text(model: Model) -> str:
         lines[0] += f" among {model.other_ops_text()}"
         for heading, found in zip(("model inputs:", "model outputs:"), tensors):
             lines += [heading] + [_tensor_text(*tensor) for tensor in found]
+        lines += _state_lines(model)
         lines.append("recurrent layers:")
     if count > COMPACT_ABOVE:
         lines += _compact(model)
@@ -94,6 +95,21 @@ def describe_text(model: Model) -> str:
         lines.append(f"skipped {name}: {reason}")
     lines += [f"note: {note}" for note in model.meta.get("notes", [])]
     return "\n".join(lines)
+
+
+def _state_lines(model: Model) -> list[str]:
+    """A streaming model's state pairs (found on one call: ``streaming``), and the states a stateful artifact
+    holds itself (OpenVINO variables, Core ML states: ``Model.meta['states']``, input -> output)."""
+    lines = []
+    pairs = model.meta.get("state_pairs") or []
+    if pairs:
+        lines.append("state pairs (the output feeds the input on the next call):")
+        lines += [f"  {p['output']} -> {p['input']} ({p['evidence']})" for p in pairs]
+    held = model.meta.get("states") or {}
+    if held:
+        lines.append("states the artifact holds itself (fed back by its runtime, not inputs):")
+        lines += [f"  {output} -> {state}" for state, output in held.items()]
+    return lines
 
 
 def _compact(model: Model) -> list[str]:

@@ -285,3 +285,20 @@ def test_a_single_step_layer_decomposed_straight_line_matches_onnxruntime(cfg, t
     result = gp.convert(src, out, strategy="decomposed")
     assert result.verification.passed
     assert "while_loop" not in _program_ops(out)
+
+
+def test_inspect_shows_state_pairs_and_the_states_a_stateful_artifact_holds(tmp_path):
+    src = REALMODELS / "dtln_model_1_lstm.onnx"
+    shown = CliRunner().invoke(main, ["inspect", str(src)])
+    assert shown.exit_code == 0, shown.output
+    assert "tf_op_layer_stack_2 -> input_3 (recurrent wiring)" in shown.output
+    assert shown.output.index("state pairs") < shown.output.index("recurrent layers:")
+    out = tmp_path / "s.mlpackage"
+    gp.convert(src, out, stateful=True, allow_lossy=True, verify=False)
+    held = CliRunner().invoke(main, ["inspect", str(out), "--json"])
+    assert held.exit_code == 0, held.output
+    import json
+
+    described = json.loads(held.output)
+    assert described["meta"]["states"] == {"input_3": "tf_op_layer_stack_2"}
+    assert [i["name"] for i in described["model_inputs"]] == ["input_2"]
