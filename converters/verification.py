@@ -415,7 +415,7 @@ def _integer_draws(model: Model, dim_size: int) -> dict[str, tuple[int, int, str
         return {}
     from onnx import numpy_helper
 
-    from gatepack.converters.formats.onnx import load_proto
+    from gatepack.converters.formats.onnx_graph import load_proto
 
     graph = load_proto(model.path).graph
     constants = {t.name: t for t in graph.initializer}

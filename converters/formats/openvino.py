@@ -454,15 +454,16 @@ def _proto_to_read(model: Model, *, always: bool = False):
     """The ONNX model OpenVINO reads in place of the file (its external data embedded): the source with its
     lifted or dequantized layers replaced in place by their nodes; None when the file is read as it is (unless
     ``always``: then the source itself)."""
-    from gatepack.converters.formats import onnx as onnx_format
+    from gatepack.converters.formats.onnx_graph import load_proto
     from gatepack.converters.formats.onnx_quantized import is_quantized_layer
+    from gatepack.converters.formats.onnx_rewrite import embed_external_data, in_place, lifted_layers
 
-    if onnx_format.lifted_layers(model) or any(map(is_quantized_layer, model.layers)):
-        return onnx_format.in_place(model)
+    if lifted_layers(model) or any(map(is_quantized_layer, model.layers)):
+        return in_place(model)
     if not always:
         return None
-    proto = onnx_format.load_proto(Path(model.path))
-    onnx_format.embed_external_data(proto, Path(model.path).parent)
+    proto = load_proto(Path(model.path))
+    embed_external_data(proto, Path(model.path).parent)
     return proto
 
 

@@ -47,7 +47,7 @@ class _Prepared:
     ids of the nodes a layer stands for (``skip``) and the anchor node of each layer (id -> layer)."""
 
     def __init__(self, proto, layers: list[RecurrentLayer]) -> None:
-        from gatepack.converters.formats import onnx as onnx_format
+        from gatepack.converters.formats.onnx_reader import constant_feeders
 
         self.proto = proto
         self.layers = layers
@@ -60,16 +60,17 @@ class _Prepared:
             self.anchors[id(anchor)] = layer
         if layers:
             fed = {getattr(lay.interface, r) for lay in layers for r in ("x", *lay.fed_roles())}
-            self.skip |= onnx_format.constant_feeders(proto.graph, set(self.skip), fed)
+            self.skip |= constant_feeders(proto.graph, set(self.skip), fed)
         self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
 
     @classmethod
     def of(cls, model: Model) -> "_Prepared":
         """``model``'s source with every layer rewritten in place, read again."""
-        from gatepack.converters.formats import onnx as onnx_format
+        from gatepack.converters.formats.onnx_reader import reread
+        from gatepack.converters.formats.onnx_rewrite import in_place
 
-        proto = onnx_format.in_place(model)
-        return cls(proto, onnx_format.reread(model.path, proto).layers)
+        proto = in_place(model)
+        return cls(proto, reread(model.path, proto).layers)
 
 
 def build_whole(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET):
@@ -176,7 +177,7 @@ def translate_proto(
 def carry_metadata(model: Model, mlmodel) -> None:
     """The source ONNX model's own metadata on the package: its doc string as the description, its producer and
     metadata properties as user-defined metadata (gatepack's own key apart)."""
-    from gatepack.converters.formats.onnx import load_proto
+    from gatepack.converters.formats.onnx_graph import load_proto
 
     proto = load_proto(Path(model.path))
     mlmodel.short_description = proto.doc_string or f"{Path(model.path).name}, written whole by gatepack"
