@@ -39,6 +39,7 @@ import numpy as np
 
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.openvino_ir import read_ir, run_model
 from gatepack.converters.formats.openvino_shapes import (
     Sizing,
     evaluate_for_two_shapes,
@@ -394,8 +395,6 @@ def _body_activations(op) -> frozenset[str]:
 def run_lifted(path: Path, handle: LoopHandle, itf: Interface, feed: dict[str, np.ndarray], ov) -> dict:
     """The original loop on OpenVINO CPU: canonical Y [S,1,N,H] and final states [1,N,H], in the
     layout. The loop is cut out of a fresh copy of the IR; X and the states are new parameters."""
-    from gatepack.converters.formats.openvino import read_ir, run_model
-
     _, ops = ov
     ov_model = read_ir(path)
     loop = next((o for o in ov_model.get_ordered_ops() if o.get_friendly_name() == handle.loop), None)
