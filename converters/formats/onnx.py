@@ -34,7 +34,7 @@ from gatepack.converters.errors import (
 )
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats import directml as directml_ep
+from gatepack.converters.formats import directml_desc as directml_ep
 from gatepack.converters.formats import onnx_elementary, onnx_quantized
 from gatepack.converters.formats.onnx_graph import DEFAULT_OPSET
 from gatepack.converters.formats.onnx_reader import read
