@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gatepack.converters import registry
+import gatepack.converters.registry as registry
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
 from gatepack.converters.findings import FP16_SOURCE_WARNING
 from gatepack.converters.model import Model
