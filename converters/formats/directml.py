@@ -76,12 +76,7 @@ from gatepack.converters.formats.directml_running import run_layer_native, run_n
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import Activation
-from gatepack.schemas.layer import (
-    Cell,
-    RecurrentLayer,
-    dim_text,
-    stack_directions,
-)
+from gatepack.schemas.layer import Cell, RecurrentLayer, dim_text, stack_directions
 
 # ----------------------------------------------------------------------------------------- writing
 

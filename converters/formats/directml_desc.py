@@ -13,40 +13,21 @@ from typing import Callable
 import numpy as np
 
 from gatepack.schemas.activations import Activation
-from gatepack.schemas.layer import (
-    ROLE_LABELS,
-    Cell,
-    Direction,
-    RecurrentLayer,
-)
+from gatepack.schemas.layer import ROLE_LABELS, Cell, Direction, RecurrentLayer
 
 FORMAT = "directml"
-
-
 MODEL_FILE = "model.json"
-
-
 MANIFEST_FILE = "gatepack.json"
-
-
 CPP_FILE = "desc.cpp"
-
-
 MANIFEST_FORMAT = "gatepack-directml"
-
-
 OPERATORS = {Cell.GRU: "DML_OPERATOR_GRU", Cell.RNN: "DML_OPERATOR_RNN", Cell.LSTM: "DML_OPERATOR_LSTM"}
-
-
 DIRECTIONS = {
     Direction.FORWARD: "DML_RECURRENT_NETWORK_DIRECTION_FORWARD",
     Direction.REVERSE: "DML_RECURRENT_NETWORK_DIRECTION_BACKWARD",
     Direction.BIDIRECTIONAL: "DML_RECURRENT_NETWORK_DIRECTION_BIDIRECTIONAL",
 }
 
-
 DATA_TYPES = {"float32": "FLOAT32", "float16": "FLOAT16", "uint32": "UINT32"}
-
 
 # Canonical (ONNX) activation -> DirectML activation operator and its fields, as (canonical, DML).
 ACTIVATIONS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
@@ -63,9 +44,7 @@ ACTIVATIONS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "Elu": ("ACTIVATION_ELU", (("alpha", "Alpha"),)),
 }
 
-
 ACTIVATION_OF_OPERATOR = {dml: name for name, (dml, _) in ACTIVATIONS.items()}
-
 
 # Desc fields: (field, role, optional, is output)
 INPUT_FIELDS = (
@@ -79,9 +58,7 @@ INPUT_FIELDS = (
     "PeepholeTensor",
 )
 
-
 OUTPUT_FIELDS = ("OutputSequenceTensor", "OutputSingleTensor", "OutputCellSingleTensor")
-
 
 # The desc fields only the LSTM desc has.
 LSTM_FIELDS = {
@@ -92,7 +69,6 @@ LSTM_FIELDS = {
     "UseClipThreshold",
     "CoupleInputForget",
 }
-
 
 # Interface roles of the tensor fields (ONNX's names, as the manifest records them), and each field's
 # interface attribute.
@@ -106,20 +82,14 @@ FIELD_ROLES = {
     "OutputCellSingleTensor": "Y_c",
 }
 
-
 FIELD_OF_ROLE = {
     "sequence_lens": "SequenceLengthsTensor",
     "initial_h": "HiddenInitTensor",
     "initial_c": "CellMemInitTensor",
 }
 
-
 ROLE_FIELDS = {field: {label: role for role, label in ROLE_LABELS.items()}[name] for field, name in FIELD_ROLES.items()}
-
-
 REQUIRED_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor")
-
-
 SEQUENCE_LENGTHS_NOTE = (
     "DirectML does not document sequence-length behaviour; gatepack assumes onnxruntime's "
     "(zeros past each length, the reverse direction starts at len-1, Y_h = 0 for len 0)"
@@ -155,12 +125,8 @@ def dml_activation(kind: str, params: dict[str, float]) -> Callable[[np.ndarray]
 # "Unsupported activation function": Affine, or another spelling); its defaults when a node has no
 # ``activations``, and the alpha/beta it takes when a stack runs out (ActivationHelper's).
 EP_ACTIVATIONS = frozenset(ACTIVATIONS) - {"Affine"}
-
-
 EP_DEFAULT_PARAMETERS = {"LeakyRelu": (0.01, None), "ThresholdedRelu": (1.0, None), "ScaledTanh": (1.0, 1.0)}
 EP_DEFAULT_PARAMETERS |= {"HardSigmoid": (0.2, 0.5), "Elu": (1.0, None)}
-
-
 EP_SOFTPLUS_STEEPNESS = 0.0  # the provider never sets it: the value-initialised desc keeps 0
 
 

@@ -523,11 +523,7 @@ def _manifest(document: Document) -> dict[str, dict]:
 
 
 _ENTRY_TYPES = {"name": str, "source_layout": int, "source_dims": dict, "source_dtype": str, "tensors": dict}
-
-
 _TENSOR_ROLES = tuple(FIELD_ROLES.values())
-
-
 _CONSTANT_LABELS = {ROLE_LABELS[role]: role for role in CONSTANT_ROLES}  # manifest role -> constant role
 
 

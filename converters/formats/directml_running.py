@@ -20,14 +20,7 @@ from gatepack.converters.formats.directml_desc import (
     dml_activation,
 )
 from gatepack.converters.formats.directml_reader import DescRecurrence, Dispatch, Document, load_recurrence
-from gatepack.schemas.layer import (
-    OUTPUT_ROLES,
-    PERM_SWAP_01,
-    PERM_Y_TO_BATCH_MAJOR,
-    Cell,
-    Direction,
-    RecurrentLayer,
-)
+from gatepack.schemas.layer import OUTPUT_ROLES, PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, RecurrentLayer
 
 
 def execute(rec: DescRecurrence) -> dict[str, np.ndarray]:

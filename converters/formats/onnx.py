@@ -27,11 +27,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from gatepack.converters.errors import (
-    GatepackError,
-    RefusedError,
-    UsageError,
-)
+from gatepack.converters.errors import GatepackError, RefusedError, UsageError
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats import directml_desc as directml_ep
@@ -43,11 +39,7 @@ from gatepack.converters.formats.onnx_running import graph_inputs, run_layer_nat
 from gatepack.converters.formats.onnx_writer import build
 from gatepack.converters.model import Model
 from gatepack.converters.registry import FormatImplementation, runtime_name
-from gatepack.schemas.layer import (
-    Cell,
-    RecurrentLayer,
-    dim_text,
-)
+from gatepack.schemas.layer import Cell, RecurrentLayer, dim_text
 
 # ----------------------------------------------------------------------------------------- writing
 

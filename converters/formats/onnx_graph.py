@@ -16,31 +16,17 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from gatepack.converters.errors import (
-    InputError,
-)
+from gatepack.converters.errors import InputError
 from gatepack.converters.fileio import contained_file, read_bytes
-from gatepack.schemas.layer import (
-    PERM_SWAP_01,
-    PERM_Y_TO_BATCH_MAJOR,
-)
+from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR
 
 FORMAT = "onnx"
-
-
 DEFAULT_OPSET = 14
-
-
 ONNX_DOMAINS = ("", "ai.onnx")
-
 
 # Transposes between a batch-major interface and a layout-0 node.
 PERM_IN = list(PERM_SWAP_01)  # X, initial_h: batch-major -> sequence-major
-
-
 PERM_Y = list(PERM_Y_TO_BATCH_MAJOR)
-
-
 PERM_YH = list(PERM_SWAP_01)
 
 

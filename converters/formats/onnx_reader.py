@@ -15,11 +15,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from gatepack.converters.description import constant_from_layout
-from gatepack.converters.errors import (
-    InputError,
-    NoRecurrentLayerError,
-    where,
-)
+from gatepack.converters.errors import InputError, NoRecurrentLayerError, where
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats import onnx_quantized
 from gatepack.converters.formats.onnx_graph import (
@@ -64,9 +60,7 @@ _NONDETERMINISTIC = {
     "Bernoulli",
 }
 
-
 _A = onnx.AttributeProto
-
 
 # The type every attribute of GRU/RNN must have (the operator schemas); any other type is malformed
 # (onnxruntime rejects the graph), never reinterpreted.

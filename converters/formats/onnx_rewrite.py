@@ -11,10 +11,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from gatepack.converters.errors import (
-    InputError,
-    UsageError,
-)
+from gatepack.converters.errors import InputError, UsageError
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats import onnx_quantized
 from gatepack.converters.formats.onnx_graph import (
@@ -30,13 +27,7 @@ from gatepack.converters.formats.onnx_lifting import node_inputs, replace_in_pla
 from gatepack.converters.formats.onnx_writer import NameBook, Stacked, WriteForm, layer_nodes, recurrent_attributes
 from gatepack.converters.model import Model
 from gatepack.schemas.cells import cell_of_op
-from gatepack.schemas.layer import (
-    INPUT_ROLES,
-    OUTPUT_ROLES,
-    RecurrentLayer,
-    stack_directions,
-    state_roles,
-)
+from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, RecurrentLayer, stack_directions, state_roles
 
 
 def lifted_layers(model: Model) -> list[RecurrentLayer]:

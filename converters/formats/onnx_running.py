@@ -10,11 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from gatepack.converters.errors import (
-    InputError,
-    RuntimeFailure,
-    UsageError,
-)
+from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
 from gatepack.converters.formats import onnx_quantized
 from gatepack.converters.formats.onnx_graph import (
     FORMAT,
@@ -26,11 +22,7 @@ from gatepack.converters.formats.onnx_graph import (
     type_dims,
 )
 from gatepack.schemas.cells import cell_of_op
-from gatepack.schemas.layer import (
-    OUTPUT_ROLES,
-    Interface,
-    RecurrentLayer,
-)
+from gatepack.schemas.layer import OUTPUT_ROLES, Interface, RecurrentLayer
 
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -94,8 +86,6 @@ def run_original_nodes(isolated: Isolated, itf: Interface, inputs: dict[str, np.
 
 
 _FEED_AS_INPUT = 1 << 16  # bytes
-
-
 run_layer_native = run_isolated
 
 

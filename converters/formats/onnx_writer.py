@@ -11,18 +11,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from gatepack.converters.description import constant_in_layout
-from gatepack.converters.errors import (
-    UsageError,
-)
+from gatepack.converters.errors import UsageError
 from gatepack.converters.formats import directml_desc as directml_ep
 from gatepack.converters.formats import onnx_elementary
 from gatepack.converters.formats.onnx_graph import DEFAULT_OPSET, PERM_IN, PERM_Y, PERM_YH, broadcast_state_nodes
 from gatepack.converters.model import Model, with_separate_inputs
-from gatepack.schemas.layer import (
-    INPUT_ROLES,
-    RecurrentLayer,
-    stack_directions,
-)
+from gatepack.schemas.layer import INPUT_ROLES, RecurrentLayer, stack_directions
 
 WRITABLE_OPSETS = (7, 14)
 

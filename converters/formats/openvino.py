@@ -58,9 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from gatepack.converters.decompose import build_activation
-from gatepack.converters.description import (
-    describe,
-)
+from gatepack.converters.description import describe
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status

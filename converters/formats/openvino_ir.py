@@ -16,21 +16,12 @@ from gatepack.converters.errors import InputError, RuntimeFailure
 from gatepack.converters.fileio import contained_file, read_bytes
 from gatepack.converters.findings import fp16_source
 from gatepack.converters.runtimes import openvino
-from gatepack.schemas.layer import (
-    Cell,
-)
+from gatepack.schemas.layer import Cell
 
 FORMAT = "openvino"
-
-
 RT_INFO_PATH = ["gatepack", "layers"]
-
-
 RT_INFO_OTHER_OPS = ["gatepack", "other_ops"]  # whole-model IR: the ONNX operators besides the recurrent ones
-
-
 SEQUENCE_OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN, "LSTMSequence": Cell.LSTM}
-
 
 # The sequence ops' gate order (ONNX's for GRU and RNN; LSTMSequence-5 has f, i, c, o) ...
 OV_GATES = {Cell.GRU: ("z", "r", "h"), Cell.RNN: ("i",), Cell.LSTM: ("f", "i", "c", "o")}
@@ -45,7 +36,6 @@ def sequence_inputs(cell: Cell) -> dict[str, int]:
 
 
 FP16_SOURCE = fp16_source("weights", "the IR stores its weights as fp16 (compressed when it was saved)")
-
 
 # f32: the CPU plugin defaults to bf16 where the CPU has it; LATENCY: gatepack runs single inferences (less to set up)
 COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}

@@ -10,11 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gatepack.converters.description import (
-    build_layer,
-    constant_from_layout,
-    parse,
-)
+from gatepack.converters.description import build_layer, constant_from_layout, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.fileio import parse_json
 from gatepack.converters.findings import Finding, Status

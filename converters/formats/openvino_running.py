@@ -11,13 +11,7 @@ from gatepack.converters.errors import RuntimeFailure, UsageError
 from gatepack.converters.formats.openvino_ir import FORMAT, SEQUENCE_OPS, all_ops, read_ir, run_model, sequence_inputs
 from gatepack.converters.formats.openvino_lifting import STATE_INPUTS, run_lifted
 from gatepack.converters.runtimes import openvino
-from gatepack.schemas.layer import (
-    OUTPUT_ROLES,
-    PERM_SWAP_01,
-    ROLE_LABELS,
-    RecurrentLayer,
-    state_roles,
-)
+from gatepack.schemas.layer import OUTPUT_ROLES, PERM_SWAP_01, ROLE_LABELS, RecurrentLayer, state_roles
 
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
