@@ -85,7 +85,9 @@ def _dims(shape: list) -> str:
 def emit(document: dict) -> str:
     """The Swift source for a bnns.json ``document`` (paths relative to the bundle)."""
     source = document.get("source")
-    loads, body, results = [], [], []
+    loads: list[str] = []  # Swift statements: the weights loaded before the graph is built
+    body: list[str] = []  # the graph's statements
+    results: list[str] = []  # its outputs, in order
     for i, layer in enumerate(document["layers"]):
         _emit_layer(i, layer, loads, body, results)
     lines = [_PRELUDE.format(source=f" from {json.dumps(source)}" if source else "")]

@@ -229,8 +229,8 @@ class _ModelWriter:
                 bind_array(built, field, name, state, role, name)
                 built.tensors[role]["constant"] = held is not None
         if layer.has_peepholes:
-            peepholes = np.stack([p.P for p in layer.directions]).astype(cast)[None, None]
-            bind_array(built, "PeepholeTensor", f"{prefix}.P", peepholes)
+            peepholes = [p.P for p in layer.directions if p.P is not None]  # every direction's (validated)
+            bind_array(built, "PeepholeTensor", f"{prefix}.P", np.stack(peepholes).astype(cast)[None, None])
         if itf.sequence_lens:
             held = layer.constant("sequence_lens")
             bind_array(

@@ -125,8 +125,8 @@ def dml_activation(kind: str, params: dict[str, float]) -> Callable[[np.ndarray]
 # "Unsupported activation function": Affine, or another spelling); its defaults when a node has no
 # ``activations``, and the alpha/beta it takes when a stack runs out (ActivationHelper's).
 EP_ACTIVATIONS = frozenset(ACTIVATIONS) - {"Affine"}
-EP_DEFAULT_PARAMETERS = {"LeakyRelu": (0.01, None), "ThresholdedRelu": (1.0, None), "ScaledTanh": (1.0, 1.0)}
-EP_DEFAULT_PARAMETERS |= {"HardSigmoid": (0.2, 0.5), "Elu": (1.0, None)}
+EP_DEFAULT_PARAMETERS: dict[str, tuple[float, ...]] = {"LeakyRelu": (0.01,), "ThresholdedRelu": (1.0,)}
+EP_DEFAULT_PARAMETERS |= {"ScaledTanh": (1.0, 1.0), "HardSigmoid": (0.2, 0.5), "Elu": (1.0,)}  # one per field
 EP_SOFTPLUS_STEEPNESS = 0.0  # the provider never sets it: the value-initialised desc keeps 0
 
 

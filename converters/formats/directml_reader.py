@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,15 +72,15 @@ class Document:
                 f"{path}: no DxDispatch model here (expected a directory with {MODEL_FILE}, or a .json file)"
             )
         # inside a directory, model.json is a file of the artifact: it may not lead outside it
-        self.data = read_json(contained_file(path, MODEL_FILE, str(self.file)) if path.is_dir() else self.file)
-        if not isinstance(self.data, dict) or not all(
-            isinstance(self.data.get(k), t)
-            for k, t in (("resources", dict), ("dispatchables", dict), ("commands", list))
+        data = read_json(contained_file(path, MODEL_FILE, str(self.file)) if path.is_dir() else self.file)
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(k), t) for k, t in (("resources", dict), ("dispatchables", dict), ("commands", list))
         ):
             raise InputError(
                 f"{self.file}: not a DxDispatch model (it needs 'resources' and 'dispatchables' objects and a "
                 "'commands' list)"
             )
+        self.data: dict[str, Any] = data
         self._cache: dict[str, np.ndarray] = {}
 
     def dispatches(self) -> tuple[list[Dispatch], list[tuple[str, str]]]:
@@ -292,11 +293,17 @@ class DescRecurrence:
     tensors: dict[str, np.ndarray | None]  # desc field -> 4-D array (None: absent optional input)
     output_shapes: dict[str, tuple[list[int], np.dtype]]
 
+    def required(self, field: str) -> np.ndarray:
+        """The tensor of a field every desc binds (``REQUIRED_FIELDS``: X, W, R)."""
+        tensor = self.tensors[field]
+        assert tensor is not None, f"{field} is required: the reader refuses a desc without it"
+        return tensor
+
     @property
     def sizes(self) -> tuple[int, int, int, int, int]:
         """(S, N, I, D, H)."""
-        _, s, n, i = self.tensors["InputTensor"].shape
-        _, d, _, h = self.tensors["RecurrenceTensor"].shape
+        _, s, n, i = self.required("InputTensor").shape
+        _, d, _, h = self.required("RecurrenceTensor").shape
         return s, n, i, d, h
 
     def weights(
@@ -304,8 +311,8 @@ class DescRecurrence:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[tuple[str, dict[str, float]]]]:
         """Direction ``k``'s (W, R, Wb, Rb, activation descs): the 4-D tensors unpacked, the bias split."""
         w, r, bias = (
-            self.tensors["WeightTensor"][0, k],
-            self.tensors["RecurrenceTensor"][0, k],
+            self.required("WeightTensor")[0, k],
+            self.required("RecurrenceTensor")[0, k],
             self.tensors["BiasTensor"],
         )
         gh = w.shape[0]
@@ -394,10 +401,11 @@ def _check_sizes(
 ) -> None:
     """Every tensor's 4-D Sizes fit X {1, S, N, I} and R's H: W {1, D, G*H, I}, R {1, D, G*H, H}, B {1, 1, D,
     2*G*H}, states {1, D, N, H}, lengths {1, 1, 1, N}, P {1, 1, D, 3*H}, Y {S, D, N, H}, final states."""
-    _, s, n, i = tensors["InputTensor"].shape
+    x, r = tensors["InputTensor"], tensors["RecurrenceTensor"]
+    assert x is not None and r is not None  # required fields (refused when absent)
+    _, s, n, i = x.shape
     d = direction.count
     gates = dispatch.cell.gates
-    r = tensors["RecurrenceTensor"]
     h = r.shape[3]
     expected = {
         "WeightTensor": [1, d, gates * h, i],
@@ -409,10 +417,10 @@ def _check_sizes(
         "PeepholeTensor": [1, 1, d, 3 * h],
     }
     for field, shape in expected.items():
-        value = tensors[field]
-        if value is not None and list(value.shape) != shape:
+        bound = tensors[field]
+        if bound is not None and list(bound.shape) != shape:
             raise InputError(
-                f"{dispatch.at(field)}Sizes {list(value.shape)} do not fit the layer (expected {shape} for S={s}, "
+                f"{dispatch.at(field)}Sizes {list(bound.shape)} do not fit the layer (expected {shape} for S={s}, "
                 f"N={n}, I={i}, D={d}, H={h})"
             )
     for field, shape in (
@@ -426,10 +434,12 @@ def _check_sizes(
 
 def _check_data_types(dispatch: Dispatch, tensors: dict[str, np.ndarray | None], outputs: dict[str, tuple]) -> None:
     """Every float tensor of X's float type (FLOAT32 or FLOAT16); lengths UINT32 and at most S."""
-    s = tensors["InputTensor"].shape[1]
-    float_type = tensors["InputTensor"].dtype
+    x = tensors["InputTensor"]
+    assert x is not None  # a required field (refused when absent)
+    s, float_type = x.shape[1], x.dtype
     for field in [f for f in INPUT_FIELDS if f != "SequenceLengthsTensor"] + list(OUTPUT_FIELDS):
-        value_type = tensors[field].dtype if tensors.get(field) is not None else outputs.get(field, (None, None))[1]
+        bound = tensors.get(field)
+        value_type = bound.dtype if bound is not None else outputs.get(field, (None, None))[1]
         if value_type is not None and (value_type != float_type or value_type.kind != "f"):
             raise InputError(
                 f"{dispatch.at(field)}DataType {DATA_TYPES.get(value_type.name, value_type.name)} differs from "
@@ -578,7 +588,7 @@ def _to_layer(rec: DescRecurrence, entry: dict) -> RecurrentLayer:
                 Wb=wb.copy(),
                 Rb=rb.copy(),
                 activations=tuple(acts),
-                P=None if rec.peephole(k) is None else rec.peephole(k).copy(),
+                P=None if (peepholes := rec.peephole(k)) is None else peepholes.copy(),
             )
         )
     bias = rec.tensors["BiasTensor"]
@@ -591,12 +601,14 @@ def _to_layer(rec: DescRecurrence, entry: dict) -> RecurrentLayer:
 
     constants = {}
     for label, role in _CONSTANT_LABELS.items():
-        if (tensors.get(label) or {}).get("constant") and rec.tensors.get(FIELD_OF_ROLE[role]) is not None:
-            value = rec.tensors[FIELD_OF_ROLE[role]]
+        value = rec.tensors.get(FIELD_OF_ROLE[role])
+        if (tensors.get(label) or {}).get("constant") and value is not None:
             constants[role] = value.reshape(-1).astype(np.int32) if role == "sequence_lens" else value[0].copy()
+    # interface field -> tensor name (Any: a keyword of Interface's, which checks it on construction)
+    names: dict[str, Any] = {ROLE_FIELDS[field]: name_of(role, field) for field, role in FIELD_ROLES.items()}
     try:
         interface = Interface(
-            **{ROLE_FIELDS[field]: name_of(role, field) for field, role in FIELD_ROLES.items()},
+            **names,
             layout=entry.get("source_layout", 0),
             seq_length=s,
             batch_size=n,

@@ -4,6 +4,7 @@ given ones, one layer of it alone, and an ONNX node as onnxruntime's DirectML pr
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ def execute(rec: DescRecurrence) -> dict[str, np.ndarray]:
         rec.dispatch.cell,
         directions,
         rec.direction,
-        rec.tensors["InputTensor"][0],
+        rec.required("InputTensor")[0],
         None if lengths is None else lengths.reshape(n).astype(np.int64),
         {"initial_h": None if h0 is None else h0[0], "initial_c": None if c0 is None else c0[0]},
         CellOptions(
@@ -45,7 +46,7 @@ def execute(rec: DescRecurrence) -> dict[str, np.ndarray]:
             peepholes=tuple(rec.peephole(k) for k in range(d)),
         ),
         rec.clip,
-        rec.tensors["WeightTensor"].dtype,
+        rec.required("WeightTensor").dtype,
     )
     out = dict(zip(OUTPUT_FIELDS, [y, *(f[None] for f in finals)]))
     return {f: out[f] for f in rec.output_shapes}
@@ -62,8 +63,8 @@ def _ep_activations(layer: RecurrentLayer, attrs: dict) -> list[tuple[str, dict[
         if name not in EP_ACTIVATIONS:
             raise RuntimeFailure(f"layer {layer.name!r}: onnxruntime's DirectML provider rejects activation {name!r}")
         kind, fields = ACTIVATIONS[name]
-        default = EP_DEFAULT_PARAMETERS.get(name, (None, None))
-        params = {}
+        default = EP_DEFAULT_PARAMETERS.get(name, ())  # every EP activation with fields has them all
+        params: dict[str, float] = {}
         for (canonical, field), stack, fallback in zip(fields, (alphas, betas), default):
             params[field] = stack.pop(0) if stack else fallback  # consumed in order, per parameter
         if name == "Softplus":
@@ -81,7 +82,7 @@ def run_onnx_node(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[st
     found = layer.provenance
     if found is None or found.op_type is None:
         raise UsageError(f"layer {layer.name!r} was not read from an ONNX node")
-    attrs = dict(found.attributes)
+    attrs: dict[str, Any] = dict(found.attributes)  # as written: each attribute's own type
     if attrs.get("layout", 0) != 0:
         raise RuntimeFailure(f"layer {layer.name!r}: onnxruntime's DirectML provider does not run layout=1")
     itf = layer.interface
@@ -95,7 +96,9 @@ def run_onnx_node(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[st
         else:
             states[role] = layer.constant_state(role, x.shape[1])
     lengths = (
-        feed.get(itf.sequence_lens) if "sequence_lens" in layer.fed_roles() else layer.constants.get("sequence_lens")
+        feed.get(itf.sequence_lens or "")
+        if "sequence_lens" in layer.fed_roles()
+        else layer.constants.get("sequence_lens")
     )
     per = layer.cell.activation_count
     descs = _ep_activations(layer, attrs)
@@ -200,7 +203,8 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     batch-major layer's tensors are transposed around it, as its manifest tells a DirectML user to.
     """
     found = layer.provenance
-    dispatch: Dispatch | None = found.handle if found is not None and found.of(FORMAT) else None
+    dispatch = found.handle if found is not None and found.of(FORMAT) else None
+    assert dispatch is None or isinstance(dispatch, Dispatch)  # this module's reader's record
     if dispatch is None:
         raise UsageError(f"layer {layer.name!r} was not read from a DirectML model")
     itf = layer.interface
@@ -212,7 +216,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
         if role in fed:
             state = feed[getattr(itf, role)]
             overrides[field] = (state.transpose(PERM_SWAP_01) if batch_major else state)[None]
-    if "sequence_lens" in fed:
+    if "sequence_lens" in fed and itf.sequence_lens:  # (a fed role is named)
         lengths = np.asarray(feed[itf.sequence_lens])
         if (lengths < 0).any():
             raise InputError(f"layer {layer.name!r}: sequence_lens value {int(lengths.min())} is negative")

@@ -155,6 +155,7 @@ def _write_whole(
 ) -> None:
     """The whole model rewritten in place (``in_place``); its weights stay external data (streamed
     into ``NAME.onnx.data``) when the source kept them so, unless ``external_data`` says otherwise."""
+    assert model.path is not None  # a whole model is rewritten from the file it was read from
     external = bool(model.meta.get("external_data")) if external_data is None else external_data
     if external:
         _check_data_name(path)

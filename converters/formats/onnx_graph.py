@@ -18,7 +18,8 @@ from onnx import helper
 
 from gatepack.converters.errors import InputError
 from gatepack.converters.fileio import contained_file, read_bytes
-from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR
+from gatepack.converters.formats.onnx_lifting import Region
+from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, RecurrentLayer
 
 FORMAT = "onnx"
 DEFAULT_OPSET = 14
@@ -92,10 +93,18 @@ class Isolated:
     nodes: list[onnx.NodeProto]
     constants: dict[str, np.ndarray]
     opset: int
-    region: object = None  # a lifted layer's onnx_lifting.Region
+    region: Region | None = None  # a lifted layer's
     blank: set[str] = field(default_factory=set)  # node inputs run as absent (a zero state computed from shapes)
     # node input -> the batch-1 state (node layout) it repeats along X's batch: run as that state broadcast
     broadcast: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def isolated_record(layer: RecurrentLayer) -> Isolated:
+    """The record the ONNX reader (``onnx_reader``) keeps of a layer it read (its ``Provenance.handle``): the
+    node(s) the layer stands for, which a whole-model translation of the same file (Core ML) skips too."""
+    handle = None if layer.provenance is None else layer.provenance.handle
+    assert isinstance(handle, Isolated), f"layer {layer.name!r} was not read by the ONNX reader"
+    return handle
 
 
 def broadcast_state_nodes(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import onnx
@@ -26,6 +26,7 @@ from gatepack.converters.formats.onnx_graph import (
     PERM_YH,
     Isolated,
     external_file,
+    isolated_record,
     load_proto,
     map_external,
     type_dims,
@@ -110,7 +111,9 @@ class _Scope:
             for inp in node.input:
                 self.consumers.setdefault(inp, []).append(node)
 
-    def lookup(self, name: str) -> tuple[str, object, "_Scope"] | None:
+    def lookup(self, name: str) -> tuple[str, onnx.TensorProto | onnx.NodeProto | None, "_Scope"] | None:
+        """(kind, what, its scope) of the tensor ``name``: ("initializer", TensorProto), ("node", its producer
+        NodeProto) or ("input", None); None where no enclosing scope defines it."""
         scope: _Scope | None = self
         while scope is not None:
             if name in scope.initializers:
@@ -129,9 +132,10 @@ class _Reader:
         self.proto = proto
         self.policy = policy
         self.base_dir = str(path.parent)
-        self.opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), None)
-        if self.opset is None:
+        opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), None)
+        if opset is None:
             raise InputError(f"{path}: the model imports no ai.onnx opset")
+        self.opset = opset
         newest = onnx.defs.onnx_opset_version()
         if not 1 <= self.opset <= newest:
             raise InputError(
@@ -158,7 +162,7 @@ class _Reader:
             if refused:
                 raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found: {refused[0][1]}")
             raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found{self._why_none()}")
-        absorbed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
+        absorbed = {id(n) for layer in self.layers for n in isolated_record(layer).nodes}
         fed = {getattr(lay.interface, r) for lay in self.layers for r in ("x", *lay.fed_roles())}
         absorbed |= constant_feeders(self.proto.graph, absorbed, fed)
         other = [n.op_type for n in self.proto.graph.node if id(n) not in absorbed]
@@ -185,7 +189,7 @@ class _Reader:
             else:
                 refused.append((variants[0].name, reasons[0]))
         if self.layers:  # and what looks recurrent but neither became a layer nor was refused
-            claimed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
+            claimed = {id(n) for layer in self.layers for n in isolated_record(layer).nodes}
             refused += finder.unlifted(claimed, {name for name, _ in refused})
             self.skipped += refused
         return refused
@@ -291,7 +295,7 @@ class _Reader:
         if found is None:
             raise InputError(f"{at}{role} {name!r} is not defined anywhere in the model")
         kind, obj, _ = found
-        if kind == "initializer":
+        if isinstance(obj, onnx.TensorProto):  # an initializer
             return self._tensor(obj)
         if kind == "input":
             raise InputError(
@@ -319,13 +323,12 @@ class _Reader:
         """The nodes computing ``name`` from constants, in execution order (iterative: a chain of
         thousands of nodes is no deeper than one). With ``shapes``, a ``Shape`` node of a graph input is a
         leaf too: its output -> (input name, start, end), recorded there."""
-        stack: list[tuple[str, _Scope, bool]] = [(name, scope, False)]
+        stack: list[tuple[str, _Scope | onnx.NodeProto]] = [(name, scope)]  # a node: expanded, emitted now
         while stack:
-            current, where_from, expanded = stack.pop()
-            if expanded:
-                node = where_from
-                if not any(n is node for n in nodes):
-                    nodes.append(node)
+            current, where_from = stack.pop()
+            if isinstance(where_from, onnx.NodeProto):
+                if not any(n is where_from for n in nodes):
+                    nodes.append(where_from)
                 continue
             if not current or current in seen:
                 continue
@@ -333,16 +336,15 @@ class _Reader:
             found = where_from.lookup(current)
             if found is None:
                 raise InputError(f"{at}{role} depends on {current!r}, which is not defined")
-            kind, obj, owner = found
-            if kind == "initializer":
-                inits[current] = self._tensor(obj)
+            _, node, owner = found
+            if isinstance(node, onnx.TensorProto):  # an initializer
+                inits[current] = self._tensor(node)
                 continue
-            if kind == "input":
+            if node is None:  # a graph input
                 raise InputError(
                     f"{at}{role} depends on graph input {current!r}: it is not a constant",
                     hint="gatepack needs weights computable from constants alone",
                 )
-            node: onnx.NodeProto = obj
             if shapes is not None and node.op_type == "Shape" and node.domain in ONNX_DOMAINS:
                 source = owner.lookup(node.input[0])
                 if source is not None and source[0] == "input":
@@ -358,8 +360,8 @@ class _Reader:
                 raise InputError(
                     f"{at}{role} depends on control flow ({node.op_type} {node.name!r}), which gatepack cannot fold"
                 )
-            stack.append((current, node, True))  # emitted after its inputs
-            stack.extend((inp, owner, False) for inp in reversed(node.input))
+            stack.append((current, node))  # emitted after its inputs
+            stack.extend((inp, owner) for inp in reversed(node.input))
 
     def _state_from_shapes(
         self, name: str, scope: _Scope, layer: str, role: str, node_layout: int
@@ -428,6 +430,7 @@ class _Reader:
         """One GRU/RNN/LSTM node as a layer: its attributes checked against its operator version, its weights
         and their shapes, its activations, clip and layout, then its interface and the inputs it holds."""
         cell = cell_of_op(node.op_type)
+        assert cell is not None  # (called for the recurrent ops only)
         at = where(self.path, name)
         version = onnx.defs.get_schema(node.op_type, self.opset).since_version
         attrs = self._node_attributes(node, cell, version, at)
@@ -446,9 +449,8 @@ class _Reader:
         per_dir = self._activations(node, cell, direction, attrs, at, notes)
         clip = self._clip(cell, attrs, at, notes)
         layout = _layout(node, version, attrs, at, notes)
-        isolated = Isolated(
-            [node], {k: v for k, v in ((inputs[1], w), (inputs[2], r), (inputs[3], b), (inputs[7], p)) if k}, self.opset
-        )
+        weights = ((inputs[1], w), (inputs[2], r), (inputs[3], b), (inputs[7], p))
+        isolated = Isolated([node], {k: v for k, v in weights if k and v is not None}, self.opset)
         computed = self._computed_inputs(scope, inputs, layout, name)
         outputs = list(node.output) + ["", "", ""]
         interface = self._interface(node, scope, inputs, outputs, layout, w, hidden, at, isolated, computed)
@@ -528,7 +530,7 @@ class _Reader:
         computed: dict[str, tuple] = {}
         for role, index in zip(CONSTANT_ROLES, (4, 5, 6)):
             name = inputs[index]
-            if not name or scope.lookup(name) is None or scope.lookup(name)[0] == "input":
+            if not name or (found := scope.lookup(name)) is None or found[0] == "input":
                 continue
             try:
                 computed[role] = (name, "constant", self.constant(name, scope, layer, ROLE_LABELS[role]))
@@ -634,8 +636,8 @@ class _Reader:
         """An initial state whose known shape (declared, inferred or an initializer's) does not fit the node
         is refused: onnxruntime would refuse it at run time."""
         found = scope.lookup(name)
-        held = found is not None and found[0] == "initializer"
-        dims = list(found[1].dims) if held else type_dims(self.types.get(name))
+        initializer = found[1] if found is not None else None
+        dims = list(initializer.dims) if isinstance(initializer, onnx.TensorProto) else type_dims(self.types.get(name))
         if dims is None:
             return
         want = [None, directions, hidden] if layout else [directions, None, hidden]
@@ -689,7 +691,8 @@ class _Reader:
         }
         if not any(names[role] for role in OUTPUT_ROLES):
             raise InputError(f"{at}the node has no output")
-        node_layout, outer = layout, {}
+        node_layout = layout
+        outer: dict = {}  # what the absorbed Transposes rename (role -> the tensor outside them)
         if layout == 0:
             held = {  # states the node holds whatever the layout (constants, or repeated along X's batch)
                 names[r] for r in ("initial_h", "initial_c") if r in computed and computed[r][1] is not None
@@ -839,7 +842,8 @@ def _without_zero_states(interface: Interface, isolated: Isolated, notes: list[F
             "input (checked for two sizes), which is no initial state",
         )
     )
-    return replace(interface, **dict.fromkeys(zero_states))
+    cleared: dict[str, Any] = dict.fromkeys(zero_states)  # no tensor (Any: replace checks each field's type)
+    return replace(interface, **cleared)
 
 
 def _direction_params(
@@ -860,7 +864,9 @@ def _direction_params(
     )
 
 
-def constant_feeders(graph: onnx.GraphProto, absorbed: set[int], fed: set[str] = frozenset()) -> set[int]:
+def constant_feeders(
+    graph: onnx.GraphProto, absorbed: set[int], fed: set[str] | frozenset[str] = frozenset()
+) -> set[int]:
     """The ids of ``graph``'s nodes that compute constants read only by the ``absorbed`` nodes (a layer's
     own): a ``Constant`` node holding a layer's weights or initial state, a cone of operators folding
     them, or one computing a zero state from X's shape (``Shape`` -> ``Expand``). They are part of the layer,
@@ -915,7 +921,7 @@ def _exposed_text(region) -> str:
 
 
 def _absorbable_transposes(
-    scope: _Scope, node: onnx.NodeProto, names: dict, held: set[str] = frozenset()
+    scope: _Scope, node: onnx.NodeProto, names: dict, held: set[str] | frozenset[str] = frozenset()
 ) -> tuple[dict, list] | None:
     """If a layout-0 node is wrapped in batch-major Transposes from graph inputs to graph outputs
     (gatepack's own layout encoding, and common in exports), return the outer tensor names and the

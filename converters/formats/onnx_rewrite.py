@@ -20,6 +20,7 @@ from gatepack.converters.formats.onnx_graph import (
     ONNX_DOMAINS,
     all_graphs,
     external_file,
+    isolated_record,
     load_proto,
     walk_nodes,
 )
@@ -58,6 +59,7 @@ def in_place(
     ``external`` = (binary file, location): every tensor is written there, the new weights streamed
     from the layers' arrays and the source's external tensors copied in chunks; without it, the
     source's external tensors are embedded. ``runtime``: as ``write``'s."""
+    assert model.path is not None  # a whole model is rewritten from the file it was read from
     proto = load_proto(Path(model.path))
     opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), DEFAULT_OPSET)
     if layout_encoding == "attribute" and opset < 14 and any(lay.interface.layout == 1 for lay in model.layers):
@@ -71,10 +73,12 @@ def in_place(
     reads = _read_counts(proto)
     lifted, written = [], set()
     for layer in model.layers:
-        if layer.provenance.kind == "lifted":
+        provenance = layer.provenance
+        assert provenance is not None  # every layer was read from the model
+        if provenance.kind == "lifted":
             lifted.append(_lifted_replacement(layer))
         else:
-            graph = located[layer.provenance.node]
+            graph = located[provenance.node]
             form = WriteForm(layout_encoding, runtime, opset)
             written |= _rewrite_node(graph, layer, form, names, reads, external)
     if lifted:
@@ -160,7 +164,7 @@ def _rewrite_node(
     ``layer_nodes`` at the node's place, under the node's own name; its weights keep their names
     when nothing else read them (they are replaced). ``reads``: the model's read counts, kept up to
     date. Return the new weights' names."""
-    original = {tuple(n.output) for n in layer.provenance.handle.nodes}
+    original = {tuple(n.output) for n in isolated_record(layer).nodes}
     position = next(
         k
         for k, n in enumerate(graph.node)
@@ -219,11 +223,11 @@ def _drop_dead_constants(graph: onnx.GraphProto, gone: list[onnx.NodeProto], rea
             graph.initializer.remove(initializers.pop(name))
             for declared in [i for i in graph.input if i.name == name]:  # IR 3 declares initializers as inputs
                 graph.input.remove(declared)
-        node = producers.get(name)
-        if node is not None and all(reads[o] == 0 for o in node.output if o) and node not in dead_nodes:
-            if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-                dead_nodes.append(node)
-                for i in node.input:
+        producer = producers.get(name)
+        if producer is not None and all(reads[o] == 0 for o in producer.output if o) and producer not in dead_nodes:
+            if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in producer.attribute):
+                dead_nodes.append(producer)
+                for i in producer.input:
                     if i:
                         reads[i] -= 1
                         pending.append(i)
@@ -239,7 +243,8 @@ def _drop_dead_constants(graph: onnx.GraphProto, gone: list[onnx.NodeProto], rea
 
 def _lifted_replacement(layer: RecurrentLayer) -> tuple:
     """(region, node, weights) replacing a lifted layer's loop or unrolled steps (``replace_in_place``)."""
-    region = layer.provenance.handle.region
+    region = isolated_record(layer).region
+    assert region is not None  # (a lifted layer's)
     x0, w = node_inputs(region)
 
     def stack(key: str) -> np.ndarray:

@@ -33,8 +33,8 @@ def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.
 
 def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the layer's original ONNX node(s) alone on onnxruntime, with its original weights."""
-    isolated: Isolated | None = layer.provenance.handle if layer.provenance and layer.provenance.of(FORMAT) else None
-    if isolated is None:
+    isolated = layer.provenance.handle if layer.provenance and layer.provenance.of(FORMAT) else None
+    if not isinstance(isolated, Isolated):
         raise UsageError(f"layer {layer.name!r} was not read from ONNX")
     if isolated.opset < 7:
         raise RuntimeFailure(

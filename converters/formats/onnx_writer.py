@@ -5,6 +5,7 @@ the in-place rewrite of a whole model (``onnx_rewrite``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 import onnx
@@ -41,7 +42,7 @@ class Stacked:
         )
         offset = data.tell()
         for part in self.parts:
-            data.write(memoryview(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<"))).cast("B"))
+            data.write(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<")).data.cast("B"))
         length = data.tell() - offset
         tensor.data_location = onnx.TensorProto.EXTERNAL
         for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
@@ -175,8 +176,8 @@ def layer_nodes(
     form: WriteForm,
     names: "NameBook",
     inits: list,
-    inputs: dict[str, str | None],
-    outputs: dict[str, str | None],
+    inputs: Mapping[str, str | None],
+    outputs: Mapping[str, str | None],
     *,
     node_name: str | None = None,
     weight_names: dict[str, str] | None = None,
@@ -203,19 +204,20 @@ def layer_nodes(
 
     node_in = {role: inputs.get(role) or None for role in INPUT_ROLES}
     if wrap:
-        node_in["x"] = transposed(inputs["x"], PERM_IN, "seq_major")
+        node_in["x"] = transposed(_named(inputs, "x"), PERM_IN, "seq_major")
         for role in ("initial_h", "initial_c"):
-            if node_in[role] and role not in in_node_layout:
-                node_in[role] = transposed(node_in[role], PERM_IN, f"{role}_dir_major")
+            if (given := node_in[role]) and role not in in_node_layout:
+                node_in[role] = transposed(given, PERM_IN, f"{role}_dir_major")
     node_out: dict[str, str | None] = {}
     for key, perm in (("y", PERM_Y), ("y_h", PERM_YH), ("y_c", PERM_YH)):
         final = outputs.get(key)
-        node_out[key] = names.fresh(f"{final}__seq_major") if final is not None and wrap else final
+        node_out[key] = final
         if final is not None and wrap:
+            node_out[key] = inner = names.fresh(f"{final}__seq_major")
             after.append(
                 helper.make_node(
                     "Transpose",
-                    [node_out[key]],
+                    [inner],
                     [final],
                     perm=perm,
                     name=names.fresh(f"{layer.name}/{key}_batch_major"),
@@ -232,6 +234,13 @@ def layer_nodes(
     else:
         nodes.append(_recurrent_node(layer, form, names, inits, node_in, node_out, node_name, weight_names or {}))
     return nodes + after
+
+
+def _named(tensors: Mapping[str, str | None], role: str) -> str:
+    """The name of a tensor every layer has (X)."""
+    name = tensors[role]
+    assert name, f"no {role} tensor named"
+    return name
 
 
 def _recurrent_node(
@@ -253,13 +262,13 @@ def _recurrent_node(
         return name
 
     # X W R B sequence_lens initial_h initial_c P, as the ONNX operators number their inputs
-    node_inputs = [node_in["x"], weight("W", [p.W for p in layer.directions])]
+    node_inputs = [_named(node_in, "x"), weight("W", [p.W for p in layer.directions])]
     node_inputs += [weight("R", [p.R for p in layer.directions]), "", node_in["sequence_lens"] or "", "", "", ""]
     if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
         node_inputs[3] = weight("B", [np.concatenate([p.Wb, p.Rb]) for p in layer.directions])
     node_inputs[5], node_inputs[6] = node_in["initial_h"] or "", node_in["initial_c"] or ""
     if layer.has_peepholes:
-        node_inputs[7] = weight("P", [p.P for p in layer.directions])
+        node_inputs[7] = weight("P", [p.P for p in layer.directions if p.P is not None])  # every direction's
     while node_inputs and not node_inputs[-1]:
         node_inputs.pop()
     node_outputs = [node_out.get(key) or "" for key in ("y", "y_h", "y_c")]

@@ -54,6 +54,7 @@ import itertools
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +85,7 @@ from gatepack.schemas.layer import (
     state_roles,
 )
 
-_NATIVE_ACTIVATIONS = {
+_NATIVE_ACTIVATIONS: dict[Cell, set[tuple[str, ...]]] = {
     Cell.GRU: {("Sigmoid", "Tanh")},
     Cell.RNN: {("Sigmoid",), ("Tanh",), ("Relu",)},
     Cell.LSTM: set(itertools.product(("Sigmoid", "Tanh", "Relu"), repeat=3)),  # any of the three, per slot
@@ -217,6 +218,7 @@ _FRONTEND_VERDICTS: dict[tuple, _FrontendVerdict] = {}
 
 def _frontend_verdict(model: Model) -> _FrontendVerdict:
     """The frontend's verdict on ``model``, asked once per unchanged file and input shapes."""
+    assert model.path is not None  # (asked of a model read from a file)
     path = Path(model.path)
     stat = path.stat()
     shapes = model.meta.get("input_shapes") or {}
@@ -337,7 +339,7 @@ def _import_whole(model: Model, strategy: str):
             )
         candidates.setdefault(layer.cell.spec.onnx_op, []).append((layer, node))  # lifted layers too
     described: list[dict] = []
-    names_to_restore: list[tuple[object, str]] = []
+    names_to_restore: list[tuple[Any, str]] = []  # (OpenVINO sequence op, its layer's name)
     failures: list[Exception] = []
 
     def translator(op_type: str):
@@ -366,8 +368,8 @@ def _import_whole(model: Model, strategy: str):
         if failures and isinstance(failures[0], GatepackError):
             raise failures[0] from None
         raise _FrontendRefusal(err.one_line() if isinstance(err, GatepackError) else ov_message(err)) from None
-    for node, name in names_to_restore:  # the frontend names ops after their ONNX outputs
-        node.set_friendly_name(name)
+    for sequence_op, name in names_to_restore:  # the frontend names ops after their ONNX outputs
+        sequence_op.set_friendly_name(name)
     ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
     ov_model.set_rt_info(json.dumps(model.meta["other_ops"]), RT_INFO_OTHER_OPS)
     return ov_model
@@ -437,6 +439,7 @@ def _proto_to_read(model: Model, *, always: bool = False):
         return in_place(model)
     if not always:
         return None
+    assert model.path is not None  # (the file the model was read from)
     proto = load_proto(Path(model.path))
     embed_external_data(proto, Path(model.path).parent)
     return proto
@@ -471,7 +474,7 @@ def _const(ops, array: np.ndarray, name: str):
     return node
 
 
-def _held_constants(layer: RecurrentLayer, layout: int, x) -> dict[str, object]:
+def _held_constants(layer: RecurrentLayer, layout: int, x) -> dict[str, Any]:  # role -> OpenVINO node
     """Per input the layer holds as a constant, its value in ``layout``: a Constant named ``LAYER/ROLE`` holding
     it in layout 0 (read back by that name; the IR asks nobody to feed it), a state of batch 1 broadcast to the
     batch of ``x`` (X in ``layout``), transposed for a batch-major layout."""
@@ -650,7 +653,8 @@ def _emit_decomposed(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple
     zeros_state = ops.broadcast(np.zeros((), dt), ops.concat([n_dim, np.array([h], np.int64)], 0))
     empty = ops.unsqueeze(ops.equal(seq, np.int64(0)), [1])  # [N,1]
     roles = [role for role, _ in state_roles(layer.cell)]
-    ys, finals = [], {role: [] for role in roles}
+    ys: list = []
+    finals: dict[str, list] = {role: [] for role in roles}  # OpenVINO outputs
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
         x_d = ops.reverse_sequence(x_sm, seq, batch_axis=1, seq_axis=0) if reverse else x_sm

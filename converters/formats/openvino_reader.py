@@ -175,7 +175,7 @@ def _implicit_inputs(
     trials = evaluate_for_two_shapes(ov_model, [lens, *states], op.input_value(0))
     lens_known = shape_only[0] and bool(trials) and all(got[0] is not None and x for got, x in trials)
     full_lengths = lens_known and all(
-        got[0].shape == (x[0],) and bool(np.all(got[0].astype(np.int64) == x[1])) for got, x in trials
+        got[0].shape == (x[0],) and bool(np.all(got[0].astype(np.int64) == x[1])) for got, x in trials if x
     )
     evaluated = [bool(trials) and all(got[k] is not None for got, _ in trials) for k in range(len(states) + 1)]
     zero_state = [
@@ -237,7 +237,8 @@ def _held_state(trials: list[np.ndarray]) -> np.ndarray | None:
     if first.shape == second.shape and np.array_equal(first, second):
         return np.ascontiguousarray(first.transpose(1, 0, 2))
     rows = [t[:1] for t in trials]
-    if all(np.array_equal(t, np.broadcast_to(r, t.shape)) for t, r in zip(trials, rows)) and np.array_equal(*rows):
+    repeated = all(np.array_equal(t, np.broadcast_to(r, t.shape)) for t, r in zip(trials, rows))
+    if repeated and np.array_equal(rows[0], rows[1]):
         return np.ascontiguousarray(rows[0].transpose(1, 0, 2))
     return None
 

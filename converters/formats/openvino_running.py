@@ -9,7 +9,7 @@ import numpy as np
 
 from gatepack.converters.errors import RuntimeFailure, UsageError
 from gatepack.converters.formats.openvino_ir import FORMAT, SEQUENCE_OPS, all_ops, read_ir, run_model, sequence_inputs
-from gatepack.converters.formats.openvino_lifting import STATE_INPUTS, run_lifted
+from gatepack.converters.formats.openvino_lifting import STATE_INPUTS, LoopHandle, run_lifted
 from gatepack.converters.runtimes import openvino
 from gatepack.schemas.layer import OUTPUT_ROLES, PERM_SWAP_01, ROLE_LABELS, RecurrentLayer, state_roles
 
@@ -54,7 +54,9 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     path, name, kind = layer.provenance.artifact, layer.provenance.node, layer.provenance.kind
     label = f"{path}: layer {name!r}"
     if kind == "lifted":
-        return run_lifted(path, layer.provenance.handle, layer.interface, feed, (ov, ops))
+        handle = layer.provenance.handle
+        assert isinstance(handle, LoopHandle)  # openvino_lifting's record of the loop
+        return run_lifted(path, handle, layer.interface, feed, (ov, ops))
     ov_model = read_ir(path)
     itf = layer.interface
     inputs = {getattr(itf, role) for role in ("x", *layer.fed_roles())}
@@ -96,8 +98,8 @@ def _node_alone(ops, layer: RecurrentLayer, op, feed: dict[str, np.ndarray]):
         feed.setdefault(names[role], np.zeros((n, d, h) if batch_major else (d, n, h), layer.dtype))
     names["sequence_lens"] = itf.sequence_lens or f"{name}/sequence_lengths"
     lens_type = op.get_input_element_type(index["sequence_lens"])
-    if layer.constant("sequence_lens") is not None:
-        feed[names["sequence_lens"]] = layer.constant("sequence_lens")
+    if (held_lens := layer.constant("sequence_lens")) is not None:
+        feed[names["sequence_lens"]] = held_lens
     feed[names["sequence_lens"]] = feed.get(names["sequence_lens"], np.full(n, s)).astype(lens_type.to_dtype())
     params = []
     for role, tensor in names.items():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Sequence
 
 import numpy as np
 
@@ -47,6 +47,7 @@ class _Prepared:
     ids of the nodes a layer stands for (``skip``) and the anchor node of each layer (id -> layer)."""
 
     def __init__(self, proto, layers: list[RecurrentLayer]) -> None:
+        from gatepack.converters.formats.onnx_graph import isolated_record
         from gatepack.converters.formats.onnx_reader import constant_feeders
 
         self.proto = proto
@@ -54,7 +55,7 @@ class _Prepared:
         self.anchors: dict[int, RecurrentLayer] = {}
         self.skip: set[int] = set()
         for layer in layers:
-            nodes = layer.provenance.handle.nodes
+            nodes = isolated_record(layer).nodes
             self.skip |= {id(n) for n in nodes}
             anchor = next(n for n in nodes if n.op_type == layer.cell.spec.onnx_op)
             self.anchors[id(anchor)] = layer
@@ -69,6 +70,7 @@ class _Prepared:
         from gatepack.converters.formats.onnx_reader import reread
         from gatepack.converters.formats.onnx_rewrite import in_place
 
+        assert model.path is not None  # (a whole model read from its file)
         proto = in_place(model)
         return cls(proto, reread(model.path, proto).layers)
 
@@ -82,6 +84,7 @@ def build_whole(model: Model, *, strategy: str = "auto", target: str = DEFAULT_T
     if kept is not None:
         return kept
     shapes = model.meta.get("input_shapes")
+    assert model.path is not None  # (a whole model read from its file)
     return translate_proto(_Prepared.of(model), Path(model.path), strategy=strategy, target=target, input_shapes=shapes)
 
 
@@ -96,6 +99,7 @@ def _build_key(model: Model, strategy: str, target: str) -> tuple:
 
 
 def _file_key(model: Model) -> tuple:
+    assert model.path is not None  # (a whole model read from its file)
     path = Path(model.path)
     stat = path.stat()
     shapes = model.meta.get("input_shapes") or {}
@@ -179,6 +183,7 @@ def carry_metadata(model: Model, mlmodel) -> None:
     metadata properties as user-defined metadata (gatepack's own key apart)."""
     from gatepack.converters.formats.onnx_graph import load_proto
 
+    assert model.path is not None  # (a whole model read from its file)
     proto = load_proto(Path(model.path))
     mlmodel.short_description = proto.doc_string or f"{Path(model.path).name}, written whole by gatepack"
     if proto.producer_name:
@@ -211,7 +216,7 @@ def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: l
                 "input cannot carry",
                 hint=ALTERNATIVES,
             )
-        dims = []
+        dims: list = []  # each a size or a MIL symbol
         for k, d in enumerate(tensor.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
                 dims.append(int(d.dim_value))
@@ -397,7 +402,7 @@ def refusal_summary(failures: list[Untranslatable]) -> str:
     return f"{len(failures)} node{'s' if len(failures) != 1 else ''} Core ML cannot hold: " + "; ".join(parts)
 
 
-def refuse_untranslatable(path: Path, failures: list[Untranslatable], symbolic: list[str] = ()) -> NoReturn:
+def refuse_untranslatable(path: Path, failures: list[Untranslatable], symbolic: Sequence[str] = ()) -> NoReturn:
     """RefusedError naming what cannot be translated; where inputs have symbolic dimensions, fixing them (which folds
     the shape arithmetic and the Ifs decided by shapes) is the first way out."""
     fix = (
@@ -445,6 +450,7 @@ _VERDICTS: dict[tuple, tuple[tuple[str, str] | None, list[str]]] = {}
 def _translation_verdict(model: Model) -> tuple[tuple[str, str] | None, list[str]]:
     """Why the model does not translate and the way out (None: it translates), and what changes in its interface,
     asked once per unchanged file and input shapes."""
+    assert model.path is not None  # (a whole model read from its file)
     path = Path(model.path)
     key = _file_key(model)
     if key not in _VERDICTS:
