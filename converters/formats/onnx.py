@@ -35,7 +35,7 @@ from gatepack.converters.formats import onnx_elementary, onnx_quantized
 from gatepack.converters.formats.onnx_graph import DEFAULT_OPSET
 from gatepack.converters.formats.onnx_reader import read
 from gatepack.converters.formats.onnx_rewrite import in_place, is_whole_model, whole_model_finding
-from gatepack.converters.formats.onnx_running import graph_inputs, run_layer_native, run_native
+from gatepack.converters.formats.onnx_running import graph_inputs, graph_outputs, run_layer_native, run_native
 from gatepack.converters.formats.onnx_writer import build
 from gatepack.converters.model import Model
 from gatepack.converters.registry import FormatImplementation, runtime_name
@@ -337,5 +337,6 @@ IMPLEMENTATION = FormatImplementation(
     run_native=run_native,
     run_layer_native=run_layer_native,
     graph_inputs=graph_inputs,
+    graph_outputs=graph_outputs,
     compute_dtype=onnx_quantized.compute_dtype,
 )

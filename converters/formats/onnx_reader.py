@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 from gatepack.converters.description import constant_from_layout
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, where
-from gatepack.converters.findings import Finding, Status
+from gatepack.converters.findings import Finding, Status, operator_list
 from gatepack.converters.formats import onnx_quantized
 from gatepack.converters.formats.onnx_graph import (
     FORMAT,
@@ -161,7 +161,9 @@ class _Reader:
         if not self.layers:
             if refused:
                 raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found: {refused[0][1]}")
-            raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found{self._why_none()}")
+            raise NoRecurrentLayerError(
+                f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found among its {self._census()}{self._why_none()}"
+            )
         absorbed = {id(n) for layer in self.layers for n in isolated_record(layer).nodes}
         fed = {getattr(lay.interface, r) for lay in self.layers for r in ("x", *lay.fed_roles())}
         absorbed |= constant_feeders(self.proto.graph, absorbed, fed)
@@ -238,6 +240,15 @@ class _Reader:
                 FORMAT, self.path, region.name, "lifted", region.kind, None, node_inputs(region), 0, isolated
             ),
         )
+
+    def _census(self) -> str:
+        """'12 operators of 3 types (Abs, MatMul, Relu)': the main graph's nodes, what a user finds there."""
+        nodes = self.proto.graph.node
+        kinds = sorted({node.op_type for node in nodes})
+        if not nodes:
+            return "0 operators (an empty graph)"
+        operators = f"{len(nodes)} operator{'s' if len(nodes) != 1 else ''}"
+        return f"{operators} of {len(kinds)} type{'s' if len(kinds) != 1 else ''} ({operator_list(kinds)})"
 
     def _why_none(self) -> str:
         if self.skipped:

@@ -107,6 +107,17 @@ def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
     return found
 
 
+def graph_outputs(path: str | Path) -> list[tuple[str, np.dtype | None, list | None]]:
+    """The model's outputs as (name, dtype, dims), each None where the model does not declare it."""
+    found = []
+    for value in load_proto(Path(path)).graph.output:
+        elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
+        found.append(
+            (value.name, np.dtype(helper.tensor_dtype_to_np_dtype(elem)) if elem else None, type_dims(value.type))
+        )
+    return found
+
+
 def _run_session(session, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
     wanted = [i.name for i in session.get_inputs()]
     missing = [name for name in wanted if name not in inputs]

@@ -65,7 +65,7 @@ from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.openvino_ir import OV_GATES, RT_INFO_OTHER_OPS, RT_INFO_PATH, ov_message
 from gatepack.converters.formats.openvino_reader import read
-from gatepack.converters.formats.openvino_running import graph_inputs, run_layer_native, run_native
+from gatepack.converters.formats.openvino_running import graph_inputs, graph_outputs, run_layer_native, run_native
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
@@ -945,6 +945,7 @@ IMPLEMENTATION = FormatImplementation(
     run_native=run_native,
     run_layer_native=run_layer_native,
     graph_inputs=graph_inputs,
+    graph_outputs=graph_outputs,
     whole_model_finding=whole_model_finding,
     compute_dtype=compute_dtype,
 )
