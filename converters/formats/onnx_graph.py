@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import onnx
@@ -18,8 +18,10 @@ from onnx import helper
 
 from gatepack.converters.errors import InputError
 from gatepack.converters.fileio import contained_file, read_bytes
-from gatepack.converters.formats.onnx_lifting import Region
 from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, RecurrentLayer
+
+if TYPE_CHECKING:
+    from gatepack.converters.formats.onnx_lifting import Region
 
 FORMAT = "onnx"
 DEFAULT_OPSET = 14
