@@ -83,17 +83,18 @@ class _StepOps:
         weight: Callable[[str, np.ndarray], str],
     ) -> None:
         self.g, self.layer, self.params, self.base, self.weight = body, layer, params, base, weight
-        self._scalars: dict[float, onnx.TensorProto] = {}
+        self._scalars: dict[bytes, onnx.TensorProto] = {}  # by the value's bits (0 and -0 apart)
 
     def scalars(self) -> list[onnx.TensorProto]:
         """The body's initializers: every scalar a step asked for."""
         return list(self._scalars.values())
 
     def const(self, x: str, value: float) -> str:
-        if value not in self._scalars:
-            name = self.g.fresh(f"{self.base}.scalar")
-            self._scalars[value] = numpy_helper.from_array(np.asarray(value, self.g.dtype), name)
-        return self._scalars[value].name
+        array = np.asarray(value, self.g.dtype)
+        key = array.tobytes()
+        if key not in self._scalars:
+            self._scalars[key] = numpy_helper.from_array(array, self.g.fresh(f"{self.base}.scalar"))
+        return self._scalars[key].name
 
     def zero_like(self, x: str) -> str:
         return self.const(x, 0.0)
