@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-from gatepack.converters import registry
+import gatepack.converters.registry as registry
 from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
 from gatepack.converters.model import Model, chained_input_finding
 from gatepack.schemas.layer import ROLE_LABELS, RecurrentLayer

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gatepack.converters import registry
+import gatepack.converters.registry as registry
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
 from gatepack.converters.findings import FP16_SOURCE_WARNING
 from gatepack.converters.model import Model
@@ -418,7 +418,7 @@ def _integer_draws(model: Model, dim_size: int) -> dict[str, tuple[int, int, str
         return {}
     from onnx import numpy_helper
 
-    from gatepack.converters.formats.onnx import load_proto
+    from gatepack.converters.formats.onnx_graph import load_proto
 
     graph = load_proto(model.path).graph
     constants = {t.name: t for t in graph.initializer}

@@ -15,8 +15,7 @@ from helpers import REALMODELS, Config, build_model, inputs, ort_run
 
 import gatepack as gp
 from gatepack.cli import main
-from gatepack.converters.formats import directml
-from gatepack.converters.formats import onnx as onnx_format
+from gatepack.converters.formats import directml, onnx_running
 from gatepack.converters.samples import sample_inputs, sample_sizes
 from gatepack.converters.verification import from_interface, to_interface
 
@@ -36,7 +35,7 @@ def _provider_and_onnxruntime(layer) -> tuple[dict, dict]:
     feed = to_interface(layer, sample_inputs(layer, np.random.default_rng(3), sample_sizes(layer, layer)))
     return (
         from_interface(layer, directml.run_onnx_node(layer, feed)),
-        from_interface(layer, onnx_format.run_isolated(layer, feed)),
+        from_interface(layer, onnx_running.run_isolated(layer, feed)),
     )
 
 

@@ -85,112 +85,11 @@ def _dims(shape: list) -> str:
 def emit(document: dict) -> str:
     """The Swift source for a bnns.json ``document`` (paths relative to the bundle)."""
     source = document.get("source")
-    loads, body, results = [], [], []
+    loads: list[str] = []  # Swift statements: the weights loaded before the graph is built
+    body: list[str] = []  # the graph's statements
+    results: list[str] = []  # its outputs, in order
     for i, layer in enumerate(document["layers"]):
-        itf, h, n_in = layer["interface"], layer["hidden_size"], layer["input_size"]
-        s, n, d = itf["seq_length"], itf["batch_size"], len(layer["calls"])
-        body.append(
-            f"        // layer {json.dumps(layer['name'])}: {layer['cell']}, "
-            f"{' + '.join(c['direction'] for c in layer['calls'])}, I={n_in}, H={h}"
-        )
-        x_shape = [n, s, n_in] if itf["layout"] else [s, n, n_in]
-        body.append(
-            f"        let x{i} = builder.argument(name: {json.dumps(itf['x'])}, dataType: Float.self, shape: "
-            f"{_dims(x_shape)})"
-        )
-        body.append(
-            f"        let xs{i} = "
-            + (f"x{i}.transpose(axes: [1, 0, 2])  // [N,S,I] -> [S,N,I]" if itf["layout"] else f"x{i}")
-        )
-        lstm = layer["cell"] == "lstm"
-        states = [("initial_h", "h", "initialHiddenStates")] + (
-            [("initial_c", "c", "initialCellStates")] if lstm else []
-        )
-        held = {label for _, _, label in states if any("constant" in (c[label] or {}) for c in layer["calls"])}
-        for role, short, label in states:
-            if itf.get(role) and label not in held:
-                h_shape = [n, d, h] if itf["layout"] else [d, n, h]
-                body.append(
-                    f"        let {short}{i} = builder.argument(name: {json.dumps(itf[role])}, dataType: Float.self, "
-                    f"shape: {_dims(h_shape)})"
-                )
-                body.append(
-                    f"        let {short}s{i} = "
-                    + (f"{short}{i}.transpose(axes: [1, 0, 2])" if itf["layout"] else f"{short}{i}")
-                )
-        seqs, lasts, cells = [], [], []
-        for k, call in enumerate(layer["calls"]):
-            args = []
-            for _, short, label in states:
-                state = (
-                    f"{short}s{i}[{k} ... {k}, all, all].reshape(to: [-1, {h}])"
-                    if call[label]
-                    else f"gatepackZeroState(xs{i}, hidden: {h}, builder)"
-                )
-                if label in held:  # a constant state [N, H] stored with the bundle (N = 1: broadcast to the batch)
-                    var = f"l{i}c{k}{label[0].upper()}{label[1:]}"
-                    loads.append(f"    let {var} = try npy({json.dumps(call[label]['constant'])})")
-                    state = (
-                        f"gatepackZeroState(xs{i}, hidden: {h}, builder) + "
-                        f"builder.constant(values: {var}, shape: [{var}.count / {h}, {h}])"
-                    )
-                args.append(f"{label}: {state}")
-            for label in _TENSOR_LABELS:
-                if label not in call:
-                    continue
-                rows = {"gru": 3, "rnn": 1, "lstm": 4}[layer["cell"]] * h
-                shape = {"inputHiddenWeight": [rows, n_in], "hiddenHiddenWeight": [rows, h]}.get(label, [rows])
-                if call[label] is None:
-                    args.append(
-                        f"{label}: builder.constant(values: [Float](repeating: 0, count: {rows}), shape: [{rows}])"
-                    )
-                    continue
-                var = f"l{i}c{k}{label[0].upper()}{label[1:]}"
-                loads.append(f"    let {var} = try npy({json.dumps(call[label])})")
-                args.append(f"{label}: builder.constant(values: {var}, shape: {_dims(shape)})")
-            args.append(f"direction: .{call['direction']}")
-            args.append(f"activation: .{call['activation']}")
-            if layer["cell"] == "gru":
-                args.append(f"recurrentActivation: .{call['recurrentActivation']}")
-                args.append(f"applyResetGateAfterMatMul: {str(call['applyResetGateAfterMatMul']).lower()}")
-            if lstm:
-                args.append(f"recurrentActivation: .{call['recurrentActivation']}")
-                args.append(f"cellActivation: .{call['cellActivation']}")
-            args.append("outputSequence: true")
-            returned = f"out{i}_{k}, last{i}_{k}" + (f", cell{i}_{k}" if lstm else "")
-            body.append(f"        let ({returned}) = xs{i}.{call['op']}(")
-            body.append("            " + ",\n            ".join(args) + ")")
-            seq = f"gatepackReverseTime(out{i}_{k})" if layer["output_time_order"][k] == "processing" else f"out{i}_{k}"
-            seqs.append(f"gatepackInsertAxis({seq}, at: 1, builder)")
-            lasts.append(f"gatepackInsertAxis(last{i}_{k}, at: 0, builder)")
-            cells.append(f"gatepackInsertAxis(cell{i}_{k}, at: 0, builder)")
-        body.append(
-            f"        let y{i} = "
-            + (f"builder.concatenate([{', '.join(seqs)}], axis: 1)" if d > 1 else seqs[0])
-            + "  // [S,D,N,H]"
-        )
-        body.append(
-            f"        let yh{i} = "
-            + (f"builder.concatenate([{', '.join(lasts)}], axis: 0)" if d > 1 else lasts[0])
-            + "  // [D,N,H]"
-        )
-        if itf["y"]:
-            results.append(f"y{i}.transpose(axes: [2, 0, 1, 3])" if itf["layout"] else f"y{i}")
-            body.append(
-                f"        // output {json.dumps(itf['y'])}" + (" (layout 1: [N,S,D,H])" if itf["layout"] else "")
-            )
-        if lstm:
-            body.append(
-                f"        let yc{i} = "
-                + (f"builder.concatenate([{', '.join(cells)}], axis: 0)" if d > 1 else cells[0])
-                + "  // [D,N,H]"
-            )
-        for key, var in (("y_h", f"yh{i}"), ("y_c", f"yc{i}")):
-            if itf.get(key):
-                results.append(f"{var}.transpose(axes: [1, 0, 2])" if itf["layout"] else var)
-                body.append(
-                    f"        // output {json.dumps(itf[key])}" + (" (layout 1: [N,D,H])" if itf["layout"] else "")
-                )
+        _emit_layer(i, layer, loads, body, results)
     lines = [_PRELUDE.format(source=f" from {json.dumps(source)}" if source else "")]
     lines += loads
     lines += ["    return try BNNSGraph.makeContext { builder in"]
@@ -199,3 +98,121 @@ def emit(document: dict) -> str:
     lines += body
     lines += [f"        return [{', '.join(results)}]", "    }", "}", ""]
     return "\n".join(lines)
+
+
+def _emit_layer(i: int, layer: dict, loads: list[str], body: list[str], results: list[str]) -> None:
+    """Layer ``i``: its arguments (X and the states it takes, sequence-major), one BNNS call per direction, and
+    its outputs; the weight loads go to ``loads``, the graph's statements to ``body``, its outputs to ``results``."""
+    itf, h, n_in = layer["interface"], layer["hidden_size"], layer["input_size"]
+    s, n, d = itf["seq_length"], itf["batch_size"], len(layer["calls"])
+    body.append(
+        f"        // layer {json.dumps(layer['name'])}: {layer['cell']}, "
+        f"{' + '.join(c['direction'] for c in layer['calls'])}, I={n_in}, H={h}"
+    )
+    x_shape = [n, s, n_in] if itf["layout"] else [s, n, n_in]
+    body.append(
+        f"        let x{i} = builder.argument(name: {json.dumps(itf['x'])}, dataType: Float.self, shape: "
+        f"{_dims(x_shape)})"
+    )
+    body.append(
+        f"        let xs{i} = "
+        + (f"x{i}.transpose(axes: [1, 0, 2])  // [N,S,I] -> [S,N,I]" if itf["layout"] else f"x{i}")
+    )
+    lstm = layer["cell"] == "lstm"
+    states = [("initial_h", "h", "initialHiddenStates")] + ([("initial_c", "c", "initialCellStates")] if lstm else [])
+    held = {label for _, _, label in states if any("constant" in (c[label] or {}) for c in layer["calls"])}
+    for role, short, label in states:
+        if itf.get(role) and label not in held:
+            h_shape = [n, d, h] if itf["layout"] else [d, n, h]
+            body.append(
+                f"        let {short}{i} = builder.argument(name: {json.dumps(itf[role])}, dataType: Float.self, "
+                f"shape: {_dims(h_shape)})"
+            )
+            body.append(
+                f"        let {short}s{i} = "
+                + (f"{short}{i}.transpose(axes: [1, 0, 2])" if itf["layout"] else f"{short}{i}")
+            )
+    seqs, lasts, cells = [], [], []
+    for k, call in enumerate(layer["calls"]):
+        args = _call_arguments(i, k, layer, call, states, held, loads)
+        returned = f"out{i}_{k}, last{i}_{k}" + (f", cell{i}_{k}" if lstm else "")
+        body.append(f"        let ({returned}) = xs{i}.{call['op']}(")
+        body.append("            " + ",\n            ".join(args) + ")")
+        seq = f"gatepackReverseTime(out{i}_{k})" if layer["output_time_order"][k] == "processing" else f"out{i}_{k}"
+        seqs.append(f"gatepackInsertAxis({seq}, at: 1, builder)")
+        lasts.append(f"gatepackInsertAxis(last{i}_{k}, at: 0, builder)")
+        cells.append(f"gatepackInsertAxis(cell{i}_{k}, at: 0, builder)")
+    _emit_outputs(i, layer, (seqs, lasts, cells), body, results)
+
+
+def _call_arguments(
+    i: int, k: int, layer: dict, call: dict, states: list[tuple[str, str, str]], held: set[str], loads: list[str]
+) -> list[str]:
+    """The arguments of layer ``i``'s BNNS call for direction ``k``: its initial states (given, zeros, or a
+    constant stored with the bundle), its weights and biases (loaded from .npy files), its activations."""
+    h, n_in = layer["hidden_size"], layer["input_size"]
+    args = []
+    for _, short, label in states:
+        state = (
+            f"{short}s{i}[{k} ... {k}, all, all].reshape(to: [-1, {h}])"
+            if call[label]
+            else f"gatepackZeroState(xs{i}, hidden: {h}, builder)"
+        )
+        if label in held:  # a constant state [N, H] stored with the bundle (N = 1: broadcast to the batch)
+            var = f"l{i}c{k}{label[0].upper()}{label[1:]}"
+            loads.append(f"    let {var} = try npy({json.dumps(call[label]['constant'])})")
+            state = (
+                f"gatepackZeroState(xs{i}, hidden: {h}, builder) + "
+                f"builder.constant(values: {var}, shape: [{var}.count / {h}, {h}])"
+            )
+        args.append(f"{label}: {state}")
+    for label in _TENSOR_LABELS:
+        if label not in call:
+            continue
+        rows = {"gru": 3, "rnn": 1, "lstm": 4}[layer["cell"]] * h
+        shape = {"inputHiddenWeight": [rows, n_in], "hiddenHiddenWeight": [rows, h]}.get(label, [rows])
+        if call[label] is None:
+            args.append(f"{label}: builder.constant(values: [Float](repeating: 0, count: {rows}), shape: [{rows}])")
+            continue
+        var = f"l{i}c{k}{label[0].upper()}{label[1:]}"
+        loads.append(f"    let {var} = try npy({json.dumps(call[label])})")
+        args.append(f"{label}: builder.constant(values: {var}, shape: {_dims(shape)})")
+    args.append(f"direction: .{call['direction']}")
+    args.append(f"activation: .{call['activation']}")
+    if layer["cell"] == "gru":
+        args.append(f"recurrentActivation: .{call['recurrentActivation']}")
+        args.append(f"applyResetGateAfterMatMul: {str(call['applyResetGateAfterMatMul']).lower()}")
+    if layer["cell"] == "lstm":
+        args.append(f"recurrentActivation: .{call['recurrentActivation']}")
+        args.append(f"cellActivation: .{call['cellActivation']}")
+    args.append("outputSequence: true")
+    return args
+
+
+def _emit_outputs(i: int, layer: dict, per_direction: tuple[list, list, list], body: list, results: list) -> None:
+    """Layer ``i``'s Y [S,D,N,H] and final states [D,N,H] from its directions' outputs, in the layer's layout."""
+    itf, d = layer["interface"], len(layer["calls"])
+    seqs, lasts, cells = per_direction
+    body.append(
+        f"        let y{i} = "
+        + (f"builder.concatenate([{', '.join(seqs)}], axis: 1)" if d > 1 else seqs[0])
+        + "  // [S,D,N,H]"
+    )
+    body.append(
+        f"        let yh{i} = "
+        + (f"builder.concatenate([{', '.join(lasts)}], axis: 0)" if d > 1 else lasts[0])
+        + "  // [D,N,H]"
+    )
+    if itf["y"]:
+        results.append(f"y{i}.transpose(axes: [2, 0, 1, 3])" if itf["layout"] else f"y{i}")
+        body.append(f"        // output {json.dumps(itf['y'])}" + (" (layout 1: [N,S,D,H])" if itf["layout"] else ""))
+    if layer["cell"] == "lstm":
+        body.append(
+            f"        let yc{i} = "
+            + (f"builder.concatenate([{', '.join(cells)}], axis: 0)" if d > 1 else cells[0])
+            + "  // [D,N,H]"
+        )
+    for key, var in (("y_h", f"yh{i}"), ("y_c", f"yc{i}")):
+        if itf.get(key):
+            results.append(f"{var}.transpose(axes: [1, 0, 2])" if itf["layout"] else var)
+            body.append(f"        // output {json.dumps(itf[key])}" + (" (layout 1: [N,D,H])" if itf["layout"] else ""))

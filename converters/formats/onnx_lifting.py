@@ -131,7 +131,7 @@ class _Adapters:
 
 
 class Finder:
-    """Finds the Loops and unrolled chains of one model's main graph (``scope``: onnx.py's _Scope)."""
+    """Finds the Loops and unrolled chains of one model's main graph (``scope``: onnx_reader's _Scope)."""
 
     def __init__(self, proto: onnx.ModelProto, scope, value_of, opset: int) -> None:
         self.proto, self.scope, self.value_of, self.opset = proto, scope, value_of, opset

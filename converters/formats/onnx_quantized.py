@@ -39,6 +39,7 @@ from onnx import helper, numpy_helper
 from gatepack.converters.errors import InputError, where
 from gatepack.converters.fileio import open_regular
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.onnx_graph import external_file, walk_nodes
 from gatepack.converters.samples import DYNAMIC_INT8, TOLERANCES
 from gatepack.schemas.layer import Provenance, RecurrentLayer
 
@@ -189,8 +190,6 @@ def exact_kernel_source(path: Path) -> str | bytes:
     itself, or, when a ``DynamicQuantizeLSTM`` has int8 weights, the serialised model with those weights
     and zero points re-encoded as uint8 (``_exact_kernel``; external data read from regular files inside
     the model's directory, as the reader reads it)."""
-    from gatepack.converters.formats.onnx import external_file, walk_nodes
-
     with open_regular(path) as file:
         if os.fstat(file.fileno()).st_size == 0:
             return str(path)

@@ -33,13 +33,16 @@ Strategies (docs/conventions.md §3 and §8 say where OpenVINO's CPU plugin is e
 gatepack's IR carries its layers' description in ``rt_info`` (``gatepack/layers``), so it reads
 back whole; any other IR's GRUSequence/RNNSequence/LSTMSequence nodes are read from the graph, and
 its Loops/TensorIterators that step a GRU, RNN or LSTM are lifted (``openvino_lifting``).
+
+This module is the format's entry: the strategy, writing (layers alone, or a whole ONNX model through
+OpenVINO's ONNX frontend), the decomposed cells and ``check``. Reading is ``openvino_reader``, running
+``openvino_running``, the IR files and the CPU plugin ``openvino_ir``.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,71 +50,37 @@ from typing import Any
 import numpy as np
 
 from gatepack.converters.cell_steps import step_of
-from gatepack.converters.description import (
-    build_layer,
-    constant_from_layout,
-    describe,
-    parse,
-)
-from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
-from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
-from gatepack.converters.findings import Finding, Status, fp16_source
-from gatepack.converters.formats.openvino_lifting import LOOP_OPS, STATE_INPUTS, LoopHandle, lift_loops, run_lifted
-from gatepack.converters.formats.openvino_shapes import (
-    evaluate_for_two_shapes,
-    from_shapes_only,
-    zeros_whatever_the_shape,
-)
+from gatepack.converters.description import describe
+from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
+from gatepack.converters.fileio import atomic_files
+from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats import openvino_stateful
+from gatepack.converters.formats.openvino_ir import OV_GATES, RT_INFO_OTHER_OPS, RT_INFO_PATH, ov_message
+from gatepack.converters.formats.openvino_reader import read
+from gatepack.converters.formats.openvino_running import graph_inputs, graph_outputs, run_layer_native, run_native
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.converters.strategy import cell_finding, choose
-from gatepack.schemas.activations import Activation, canonical_name
 from gatepack.schemas.cells import CELLS
 from gatepack.schemas.layer import (
     INPUT_ROLES,
     OUTPUT_ROLES,
-    PERM_SWAP_01,
-    ROLE_LABELS,
     Cell,
     Direction,
     DirectionParams,
-    Interface,
     Provenance,
     RecurrentLayer,
-    SpecError,
     dim_text,
     reorder_gates,
     stack_directions,
     state_roles,
 )
 
-FORMAT = "openvino"
-RT_INFO_PATH = ["gatepack", "layers"]
-RT_INFO_OTHER_OPS = ["gatepack", "other_ops"]  # whole-model IR: the ONNX operators besides the recurrent ones
 _NATIVE_ACTIVATIONS: dict[Cell, set[tuple[str, ...]]] = {
     Cell.GRU: {("Sigmoid", "Tanh")},
     Cell.RNN: {("Sigmoid",), ("Tanh",), ("Relu",)},
     Cell.LSTM: set(itertools.product(("Sigmoid", "Tanh", "Relu"), repeat=3)),  # any of the three, per slot
 }
-_OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN, "LSTMSequence": Cell.LSTM}
-# The sequence ops' gate order (ONNX's for GRU and RNN; LSTMSequence-5 has f, i, c, o) ...
-OV_GATES = {Cell.GRU: ("z", "r", "h"), Cell.RNN: ("i",), Cell.LSTM: ("f", "i", "c", "o")}
-# ... and their inputs: X, an initial state per state, sequence_lengths, W, R, B.
-
-
-def sequence_inputs(cell: Cell) -> dict[str, int]:
-    """Input index of each of a sequence op's inputs: x, initial_h (initial_c), sequence_lens, W, R, B."""
-    states = [f"initial_{s}" for s in cell.states]
-    return {role: k for k, role in enumerate(["x", *states, "sequence_lens", "W", "R", "B"])}
-
-
-FP16_SOURCE = fp16_source("weights", "the IR stores its weights as fp16 (compressed when it was saved)")
-
-
-def _stateful():
-    from gatepack.converters.formats import openvino_stateful
-
-    return openvino_stateful
 
 
 def _ov():
@@ -173,7 +142,7 @@ def write(
         pairs = model.meta.get("state_pairs")
         if not pairs:
             raise UsageError(f"{model.path}: --stateful needs the model's state pairs", hint="--state INPUT=OUTPUT")
-        _stateful().make_stateful(ov_model, pairs, str(model.path), model.meta.get("input_shapes"))
+        openvino_stateful.make_stateful(ov_model, pairs, str(model.path), model.meta.get("input_shapes"))
     with atomic_files(path, (".bin",)) as tmp:
         ov.save_model(ov_model, str(tmp), compress_to_fp16=compress_to_fp16)
 
@@ -291,7 +260,7 @@ def _import_refusal(read) -> str | None:
     except GatepackError as err:
         return err.one_line()
     except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
-        return _ov_message(err)
+        return ov_message(err)
 
 
 def build(model: Model, *, strategy: str = "auto"):
@@ -397,7 +366,7 @@ def _import_whole(model: Model, strategy: str):
     except Exception as err:
         if failures and isinstance(failures[0], GatepackError):
             raise failures[0] from None
-        raise _FrontendRefusal(err.one_line() if isinstance(err, GatepackError) else _ov_message(err)) from None
+        raise _FrontendRefusal(err.one_line() if isinstance(err, GatepackError) else ov_message(err)) from None
     for sequence_op, name in names_to_restore:  # the frontend names ops after their ONNX outputs
         sequence_op.set_friendly_name(name)
     ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
@@ -461,16 +430,17 @@ def _proto_to_read(model: Model, *, always: bool = False):
     """The ONNX model OpenVINO reads in place of the file (its external data embedded): the source with its
     lifted or dequantized layers replaced in place by their nodes; None when the file is read as it is (unless
     ``always``: then the source itself)."""
-    from gatepack.converters.formats import onnx as onnx_format
+    from gatepack.converters.formats.onnx_graph import load_proto
     from gatepack.converters.formats.onnx_quantized import is_quantized_layer
+    from gatepack.converters.formats.onnx_rewrite import embed_external_data, in_place, lifted_layers
 
-    if onnx_format.lifted_layers(model) or any(map(is_quantized_layer, model.layers)):
-        return onnx_format.in_place(model)
+    if lifted_layers(model) or any(map(is_quantized_layer, model.layers)):
+        return in_place(model)
     if not always:
         return None
     assert model.path is not None  # (the file the model was read from)
-    proto = onnx_format.load_proto(Path(model.path))
-    onnx_format.embed_external_data(proto, Path(model.path).parent)
+    proto = load_proto(Path(model.path))
+    embed_external_data(proto, Path(model.path).parent)
     return proto
 
 
@@ -756,585 +726,6 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
     return y, last
 
 
-# ----------------------------------------------------------------------------------------- reading
-
-
-# f32: the CPU plugin defaults to bf16 where the CPU has it; LATENCY: gatepack runs single inferences (less to set up)
-COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
-
-
-def read_ir(path: Path):
-    """The IR at ``path``. gatepack opens both files itself (regular files; the .bin beside the .xml,
-    never through a link leading elsewhere) and hands OpenVINO their contents - the .bin memory-mapped
-    copy-on-write - so OpenVINO opens no path, tries no other frontend and writes nothing."""
-    ov, _ = _ov()
-    path = Path(path)
-    if path.suffix.lower() != ".xml" or not path.exists():
-        raise InputError(f"{path}: no OpenVINO IR here (expected an existing NAME.xml with NAME.bin beside it)")
-    xml = read_bytes(path)
-    if b"<net" not in xml[:4096]:
-        raise InputError(f"{path}: not an OpenVINO IR (no <net> element at its start)")
-    bin_name = path.with_suffix(".bin").name
-    if not os.path.lexists(path.with_suffix(".bin")):
-        raise InputError(
-            f"{path}: its weights file {bin_name} is missing", hint="an IR is the .xml and the .bin together"
-        )
-    weights_file = contained_file(path.parent, bin_name, f"{path}: weights file")
-    size = weights_file.stat().st_size
-    weights = np.memmap(weights_file, dtype=np.uint8, mode="c") if size else np.zeros(0, np.uint8)
-    try:
-        model = ov.Core().read_model(
-            model=xml.decode("utf-8", "replace"), weights=ov.Tensor(weights, shared_memory=True)
-        )
-    except Exception as err:  # OpenVINO raises a bare RuntimeError with a multi-line message
-        raise InputError(f"{path}: OpenVINO cannot read it ({_ov_message(err)})") from None
-    model.gatepack_weights = weights  # the model's constants point into this map: it lives as long as the model
-    model.gatepack_named = _name_nameless_outputs(model)
-    return model
-
-
-def _name_nameless_outputs(model) -> list[str]:
-    """Give every output without a tensor name (``ov.convert_model`` of a PyTorch module leaves them
-    nameless) a stable name from the node producing it, ``<node>:<port>``, in memory only. Returns
-    one note per output named."""
-    taken = {name for port in model.outputs for name in port.get_names()}
-    notes = []
-    for index, port in enumerate(model.outputs):
-        if port.get_names():
-            continue
-        source = port.get_node().input_value(0)  # the Result's input: the producing node's port
-        name = f"{source.get_node().get_friendly_name()}:{source.get_index()}"
-        while name in taken:
-            name += "_"
-        taken.add(name)
-        port.get_tensor().set_names({name})
-        notes.append(f"output {index} of the IR has no tensor name; gatepack calls it {name!r}")
-    return notes
-
-
-def _ov_message(err: Exception) -> str:
-    lines = [
-        line.strip()
-        for line in str(err).splitlines()
-        if line.strip() and not line.strip().startswith(("Exception from", "Check "))
-    ]
-    return (" ".join(lines) or type(err).__name__)[:240]
-
-
-def _constant(node, index: int, path: Path, layer: str, role: str) -> tuple[np.ndarray, bool]:
-    """The constant feeding input ``index`` of ``node`` (through a decompression Convert): (value, fp16-compressed?)."""
-    if index >= node.get_input_size():
-        raise InputError(f"{path}: layer {layer!r}: the node has no input {index} ({role})")
-    source = node.input_value(index).get_node()
-    if source.get_type_name() == "Convert" and source.input_value(0).get_node().get_type_name() == "Constant":
-        return _constant_data(
-            source.input_value(0).get_node(), path, layer, role, source.get_output_element_type(0)
-        ), True
-    if source.get_type_name() != "Constant":
-        raise InputError(
-            f"{path}: layer {layer!r}: {role} comes from a {source.get_type_name()} node "
-            f"({source.get_friendly_name()!r}), not a constant",
-            hint="gatepack reads recurrent weights stored as constants",
-        )
-    return _constant_data(source, path, layer, role), False
-
-
-def _constant_data(constant, path: Path, layer: str, role: str, widen_to=None) -> np.ndarray:
-    """A Constant's values (a copy, widened to ``widen_to``'s type when given); InputError for an element
-    type that holds no numbers (e.g. dynamic) or data the .bin does not hold."""
-    try:
-        data = np.array(constant.get_data())
-        return data.astype(widen_to.to_dtype()) if widen_to is not None else data
-    except Exception as err:  # OpenVINO's errors for undefined element types and short weights
-        raise InputError(
-            f"{path}: layer {layer!r}: {role} constant {constant.get_friendly_name()!r} of element type "
-            f"{constant.get_element_type()} cannot be read ({_ov_message(err)})"
-        ) from None
-
-
-def read(path: str | Path, **_options) -> Model:
-    """Read the recurrent layers of an IR: gatepack's (from its rt_info, checked against the graph)
-    or any other producer's sequence nodes and the loops lifted into layers (``Model.skipped``: the
-    loops that are no GRU/RNN/LSTM, and why)."""
-    path = Path(path)
-    ov_model = read_ir(path)
-    ops_by_name = {op.get_friendly_name(): op for op in _all_ops(ov_model)}
-    if ov_model.has_rt_info(RT_INFO_PATH):
-        entries = parse_json(
-            ov_model.get_rt_info(RT_INFO_PATH).astype(str), f"{path}: rt_info {'/'.join(RT_INFO_PATH)}"
-        )
-        if not isinstance(entries, list) or not entries:
-            raise InputError(f"{path}: rt_info {'/'.join(RT_INFO_PATH)} is not a non-empty list of layer descriptions")
-        layers, notes = [], {}
-        for entry in entries:
-            layer, found = _read_described(path, entry, ops_by_name)
-            layers.append(layer)
-            notes[layer.name] = found
-        other = (
-            parse_json(ov_model.get_rt_info(RT_INFO_OTHER_OPS).astype(str), f"{path}: rt_info")
-            if ov_model.has_rt_info(RT_INFO_OTHER_OPS)
-            else []
-        )
-        if not isinstance(other, list) or not all(isinstance(op, str) for op in other):
-            raise InputError(f"{path}: rt_info {'/'.join(RT_INFO_OTHER_OPS)} {other!r} is not a list of operator types")
-        if len({layer.name for layer in layers}) != len(layers):
-            raise InputError(f"{path}: rt_info describes two layers with the same name")
-        return Model(path, FORMAT, layers, notes, meta={"gatepack": True, "other_ops": other})
-    layers, notes = [], {}
-    for op in ov_model.get_ordered_ops():
-        if op.get_type_name() in _OPS:
-            layer, found = _read_sequence_op(path, op, ov_model)
-            layers.append(layer)
-            notes[layer.name] = found
-    lifted, lifted_notes, refused = lift_loops(path, ov_model, _ov(), FP16_SOURCE)
-    layers += lifted
-    notes.update(lifted_notes)
-    if not layers:
-        loops = sorted({op.get_type_name() for op in ov_model.get_ordered_ops() if op.get_type_name() in LOOP_OPS})
-        raise NoRecurrentLayerError(
-            f"{path}: no GRUSequence, RNNSequence or LSTMSequence node"
-            + (f", and its {'/'.join(loops)} is no GRU/RNN/LSTM: {refused[0][1]}" if refused else ""),
-            hint=(
-                "gatepack lifts a loop that steps one sequence through a GRU, RNN or LSTM cell"
-                if refused
-                else "OpenVINO's frontends may have unrolled the layer into elementary ops outside any loop"
-            ),
-        )
-    kept = {*_OPS, "Parameter", "Result", "Constant", "Convert"}
-    lifted_loops = {layer.name for layer in lifted}
-    other = [
-        op.get_type_name()
-        for op in ov_model.get_ops()
-        if op.get_type_name() not in kept and op.get_friendly_name() not in lifted_loops
-    ]
-    meta = {
-        "other_ops": sorted(set(other)),
-        "other_op_count": len(other),
-        **({"notes": ov_model.gatepack_named} if ov_model.gatepack_named else {}),
-    }
-    return Model(path, FORMAT, layers, notes, refused, meta=meta)
-
-
-def _all_ops(ov_model) -> list:
-    """Every op of a model, including those inside TensorIterator/Loop bodies and If branches."""
-    found = []
-    for op in ov_model.get_ordered_ops():
-        found.append(op)
-        if op.get_type_name() in ("TensorIterator", "Loop"):
-            found += _all_ops(op.get_function())
-        elif op.get_type_name() == "If":
-            found += _all_ops(op.get_then_body()) + _all_ops(op.get_else_body())
-    return found
-
-
-def _activations(names: list[str], alphas: list[float], betas: list[float], path: Path, layer: str) -> list[Activation]:
-    from gatepack.schemas.activations import resolve_activations
-
-    canonical = []
-    for name in names:
-        found = canonical_name(name)
-        if found is None:
-            raise InputError(f"{path}: layer {layer!r}: unknown activation {name!r}")
-        canonical.append(found)
-    acts, _ = resolve_activations(canonical, alphas, betas)
-    return acts
-
-
-def _implicit_inputs(
-    path: Path, op, ov_model, name: str, cell: Cell
-) -> tuple[bool, dict[str, bool], list[Finding], dict[str, np.ndarray]]:
-    """Whether a sequence op's ``sequence_lengths`` and initial states are real inputs of the layer
-    (per state role). ``ov.convert_model`` fills the required inputs with values computed from X's
-    shape: the full length and zeros. Those mean "no sequence_lens" and "no initial state" (proven by
-    evaluating them for two different input shapes); a state that is the same for every batch entry (a
-    constant of the IR, a learned state broadcast to the batch) is held by the layer (the last item: role ->
-    layout-0 value); lengths fed by a graph input stay inputs."""
-    found: list[Finding] = []
-    index = sequence_inputs(cell)
-    roles = [role for role, _ in state_roles(cell)]
-    lens = op.input_value(index["sequence_lens"])
-    states = [op.input_value(index[role]) for role in roles]
-    shape_only = [from_shapes_only(v) for v in (lens, *states)]
-    trials = evaluate_for_two_shapes(ov_model, [lens, *states], op.input_value(0))
-    lens_known = shape_only[0] and bool(trials) and all(got[0] is not None and x for got, x in trials)
-    full_lengths = lens_known and all(
-        got[0].shape == (x[0],) and bool(np.all(got[0].astype(np.int64) == x[1])) for got, x in trials if x
-    )
-    evaluated = [bool(trials) and all(got[k] is not None for got, _ in trials) for k in range(len(states) + 1)]
-    zero_state = [
-        shape_only[k]
-        and (zeros_whatever_the_shape(states[k - 1]) or evaluated[k] and not any(np.any(got[k]) for got, _ in trials))
-        for k in range(1, 1 + len(roles))
-    ]
-    if lens_known and not full_lengths:
-        raise InputError(
-            f"{path}: layer {name!r}: sequence_lengths is computed from constants and shapes but is not the full "
-            "sequence length",
-            hint="gatepack reads sequence lengths given as a graph input, or the full length",
-        )
-    if full_lengths:
-        found.append(
-            Finding(
-                "sequence_lens",
-                Status.EXACT,
-                "sequence_lengths is computed from tensor shapes and is X's full length (for two input sizes): "
-                "the layer has no sequence_lens input",
-            )
-        )
-    elif not op.get_input_partial_shape(0).is_static:
-        found.append(
-            Finding(
-                "sequence_lens",
-                Status.EXACT,
-                "sequence_lengths is an input of a dynamic-shape IR: OpenVINO CPU ignores it unless the model is "
-                "reshaped to static shapes (gatepack runs the layer with static shapes)",
-                warning="OpenVINO CPU ignores sequence_lengths on dynamic shapes",
-            )
-        )
-    held: dict[str, np.ndarray] = {}
-    for k, role in enumerate(roles, start=1):
-        value = _held_state([got[k] for got, _ in trials]) if shape_only[k] and evaluated[k] else None
-        if value is not None and not zero_state[k - 1]:  # a learned state: the same for every batch entry
-            held[role] = value
-            found.append(
-                Finding(role, Status.EXACT, f"{STATE_INPUTS[role[-1]]} is a constant of the IR {list(value.shape)}")
-            )
-        elif shape_only[k] and not zero_state[k - 1]:
-            found.append(
-                Finding(
-                    role,
-                    Status.EXACT,
-                    f"{STATE_INPUTS[role[-1]]} is a constant of the IR, "
-                    + ("not zeros" if evaluated[k] else "computed by operators gatepack does not evaluate")
-                    + f"; gatepack makes it the layer's {role} input (feed it those values)",
-                    warning="constant initial state exposed as an input",
-                )
-            )
-    return not full_lengths, {role: not zero for role, zero in zip(roles, zero_state)}, found, held
-
-
-def _held_state(trials: list[np.ndarray]) -> np.ndarray | None:
-    """A state evaluated for two input sizings ([N, D, H] each) as the layer's constant in layout 0: the same
-    array both times (a constant of the IR), or one batch row repeated to each batch ([D, 1, H]); else None."""
-    first, second = trials
-    if first.shape == second.shape and np.array_equal(first, second):
-        return np.ascontiguousarray(first.transpose(1, 0, 2))
-    rows = [t[:1] for t in trials]
-    repeated = all(np.array_equal(t, np.broadcast_to(r, t.shape)) for t, r in zip(trials, rows))
-    if repeated and np.array_equal(rows[0], rows[1]):
-        return np.ascontiguousarray(rows[0].transpose(1, 0, 2))
-    return None
-
-
-def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, list[Finding]]:
-    """A GRUSequence/RNNSequence/LSTMSequence node of any IR; interface in OpenVINO's batch-major
-    convention, gates back in ONNX's order. With ``ov_model`` (another producer's IR), implicit full
-    lengths and zero states are no inputs."""
-    name = op.get_friendly_name()
-    cell = _OPS[op.get_type_name()]
-    index = sequence_inputs(cell)
-    attrs = op.get_attributes()
-    w, cw = _constant(op, index["W"], path, name, "W")
-    r, cr = _constant(op, index["R"], path, name, "R")
-    b, cb = _constant(op, index["B"], path, name, "B")
-    try:
-        h = int(attrs["hidden_size"])
-        direction = Direction(str(attrs["direction"]).lower())
-        lbr = bool(attrs.get("linear_before_reset", False))
-        clip = float(attrs.get("clip", 0.0))
-        names = [str(a) for a in attrs.get("activations", [])]
-        alphas, betas = (
-            [float(a) for a in attrs.get("activations_alpha", [])],
-            [float(a) for a in attrs.get("activations_beta", [])],
-        )
-        acts = _activations(names, alphas, betas, path, name)
-    except (KeyError, ValueError, TypeError) as err:
-        raise InputError(
-            f"{path}: layer {name!r}: {op.get_type_name()} attributes are malformed "
-            f"({' '.join(str(err).split())[:160]})"
-        ) from None
-    gh, d = cell.gates * h, direction.count
-    bias_rows = gh + h if cell is Cell.GRU and lbr else gh
-    for label, array, shape in (
-        ("W", w, (d, gh, w.shape[-1] if w.ndim == 3 else -1)),
-        ("R", r, (d, gh, h)),
-        ("B", b, (d, bias_rows)),
-    ):
-        if array.shape != shape:
-            raise InputError(
-                f"{path}: layer {name!r}: {label} has shape {list(array.shape)}, but hidden_size {h} and direction "
-                f"{direction.value} make it {list(shape)}"
-            )
-    if not np.isfinite(clip) or len(acts) < cell.activation_count:
-        raise InputError(
-            f"{path}: layer {name!r}: clip {clip} or activations {names} are not usable for {op.get_type_name()}"
-        )
-    found = [
-        Finding(
-            "bias",
-            Status.FOLDED,
-            "OpenVINO stores Wb + Rb summed; read back as Wb = sum, Rb = 0"
-            + (" (Rb_h kept apart: linear_before_reset)" if lbr else ""),
-        )
-    ]
-    if cw or cr or cb:
-        found.append(FP16_SOURCE)
-    roles = [role for role, _ in state_roles(cell)]
-    has_lens, has_state, implicit, held = (
-        _implicit_inputs(path, op, ov_model, name, cell)
-        if ov_model is not None
-        else (True, dict.fromkeys(roles, True), [], {})
-    )
-    found += implicit
-
-    def onnx_gates(array: np.ndarray) -> np.ndarray:
-        return reorder_gates(array, OV_GATES[cell], cell.gate_names)
-
-    directions = []
-    for k in range(direction.count):
-        if cell is Cell.GRU and lbr:
-            wb = np.concatenate([b[k, : 2 * h], b[k, 2 * h : 3 * h]])
-            rb = np.concatenate([np.zeros(2 * h, b.dtype), b[k, 3 * h :]])
-        else:
-            wb, rb = onnx_gates(b[k]).copy(), np.zeros(gh, b.dtype)
-        directions.append(
-            DirectionParams(
-                W=onnx_gates(w[k]), R=onnx_gates(r[k]), Wb=wb, Rb=rb, activations=tuple(acts[: cell.activation_count])
-            )
-        )
-    x_shape = op.get_input_partial_shape(0)
-    n = x_shape[0].get_length() if x_shape[0].is_static else None
-    s = x_shape[1].get_length() if x_shape[1].is_static else None
-    outputs = {role: f"{name}/{ROLE_LABELS[role]}" for role in OUTPUT_ROLES[: 1 + len(roles)]}
-    interface = Interface(
-        x=f"{name}/X",
-        sequence_lens=f"{name}/sequence_lengths" if has_lens else None,
-        **{role: f"{name}/{STATE_INPUTS[role[-1]]}" if has_state[role] else None for role in roles},
-        layout=1,
-        seq_length=s,
-        batch_size=n,
-        dtype=w.dtype.name,
-        **outputs,
-    )
-    try:
-        layer = RecurrentLayer(
-            name,
-            cell,
-            int(w.shape[2]),
-            h,
-            direction,
-            tuple(directions),
-            interface,
-            lbr,
-            clip if clip > 0 else None,
-            True,
-            constants={role: value.astype(w.dtype) for role, value in held.items()},
-            provenance=Provenance(FORMAT, path, name),
-        )
-    except SpecError as err:
-        raise InputError(f"{path}: {err}") from None
-    return layer, found
-
-
-def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[RecurrentLayer, list[Finding]]:
-    """A layer gatepack wrote: semantics from rt_info, weights from the graph's named constants."""
-    info = parse(path, entry)
-    name, strategy = info.name, info.strategy
-    acts = info.activations
-    found: list[Finding] = []
-
-    def const(label: str) -> np.ndarray:
-        node = ops_by_name.get(f"{name}/{label}")
-        if node is None or node.get_type_name() not in ("Constant", "Convert"):
-            raise InputError(
-                f"{path}: layer {name!r}: the graph has no constant {name}/{label} that its rt_info describes"
-            )
-        if node.get_type_name() == "Convert":  # fp16-compressed
-            found.append(FP16_SOURCE)
-            source = node.input_value(0).get_node()
-            if source.get_type_name() != "Constant":
-                raise InputError(
-                    f"{path}: layer {name!r}: {name}/{label} converts a {source.get_type_name()} node, not a constant"
-                )
-            return _constant_data(source, path, name, label, node.get_output_element_type(0))
-        return _constant_data(node, path, name, label)
-
-    directions = []
-    if strategy == "native":
-        op = ops_by_name.get(name)
-        if op is None or op.get_type_name() not in _OPS:
-            raise InputError(
-                f"{path}: layer {name!r}: rt_info says native but the graph has no sequence node of that name"
-            )
-        layer, folded = _read_sequence_op(path, op)
-        found += folded
-        in_graph = [a.name for a in layer.directions[0].activations]
-        if any([a.name for a in per] != in_graph for per in acts):
-            raise InputError(
-                f"{path}: layer {name!r}: its rt_info activations {[[a.name for a in per] for per in acts]} "
-                f"contradict the graph's {in_graph}"
-            )
-        directions = [DirectionParams(p.W, p.R, p.Wb, p.Rb, acts[k]) for k, p in enumerate(layer.directions)]
-    else:
-        peepholes = f"{name}/P0" in ops_by_name
-        for k in range(info.direction.count):
-            directions.append(
-                DirectionParams(
-                    W=const(f"W{k}"),
-                    R=const(f"R{k}"),
-                    Wb=const(f"Wb{k}"),
-                    Rb=const(f"Rb{k}"),
-                    activations=acts[k],
-                    P=const(f"P{k}") if peepholes else None,
-                )
-            )
-    constants = {role: constant_from_layout(const(role), role, 0) for role in info.constant_roles}
-    return build_layer(path, info, directions, Provenance(FORMAT, path, name, strategy), constants), found
-
-
-# ----------------------------------------------------------------------------------------- running
-
-
-def _compiled(ov_model, label: str):
-    ov, _ = _ov()
-    try:
-        return ov.Core().compile_model(ov_model, "CPU", COMPILE_CONFIG)
-    except Exception as err:
-        raise RuntimeFailure(f"{label}: OpenVINO CPU cannot compile it: {_ov_message(err)}") from None
-
-
-def run_model(ov_model, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
-    """Compile ``ov_model`` for CPU and infer. Inputs and outputs go by the model's own tensor
-    names: a compiled model may add the names of tensors its frontend fused away."""
-    wanted = [p.get_any_name() for p in ov_model.inputs]
-    missing = [n for n in wanted if n not in inputs]
-    if missing:
-        raise InputError(f"{label}: missing input(s) {missing}", hint=f"the model takes {wanted}")
-    compiled = _compiled(ov_model, label)
-    try:
-        # np.require keeps a scalar a scalar (np.ascontiguousarray makes it shape [1], which OpenVINO refuses)
-        results = compiled([np.require(inputs[n], requirements="C") for n in wanted])
-    except Exception as err:
-        raise RuntimeFailure(f"{label}: OpenVINO CPU failed: {_ov_message(err)}") from None
-    return {out.get_any_name(): np.array(results[k]) for k, out in enumerate(ov_model.outputs)}
-
-
-def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the IR at ``path`` on OpenVINO CPU (fp32 inference precision), reshaped to the static shapes it is
-    fed: on dynamic shapes the CPU plugin ignores a sequence op's ``sequence_lengths`` (docs/conventions.md
-    §3), so a packed sequence would run all S steps. A model that cannot be reshaped runs as it is."""
-    ov_model = read_ir(Path(path))
-    dynamic = {
-        p.output(0): tuple(np.shape(inputs[name]))
-        for p in ov_model.get_parameters()
-        if not p.get_partial_shape().is_static and (name := p.get_output_tensor(0).get_any_name()) in inputs
-    }
-    if dynamic:
-        try:
-            ov_model.reshape(dynamic)
-        except Exception:  # a shape its own Reshape constants fix; run dynamic (verification compares anyway)
-            ov_model = read_ir(Path(path))
-    return run_model(ov_model, inputs, str(path))
-
-
-def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
-    """The IR's inputs as (name, dtype, dims); a dynamic dim is None."""
-    return [
-        (
-            p.get_output_tensor(0).get_any_name(),
-            p.get_element_type().to_dtype(),
-            [d.get_length() if d.is_static else None for d in p.get_partial_shape()],
-        )
-        for p in read_ir(Path(path)).get_parameters()
-    ]
-
-
-def graph_outputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
-    """The IR's outputs as (name, dtype, dims); a dynamic dim is None."""
-    return [
-        (
-            out.get_any_name(),
-            out.get_element_type().to_dtype(),
-            [d.get_length() if d.is_static else None for d in out.get_partial_shape()],
-        )
-        for out in read_ir(Path(path)).outputs
-    ]
-
-
-def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One layer of an IR read from disk, on OpenVINO CPU: gatepack's layer subgraph as saved, or the
-    sequence node with its constants (another producer's, or gatepack's native op inside a whole
-    model, where its tensors are the model's own), fed and read in the layer's layout."""
-    ov, ops = _ov()
-    if layer.provenance is None or not layer.provenance.of(FORMAT):
-        raise UsageError(f"layer {layer.name!r} was not read from an OpenVINO IR")
-    path, name, kind = layer.provenance.artifact, layer.provenance.node, layer.provenance.kind
-    label = f"{path}: layer {name!r}"
-    if kind == "lifted":
-        handle = layer.provenance.handle
-        assert isinstance(handle, LoopHandle)  # openvino_lifting's record of the loop
-        return run_lifted(path, handle, layer.interface, feed, (ov, ops))
-    ov_model = read_ir(path)
-    itf = layer.interface
-    inputs = {getattr(itf, role) for role in ("x", *layer.fed_roles())}
-    params = [p for p in ov_model.get_parameters() if p.output(0).get_names() & inputs]
-    outs = {getattr(itf, role) for role in OUTPUT_ROLES} - {None}
-    results = [r for r in ov_model.get_results() if r.input_value(0).get_names() & outs]
-    if kind != "node" and len(params) == len(inputs) and len(results) == len(outs):
-        return run_model(ov.Model(results, params, "layer"), feed, label)
-    if kind == "decomposed":
-        raise RuntimeFailure(
-            f"{label}: its decomposition is inside the model (its tensors are no inputs and outputs of the IR)"
-        )
-    op = next((o for o in _all_ops(ov_model) if o.get_friendly_name() == name and o.get_type_name() in _OPS), None)
-    if op is None:
-        raise RuntimeFailure(f"{label}: the IR has no sequence op of that name")
-    feed = dict(feed)
-    return run_model(_node_alone(ops, layer, op, feed), feed, label)
-
-
-def _node_alone(ops, layer: RecurrentLayer, op, feed: dict[str, np.ndarray]):
-    """A model of the sequence node ``op`` alone, fed by new parameters named after the layer's
-    interface (absent states: zeros; absent lengths: full) with static shapes (OpenVINO CPU honours
-    sequence_lengths only then); X, states and outputs transposed to and from the layer's layout."""
-    ov, _ = _ov()
-    itf, name = layer.interface, op.get_friendly_name()
-    batch_major = itf.layout == 1
-    x = feed[itf.x]
-    n, s = (x.shape[0], x.shape[1]) if batch_major else (x.shape[1], x.shape[0])
-    d, h = layer.num_directions, layer.hidden_size
-    index = sequence_inputs(layer.cell)
-    names = {"x": itf.x}
-    for role, _ in state_roles(layer.cell):
-        names[role] = getattr(itf, role) or f"{name}/{STATE_INPUTS[role[-1]]}"
-        held = layer.constant_state(role, n)  # a constant the layer holds, fed to the node alone as it is
-        if held is not None:
-            feed[names[role]] = held.transpose(PERM_SWAP_01) if batch_major else held
-        feed.setdefault(names[role], np.zeros((n, d, h) if batch_major else (d, n, h), layer.dtype))
-    names["sequence_lens"] = itf.sequence_lens or f"{name}/sequence_lengths"
-    lens_type = op.get_input_element_type(index["sequence_lens"])
-    if (held_lens := layer.constant("sequence_lens")) is not None:
-        feed[names["sequence_lens"]] = held_lens
-    feed[names["sequence_lens"]] = feed.get(names["sequence_lens"], np.full(n, s)).astype(lens_type.to_dtype())
-    params = []
-    for role, tensor in names.items():
-        param = ops.parameter(list(feed[tensor].shape), op.get_input_element_type(index[role]), name=tensor)
-        param.output(0).get_tensor().set_names({tensor})
-        params.append(param)
-        value = param if batch_major or role == "sequence_lens" else ops.transpose(param, [1, 0, 2])
-        op.input(index[role]).replace_source_output(value.output(0))
-    y = ops.transpose(op.output(0), [0, 2, 1, 3] if batch_major else [2, 1, 0, 3])  # [N,D,S,H] -> the layout
-    finals = [
-        op.output(k) if batch_major else ops.transpose(op.output(k), [1, 0, 2]).output(0)
-        for k in range(1, op.get_output_size())
-    ]
-    results = []
-    for role, out in zip(OUTPUT_ROLES, [y.output(0), *finals]):
-        out.get_tensor().set_names({getattr(itf, role) or f"{name}/{ROLE_LABELS[role]}"})
-        results.append(ops.result(out))
-    return ov.Model(results, params, "layer")
-
-
 # ---------------------------------------------------------------------------------------- findings
 
 
@@ -1494,5 +885,5 @@ IMPLEMENTATION = FormatImplementation(
     graph_outputs=graph_outputs,
     whole_model_finding=whole_model_finding,
     compute_dtype=compute_dtype,
-    open_session=lambda path: _stateful().open_session(path),
+    open_session=openvino_stateful.open_session,
 )

@@ -40,6 +40,7 @@ import numpy as np
 
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.openvino_ir import read_ir, run_model
 from gatepack.converters.formats.openvino_shapes import (
     Sizing,
     evaluate_for_two_shapes,
@@ -172,85 +173,23 @@ def _lifted_text(op, description: str, tried: int, handle: LoopHandle, itf: Inte
 
 
 def _structure(op, ov_model) -> tuple[LoopHandle, Interface, tuple[int, int]]:
-
-    body = op.get_function()
-    params = body.get_parameters()
-    xs, states, others = [], [], []
-    for desc in op.get_input_descriptions():
-        kind = type(desc).__name__
-        outer = op.input_value(desc.input_index)
-        param = params[desc.body_parameter_index]
-        float_ = param.get_element_type().is_real()
-        rank = param.get_output_partial_shape(0).rank
-        rank = rank.get_length() if rank.is_static else None
-        if float_ and kind == "MergedInputDescription" and rank == 2:
-            states.append((desc, outer, param))
-        elif float_ and outer.get_node().get_type_name() in ("Constant", "Convert") and from_shapes_only(outer):
-            continue  # a weight passed in (read with the body's constants)
-        elif float_ and not from_shapes_only(outer) and kind in ("InvariantInputDescription", "SliceInputDescription"):
-            xs.append((desc, outer))
-        else:
-            others.append((desc, outer))
-    if len(xs) != 1:
-        raise _NotALayer(f"it reads {len(xs)} float sequences that are not computed from shapes, not one (X)")
-    if len(states) not in (1, 2):
-        raise _NotALayer(f"it carries {len(states)} float [N,H] states (a GRU or RNN carries one, an LSTM two)")
-    for desc, outer in others:
-        if not from_shapes_only(outer):
-            raise _NotALayer(f"its input {desc.input_index} is a tensor of the model, not X or a state")
-    (x_desc, x_value) = xs[0]
-    layout, reverse = 0, False
-    transposed = False
-    if type(x_desc).__name__ == "SliceInputDescription":
-        if x_desc.axis not in (0, 1) or abs(x_desc.stride) != 1 or x_desc.part_size != 1:
-            raise _NotALayer(f"it slices X along axis {x_desc.axis} by {x_desc.stride}, not step by step in time")
-        layout, reverse = x_desc.axis, x_desc.stride < 0
-    else:
-        x_node = x_value.get_node()
-        if x_node.get_type_name() == "Transpose":
-            perm = x_node.input_value(1).get_node()
-            if perm.get_type_name() == "Constant" and [int(v) for v in np.ravel(perm.get_data())] == [1, 0, 2]:
-                transposed, layout = True, 1
+    """The loop ``op`` as a layer's structure: which input is X (sliced step by step, or whole behind a
+    Transpose), which are the states and outputs, and the sizes; a loop that is no layer is ``_NotALayer``."""
+    x_desc, x_value, states = _classified_inputs(op)
+    layout, reverse, transposed = _x_layout(x_desc, x_value)
     x_shape = op.get_input_partial_shape(x_desc.input_index)
     if x_shape.rank.is_dynamic or x_shape.rank.get_length() != 3 or x_shape[2].is_dynamic:
         raise _NotALayer(f"X has shape {x_shape}, not [S,N,I] with a known I")
     input_size = x_shape[2].get_length()
     ordered = _order_states(states)
-    hidden = params[ordered[0][0].body_parameter_index].get_output_partial_shape(0)[1]
+    hidden = op.get_function().get_parameters()[ordered[0][0].body_parameter_index].get_output_partial_shape(0)[1]
     if hidden.is_dynamic:
         raise _NotALayer("its state's size is not known")
     hidden_size = hidden.get_length()
-    finals = {
-        d.body_value_index: d.output_index
-        for d in op.get_output_descriptions()
-        if type(d).__name__ == "BodyOutputDescription" and d.iteration == -1
-    }
     loop = op.get_friendly_name()
-    state_handles, names = [], {}
-    trials = evaluate_for_two_shapes(ov_model, [outer for _, outer, _ in states], x_value)
-    for role, (desc, outer) in zip("hc", ordered):
-        fed = not from_shapes_only(outer)
-        if not fed:
-            k = [o for _, o, _ in states].index(outer)
-            evaluated_zeros = trials and not any(got[k] is None or np.any(got[k]) for got, _ in trials)
-            if not (evaluated_zeros or zeros_whatever_the_shape(outer)):
-                raise _NotALayer(f"its initial {STATE_INPUTS[role]} is computed from constants but is not zeros")
-        output = finals.get(desc.body_value_index)
-        state_handles.append((role, desc.input_index, output, fed))
-        names[f"initial_{role}"] = f"{loop}/initial_{role}" if fed else None
-        names[f"y_{role}"] = f"{loop}/Y_{role}" if output is not None else None
-    y_outputs = [
-        d
-        for d in op.get_output_descriptions()
-        if op.get_output_partial_shape(d.output_index).rank.is_static
-        and op.get_output_partial_shape(d.output_index).rank.get_length() == 3
-        and op.get_output_element_type(d.output_index).is_real()
-    ]
-    if len(y_outputs) > 1:
-        raise _NotALayer(f"it has {len(y_outputs)} sequence outputs, not one (Y)")
+    state_handles, names = _state_handles(op, ov_model, states, ordered, x_value)
+    y_outputs = _sequence_outputs(op, layout)
     y_output = y_outputs[0].output_index if y_outputs else None
-    if y_outputs and type(y_outputs[0]).__name__ == "ConcatOutputDescription" and y_outputs[0].axis != layout:
-        raise _NotALayer(f"it concatenates Y along axis {y_outputs[0].axis} but slices X along axis {layout}")
     shape = op.get_input_partial_shape(x_desc.input_index)
     if transposed:
         shape = x_value.get_node().get_input_partial_shape(0)
@@ -279,6 +218,97 @@ def _structure(op, ov_model) -> tuple[LoopHandle, Interface, tuple[int, int]]:
         hidden_size=hidden_size,
     )
     return handle, itf, (input_size, hidden_size)
+
+
+def _classified_inputs(op) -> tuple:
+    """The loop's X (its input description and outer value) and its states (description, outer value, body
+    parameter): X is the one float input not computed from shapes, a state a merged float [N,H] input; weights
+    passed in are skipped, and any other input must be computed from shapes."""
+    params = op.get_function().get_parameters()
+    xs, states, others = [], [], []
+    for desc in op.get_input_descriptions():
+        kind = type(desc).__name__
+        outer = op.input_value(desc.input_index)
+        param = params[desc.body_parameter_index]
+        float_ = param.get_element_type().is_real()
+        rank = param.get_output_partial_shape(0).rank
+        rank = rank.get_length() if rank.is_static else None
+        if float_ and kind == "MergedInputDescription" and rank == 2:
+            states.append((desc, outer, param))
+        elif float_ and outer.get_node().get_type_name() in ("Constant", "Convert") and from_shapes_only(outer):
+            continue  # a weight passed in (read with the body's constants)
+        elif float_ and not from_shapes_only(outer) and kind in ("InvariantInputDescription", "SliceInputDescription"):
+            xs.append((desc, outer))
+        else:
+            others.append((desc, outer))
+    if len(xs) != 1:
+        raise _NotALayer(f"it reads {len(xs)} float sequences that are not computed from shapes, not one (X)")
+    if len(states) not in (1, 2):
+        raise _NotALayer(f"it carries {len(states)} float [N,H] states (a GRU or RNN carries one, an LSTM two)")
+    for desc, outer in others:
+        if not from_shapes_only(outer):
+            raise _NotALayer(f"its input {desc.input_index} is a tensor of the model, not X or a state")
+    (x_desc, x_value) = xs[0]
+    return x_desc, x_value, states
+
+
+def _x_layout(x_desc, x_value) -> tuple[int, bool, bool]:
+    """(layout, reverse, transposed): X sliced along axis 0 or 1 (a negative stride: in reverse), or read
+    whole behind a Transpose [1, 0, 2] (batch-major)."""
+    layout, reverse = 0, False
+    transposed = False
+    if type(x_desc).__name__ == "SliceInputDescription":
+        if x_desc.axis not in (0, 1) or abs(x_desc.stride) != 1 or x_desc.part_size != 1:
+            raise _NotALayer(f"it slices X along axis {x_desc.axis} by {x_desc.stride}, not step by step in time")
+        layout, reverse = x_desc.axis, x_desc.stride < 0
+    else:
+        x_node = x_value.get_node()
+        if x_node.get_type_name() == "Transpose":
+            perm = x_node.input_value(1).get_node()
+            if perm.get_type_name() == "Constant" and [int(v) for v in np.ravel(perm.get_data())] == [1, 0, 2]:
+                transposed, layout = True, 1
+    return layout, reverse, transposed
+
+
+def _state_handles(op, ov_model, states: list, ordered: list, x_value) -> tuple[list, dict]:
+    """Per state (h, then c): (role, input index, final output index, fed), and the interface's names of the
+    initial and final states; an initial state the model computes must be zeros (evaluated for two shapes)."""
+    finals = {
+        d.body_value_index: d.output_index
+        for d in op.get_output_descriptions()
+        if type(d).__name__ == "BodyOutputDescription" and d.iteration == -1
+    }
+    loop = op.get_friendly_name()
+    state_handles, names = [], {}
+    trials = evaluate_for_two_shapes(ov_model, [outer for _, outer, _ in states], x_value)
+    for role, (desc, outer) in zip("hc", ordered):
+        fed = not from_shapes_only(outer)
+        if not fed:
+            k = [o for _, o, _ in states].index(outer)
+            evaluated_zeros = trials and not any(got[k] is None or np.any(got[k]) for got, _ in trials)
+            if not (evaluated_zeros or zeros_whatever_the_shape(outer)):
+                raise _NotALayer(f"its initial {STATE_INPUTS[role]} is computed from constants but is not zeros")
+        output = finals.get(desc.body_value_index)
+        state_handles.append((role, desc.input_index, output, fed))
+        names[f"initial_{role}"] = f"{loop}/initial_{role}" if fed else None
+        names[f"y_{role}"] = f"{loop}/Y_{role}" if output is not None else None
+    return state_handles, names
+
+
+def _sequence_outputs(op, layout: int) -> list:
+    """The loop's float rank-3 outputs: none or one (Y), concatenated along the axis X is sliced along."""
+    y_outputs = [
+        d
+        for d in op.get_output_descriptions()
+        if op.get_output_partial_shape(d.output_index).rank.is_static
+        and op.get_output_partial_shape(d.output_index).rank.get_length() == 3
+        and op.get_output_element_type(d.output_index).is_real()
+    ]
+    if len(y_outputs) > 1:
+        raise _NotALayer(f"it has {len(y_outputs)} sequence outputs, not one (Y)")
+    if y_outputs and type(y_outputs[0]).__name__ == "ConcatOutputDescription" and y_outputs[0].axis != layout:
+        raise _NotALayer(f"it concatenates Y along axis {y_outputs[0].axis} but slices X along axis {layout}")
+    return y_outputs
 
 
 def _order_states(states: list) -> list[tuple]:
@@ -395,8 +425,6 @@ def _body_activations(op) -> frozenset[str]:
 def run_lifted(path: Path, handle: LoopHandle, itf: Interface, feed: dict[str, np.ndarray], ov) -> dict:
     """The original loop on OpenVINO CPU: canonical Y [S,1,N,H] and final states [1,N,H], in the
     layout. The loop is cut out of a fresh copy of the IR; X and the states are new parameters."""
-    from gatepack.converters.formats.openvino import read_ir, run_model
-
     _, ops = ov
     ov_model = read_ir(path)
     loop = next((o for o in ov_model.get_ordered_ops() if o.get_friendly_name() == handle.loop), None)

@@ -20,6 +20,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from gatepack.converters.errors import RuntimeFailure, UsageError
+from gatepack.converters.formats.openvino_ir import COMPILE_CONFIG, ov_message, read_ir
+from gatepack.converters.runtimes import openvino
 
 SEPARATOR = "->"  # a variable's id: the state input's name, this separator, the state output's name
 
@@ -79,19 +81,23 @@ def variables(ov_model) -> list[dict]:
     return found
 
 
+def held_states(ov_model) -> dict[str, str]:
+    """``Model.meta['states']`` of a stateful IR: state input -> state output per variable gatepack named
+    ``IN->OUT``; another producer's variable under its own id on both sides."""
+    return {v["input"] or v["variable"]: v["output"] or v["variable"] for v in variables(ov_model)}
+
+
 def open_session(path: str | Path) -> Callable[[dict], dict]:
     """The IR compiled once for CPU (fp32) and one infer request, its variables at their initial values; each
     call infers once and returns the outputs by name, and each variable named ``IN->OUT`` under ``OUT``."""
-    from gatepack.converters.formats.openvino import COMPILE_CONFIG, _ov, _ov_message, read_ir
-
-    ov, _ = _ov()
+    ov, _ = openvino()
     label = str(path)
     ov_model = read_ir(Path(path))
     core = ov.Core()
     try:
         compiled = core.compile_model(ov_model, "CPU", COMPILE_CONFIG)
     except Exception as err:
-        raise RuntimeFailure(f"{label}: OpenVINO CPU cannot compile it: {_ov_message(err)}") from None
+        raise RuntimeFailure(f"{label}: OpenVINO CPU cannot compile it: {ov_message(err)}") from None
     request = compiled.create_infer_request()
     request.reset_state()
     wanted = [p.get_any_name() for p in ov_model.inputs]
@@ -105,7 +111,7 @@ def open_session(path: str | Path) -> Callable[[dict], dict]:
         try:
             results = request.infer([np.require(inputs[n], requirements="C") for n in wanted])
         except Exception as err:
-            raise RuntimeFailure(f"{label}: OpenVINO CPU failed: {_ov_message(err)}") from None
+            raise RuntimeFailure(f"{label}: OpenVINO CPU failed: {ov_message(err)}") from None
         found = {name: np.array(results[k]) for k, name in enumerate(outputs)}
         for state in request.query_state():
             _, separator, state_output = state.name.partition(SEPARATOR)

@@ -14,12 +14,14 @@ from gatepack.converters.apple import (
     recurrence,
 )
 from gatepack.converters.errors import UsageError
-from gatepack.converters.formats.coreml import mil_elementwise, mil_nn, mil_tensor
 from gatepack.converters.formats.coreml.common import (
     _mil_types,
     _value,
     state_inputs,
 )
+from gatepack.converters.formats.coreml.mil_elementwise import OPS as ELEMENTWISE_OPS
+from gatepack.converters.formats.coreml.mil_nn import OPS as NN_OPS
+from gatepack.converters.formats.coreml.mil_tensor import OPS as TENSOR_OPS
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
     Cell,
@@ -243,7 +245,7 @@ _CORE_OPS = {
 }
 
 # with the ops the ONNX operator table emits, each group in its own module (tests check no op is defined twice)
-OP_GROUPS = (_CORE_OPS, mil_elementwise.OPS, mil_nn.OPS, mil_tensor.OPS)
+OP_GROUPS = (_CORE_OPS, ELEMENTWISE_OPS, NN_OPS, TENSOR_OPS)
 _MIL_OPS = {name: fn for group in OP_GROUPS for name, fn in group.items()}
 
 

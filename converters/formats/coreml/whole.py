@@ -55,30 +55,32 @@ class _Prepared:
     ids of the nodes a layer stands for (``skip``) and the anchor node of each layer (id -> layer)."""
 
     def __init__(self, proto, layers: list[RecurrentLayer]) -> None:
-        from gatepack.converters.formats import onnx as onnx_format
+        from gatepack.converters.formats.onnx_graph import isolated_record
+        from gatepack.converters.formats.onnx_reader import constant_feeders
 
         self.proto = proto
         self.layers = layers
         self.anchors: dict[int, RecurrentLayer] = {}
         self.skip: set[int] = set()
         for layer in layers:
-            nodes = onnx_format.isolated_record(layer).nodes
+            nodes = isolated_record(layer).nodes
             self.skip |= {id(n) for n in nodes}
             anchor = next(n for n in nodes if n.op_type == layer.cell.spec.onnx_op)
             self.anchors[id(anchor)] = layer
         if layers:
             fed = {getattr(lay.interface, r) for lay in layers for r in ("x", *lay.fed_roles())}
-            self.skip |= onnx_format.constant_feeders(proto.graph, set(self.skip), fed)
+            self.skip |= constant_feeders(proto.graph, set(self.skip), fed)
         self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
 
     @classmethod
     def of(cls, model: Model) -> "_Prepared":
         """``model``'s source with every layer rewritten in place, read again."""
-        from gatepack.converters.formats import onnx as onnx_format
+        from gatepack.converters.formats.onnx_reader import reread
+        from gatepack.converters.formats.onnx_rewrite import in_place
 
         assert model.path is not None  # (a whole model read from its file)
-        proto = onnx_format.in_place(model)
-        return cls(proto, onnx_format.reread(model.path, proto).layers)
+        proto = in_place(model)
+        return cls(proto, reread(model.path, proto).layers)
 
 
 def build_whole(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET, states: dict | None = None):
@@ -202,7 +204,7 @@ def translate_proto(
 def carry_metadata(model: Model, mlmodel) -> None:
     """The source ONNX model's own metadata on the package: its doc string as the description, its producer and
     metadata properties as user-defined metadata (gatepack's own key apart)."""
-    from gatepack.converters.formats.onnx import load_proto
+    from gatepack.converters.formats.onnx_graph import load_proto
 
     assert model.path is not None  # (a whole model read from its file)
     proto = load_proto(Path(model.path))

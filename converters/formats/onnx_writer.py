@@ -1,0 +1,304 @@
+"""ONNX writing: a model holding the layers alone (``build``), and the nodes that compute one layer
+(``layer_nodes``: a recurrent node with Transposes for a batch-major interface, or elementary ops), shared with
+the in-place rewrite of a whole model (``onnx_rewrite``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from gatepack.converters.description import constant_in_layout
+from gatepack.converters.errors import UsageError
+from gatepack.converters.formats import directml_desc as directml_ep
+from gatepack.converters.formats import onnx_elementary
+from gatepack.converters.formats.onnx_graph import DEFAULT_OPSET, PERM_IN, PERM_Y, PERM_YH, broadcast_state_nodes
+from gatepack.converters.model import Model, with_separate_inputs
+from gatepack.schemas.layer import INPUT_ROLES, RecurrentLayer, stack_directions
+
+WRITABLE_OPSETS = (7, 14)
+
+
+@dataclass
+class Stacked:
+    """An initializer made of per-direction arrays stacked on a new first axis, materialised only
+    when the model is built: in memory, or streamed part by part into an external data file."""
+
+    name: str
+    parts: list[np.ndarray]
+
+    def embedded(self) -> onnx.TensorProto:
+        return numpy_helper.from_array(stack_directions(self.parts), self.name)
+
+    def external(self, data, location: str) -> onnx.TensorProto:
+        dtype = self.parts[0].dtype
+        tensor = onnx.TensorProto(
+            name=self.name,
+            data_type=helper.np_dtype_to_tensor_dtype(dtype),
+            dims=[len(self.parts), *self.parts[0].shape],
+        )
+        offset = data.tell()
+        for part in self.parts:
+            data.write(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<")).data.cast("B"))
+        length = data.tell() - offset
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+            tensor.external_data.add(key=key, value=value)
+        pad = -data.tell() % 64  # keep the next tensor aligned for memory-mapped readers
+        data.write(b"\0" * pad)
+        return tensor
+
+
+def build(
+    model: Model,
+    *,
+    opset: int = DEFAULT_OPSET,
+    layout_encoding: str = "transpose",
+    external: tuple | None = None,
+    runtime: str = "onnxruntime",
+) -> onnx.ModelProto:
+    """The ONNX model of ``model``'s layers; ``external`` = (binary file, location) streams the
+    weights into that file instead of the protobuf."""
+    if opset not in WRITABLE_OPSETS:
+        raise UsageError(f"ONNX opset {opset} cannot be written", hint=f"choose one of {WRITABLE_OPSETS}")
+    if layout_encoding not in ("transpose", "attribute"):
+        raise UsageError(f"layout encoding {layout_encoding!r} is not 'transpose' or 'attribute'")
+    if layout_encoding == "attribute" and opset < 14:
+        raise UsageError(
+            f"the layout attribute needs opset 14 or later (asked for opset {opset})",
+            hint="use the transpose layout encoding",
+        )
+    model = with_separate_inputs(model)
+    names = NameBook()
+    nodes: list[onnx.NodeProto] = []
+    stacked: list[Stacked] = []
+    graph_inputs: list[onnx.ValueInfoProto] = []
+    graph_outputs: list[onnx.ValueInfoProto] = []
+    for layer in model.layers:
+        _emit_layer(
+            layer, WriteForm(layout_encoding, runtime, opset), names, nodes, stacked, graph_inputs, graph_outputs
+        )
+    inits = [t.external(*external) if external else t.embedded() for t in stacked]
+    opsets = [helper.make_opsetid("", opset)]
+    ir_version = helper.find_min_ir_version_for(opsets)
+    if ir_version < 4:  # IR 3 wants every initializer declared as a graph input too
+        graph_inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits]
+    graph = helper.make_graph(nodes, "gatepack", graph_inputs, graph_outputs, inits)
+    return helper.make_model(graph, opset_imports=opsets, producer_name="gatepack", ir_version=ir_version)
+
+
+class NameBook:
+    """Keeps every tensor name unique in the written graph (inputs can be shared, outputs cannot)."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.inputs: set[str] = set()
+
+    def fresh(self, name: str) -> str:
+        candidate, k = name, 1
+        while candidate in self.used:
+            k += 1
+            candidate = f"{name}__{k}"
+        self.used.add(candidate)
+        return candidate
+
+    def graph_input(self, name: str) -> tuple[str, bool]:
+        """The name to use for a graph input, and whether it is new (shared inputs are declared once)."""
+        if name in self.inputs:
+            return name, False
+        fresh = self.fresh(name)
+        self.inputs.add(fresh)
+        return fresh, True
+
+
+def _emit_layer(
+    layer: RecurrentLayer, form: "WriteForm", names: NameBook, nodes: list, inits: list, g_in: list, g_out: list
+) -> None:
+    """Declare ``layer``'s interface as graph inputs and outputs, and emit its nodes and weights."""
+    itf = layer.interface
+    elem = helper.np_dtype_to_tensor_dtype(layer.dtype)
+    d, h, i = layer.num_directions, layer.hidden_size, layer.input_size
+    s, n = itf.seq_length, itf.batch_size
+    batch_major = itf.layout == 1
+    state = [n, d, h] if batch_major else [d, n, h]
+    input_shapes = {
+        "x": (elem, [n, s, i] if batch_major else [s, n, i]),
+        "sequence_lens": (onnx.TensorProto.INT32, [n]),
+        "initial_h": (elem, state),
+        "initial_c": (elem, state),
+    }
+    inputs = {}
+    for role, (elem_type, shape) in input_shapes.items():
+        name = getattr(itf, role)
+        if role in layer.constants:  # held by the layer: an initializer, in the node's own layout
+            inputs[role] = names.fresh(name)
+            node_layout = 1 if batch_major and form.encoding == "attribute" else 0
+            value = constant_in_layout(layer, role, node_layout)
+            if role != "sequence_lens" and layer.constants[role].shape[1] == 1 and n != 1:  # one state, any batch
+                batch1 = names.fresh(f"{name}__batch1")
+                axis = 0 if node_layout else 1
+                nodes += broadcast_state_nodes(batch1, axis, inputs["x"], 0 if batch_major else 1, inputs[role])
+                names.used |= {o for node in nodes[-6:] for o in node.output}
+                inits.append(Stacked(batch1, list(value)))
+            else:
+                inits.append(Stacked(inputs[role], list(value)))
+        elif name is not None:
+            inputs[role], new = names.graph_input(name)
+            if new:
+                g_in.append(helper.make_tensor_value_info(inputs[role], elem_type, shape))
+    outputs = {}
+    for role, shape in (("y", [n, s, d, h] if batch_major else [s, d, n, h]), ("y_h", state), ("y_c", state)):
+        if getattr(itf, role) is not None:
+            outputs[role] = names.fresh(getattr(itf, role))
+            g_out.append(helper.make_tensor_value_info(outputs[role], elem, shape))
+    nodes += layer_nodes(layer, form, names, inits, inputs, outputs, in_node_layout=set(layer.constants))
+
+
+@dataclass(frozen=True)
+class WriteForm:
+    """How a layer's nodes are written: the layout ``encoding`` (transpose, attribute), the ``runtime`` the
+    model is for (onnxruntime, directml) and the model's ``opset``."""
+
+    encoding: str = "transpose"
+    runtime: str = "onnxruntime"
+    opset: int = DEFAULT_OPSET
+
+    def elementary(self, layer: RecurrentLayer) -> bool:
+        """Whether ``layer`` is written as elementary operators: its runtime would compute its node otherwise."""
+        return self.runtime == "directml" and bool(directml_ep.ep_mishandled(layer))
+
+
+def layer_nodes(
+    layer: RecurrentLayer,
+    form: WriteForm,
+    names: "NameBook",
+    inits: list,
+    inputs: Mapping[str, str | None],
+    outputs: Mapping[str, str | None],
+    *,
+    node_name: str | None = None,
+    weight_names: dict[str, str] | None = None,
+    in_node_layout: set[str] | frozenset[str] = frozenset(),
+) -> list[onnx.NodeProto]:
+    """The nodes computing ``layer`` from the tensors ``inputs`` names per interface role (x,
+    sequence_lens, initial_h, initial_c; in the layer's layout) into those ``outputs`` names (y, y_h,
+    y_c): one GRU/RNN/LSTM node with every attribute explicit (or, where ``form``'s runtime would compute
+    that node otherwise, ``onnx_elementary``'s operators), inside Transposes for a batch-major layer
+    under the ``transpose`` encoding. Its weights are appended to ``inits``, named ``weight_names`` (W, R,
+    B, P) where those are free, else after the layer; the node is named ``node_name`` (default: the layer's
+    name); the roles ``in_node_layout`` names are already in the node's own layout (constants written for
+    it), never transposed."""
+    wrap = layer.interface.layout == 1 and form.encoding == "transpose"
+    nodes: list[onnx.NodeProto] = []
+    after: list[onnx.NodeProto] = []
+
+    def transposed(name: str, perm: list, suffix: str) -> str:
+        out = names.fresh(f"{name}__{suffix}")
+        nodes.append(
+            helper.make_node("Transpose", [name], [out], perm=perm, name=names.fresh(f"{layer.name}/{suffix}"))
+        )
+        return out
+
+    node_in = {role: inputs.get(role) or None for role in INPUT_ROLES}
+    if wrap:
+        node_in["x"] = transposed(_named(inputs, "x"), PERM_IN, "seq_major")
+        for role in ("initial_h", "initial_c"):
+            if (given := node_in[role]) and role not in in_node_layout:
+                node_in[role] = transposed(given, PERM_IN, f"{role}_dir_major")
+    node_out: dict[str, str | None] = {}
+    for key, perm in (("y", PERM_Y), ("y_h", PERM_YH), ("y_c", PERM_YH)):
+        final = outputs.get(key)
+        node_out[key] = final
+        if final is not None and wrap:
+            node_out[key] = inner = names.fresh(f"{final}__seq_major")
+            after.append(
+                helper.make_node(
+                    "Transpose",
+                    [inner],
+                    [final],
+                    perm=perm,
+                    name=names.fresh(f"{layer.name}/{key}_batch_major"),
+                )
+            )
+    if form.elementary(layer):
+
+        def constant(name: str, value: np.ndarray) -> str:
+            fresh = names.fresh(name)
+            inits.append(Stacked(fresh, list(value)))
+            return fresh
+
+        nodes += onnx_elementary.elementary_nodes(layer, names.fresh, constant, node_in, node_out, form.opset)
+    else:
+        nodes.append(_recurrent_node(layer, form, names, inits, node_in, node_out, node_name, weight_names or {}))
+    return nodes + after
+
+
+def _named(tensors: Mapping[str, str | None], role: str) -> str:
+    """The name of a tensor every layer has (X)."""
+    name = tensors[role]
+    assert name, f"no {role} tensor named"
+    return name
+
+
+def _recurrent_node(
+    layer: RecurrentLayer,
+    form: WriteForm,
+    names: "NameBook",
+    inits: list,
+    node_in: dict[str, str | None],
+    node_out: dict[str, str | None],
+    node_name: str | None,
+    preferred: dict[str, str],
+) -> onnx.NodeProto:
+    """The layer's own GRU/RNN/LSTM node on the tensors ``node_in``/``node_out`` name (already in its layout)."""
+    weight_prefix = layer.name.replace("/", ".")
+
+    def weight(role: str, parts: list[np.ndarray]) -> str:
+        name = names.fresh(preferred.get(role, f"{weight_prefix}.{role}"))
+        inits.append(Stacked(name, parts))
+        return name
+
+    # X W R B sequence_lens initial_h initial_c P, as the ONNX operators number their inputs
+    node_inputs = [_named(node_in, "x"), weight("W", [p.W for p in layer.directions])]
+    node_inputs += [weight("R", [p.R for p in layer.directions]), "", node_in["sequence_lens"] or "", "", "", ""]
+    if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
+        node_inputs[3] = weight("B", [np.concatenate([p.Wb, p.Rb]) for p in layer.directions])
+    node_inputs[5], node_inputs[6] = node_in["initial_h"] or "", node_in["initial_c"] or ""
+    if layer.has_peepholes:
+        node_inputs[7] = weight("P", [p.P for p in layer.directions if p.P is not None])  # every direction's
+    while node_inputs and not node_inputs[-1]:
+        node_inputs.pop()
+    node_outputs = [node_out.get(key) or "" for key in ("y", "y_h", "y_c")]
+    while node_outputs and not node_outputs[-1]:
+        node_outputs.pop()
+    attrs = recurrent_attributes(layer)
+    if layer.interface.layout == 1 and form.encoding == "attribute":
+        attrs["layout"] = 1
+    name = names.fresh(layer.name) if node_name is None else node_name
+    return helper.make_node(layer.cell.op_name, node_inputs, node_outputs, name=name, **attrs)
+
+
+def recurrent_attributes(layer: RecurrentLayer) -> dict:
+    """Every semantic attribute, explicit (never left to a runtime default)."""
+    activations = [a for p in layer.directions for a in p.activations]
+    attrs: dict = {
+        "hidden_size": layer.hidden_size,
+        "direction": layer.direction.value,
+        "activations": [a.name for a in activations],
+    }
+    alphas = [a.alpha for a in activations if a.kind.takes_alpha]
+    betas = [a.beta for a in activations if a.kind.takes_beta]
+    if alphas:
+        attrs["activation_alpha"] = alphas
+    if betas:
+        attrs["activation_beta"] = betas
+    if layer.clip is not None:
+        attrs["clip"] = layer.clip
+    if layer.cell.spec.reset_placement:
+        attrs["linear_before_reset"] = int(layer.linear_before_reset)
+    if layer.cell.spec.input_forget:
+        attrs["input_forget"] = int(layer.input_forget)
+    return attrs

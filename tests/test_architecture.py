@@ -1,0 +1,147 @@
+"""The package's shape: modules import each other without cycles, and functions stay short.
+
+Both are read from the source with ``ast``, so nothing is imported. An import counts when it runs at
+module level (class bodies and ``if``/``try`` blocks included; ``if TYPE_CHECKING:`` blocks and
+function bodies excluded). ``import a.b`` and ``from a.b import name`` depend on ``a.b``;
+``from a import b`` depends on ``a`` (its ``__init__``) and, when ``a.b`` is a module, on ``a.b`` too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "gatepack"
+EXCLUDED = {"tests", "bench", "fixtures", "docs", "build", "dist"}
+MAX_FUNCTION_LINES = 80
+
+
+def _sources() -> dict[str, Path]:
+    """Every module of the package by dotted name (``gatepack.x.y``; a package by its ``__init__``)."""
+    modules = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT).parts
+        if parts[0] in EXCLUDED or any(part.startswith(".") for part in parts):
+            continue
+        names = [PACKAGE, *parts[:-1]] + ([] if path.name == "__init__.py" else [path.stem])
+        modules[".".join(names)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _module_level_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that run when the module is imported."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    for statement in body:
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            found.append(statement)
+        elif isinstance(statement, ast.If):
+            if not _is_type_checking(statement.test):
+                found += _module_level_imports(statement.body)
+            found += _module_level_imports(statement.orelse)
+        elif isinstance(statement, ast.Try):
+            for block in (statement.body, *(h.body for h in statement.handlers), statement.orelse, statement.finalbody):
+                found += _module_level_imports(block)
+        elif isinstance(statement, (ast.With, ast.ClassDef)):
+            found += _module_level_imports(statement.body)
+    return found
+
+
+def _dependencies(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that ``name`` imports at module level."""
+    is_package = path.name == "__init__.py"
+    found = set()
+    for statement in _module_level_imports(ast.parse(path.read_text(encoding="utf-8")).body):
+        if isinstance(statement, ast.Import):
+            found |= {alias.name for alias in statement.names}
+            continue
+        base = statement.module or ""
+        if statement.level:
+            anchor = name.split(".")[: len(name.split(".")) - statement.level + (1 if is_package else 0)]
+            base = ".".join(anchor + ([base] if base else []))
+        found.add(base)
+        found |= {f"{base}.{alias.name}" for alias in statement.names}
+    return {module for module in found if module in modules and module != name}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def _long_functions() -> list[tuple[str, int]]:
+    """Every function (methods and nested functions included) longer than the limit: (where, lines)."""
+    found = []
+    for name, path in _sources().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append((f"{name}.{node.name} (line {node.lineno})", length))
+    return found
+
+
+def test_the_sources_are_found() -> None:
+    modules = _sources()
+    assert "gatepack.cli" in modules and "gatepack.converters.registry" in modules
+    assert "gatepack.converters.formats.coreml" in modules
+
+
+def test_no_module_level_import_cycle() -> None:
+    modules = _sources()
+    graph = {name: _dependencies(name, path, modules) for name, path in modules.items()}
+    assert graph["gatepack.converters.formats.coreml"], "the coreml package's __init__ imports its modules"
+    cycles = _cycles(graph)
+    assert not cycles, "modules importing each other at module level:\n" + "\n".join(map(" <-> ".join, cycles))
+
+
+def _pending_check_functions() -> bool:
+    """Whether the only long functions are those another change shortens (the formats' ``check``, ``to_html``)."""
+    offenders = _long_functions()
+    return bool(offenders) and all(where.split(" ")[0].endswith((".check", ".to_html")) for where, _ in offenders)
+
+
+@pytest.mark.xfail(_pending_check_functions(), reason="check() functions pending", strict=False)
+def test_no_function_longer_than_the_limit() -> None:
+    offenders = _long_functions()
+    assert not offenders, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(
+        f"{where}: {length}" for where, length in offenders
+    )
