@@ -1,6 +1,7 @@
 """What Core ML's MIL ``gru``/``rnn`` ops and ``BNNSGraph.Builder``'s ``gru``/``rnn`` calls share
 (BNNSGraph executes ML Programs on the CPU; its Builder is a facade over the same ops, docs/conventions.md
-§5): gate order, bias layout, activations, semantics, and the known runtime doubts.
+§5): gate order, bias layout, activations and semantics (what each op takes, and the known runtime doubts:
+``converters.capabilities``).
 
 Per step, with gate blocks in Apple's order r, o, z (o, BNNS's "n", is the candidate)::
 

@@ -54,6 +54,17 @@ class Lengths(str, enum.Enum):
 
 
 SIGMOID_TANH_RELU = frozenset({"Sigmoid", "Tanh", "Relu"})
+# ONNX's recurrent activations (schemas.activations.KINDS, named here without importing numpy)
+ONNX_ACTIVATIONS = SIGMOID_TANH_RELU | {
+    "Affine",
+    "LeakyRelu",
+    "ThresholdedRelu",
+    "ScaledTanh",
+    "HardSigmoid",
+    "Elu",
+    "Softsign",
+    "Softplus",
+}
 ONNX_GATES = {cell: cell.gate_names for cell in Cell}
 ONNX_PEEPHOLES = ("i", "o", "f")
 
@@ -156,14 +167,7 @@ _SEQUENCE_LENGTHS_DOUBT = (
     "the reverse direction starts at len-1, Y_h = 0 for len 0)"
 )
 # the activations the provider maps onto DirectML's, spelled as ONNX spells them (not Affine, nor Softplus)
-_PROVIDER_ACTIVATIONS = SIGMOID_TANH_RELU | {
-    "LeakyRelu",
-    "ThresholdedRelu",
-    "ScaledTanh",
-    "HardSigmoid",
-    "Elu",
-    "Softsign",
-}
+_PROVIDER_ACTIVATIONS = ONNX_ACTIVATIONS - {"Affine", "Softplus"}
 
 
 def _onnx_op(cell: Cell) -> Op:
@@ -506,3 +510,88 @@ def alternative(caps: Capabilities, layer: "RecurrentLayer", feature: str) -> st
     listed = f"{', '.join(others[:-1])} or {others[-1]}" if len(others) > 1 else "".join(others)
     found = [f"convert to {listed}, which express {feature}"] if others else []
     return "; or ".join(found + [caps.alternatives[feature]] if feature in caps.alternatives else found)
+
+
+# ---------------------------------------------------------------------------------------------- the table
+
+TABLE_BEGIN = "<!-- capabilities table: generated from converters/capabilities.py, do not edit -->"
+TABLE_END = "<!-- end of capabilities table -->"
+TABLE_ROWS = (
+    ("onnx", ONNX),
+    ("onnx --for directml", ONNX_FOR_DIRECTML),
+    *((c.format, c) for c in RECORDS.values() if c is not ONNX),
+)
+
+
+def op_facts(op: Op, cell: Cell) -> dict[str, str]:
+    """What ``op`` takes, feature by feature, as short text (the table's cells, ``gatepack formats``)."""
+    slots = list(dict.fromkeys(op.activations or ()))
+    lstm = cell is Cell.LSTM
+    facts = {
+        "activations": "any, with α/β"
+        if op.activations is None
+        else ", then ".join(_names(slot) for slot in slots)
+        + (" in each slot" if len(slots) == 1 and cell.activation_count > 1 else "")
+        + ("; one list for both directions" if op.one_activation_list else ""),
+        "clip": op.clip.value,
+        "sequence_lens": op.sequence_lens.value,
+        "peepholes": ("yes" if op.peepholes else "none") if lstm else "",
+        "input_forget": ("yes" if op.input_forget else "none") if lstm else "",
+        "bias": op.bias.value
+        + (f"; lbr=1: {op.bias_reset_after.value}" if cell is Cell.GRU and op.bias_reset_after != op.bias else ""),
+        "linear_before_reset": (f"from {op.reset_after_since}" if op.reset_after_since else "yes")
+        if cell.spec.reset_placement
+        else "",
+        "float64": op.dtypes["float64"].status.value if "float64" in op.dtypes else "",
+    }
+    return facts
+
+
+def _names(slot: frozenset[str]) -> str:
+    missing = ONNX_ACTIVATIONS - slot
+    return f"any but {', '.join(sorted(missing))}" if len(missing) < len(slot) else "/".join(sorted(slot))
+
+
+def table() -> str:
+    """The README's table of what each format's op takes, per cell, and what becomes of what it lacks."""
+    columns = ["activations", "clip", "sequence_lens", "peepholes", "input_forget", "linear_before_reset", "bias"]
+    head = ["target", "cell", "its op", *columns, "float64", "what the op lacks"]
+    lines = [f"| {' | '.join(head)} |", f"|{'---|' * len(head)}"]
+    for label, caps in TABLE_ROWS:
+        for cell, op in caps.ops.items():
+            lacking = lacking_becomes(caps, cell)
+            facts = op_facts(op, cell)
+            row = [f"`{label}`", cell.value, op.name, *(facts[c] or "—" for c in columns), facts["float64"], lacking]
+            lines.append(f"| {' | '.join(row)} |")
+    return "\n".join(lines)
+
+
+def lacking_becomes(caps: Capabilities, cell: Cell) -> str:
+    """What becomes of a feature the format's op for ``cell`` lacks: decomposed, unsupported, or "—" (it lacks
+    none of the features an ONNX layer may have)."""
+    return "decomposed" if caps.elementary else "unsupported" if _lacks_any(caps.ops[cell], cell) else "—"
+
+
+def _lacks_any(op: Op, cell: Cell) -> bool:
+    lstm = cell is Cell.LSTM
+    return (
+        op.activations is not None
+        or op.clip is not Clip.EXACT
+        or op.sequence_lens is not Lengths.EXACT
+        or (lstm and (op.peepholes is None or not op.input_forget))
+    )
+
+
+def with_table(readme: str) -> str:
+    """``readme`` with the text between ``TABLE_BEGIN`` and ``TABLE_END`` replaced by ``table()``."""
+    before, rest = readme.split(TABLE_BEGIN, 1)
+    _, after = rest.split(TABLE_END, 1)
+    return f"{before}{TABLE_BEGIN}\n{table()}\n{TABLE_END}{after}"
+
+
+if __name__ == "__main__":  # python -m gatepack.converters.capabilities README.md: regenerate the table in place
+    import sys
+    from pathlib import Path
+
+    target = Path(sys.argv[1])
+    target.write_text(with_table(target.read_text()))
