@@ -108,6 +108,7 @@ class Op:
     dtypes: Mapping[str, Carried] = field(default_factory=dict)  # per source dtype
     notes: Mapping[str, str] = field(default_factory=dict)  # per feature: why it lacks it, beyond the fact
     warnings: Mapping[str, str] = field(default_factory=dict)  # a runtime doubt, per cell, feature or activation
+    remarks: Mapping[str, str] = field(default_factory=dict)  # per feature: how the op is told it, worth saying
 
     def permutes_gates(self, cell: Cell) -> bool:
         return self.gates != ONNX_GATES[cell]
@@ -177,6 +178,7 @@ def _onnx_op(cell: Cell) -> Op:
         ONNX_GATES[cell],
         bias_tensor="B [D, 2*G*H]",
         dtypes=_frozen({**_AS_STORED, "float64": Carried(Status.EXACT, "float64", warning=cpu_float64)}),
+        remarks=_frozen({"activations": "names and parameters written explicitly"}),
     )
 
 
@@ -207,6 +209,7 @@ def _onnx_for_directml_op(cell: Cell) -> Op:
             }
         ),
         warnings=_frozen({"sequence_lens": _SEQUENCE_LENGTHS_DOUBT}),
+        remarks=_frozen({"activations": "names in the provider's spelling, every alpha/beta written"}),
     )
 
 
@@ -232,6 +235,12 @@ def _directml_op(cell: Cell) -> Op:
             }
         ),
         notes=_frozen({"clip": f"{_PROVIDER} drops clip silently, giving different results"}),
+        remarks=_frozen(
+            {
+                "activations": "ActivationDescs, every parameter explicit (Softplus with Steepness 1.0, which "
+                f"{_PROVIDER} leaves at an invalid 0); the provider itself accepts only exact spellings",
+            }
+        ),
         warnings=_frozen(
             {
                 "sequence_lens": _SEQUENCE_LENGTHS_DOUBT,
@@ -346,6 +355,12 @@ def _apple_op(cell: Cell, family: str) -> Op:
         dtypes=_MIL_DTYPES if mil else _APPLE_DTYPES,
         notes=_frozen({"clip": "coremltools' reference, docs/conventions.md §8"} if mil and lstm else {}),
         warnings=_frozen(_MIL_DOUBTS if mil else _BNNS_DOUBTS),
+        remarks=_frozen(
+            {
+                "linear_before_reset": "false is reset before the matmul, whatever Apple's page prints "
+                "(docs/conventions.md §5)"
+            }
+        ),
     )
 
 
@@ -458,9 +473,7 @@ def lacks(layer: "RecurrentLayer", op: Op, target: str | None = None) -> dict[st
     names = [tuple(a.name for a in p.activations) for p in layer.directions]
     if op.activations is not None and any(n not in slot for per in names for n, slot in zip(per, op.activations)):
         slots = list(dict.fromkeys(op.activations))
-        allowed = ", then ".join(", ".join(sorted(slot)) for slot in slots) + (
-            " in each slot" if len(slots) == 1 else ""
-        )
+        allowed = ", then ".join(_names(slot) for slot in slots) + (" in each slot" if len(slots) == 1 else "")
         found["activations"] = f"activations {layer.activation_summary()}: the {op.name} computes only {allowed}"
     elif op.one_activation_list and len(set(names)) > 1:
         found["activations"] = f"per-direction activations: the {op.name} takes one activation list for both directions"
@@ -489,7 +502,7 @@ def lacks(layer: "RecurrentLayer", op: Op, target: str | None = None) -> dict[st
 
 _CLIP_LACKS = {
     Clip.ABSENT: "has no clip",
-    Clip.CELL_STATE: "clips the cell state after each update, ONNX the gates' inputs",
+    Clip.CELL_STATE: "bounds the cell state with it after each update (ONNX: the gates' inputs)",
     Clip.NOT_ZERO: "reads clip = 0 as no clip (ONNX: every pre-activation clamped to 0)",
 }
 _LENGTHS_LACKS = {

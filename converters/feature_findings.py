@@ -15,7 +15,7 @@ own (an option's effect, its runtime's precision, its names). Each feature has o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gatepack.converters.capabilities import (
     Bias,
@@ -62,7 +62,12 @@ def findings(layer: RecurrentLayer, form: Form, named: str | None = None) -> lis
     found.append(linear_before_reset(layer, form))
     found += [value_feature(layer, form, feature) for feature in _VALUE_TEXTS]
     found += initial_states(layer, form) + [layout(layer, form), dtype(layer, form), shapes(layer, form)]
-    return [f for f in found if f is not None]
+    remarks = form.op.remarks if form.native else {}
+    return [
+        replace(f, detail=f"{f.detail}; {remarks[f.feature]}") if f.feature in remarks else f
+        for f in found
+        if f is not None
+    ]
 
 
 def replacing(found: list[Finding], *others: Finding | None) -> list[Finding]:
