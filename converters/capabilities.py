@@ -8,10 +8,11 @@ takes, how each source dtype is carried — and what happens to a feature the op
 elementary form computes it (``elementary``), or the feature is refused (``elementary`` None).
 
 Everything derived from the records lives here too, so no fact is restated: ``lacks`` (what an op
-cannot express in a layer, by feature: the formats' ``native_blockers``), ``expressed_by`` (the
-formats that express a feature of a layer: the alternatives a refusal names), and the table the
-README and ``gatepack formats`` print (``table``). ``converters.feature_findings`` turns a record and
-a layer into the findings every format words the same way.
+cannot express in a layer, by feature: the formats' ``native_blockers``), ``alternative`` (the
+formats that express a feature a format refuses), ``folds_bias`` (whether a summed bias loses the
+split), and the table the README and ``gatepack formats`` print (``table``).
+``converters.feature_findings`` turns a record and a layer into the findings every format words the
+same way.
 
 Kept free of numpy and the formats' frameworks: the CLI's ``formats`` command reads it.
 """

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gatepack.converters.capabilities import (
+    VALUE_FEATURES,
     Bias,
     Capabilities,
     Op,
@@ -60,7 +61,7 @@ def findings(layer: RecurrentLayer, form: Form, named: str | None = None) -> lis
     """Every feature's finding, in one order for every format (``named``: the op as the cell finding names it)."""
     found = [cell(layer, form, named), direction(layer, form), weights(layer, form), bias(layer, form)]
     found.append(linear_before_reset(layer, form))
-    found += [value_feature(layer, form, feature) for feature in _VALUE_TEXTS]
+    found += [value_feature(layer, form, feature) for feature in VALUE_FEATURES]
     found += initial_states(layer, form) + [layout(layer, form), dtype(layer, form), shapes(layer, form)]
     remarks = form.op.remarks if form.native else {}
     return [
@@ -113,7 +114,10 @@ def direction(layer: RecurrentLayer, form: Form) -> Finding:
     per_direction = form.op.one_op_per_direction if form.native else form.caps.elementary_per_direction
     unit = "op" if form.native else "loop"
     if layer.direction is Direction.BIDIRECTIONAL and per_direction:
-        realigned = "; the reverse one's output (processing order) re-aligned to input time" if form.native else ""
+        in_processing_order = form.native and form.op.reverse_in_processing_order
+        realigned = (
+            "; the reverse one's output (processing order) re-aligned to input time" if in_processing_order else ""
+        )
         return Finding(
             "direction",
             Status.REPACKED,

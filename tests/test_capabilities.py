@@ -85,6 +85,12 @@ def test_blockers_agree_with_the_findings(tmp_path):
             assert _cell(found) is Status.EXACT
 
 
+def test_the_records_name_onnx_activations_as_the_schema_does():
+    from gatepack.schemas.activations import KINDS
+
+    assert capabilities.ONNX_ACTIVATIONS == set(KINDS)
+
+
 def test_provider_blockers_are_the_records():
     """onnxruntime's DirectML provider: GRU/RNN clip, Affine and Softplus are what it mishandles."""
     assert set(ONNX_FOR_DIRECTML.ops) == set(OPENVINO.ops)
