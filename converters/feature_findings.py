@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gatepack.converters.capabilities import (
+    ONNX_PEEPHOLES,
     VALUE_FEATURES,
     Bias,
     Capabilities,
@@ -219,8 +220,9 @@ def value_feature(layer: RecurrentLayer, form: Form, feature: str) -> Finding | 
     if not form.native:
         return Finding(feature, reported.elementary, elementary_text.format(**fill))
     op = form.op
-    permuted = feature == "peepholes" and op.peepholes != ("i", "o", "f")
-    detail = native_text.format(**fill) + (f", permuted i, o, f -> {', '.join(op.peepholes)}" if permuted else "")
+    order = op.peepholes if feature == "peepholes" and op.peepholes != ONNX_PEEPHOLES else None
+    detail = native_text.format(**fill) + (f", permuted i, o, f -> {', '.join(order)}" if order else "")
+    permuted = order is not None
     return Finding(feature, Status.REPACKED if permuted else Status.EXACT, detail, warning=_warning(layer, op, feature))
 
 
