@@ -55,7 +55,6 @@ from typing import Callable
 
 import numpy as np
 
-from gatepack.converters import feature_findings
 from gatepack.converters.apple import (
     APPLE_ACTIVATIONS,
     NATIVE_ACTIVATIONS,
@@ -75,6 +74,7 @@ from gatepack.converters.errors import (
     UsageError,
     where,
 )
+from gatepack.converters.feature_findings import findings, form_of
 from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model, with_separate_inputs
@@ -558,7 +558,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 def check(layer: RecurrentLayer, **_options) -> list[Finding]:
     """Findings for writing ``layer`` as BNNSGraph.Builder calls (``capabilities.BNNS``: what the calls lack is
     unsupported, never approximated)."""
-    return feature_findings.findings(layer, feature_findings.form_of(layer, BNNS))
+    return findings(layer, form_of(layer, BNNS))
 
 
 def whole_model_finding(model: Model) -> Finding | None:

@@ -53,10 +53,10 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
-from gatepack.converters import feature_findings
 from gatepack.converters.capabilities import DIRECTML, ONNX_FOR_DIRECTML, lacks
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.executor import CellOptions
+from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model, with_separate_inputs
@@ -1206,10 +1206,10 @@ def check(
 ) -> list[Finding]:
     """Findings for writing ``layer`` as a DirectML desc (``capabilities.DIRECTML``): the shared features, the
     outputs the desc binds, and the static sizes its tensors take."""
-    found = feature_findings.findings(layer, feature_findings.form_of(layer, DIRECTML))
+    found = findings(layer, form_of(layer, DIRECTML))
     outputs = [f for f in OUTPUT_FIELDS if getattr(layer.interface, ROLE_FIELDS[f])]
     found.append(Finding("outputs", Status.EXACT, ", ".join(outputs) + " (as the source requests)"))
-    return feature_findings.replacing(found, _static_sizes(layer, seq_length, batch_size))
+    return replacing(found, _static_sizes(layer, seq_length, batch_size))
 
 
 def _static_sizes(layer: RecurrentLayer, seq_length: SizeOption, batch_size: SizeOption) -> Finding:

@@ -28,7 +28,6 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from gatepack.converters import feature_findings
 from gatepack.converters.capabilities import ONNX, ONNX_FOR_DIRECTML
 from gatepack.converters.description import constant_from_layout, constant_in_layout
 from gatepack.converters.errors import (
@@ -40,6 +39,7 @@ from gatepack.converters.errors import (
     UsageError,
     where,
 )
+from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats import directml as directml_ep
@@ -1827,9 +1827,9 @@ def check(
     (``capabilities.ONNX_FOR_DIRECTML``: elementary operators where it would not). What only ONNX has: the
     opset, and the layout=1 attribute instead of Transposes (``--onnx-layout attribute``)."""
     for_directml = runtime_name(runtime) == "directml"
-    form = feature_findings.form_of(layer, ONNX_FOR_DIRECTML if for_directml else ONNX)
+    form = form_of(layer, ONNX_FOR_DIRECTML if for_directml else ONNX)
     named = f"{layer.cell.op_name} operator, opset {DEFAULT_OPSET if opset is None else opset}"
-    found = feature_findings.findings(layer, form, named=named)
+    found = findings(layer, form, named=named)
     attribute = None
     if layer.interface.layout == 1 and layout_encoding == "attribute" and for_directml:
         attribute = Finding(
@@ -1846,7 +1846,7 @@ def check(
             warning="onnxruntime rejects layout=1 and OpenVINO's ONNX importer ignores it",
         )
     refused = _directml_refusal(layer, opset) if for_directml else None
-    return feature_findings.replacing(found, attribute, refused)
+    return replacing(found, attribute, refused)
 
 
 # ----------------------------------------------------------------------------------------- running

@@ -54,7 +54,6 @@ from typing import Any
 
 import numpy as np
 
-from gatepack.converters import feature_findings
 from gatepack.converters.capabilities import OPENVINO, lacks
 from gatepack.converters.decompose import build_activation
 from gatepack.converters.description import (
@@ -64,6 +63,7 @@ from gatepack.converters.description import (
     parse,
 )
 from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
+from gatepack.converters.feature_findings import findings, form_of
 from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
 from gatepack.converters.findings import Finding, Status, fp16_source
 from gatepack.converters.formats.openvino_lifting import LOOP_OPS, STATE_INPUTS, LoopHandle, lift_loops, run_lifted
@@ -1359,7 +1359,7 @@ def _node_alone(ops, layer: RecurrentLayer, op, feed: dict[str, np.ndarray]):
 def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bool = False) -> list[Finding]:
     """Findings for writing ``layer`` as OpenVINO IR with ``strategy`` (``capabilities.OPENVINO``): the shared
     features, and what only OpenVINO has: fp16 weight compression and the CPU plugin's inference precision."""
-    found = feature_findings.findings(layer, feature_findings.form_of(layer, OPENVINO, strategy))
+    found = findings(layer, form_of(layer, OPENVINO, strategy))
     if compress_to_fp16 and layer.dtype != np.float16:
         found.append(
             Finding(

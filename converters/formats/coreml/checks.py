@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gatepack.converters import feature_findings
 from gatepack.converters.capabilities import COREML
+from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
     DEFAULT_TARGET,
@@ -31,9 +31,9 @@ def check(
     shared features, and what only Core ML has: fp16 packages, sanitised names, the deployment target."""
     target = minimum_deployment_target
     _target_rank(target)
-    form = feature_findings.form_of(layer, COREML, strategy, target)
-    found = feature_findings.findings(layer, form, named=f"{form.op.name} op ({target})")
-    found = feature_findings.replacing(found, _fp16_package(target) if compress_to_fp16 else None)
+    form = form_of(layer, COREML, strategy, target)
+    found = findings(layer, form, named=f"{form.op.name} op ({target})")
+    found = replacing(found, _fp16_package(target) if compress_to_fp16 else None)
     deployment = Finding("deployment target", Status.EXACT, f"{target} (--minimum-deployment-target)")
     return [*found, *_sanitised_names(layer), deployment]
 
