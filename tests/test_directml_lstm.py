@@ -47,7 +47,8 @@ def test_matrix_against_onnxruntime(cfg: Config, tmp_path):
     ((_, dispatchable),) = document["dispatchables"].items()
     assert dispatchable["type"] == "DML_OPERATOR_LSTM"
     feed0 = inputs(cfg)
-    outputs = gp.run(out, dml_inputs(cfg, feed0), engine="numpy")  # the saved directory, as DxDispatch runs it
+    # the saved directory, as DxDispatch runs it: its resources in the descs' 4-D shapes
+    outputs = gp.run(out, dml_inputs(cfg, feed0), engine="numpy", directml_shapes=True)
     got = [outputs["Y"], outputs["Y_h"][0], outputs["Y_c"][0]]
     assert_close(cfg, got, expected_outputs(cfg, feed0), *TOLERANCE[cfg.dtype], dtype=cfg.dtype)
 
@@ -168,7 +169,7 @@ def test_hand_written_lstm_desc_is_read_and_run(tmp_path):
     (tmp_path / "hand" / "model.json").write_text(json.dumps(document))
     (layer,) = gp.load(tmp_path / "hand").layers
     assert layer.cell.value == "lstm" and layer.clip is None and not layer.has_peepholes
-    y = gp.run(tmp_path / "hand", {}, engine="numpy")["y"]
+    y = gp.run(tmp_path / "hand", {}, engine="numpy", directml_shapes=True)["y"]
     cfg = Config(cell="LSTM", S=3, N=1, I=i, H=h, bias=False)
     # the same weights as an ONNX node on onnxruntime
     from helpers import ort_run

@@ -168,6 +168,42 @@ def test_a_cell_without_an_executor_step_is_refused_not_run_as_another(monkeypat
         executor.run_layer(layer, np.zeros((2, 1, layer.input_size), np.float32))
 
 
+def test_every_cell_has_an_elementary_step():
+    """A new cell without a graph step fails here, rather than being computed as another cell."""
+    from gatepack.converters import cell_steps
+
+    assert set(cell_steps.STEPS) == set(Cell)
+    for cell in Cell:
+        assert cell_steps.step_of(cell, "X") is cell_steps.STEPS[cell]
+    with pytest.raises(UnknownCellError):
+        cell_steps.step_of("sru", "X")
+
+
+@pytest.mark.parametrize(
+    "fmt, suffix, framework, options",
+    [
+        ("openvino", "xml", "openvino", {"strategy": "decomposed"}),
+        ("coreml", "mlpackage", "coremltools", {"strategy": "decomposed"}),
+        ("onnx", "onnx", "onnxruntime", {"runtime": "directml"}),  # onnx_elementary's Loop
+    ],
+)
+def test_a_cell_without_an_elementary_step_is_refused_not_built_as_another(
+    fmt, suffix, framework, options, monkeypatch, tmp_path
+):
+    """A 3-gate cell missing from the step table is an error naming it in every decomposing writer (the
+    writers once took any cell but LSTM for a GRU). The GRU has a clip, so that onnxruntime's DirectML
+    provider (which would drop it) gets elementary ops too."""
+    pytest.importorskip(framework)
+    from gatepack.converters import cell_steps
+
+    source = tmp_path / "clipped_gru.onnx"
+    onnx.save(build_model(Config(cell="GRU", lbr=1, clip=0.5)), str(source))
+    monkeypatch.delitem(cell_steps.STEPS, Cell.GRU)
+    with pytest.raises(gp.UsageError, match="no elementary-op step for GRU cells"):
+        gp.convert(source, tmp_path / f"out.{suffix}", to=fmt, verify=False, **options)
+    assert not (tmp_path / f"out.{suffix}").exists()
+
+
 def test_provenance_is_a_typed_record():
     layer = gp.load(SOURCE).layers[0]
     assert (layer.provenance.format, layer.provenance.op_type, layer.provenance.op_version) == ("onnx", "GRU", 14)

@@ -5,23 +5,21 @@ DirectML provider drops a GRU/RNN ``clip``, rejects Affine and breaks Softplus: 
 Everything is sequence-major (the caller transposes a batch-major interface around it). Per direction
 ``d`` (a reverse one reads ``ReverseSequence(X, lens)`` and reverses its Y back):
 
-* every step's input projection at once, one MatMul per gate: ``xg = X Wg^T + Wbg`` [S,N,H];
-* a ``Loop`` of S iterations carrying h (LSTM: h, c) [N,H]; step t gathers ``xg[t]`` and computes, with
-  f, g, h the direction's activations (``decompose.RECIPES``) and ``clip`` a ``Clip`` of every
-  pre-activation::
-
-      GRU   z = f(xz + h Rz^T + Rbz)   r = f(xr + h Rr^T + Rbr)
-            reset-before: c~ = g(xh + (r h) Rh^T + Rbh)   reset-after: c~ = g(xh + r (h Rh^T + Rbh))
-            h' = (1 - z) c~ + z h
-    RNN   h' = f(xi + h Ri^T + Rbi)
-    LSTM  i = f(xi + h Ri^T + Rbi + Pi c)   f_ = f(xf + h Rf^T + Rbf + Pf c)  (input_forget: 1 - i)
-          c' = f_ c + i g(xc + h Rc^T + Rbc)   o = f(xo + h Ro^T + Rbo + Po c')   h' = o h(c')
-
+* every step's input projection at once, one MatMul: ``xg = X W^T + Wb`` [S,N,G*H];
+* a ``Loop`` of S iterations carrying h (LSTM: h, c) [N,H]; step t gathers ``gx = xg[t]`` and computes
+  the cell's step from ``cell_steps`` (its equations there; a cell without one is refused, never
+  computed as another) through ``_StepOps``: the gate blocks cut by ``Split``, the activations
+  ``decompose``'s recipes, ``clip`` a ``Clip`` of every pre-activation, and each recurrent projection
+  ``h R[gates]^T + Rb[gates]`` one MatMul and Add on R's and Rb's rows for those gates, sliced when the
+  model is written (an LSTM's four gates at once; a GRU's z and r, then h apart when the reset comes
+  before it);
 * past a sequence's length (t >= lens[n]) the states are kept and Y is 0; a sequence of length 0
   ends in zero states (onnxruntime's rule, docs/conventions.md §2).
 
-Y [S,D,N,H] and the final states [D,N,H] come out under the names the caller gives. Needs opset 11 or
-later (Range, Clip with inputs); Unsqueeze takes its axes as an attribute below opset 13.
+Y [S,D,N,H] and the final states [D,N,H] come out under the names the caller gives; the weights are
+the caller's initializers, a step's scalars (1, a clip bound, an activation's alpha) initializers of its
+Loop body. Needs opset 11 or later (Range, Clip with inputs); Unsqueeze takes its axes as an attribute
+below opset 13, Split its block count as one from opset 18.
 """
 
 from __future__ import annotations
@@ -33,9 +31,9 @@ import onnx
 from numpy.typing import DTypeLike
 from onnx import helper, numpy_helper
 
-from gatepack.converters.decompose import build_activation
+from gatepack.converters.cell_steps import step_of
 from gatepack.converters.errors import UsageError
-from gatepack.schemas.layer import Cell, Direction, DirectionParams, RecurrentLayer, state_roles
+from gatepack.schemas.layer import Direction, DirectionParams, RecurrentLayer, state_roles
 
 MINIMUM_OPSET = 11
 _INT64 = onnx.TensorProto.INT64
@@ -50,11 +48,14 @@ class _Graph:
 
     def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs) -> str:
         """One node with one output (named ``out``, else fresh); returns the output's name."""
-        out = out or self.fresh(f"{self.prefix}/{op_type.lower()}")
+        return self.op_outputs(op_type, inputs, [out or self.fresh(f"{self.prefix}/{op_type.lower()}")], **attrs)[0]
+
+    def op_outputs(self, op_type: str, inputs: list[str], outputs: list[str], **attrs) -> list[str]:
+        """One node with the outputs ``outputs``; returns them."""
         self.nodes.append(
-            helper.make_node(op_type, inputs, [out], name=self.fresh(f"{self.prefix}/{op_type}"), **attrs)
+            helper.make_node(op_type, inputs, outputs, name=self.fresh(f"{self.prefix}/{op_type}"), **attrs)
         )
-        return out
+        return outputs
 
     def const(self, value, dtype: DTypeLike | None = None) -> str:
         array = np.asarray(value, dtype or self.dtype)
@@ -66,17 +67,57 @@ class _Graph:
         return self.op("Unsqueeze", [x], out, axes=[axis])
 
 
-class _Ops:
-    """``decompose.ElementaryOps`` over ONNX nodes, so the activations are the shared stable recipes."""
+class _StepOps:
+    """``cell_steps.StepOps`` over the ONNX nodes of one direction's Loop body: the activations are
+    ``decompose``'s stable recipes, scalars are initializers of the body (one per value), and the
+    recurrent weights of a gate range are sliced when the model is written (one MatMul per range)."""
 
-    def __init__(self, graph: _Graph) -> None:
-        self.g = graph
+    builder = "ONNX"
+
+    def __init__(
+        self,
+        body: _Graph,
+        layer: RecurrentLayer,
+        params: DirectionParams,
+        base: str,
+        weight: Callable[[str, np.ndarray], str],
+    ) -> None:
+        self.g, self.layer, self.params, self.base, self.weight = body, layer, params, base, weight
+        self._scalars: dict[bytes, onnx.TensorProto] = {}  # by the value's bits (0 and -0 apart)
+
+    def scalars(self) -> list[onnx.TensorProto]:
+        """The body's initializers: every scalar a step asked for."""
+        return list(self._scalars.values())
 
     def const(self, x: str, value: float) -> str:
-        return self.g.const(value)
+        array = np.asarray(value, self.g.dtype)
+        key = array.tobytes()
+        if key not in self._scalars:
+            self._scalars[key] = numpy_helper.from_array(array, self.g.fresh(f"{self.base}.scalar"))
+        return self._scalars[key].name
 
     def zero_like(self, x: str) -> str:
-        return self.g.const(0.0)
+        return self.const(x, 0.0)
+
+    def split(self, x: str, count: int) -> list[str]:
+        """Equal blocks of the last axis: ``Split`` (its block count an attribute from opset 18)."""
+        outputs = [self.g.fresh(f"{self.g.prefix}/split") for _ in range(count)]
+        attrs = {"num_outputs": count} if self.g.opset >= 18 else {}
+        return self.g.op_outputs("Split", [x], outputs, axis=-1, **attrs)
+
+    def clip(self, x: str, bound: float) -> str:
+        return self.g.op("Clip", [x, self.const(x, -bound), self.const(x, bound)])
+
+    def recurrent(self, x: str, first: int, stop: int) -> str:
+        """``x R[first*H : stop*H]^T + Rb[first*H : stop*H]`` with that block of R and Rb as initializers."""
+        h, gates = self.layer.hidden_size, "".join(self.layer.cell.spec.gates[first:stop])
+        r = self.weight(f"{self.base}.R_{gates}T", self.params.R[first * h : stop * h].T.copy())
+        rb = self.weight(f"{self.base}.Rb_{gates}", self.params.Rb[first * h : stop * h].copy())
+        return self.g.op("Add", [self.g.op("MatMul", [x, r]), rb])
+
+    def peepholes(self) -> str:
+        assert self.params.P is not None  # (asked for by a layer with peepholes only)
+        return self.weight(f"{self.base}.P", self.params.P.copy())
 
     def add(self, x: str, y: str) -> str:
         return self.g.op("Add", [x, y])
@@ -106,7 +147,7 @@ class _Ops:
         return self.g.op("Not", [self.g.op("Less", [x, y])])
 
     def clip01(self, x: str) -> str:
-        return self.g.op("Clip", [x, self.g.const(0.0), self.g.const(1.0)])
+        return self.g.op("Clip", [x, self.const(x, 0.0), self.const(x, 1.0)])
 
     def exp(self, x: str) -> str:
         return self.g.op("Exp", [x])
@@ -205,42 +246,23 @@ def _time_loop(
     start: list[str],
     weight: Callable[[str, np.ndarray], str],
 ) -> tuple[str, list[str]]:
-    """The ``Loop`` of one direction: (Y [S,N,H], the final value of each state [N,H])."""
-    h = layer.hidden_size
+    """The ``Loop`` of one direction: (Y [S,N,H], the final value of each state [N,H]). Its body is
+    ``cell_steps``' step of the cell on ``gx = xg[t]``, the states kept past each sequence's length."""
+    step = step_of(layer.cell, "ONNX")
     base = f"{layer.name.replace('/', '.')}.d{k}"
-    gates = range(layer.gates)
-    projected = [
-        g.op(
-            "Add",
-            [
-                g.op("MatMul", [x, weight(f"{base}.W{j}T", params.W[j * h : (j + 1) * h].T.copy())]),
-                weight(f"{base}.Wb{j}", params.Wb[j * h : (j + 1) * h].copy()),
-            ],
-        )
-        for j in gates
-    ]  # [S,N,H] per gate
+    # every step's input projection at once: X W^T + Wb [S,N,G*H]
+    projected = g.op(
+        "Add", [g.op("MatMul", [x, weight(f"{base}.WT", params.W.T.copy())]), weight(f"{base}.Wb", params.Wb)]
+    )
     body = _Graph(g.fresh, f"{layer.name}/step{k}", g.opset, g.dtype)
+    ops = _StepOps(body, layer, params, base, weight)
     elem = helper.np_dtype_to_tensor_dtype(g.dtype)
     t, cond = g.fresh(f"{base}.t"), g.fresh(f"{base}.cond")
     state_in = [g.fresh(f"{base}.{name}") for name in layer.cell.states]
     ok = body.op("Gather", [valid, t], axis=0)  # [N,1]
-    gx = [body.op("Gather", [p, t], axis=0) for p in projected]  # [N,H] per gate
-
-    def recurrent(j: int, value: str) -> str:  # value Rj^T + Rbj
-        r = weight(f"{base}.R{j}T", params.R[j * h : (j + 1) * h].T.copy())
-        return body.op(
-            "Add", [body.op("MatMul", [value, r]), weight(f"{base}.Rb{j}", params.Rb[j * h : (j + 1) * h].copy())]
-        )
-
-    step = _lstm_step if layer.cell is Cell.LSTM else _gru_rnn_step
-
-    def peephole(j: int) -> str:  # P holds i, o, f
-        assert params.P is not None  # (asked for by a layer with peepholes only)
-        return weight(f"{base}.P{j}", params.P[j * h : (j + 1) * h].copy())
-
-    new = step(body, layer, params, gx, state_in, recurrent, peephole)
+    new = step(ops, layer, params, body.op("Gather", [projected, t], axis=0), state_in)
     kept = [body.op("Where", [ok, n, s]) for n, s in zip(new, state_in)]
-    y_t = body.op("Where", [ok, new[0], body.const(0.0)])
+    y_t = body.op("Where", [ok, new[0], ops.zero_like(new[0])])
     cond_out = body.op("Identity", [cond])
     value = lambda name, e, shape: helper.make_tensor_value_info(name, e, shape)  # noqa: E731
     graph = helper.make_graph(
@@ -248,54 +270,10 @@ def _time_loop(
         f"{base}.step",
         [value(t, _INT64, []), value(cond, onnx.TensorProto.BOOL, []), *(value(s, elem, None) for s in state_in)],
         [value(cond_out, onnx.TensorProto.BOOL, []), *(value(s, elem, None) for s in kept), value(y_t, elem, None)],
+        initializer=ops.scalars(),
     )
     outs = [g.fresh(f"{base}.{name}_last") for name in layer.cell.states] + [g.fresh(f"{base}.Y")]
     g.nodes.append(
         helper.make_node("Loop", [steps, "", *start], outs, name=g.fresh(f"{layer.name}/loop{k}"), body=graph)
     )
     return outs[-1], outs[:-1]
-
-
-def _clipped(g: _Graph, layer: RecurrentLayer) -> Callable[[str], str]:
-    if layer.clip is None:
-        return lambda v: v
-    low, high = g.const(-layer.clip), g.const(layer.clip)
-    return lambda v: g.op("Clip", [v, low, high])
-
-
-def _gru_rnn_step(g: _Graph, layer, params: DirectionParams, gx: list[str], state: list[str], recurrent, _peephole):
-    """[h'] of one GRU or RNN step (module docstring)."""
-    (h_prev,) = state
-    clip, ops = _clipped(g, layer), _Ops(g)
-    f = params.activations[0]
-    act = lambda v, a: build_activation(ops, clip(v), a, "ONNX")  # noqa: E731
-    if layer.cell is Cell.RNN:
-        return [act(g.op("Add", [gx[0], recurrent(0, h_prev)]), f)]
-    z = act(g.op("Add", [gx[0], recurrent(0, h_prev)]), f)
-    r = act(g.op("Add", [gx[1], recurrent(1, h_prev)]), f)
-    if layer.linear_before_reset:
-        inner = g.op("Mul", [r, recurrent(2, h_prev)])
-    else:
-        inner = recurrent(2, g.op("Mul", [r, h_prev]))
-    cand = act(g.op("Add", [gx[2], inner]), params.activations[1])
-    one_minus_z = g.op("Sub", [g.const(1.0), z])
-    return [g.op("Add", [g.op("Mul", [one_minus_z, cand]), g.op("Mul", [z, h_prev])])]
-
-
-def _lstm_step(g: _Graph, layer, params: DirectionParams, gx: list[str], state: list[str], recurrent, peephole):
-    """[h', c'] of one LSTM step, gates i, o, f, c (module docstring)."""
-    h_prev, c_prev = state
-    clip, ops = _clipped(g, layer), _Ops(g)
-    f, g_act, h_act = params.activations
-    act = lambda v, a: build_activation(ops, clip(v), a, "ONNX")  # noqa: E731
-    pre = [g.op("Add", [gx[j], recurrent(j, h_prev)]) for j in range(4)]  # i, o, f, c
-    if params.P is not None:  # P: i, o, f
-        pre[0] = g.op("Add", [pre[0], g.op("Mul", [peephole(0), c_prev])])
-        pre[2] = g.op("Add", [pre[2], g.op("Mul", [peephole(2), c_prev])])
-    i = act(pre[0], f)
-    forget = g.op("Sub", [g.const(1.0), i]) if layer.input_forget else act(pre[2], f)
-    c_new = g.op("Add", [g.op("Mul", [forget, c_prev]), g.op("Mul", [i, act(pre[3], g_act)])])
-    if params.P is not None:
-        pre[1] = g.op("Add", [pre[1], g.op("Mul", [peephole(1), c_new])])
-    o = act(pre[1], f)
-    return [g.op("Mul", [o, build_activation(ops, c_new, h_act, "ONNX")]), c_new]
