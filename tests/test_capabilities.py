@@ -19,7 +19,7 @@ from gatepack.cli import main
 from gatepack.converters import capabilities, registry
 from gatepack.converters.capabilities import BNNS, DIRECTML, ONNX_FOR_DIRECTML, OPENVINO, RECORDS, lacks
 from gatepack.converters.findings import Status
-from gatepack.converters.formats import bnns, directml, openvino
+from gatepack.converters.formats import bnns, directml, directml_desc, openvino
 from gatepack.converters.formats.coreml import native_blockers as coreml_blockers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def test_blockers_agree_with_the_findings(tmp_path):
                 blocked = coreml_blockers(layer, target)
                 found = checks["coreml"](layer, strategy=strategy, minimum_deployment_target=target)
                 assert _cell(found) is (when_blocked if blocked else Status.EXACT), f"{label} {target}"
-        provider = directml.ep_mishandled(layer)
+        provider = directml_desc.ep_mishandled(layer)
         assert _cell(checks["onnx"](layer, runtime="directml")) is (Status.DECOMPOSED if provider else Status.EXACT)
         for name, caps in (("bnns", BNNS), ("directml", DIRECTML)):
             lacking = lacks(layer, caps.ops[layer.cell])
