@@ -514,7 +514,22 @@ def run(artifact, inputs_path, output, engine, directml_shapes, from_format, as_
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @handle_errors
 def formats(as_json: bool) -> None:
-    """What each format reads and writes."""
+    """What each format reads and writes, and what its own recurrent op takes of each cell."""
+    from gatepack.converters.capabilities import RECORDS, lacking_becomes, op_facts
+
+    def takes(name: str) -> dict:
+        caps = RECORDS.get(name)
+        if caps is None:
+            return {}
+        return {
+            cell.value: {
+                "op": op.name,
+                **{k: v for k, v in op_facts(op, cell).items() if v},
+                "lacking": lacking_becomes(caps, cell),
+            }
+            for cell, op in caps.ops.items()
+        }
+
     if as_json:
         described = [
             {
@@ -526,6 +541,7 @@ def formats(as_json: bool) -> None:
                 "installed": info.installed,
                 "extra": info.extra,
                 "options": [o.flag for o in info.write_options],
+                "cells": takes(info.name),
             }
             for info in FORMATS.values()
         ]
@@ -538,6 +554,9 @@ def formats(as_json: bool) -> None:
         click.echo(f"{info.name:<9} {status:<14} {info.artifact:<26} {info.runtime}{missing}")
         if info.write_options:
             click.echo(f"{'':<9} options: {', '.join(o.flag for o in info.write_options)}")
+        for cell, facts in takes(info.name).items():
+            shown = "; ".join(f"{k} {v}" for k, v in facts.items() if k not in ("op", "lacking"))
+            click.echo(f"{'':<9} {cell}: {facts['op']} ({shown}); what it lacks: {facts['lacking']}")
 
 
 if __name__ == "__main__":  # pragma: no cover

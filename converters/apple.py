@@ -1,6 +1,7 @@
 """What Core ML's MIL ``gru``/``rnn`` ops and ``BNNSGraph.Builder``'s ``gru``/``rnn`` calls share
 (BNNSGraph executes ML Programs on the CPU; its Builder is a facade over the same ops, docs/conventions.md
-§5): gate order, bias layout, activations, semantics, and the known runtime doubts.
+§5): gate order, bias layout, activations and semantics (what each op takes, and the known runtime doubts:
+``converters.capabilities``).
 
 Per step, with gate blocks in Apple's order r, o, z (o, BNNS's "n", is the candidate)::
 
@@ -134,32 +135,6 @@ def activation_of(text: str, at: str) -> Activation:
             f"{at}activation {text!r} is not one Apple's gru/rnn computes ({', '.join(sorted(APPLE_ACTIVATIONS))})"
         )
     return APPLE_ACTIVATIONS[text]
-
-
-def feature_blockers(layer: RecurrentLayer, op: str) -> dict[str, str]:
-    """What the native op ``op`` cannot express in ``layer``, by feature (activations other than
-    Sigmoid/Tanh/Relu, clip, sequence lengths); empty: it computes exactly what ONNX specifies."""
-    reasons = {}
-    if not {a.name for p in layer.directions for a in p.activations} <= set(NATIVE_ACTIVATIONS):
-        reasons["activations"] = (
-            f"{layer.activation_summary()}: the {op} takes parameterless sigmoid/tanh/relu (gatepack maps no other "
-            "kind onto Apple's fixed-parameter variants, whose results nothing here can confirm)"
-        )
-    if layer.clip is not None:
-        reasons["clip"] = f"clip {layer.clip:g}: the {op} has no clip"
-    if layer.interface.sequence_lens:
-        reasons["sequence_lens"] = f"sequence_lens: the {op} has no sequence lengths"
-    return reasons
-
-
-def runtime_doubts(layer: RecurrentLayer) -> str | None:
-    """The known doubts about Apple's GRU runtime (a warning whenever its native gru is used)."""
-    if layer.cell is not Cell.GRU:
-        return None
-    text = "Core ML's own tests run the gru op with batch 1 only (later batches came out as zeros, rdar 59644603)"
-    if layer.linear_before_reset:
-        text += "; coremltools marks its iOS18 reset_after parity test expected-to-fail (rdar 128479517)"
-    return text
 
 
 def recurrence(

@@ -60,12 +60,11 @@ from gatepack.converters.apple import (
     NATIVE_ACTIVATIONS,
     activation_of,
     apple_tensor,
-    feature_blockers,
     lstm_recurrence,
     onnx_weights,
     recurrence,
-    runtime_doubts,
 )
+from gatepack.converters.capabilities import BNNS, alternative, lacks
 from gatepack.converters.description import typed_field
 from gatepack.converters.errors import (
     InputError,
@@ -75,6 +74,7 @@ from gatepack.converters.errors import (
     UsageError,
     where,
 )
+from gatepack.converters.feature_findings import findings, form_of
 from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model, with_separate_inputs
@@ -88,7 +88,6 @@ from gatepack.schemas.layer import (
     Provenance,
     RecurrentLayer,
     SpecError,
-    dim_text,
     state_roles,
 )
 
@@ -98,7 +97,6 @@ SWIFT_FILE = "model.swift"
 BUNDLE_FORMAT = "gatepack-bnns"
 VERSION = 1
 OP = "BNNSGraph.Builder"
-ALTERNATIVE = "convert to coreml (decomposed) or openvino, which can express it"
 # Swift's BNNSGraph.Builder.Activation cases and the MIL strings they stand for.
 SWIFT_ACTIVATIONS = {
     "sigmoid": "sigmoid",
@@ -111,10 +109,6 @@ SWIFT_ACTIVATIONS = {
 _SWIFT_OF_MIL = {mil: swift for swift, mil in SWIFT_ACTIVATIONS.items()}
 assert set(SWIFT_ACTIVATIONS.values()) <= set(APPLE_ACTIVATIONS)
 _INTERFACE_KEYS = {"x", "y", "y_h", "initial_h", "initial_c", "y_c", "layout", "seq_length", "batch_size", "dtype"}
-LSTM_GATE_WARNING = (
-    "Apple's page gives the lstm weights' gate order as i, f, o, g but its bias as i, f, g, o; gatepack writes "
-    "i, f, o, g for both (MIL's lstm op, which BNNSGraph executes): unconfirmed without a device"
-)
 
 
 # ----------------------------------------------------------------------------------------- writing
@@ -122,13 +116,8 @@ LSTM_GATE_WARNING = (
 
 def blockers(layer: RecurrentLayer) -> dict[str, str]:
     """What BNNSGraph.Builder's gru/rnn/lstm cannot express in ``layer``, by feature (empty: every
-    feature maps)."""
-    found = feature_blockers(layer, f"{OP} {layer.cell.value}")
-    if layer.has_peepholes:
-        found["peepholes"] = f"the {OP} lstm has no peephole input"
-    if layer.input_forget:
-        found["input_forget"] = f"the {OP} lstm has no input/forget coupling"
-    return found
+    feature maps): ``capabilities.BNNS``'s call for the cell, against the layer."""
+    return lacks(layer, BNNS.ops[layer.cell])
 
 
 def _slug(name: str) -> str:
@@ -196,7 +185,8 @@ def describe_bundle(model: Model) -> tuple[dict, dict[str, Callable[[], np.ndarr
         found = blockers(layer)
         if found:
             raise RefusedError(
-                f"{where(model.path, layer.name)}BNNS cannot express it: {'; '.join(found.values())}", hint=ALTERNATIVE
+                f"{where(model.path, layer.name)}BNNS cannot express it: {'; '.join(found.values())}",
+                hint=alternative(BNNS, layer, next(iter(found))),
             )
         calls, layer_arrays = _calls(layer, f"tensors/{i:03d}_{_slug(layer.name)}")
         arrays.update(layer_arrays)
@@ -566,133 +556,9 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 
 
 def check(layer: RecurrentLayer, **_options) -> list[Finding]:
-    """Findings for writing ``layer`` as BNNSGraph.Builder calls."""
-    itf = layer.interface
-    op = f"{OP} {layer.cell.value}"
-    found: list[Finding] = []
-    refused = blockers(layer)
-    detail = {
-        Cell.GRU: f"{op}, rows permuted z,r,h -> r,n,z",
-        Cell.LSTM: f"{op}, rows permuted i,o,f,c -> i,f,o,g",
-    }.get(layer.cell, op)
-    found.append(
-        Finding(
-            "cell",
-            Status.EXACT,
-            detail + "; the generated Swift cannot be compiled or run here (BNNSGraph.Builder needs iOS / macOS 26)",
-            warning=LSTM_GATE_WARNING if layer.cell is Cell.LSTM else runtime_doubts(layer),
-        )
-    )
-    if layer.direction is Direction.BIDIRECTIONAL:
-        found.append(
-            Finding(
-                "direction",
-                Status.REPACKED,
-                "bidirectional: a forward and a reverse call; the reverse output (processing order) is re-aligned "
-                "to input time and both stacked into Y [S,D,N,H]",
-            )
-        )
-    elif layer.direction is Direction.REVERSE:
-        found.append(
-            Finding(
-                "direction",
-                Status.REPACKED,
-                "reverse: the call's output sequence (processing order) is re-aligned to input time",
-            )
-        )
-    else:
-        found.append(Finding("direction", Status.EXACT, "forward"))
-    found.append(
-        Finding(
-            "weights",
-            Status.REPACKED,
-            {
-                Cell.GRU: "inputHiddenWeight / hiddenHiddenWeight rows permuted z,r,h -> r,n,z",
-                Cell.LSTM: "inputHiddenWeight / hiddenHiddenWeight rows permuted i,o,f,c -> i,f,o,g",
-            }.get(layer.cell, "inputHiddenWeight / hiddenHiddenWeight as ONNX's W / R"),
-        )
-    )
-    if layer.cell is Cell.GRU and layer.linear_before_reset:
-        found.append(
-            Finding("bias", Status.REPACKED, "applyResetGateAfterMatMul: bias = Rb, inputBias = Wb (permuted)")
-        )
-    else:
-        summed = any(p.Rb.any() for p in layer.directions)
-        found.append(
-            Finding(
-                "bias",
-                Status.FOLDED if summed else Status.EXACT,
-                "bias = Wb + Rb" + ("; reads back as [Wb + Rb, 0]" if summed else " (Rb is zero: nothing is lost)"),
-            )
-        )
-    if layer.cell is Cell.GRU:
-        found.append(
-            Finding(
-                "linear_before_reset",
-                Status.EXACT,
-                f"{int(layer.linear_before_reset)}: applyResetGateAfterMatMul "
-                f"{str(bool(layer.linear_before_reset)).lower()}"
-                + ("" if layer.linear_before_reset else " (reset before the matmul, whatever Apple's page prints)"),
-            )
-        )
-    found += [
-        Finding(
-            feature,
-            Status.UNSUPPORTED,
-            reason,
-            alternative=ALTERNATIVE + (", or pad and drop sequence_lens" if feature == "sequence_lens" else ""),
-        )
-        for feature, reason in refused.items()
-    ]
-    if "activations" not in refused:
-        warning = (
-            "Apple's page calls relu 'Clamped ReLU' without saying where it clamps; gatepack assumes MIL's plain relu"
-            if any(a.name == "Relu" for p in layer.directions for a in p.activations)
-            else None
-        )
-        found.append(Finding("activations", Status.EXACT, layer.activation_summary(), warning=warning))
-    for role, label in (("initial_h", "initialHiddenStates"), ("initial_c", "initialCellStates")):
-        if role == "initial_c" and layer.cell is not Cell.LSTM:
-            continue
-        if getattr(itf, role):
-            found.append(Finding(role, Status.EXACT, f"{role} input kept ({label} per direction)"))
-        else:
-            found.append(Finding(role, Status.EXACT, f"zeros ({label} is required: the Swift builds a zero state)"))
-    found.append(
-        Finding(
-            "layout",
-            Status.REPACKED if itf.layout else Status.EXACT,
-            f"layout {itf.layout}"
-            + (" interface kept; transposes around the calls" if itf.layout else " (sequence-major, as BNNS)"),
-        )
-    )
-    if layer.dtype == np.float64:
-        found.append(
-            Finding(
-                "dtype",
-                Status.LOSSY,
-                "float64 weights and inputs become float32 (BNNS has no double precision)",
-                alternative="pass --allow-lossy to accept float32",
-            )
-        )
-    elif layer.dtype == np.float16:
-        found.append(
-            Finding(
-                "dtype",
-                Status.REPACKED,
-                "float16 weights stored as float32 (exact) and computed in float32; the interface takes float32",
-            )
-        )
-    else:
-        found.append(Finding("dtype", Status.EXACT, "float32"))
-    found.append(
-        Finding(
-            "shapes",
-            Status.EXACT,
-            f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (unknown dimensions become flexible, -1)",
-        )
-    )
-    return found
+    """Findings for writing ``layer`` as BNNSGraph.Builder calls (``capabilities.BNNS``: what the calls lack is
+    unsupported, never approximated)."""
+    return findings(layer, form_of(layer, BNNS))
 
 
 def whole_model_finding(model: Model) -> Finding | None:

@@ -55,7 +55,9 @@ from typing import Union
 
 import numpy as np
 
+from gatepack.converters.capabilities import DIRECTML
 from gatepack.converters.errors import UsageError
+from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_path
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.directml_desc import (
@@ -316,7 +318,7 @@ def written_sizes(
         ("seq_length", layer.interface.seq_length, seq_length, DEFAULT_SEQ_LENGTH),
         ("batch_size", layer.interface.batch_size, batch_size, DEFAULT_BATCH),
     ):
-        value = option.get(layer.name) if isinstance(option, dict) else option
+        value = _size_for(layer, option)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{label} must be a positive integer, got {value!r}")
         out.append(dim if isinstance(dim, int) else value or default)
@@ -356,134 +358,48 @@ def activation_desc(act: Activation) -> dict:
 def check(
     layer: RecurrentLayer, *, emit_cpp: bool = False, seq_length: SizeOption = None, batch_size: SizeOption = None
 ) -> list[Finding]:
-    """Findings for writing ``layer`` as a DirectML desc."""
-    op = OPERATORS[layer.cell]
-    itf = layer.interface
-    found = [
-        Finding("cell", Status.EXACT, f"{op} ({op.replace('DML_OPERATOR_', 'DML_')}_OPERATOR_DESC)"),
-        Finding("direction", Status.EXACT, DIRECTIONS[layer.direction]),
-        Finding(
-            "weights",
-            Status.EXACT,
-            f"WeightTensor {{1,D,{layer.gates}H,I}}, RecurrenceTensor {{1,D,{layer.gates}H,H}}: ONNX gate order, "
-            "reshaped only",
-        ),
-        Finding(
-            "bias",
-            Status.EXACT,
-            f"BiasTensor {{1,1,D,{2 * layer.gates}H}} = [Wb, Rb] as ONNX"
-            if layer.has_bias
-            else "no BiasTensor (zeros)",
-        ),
-    ]
-    if layer.cell is Cell.GRU:
-        found.append(
-            Finding(
-                "linear_before_reset",
-                Status.EXACT,
-                f"LinearBeforeReset = {str(bool(layer.linear_before_reset)).upper()}",
-            )
-        )
-    if layer.has_peepholes:
-        found.append(Finding("peepholes", Status.EXACT, "PeepholeTensor {1,1,D,3H} (i, o, f as ONNX)"))
-    if layer.input_forget:
-        found.append(Finding("input_forget", Status.EXACT, "CoupleInputForget = TRUE"))
-    names = ", ".join(ACTIVATIONS[a.name][0] for a in layer.directions[0].activations)
-    all_acts = {a.name for p in layer.directions for a in p.activations}
-    warning = None
-    if "Affine" in all_acts:
-        warning = (
-            "Affine is written as ACTIVATION_LINEAR (Alpha*x+Beta), which no shipping converter uses for "
-            "recurrent operators: not verified on DirectML hardware (onnxruntime's DirectML provider rejects Affine)"
-        )
-    detail = (
-        f"ActivationDescs {names}"
-        + (" per direction" if layer.num_directions == 2 else "")
-        + ", every parameter explicit; names are spelling-independent (onnxruntime's DirectML provider accepts "
-        "only exact spellings)"
-    )
-    if "Softplus" in all_acts:
-        detail += "; ACTIVATION_SOFTPLUS with Steepness 1.0 (onnxruntime's DirectML provider writes an invalid 0)"
-    found.append(Finding("activations", Status.EXACT, detail, warning=warning))
-    if layer.clip is not None and layer.cell is Cell.LSTM:
-        found.append(
-            Finding(
-                "clip",
-                Status.EXACT,
-                f"UseClipThreshold = TRUE, ClipThreshold = {layer.clip:g} (onnxruntime's DirectML provider maps ONNX's "
-                "clip onto it)",
-            )
-        )
-    elif layer.clip is not None:
-        found.append(
-            Finding(
-                "clip",
-                Status.UNSUPPORTED,
-                f"clip={layer.clip:g}: DML_{layer.cell.op_name}_OPERATOR_DESC has no clip field "
-                "(onnxruntime's DirectML provider drops clip silently, giving different results)",
-                alternative=(
-                    "target onnx or openvino, which keep clip; or remove clip from the source if its gates "
-                    "never reach it"
-                ),
-            )
-        )
-    if itf.sequence_lens:
-        found.append(
-            Finding(
-                "sequence_lens",
-                Status.EXACT,
-                "SequenceLengthsTensor {1,1,1,N} UINT32 (the ONNX int32 values)",
-                warning=SEQUENCE_LENGTHS_NOTE,
-            )
-        )
-    for field, role in (("HiddenInitTensor", "initial_h"), ("CellMemInitTensor", "initial_c")):
-        if getattr(itf, role):
-            found.append(Finding(role, Status.EXACT, f"{field} {{1,D,N,H}}"))
-    outputs = [f for f in OUTPUT_FIELDS if getattr(itf, ROLE_FIELDS[f])]
+    """Findings for writing ``layer`` as a DirectML desc (``capabilities.DIRECTML``): the shared features, the
+    outputs the desc binds, and the static sizes its tensors take."""
+    found = findings(layer, form_of(layer, DIRECTML))
+    outputs = [f for f in OUTPUT_FIELDS if getattr(layer.interface, ROLE_FIELDS[f])]
     found.append(Finding("outputs", Status.EXACT, ", ".join(outputs) + " (as the source requests)"))
-    if itf.layout == 1:
-        found.append(
-            Finding(
-                "layout",
-                Status.REPACKED,
-                "batch-major source: DirectML tensors are sequence-major ({1,S,N,I}); transpose X, the initial "
-                "states and the outputs around the operator (the manifest says so)",
-            )
+    return replacing(found, _static_sizes(layer, seq_length, batch_size))
+
+
+def _static_sizes(layer: RecurrentLayer, seq_length: SizeOption, batch_size: SizeOption) -> Finding:
+    """The ``shapes`` finding: DirectML tensors are static, so a symbolic S or N is written as one size — the
+    option's, else gatepack's default, which the finding says was assumed. Either way the desc runs at that
+    size only (repacked: the same numbers for that size; gatepack.json keeps the symbolic names, so the layer
+    reads back as it was)."""
+    itf = layer.interface
+    written = written_sizes(layer, seq_length, batch_size)
+    sizes = f"S={written[0]}, N={written[1]}"
+    symbolic = [
+        (label, dim, flag, option)
+        for label, dim, flag, option in (
+            ("S", itf.seq_length, "--seq-length", seq_length),
+            ("N", itf.batch_size, "--batch-size", batch_size),
         )
-    else:
-        found.append(Finding("layout", Status.EXACT, "sequence-major, as the source"))
-    if layer.dtype == np.float64:
-        found.append(
-            Finding(
-                "dtype",
-                Status.LOSSY,
-                "DirectML recurrent operators take FLOAT32 or FLOAT16, not double: written as FLOAT32",
-                alternative="pass --allow-lossy to accept FLOAT32",
-            )
-        )
-    else:
-        found.append(Finding("dtype", Status.EXACT, DATA_TYPES[itf.dtype]))
-    static = isinstance(itf.seq_length, int) and isinstance(itf.batch_size, int)
-    written = "S={}, N={}".format(*written_sizes(layer, seq_length, batch_size))
-    found.append(
-        Finding(
-            "shapes",
-            Status.EXACT,
-            f"static {written}"
-            if static
-            else (
-                f"DirectML tensors are static: the symbolic S={dim_text(itf.seq_length)}, "
-                f"N={dim_text(itf.batch_size)} are written as {written}"
-            ),
-            warning=None
-            if static
-            else (
-                "other sizes need other Sizes in the desc (--seq-length/--batch-size; the C++ snippet takes them "
-                "as parameters)"
-            ),
-        )
+        if not isinstance(dim, int)
+    ]
+    if not symbolic:
+        return Finding("shapes", Status.EXACT, f"static {sizes}")
+    named = ", ".join(f"{label}={dim_text(dim)}" for label, dim, _, _ in symbolic)
+    assumed = [label for label, _, _, option in symbolic if _size_for(layer, option) is None]
+    flags = " / ".join(flag for _, _, flag, _ in symbolic)
+    why = f"{' and '.join(assumed)} assumed (gatepack's default), not given: " if assumed else ""
+    return Finding(
+        "shapes",
+        Status.REPACKED,
+        f"DirectML tensors are static: the symbolic {named} written as {sizes}",
+        warning=f"{why}the desc runs at {sizes} only; pass {flags} for the sizes it will run at (the C++ snippet "
+        "takes them as parameters)",
     )
-    return found
+
+
+def _size_for(layer: RecurrentLayer, option: SizeOption) -> int | None:
+    """The size ``option`` gives ``layer`` (one size, or one per layer name), None where it gives none."""
+    return option.get(layer.name) if isinstance(option, dict) else option
 
 
 IMPLEMENTATION = FormatImplementation(

@@ -12,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 
+from gatepack.converters.capabilities import DIRECTML, ONNX_FOR_DIRECTML, lacks
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import ROLE_LABELS, Cell, Direction, RecurrentLayer
 
@@ -90,10 +91,7 @@ FIELD_OF_ROLE = {
 
 ROLE_FIELDS = {field: {label: role for role, label in ROLE_LABELS.items()}[name] for field, name in FIELD_ROLES.items()}
 REQUIRED_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor")
-SEQUENCE_LENGTHS_NOTE = (
-    "DirectML does not document sequence-length behaviour; gatepack assumes onnxruntime's "
-    "(zeros past each length, the reverse direction starts at len-1, Y_h = 0 for len 0)"
-)
+SEQUENCE_LENGTHS_NOTE = DIRECTML.ops[Cell.GRU].warnings["sequence_lens"]  # what DirectML leaves undocumented
 
 
 def to_activation(kind: str, params: dict[str, float]) -> Activation:
@@ -132,19 +130,10 @@ EP_SOFTPLUS_STEEPNESS = 0.0  # the provider never sets it: the value-initialised
 
 def ep_mishandled(layer: RecurrentLayer) -> list[str]:
     """What onnxruntime's DirectML provider computes differently from ONNX in ``layer``'s node, as reasons
-    (empty: it computes the node exactly once the node is written in layout 0 with every activation explicit).
+    (empty: it computes the node exactly once the node is written in layout 0 with every activation explicit):
+    ``capabilities.ONNX_FOR_DIRECTML``'s op for the cell, against the layer.
 
     From its DmlOperatorRecurrentNeuralNetwork.cpp: the GRU and RNN descs have no clip (the attribute is
     never read); ``Affine`` is rejected; ``Softplus`` leaves DirectML's Steepness at 0. LSTM's clip,
     peepholes and input_forget are handed over as the desc's own fields."""
-    reasons = []
-    if layer.clip is not None and layer.cell is not Cell.LSTM:
-        reasons.append(
-            f"clip={layer.clip:g}: DML_{layer.cell.op_name}_OPERATOR_DESC has no clip field, so the provider drops it"
-        )
-    names = {a.name for p in layer.directions for a in p.activations}
-    if "Affine" in names:
-        reasons.append("an Affine activation: the provider rejects it (no recurrent activation of its own)")
-    if "Softplus" in names:
-        reasons.append("a Softplus activation: the provider leaves ACTIVATION_SOFTPLUS's Steepness at 0 (divides by 0)")
-    return reasons
+    return list(lacks(layer, ONNX_FOR_DIRECTML.ops[layer.cell]).values())

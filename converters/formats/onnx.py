@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import onnx
 
+from gatepack.converters.capabilities import ONNX, ONNX_FOR_DIRECTML
 from gatepack.converters.errors import GatepackError, RefusedError, UsageError
+from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats import directml_desc as directml_ep
@@ -45,7 +46,7 @@ from gatepack.converters.formats.onnx_running import (
 from gatepack.converters.formats.onnx_writer import build
 from gatepack.converters.model import Model
 from gatepack.converters.registry import FormatImplementation, runtime_name
-from gatepack.schemas.layer import Cell, RecurrentLayer, dim_text
+from gatepack.schemas.layer import RecurrentLayer
 
 # ----------------------------------------------------------------------------------------- writing
 
@@ -129,14 +130,9 @@ def _refuse_for_runtime(model: Model, runtime: str, opset: int | None) -> None:
 
 def _directml_refusal(layer: RecurrentLayer, opset: int | None) -> Finding | None:
     """What cannot be made safe for onnxruntime's DirectML provider in ``layer`` at ``opset`` (None: nothing)."""
-    if layer.dtype == np.float64:
-        return Finding(
-            "dtype",
-            Status.UNSUPPORTED,
-            "float64: onnxruntime's DirectML provider registers GRU/RNN/LSTM for float16 and float32 only (the node "
-            "would run on another provider, and onnxruntime's CPU GRU/LSTM take no float64)",
-            alternative="convert the model to float32 first, or leave out --for directml",
-        )
+    dtype = ONNX_FOR_DIRECTML.ops[layer.cell].dtypes[layer.interface.dtype]
+    if dtype.status is Status.UNSUPPORTED:
+        return Finding("dtype", dtype.status, dtype.detail, alternative=dtype.alternative)
     if opset is not None and opset < onnx_elementary.MINIMUM_OPSET and directml_ep.ep_mishandled(layer):
         return Finding(
             "cell",
@@ -212,127 +208,31 @@ def check(
     external_data: bool | None = None,
     runtime: str | None = None,
 ) -> list[Finding]:
-    """Findings for writing ``layer`` as ONNX (every canonical layer is expressible); for ``runtime``
-    ``directml``, in the form onnxruntime's DirectML provider computes as ONNX specifies."""
-    op = layer.cell.op_name
-    if runtime_name(runtime) == "directml":
-        found = _directml_findings(layer, opset, check(layer, opset=opset, layout_encoding=layout_encoding))
-        if layer.interface.layout == 1 and layout_encoding == "attribute":
-            found = [f for f in found if f.feature != "layout"] + [
-                Finding(
-                    "layout",
-                    Status.UNSUPPORTED,
-                    "layout=1 attribute: onnxruntime's DirectML provider does not take it",
-                    alternative="leave out --onnx-layout: Transposes around a layout-0 node",
-                )
-            ]
-        return found
-    found = [
-        Finding("cell", Status.EXACT, f"{op} operator, opset {DEFAULT_OPSET if opset is None else opset}"),
-        Finding("direction", Status.EXACT, layer.direction.value),
-        Finding("activations", Status.EXACT, f"{layer.activation_summary()} (names and parameters written explicitly)"),
-        Finding("bias", Status.EXACT, "B [D, 2*G*H] = [Wb, Rb]" if layer.has_bias else "no bias (zeros)"),
-    ]
-    if layer.cell.spec.reset_placement:
-        found.append(Finding("linear_before_reset", Status.EXACT, str(int(layer.linear_before_reset))))
-    if layer.has_peepholes:
-        found.append(Finding("peepholes", Status.EXACT, "P [D, 3H] (i, o, f) kept"))
-    if layer.input_forget:
-        found.append(Finding("input_forget", Status.EXACT, "input_forget=1 (f = 1 - i)"))
-    if layer.clip is not None:
-        found.append(Finding("clip", Status.EXACT, f"clip={layer.clip:g}"))
-    itf = layer.interface
-    if itf.sequence_lens:
-        found.append(Finding("sequence_lens", Status.EXACT, "sequence_lens input kept"))
-    for role in ("initial_h", "initial_c"):
-        if getattr(itf, role):
-            found.append(Finding(role, Status.EXACT, f"{role} input kept"))
-    if itf.layout == 1:
-        if layout_encoding == "transpose":
-            found.append(
-                Finding(
-                    "layout",
-                    Status.REPACKED,
-                    "batch-major interface kept with Transpose nodes around a layout-0 node (onnxruntime rejects "
-                    "layout=1; OpenVINO's importer ignores it)",
-                )
-            )
-        else:
-            found.append(
-                Finding(
-                    "layout",
-                    Status.EXACT,
-                    "layout=1 attribute",
-                    warning="onnxruntime rejects layout=1 and OpenVINO's ONNX importer ignores it",
-                )
-            )
-    else:
-        found.append(Finding("layout", Status.EXACT, "layout 0 (sequence-major)"))
-    dtype_warning = (
-        f"onnxruntime's CPU {op} does not run float64"
-        if layer.cell in (Cell.GRU, Cell.LSTM) and layer.dtype == np.float64
-        else None
-    )
-    found.append(Finding("dtype", Status.EXACT, layer.interface.dtype, warning=dtype_warning))
-    found.append(Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)}"))
-    return found
-
-
-def _directml_findings(layer: RecurrentLayer, opset: int | None, plain: list[Finding]) -> list[Finding]:
-    """``plain`` (the onnxruntime findings) restated for onnxruntime's DirectML provider: each feature it would
-    compute otherwise decomposed (``onnx_elementary``), what it takes as its own said so, a refusal for the rest."""
-    by_feature = {f.feature: f for f in plain}
-    reasons = directml_ep.ep_mishandled(layer)
-    provider = "onnxruntime's DirectML provider"
-    if reasons:
-        cell = Finding(
-            "cell",
-            Status.DECOMPOSED,
-            f"elementary ONNX operators (a Loop over time per direction: MatMul, Add, Mul, Where, Clip and the "
-            f"activations' own operators) in place of the {layer.cell.op_name} node, which {provider} would compute "
-            f"otherwise: {'; '.join(reasons)}",
+    """Findings for writing ``layer`` as ONNX (``capabilities.ONNX``: every canonical layer is expressible); for
+    ``runtime`` ``directml``, in the form onnxruntime's DirectML provider computes as ONNX specifies
+    (``capabilities.ONNX_FOR_DIRECTML``: elementary operators where it would not). What only ONNX has: the
+    opset, and the layout=1 attribute instead of Transposes (``--onnx-layout attribute``)."""
+    for_directml = runtime_name(runtime) == "directml"
+    form = form_of(layer, ONNX_FOR_DIRECTML if for_directml else ONNX)
+    named = f"{layer.cell.op_name} operator, opset {DEFAULT_OPSET if opset is None else opset}"
+    found = findings(layer, form, named=named)
+    attribute = None
+    if layer.interface.layout == 1 and layout_encoding == "attribute" and for_directml:
+        attribute = Finding(
+            "layout",
+            Status.UNSUPPORTED,
+            "layout=1 attribute: onnxruntime's DirectML provider does not take it",
+            alternative="leave out --onnx-layout: Transposes around a layout-0 node",
         )
-    else:
-        cell = Finding(
-            "cell",
+    elif layer.interface.layout == 1 and layout_encoding == "attribute":
+        attribute = Finding(
+            "layout",
             Status.EXACT,
-            f"{by_feature['cell'].detail}, as {provider} maps it onto DML_OPERATOR_{layer.cell.op_name}: layout 0, "
-            "activation names in its spelling, every alpha/beta written (its defaults differ from onnxruntime CPU's)",
+            "layout=1 attribute",
+            warning="onnxruntime rejects layout=1 and OpenVINO's ONNX importer ignores it",
         )
-    by_feature["cell"] = cell
-    names = {a.name for p in layer.directions for a in p.activations}
-    if names & {"Affine", "Softplus"}:
-        by_feature["activations"] = Finding(
-            "activations",
-            Status.DECOMPOSED,
-            f"{layer.activation_summary()}: {', '.join(sorted(names & {'Affine', 'Softplus'}))} as elementary "
-            f"operators ({provider} rejects Affine and leaves Softplus's Steepness at 0)",
-        )
-    if layer.clip is not None:
-        by_feature["clip"] = (
-            Finding("clip", Status.DECOMPOSED, f"clip={layer.clip:g} as a Clip of every gate's pre-activation")
-            if reasons
-            else Finding(
-                "clip",
-                Status.EXACT,
-                f"clip={layer.clip:g}: {provider} passes it to DML_LSTM_OPERATOR_DESC's ClipThreshold",
-            )
-        )
-    if layer.interface.sequence_lens:
-        by_feature["sequence_lens"] = (
-            Finding("sequence_lens", Status.DECOMPOSED, "sequence_lens as Where masks (onnxruntime's rule)")
-            if reasons
-            else Finding(
-                "sequence_lens",
-                Status.EXACT,
-                f"sequence_lens input kept ({provider} passes it as DirectML's SequenceLengthsTensor)",
-                warning=directml_ep.SEQUENCE_LENGTHS_NOTE,
-            )
-        )
-    refused = _directml_refusal(layer, opset)
-    if refused is not None:
-        by_feature[refused.feature] = refused
-    return list(by_feature.values())
+    refused = _directml_refusal(layer, opset) if for_directml else None
+    return replacing(found, attribute, refused)
 
 
 IMPLEMENTATION = FormatImplementation(

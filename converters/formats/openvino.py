@@ -41,7 +41,6 @@ OpenVINO's ONNX frontend), the decomposed cells and ``check``. Reading is ``open
 
 from __future__ import annotations
 
-import itertools
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,9 +48,11 @@ from typing import Any
 
 import numpy as np
 
+from gatepack.converters.capabilities import OPENVINO, lacks
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
+from gatepack.converters.feature_findings import findings, form_of
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats import openvino_stateful
@@ -60,7 +61,7 @@ from gatepack.converters.formats.openvino_reader import read
 from gatepack.converters.formats.openvino_running import graph_inputs, graph_outputs, run_layer_native, run_native
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
-from gatepack.converters.strategy import cell_finding, choose
+from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import CELLS
 from gatepack.schemas.layer import (
     INPUT_ROLES,
@@ -70,17 +71,10 @@ from gatepack.schemas.layer import (
     DirectionParams,
     Provenance,
     RecurrentLayer,
-    dim_text,
     reorder_gates,
     stack_directions,
     state_roles,
 )
-
-_NATIVE_ACTIVATIONS: dict[Cell, set[tuple[str, ...]]] = {
-    Cell.GRU: {("Sigmoid", "Tanh")},
-    Cell.RNN: {("Sigmoid",), ("Tanh",), ("Relu",)},
-    Cell.LSTM: set(itertools.product(("Sigmoid", "Tanh", "Relu"), repeat=3)),  # any of the three, per slot
-}
 
 
 def _ov():
@@ -93,31 +87,9 @@ def _ov():
 
 
 def native_blockers(layer: RecurrentLayer) -> list[str]:
-    """Why OpenVINO's own sequence op would not compute what ONNX specifies (empty: it would)."""
-    reasons = []
-    names = [tuple(a.name for a in p.activations) for p in layer.directions]
-    if any(n not in _NATIVE_ACTIVATIONS[layer.cell] for n in names):
-        allowed = (
-            "Sigmoid, Tanh or Relu in each of its three slots"
-            if layer.cell is Cell.LSTM
-            else " or ".join(", ".join(n) for n in sorted(_NATIVE_ACTIVATIONS[layer.cell]))
-        )
-        reasons.append(
-            f"activations {layer.activation_summary()}: the CPU plugin runs {layer.cell.op_name}Sequence "
-            f"natively only with {allowed} (others fail to compile, and alpha/beta are ignored)"
-        )
-    elif len(set(names)) > 1:
-        reasons.append("per-direction activations: the sequence op takes one activation list for both directions")
-    if layer.clip == 0:
-        reasons.append("clip 0 (every pre-activation clamped to 0): the sequence op reads clip = 0 as no clip")
-    if layer.has_peepholes:
-        reasons.append("peepholes: LSTMSequence-5 has no peephole input")
-    if layer.input_forget:
-        reasons.append("input_forget: LSTMSequence-5 has no input/forget coupling")
-    itf = layer.interface
-    if itf.sequence_lens and not (isinstance(itf.seq_length, int) and isinstance(itf.batch_size, int)):
-        reasons.append("sequence_lens with a dynamic-shape X: the CPU plugin then ignores sequence_lengths")
-    return reasons
+    """Why OpenVINO's own sequence op would not compute what ONNX specifies (empty: it would):
+    ``capabilities.OPENVINO``'s op for the cell, against the layer."""
+    return list(lacks(layer, OPENVINO.ops[layer.cell]).values())
 
 
 def choose_strategy(layer: RecurrentLayer, strategy: str) -> tuple[str, list[str]]:
@@ -730,121 +702,9 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
 
 
 def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bool = False) -> list[Finding]:
-    """Findings for writing ``layer`` as OpenVINO IR with ``strategy``."""
-    chosen, blockers = choose_strategy(layer, strategy)
-    op = f"{layer.cell.op_name}Sequence-5"
-    itf = layer.interface
-    found = []
-    found.append(
-        cell_finding(
-            strategy,
-            chosen,
-            blockers,
-            native=f"{op} (the CPU plugin computes this configuration as ONNX specifies)",
-            refused=f"{op} would not compute what ONNX specifies",
-            decomposed="elementary ops in a TensorIterator per direction, input projections in one MatMul",
-            alternative="use --strategy auto or decomposed (elementary ops in a TensorIterator)",
-        )
-    )
-    found.append(
-        Finding(
-            "direction",
-            Status.EXACT,
-            layer.direction.value
-            + (
-                " (reverse via ReverseSequence, which honours sequence_lens)"
-                if chosen == "decomposed" and layer.direction is not Direction.FORWARD
-                else ""
-            ),
-        )
-    )
-    gates = ", ".join(layer.cell.gate_names)
-    if chosen == "native" and OV_GATES[layer.cell] != layer.cell.gate_names:
-        order = ", ".join(OV_GATES[layer.cell])
-        found.append(Finding("weights", Status.REPACKED, f"W, R gate blocks permuted {gates} -> {order}"))
-    else:
-        found.append(Finding("weights", Status.EXACT, f"W, R in ONNX gate order ({gates}), unchanged"))
-    if chosen == "native":
-        rb_summed = any(
-            p.Rb[: 2 * layer.hidden_size].any() if layer.cell is Cell.GRU and layer.linear_before_reset else p.Rb.any()
-            for p in layer.directions
-        )
-        layout_text = (
-            "[D,4H] = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]"
-            if layer.cell is Cell.GRU and layer.linear_before_reset
-            else f"[D,{layer.gates}H] = Wb + Rb"
-            + (f" ({', '.join(OV_GATES[layer.cell])})" if OV_GATES[layer.cell] != layer.cell.gate_names else "")
-        )
-        found.append(
-            Finding(
-                "bias",
-                Status.FOLDED if rb_summed else Status.EXACT,
-                f"B {layout_text}"
-                + ("; reads back as [Wb + Rb, 0]" if rb_summed else " (Rb is zero: nothing is lost)"),
-            )
-        )
-    else:
-        found.append(Finding("bias", Status.EXACT, "Wb and Rb kept apart as constants"))
-    if layer.cell is Cell.GRU:
-        found.append(Finding("linear_before_reset", Status.EXACT, str(int(layer.linear_before_reset))))
-    if layer.has_peepholes:
-        found.append(Finding("peepholes", Status.EXACT, "P (i, o, f) as constants, added to the gates' inputs"))
-    if layer.input_forget:
-        found.append(Finding("input_forget", Status.EXACT, "forget gate computed as 1 - input gate"))
-    found.append(
-        Finding(
-            "activations",
-            Status.EXACT,
-            f"{layer.activation_summary()}"
-            + (" (alpha/beta as constants in the graph)" if chosen == "decomposed" else ""),
-        )
-    )
-    if layer.clip is not None:
-        found.append(
-            Finding("clip", Status.EXACT, f"clip={layer.clip:g}" + (" (Clamp)" if chosen == "decomposed" else ""))
-        )
-    if itf.sequence_lens:
-        found.append(
-            Finding(
-                "sequence_lens",
-                Status.EXACT,
-                "sequence_lens input kept"
-                + (
-                    " (masks; reverse from len-1)"
-                    if chosen == "decomposed"
-                    else " (static shapes: the CPU plugin honours it)"
-                ),
-            )
-        )
-    for role, _ in state_roles(layer.cell):
-        if getattr(itf, role):
-            found.append(Finding(role, Status.EXACT, f"{role} input kept"))
-        elif chosen == "native":
-            found.append(
-                Finding(role, Status.EXACT, "zeros built inside the model (the sequence op requires an initial state)")
-            )
-    if chosen == "native" or itf.layout == 1:
-        found.append(
-            Finding(
-                "layout",
-                Status.REPACKED,
-                f"layout {itf.layout} interface kept; Transposes inside the model"
-                + (" (OpenVINO's sequence op is batch-major, Y [N,D,S,H])" if chosen == "native" else ""),
-            )
-        )
-    else:
-        found.append(Finding("layout", Status.EXACT, "layout 0 (sequence-major)"))
-    if layer.dtype == np.float64:
-        found.append(
-            Finding(
-                "dtype",
-                Status.LOSSY,
-                "float64 IR, but OpenVINO's CPU plugin computes in float32",
-                alternative="pass --allow-lossy to accept float32 arithmetic",
-            )
-        )
-    else:
-        found.append(Finding("dtype", Status.EXACT, itf.dtype))
+    """Findings for writing ``layer`` as OpenVINO IR with ``strategy`` (``capabilities.OPENVINO``): the shared
+    features, and what only OpenVINO has: fp16 weight compression and the CPU plugin's inference precision."""
+    found = findings(layer, form_of(layer, OPENVINO, strategy))
     if compress_to_fp16 and layer.dtype != np.float16:
         found.append(
             Finding(
@@ -854,25 +714,11 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
                 alternative="pass --allow-lossy to accept it, or leave out --compress-to-fp16 for fp32 weights",
             )
         )
-    found.append(
-        Finding(
-            "inference precision",
-            Status.EXACT,
-            "fp32",
-            warning=(
-                "OpenVINO's CPU plugin defaults to bf16 on CPUs that have it (differences ~1e-3): compile with "
-                "INFERENCE_PRECISION_HINT=f32, as gatepack's verification does"
-            ),
-        )
+    precision = (
+        "OpenVINO's CPU plugin defaults to bf16 on CPUs that have it (differences ~1e-3): compile with "
+        "INFERENCE_PRECISION_HINT=f32, as gatepack's verification does"
     )
-    found.append(
-        Finding(
-            "shapes",
-            Status.EXACT,
-            f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)} (dynamic dimensions stay dynamic)",
-        )
-    )
-    return found
+    return found + [Finding("inference precision", Status.EXACT, "fp32", warning=precision)]
 
 
 IMPLEMENTATION = FormatImplementation(

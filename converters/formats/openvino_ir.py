@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gatepack.converters.capabilities import OPENVINO
 from gatepack.converters.errors import InputError, RuntimeFailure
 from gatepack.converters.fileio import contained_file, read_bytes
 from gatepack.converters.findings import fp16_source
@@ -24,7 +25,7 @@ RT_INFO_OTHER_OPS = ["gatepack", "other_ops"]  # whole-model IR: the ONNX operat
 SEQUENCE_OPS = {"GRUSequence": Cell.GRU, "RNNSequence": Cell.RNN, "LSTMSequence": Cell.LSTM}
 
 # The sequence ops' gate order (ONNX's for GRU and RNN; LSTMSequence-5 has f, i, c, o) ...
-OV_GATES = {Cell.GRU: ("z", "r", "h"), Cell.RNN: ("i",), Cell.LSTM: ("f", "i", "c", "o")}
+OV_GATES = {cell: op.gates for cell, op in OPENVINO.ops.items()}
 
 # ... and their inputs: X, an initial state per state, sequence_lengths, W, R, B.
 

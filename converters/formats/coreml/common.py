@@ -12,15 +12,12 @@ import warnings
 
 import numpy as np
 
-from gatepack.converters.apple import (
-    feature_blockers,
-)
+from gatepack.converters.capabilities import COREML, lacks
 from gatepack.converters.errors import UsageError
 from gatepack.converters.findings import fp16_source
 from gatepack.converters.registry import CORE_ML_TARGETS
 from gatepack.converters.strategy import choose
 from gatepack.schemas.layer import (
-    Cell,
     RecurrentLayer,
 )
 
@@ -84,20 +81,10 @@ def _target_rank(target: str) -> int:
 
 
 def native_blockers(layer: RecurrentLayer, target: str = DEFAULT_TARGET) -> list[str]:
-    """Why MIL's own gru/rnn/lstm op would not compute what ONNX specifies (empty: it would)."""
-    blockers = feature_blockers(layer, f"{layer.cell.value} op")
-    if layer.cell is Cell.LSTM:
-        if layer.clip is not None:
-            blockers["clip"] = (
-                f"clip {layer.clip:g}: the lstm op's clip bounds the cell state after each update (coremltools' "
-                "reference), ONNX's the gates' inputs (docs/conventions.md §8)"
-            )
-        if layer.input_forget:
-            blockers["input_forget"] = "input_forget = 1: the lstm op has no input/forget coupling"
-    reasons = list(blockers.values())
-    if layer.cell is Cell.GRU and layer.linear_before_reset and _target_rank(target) < TARGETS.index("iOS18"):
-        reasons.append(f"linear_before_reset = 1 needs the gru op's reset_after (iOS18); the target is {target}")
-    return reasons
+    """Why MIL's own gru/rnn/lstm op at ``target`` would not compute what ONNX specifies (empty: it would):
+    ``capabilities.COREML``'s op for the cell, against the layer."""
+    _target_rank(target)
+    return list(lacks(layer, COREML.ops[layer.cell], target).values())
 
 
 def choose_strategy(layer: RecurrentLayer, strategy: str, target: str = DEFAULT_TARGET) -> tuple[str, list[str]]:
@@ -137,7 +124,7 @@ FP16_PASSES = [
     "common::cast_optimization",
     "common::dead_code_elimination",
 ]
-FP16_TARGET = "iOS17"  # the gru/rnn ops take fp16 from iOS17 (docs/conventions.md §5)
+FP16_TARGET = COREML.since["fp16"]  # the gru/rnn ops take fp16 from iOS17 (docs/conventions.md §5)
 STATE_TARGET = "iOS18"  # Core ML states (StateType, read_state, coreml_update_state) from iOS18, fp16 only
 
 
