@@ -373,10 +373,7 @@ def _convert(
             )
         model = with_layout(model, layout)
     pairs = _state_pairs(model, write_options, stream, given, seed, verify)
-    if write_options.get("stateful") and not pairs:
-        raise UsageError(f"{label}: --stateful: no state pairs found", hint="name them: --state INPUT=OUTPUT")
-    if pairs:
-        model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
+    model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     findings = _findings(model, info.name, write_options)
     _refuse_blocking(label, findings, allow_lossy, layers_only)
     result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
@@ -401,26 +398,39 @@ def _convert(
             runtime = write_options.get("runtime")
             if runtime is not None and registry.runtime_name(runtime) != "onnxruntime":
                 verify_provider_nodes(written, registry.runtime_name(runtime), result.verification, seed=seed)
-            if result.verification.incomplete and all(o.passed for o in result.verification.outputs):
-                raise VerificationError(
-                    f"{dst}: verification incomplete: {result.verification.incomplete}; nothing was written",
-                    verification=result.verification,
-                    hint="give inputs the model runs on: --input-shape NAME=d1,d2,... or --inputs FILE.npz "
-                    "(API: input_shapes=, inputs=), or --no-verify to write it unverified",
-                )
-            if not result.verification.passed:
-                worst = max(result.verification.outputs, key=lambda o: o.max_abs_error, default=None)
-                what = (
-                    f"{worst.layer} {worst.output} max abs error {worst.max_abs_error:.3g}"
-                    if worst
-                    else "no output compared"
-                )
-                raise VerificationError(
-                    f"{dst}: verification failed: {what}; nothing was written",
-                    verification=result.verification,
-                    hint="rerun with --no-verify to keep the output for inspection",
-                )
+            _refuse_unverified(dst, result.verification)
     return result
+
+
+def _refuse_unverified(dst, verification: "Verification") -> None:
+    """VerificationError (nothing is written) unless the verification passed."""
+    if verification.incomplete and all(o.passed for o in verification.outputs):
+        raise VerificationError(
+            f"{dst}: verification incomplete: {verification.incomplete}; nothing was written",
+            verification=verification,
+            hint="give inputs the model runs on: --input-shape NAME=d1,d2,... or --inputs FILE.npz "
+            "(API: input_shapes=, inputs=), or --no-verify to write it unverified",
+        )
+    if not verification.passed:
+        worst = max(verification.outputs, key=lambda o: o.max_abs_error, default=None)
+        what = "no output compared"
+        if worst:
+            what = f"{worst.layer} {worst.output} max abs error {worst.max_abs_error:.3g}"
+        raise VerificationError(
+            f"{dst}: verification failed: {what}; nothing was written",
+            verification=verification,
+            hint="rerun with --no-verify to keep the output for inspection",
+        )
+
+
+def _with_state_pairs(model: "Model", label: str, pairs: list, stateful: bool) -> "Model":
+    """``model`` with its state pairs in ``meta['state_pairs']`` (the writers' and the findings' source);
+    UsageError when ``stateful`` is asked of a model without any."""
+    if stateful and not pairs:
+        raise UsageError(f"{label}: --stateful: no state pairs found", hint="name them: --state INPUT=OUTPUT")
+    if not pairs:
+        return model
+    return replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
 
 
 def _verify_written(source, written, tmp, pairs, stateful: bool, frames, seed, progress, given) -> "Verification":

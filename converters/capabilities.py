@@ -434,7 +434,7 @@ COREML = Capabilities(
     container="the program",
     transposes="transposes inside the program",
     dynamic_shapes="symbolic dimensions stay flexible",
-    since=_frozen({"fp16": "iOS17"}),
+    since=_frozen({"fp16": "iOS17", "states": "iOS18"}),
     alternatives=_frozen({"cell": "use --strategy auto or decomposed (elementary MIL ops in a while_loop)"}),
 )
 BNNS = Capabilities(

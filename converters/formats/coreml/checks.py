@@ -10,6 +10,7 @@ from gatepack.converters.formats.coreml.common import (
     TARGETS,
     _target_rank,
     safe_name,
+    written_straight,
 )
 from gatepack.schemas.layer import (
     INPUT_ROLES,
@@ -33,9 +34,23 @@ def check(
     _target_rank(target)
     form = form_of(layer, COREML, strategy, target)
     found = findings(layer, form, named=f"{form.op.name} op ({target})")
-    found = replacing(found, _fp16_package(target) if compress_to_fp16 else None)
+    found = replacing(found, _fp16_package(target) if compress_to_fp16 else None, _straight_line(layer, found))
     deployment = Finding("deployment target", Status.EXACT, f"{target} (--minimum-deployment-target)")
     return [*found, *_sanitised_names(layer), deployment]
+
+
+def _straight_line(layer: RecurrentLayer, found: list[Finding]) -> Finding | None:
+    """The decomposed ``cell`` finding of a layer of one fixed step: written straight-line, without a loop."""
+    cell = next(f for f in found if f.feature == "cell")
+    if cell.status is not Status.DECOMPOSED or not written_straight(layer):
+        return None
+    return Finding(
+        "cell",
+        Status.DECOMPOSED,
+        "elementary MIL ops, the one step straight-line (a sequence of one fixed step: no while_loop, no recurrent "
+        "op, so the layer can run on the Neural Engine)",
+        warning=cell.warning,
+    )
 
 
 def _fp16_package(target: str) -> Finding:

@@ -125,7 +125,13 @@ FP16_PASSES = [
     "common::dead_code_elimination",
 ]
 FP16_TARGET = COREML.since["fp16"]  # the gru/rnn ops take fp16 from iOS17 (docs/conventions.md §5)
-STATE_TARGET = "iOS18"  # Core ML states (StateType, read_state, coreml_update_state) from iOS18, fp16 only
+STATE_TARGET = COREML.since["states"]  # Core ML states (StateType, read_state, coreml_update_state), fp16 only
+
+
+def written_straight(layer: RecurrentLayer) -> bool:
+    """True when the layer's decomposition is one step written straight-line: its sequence length is fixed at one
+    (a streaming model's frame), so there is no loop to write (a loop keeps a model off the Neural Engine)."""
+    return layer.interface.seq_length == 1
 
 
 # ------------------------------------------------------------------------------ programs

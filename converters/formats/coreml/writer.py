@@ -57,6 +57,7 @@ from gatepack.converters.formats.coreml.common import (
     check_sanitised_names,
     choose_strategy,
     safe_name,
+    written_straight,
 )
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.schemas.layer import (
@@ -473,12 +474,6 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
         for values, value in zip(finals, _zero_when_empty(mb, lens, last)):
             values.append(value)
     return _stack_directions(mb, layer, ys, *finals)
-
-
-def written_straight(layer: RecurrentLayer) -> bool:
-    """True when the layer's decomposition is one step written straight-line: its sequence length is fixed at one
-    (a streaming model's frame), so there is no loop to write (a loop keeps a model off the Neural Engine)."""
-    return layer.interface.seq_length == 1
 
 
 def _zero_when_empty(mb, lens, last: list) -> list:
