@@ -11,15 +11,16 @@ import functools
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 import click
 
 import gatepack as gp
-from gatepack.converters import ENGINES
+from gatepack.converters import ENGINES, registry  # registry: light, no framework
 from gatepack.converters.errors import GatepackError
 from gatepack.converters.fileio import OutputKind, has_suffix
 from gatepack.converters.progress import Progress
-from gatepack.converters.registry import FORMATS, READERS, WRITERS, all_write_options  # light: no framework
+from gatepack.converters.registry import all_write_options
 
 REPORT_FORMATS = {"text": (".txt",), "json": (".json",), "markdown": (".md", ".markdown"), "html": (".html", ".htm")}
 REPORT_OUTPUT = OutputKind(
@@ -118,10 +119,27 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
+class _FormatChoice(click.Choice):
+    """A format name, one of ``names()`` (``registry.readers`` or ``registry.writers``) asked when the command
+    runs, not when this module is imported: a format registered after start-up is a choice too."""
+
+    def __init__(self, names: Callable[[], list[str]]) -> None:
+        self._names = names
+        super().__init__((), case_sensitive=False)
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self._names())
+
+    @choices.setter
+    def choices(self, _given: object) -> None:  # click.Choice.__init__ assigns it; the registry decides
+        pass
+
+
 _from_option = click.option(
     "--from",
     "from_format",
-    type=click.Choice(READERS, case_sensitive=False),
+    type=_FormatChoice(registry.readers),
     help="Source format (default: from the path).",
 )
 _defaults_option = click.option(
@@ -213,7 +231,7 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 def _write_option_flags(fn):
     """One CLI flag per write option of every format (``registry.WriteOption``), named by the option."""
     for option in reversed(list(all_write_options().values())):
-        takers = [info.name for info in FORMATS.values() if option in info.write_options]
+        takers = [info.name for info in registry.FORMATS.values() if option in info.write_options]
         text = option.help if option.help.startswith(tuple(takers)) else f"{', '.join(takers)}: {option.help}"
         if option.cli_type is bool:
             flag = f"{option.flag}/--no-{option.flag.removeprefix('--')}"
@@ -234,7 +252,7 @@ def _write_option_flags(fn):
 @click.option(
     "--to",
     "to",
-    type=click.Choice(WRITERS, case_sensitive=False),
+    type=_FormatChoice(registry.writers),
     help="Target format (default: from the output path).",
 )
 @click.option("-o", "--output", type=click.Path(), help="Output path (or give it after MODEL).")
@@ -319,7 +337,7 @@ def convert(
     "--to",
     "targets",
     multiple=True,
-    type=click.Choice(WRITERS, case_sensitive=False),
+    type=_FormatChoice(registry.writers),
     help="Target format (repeatable; default: all).",
 )
 @click.option(
@@ -457,12 +475,12 @@ def formats(as_json: bool) -> None:
                 "extra": info.extra,
                 "options": [o.flag for o in info.write_options],
             }
-            for info in FORMATS.values()
+            for info in registry.FORMATS.values()
         ]
         click.echo(json.dumps(described, indent=2))
         return
     click.echo(f"{'format':<9} {'status':<14} {'artifact':<26} runs here on")
-    for info in FORMATS.values():
+    for info in registry.FORMATS.values():
         status = ", ".join(word for word, on in (("reads", info.reads), ("writes", info.writes)) if on)
         missing = f" [needs: pip install 'gatepack[{info.extra}]']" if not info.installed else ""
         click.echo(f"{info.name:<9} {status:<14} {info.artifact:<26} {info.runtime}{missing}")

@@ -467,7 +467,7 @@ def report(
     else:
         _read_options(read_options)
         model = model_or_path
-    targets = [to] if isinstance(to, str) else list(to) if to else list(registry.WRITERS)
+    targets = [to] if isinstance(to, str) else list(to) if to else registry.writers()
     registry.check_options(write_options, [registry.writer(target)[0] for target in targets])
     from gatepack.converters.model import as_layers_only
 

@@ -396,8 +396,16 @@ FORMATS: dict[str, FormatInfo] = {
     )
 }
 
-READERS = [name for name, info in FORMATS.items() if info.reads]
-WRITERS = [name for name, info in FORMATS.items() if info.writes]
+
+def readers() -> list[str]:
+    """The formats gatepack reads, in registry order (asked of ``FORMATS`` at each call: a format registered
+    later is one too)."""
+    return [name for name, info in FORMATS.items() if info.reads]
+
+
+def writers() -> list[str]:
+    """The formats gatepack writes, in registry order (asked of ``FORMATS`` at each call)."""
+    return [name for name, info in FORMATS.items() if info.writes]
 
 
 def all_write_options() -> dict[str, WriteOption]:
@@ -581,5 +589,5 @@ def writer(name: str) -> tuple[FormatInfo, FormatImplementation]:
     """The entry and implementation of a format gatepack writes; UsageError for a read-only one."""
     info = check_name(name)
     if not info.writes:
-        raise UsageError(f"gatepack reads the {info.title} format but does not write it", hint=f"one of {WRITERS}")
+        raise UsageError(f"gatepack reads the {info.title} format but does not write it", hint=f"one of {writers()}")
     return info, implementation(name)

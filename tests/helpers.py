@@ -12,9 +12,25 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from gatepack.converters import registry
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 REALMODELS = FIXTURES / "realmodels"
+
+
+def artifact_name(fmt: str, stem: str = "m") -> str:
+    """A name for an artifact of format ``fmt``, from the registry: ``stem`` and the format's first suffix, or
+    ``stem`` alone for a format named by no suffix (a directory told by its marker file)."""
+    suffixes = registry.FORMATS[fmt].suffixes
+    return stem + suffixes[0] if suffixes else stem
+
+
+def shipped_writers() -> list[str]:
+    """The formats gatepack writes with a module of its own (``gatepack.converters.formats``): what a file
+    reviewed by hand (tests/expected) holds, without a format a test registers from outside."""
+    return [name for name in registry.writers() if not registry.FORMATS[name].module]
+
 
 ACTIVATIONS = {
     # name: (takes alpha, takes beta, value range for alpha, for beta)

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import artifact_name
 from onnx import TensorProto, helper, numpy_helper
 
 import gatepack as gp
-from gatepack.converters.registry import WRITERS
+from gatepack.converters import engine_for, registry
 
 S, N, I, H = 5, 2, 3, 4
 KINDS = ("initializer", "constant_node", "folded_cone")
@@ -71,19 +72,16 @@ def _onnxruntime(path: str, x: np.ndarray) -> dict[str, np.ndarray]:
     return {o.name: v for o, v in zip(session.get_outputs(), session.run(None, {"X": x}))}
 
 
-OUTPUTS = {"onnx": "o.onnx", "openvino": "o.xml", "directml": "dml", "coreml": "o.mlpackage", "bnns": "bundle"}
-
-
 def _run_artifact(target: str, out: str, x: np.ndarray) -> dict[str, np.ndarray]:
     """The written artifact run on X alone: on its runtime where one runs here, else on gatepack's executor
     of the format's semantics (DirectML: resources in the desc's 4-D shapes)."""
     if target == "directml":
         got = gp.run(out, {"X": x[None]}, engine="numpy")
         return {k: v[0] if k != "Y" else v for k, v in got.items()}
-    return gp.run(out, {"X": x}, engine="native" if target in ("onnx", "openvino") else "numpy")
+    return gp.run(out, {"X": x}, engine=engine_for(target))
 
 
-@pytest.mark.parametrize("target", WRITERS)
+@pytest.mark.parametrize("target", registry.writers())
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("cell", ["GRU", "LSTM"])
 def test_constant_state_kept(tmp_path, cell, kind, target):
@@ -95,7 +93,7 @@ def test_constant_state_kept(tmp_path, cell, kind, target):
     model = gp.load(src)
     assert sorted(model.layers[0].constants) == (["initial_c", "initial_h"] if cell == "LSTM" else ["initial_h"])
     assert model.other_ops == []  # a constant that feeds only the layer is part of it
-    out = str(tmp_path / OUTPUTS[target])
+    out = str(tmp_path / artifact_name(target, "o"))
     result = gp.convert(src, out, to=target)
     assert result.passed
     findings = {f.feature: f for f in result.findings[model.layers[0].name]}
@@ -115,7 +113,7 @@ def test_constant_state_kept(tmp_path, cell, kind, target):
         np.testing.assert_array_equal(stored[0], held["h0"])
 
 
-@pytest.mark.parametrize("target", [t for t in WRITERS if t != "bnns"])
+@pytest.mark.parametrize("target", [t for t in registry.writers() if t != "bnns"])
 def test_constant_sequence_lens_kept(tmp_path, target):
     if target == "openvino":
         pytest.importorskip("openvino")
@@ -123,7 +121,7 @@ def test_constant_sequence_lens_kept(tmp_path, target):
         pytest.importorskip("coremltools")
     src, _ = _source(tmp_path, "GRU", "initializer", with_lens=True)
     assert "sequence_lens" in gp.load(src).layers[0].constants
-    out = str(tmp_path / OUTPUTS[target])
+    out = str(tmp_path / artifact_name(target, "o"))
     assert gp.convert(src, out, to=target).passed
     x = np.random.default_rng(4).uniform(-1, 1, (S, N, I)).astype(np.float32)
     expected, got = _onnxruntime(src, x), _run_artifact(target, out, x)
@@ -195,7 +193,7 @@ def _state_from_shape(tmp_path, fill: np.ndarray, tag: str) -> str:
 LEARNED = np.random.default_rng(9).uniform(-1, 1, (1, 1, H)).astype(np.float32)
 
 
-@pytest.mark.parametrize("target", WRITERS)
+@pytest.mark.parametrize("target", registry.writers())
 @pytest.mark.parametrize("kind", ["zeros", "learned"])
 def test_state_repeated_along_the_batch(tmp_path, target, kind):
     """Zeros sized like X are no initial state; a learned state expanded to X's batch is held as one state of
@@ -212,7 +210,7 @@ def test_state_repeated_along_the_batch(tmp_path, target, kind):
         assert layer.interface.initial_h is None and not layer.constants
     else:
         assert layer.fed_roles() == () and np.array_equal(layer.constants["initial_h"], LEARNED)
-    out = str(tmp_path / OUTPUTS[target])
+    out = str(tmp_path / artifact_name(target, "o"))
     sizes = {"seq_length": S, "batch_size": N} if target == "directml" else {}  # DirectML tensors are static
     assert gp.convert(src, out, to=target, **sizes).passed
     for batch in (N, 3) if target != "directml" else (N,):
