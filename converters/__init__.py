@@ -1,4 +1,4 @@
-"""gatepack's Python API: convert GRU/RNN layers between runtimes and prove the result numerically.
+"""gatepack's Python API: convert GRU, RNN and LSTM layers between runtimes and prove the result numerically.
 
 >>> import gatepack as gp
 >>> model = gp.load("fixtures/gru_lbr1_bidirectional.onnx")
