@@ -180,6 +180,28 @@ def test_a_cell_without_an_executor_step_is_refused_not_run_as_another(monkeypat
         executor.run_layer(layer, np.zeros((2, 1, layer.input_size), np.float32))
 
 
+def test_a_format_without_the_cell_refuses_it_with_the_alternative(tmp_path, monkeypatch):
+    """A format whose registry entry does not list LSTM never sees the layer: report and convert refuse
+    the cell, naming the formats that write it (every format writes LSTM today, so one is narrowed)."""
+    from dataclasses import replace as narrowed
+
+    monkeypatch.setitem(registry.FORMATS, "bnns", narrowed(registry.FORMATS["bnns"], cells=("gru", "rnn")))
+    source = tmp_path / "lstm.onnx"
+    onnx.save(build_model(Config(cell="LSTM", direction="bidirectional", seed=5)), source)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["convert", str(source), "-o", str(out), "--to", "bnns", "--json"])
+    assert result.exit_code == 4, result.output
+    error = json.loads(result.stdout)
+    writers = " or ".join(name for name in registry.writers() if "lstm" in registry.FORMATS[name].cells)
+    assert "does not write LSTM" in error["error"] and writers in error["hint"] and "bnns" not in error["hint"]
+    assert not out.exists()
+    with pytest.raises(gp.RefusedError, match="does not write LSTM"):
+        gp.save(gp.load(source), out, "bnns")
+    assert not out.exists()
+    (finding,) = [f for f in gp.report(source, to=["bnns"]).layers[0].targets["bnns"].findings if f.feature == "cell"]
+    assert finding.status.value == "unsupported"
+
+
 def test_provenance_is_a_typed_record():
     layer = gp.load(SOURCE).layers[0]
     assert (layer.provenance.format, layer.provenance.op_type, layer.provenance.op_version) == ("onnx", "GRU", 14)
