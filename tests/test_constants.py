@@ -106,10 +106,10 @@ def test_constant_state_kept(tmp_path, cell, kind, target):
     if target == "directml":  # the stored state is the source's, not a sample
         import json
 
-        manifest = json.loads((tmp_path / "dml" / "gatepack.json").read_text())
+        manifest = json.loads((Path(out) / "gatepack.json").read_text())
         tensors = manifest["layers"][0]["tensors"]
         assert tensors["initial_h"]["constant"] is True
-        stored = np.load(tmp_path / "dml" / f"{tensors['initial_h']['resource']}.npy")
+        stored = np.load(Path(out) / f"{tensors['initial_h']['resource']}.npy")
         np.testing.assert_array_equal(stored[0], held["h0"])
 
 
