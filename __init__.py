@@ -18,6 +18,8 @@ package at build time (``cli.py`` -> ``gatepack.cli``, ``converters/`` -> ``gate
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gatepack.converters import (
     GatepackError,
     InputError,
@@ -68,11 +70,17 @@ _LAZY = {
     "Verification": "gatepack.converters.verification",
 }
 
+if TYPE_CHECKING:  # what type checkers see of the lazy names: the types themselves (and no catch-all __getattr__)
+    from gatepack.converters.model import Model
+    from gatepack.converters.reporting import Report
+    from gatepack.converters.verification import Verification
+    from gatepack.schemas.layer import RecurrentLayer
+else:
 
-def __getattr__(name: str):
-    """The public types, imported on first use (they need numpy)."""
-    if name in _LAZY:
-        import importlib
+    def __getattr__(name: str) -> object:
+        """The public types, imported on first use (they need numpy)."""
+        if name in _LAZY:
+            import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'gatepack' has no attribute {name!r}")
+            return getattr(importlib.import_module(_LAZY[name]), name)
+        raise AttributeError(f"module 'gatepack' has no attribute {name!r}")

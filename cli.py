@@ -54,8 +54,9 @@ def _fail(message: str, code: int, as_json: bool = False, err: GatepackError | N
             verification = getattr(err, "verification", None)
             if verification is not None:
                 payload["verification"] = verification.to_json()
-            if getattr(err, "findings", None):
-                payload["findings"] = [f.to_json() for f in err.findings]
+            findings = getattr(err, "findings", None)
+            if findings:
+                payload["findings"] = [f.to_json() for f in findings]
         click.echo(json.dumps(payload, indent=2))
     sys.exit(code)
 
@@ -192,9 +193,10 @@ def _one_output(option: str | None, argument: str | None) -> str:
     """The output path, from ``-o`` or the argument after MODEL (not two different ones)."""
     if option and argument and option != argument:
         raise click.UsageError(f"two outputs given: -o {option} and {argument}; give one")
-    if not (option or argument):
+    output = option or argument
+    if not output:
         raise click.UsageError("no output: gatepack convert MODEL -o OUTPUT (or MODEL OUTPUT)")
-    return option or argument
+    return output
 
 
 def _given_inputs(inputs_path: str | None) -> dict:
@@ -434,9 +436,7 @@ def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, as_json)
 @handle_errors
 def run(artifact, inputs_path, output, engine, from_format, as_json) -> None:
     """Execute ARTIFACT on the tensors in --inputs and save its outputs."""
-    import numpy as np
-
-    from gatepack.converters.fileio import atomic_path, load_npz, prepare_output
+    from gatepack.converters.fileio import atomic_path, load_npz, prepare_output, write_npz
 
     prepare_output(output, NPZ_OUTPUT, [Path(artifact), Path(inputs_path)])
     inputs = load_npz(inputs_path, allowed=gp.input_names(artifact, format=from_format))
@@ -448,14 +448,14 @@ def run(artifact, inputs_path, output, engine, from_format, as_json) -> None:
     outputs = gp.run(artifact, inputs, engine=engine, format=from_format)
     with atomic_path(Path(output)) as tmp:
         with open(tmp, "wb") as handle:
-            np.savez(handle, **outputs)
+            write_npz(handle, outputs)
     if as_json:
         shapes = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outputs.items()}
         click.echo(json.dumps({"output": str(output), "engine": engine, "outputs": shapes}, indent=2))
     else:
         ran = "its own runtime" if engine == "native" else "gatepack's executor of its semantics"
-        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in outputs.items())
-        click.echo(f"wrote {output} (ran on {ran}, --engine {engine}): {shapes}")
+        listed = ", ".join(f"{k} {list(v.shape)}" for k, v in outputs.items())
+        click.echo(f"wrote {output} (ran on {ran}, --engine {engine}): {listed}")
 
 
 @main.command()

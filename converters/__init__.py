@@ -192,6 +192,7 @@ def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only
     from gatepack.converters.reporting import model_finding
 
     info, implementation = registry.writer(to or registry.detect(path, writing=True))
+    assert implementation.write is not None  # registry.writer returns formats that write
     info.check_options(options)
     model = as_layers_only(model) if layers_only else model
     whole = model_finding(model, info.name)
@@ -308,6 +309,7 @@ def _convert(
     )
     with staging as tmp:
         progress.step(f"writing {len(model.layers)} layer(s) as {info.name}")
+        assert implementation.write is not None  # registry.writer returns formats that write
         implementation.write(model, tmp, **write_options)
         if verify:
             progress.step(f"reading back {dst}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from gatepack.schemas.layer import (
 def describe(layer: RecurrentLayer) -> dict:
     """The layer's semantics and interface, JSON-ready."""
     itf = layer.interface
-    described = {
+    described: dict[str, Any] = {
         "cell": layer.cell.value,
         "direction": layer.direction.value,
         "hidden_size": layer.hidden_size,
@@ -89,8 +90,9 @@ class Described:
         return self.cell.gates
 
 
-def typed_field(entry: dict, key: str, kinds: tuple, default: object = KeyError) -> object:
-    """``entry[key]`` if it is one of ``kinds`` (a bool is not an int here); ValueError naming the field otherwise."""
+def typed_field(entry: dict, key: str, kinds: tuple[type, ...], default: object = KeyError) -> Any:
+    """``entry[key]`` if it is one of ``kinds`` (a bool is not an int here); ValueError naming the field otherwise.
+    (Typed ``Any``: its type is the one of ``kinds`` checked here at run time, which the caller names.)"""
     if key not in entry:
         if default is KeyError:
             raise ValueError(f"field {key!r} is missing")

@@ -155,7 +155,7 @@ def run_recurrence(
     initial = {"h": initial_h, "c": initial_c}
     for d, (w, r, wb, rb, activations) in enumerate(directions):
         start = tuple(
-            np.zeros((batch, hidden), compute) if initial[s] is None else np.asarray(initial[s][d], compute)
+            np.zeros((batch, hidden), compute) if (state := initial[s]) is None else np.asarray(state[d], compute)
             for s in states
         )
         peephole = options.peephole(d)
@@ -335,7 +335,7 @@ def check_model_inputs(model: Model, inputs: dict[str, np.ndarray]) -> None:
         if itf.x in inputs:
             at = where(model.path, layer.name)
             try:
-                check_layer_inputs(layer, *(inputs.get(getattr(itf, role) or "") for role in INPUT_ROLES))
+                check_layer_inputs(layer, inputs[itf.x], *(inputs.get(getattr(itf, r) or "") for r in INPUT_ROLES[1:]))
             except InputError as err:
                 raise InputError(f"{at}{err.message.removeprefix(where(None, layer.name))}", hint=err.hint) from None
 
@@ -393,9 +393,9 @@ def check_layer_inputs(
                 raise InputError(f"{at}{layer.cell.op_name} has no cell state, but initial_c was given")
             state = np.asarray(state)
             d = layer.num_directions
-            expected = (batch, d, layer.hidden_size) if layer.interface.layout else (d, batch, layer.hidden_size)
-            if state.shape != expected:
-                raise InputError(f"{at}{role} has shape {list(state.shape)}, expected {list(expected)}")
+            shape = (batch, d, layer.hidden_size) if layer.interface.layout else (d, batch, layer.hidden_size)
+            if state.shape != shape:
+                raise InputError(f"{at}{role} has shape {list(state.shape)}, expected {list(shape)}")
             if state.dtype.kind != "f":
                 raise InputError(f"{at}{role} is {state.dtype}, the layer takes {layer.dtype}")
         states.append(state)

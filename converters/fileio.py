@@ -24,7 +24,7 @@ import zipfile
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Mapping
 
 from gatepack.converters.errors import InputError, UsageError
 
@@ -187,6 +187,18 @@ def load_npy(path: str | Path, where: str | None = None) -> "np.ndarray":
     if declared == 0:
         return np.zeros(shape, dtype)
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+
+
+def write_npz(handle: BinaryIO, arrays: "Mapping[str, np.ndarray]") -> None:
+    """``arrays`` as an ``.npz`` archive (what ``np.savez`` writes: one ``NAME.npy`` member each, stored), with
+    every name kept: ``np.savez(handle, **arrays)`` would take an array named ``allow_pickle`` for its flag and
+    refuse one named ``file``."""
+    import numpy as np
+
+    with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, value in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
 
 
 def load_npz(path: str | Path, allowed: Iterable[str] | None = None) -> "dict[str, np.ndarray]":

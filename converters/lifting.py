@@ -144,6 +144,7 @@ def lift(rec: Recurrence, seed: int = 0) -> Lifted:
 
 def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
     gates = [act for name in sorted(rec.activations) for act in GATE_ACTIVATIONS.get(name, ())]
+    variants: list[tuple[tuple[str, ...], bool, tuple[Activation, ...]]]  # (gate order, lbr, activations)
     for cand in rec.candidates:
         cell = {4: Cell.LSTM, 3: Cell.GRU, 1: Cell.RNN}.get(cand.gates)
         if cell is None or cand.R.shape[1] != rec.hidden_size or cand.W.shape[1] != rec.input_size:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from gatepack.converters.findings import Finding, Status, operator_list
 from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, ROLE_LABELS, RecurrentLayer
@@ -122,17 +123,13 @@ def with_separate_inputs(model: Model) -> Model:
     chained = chained_inputs(model)
     if not chained:
         return model
-    layers = [
-        replace(
-            layer,
-            interface=replace(
-                layer.interface, **{key: input_name_for(name) for key, (name, _, _) in chained[layer.name].items()}
-            ),
-        )
-        if layer.name in chained
-        else layer
-        for layer in model.layers
-    ]
+    layers = []
+    for layer in model.layers:
+        if layer.name in chained:
+            # interface field -> its new name (Any: replace() checks keyword values against every field's type)
+            names: dict[str, Any] = {key: input_name_for(name) for key, (name, _, _) in chained[layer.name].items()}
+            layer = replace(layer, interface=replace(layer.interface, **names))
+        layers.append(layer)
     return replace(model, layers=layers)
 
 

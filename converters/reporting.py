@@ -430,10 +430,11 @@ def target_findings(
     if keeps_whole and "opset" in info.option_names and "opset" not in accepted and "opset" in model.meta:
         accepted["opset"] = model.meta["opset"]  # a whole model keeps its own
     chained = None if keeps_whole else chained_input_finding(model, layer)  # side-by-side layers only
+    assert implementation.check is not None  # registry.writer returns formats that write, and check
     found = implementation.check(layer, **accepted) + [surroundings, chained]
     held = constant_findings(layer, info.constant_form)
-    found = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
-    return sort_worst_first(list(model.notes_for(layer)) + found)
+    kept = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
+    return sort_worst_first(list(model.notes_for(layer)) + kept)
 
 
 def constant_findings(layer: RecurrentLayer, form: str) -> list[Finding]:

@@ -176,7 +176,7 @@ def to_interface(layer: RecurrentLayer, role_inputs: dict[str, np.ndarray]) -> d
     # values when the other side has none: full lengths, a zero initial state. An input the layer holds as
     # a constant is never fed.
     fed = layer.fed_roles()
-    if "sequence_lens" in fed:
+    if "sequence_lens" in fed and itf.sequence_lens:  # (a fed role is named)
         feed[itf.sequence_lens] = role_inputs.get("sequence_lens", np.full(x.shape[1], x.shape[0], np.int32))
     for role in ("initial_h", "initial_c"):
         if role in fed:
@@ -212,7 +212,7 @@ def run_layer(
         reason = err.message.removeprefix(f"layer {layer.name!r}: ")
         notes.append(f"{model.path} layer {layer.name!r} ran on gatepack's executor: {reason}")
         itf = layer.interface
-        results = execute(layer, *(feed.get(getattr(itf, role) or "") for role in INPUT_ROLES))
+        results = execute(layer, feed[itf.x], *(feed.get(getattr(itf, role) or "") for role in INPUT_ROLES[1:]))
         outputs = {getattr(itf, role): value for role, value in zip(OUTPUT_ROLES, results)}
     return from_interface(layer, outputs)
 

@@ -54,7 +54,7 @@ class Direction(str, enum.Enum):
     BIDIRECTIONAL = "bidirectional"
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]  # deliberately shadows str.count: the weight sets it has
         return 2 if self is Direction.BIDIRECTIONAL else 1
 
 
@@ -346,7 +346,8 @@ class RecurrentLayer:
                 if not spec.peepholes:
                     raise self._fail(f"direction {d} has peepholes, which {spec.onnx_op} does not take")
                 if not isinstance(params.P, np.ndarray) or params.P.shape != shape:
-                    got = list(params.P.shape) if hasattr(params.P, "shape") else repr(params.P)
+                    given_shape = getattr(params.P, "shape", None)
+                    got = list(given_shape) if given_shape is not None else repr(params.P)
                     raise self._fail(f"direction {d} P has shape {got}, expected {list(shape)} (every direction)")
                 if params.P.dtype != self.dtype:
                     raise self._fail(f"direction {d} P is {params.P.dtype}, the layer is {self.dtype}")

@@ -80,6 +80,29 @@ def test_run_matches_expected_fixture_outputs(name, engine, tmp_path):
         np.testing.assert_allclose(got[key], expected[key], atol=1e-5, rtol=1e-4)
 
 
+def test_run_keeps_outputs_named_like_savez_parameters(tmp_path):
+    """Outputs named ``allow_pickle`` and ``file`` are saved under their names (np.savez(f, **outputs) took the
+    first for its flag, dropping it, and refused the second), equal to onnxruntime's."""
+    import onnxruntime as ort
+
+    model = build_model(Config())
+    renamed = {"Y": "allow_pickle", "Y_h": "file"}
+    model.graph.node[0].output[:] = [renamed[o] for o in model.graph.node[0].output]
+    for value in model.graph.output:
+        value.name = renamed[value.name]
+    path, inputs, out = tmp_path / "gru.onnx", tmp_path / "in.npz", tmp_path / "out.npz"
+    onnx.save(model, path)
+    x = np.random.default_rng(0).standard_normal((4, 3, 5)).astype(np.float32)
+    np.savez(inputs, X=x)
+    result = invoke("run", path, "--inputs", inputs, "-o", out, "--engine", "native")
+    assert result.exit_code == 0, result.output
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    with np.load(out) as got:
+        assert sorted(got.files) == ["allow_pickle", "file"]
+        np.testing.assert_array_equal(got["allow_pickle"], expected[0])
+        np.testing.assert_array_equal(got["file"], expected[1])
+
+
 def test_convert_onnx_to_onnx_layout_and_opset(tmp_path):
     out = tmp_path / "seq_major.onnx"
     result = invoke(

@@ -95,19 +95,19 @@ def test_the_wheel_holds_one_package_its_data_and_licenses(wheel):
 
 def test_the_wheel_holds_every_tracked_module_and_data_file(wheel):
     """A new subpackage or data file left out of pyproject.toml's lists would install a gatepack that fails on
-    import: every module and schema file git tracks under converters/ and schemas/ is in the wheel."""
+    import (or one type checkers skip, without ``py.typed``): every file git tracks under converters/ and
+    schemas/ (modules, schemas, their licence and README) and the package's top-level files are in the wheel."""
     tracked = subprocess.run(
-        ["git", "ls-files", "converters", "schemas", "cli.py", "__init__.py", "__main__.py"],
+        ["git", "ls-files", "converters", "schemas", "cli.py", "__init__.py", "__main__.py", "py.typed"],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
     if tracked.returncode != 0:
         pytest.skip("not a git checkout")
-    wanted = {f"gatepack/{p}" for p in tracked.stdout.split() if p.endswith((".py", ".json"))}
-    assert wanted and wanted <= set(zipfile.ZipFile(wheel).namelist()), sorted(
-        wanted - set(zipfile.ZipFile(wheel).namelist())
-    )
+    wanted = {f"gatepack/{p}" for p in tracked.stdout.split()}
+    assert {"gatepack/py.typed", "gatepack/schemas/report.schema.json"} <= wanted
+    assert wanted <= set(zipfile.ZipFile(wheel).namelist()), sorted(wanted - set(zipfile.ZipFile(wheel).namelist()))
 
 
 def test_the_schemas_readme_names_every_file_there_and_nothing_outside():

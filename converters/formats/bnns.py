@@ -142,7 +142,8 @@ STATE_LABELS = (("initial_h", "initialHiddenStates"), ("initial_c", "initialCell
 def _calls(layer: RecurrentLayer, folder: str) -> tuple[list[dict], dict[str, Callable[[], np.ndarray]]]:
     """The layer's Builder calls (one per direction) and, per .npy path, how to make its array
     (made one at a time while writing, so the permuted copies never pile up)."""
-    calls, arrays = [], {}
+    calls: list[dict] = []
+    arrays: dict[str, Callable[[], np.ndarray]] = {}
     labels = {
         "weight_ih": "inputHiddenWeight",
         "weight_hh": "hiddenHiddenWeight",
@@ -344,6 +345,7 @@ class _Layer:
             state, source = call.get(label), getattr(self.interface, role)
             if isinstance(state, dict) and set(state) == {"constant"} and source:
                 value = self._tensor(at, label, state["constant"], None, optional=False)
+                assert value is not None  # (a required tensor)
                 if value.ndim != 2 or value.shape[1] != h:
                     raise InputError(f"{at}{label}: {state['constant']} has shape {list(value.shape)}, not [N, {h}]")
                 out["constants"][role] = value
@@ -359,13 +361,15 @@ class _Layer:
             Cell.RNN: [call.get("activation")],
             Cell.LSTM: [call.get("recurrentActivation"), call.get("cellActivation"), call.get("activation")],
         }[self.cell]
+        cases = []
         for name in names:
             if not isinstance(name, str) or name not in SWIFT_ACTIVATIONS:
                 raise InputError(
                     f"{at}activation {name!r} is not a BNNSGraph.Builder.Activation case "
                     f"({', '.join(SWIFT_ACTIVATIONS)})"
                 )
-        out["activations"] = tuple(activation_of(SWIFT_ACTIVATIONS[n], at) for n in names)
+            cases.append(SWIFT_ACTIVATIONS[name])
+        out["activations"] = tuple(activation_of(case, at) for case in cases)
         reset_after = call.get("applyResetGateAfterMatMul", False) if self.cell is Cell.GRU else False
         if not isinstance(reset_after, bool):
             raise InputError(f"{at}applyResetGateAfterMatMul {reset_after!r} is not true or false")

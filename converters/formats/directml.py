@@ -49,7 +49,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
 import numpy as np
 
@@ -283,9 +283,8 @@ class _ModelWriter:
                 bind_array(field, name, (role_inputs[role] if held is None else held).astype(cast)[None], role, name)
                 tensors[role]["constant"] = held is not None
         if layer.has_peepholes:
-            bind_array(
-                "PeepholeTensor", f"{prefix}.P", np.stack([p.P for p in layer.directions]).astype(cast)[None, None]
-            )
+            peepholes = [p.P for p in layer.directions if p.P is not None]  # every direction's (validated)
+            bind_array("PeepholeTensor", f"{prefix}.P", np.stack(peepholes).astype(cast)[None, None])
         if itf.sequence_lens:
             held = layer.constant("sequence_lens")
             bind_array(
@@ -418,15 +417,15 @@ class _Document:
                 f"{path}: no DxDispatch model here (expected a directory with {MODEL_FILE}, or a .json file)"
             )
         # inside a directory, model.json is a file of the artifact: it may not lead outside it
-        self.data = read_json(contained_file(path, MODEL_FILE, str(self.file)) if path.is_dir() else self.file)
-        if not isinstance(self.data, dict) or not all(
-            isinstance(self.data.get(k), t)
-            for k, t in (("resources", dict), ("dispatchables", dict), ("commands", list))
+        data = read_json(contained_file(path, MODEL_FILE, str(self.file)) if path.is_dir() else self.file)
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(k), t) for k, t in (("resources", dict), ("dispatchables", dict), ("commands", list))
         ):
             raise InputError(
                 f"{self.file}: not a DxDispatch model (it needs 'resources' and 'dispatchables' objects and a "
                 "'commands' list)"
             )
+        self.data: dict[str, Any] = data
         self._cache: dict[str, np.ndarray] = {}
 
     def dispatches(self) -> tuple[list[_Dispatch], list[tuple[str, str]]]:
@@ -639,11 +638,17 @@ class _Recurrence:
     tensors: dict[str, np.ndarray | None]  # desc field -> 4-D array (None: absent optional input)
     output_shapes: dict[str, tuple[list[int], np.dtype]]
 
+    def required(self, field: str) -> np.ndarray:
+        """The tensor of a field every desc binds (``REQUIRED_FIELDS``: X, W, R)."""
+        tensor = self.tensors[field]
+        assert tensor is not None, f"{field} is required: the reader refuses a desc without it"
+        return tensor
+
     @property
     def sizes(self) -> tuple[int, int, int, int, int]:
         """(S, N, I, D, H)."""
-        _, s, n, i = self.tensors["InputTensor"].shape
-        _, d, _, h = self.tensors["RecurrenceTensor"].shape
+        _, s, n, i = self.required("InputTensor").shape
+        _, d, _, h = self.required("RecurrenceTensor").shape
         return s, n, i, d, h
 
     def weights(
@@ -651,8 +656,8 @@ class _Recurrence:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[tuple[str, dict[str, float]]]]:
         """Direction ``k``'s (W, R, Wb, Rb, activation descs): the 4-D tensors unpacked, the bias split."""
         w, r, bias = (
-            self.tensors["WeightTensor"][0, k],
-            self.tensors["RecurrenceTensor"][0, k],
+            self.required("WeightTensor")[0, k],
+            self.required("RecurrenceTensor")[0, k],
             self.tensors["BiasTensor"],
         )
         gh = w.shape[0]
@@ -715,10 +720,11 @@ def load_recurrence(
     outputs = {f: tensor_shape(dispatch, f) for f in OUTPUT_FIELDS if f in desc}
     if not outputs:
         raise InputError(f"{dispatch.at()}binds no output tensor")
-    _, s, n, i = tensors["InputTensor"].shape
+    x, r = tensors["InputTensor"], tensors["RecurrenceTensor"]
+    assert x is not None and r is not None  # required fields (refused above when absent)
+    _, s, n, i = x.shape
     d = direction.count
     gates = dispatch.cell.gates
-    r = tensors["RecurrenceTensor"]
     h = r.shape[3]
     expected = {
         "WeightTensor": [1, d, gates * h, i],
@@ -730,10 +736,10 @@ def load_recurrence(
         "PeepholeTensor": [1, 1, d, 3 * h],
     }
     for field, shape in expected.items():
-        value = tensors[field]
-        if value is not None and list(value.shape) != shape:
+        bound = tensors[field]
+        if bound is not None and list(bound.shape) != shape:
             raise InputError(
-                f"{dispatch.at(field)}Sizes {list(value.shape)} do not fit the layer (expected {shape} for S={s}, "
+                f"{dispatch.at(field)}Sizes {list(bound.shape)} do not fit the layer (expected {shape} for S={s}, "
                 f"N={n}, I={i}, D={d}, H={h})"
             )
     for field, shape in (
@@ -743,9 +749,10 @@ def load_recurrence(
     ):
         if field in outputs and outputs[field][0] != shape:
             raise InputError(f"{dispatch.at(field)}Sizes {outputs[field][0]} do not fit the layer (expected {shape})")
-    float_type = tensors["InputTensor"].dtype
+    float_type = x.dtype
     for field in [f for f in INPUT_FIELDS if f != "SequenceLengthsTensor"] + list(OUTPUT_FIELDS):
-        value_type = tensors[field].dtype if tensors.get(field) is not None else outputs.get(field, (None, None))[1]
+        bound = tensors.get(field)
+        value_type = bound.dtype if bound is not None else outputs.get(field, (None, None))[1]
         if value_type is not None and (value_type != float_type or value_type.kind != "f"):
             raise InputError(
                 f"{dispatch.at(field)}DataType {DATA_TYPES.get(value_type.name, value_type.name)} differs from "
@@ -889,7 +896,7 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
                 Wb=wb.copy(),
                 Rb=rb.copy(),
                 activations=tuple(acts),
-                P=None if rec.peephole(k) is None else rec.peephole(k).copy(),
+                P=None if (peepholes := rec.peephole(k)) is None else peepholes.copy(),
             )
         )
     bias = rec.tensors["BiasTensor"]
@@ -902,12 +909,14 @@ def _to_layer(rec: _Recurrence, entry: dict) -> RecurrentLayer:
 
     constants = {}
     for label, role in _CONSTANT_LABELS.items():
-        if (tensors.get(label) or {}).get("constant") and rec.tensors.get(FIELD_OF_ROLE[role]) is not None:
-            value = rec.tensors[FIELD_OF_ROLE[role]]
+        value = rec.tensors.get(FIELD_OF_ROLE[role])
+        if (tensors.get(label) or {}).get("constant") and value is not None:
             constants[role] = value.reshape(-1).astype(np.int32) if role == "sequence_lens" else value[0].copy()
+    # interface field -> tensor name (Any: a keyword of Interface's, which checks it on construction)
+    names: dict[str, Any] = {ROLE_FIELDS[field]: name_of(role, field) for field, role in FIELD_ROLES.items()}
     try:
         interface = Interface(
-            **{ROLE_FIELDS[field]: name_of(role, field) for field, role in FIELD_ROLES.items()},
+            **names,
             layout=entry.get("source_layout", 0),
             seq_length=s,
             batch_size=n,
@@ -972,7 +981,7 @@ def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
         rec.dispatch.cell,
         directions,
         rec.direction,
-        rec.tensors["InputTensor"][0],
+        rec.required("InputTensor")[0],
         None if lengths is None else lengths.reshape(n).astype(np.int64),
         {"initial_h": None if h0 is None else h0[0], "initial_c": None if c0 is None else c0[0]},
         CellOptions(
@@ -981,7 +990,7 @@ def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
             peepholes=tuple(rec.peephole(k) for k in range(d)),
         ),
         rec.clip,
-        rec.tensors["WeightTensor"].dtype,
+        rec.required("WeightTensor").dtype,
     )
     out = dict(zip(OUTPUT_FIELDS, [y, *(f[None] for f in finals)]))
     return {f: out[f] for f in rec.output_shapes}
@@ -993,8 +1002,8 @@ def execute(rec: _Recurrence) -> dict[str, np.ndarray]:
 # "Unsupported activation function": Affine, or another spelling); its defaults when a node has no
 # ``activations``, and the alpha/beta it takes when a stack runs out (ActivationHelper's).
 EP_ACTIVATIONS = frozenset(ACTIVATIONS) - {"Affine"}
-EP_DEFAULT_PARAMETERS = {"LeakyRelu": (0.01, None), "ThresholdedRelu": (1.0, None), "ScaledTanh": (1.0, 1.0)}
-EP_DEFAULT_PARAMETERS |= {"HardSigmoid": (0.2, 0.5), "Elu": (1.0, None)}
+EP_DEFAULT_PARAMETERS: dict[str, tuple[float, ...]] = {"LeakyRelu": (0.01,), "ThresholdedRelu": (1.0,)}
+EP_DEFAULT_PARAMETERS |= {"ScaledTanh": (1.0, 1.0), "HardSigmoid": (0.2, 0.5), "Elu": (1.0,)}  # one per field
 EP_SOFTPLUS_STEEPNESS = 0.0  # the provider never sets it: the value-initialised desc keeps 0
 
 
@@ -1029,8 +1038,8 @@ def _ep_activations(layer: RecurrentLayer, attrs: dict) -> list[tuple[str, dict[
         if name not in EP_ACTIVATIONS:
             raise RuntimeFailure(f"layer {layer.name!r}: onnxruntime's DirectML provider rejects activation {name!r}")
         kind, fields = ACTIVATIONS[name]
-        default = EP_DEFAULT_PARAMETERS.get(name, (None, None))
-        params = {}
+        default = EP_DEFAULT_PARAMETERS.get(name, ())  # every EP activation with fields has them all
+        params: dict[str, float] = {}
         for (canonical, field), stack, fallback in zip(fields, (alphas, betas), default):
             params[field] = stack.pop(0) if stack else fallback  # consumed in order, per parameter
         if name == "Softplus":
@@ -1048,7 +1057,7 @@ def run_onnx_node(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[st
     found = layer.provenance
     if found is None or found.op_type is None:
         raise UsageError(f"layer {layer.name!r} was not read from an ONNX node")
-    attrs = dict(found.attributes)
+    attrs: dict[str, Any] = dict(found.attributes)  # as written: each attribute's own type
     if attrs.get("layout", 0) != 0:
         raise RuntimeFailure(f"layer {layer.name!r}: onnxruntime's DirectML provider does not run layout=1")
     itf = layer.interface
@@ -1062,7 +1071,9 @@ def run_onnx_node(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[st
         else:
             states[role] = layer.constant_state(role, x.shape[1])
     lengths = (
-        feed.get(itf.sequence_lens) if "sequence_lens" in layer.fed_roles() else layer.constants.get("sequence_lens")
+        feed.get(itf.sequence_lens or "")
+        if "sequence_lens" in layer.fed_roles()
+        else layer.constants.get("sequence_lens")
     )
     per = layer.cell.activation_count
     descs = _ep_activations(layer, attrs)
@@ -1167,7 +1178,8 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     batch-major layer's tensors are transposed around it, as its manifest tells a DirectML user to.
     """
     found = layer.provenance
-    dispatch: _Dispatch | None = found.handle if found is not None and found.of(FORMAT) else None
+    dispatch = found.handle if found is not None and found.of(FORMAT) else None
+    assert dispatch is None or isinstance(dispatch, _Dispatch)  # this module's reader's record
     if dispatch is None:
         raise UsageError(f"layer {layer.name!r} was not read from a DirectML model")
     itf = layer.interface
@@ -1179,7 +1191,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
         if role in fed:
             state = feed[getattr(itf, role)]
             overrides[field] = (state.transpose(PERM_SWAP_01) if batch_major else state)[None]
-    if "sequence_lens" in fed:
+    if "sequence_lens" in fed and itf.sequence_lens:  # (a fed role is named)
         lengths = np.asarray(feed[itf.sequence_lens])
         if (lengths < 0).any():
             raise InputError(f"layer {layer.name!r}: sequence_lens value {int(lengths.min())} is negative")

@@ -22,7 +22,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -42,7 +42,7 @@ from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats import directml as directml_ep
 from gatepack.converters.formats import onnx_elementary, onnx_quantized
-from gatepack.converters.formats.onnx_lifting import node_inputs, perm_of, replace_in_place
+from gatepack.converters.formats.onnx_lifting import Region, node_inputs, perm_of, replace_in_place
 from gatepack.converters.lifting import LiftRefused, Recurrence, candidates_from_constants, lift
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation, runtime_name
@@ -191,7 +191,9 @@ class _Scope:
             for inp in node.input:
                 self.consumers.setdefault(inp, []).append(node)
 
-    def lookup(self, name: str) -> tuple[str, object, "_Scope"] | None:
+    def lookup(self, name: str) -> tuple[str, onnx.TensorProto | onnx.NodeProto | None, "_Scope"] | None:
+        """(kind, what, its scope) of the tensor ``name``: ("initializer", TensorProto), ("node", its producer
+        NodeProto) or ("input", None); None where no enclosing scope defines it."""
         scope: _Scope | None = self
         while scope is not None:
             if name in scope.initializers:
@@ -211,10 +213,18 @@ class _Isolated:
     nodes: list[onnx.NodeProto]
     constants: dict[str, np.ndarray]
     opset: int
-    region: object = None  # a lifted layer's onnx_lifting.Region
+    region: Region | None = None  # a lifted layer's
     blank: set[str] = field(default_factory=set)  # node inputs run as absent (a zero state computed from shapes)
     # node input -> the batch-1 state (node layout) it repeats along X's batch: run as that state broadcast
     broadcast: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def isolated_record(layer: RecurrentLayer) -> _Isolated:
+    """The record this module's reader keeps of a layer it read (its ``Provenance.handle``): the node(s) the
+    layer stands for, which a whole-model translation of the same file (Core ML) skips too."""
+    handle = None if layer.provenance is None else layer.provenance.handle
+    assert isinstance(handle, _Isolated), f"layer {layer.name!r} was not read by the ONNX reader"
+    return handle
 
 
 class _Reader:
@@ -223,9 +233,10 @@ class _Reader:
         self.proto = proto
         self.policy = policy
         self.base_dir = str(path.parent)
-        self.opset = next((o.version for o in proto.opset_import if o.domain in _ONNX_DOMAINS), None)
-        if self.opset is None:
+        opset = next((o.version for o in proto.opset_import if o.domain in _ONNX_DOMAINS), None)
+        if opset is None:
             raise InputError(f"{path}: the model imports no ai.onnx opset")
+        self.opset = opset
         newest = onnx.defs.onnx_opset_version()
         if not 1 <= self.opset <= newest:
             raise InputError(
@@ -252,7 +263,7 @@ class _Reader:
             if refused:
                 raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found: {refused[0][1]}")
             raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found{self._why_none()}")
-        absorbed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
+        absorbed = {id(n) for layer in self.layers for n in isolated_record(layer).nodes}
         fed = {getattr(lay.interface, r) for lay in self.layers for r in ("x", *lay.fed_roles())}
         absorbed |= constant_feeders(self.proto.graph, absorbed, fed)
         other = [n.op_type for n in self.proto.graph.node if id(n) not in absorbed]
@@ -279,7 +290,7 @@ class _Reader:
             else:
                 refused.append((variants[0].name, reasons[0]))
         if self.layers:  # and what looks recurrent but neither became a layer nor was refused
-            claimed = {id(n) for layer in self.layers for n in layer.provenance.handle.nodes}
+            claimed = {id(n) for layer in self.layers for n in isolated_record(layer).nodes}
             refused += finder.unlifted(claimed, {name for name, _ in refused})
             self.skipped += refused
         return refused
@@ -385,7 +396,7 @@ class _Reader:
         if found is None:
             raise InputError(f"{at}{role} {name!r} is not defined anywhere in the model")
         kind, obj, _ = found
-        if kind == "initializer":
+        if isinstance(obj, onnx.TensorProto):  # an initializer
             return self._tensor(obj)
         if kind == "input":
             raise InputError(
@@ -413,13 +424,12 @@ class _Reader:
         """The nodes computing ``name`` from constants, in execution order (iterative: a chain of
         thousands of nodes is no deeper than one). With ``shapes``, a ``Shape`` node of a graph input is a
         leaf too: its output -> (input name, start, end), recorded there."""
-        stack: list[tuple[str, _Scope, bool]] = [(name, scope, False)]
+        stack: list[tuple[str, _Scope | onnx.NodeProto]] = [(name, scope)]  # a node: expanded, emitted now
         while stack:
-            current, where_from, expanded = stack.pop()
-            if expanded:
-                node = where_from
-                if not any(n is node for n in nodes):
-                    nodes.append(node)
+            current, where_from = stack.pop()
+            if isinstance(where_from, onnx.NodeProto):
+                if not any(n is where_from for n in nodes):
+                    nodes.append(where_from)
                 continue
             if not current or current in seen:
                 continue
@@ -427,16 +437,15 @@ class _Reader:
             found = where_from.lookup(current)
             if found is None:
                 raise InputError(f"{at}{role} depends on {current!r}, which is not defined")
-            kind, obj, owner = found
-            if kind == "initializer":
-                inits[current] = self._tensor(obj)
+            _, node, owner = found
+            if isinstance(node, onnx.TensorProto):  # an initializer
+                inits[current] = self._tensor(node)
                 continue
-            if kind == "input":
+            if node is None:  # a graph input
                 raise InputError(
                     f"{at}{role} depends on graph input {current!r}: it is not a constant",
                     hint="gatepack needs weights computable from constants alone",
                 )
-            node: onnx.NodeProto = obj
             if shapes is not None and node.op_type == "Shape" and node.domain in _ONNX_DOMAINS:
                 source = owner.lookup(node.input[0])
                 if source is not None and source[0] == "input":
@@ -452,8 +461,8 @@ class _Reader:
                 raise InputError(
                     f"{at}{role} depends on control flow ({node.op_type} {node.name!r}), which gatepack cannot fold"
                 )
-            stack.append((current, node, True))  # emitted after its inputs
-            stack.extend((inp, owner, False) for inp in reversed(node.input))
+            stack.append((current, node))  # emitted after its inputs
+            stack.extend((inp, owner) for inp in reversed(node.input))
 
     def _state_from_shapes(
         self, name: str, scope: _Scope, layer: str, role: str, node_layout: int
@@ -520,6 +529,7 @@ class _Reader:
 
     def _read_node(self, node: onnx.NodeProto, scope: _Scope, name: str) -> RecurrentLayer:
         cell = cell_of_op(node.op_type)
+        assert cell is not None  # (called for the recurrent ops only)
         at = where(self.path, name)
         version = onnx.defs.get_schema(node.op_type, self.opset).since_version
         for a in node.attribute:
@@ -607,15 +617,15 @@ class _Reader:
             )
 
         outputs = list(node.output) + ["", "", ""]
-        isolated = _Isolated(
-            [node], {k: v for k, v in ((inputs[1], w), (inputs[2], r), (inputs[3], b), (inputs[7], p)) if k}, self.opset
-        )
+        weights = ((inputs[1], w), (inputs[2], r), (inputs[3], b), (inputs[7], p))
+        isolated = _Isolated([node], {k: v for k, v in weights if k and v is not None}, self.opset)
         computed = self._computed_inputs(scope, inputs, layout, name)
         interface = self._interface(node, scope, inputs, outputs, layout, w, hidden, at, isolated, computed)
         constants = self._held_constants(scope, interface, layout, name, w.dtype, isolated, computed)
         zero_states = [r for r in ("initial_h", "initial_c") if getattr(interface, r) in isolated.blank]
         if zero_states:
-            interface = replace(interface, **dict.fromkeys(zero_states))
+            cleared: dict[str, Any] = dict.fromkeys(zero_states)  # no tensor (Any: replace checks each field's type)
+            interface = replace(interface, **cleared)
             notes.append(
                 Finding(
                     "initial state",
@@ -679,7 +689,7 @@ class _Reader:
         computed: dict[str, tuple] = {}
         for role, index in zip(CONSTANT_ROLES, (4, 5, 6)):
             name = inputs[index]
-            if not name or scope.lookup(name) is None or scope.lookup(name)[0] == "input":
+            if not name or (found := scope.lookup(name)) is None or found[0] == "input":
                 continue
             try:
                 computed[role] = (name, "constant", self.constant(name, scope, layer, ROLE_LABELS[role]))
@@ -821,7 +831,8 @@ class _Reader:
         """An initial state whose known shape (declared, inferred or an initializer's) does not fit the node
         is refused: onnxruntime would refuse it at run time."""
         found = scope.lookup(name)
-        dims = list(found[1].dims) if found is not None and found[0] == "initializer" else _dims(self.types.get(name))
+        initializer = found[1] if found is not None else None
+        dims = list(initializer.dims) if isinstance(initializer, onnx.TensorProto) else _dims(self.types.get(name))
         if dims is None:
             return
         want = [None, directions, hidden] if layout else [directions, None, hidden]
@@ -875,7 +886,8 @@ class _Reader:
         }
         if not any(names[role] for role in OUTPUT_ROLES):
             raise InputError(f"{at}the node has no output")
-        node_layout, outer = layout, {}
+        node_layout = layout
+        outer: dict = {}  # what the absorbed Transposes rename (role -> the tensor outside them)
         if layout == 0:
             held = {  # states the node holds whatever the layout (constants, or repeated along X's batch)
                 names[r] for r in ("initial_h", "initial_c") if r in computed and computed[r][1] is not None
@@ -929,7 +941,9 @@ def copy_node(node: onnx.NodeProto, renamed: dict[str, str]) -> onnx.NodeProto:
     return copied
 
 
-def constant_feeders(graph: onnx.GraphProto, absorbed: set[int], fed: set[str] = frozenset()) -> set[int]:
+def constant_feeders(
+    graph: onnx.GraphProto, absorbed: set[int], fed: set[str] | frozenset[str] = frozenset()
+) -> set[int]:
     """The ids of ``graph``'s nodes that compute constants read only by the ``absorbed`` nodes (a layer's
     own): a ``Constant`` node holding a layer's weights or initial state, a cone of operators folding
     them, or one computing a zero state from X's shape (``Shape`` -> ``Expand``). They are part of the layer,
@@ -1005,7 +1019,7 @@ def _exposed_text(region) -> str:
 
 
 def _absorbable_transposes(
-    scope: _Scope, node: onnx.NodeProto, names: dict, held: set[str] = frozenset()
+    scope: _Scope, node: onnx.NodeProto, names: dict, held: set[str] | frozenset[str] = frozenset()
 ) -> tuple[dict, list] | None:
     """If a layout-0 node is wrapped in batch-major Transposes from graph inputs to graph outputs
     (gatepack's own layout encoding, and common in exports), return the outer tensor names and the
@@ -1220,6 +1234,7 @@ def _write_whole(
 ) -> None:
     """The whole model rewritten in place (``in_place``); its weights stay external data (streamed
     into ``NAME.onnx.data``) when the source kept them so, unless ``external_data`` says otherwise."""
+    assert model.path is not None  # a whole model is rewritten from the file it was read from
     external = bool(model.meta.get("external_data")) if external_data is None else external_data
     if external:
         _check_data_name(path)
@@ -1287,6 +1302,7 @@ def in_place(
     ``external`` = (binary file, location): every tensor is written there, the new weights streamed
     from the layers' arrays and the source's external tensors copied in chunks; without it, the
     source's external tensors are embedded. ``runtime``: as ``write``'s."""
+    assert model.path is not None  # a whole model is rewritten from the file it was read from
     proto = load_proto(Path(model.path))
     opset = next((o.version for o in proto.opset_import if o.domain in _ONNX_DOMAINS), DEFAULT_OPSET)
     if layout_encoding == "attribute" and opset < 14 and any(lay.interface.layout == 1 for lay in model.layers):
@@ -1300,10 +1316,12 @@ def in_place(
     reads = _read_counts(proto)
     lifted, written = [], set()
     for layer in model.layers:
-        if layer.provenance.kind == "lifted":
+        provenance = layer.provenance
+        assert provenance is not None  # every layer was read from the model
+        if provenance.kind == "lifted":
             lifted.append(_lifted_replacement(layer))
         else:
-            graph = located[layer.provenance.node]
+            graph = located[provenance.node]
             form = _Form(layout_encoding, runtime, opset)
             written |= _rewrite_node(graph, layer, form, names, reads, external)
     if lifted:
@@ -1399,7 +1417,7 @@ def _rewrite_node(
     ``layer_nodes`` at the node's place, under the node's own name; its weights keep their names
     when nothing else read them (they are replaced). ``reads``: the model's read counts, kept up to
     date. Return the new weights' names."""
-    original = {tuple(n.output) for n in layer.provenance.handle.nodes}
+    original = {tuple(n.output) for n in isolated_record(layer).nodes}
     position = next(
         k
         for k, n in enumerate(graph.node)
@@ -1458,11 +1476,11 @@ def _drop_dead_constants(graph: onnx.GraphProto, gone: list[onnx.NodeProto], rea
             graph.initializer.remove(initializers.pop(name))
             for declared in [i for i in graph.input if i.name == name]:  # IR 3 declares initializers as inputs
                 graph.input.remove(declared)
-        node = producers.get(name)
-        if node is not None and all(reads[o] == 0 for o in node.output if o) and node not in dead_nodes:
-            if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-                dead_nodes.append(node)
-                for i in node.input:
+        producer = producers.get(name)
+        if producer is not None and all(reads[o] == 0 for o in producer.output if o) and producer not in dead_nodes:
+            if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in producer.attribute):
+                dead_nodes.append(producer)
+                for i in producer.input:
                     if i:
                         reads[i] -= 1
                         pending.append(i)
@@ -1478,7 +1496,8 @@ def _drop_dead_constants(graph: onnx.GraphProto, gone: list[onnx.NodeProto], rea
 
 def _lifted_replacement(layer: RecurrentLayer) -> tuple:
     """(region, node, weights) replacing a lifted layer's loop or unrolled steps (``replace_in_place``)."""
-    region = layer.provenance.handle.region
+    region = isolated_record(layer).region
+    assert region is not None  # (a lifted layer's)
     x0, w = node_inputs(region)
 
     def stack(key: str) -> np.ndarray:
@@ -1536,7 +1555,7 @@ class _Stacked:
         )
         offset = data.tell()
         for part in self.parts:
-            data.write(memoryview(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<"))).cast("B"))
+            data.write(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<")).data.cast("B"))
         length = data.tell() - offset
         tensor.data_location = onnx.TensorProto.EXTERNAL
         for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
@@ -1668,8 +1687,8 @@ def layer_nodes(
     form: _Form,
     names: "_NameBook",
     inits: list,
-    inputs: dict[str, str | None],
-    outputs: dict[str, str | None],
+    inputs: Mapping[str, str | None],
+    outputs: Mapping[str, str | None],
     *,
     node_name: str | None = None,
     weight_names: dict[str, str] | None = None,
@@ -1696,19 +1715,20 @@ def layer_nodes(
 
     node_in = {role: inputs.get(role) or None for role in INPUT_ROLES}
     if wrap:
-        node_in["x"] = transposed(inputs["x"], _PERM_IN, "seq_major")
+        node_in["x"] = transposed(_named(inputs, "x"), _PERM_IN, "seq_major")
         for role in ("initial_h", "initial_c"):
-            if node_in[role] and role not in in_node_layout:
-                node_in[role] = transposed(node_in[role], _PERM_IN, f"{role}_dir_major")
+            if (given := node_in[role]) and role not in in_node_layout:
+                node_in[role] = transposed(given, _PERM_IN, f"{role}_dir_major")
     node_out: dict[str, str | None] = {}
     for key, perm in (("y", _PERM_Y), ("y_h", _PERM_YH), ("y_c", _PERM_YH)):
         final = outputs.get(key)
-        node_out[key] = names.fresh(f"{final}__seq_major") if final is not None and wrap else final
+        node_out[key] = final
         if final is not None and wrap:
+            node_out[key] = inner = names.fresh(f"{final}__seq_major")
             after.append(
                 helper.make_node(
                     "Transpose",
-                    [node_out[key]],
+                    [inner],
                     [final],
                     perm=perm,
                     name=names.fresh(f"{layer.name}/{key}_batch_major"),
@@ -1725,6 +1745,13 @@ def layer_nodes(
     else:
         nodes.append(_recurrent_node(layer, form, names, inits, node_in, node_out, node_name, weight_names or {}))
     return nodes + after
+
+
+def _named(tensors: Mapping[str, str | None], role: str) -> str:
+    """The name of a tensor every layer has (X)."""
+    name = tensors[role]
+    assert name, f"no {role} tensor named"
+    return name
 
 
 def _recurrent_node(
@@ -1746,13 +1773,13 @@ def _recurrent_node(
         return name
 
     # X W R B sequence_lens initial_h initial_c P, as the ONNX operators number their inputs
-    node_inputs = [node_in["x"], weight("W", [p.W for p in layer.directions])]
+    node_inputs = [_named(node_in, "x"), weight("W", [p.W for p in layer.directions])]
     node_inputs += [weight("R", [p.R for p in layer.directions]), "", node_in["sequence_lens"] or "", "", "", ""]
     if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
         node_inputs[3] = weight("B", [np.concatenate([p.Wb, p.Rb]) for p in layer.directions])
     node_inputs[5], node_inputs[6] = node_in["initial_h"] or "", node_in["initial_c"] or ""
     if layer.has_peepholes:
-        node_inputs[7] = weight("P", [p.P for p in layer.directions])
+        node_inputs[7] = weight("P", [p.P for p in layer.directions if p.P is not None])  # every direction's
     while node_inputs and not node_inputs[-1]:
         node_inputs.pop()
     node_outputs = [node_out.get(key) or "" for key in ("y", "y_h", "y_c")]
@@ -1933,8 +1960,8 @@ def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.
 
 def run_isolated(layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the layer's original ONNX node(s) alone on onnxruntime, with its original weights."""
-    isolated: _Isolated | None = layer.provenance.handle if layer.provenance and layer.provenance.of(FORMAT) else None
-    if isolated is None:
+    isolated = layer.provenance.handle if layer.provenance and layer.provenance.of(FORMAT) else None
+    if not isinstance(isolated, _Isolated):
         raise UsageError(f"layer {layer.name!r} was not read from ONNX")
     if isolated.opset < 7:
         raise RuntimeFailure(

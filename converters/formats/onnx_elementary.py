@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 import onnx
+from numpy.typing import DTypeLike
 from onnx import helper, numpy_helper
 
 from gatepack.converters.decompose import build_activation
@@ -55,7 +56,7 @@ class _Graph:
         )
         return out
 
-    def const(self, value, dtype: np.dtype | None = None) -> str:
+    def const(self, value, dtype: DTypeLike | None = None) -> str:
         array = np.asarray(value, dtype or self.dtype)
         return self.op("Constant", [], value=numpy_helper.from_array(array, self.fresh(f"{self.prefix}/value")))
 
@@ -147,14 +148,12 @@ def elementary_nodes(
         )
     g = _Graph(fresh, layer.name, opset, layer.dtype)
     x = inputs["x"]
+    assert x, "X is named"
     shape = g.op("Shape", [x])
     steps = g.op("Gather", [shape, g.const(0, np.int64)], axis=0)  # S, a scalar
     batch = g.op("Gather", [shape, g.const([1], np.int64)], axis=0)  # [N]
-    lens = (
-        g.op("Cast", [inputs["sequence_lens"]], to=_INT64)
-        if inputs.get("sequence_lens")
-        else g.op("Expand", [g.unsqueeze(steps, 0), batch])
-    )
+    given_lens = inputs.get("sequence_lens")
+    lens = g.op("Cast", [given_lens], to=_INT64) if given_lens else g.op("Expand", [g.unsqueeze(steps, 0), batch])
     time = g.op("Range", [g.const(0, np.int64), steps, g.const(1, np.int64)])
     valid = g.unsqueeze(g.op("Less", [g.unsqueeze(time, 1), g.unsqueeze(lens, 0)]), 2)  # [S,N,1]
     empty = g.unsqueeze(g.op("Equal", [lens, g.const(0, np.int64)]), 1)  # [N,1]
@@ -164,12 +163,13 @@ def elementary_nodes(
         value=numpy_helper.from_array(np.zeros(1, layer.dtype)),
     )
     roles = [role for role, _ in state_roles(layer.cell)]
-    ys, finals = [], {role: [] for role in roles}
+    ys: list[str] = []
+    finals: dict[str, list[str]] = {role: [] for role in roles}
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
         x_d = g.op("ReverseSequence", [x, lens], batch_axis=1, time_axis=0) if reverse else x
         start = [
-            g.op("Gather", [inputs[role], g.const(k, np.int64)], axis=0) if inputs.get(role) else zeros
+            g.op("Gather", [state, g.const(k, np.int64)], axis=0) if (state := inputs.get(role)) else zeros
             for role in roles
         ]
         y_d, last = _time_loop(g, layer, params, k, x_d, valid, steps, start, weight)
@@ -235,6 +235,7 @@ def _time_loop(
     step = _lstm_step if layer.cell is Cell.LSTM else _gru_rnn_step
 
     def peephole(j: int) -> str:  # P holds i, o, f
+        assert params.P is not None  # (asked for by a layer with peepholes only)
         return weight(f"{base}.P{j}", params.P[j * h : (j + 1) * h].copy())
 
     new = step(body, layer, params, gx, state_in, recurrent, peephole)

@@ -207,8 +207,8 @@ class _Folder:
         queue, kept = deque(graph.node), []
         while queue:
             node = queue.popleft()
-            if node.op_type == "If" and node.domain in ONNX_DOMAINS and _decided(node, known) is not None:
-                queue.extendleft(reversed(self._inline(node, _decided(node, known))))
+            if node.op_type == "If" and node.domain in ONNX_DOMAINS and (decided := _decided(node, known)) is not None:
+                queue.extendleft(reversed(self._inline(node, decided)))
                 self.changed = True
                 continue
             if node_subgraphs(node):
@@ -254,6 +254,7 @@ class _Folder:
         """The node's outputs when they follow from constants and static shapes alone (else None)."""
         if node.domain not in ONNX_DOMAINS or node.op_type in NONDETERMINISTIC_OPS:
             return None
+        results: list | None
         if node.op_type in ("Shape", "Size"):
             shape = (
                 known[node.input[0]].shape if node.input[0] in known else _static_shape(self.types.get(node.input[0]))

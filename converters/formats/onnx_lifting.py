@@ -22,6 +22,7 @@ of the region the rest of the graph reads, how each is recomputed from the canon
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -327,12 +328,12 @@ class Finder:
         tf2onnx: ``Less(const [1, S], lengths)``), or the mirror image, followed along the time axis through
         Transpose/Unsqueeze/Squeeze/Cast/Identity (a value that rises along time crosses a constant once)."""
         name, axis = mask, 0
-        while (node := self.scope.producers.get(name)) is not None and self._dims(name) is not None:
-            rank = len(self._dims(name))
+        while (node := self.scope.producers.get(name)) is not None and (dims := self._dims(name)) is not None:
+            rank = len(dims)
             if node.op_type in ("Cast", "Identity"):
                 name = node.input[0]
-            elif node.op_type == "Transpose" and perm_of(node) is not None:
-                name, axis = node.input[0], perm_of(node)[axis]
+            elif node.op_type == "Transpose" and (perm := perm_of(node)) is not None:
+                name, axis = node.input[0], perm[axis]
             elif node.op_type in ("Unsqueeze", "Squeeze"):
                 axes = _attr(node, "axes", None) if len(node.input) < 2 else self._constant(node.input[1])
                 if axes is None:
@@ -434,7 +435,7 @@ class Finder:
 
     # -- unrolled chains
 
-    def _chains(self) -> list[tuple]:
+    def _chains(self) -> list[tuple[str, str, list[onnx.NodeProto]]]:
         groups: dict[str, list[onnx.NodeProto]] = {}
         for node in self.proto.graph.node:
             if node.op_type == "MatMul" and len(node.input) == 2 and self._constant(node.input[0]) is None:
@@ -457,7 +458,8 @@ class Finder:
         """The op types of the nodes searched until ``on`` was reached from ``name`` (None: not within ``depth``
         nodes). Breadth first: a step's previous state is a few nodes up, however large the cone of the
         step's other inputs (in a stack, the input projection reads the whole layer below)."""
-        frontier, seen, crossed = {name}, set(), set()
+        frontier, seen = {name}, set()
+        crossed: set[str] = set()
         for _ in range(depth + 1):
             if on in frontier:
                 return crossed
@@ -730,8 +732,9 @@ class Finder:
             raise NotARecurrence(f"{found}: its initial state {initial!r} has no known rank 2 or 3 shape")
         canonical = f"{name}:{role}"
         axes = [out._const([0])] if self.opset >= 13 else []
+        attributes: dict[str, Any] = {} if self.opset >= 13 else {"axes": [0]}
         out.nodes.insert(0, helper.make_node("Squeeze", [canonical, *axes], [initial], name=f"{canonical}:Squeeze",
-                                             **({} if self.opset >= 13 else {"axes": [0]})))  # fmt: skip
+                                             **attributes))  # fmt: skip
         return canonical, initial
 
     def _read_outside(self, nodes: list[onnx.NodeProto]) -> set[str]:

@@ -51,6 +51,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -64,7 +65,7 @@ from gatepack.converters.description import (
 from gatepack.converters.errors import GatepackError, InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import atomic_files, contained_file, parse_json, read_bytes
 from gatepack.converters.findings import Finding, Status, fp16_source
-from gatepack.converters.formats.openvino_lifting import LOOP_OPS, STATE_INPUTS, lift_loops, run_lifted
+from gatepack.converters.formats.openvino_lifting import LOOP_OPS, STATE_INPUTS, LoopHandle, lift_loops, run_lifted
 from gatepack.converters.formats.openvino_shapes import (
     evaluate_for_two_shapes,
     from_shapes_only,
@@ -96,7 +97,7 @@ from gatepack.schemas.layer import (
 FORMAT = "openvino"
 RT_INFO_PATH = ["gatepack", "layers"]
 RT_INFO_OTHER_OPS = ["gatepack", "other_ops"]  # whole-model IR: the ONNX operators besides the recurrent ones
-_NATIVE_ACTIVATIONS = {
+_NATIVE_ACTIVATIONS: dict[Cell, set[tuple[str, ...]]] = {
     Cell.GRU: {("Sigmoid", "Tanh")},
     Cell.RNN: {("Sigmoid",), ("Tanh",), ("Relu",)},
     Cell.LSTM: set(itertools.product(("Sigmoid", "Tanh", "Relu"), repeat=3)),  # any of the three, per slot
@@ -242,6 +243,7 @@ _FRONTEND_VERDICTS: dict[tuple, _FrontendVerdict] = {}
 
 def _frontend_verdict(model: Model) -> _FrontendVerdict:
     """The frontend's verdict on ``model``, asked once per unchanged file and input shapes."""
+    assert model.path is not None  # (asked of a model read from a file)
     path = Path(model.path)
     stat = path.stat()
     shapes = model.meta.get("input_shapes") or {}
@@ -362,7 +364,7 @@ def _import_whole(model: Model, strategy: str):
             )
         candidates.setdefault(layer.cell.spec.onnx_op, []).append((layer, node))  # lifted layers too
     described: list[dict] = []
-    names_to_restore: list[tuple[object, str]] = []
+    names_to_restore: list[tuple[Any, str]] = []  # (OpenVINO sequence op, its layer's name)
     failures: list[Exception] = []
 
     def translator(op_type: str):
@@ -391,8 +393,8 @@ def _import_whole(model: Model, strategy: str):
         if failures and isinstance(failures[0], GatepackError):
             raise failures[0] from None
         raise _FrontendRefusal(err.one_line() if isinstance(err, GatepackError) else _ov_message(err)) from None
-    for node, name in names_to_restore:  # the frontend names ops after their ONNX outputs
-        node.set_friendly_name(name)
+    for sequence_op, name in names_to_restore:  # the frontend names ops after their ONNX outputs
+        sequence_op.set_friendly_name(name)
     ov_model.set_rt_info(json.dumps(described), RT_INFO_PATH)
     ov_model.set_rt_info(json.dumps(model.meta["other_ops"]), RT_INFO_OTHER_OPS)
     return ov_model
@@ -461,6 +463,7 @@ def _proto_to_read(model: Model, *, always: bool = False):
         return onnx_format.in_place(model)
     if not always:
         return None
+    assert model.path is not None  # (the file the model was read from)
     proto = onnx_format.load_proto(Path(model.path))
     onnx_format.embed_external_data(proto, Path(model.path).parent)
     return proto
@@ -495,7 +498,7 @@ def _const(ops, array: np.ndarray, name: str):
     return node
 
 
-def _held_constants(layer: RecurrentLayer, layout: int, x) -> dict[str, object]:
+def _held_constants(layer: RecurrentLayer, layout: int, x) -> dict[str, Any]:  # role -> OpenVINO node
     """Per input the layer holds as a constant, its value in ``layout``: a Constant named ``LAYER/ROLE`` holding
     it in layout 0 (read back by that name; the IR asks nobody to feed it), a state of batch 1 broadcast to the
     batch of ``x`` (X in ``layout``), transposed for a batch-major layout."""
@@ -674,7 +677,8 @@ def _emit_decomposed(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple
     zeros_state = ops.broadcast(np.zeros((), dt), ops.concat([n_dim, np.array([h], np.int64)], 0))
     empty = ops.unsqueeze(ops.equal(seq, np.int64(0)), [1])  # [N,1]
     roles = [role for role, _ in state_roles(layer.cell)]
-    ys, finals = [], {role: [] for role in roles}
+    ys: list = []
+    finals: dict[str, list] = {role: [] for role in roles}  # OpenVINO outputs
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
         x_d = ops.reverse_sequence(x_sm, seq, batch_axis=1, seq_axis=0) if reverse else x_sm
@@ -1011,7 +1015,7 @@ def _implicit_inputs(
     trials = evaluate_for_two_shapes(ov_model, [lens, *states], op.input_value(0))
     lens_known = shape_only[0] and bool(trials) and all(got[0] is not None and x for got, x in trials)
     full_lengths = lens_known and all(
-        got[0].shape == (x[0],) and bool(np.all(got[0].astype(np.int64) == x[1])) for got, x in trials
+        got[0].shape == (x[0],) and bool(np.all(got[0].astype(np.int64) == x[1])) for got, x in trials if x
     )
     evaluated = [bool(trials) and all(got[k] is not None for got, _ in trials) for k in range(len(states) + 1)]
     zero_state = [
@@ -1073,7 +1077,8 @@ def _held_state(trials: list[np.ndarray]) -> np.ndarray | None:
     if first.shape == second.shape and np.array_equal(first, second):
         return np.ascontiguousarray(first.transpose(1, 0, 2))
     rows = [t[:1] for t in trials]
-    if all(np.array_equal(t, np.broadcast_to(r, t.shape)) for t, r in zip(trials, rows)) and np.array_equal(*rows):
+    repeated = all(np.array_equal(t, np.broadcast_to(r, t.shape)) for t, r in zip(trials, rows))
+    if repeated and np.array_equal(rows[0], rows[1]):
         return np.ascontiguousarray(rows[0].transpose(1, 0, 2))
     return None
 
@@ -1311,7 +1316,9 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     path, name, kind = layer.provenance.artifact, layer.provenance.node, layer.provenance.kind
     label = f"{path}: layer {name!r}"
     if kind == "lifted":
-        return run_lifted(path, layer.provenance.handle, layer.interface, feed, (ov, ops))
+        handle = layer.provenance.handle
+        assert isinstance(handle, LoopHandle)  # openvino_lifting's record of the loop
+        return run_lifted(path, handle, layer.interface, feed, (ov, ops))
     ov_model = read_ir(path)
     itf = layer.interface
     inputs = {getattr(itf, role) for role in ("x", *layer.fed_roles())}
@@ -1351,8 +1358,8 @@ def _node_alone(ops, layer: RecurrentLayer, op, feed: dict[str, np.ndarray]):
         feed.setdefault(names[role], np.zeros((n, d, h) if batch_major else (d, n, h), layer.dtype))
     names["sequence_lens"] = itf.sequence_lens or f"{name}/sequence_lengths"
     lens_type = op.get_input_element_type(index["sequence_lens"])
-    if layer.constant("sequence_lens") is not None:
-        feed[names["sequence_lens"]] = layer.constant("sequence_lens")
+    if (held_lens := layer.constant("sequence_lens")) is not None:
+        feed[names["sequence_lens"]] = held_lens
     feed[names["sequence_lens"]] = feed.get(names["sequence_lens"], np.full(n, s)).astype(lens_type.to_dtype())
     params = []
     for role, tensor in names.items():

@@ -32,6 +32,7 @@ that make X the size fed.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -133,7 +134,7 @@ def _lift_loops(path: Path, ov_model, ov, fp16_finding: Finding) -> tuple:
             hidden_size=hidden_size,
             candidates=candidates_from_constants(_body_constants(op), input_size, hidden_size),
             activations=_body_activations(op),
-            run_original=lambda feed, h=handle, i=itf: run_lifted(path, h, i, feed, ov),
+            run_original=functools.partial(run_lifted, path, handle, itf, ov=ov),
         )
         try:
             lifted = lift(rec)

@@ -94,10 +94,10 @@ def shape_of(value, sizes: Sizing) -> list[int] | None:
 
 
 def _squeezed(dims: list[int], axes: list[int]) -> list[int]:
-    axes = {a % len(dims) for a in axes} if axes else {k for k, d in enumerate(dims) if d == 1}
-    if any(dims[a] != 1 for a in axes):
+    dropped = {a % len(dims) for a in axes} if axes else {k for k, d in enumerate(dims) if d == 1}
+    if any(dims[a] != 1 for a in dropped):
         raise ValueError("squeezing a dimension that is not 1")
-    return [d for k, d in enumerate(dims) if k not in axes]
+    return [d for k, d in enumerate(dims) if k not in dropped]
 
 
 def _unsqueezed(dims: list[int], axes: list[int]) -> list[int]:
@@ -132,8 +132,8 @@ def _infer_shape(value, sizes: Sizing) -> list[int] | None:
     if kind in _SAME_SHAPE:
         return shape_of(args[0], sizes)
     if kind in _BROADCASTING:
-        shapes = [shape_of(a, sizes) for a in args]
-        return None if None in shapes else list(np.broadcast_shapes(*map(tuple, shapes)))
+        shapes = [shape for a in args if (shape := shape_of(a, sizes)) is not None]
+        return None if len(shapes) < len(args) else list(np.broadcast_shapes(*map(tuple, shapes)))
     if kind in ("GRUSequence", "RNNSequence", "LSTMSequence"):
         x, w = shape_of(args[0], sizes), shape_of(args[3 if kind != "LSTMSequence" else 4], sizes)
         if x is None or w is None:
@@ -141,8 +141,8 @@ def _infer_shape(value, sizes: Sizing) -> list[int] | None:
         hidden = int(node.get_attributes()["hidden_size"])
         return [x[0], w[0], x[1], hidden] if value.get_index() == 0 else [x[0], w[0], hidden]
     if kind == "Concat":
-        shapes = [shape_of(a, sizes) for a in args]
-        if None in shapes:
+        shapes = [shape for a in args if (shape := shape_of(a, sizes)) is not None]
+        if len(shapes) < len(args):
             return None
         axis = int(node.get_attributes()["axis"]) % len(shapes[0])
         return [sum(sh[axis] for sh in shapes) if k == axis else d for k, d in enumerate(shapes[0])]
@@ -152,10 +152,10 @@ def _infer_shape(value, sizes: Sizing) -> list[int] | None:
             return None
         if kind == "ShapeOf":
             return [len(data)]
-        operand = evaluate_shape_cone(args[1], sizes) if len(args) > 1 else None
-        if operand is None:
+        values = evaluate_shape_cone(args[1], sizes) if len(args) > 1 else None
+        if values is None:
             return None if kind != "Squeeze" else [d for d in data if d != 1]
-        operand = [int(v) for v in np.ravel(operand)]
+        operand = [int(v) for v in np.ravel(values)]
         try:
             if kind == "Transpose":
                 return [data[k] for k in operand]

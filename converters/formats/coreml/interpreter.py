@@ -4,6 +4,7 @@ machines without a Core ML runtime (checked against Apple's own op tests)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -59,6 +60,11 @@ def _axes(axes) -> tuple | None:
     return None if axes is None else tuple(int(a) for a in np.asarray(axes).reshape(-1))
 
 
+def _select(cond, a, b, **_):
+    """MIL select: ``a`` where ``cond``, else ``b``, in their common type."""
+    return np.where(cond, a, b).astype(np.result_type(a, b))
+
+
 def _reverse_sequence(x, lengths, seq_axis=0, batch_axis=0, **_):
     out = np.array(x)
     moved = np.moveaxis(out, (int(batch_axis), int(seq_axis)), (0, 1))
@@ -68,7 +74,12 @@ def _reverse_sequence(x, lengths, seq_axis=0, batch_axis=0, **_):
     return out
 
 
-_SCATTER_MODES = {"update": lambda old, new: new, "add": np.add, "sub": np.subtract, "mul": np.multiply}
+_SCATTER_MODES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "update": lambda old, new: new,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+}
 
 
 def _scatter(data, indices, updates, axis=0, mode="update", **_):
@@ -214,7 +225,7 @@ _CORE_OPS = {
     "greater_equal": lambda x, y, **_: np.greater_equal(x, y),
     "less": lambda x, y, **_: np.less(x, y),
     "equal": lambda x, y, **_: np.equal(x, y),
-    "select": lambda cond, a, b, **_: np.where(cond, a, b).astype(np.result_type(a, b)),
+    "select": _select,
     "clip": lambda x, alpha, beta, **_: np.minimum(np.maximum(x, alpha), beta).astype(x.dtype),
     "cast": lambda x, dtype, **_: np.asarray(x).astype(_DTYPES[str(dtype)]),
     "split": lambda x, axis, num_splits=None, split_sizes=None, **_: tuple(

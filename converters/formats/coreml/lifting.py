@@ -3,6 +3,7 @@ decomposition of torch's GRU/LSTM): lifted into canonical layers."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
             hidden_size=candidate.R.shape[1],
             candidates=[candidate],
             activations=activations,
-            run_original=lambda feed, h=handle, i=itf: _run_lifted(path, h, i, feed),
+            run_original=functools.partial(_run_lifted, path, handle, itf),
             tolerance="float16" if fp16 else None,
         )
         try:
@@ -218,11 +219,15 @@ def _loop_weights(op, body_ops: list, gather):
         parts[key + "b"] = np.concatenate(
             [b if b is not None else np.zeros(len(w), w.dtype) for b, w in zip(biases, weights)]
         )
-    biases = (parts["Wb"], parts["Rb"], "biases of the same linear ops")
+    reading: tuple[np.ndarray | None, np.ndarray | None, str] = (
+        parts["Wb"],
+        parts["Rb"],
+        "biases of the same linear ops",
+    )
     if not (np.any(parts["Wb"]) or np.any(parts["Rb"])):  # coremltools' nn.GRU(bias=False): zero bias constants
-        biases = (None, None, "no bias (the linear ops' biases are zeros)")
+        reading = (None, None, "no bias (the linear ops' biases are zeros)")
     return WeightCandidate(
-        parts["W"], parts["R"], (biases,),
+        parts["W"], parts["R"], (reading,),
         f"W from linear ops {[o.name for o in from_x]}, R from {[o.name for o in from_h]}",
     )  # fmt: skip
 

@@ -54,7 +54,7 @@ def _padded(x: np.ndarray, pads: Sequence[int], value: float) -> np.ndarray:
 def _window(x: np.ndarray, offsets: Sequence[int], strides: Sequence[int], outs: Sequence[int]) -> np.ndarray:
     """``x[:, :, o_i + s_i * j_i]`` for ``j_i < out_i``: the input element each output reads at one kernel tap."""
     index = tuple(slice(o, o + (n - 1) * s + 1, s) for o, s, n in zip(offsets, strides, outs))
-    return x[(slice(None), slice(None), *index)]
+    return x[(slice(None), slice(None)) + index]
 
 
 def _conv(x, weight, bias=None, strides=None, pad_type="valid", pad=None, dilations=None, groups=1, **_):
@@ -74,7 +74,7 @@ def _conv(x, weight, bias=None, strides=None, pad_type="valid", pad=None, dilati
     for tap in itertools.product(*(range(k) for k in kernel)):
         taps = _window(padded, [t * d for t, d in zip(tap, dilations)], strides, outs)
         taps = taps.reshape(n, groups, weight.shape[1], *outs)
-        y += np.einsum("ngc...,goc->ngo...", taps, w[(Ellipsis, *tap)])
+        y += np.einsum("ngc...,goc->ngo...", taps, w[(Ellipsis,) + tap])
     y = y.reshape(n, c_out, *outs)
     if bias is not None:
         y += np.asarray(bias, np.float64).reshape(-1, *[1] * rank)
@@ -98,9 +98,9 @@ def _conv_transpose(
     xs = x.astype(np.float64).reshape(n, groups, c_in // groups, *sizes)
     w = weight.astype(np.float64).reshape(groups, c_in // groups, c_og, *kernel)
     for tap in itertools.product(*(range(k) for k in kernel)):
-        contribution = np.einsum("ngc...,gco->ngo...", xs, w[(Ellipsis, *tap)])
+        contribution = np.einsum("ngc...,gco->ngo...", xs, w[(Ellipsis,) + tap])
         index = tuple(slice(t * dl, t * dl + (d - 1) * s + 1, s) for t, dl, d, s in zip(tap, dilations, sizes, strides))
-        full[(slice(None), slice(None), slice(None), *index)] += contribution
+        full[(slice(None), slice(None), slice(None)) + index] += contribution
     full = full.reshape(n, groups * c_og, *full_sizes)
     if output_shape is not None:
         outs = [int(v) for v in np.asarray(output_shape).reshape(-1)[2:]]
@@ -111,7 +111,7 @@ def _conv_transpose(
     else:
         pads = _spatial_pads("conv_transpose", pad_type, pad, sizes, kernel, strides)
     index = tuple(slice(pads[2 * k], full_sizes[k] - pads[2 * k + 1]) for k in range(rank))
-    y = full[(slice(None), slice(None), *index)]
+    y = full[(slice(None), slice(None)) + index]
     if bias is not None:
         y = y + np.asarray(bias, np.float64).reshape(-1, *[1] * rank)
     return y.astype(x.dtype)

@@ -66,12 +66,12 @@ def _gather_along_axis(x, indices, axis=0, validate_indices=False, **_):
     """MIL gather_along_axis: out[p] = x[p with p[axis] replaced by indices[p]], out shaped like indices."""
     axis = int(axis) % x.ndim
     index = _checked(indices, x.shape[axis], "gather_along_axis", validate_indices)
-    grid = list(np.indices(index.shape, sparse=True))
+    grid: list[np.ndarray] = list(np.indices(index.shape, sparse=True))
     grid[axis] = index
     return x[tuple(grid)]
 
 
-_SCATTER = {
+_SCATTER: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "update": lambda old, new: new,
     "add": np.add,
     "sub": np.subtract,

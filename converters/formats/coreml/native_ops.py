@@ -76,6 +76,12 @@ def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Find
 NATIVE_OPS = {"gru": Cell.GRU, "rnn": Cell.RNN, "lstm": Cell.LSTM}
 
 
+def _float32_weights(got: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """W, R, Wb and Rb of ``onnx_weights``'s result, as float32."""
+    w, r, wb, rb = (np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb"))
+    return w, r, wb, rb
+
+
 def _lstm_op_weights(op, path: Path) -> tuple[list[DirectionParams], Direction, bool, list[Finding]]:
     """A native lstm op's constants in ONNX order, per direction (``*_back`` for a bidirectional op's
     backward one): W, R (gates i, f, o, z -> i, o, f, c), the summed bias as Wb (Rb = 0), the peephole
@@ -115,7 +121,7 @@ def _lstm_op_weights(op, path: Path) -> tuple[list[DirectionParams], Direction, 
         got = onnx_weights(Cell.LSTM, w, r, bias, None, False)
         params.append(
             DirectionParams(
-                *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")),
+                *_float32_weights(got),
                 activations=acts,
                 P=None if peephole is None else onnx_peephole(peephole),
             )
@@ -150,7 +156,7 @@ def _op_directions(
         return directions, direction, False, has_bias, found
     got, found = _op_weights(op, cell, path, layer)
     params = DirectionParams(
-        *(np.asarray(got[key], np.float32) for key in ("W", "R", "Wb", "Rb")),
+        *_float32_weights(got),
         activations=got["activations"][: cell.activation_count],
     )
     direction = Direction.REVERSE if got["reverse"] else Direction.FORWARD

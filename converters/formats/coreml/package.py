@@ -48,10 +48,11 @@ def _package_files(path: Path) -> _PackageFiles:
         raise InputError(f"{path}: not an ML Program package (no Manifest.json)")
     manifest = read_json(contained_file(path, "Manifest.json", f"{path}: Manifest.json"))
     at = f"{manifest_file}: "
-    entries = manifest.get("itemInfoEntries") if isinstance(manifest, dict) else None
+    fields = manifest if isinstance(manifest, dict) else {}
+    entries = fields.get("itemInfoEntries")
     if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
         raise InputError(f"{at}itemInfoEntries is missing or not an object of item objects")
-    root = manifest.get("rootModelIdentifier")
+    root = fields.get("rootModelIdentifier")
     if not isinstance(root, str) or root not in entries:
         raise InputError(f"{at}rootModelIdentifier {root!r} names no entry of itemInfoEntries")
     data = path / "Data"
@@ -137,6 +138,7 @@ def _read_program(path: Path, files: _PackageFiles):
             f"{files.manifest}: the program reads weight files {sorted(blobs)} but the manifest has no weights item"
         )
     for name in blobs:  # the loader opens weights_dir / base name: each must be a regular file inside the package
+        assert files.weights_dir is not None  # (refused above)
         contained_file(files.weights_dir, name.split("/")[-1], f"{files.model}: blob file {name!r}")
     try:
         with _quiet():

@@ -18,6 +18,7 @@ from gatepack.converters.formats.coreml.interpreter import (
     execute,
 )
 from gatepack.converters.formats.coreml.lifting import (
+    _LoopHandle,
     _run_lifted,
 )
 from gatepack.converters.formats.coreml.package import (
@@ -81,6 +82,7 @@ def compute_dtype(layer: RecurrentLayer) -> str:
     if meta is not None:
         return "float16" if meta.get("precision") == "fp16" else "float32"
     if found.kind == "lifted":
+        assert isinstance(found.handle, _LoopHandle)  # coreml.lifting's record of the loop
         return "float16" if found.handle.fp16 else "float32"
     op = next(op for op in _ops(function) if op.name == found.node)
     return "float16" if np.asarray(op.inputs["weight_ih"].val).dtype == np.float16 else "float32"
@@ -96,7 +98,9 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
         raise UsageError(f"layer {layer.name!r} was not read from a Core ML package")
     path, name, kind = layer.provenance.artifact, layer.provenance.node, layer.provenance.kind
     if kind == "lifted":
-        return _run_lifted(path, layer.provenance.handle, layer.interface, feed)
+        handle = layer.provenance.handle
+        assert isinstance(handle, _LoopHandle)  # coreml.lifting's record of the loop
+        return _run_lifted(path, handle, layer.interface, feed)
     function, meta = _load_program(path)
     names = (meta or {}).get("names", {})
     itf = layer.interface
@@ -110,10 +114,10 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
             env[getattr(itf, role)] = state.transpose(1, 0, 2).reshape(n, d * h)
         y, *ends = _MIL_OPS[op.op_type](**{key: _lookup(var, env) for key, var in op.inputs.items()})
         y = y.reshape(len(y), n, d, h).transpose(0, 2, 1, 3)  # -> [S,D,N,H]
-        outputs = {itf.y: y[::-1] if layer.direction is Direction.REVERSE else y}
+        outputs = {itf.y: y[::-1] if layer.direction is Direction.REVERSE else y} if itf.y else {}
         for (_, role), end in zip(state_roles(layer.cell), ends):
             outputs[getattr(itf, role)] = end.reshape(n, d, h).transpose(1, 0, 2)
         return outputs
     wanted = {names.get(k, k): v for k, v in feed.items()}
-    outputs = execute(function, wanted, path)
-    return {_original(names, k): v for k, v in outputs.items()}
+    executed = execute(function, wanted, path)
+    return {_original(names, k): v for k, v in executed.items()}

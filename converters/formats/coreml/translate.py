@@ -21,7 +21,7 @@ A node no entry translates, or an attribute its entry does not honour, is refuse
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -70,7 +70,7 @@ class Translation:
     known before run time, its NumPy value. Op translations read inputs through ``var``/``constant``/``attr`` and
     refuse through ``refuse``."""
 
-    mb: object
+    mb: Any  # coremltools.converters.mil.Builder, which has no annotations
     opset: int
     values: dict = field(default_factory=dict)
 

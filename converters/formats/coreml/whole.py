@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Sequence
 
 import numpy as np
 
@@ -54,7 +54,7 @@ class _Prepared:
         self.anchors: dict[int, RecurrentLayer] = {}
         self.skip: set[int] = set()
         for layer in layers:
-            nodes = layer.provenance.handle.nodes
+            nodes = onnx_format.isolated_record(layer).nodes
             self.skip |= {id(n) for n in nodes}
             anchor = next(n for n in nodes if n.op_type == layer.cell.spec.onnx_op)
             self.anchors[id(anchor)] = layer
@@ -68,6 +68,7 @@ class _Prepared:
         """``model``'s source with every layer rewritten in place, read again."""
         from gatepack.converters.formats import onnx as onnx_format
 
+        assert model.path is not None  # (a whole model read from its file)
         proto = onnx_format.in_place(model)
         return cls(proto, onnx_format.reread(model.path, proto).layers)
 
@@ -81,6 +82,7 @@ def build_whole(model: Model, *, strategy: str = "auto", target: str = DEFAULT_T
     if kept is not None:
         return kept
     shapes = model.meta.get("input_shapes")
+    assert model.path is not None  # (a whole model read from its file)
     return translate_proto(_Prepared.of(model), Path(model.path), strategy=strategy, target=target, input_shapes=shapes)
 
 
@@ -95,6 +97,7 @@ def _build_key(model: Model, strategy: str, target: str) -> tuple:
 
 
 def _file_key(model: Model) -> tuple:
+    assert model.path is not None  # (a whole model read from its file)
     path = Path(model.path)
     stat = path.stat()
     shapes = model.meta.get("input_shapes") or {}
@@ -178,6 +181,7 @@ def carry_metadata(model: Model, mlmodel) -> None:
     metadata properties as user-defined metadata (gatepack's own key apart)."""
     from gatepack.converters.formats.onnx import load_proto
 
+    assert model.path is not None  # (a whole model read from its file)
     proto = load_proto(Path(model.path))
     mlmodel.short_description = proto.doc_string or f"{Path(model.path).name}, written whole by gatepack"
     if proto.producer_name:
@@ -210,7 +214,7 @@ def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: l
                 "input cannot carry",
                 hint=ALTERNATIVES,
             )
-        dims = []
+        dims: list = []  # each a size or a MIL symbol
         for k, d in enumerate(tensor.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
                 dims.append(int(d.dim_value))
@@ -396,7 +400,7 @@ def refusal_summary(failures: list[Untranslatable]) -> str:
     return f"{len(failures)} node{'s' if len(failures) != 1 else ''} Core ML cannot hold: " + "; ".join(parts)
 
 
-def refuse_untranslatable(path: Path, failures: list[Untranslatable], symbolic: list[str] = ()) -> NoReturn:
+def refuse_untranslatable(path: Path, failures: list[Untranslatable], symbolic: Sequence[str] = ()) -> NoReturn:
     """RefusedError naming what cannot be translated; where inputs have symbolic dimensions, fixing them (which folds
     the shape arithmetic and the Ifs decided by shapes) is the first way out."""
     fix = (
@@ -444,6 +448,7 @@ _VERDICTS: dict[tuple, tuple[tuple[str, str] | None, list[str]]] = {}
 def _translation_verdict(model: Model) -> tuple[tuple[str, str] | None, list[str]]:
     """Why the model does not translate and the way out (None: it translates), and what changes in its interface,
     asked once per unchanged file and input shapes."""
+    assert model.path is not None  # (a whole model read from its file)
     path = Path(model.path)
     key = _file_key(model)
     if key not in _VERDICTS:

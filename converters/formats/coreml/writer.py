@@ -31,6 +31,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -160,9 +161,11 @@ def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET)
         itf = layer.interface
         s, n = dim(itf.seq_length, f"S/{layer.name}"), dim(itf.batch_size, f"N/{itf.x}")
         d, h = layer.num_directions, layer.hidden_size
-        shapes = {itf.x: ((n, s, layer.input_size) if itf.layout else (s, n, layer.input_size), types.fp32)}
+        shapes: dict[str, tuple[tuple, Any]] = {  # tensor -> (shape, MIL type)
+            itf.x: ((n, s, layer.input_size) if itf.layout else (s, n, layer.input_size), types.fp32)
+        }
         fed = layer.fed_roles()  # an input the layer holds as a constant is a const op, not a placeholder
-        if "sequence_lens" in fed:
+        if "sequence_lens" in fed and itf.sequence_lens:  # (a fed role is named)
             shapes[itf.sequence_lens] = ((n,), types.int32)
         for role in ("initial_h", "initial_c"):
             if role in fed:
@@ -253,7 +256,8 @@ def _emit_native(mb, layer: RecurrentLayer, x, states: dict, target: str):
     to input time, then stacked into the interface's Y and final states."""
     x_sm, initial = _time_major(mb, layer, x, states)
     zeros = _zeros_state(mb, layer, x_sm) if len(initial) < len(states) else None
-    ys, finals = [], [[] for _ in states]
+    ys: list = []
+    finals: list[list] = [[] for _ in states]  # MIL vars
     prefix = safe_name(layer.name)
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
@@ -368,14 +372,16 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
             x=mb.cast(x=inside, dtype="fp32"), axes=[2]
         )  # [S,N,1], 1 where step t is inside the sequence (gather takes no bool)
     # min(max(v, -c), c): MIL's clip op refuses alpha == beta, and RNN allows clip = 0
+    limit = layer.clip
     clip = (
-        (lambda v: mb.minimum(x=mb.maximum(x=v, y=np.float32(-layer.clip)), y=np.float32(layer.clip)))
-        if layer.clip is not None
+        (lambda v: mb.minimum(x=mb.maximum(x=v, y=np.float32(-limit)), y=np.float32(limit)))
+        if limit is not None
         else (lambda v: v)
     )
     prefix = safe_name(layer.name)
     roles = [role for role, _ in state_roles(layer.cell)]
-    ys, finals = [], [[] for _ in roles]
+    ys: list = []
+    finals: list[list] = [[] for _ in roles]  # MIL vars
     for k, p in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
         x_d = (

@@ -8,6 +8,7 @@ Spatial attributes: ONNX's ``pads`` is ``[begin_1, ..., begin_n, end_1, ..., end
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import numpy as np
 
@@ -228,7 +229,8 @@ def _layer_norm(t: Translation, node) -> list:
     axes = list(range(int(t.attr(node, "axis", -1)) % rank, rank))
     normalised = t.shape(x)[axes[0] :]
     static = all(isinstance(d, int) for d in normalised)
-    options, after = {}, []
+    options: dict[str, np.ndarray] = {}
+    after: list[tuple[str, Any]] = []  # (gamma or beta, its MIL var)
     for k, name in ((1, "gamma"), (2, "beta")):
         if not t.has(node, k):
             continue
@@ -298,10 +300,10 @@ def _reduce(onnx_op: str) -> OnnxOp:
     def emit(t: Translation, node) -> list:
         x = t.var(node, 0)
         if t.opset >= axes_input_from:
-            axes = t.constant(node, 1, "axes") if t.has(node, 1) else None
+            given = t.constant(node, 1, "axes") if t.has(node, 1) else None
         else:
-            axes = t.attr(node, "axes")
-        axes = None if axes is None or np.size(axes) == 0 else [int(a) for a in np.asarray(axes).reshape(-1)]
+            given = t.attr(node, "axes")
+        axes = None if given is None or np.size(given) == 0 else [int(a) for a in np.asarray(given).reshape(-1)]
         if axes is None and int(t.attr(node, "noop_with_empty_axes", 0)):
             return [x]
         return [getattr(t.mb, mil_op)(x=x, axes=axes, keep_dims=bool(t.attr(node, "keepdims", 1)))]
@@ -394,7 +396,8 @@ def _einsum(t: Translation, node) -> list:
     return [t.mb.transpose(x=product, perm=perm) if perm != sorted(perm) else product]
 
 
-_SOURCE_COORDINATES = {  # ONNX Resize: the input coordinate of output index i (float32, as onnxruntime)
+# ONNX Resize: the input coordinate of output index i (float32, as onnxruntime)
+_SOURCE_COORDINATES: dict[str, Callable[..., np.ndarray]] = {
     "half_pixel": lambda i, scale, d, out: (i + 0.5) / scale - 0.5,
     "pytorch_half_pixel": lambda i, scale, d, out: (i + 0.5) / scale - 0.5 if out > 1 else 0.0 * i,
     "align_corners": lambda i, scale, d, out: i * np.float32(d - 1) / np.float32(max(out - 1, 1)),
@@ -403,7 +406,7 @@ _SOURCE_COORDINATES = {  # ONNX Resize: the input coordinate of output index i (
         np.float32(d / 2) * (1 - np.float32(out / (scale * d))) + (i + 0.5) / scale - 0.5
     ),
 }
-_NEAREST = {
+_NEAREST: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "round_prefer_floor": lambda x: np.where(x - np.floor(x) == 0.5, np.floor(x), np.round(x)),
     "round_prefer_ceil": lambda x: np.where(x - np.floor(x) == 0.5, np.ceil(x), np.round(x)),
     "floor": np.floor,
@@ -420,7 +423,7 @@ def _resize_plan(t: Translation, node, shape: tuple) -> list[tuple[int, int, flo
         sizes = [int(v) for v in t.constant(node, scales_at + 1, "sizes").reshape(-1)]
         if t.attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
             t.refuse(node, f"keep_aspect_ratio_policy {t.attr(node, 'keep_aspect_ratio_policy')!r}")
-        plan = [(a, n, None) for a, n in zip(axes, sizes)]
+        plan: list[tuple[int, int, float | None]] = [(a, n, None) for a, n in zip(axes, sizes)]
     else:
         scales = [float(v) for v in t.constant(node, scales_at, "scales").reshape(-1)]
         if any(not isinstance(shape[a], int) for a, s in zip(axes, scales) if s != 1.0):

@@ -132,7 +132,9 @@ def _squeeze(t: Translation, node) -> list:
 def _unsqueeze(t: Translation, node) -> list:
     x = t.value(node, 0)
     count = len(np.asarray(t.constant(node, 1, "axes") if t.opset >= 13 else t.attr(node, "axes")).reshape(-1))
-    axes = sorted(_axes(t, node, t.rank(x) + count))
+    given = _axes(t, node, t.rank(x) + count)
+    assert given is not None  # (counted above)
+    axes = sorted(given)
     if t.rank(x) + count > MAX_RANK:
         shape = list(t.shape(x))
         for a in axes:
@@ -241,12 +243,12 @@ def _slice(t: Translation, node) -> list:
     for axis, step in zip(axes, steps):
         stride[axis] = step
     if isinstance(starts, np.ndarray) and isinstance(ends, np.ndarray):
-        begin, end = [0] * rank, [0] * rank
+        begins, ends_at = [0] * rank, [0] * rank
         for axis, s, e, step in zip(axes, _ints(starts), _ints(ends), steps):
             bounds = _slice_bounds(t, node, t.shape(x)[axis], s, e, step)
-            begin[axis], end[axis] = bounds[0] or 0, bounds[1] or 0
+            begins[axis], ends_at[axis] = bounds[0] or 0, bounds[1] or 0
             begin_mask[axis], end_mask[axis] = bounds[0] is None, bounds[1] is None
-        begin, end = np.asarray(begin, np.int32), np.asarray(end, np.int32)
+        begin, end = np.asarray(begins, np.int32), np.asarray(ends_at, np.int32)
     else:
         begin_mask = end_mask = [axis not in axes for axis in range(rank)]
         begin, end = _placed(t, starts, axes, rank), _placed(t, ends, axes, rank)
@@ -268,9 +270,9 @@ def _slice_bounds(t: Translation, node, dim, start: int, end: int, step: int) ->
             )
         return b, (None if e < 0 else e)
     forward = step > 0
-    b = None if (start <= _INT32_MIN if forward else start >= _INT32_MAX) else start
-    e = None if (end >= _INT32_MAX if forward else end <= _INT32_MIN) else end
-    return b, e
+    first = None if (start <= _INT32_MIN if forward else start >= _INT32_MAX) else start
+    last = None if (end >= _INT32_MAX if forward else end <= _INT32_MIN) else end
+    return first, last
 
 
 def _placed(t: Translation, values, axes: list[int], rank: int):
