@@ -128,7 +128,7 @@ class _FormatChoice(click.Choice):
         self._names = names
         super().__init__((), case_sensitive=False)
 
-    @property  # type: ignore[override]
+    @property
     def choices(self) -> tuple[str, ...]:
         return tuple(self._names())
 
