@@ -210,8 +210,8 @@ _layers_only_option = click.option(
     is_flag=True,
     help=(
         "Write the recurrent layers alone, each with its own inputs and outputs, when the model has other operators "
-        "(directml, coreml and bnns hold layers only and refuse such a model otherwise; onnx and openvino keep the "
-        "whole model unless asked)."
+        "(a format that holds layers only refuses such a model otherwise; one that keeps the whole model keeps it "
+        "unless asked: gatepack report says which does which)."
     ),
 )
 
@@ -233,7 +233,7 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 def _write_option_flags(fn):
     """One CLI flag per write option of every format (``registry.WriteOption``), named by the option."""
     for option in reversed(list(all_write_options().values())):
-        takers = [info.name for info in registry.FORMATS.values() if option in info.write_options]
+        takers = registry.takers(option.name)
         text = option.help if option.help.startswith(tuple(takers)) else f"{', '.join(takers)}: {option.help}"
         if option.cli_type is bool:
             flag = f"{option.flag}/--no-{option.flag.removeprefix('--')}"
@@ -308,7 +308,8 @@ def convert(
     if "strategy" in given and given["strategy"] != "auto" and "strategy" not in target.option_names:
         raise gp.UsageError(
             f"--strategy {given['strategy']} does not apply to {target.title}, which has one way to write a layer",
-            hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)",
+            hint="strategies choose between a target's recurrent op and elementary ops "
+            f"({', '.join(registry.takers('strategy'))})",
         )
     given = {k: v for k, v in given.items() if k in target.option_names or k != "strategy"}
     result = gp.convert(
@@ -356,7 +357,7 @@ def convert(
     "--for",
     "runtime",
     type=click.Choice(list(all_write_options()["runtime"].cli_type), case_sensitive=False),
-    help="onnx: " + all_write_options()["runtime"].help,
+    help=f"{', '.join(registry.takers('runtime'))}: " + all_write_options()["runtime"].help,
 )
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON (same as --format json; errors too).")
 @handle_errors
@@ -371,9 +372,11 @@ def report(model, targets, fmt, output, from_format, layers_only, activation_def
         prepare_output(output, REPORT_OUTPUT, [Path(model), *loaded.files])
     fmt = "json" if as_json else fmt or (_report_format_of(output) if output else "text")
     options = {} if runtime is None else {"runtime": runtime.lower()}
-    if options and targets and "onnx" not in targets:
-        raise gp.UsageError(f"--for {runtime} applies to the onnx target", hint="add --to onnx")
-    report_targets = list(targets) or (["onnx"] if options else None)
+    takers = registry.takers("runtime")
+    if options and targets and not set(takers) & set(targets):
+        applies = f"--for {runtime} applies to the {' or '.join(takers)} target"
+        raise gp.UsageError(applies, hint=f"add --to {takers[0]}")
+    report_targets = list(targets) or (takers if options else None)
     text = gp.report(loaded, report_targets, layers_only=layers_only, **options).render(fmt)
     if output:
         with atomic_path(Path(output)) as tmp:

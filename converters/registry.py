@@ -408,6 +408,11 @@ def writers() -> list[str]:
     return [name for name, info in FORMATS.items() if info.writes]
 
 
+def takers(option: str) -> list[str]:
+    """The formats whose writer takes the write option named ``option`` (its API keyword), in registry order."""
+    return [name for name, info in FORMATS.items() if option in info.option_names]
+
+
 def all_write_options() -> dict[str, WriteOption]:
     """Every write option of every format, once (formats that share an option share its definition)."""
     found: dict[str, WriteOption] = {}
