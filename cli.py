@@ -29,6 +29,23 @@ REPORT_OUTPUT = OutputKind(
 NPZ_OUTPUT = OutputKind(".npz file", False, has_suffix(".npz"))
 
 
+class _Choice(click.Choice):
+    """A choice whose error suggests the nearest choice to a mistyped value ("did you mean 'onnx'?")."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as err:
+            import difflib
+
+            text = str(value).lower() if not self.case_sensitive else str(value)
+            choices = {(c.lower() if not self.case_sensitive else c): c for c in map(str, self.choices)}
+            near = difflib.get_close_matches(text, list(choices), n=1, cutoff=0.6)
+            if not near:
+                raise
+            self.fail(f"{err.message} Did you mean {choices[near[0]]!r}?", param, ctx)
+
+
 def _report_format_of(output: str) -> str:
     """The report format an output path's suffix names (UsageError for another suffix)."""
     suffix = Path(output).suffix.lower()
@@ -120,7 +137,7 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
-class _FormatChoice(click.Choice):
+class _FormatChoice(_Choice):
     """A format name, one of ``names()`` (``registry.readers`` or ``registry.writers``) asked when the command
     runs, not when this module is imported: a format registered after start-up is a choice too."""
 
@@ -145,7 +162,7 @@ _from_option = click.option(
 )
 _defaults_option = click.option(
     "--activation-defaults",
-    type=click.Choice(["onnxruntime", "onnx"]),
+    type=_Choice(["onnxruntime", "onnx"]),
     default="onnxruntime",
     show_default=True,
     help=(
@@ -223,7 +240,7 @@ _layers_only_option = click.option(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
 def inspect(model: str, from_format: str | None, activation_defaults: str, as_json: bool) -> None:
-    """List the recurrent layers of MODEL: attributes, shapes, parameter counts."""
+    """A whole model's own inputs and outputs, then the recurrent layers of MODEL: attributes, shapes, parameters."""
     from gatepack.converters.inspection import describe_json, describe_text
 
     loaded = gp.load(model, from_format, activation_defaults=activation_defaults)
@@ -242,10 +259,24 @@ def _write_option_flags(fn):
             kind = (
                 click.IntRange(min=1)
                 if option.cli_type == "size"
-                else click.Choice(list(option.cli_type), case_sensitive=not option.any_case)
+                else _Choice(list(option.cli_type), case_sensitive=not option.any_case)
             )
             fn = click.option(option.flag, option.name, type=kind, default=None, help=text)(fn)
     return fn
+
+
+def _check_flags_apply(target, given: dict) -> None:
+    """UsageError naming, by their CLI flags, the write options given that ``target``'s writer does not take
+    (the API's check would name its keyword arguments)."""
+    options = all_write_options()
+    foreign = [options[name].flag for name in given if name not in target.option_names]
+    if foreign:
+        takes = ", ".join(o.flag for o in target.write_options) or "no options"
+        raise gp.UsageError(
+            f"{', '.join(foreign)} {'does' if len(foreign) == 1 else 'do'} not apply to the {target.name} target "
+            f"({target.title})",
+            hint=f"{target.name} takes {takes}; gatepack formats lists each format's options",
+        )
 
 
 @main.command()
@@ -264,7 +295,7 @@ def _write_option_flags(fn):
 @_write_option_flags
 @click.option(
     "--layout",
-    type=click.Choice(["keep", "0", "1"]),
+    type=_Choice(["keep", "0", "1"]),
     default="keep",
     show_default=True,
     help="Interface layout of the output: keep the source's (drop-in), 0 = [S,N,I], 1 = [N,S,I].",
@@ -312,6 +343,7 @@ def convert(
             f"({', '.join(registry.takers('strategy'))})",
         )
     given = {k: v for k, v in given.items() if k in target.option_names or k != "strategy"}
+    _check_flags_apply(target, given)
     result = gp.convert(
         model,
         output,
@@ -346,7 +378,7 @@ def convert(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(list(REPORT_FORMATS)),
+    type=_Choice(list(REPORT_FORMATS)),
     help="Report format (default: from the -o suffix: .html, .md, .json, .txt; text on stdout).",
 )
 @click.option("-o", "--output", type=click.Path(), help="Write the report to this file instead of stdout.")
@@ -356,7 +388,7 @@ def convert(
 @click.option(
     "--for",
     "runtime",
-    type=click.Choice(list(all_write_options()["runtime"].cli_type), case_sensitive=False),
+    type=_Choice(list(all_write_options()["runtime"].cli_type), case_sensitive=False),
     help=f"{', '.join(registry.takers('runtime'))}: " + all_write_options()["runtime"].help,
 )
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON (same as --format json; errors too).")
@@ -428,17 +460,23 @@ def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, as_json)
 @click.option("-o", "--output", required=True, type=click.Path(), help=".npz to write, keyed by output names.")
 @click.option(
     "--engine",
-    type=click.Choice(ENGINES),
+    type=_Choice(ENGINES),
     default="auto",
     show_default=True,
     help="native: the format's own runtime; numpy: gatepack's executor of its semantics; auto: native where its "
     "runtime runs here, else numpy (the line written says which ran).",
 )
+@click.option(
+    "--directml-shapes",
+    is_flag=True,
+    help="directml: feed and return the DxDispatch resources, by resource name in the descs' 4-D shapes "
+    "(X [1,S,N,I], Y_h [1,D,N,H]) instead of the source's tensors (X [S,N,I], Y_h [D,N,H]).",
+)
 @_from_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
-def run(artifact, inputs_path, output, engine, from_format, as_json) -> None:
-    """Execute ARTIFACT on the tensors in --inputs and save its outputs."""
+def run(artifact, inputs_path, output, engine, directml_shapes, from_format, as_json) -> None:
+    """Execute ARTIFACT on the tensors in --inputs and save its outputs (named and shaped as the source's)."""
     from gatepack.converters.fileio import atomic_path, load_npz, prepare_output, write_npz
 
     prepare_output(output, NPZ_OUTPUT, [Path(artifact), Path(inputs_path)])
@@ -448,7 +486,7 @@ def run(artifact, inputs_path, output, engine, from_format, as_json) -> None:
         from gatepack.converters.registry import detect
 
         engine = engine_for(from_format or detect(artifact))
-    outputs = gp.run(artifact, inputs, engine=engine, format=from_format)
+    outputs = gp.run(artifact, inputs, engine=engine, format=from_format, directml_shapes=directml_shapes)
     with atomic_path(Path(output)) as tmp:
         with open(tmp, "wb") as handle:
             write_npz(handle, outputs)

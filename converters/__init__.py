@@ -39,6 +39,13 @@ if TYPE_CHECKING:
 __all__ = ["load", "save", "convert", "verify", "report", "run", "input_names", "Result"]
 
 READ_OPTIONS = ("activation_defaults",)
+# what to do when a model holds no recurrent layer: what gatepack converts, and how to get it
+CONVERTS = (
+    "gatepack converts models that hold GRU, RNN or LSTM layers: ONNX GRU/RNN/LSTM nodes, OpenVINO "
+    "GRUSequence/RNNSequence/LSTMSequence ops, and the loops and unrolled cells it lifts into them; export the "
+    "model with its recurrent layers kept as such operators (e.g. torch.onnx.export(..., dynamo=False) writes "
+    "each nn.GRU layer as a GRU node)"
+)
 ENGINES = ("auto", "native", "numpy")
 
 
@@ -85,16 +92,19 @@ class Result:
         what = "whole model" if self.whole else "layers only, as asked" if self.layers_only else "layers"
         parts = [f"wrote {self.output} ({self.format}, {what}): {len(self.findings)} layer(s)"]
         by_status: dict[Status, list[str]] = {}
+        left_out = False  # the model finding of layers written alone, as asked: the operators around them are gone
         for findings in self.findings.values():
             for f in findings:
-                if f.status is not Status.EXACT and not (f.feature == "model" and self.layers_only):
-                    by_status.setdefault(f.status, [])
-                    if f.feature not in by_status[f.status]:
-                        by_status[f.status].append(f.feature)
+                if f.feature == "model" and self.layers_only:
+                    left_out = True
+                elif f.status is not Status.EXACT and f.feature not in by_status.setdefault(f.status, []):
+                    by_status[f.status].append(f.feature)
         ranked = sorted(by_status.items(), key=lambda kv: kv[0].rank)
         parts += [f"{status.value}: {', '.join(features)}" for status, features in ranked]
-        if not by_status:
-            parts.append("every feature exact")
+        if not ranked:
+            parts.append("every feature of the layers exact" if left_out else "every feature exact")
+        if left_out:
+            parts.append("the operators around them left out, as asked")
         parts.append(self.verification.verdict() if self.verification else "not verified")
         return "; ".join(parts)
 
@@ -148,7 +158,11 @@ def load(path: str | Path, format: str | None = None, **options) -> "Model":
     fmt = format or registry.detect(path)
     read_options = _read_options(options)
     with track_reads() as opened:
-        model = registry.reader(fmt).read(path, **read_options)
+        try:
+            model = registry.reader(fmt).read(path, **read_options)
+        except NoRecurrentLayerError as err:
+            err.hint = f"{err.hint}; {CONVERTS}" if err.hint else CONVERTS
+            raise
     model.files = tuple(sorted(opened))
     _check_names(model)
     return model
@@ -499,14 +513,22 @@ def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
 
 
 def run(
-    artifact: str | Path, inputs: dict[str, "np.ndarray"], engine: str = "auto", format: str | None = None, **options
+    artifact: str | Path,
+    inputs: dict[str, "np.ndarray"],
+    engine: str = "auto",
+    format: str | None = None,
+    *,
+    directml_shapes: bool = False,
+    **options,
 ) -> dict[str, "np.ndarray"]:
     """Execute an artifact on named inputs; return its named outputs.
 
     ``engine``: ``native`` (the format's own runtime where one runs here), ``numpy`` (gatepack's
     executor of the format's semantics, reading the artifact) or ``auto`` (native where the format's runtime
     runs here, else numpy: ``engine_for``); ``format``: default from the path; ``options``: read options
-    (``activation_defaults``).
+    (``activation_defaults``). A DirectML artifact takes and returns the source's tensors (names, shapes and
+    layout: X [S,N,I], Y_h [D,N,H]); ``directml_shapes``: its DxDispatch resources instead, by resource name in
+    the descs' 4-D shapes (X [1,S,N,I], Y_h [1,D,N,H]), every output resource returned.
     """
     from gatepack.converters import registry
     from gatepack.converters.executor import check_model_inputs
@@ -514,11 +536,16 @@ def run(
     fmt = format or registry.detect(artifact)
     if engine not in ENGINES:
         raise UsageError(f"engine {engine!r} is not one of {ENGINES}")
+    info = registry.check_name(fmt)
+    if directml_shapes and info.interface_inputs:
+        raise UsageError(f"{artifact}: the DirectML shapes apply to DirectML artifacts, and this is {info.title}")
     engine = engine_for(fmt) if engine == "auto" else engine
     _read_options(options)
     implementation = registry.reader(fmt)
+    if not info.interface_inputs and not directml_shapes and engine == "numpy":
+        return _run_layers_on_disk(load(artifact, fmt, **options), inputs)
     try:
-        if registry.check_name(fmt).interface_inputs:
+        if info.interface_inputs:
             model = load(artifact, fmt, **options)
             if not model.meta.get("own_input_shapes"):  # else the format's run checks its own shapes
                 check_model_inputs(model, inputs)
@@ -532,3 +559,25 @@ def run(
     from gatepack.converters.executor import run_model
 
     return run_model(load(artifact, fmt, **options), inputs)
+
+
+def _run_layers_on_disk(model: "Model", inputs: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
+    """Each layer of ``model`` as its artifact holds it (its format's ``run_layer_native``: for DirectML,
+    gatepack's executor of DirectML's semantics on the saved dispatch), fed and read in the layer's interface:
+    the source's tensor names, shapes and layout."""
+    from gatepack.converters import registry
+    from gatepack.converters.executor import check_model_inputs, layer_feed
+
+    try:
+        check_model_inputs(model, inputs)
+    except InputError as err:
+        err.hint = err.hint or (
+            f"{model.path} takes the source's tensors; --directml-shapes (API: directml_shapes=True) takes its "
+            "DxDispatch resources in the descs' 4-D shapes"
+        )
+        raise
+    run_layer = registry.reader(model.format).run_layer_native
+    outputs: dict[str, np.ndarray] = {}
+    for layer in model.layers:
+        outputs.update(run_layer(layer, layer_feed(model, layer, inputs)))
+    return outputs

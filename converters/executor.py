@@ -51,22 +51,31 @@ def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarr
     outputs: dict[str, np.ndarray] = {}
     for layer in model.layers:
         itf = layer.interface
-        if itf.x not in inputs:
-            raise InputError(
-                f"{where(model.path, layer.name)}input {itf.x!r} is missing", hint=f"inputs given: {sorted(inputs)}"
-            )
-        optional = {}
-        for role in layer.fed_roles():
-            name = getattr(itf, role)
-            if name is not None:
-                if name not in inputs:
-                    raise InputError(f"{where(model.path, layer.name)}input {name!r} ({role}) is missing")
-                optional[role] = inputs[name]
-        results = run_layer(layer, inputs[itf.x], **optional)
+        feed = layer_feed(model, layer, inputs)
+        optional = {role: feed[getattr(itf, role)] for role in layer.fed_roles() if getattr(itf, role) is not None}
+        results = run_layer(layer, feed[itf.x], **optional)
         for role, value in zip(OUTPUT_ROLES, results):
             if getattr(itf, role):
                 outputs[getattr(itf, role)] = value
     return outputs
+
+
+def layer_feed(model: Model, layer: RecurrentLayer, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The tensors of ``inputs`` that ``layer`` of ``model`` takes (X and every input it does not hold as a
+    constant), by its interface's names; InputError naming one that is missing."""
+    itf = layer.interface
+    if itf.x not in inputs:
+        raise InputError(
+            f"{where(model.path, layer.name)}input {itf.x!r} is missing", hint=f"inputs given: {sorted(inputs)}"
+        )
+    feed = {itf.x: inputs[itf.x]}
+    for role in layer.fed_roles():
+        name = getattr(itf, role)
+        if name is not None:
+            if name not in inputs:
+                raise InputError(f"{where(model.path, layer.name)}input {name!r} ({role}) is missing")
+            feed[name] = inputs[name]
+    return feed
 
 
 def run_layer(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gatepack.converters.model import Model
+from typing import Sequence
+
+from gatepack.converters.model import GraphTensor, Model, graph_interface
 from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, ROLE_LABELS, RecurrentLayer, dim_text
 
 
@@ -53,10 +55,28 @@ def _attributes(layer: RecurrentLayer) -> str:
     return f"{layer.cell.op_name} {layer.direction.value}, {', '.join(attrs)}"
 
 
+def model_tensors(model: Model) -> tuple[Sequence[GraphTensor], Sequence[GraphTensor]] | None:
+    """A whole model's own inputs and outputs (None for an artifact of recurrent layers alone, whose layers'
+    tensors are its inputs and outputs)."""
+    return graph_interface(model) if model.other_ops else None
+
+
+def _tensor_text(name: str, dtype: object, dims: list | None) -> str:
+    shape = "[?]" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+    return f"  {name} {shape} {dtype if dtype is not None else '(type not declared)'}"
+
+
 def describe_text(model: Model) -> str:
+    """The model's own inputs and outputs first (a whole model), then its recurrent layers."""
     count = len(model.layers)
     opset = f", opset {model.meta['opset']}" if "opset" in model.meta else ""
     lines = [f"{model.path} ({model.format}{opset}): {count} recurrent layer{'s' if count != 1 else ''}"]
+    tensors = model_tensors(model)
+    if tensors is not None:
+        lines[0] += f" among {model.other_ops_text()}"
+        for heading, found in zip(("model inputs:", "model outputs:"), tensors):
+            lines += [heading] + [_tensor_text(*tensor) for tensor in found]
+        lines.append("recurrent layers:")
     if count > COMPACT_ABOVE:
         lines += _compact(model)
     else:
@@ -141,9 +161,21 @@ def describe_json(model: Model) -> dict:
                 "notes": [n.to_json() for n in model.notes_for(layer)],
             }
         )
+    tensors = model_tensors(model)
     return {
         "path": str(model.path),
         "format": model.format,
+        **(
+            {}
+            if tensors is None
+            else {
+                f"model_{kind}": [
+                    {"name": name, "dtype": None if dtype is None else str(dtype), "shape": dims}
+                    for name, dtype, dims in found
+                ]
+                for kind, found in zip(("inputs", "outputs"), tensors)
+            }
+        ),
         "meta": model.meta,
         "layers": layers,
         "skipped": [{"name": n, "reason": r} for n, r in model.skipped],

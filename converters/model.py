@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from gatepack.converters.errors import InputError
 from gatepack.converters.findings import Finding, Status, operator_list
 from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, ROLE_LABELS, RecurrentLayer
 
@@ -85,9 +87,81 @@ def with_input_shapes(model: Model, shapes: dict) -> Model:
     )
 
 
+GraphTensor = tuple[str, Any, "list | None"]  # (name, NumPy dtype or None, dims or None) of a model's input or output
+
+
+def graph_interface(model: Model) -> tuple[Sequence[GraphTensor], Sequence[GraphTensor]] | None:
+    """The whole model's own inputs and outputs as (name, dtype, dims), read from its artifact by its format
+    (None: an in-memory model, a format whose artifacts hold recurrent layers only, or inputs the artifact does
+    not declare fully)."""
+    from gatepack.converters import registry
+
+    if model.path is None:
+        return None
+    implementation = registry.reader(model.format)
+    if implementation.graph_inputs is None or implementation.graph_outputs is None:
+        return None
+    try:
+        return implementation.graph_inputs(model.path), implementation.graph_outputs(model.path)
+    except InputError:
+        return None
+
+
 def as_layers_only(model: Model) -> Model:
-    """``model`` marked to be written as its recurrent layers alone (the operators around them dropped)."""
-    return replace(model, meta={**model.meta, "layers_only": True}) if model.other_ops else model
+    """``model`` marked to be written as its recurrent layers alone (the operators around them dropped), its
+    layers' tensors named readably (``with_readable_names``)."""
+    if not model.other_ops:
+        return model
+    return replace(with_readable_names(model), meta={**model.meta, "layers_only": True})
+
+
+def readable_name(layer_name: str, role: str) -> str:
+    """``GRU_153_Y_h``: the layer's name and the tensor's role in letters, digits and single underscores
+    (``/emb_gru/GRU`` -> ``emb_gru_GRU_X``), not starting with a digit: a name every format keeps as it is
+    (Core ML's rule is the strictest)."""
+    text = re.sub(r"[^A-Za-z0-9]+", "_", layer_name).strip("_") + "_" + ROLE_LABELS[role]
+    return text if re.match(r"[A-Za-z]", text) else "_" + text.lstrip("_")
+
+
+def with_readable_names(model: Model) -> Model:
+    """``model`` whose layer tensors that are not the whole model's own inputs or outputs (internal tensors such
+    as ``onnx::GRU_473``, which mean nothing once the operators around the layers are gone) take readable names
+    (``readable_name``): each layer's output and input its own, except an input another layer produces, which
+    keeps the producer's name for it (the chain stays visible). The model's own inputs and outputs keep their
+    names. Unchanged when the artifact's inputs and outputs cannot be listed (``graph_interface``)."""
+    interface = graph_interface(model)
+    if interface is None:
+        return model
+    own = {name for tensors in interface for name, _, _ in tensors}
+    taken = set(own)  # every other name of the layers' tensors is replaced
+    produced: dict[str, str] = {}
+    names: list[dict[str, Any]] = [{} for _ in model.layers]  # per layer: interface field -> its new name
+    for roles in (OUTPUT_ROLES, INPUT_ROLES):  # producers first: a chained input takes its producer's name
+        for layer, renamed in zip(model.layers, names):
+            for role in roles:
+                name = getattr(layer.interface, role)
+                if not name or name in own:
+                    continue
+                if roles is INPUT_ROLES and name in produced:
+                    renamed[role] = produced[name]
+                    continue
+                renamed[role] = _fresh(readable_name(layer.name, role), taken)
+                if roles is OUTPUT_ROLES:
+                    produced[name] = renamed[role]
+    if not any(names):
+        return model
+    layers = [replace(lay, interface=replace(lay.interface, **renamed)) for lay, renamed in zip(model.layers, names)]
+    return replace(model, layers=layers)
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_2``, ``name_3`` ... the first not in ``taken`` (which then holds it)."""
+    fresh, k = name, 1
+    while fresh in taken:
+        k += 1
+        fresh = f"{name}_{k}"
+    taken.add(fresh)
+    return fresh
 
 
 _INPUT_ROLES = {role: ROLE_LABELS[role] for role in INPUT_ROLES}

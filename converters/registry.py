@@ -23,7 +23,7 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import OutputKind, has_markers, starts_like_protobuf, starts_with
@@ -210,6 +210,8 @@ class FormatImplementation:
       --engine numpy`` uses the canonical executor);
     * ``graph_inputs(path) -> [(name, dtype, dims)]``: the inputs of a whole-model artifact (None: the
       layers' interface tensors);
+    * ``graph_outputs(path) -> [(name, dtype, dims)]``: the outputs of a whole-model artifact, dtype and dims
+      None where undeclared (None: the layers' interface tensors);
     * ``whole_model_finding(model)``: what the format does with the operators around the layers
       (None from the default: it writes the layers only);
     * ``compute_dtype(layer)``: the precision its runtime computes a layer read from disk in;
@@ -227,6 +229,7 @@ class FormatImplementation:
     run_layer_native: Callable[["RecurrentLayer", dict], dict] = _no_layer_runtime
     run_numpy: Callable[[Any, dict], dict] | None = None
     graph_inputs: Callable[[Any], "list[tuple[str, np.dtype, list]]"] | None = None
+    graph_outputs: Callable[[Any], "Sequence[tuple[str, np.dtype | None, list | None]]"] | None = None
     whole_model_finding: Callable[["Model"], "Finding | None"] = _no_whole_model_finding
     compute_dtype: Callable[["RecurrentLayer"], str] = _computed_as_stored
     run_whole: Callable[[Any, dict], dict] | None = None
@@ -444,8 +447,12 @@ def detect(path: str | Path, *, writing: bool = False) -> str:
         if kind is not None:
             what, export = kind
             raise InputError(f"{path}: {what}; gatepack does not read it", hint=export)
+    import difflib
+
+    near = difflib.get_close_matches(suffix, [s for info in FORMATS.values() for s in info.suffixes], n=1)
+    meant = f"did you mean {p.with_suffix(near[0]).name}? otherwise " if near and suffix else ""
     raise UsageError(
-        f"{path}: cannot tell the format from the name", hint=f"pass --from/--to, one of {', '.join(FORMATS)}"
+        f"{path}: cannot tell the format from the name", hint=f"{meant}pass --from/--to, one of {', '.join(FORMATS)}"
     )
 
 

@@ -2,7 +2,7 @@
 
 JSON shape (docs/design.md, "Findings"; extra keys are additions)::
 
-    {"source": ..., "format": ...,
+    {"source": ..., "format": ..., "gatepack_version": "0.2.0", "created": "2026-11-26T17:02:03Z" (UTC),
      "model": {FORMAT: {"feature": "model", "status", "detail", ...}},   # only for models with other operators
      "layers": [{"name": ..., "cell": ..., "direction": ..., "hidden_size": ..., "input_size": ...,
                  "targets": {FORMAT: {"status": WORST, "findings": [{"feature", "status", "detail", ...}]}}}],
@@ -16,11 +16,14 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 
 from gatepack.converters import registry
 from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
 from gatepack.converters.model import Model, chained_input_finding
 from gatepack.schemas.layer import ROLE_LABELS, RecurrentLayer
+
+LAYERS_ONLY_WARNING = "layers only, as asked"  # the ``model`` finding's warning when the user asked for the layers
 
 
 def report_schema() -> dict:
@@ -109,11 +112,15 @@ class Report:
     layers: list[LayerReport]
     skipped: list[tuple[str, str]] = field(default_factory=list)
     model: dict[str, Finding | None] = field(default_factory=dict)  # per target: its ``model`` finding
+    version: str = ""  # the gatepack that made the report
+    created: str = ""  # when, UTC, ISO 8601 to the second ('2026-11-26T17:02:03Z')
 
     def to_json(self) -> dict:
         return {
             "source": self.source,
             "format": self.format,
+            "gatepack_version": self.version,
+            "created": self.created,
             "model": {t: f.to_json() for t, f in self.model.items() if f is not None},
             "layers": [lay.to_json() for lay in self.layers],
             "skipped": [{"name": n, "reason": r} for n, r in self.skipped],
@@ -145,16 +152,16 @@ class Report:
         return where_text(group.layers, len(self.layers))
 
     def to_text(self) -> str:
+        """The per-layer table (layers with the same findings for every target folded into one row with their
+        count), then per target its status counts and its findings, grouped over the layers."""
         targets = self.targets()
         lines = [f"{self.source} ({self.format}): {len(self.layers)} recurrent layer(s)"]
-        width = max([len(_layer_label(lay)) for lay in self.layers] + [5])
+        rows = [(_group_label(group), group[0]) for group in self.layer_groups(same_kind=False)]
+        width = max([len(label) for label, _ in rows] + [5])
         lines.append("  " + "layer".ljust(width) + "  " + "  ".join(t.ljust(11) for t in targets))
-        for lay in self.layers:
+        for label, lay in rows:
             lines.append(
-                "  "
-                + _layer_label(lay).ljust(width)
-                + "  "
-                + "  ".join(lay.targets[t].status.value.ljust(11) for t in targets)
+                "  " + label.ljust(width) + "  " + "  ".join(lay.targets[t].status.value.ljust(11) for t in targets)
             )
         for target in targets:
             lines.append(f"{target}: {self.status_counts(target)}")
@@ -212,16 +219,18 @@ class Report:
             out += ["", "## Skipped", ""] + [f"- `{n}`: {r}" for n, r in self.skipped]
         return "\n".join(out).rstrip() + "\n"
 
-    def layer_groups(self) -> list[list[LayerReport]]:
-        """Layers of one kind with the same findings for every target (feature, status, warning and
-        alternative; details such as shapes and tensor names may differ), in first-seen order."""
+    def layer_groups(self, same_kind: bool = True) -> list[list[LayerReport]]:
+        """Layers with the same findings for every target (feature, status, warning and alternative; details
+        such as shapes and tensor names may differ), in first-seen order; with ``same_kind``, also of one kind
+        (cell, direction, sizes)."""
         groups: dict[str, list[LayerReport]] = {}
         for lay in self.layers:
             outline = {
                 t: [(f.feature, f.status.value, f.warning, f.alternative) for f in r.findings]
                 for t, r in lay.targets.items()
             }
-            groups.setdefault(json.dumps([_describe(lay.layer), outline]), []).append(lay)
+            kind = _describe(lay.layer) if same_kind else ""
+            groups.setdefault(json.dumps([kind, outline]), []).append(lay)
         return list(groups.values())
 
     def caveats(self, target: str) -> list[Finding]:
@@ -240,22 +249,63 @@ class Report:
     def to_html(self) -> str:
         """One page: the per-target summary and caveats first, then the layers (identical ones grouped,
         filterable by target and status, each cell's findings one click away), then every finding
-        per target."""
-        targets = self.targets()
+        per target; the gatepack version and the date it was made at the top."""
         esc = html.escape
-        intro = f"{esc(self.source)} ({esc(self.format)}): {len(self.layers)} recurrent layer(s)"
-        if self.model:
-            keepers = [t for t, f in self.model.items() if f is not None and f.status is not Status.UNSUPPORTED]
-            intro += (
-                "; the model has other operators around them, which "
-                + (f"{', '.join(keepers)} keep{'s' if len(keepers) == 1 else ''}" if keepers else "no target keeps")
-                + (f" and {', '.join(t for t in targets if t not in keepers)} cannot hold" if keepers else "")
-            )
-        summary_rows = []
-        for t in targets:
-            counts = self.status_counts(t)
+        head = "".join(f"<th data-target='{esc(t)}'>{esc(t)}</th>" for t in self.targets())
+        legend = " ".join(
+            f"<span class='{status.value}'>&nbsp;{status.value}&nbsp;</span>"
+            for status in sorted(Status, key=lambda st: st.rank, reverse=True)
+        )
+        caveats = self._html_caveats()
+        skipped = "".join(f"<li><b>{esc(n)}</b>: {esc(r)}</li>" for n, r in self.skipped)
+        return (
+            "<!DOCTYPE html><html><head><meta charset='utf-8'><title>gatepack report</title>"
+            f"<style>{_HTML_STYLE}</style></head><body>"
+            f"<h1>gatepack report</h1><p id='intro'>{self._html_intro()}</p>"
+            f"<p id='generated'>made by gatepack {esc(self.version)} on {esc(self.created)}</p>"
+            "<h2>Targets</h2><table id='targets'><tr><th>target</th><th>worst</th><th>layers</th><th>model</th>"
+            f"<th>caveats</th></tr>{self._html_target_rows()}</table>"
+            + (f"<h2>Caveats</h2><ul id='caveats'>{caveats}</ul>" if caveats else "")
+            + f"<h2>Layers</h2>{self._html_filters()}"
+            f"<table id='matrix'><tr><th>layer</th>{head}</tr>"
+            f"{''.join(self._html_group_row(group) for group in self.layer_groups())}</table>"
+            f"<p id='legend'>{legend} &mdash; a cell shows the worst status of its findings; open it for every "
+            "finding. Layers of one kind with the same findings for every target share one row (details such as "
+            "shapes and tensor names may differ: open a cell).</p>"
+            + (f"<h2>Skipped</h2><ul id='skipped'>{skipped}</ul>" if skipped else "")
+            + f"<h2>Per target</h2><div id='summary'>{self._html_summary()}</div>"
+            f"<script>{_HTML_SCRIPT}</script></body></html>\n"
+        )
+
+    def _html_intro(self) -> str:
+        """What the source holds; the operators around its layers only when it has some (a ``model`` finding),
+        and what the targets do with them."""
+        intro = f"{html.escape(self.source)} ({html.escape(self.format)}): {len(self.layers)} recurrent layer(s)"
+        found = {t: f for t, f in self.model.items() if f is not None}
+        if not found:
+            return intro
+        if any(f.warning == LAYERS_ONLY_WARNING for f in found.values()):
+            return intro + "; the model has other operators around them, left out as asked (the layers alone)"
+        keepers = [t for t, f in found.items() if f.status is not Status.UNSUPPORTED]
+        if not keepers:
+            return intro + "; the model has other operators around them, which no target keeps"
+        others = [t for t in self.targets() if t not in keepers]
+        return (
+            intro
+            + f"; the model has other operators around them, which {', '.join(keepers)} "
+            + f"keep{'s' if len(keepers) == 1 else ''}"
+            + (f" and {', '.join(others)} cannot hold" if others else "")
+        )
+
+    def _html_target_rows(self) -> str:
+        """A row per target: its worst status, its layers' status counts, what it does with the model, caveats."""
+        esc = html.escape
+        rows = []
+        for t in self.targets():
             badges = " ".join(
-                f"<span class='badge {word.split()[1]}'>{esc(word)}</span>" for word in counts.split(", ") if word
+                f"<span class='badge {word.split()[1]}'>{esc(word)}</span>"
+                for word in self.status_counts(t).split(", ")
+                if word
             )
             model = self.model.get(t)
             whole = (
@@ -265,24 +315,33 @@ class Report:
                 + ("whole model" if model.status is not Status.UNSUPPORTED else "layers only")
                 + "</span>"
             )
-            summary_rows.append(
+            rows.append(
                 f"<tr data-target='{esc(t)}'><th>{esc(t)}</th><td class='{self._worst(t).value}'>"
                 f"{self._worst(t).value}</td><td>{badges}</td><td>{whole}</td><td>{len(self.caveats(t))}</td></tr>"
             )
-        caveat_items = []
-        for t in targets:
-            for f in self.caveats(t):
-                caveat_items.append(
-                    f"<li data-target='{esc(t)}'><b>{esc(t)}</b> <span class='badge {f.status.value}'>"
-                    f"{f.status.value}</span> <b>{esc(f.feature)}</b>: {esc(f.detail)}"
-                    + (f" <em>warning: {esc(f.warning)}</em>" if f.warning else "")
-                    + (f" <em>instead: {esc(f.alternative)}</em>" if f.alternative else "")
-                    + "</li>"
-                )
-        filters = (
+        return "".join(rows)
+
+    def _html_caveats(self) -> str:
+        """Every target's caveats as list items ('' when there are none)."""
+        esc = html.escape
+        return "".join(
+            f"<li data-target='{esc(t)}'><b>{esc(t)}</b> <span class='badge {f.status.value}'>"
+            f"{f.status.value}</span> <b>{esc(f.feature)}</b>: {esc(f.detail)}"
+            + (f" <em>warning: {esc(f.warning)}</em>" if f.warning else "")
+            + (f" <em>instead: {esc(f.alternative)}</em>" if f.alternative else "")
+            + "</li>"
+            for t in self.targets()
+            for f in self.caveats(t)
+        )
+
+    def _html_filters(self) -> str:
+        """The checkboxes that show or hide targets' columns and statuses' rows."""
+        esc = html.escape
+        return (
             "<fieldset id='filters'><legend>show</legend>targets: "
             + " ".join(
-                f"<label><input type='checkbox' checked data-target='{esc(t)}'> {esc(t)}</label>" for t in targets
+                f"<label><input type='checkbox' checked data-target='{esc(t)}'> {esc(t)}</label>"
+                for t in self.targets()
             )
             + " &nbsp; statuses: "
             + " ".join(
@@ -291,57 +350,37 @@ class Report:
             )
             + "</fieldset>"
         )
-        rows = []
-        for group in self.layer_groups():
-            first = group[0]
-            names = (
-                esc(first.layer.name)
-                if len(group) == 1
-                else f"{len(group)} layers <details class='names'><summary>list</summary><ul>"
-                + "".join(f"<li>{esc(lay.layer.name)}</li>" for lay in group)
-                + "</ul></details>"
-            )
-            cells = []
-            for t in targets:
-                tr = first.targets[t]
-                variants = [len({lay.targets[t].findings[k].detail for lay in group}) for k in range(len(tr.findings))]
-                items = "".join(
-                    f"<li class='{f.status.value}'><b>{esc(f.feature)}</b> <i>{f.status.value}</i>: {esc(f.detail)}"
-                    + (f" <small>({esc(first.layer.name)}; {n - 1} other variant(s) here)</small>" if n > 1 else "")
-                    + (f" <em>warning: {esc(f.warning)}</em>" if f.warning else "")
-                    + (f" <em>instead: {esc(f.alternative)}</em>" if f.alternative else "")
-                    + "</li>"
-                    for f, n in zip(tr.findings, variants)
-                )
-                cells.append(
-                    f"<td class='{tr.status.value}' data-target='{esc(t)}' data-status='{tr.status.value}'>"
-                    f"<details><summary>{tr.status.value}</summary><ul>{items}</ul></details></td>"
-                )
-            rows.append(
-                f"<tr class='group'><th>{names}<br><small>{esc(_describe(first.layer))}</small></th>"
-                f"{''.join(cells)}</tr>"
-            )
-        head = "".join(f"<th data-target='{esc(t)}'>{esc(t)}</th>" for t in targets)
-        legend = " ".join(
-            f"<span class='{status.value}'>&nbsp;{status.value}&nbsp;</span>"
-            for status in sorted(Status, key=lambda st: st.rank, reverse=True)
+
+    def _html_group_row(self, group: list[LayerReport]) -> str:
+        """One row of the layer matrix for layers of one kind with the same findings: per target a cell with
+        its worst status, its findings one click away (a detail that differs between the layers says so)."""
+        esc = html.escape
+        first = group[0]
+        names = (
+            esc(first.layer.name)
+            if len(group) == 1
+            else f"{len(group)} layers <details class='names'><summary>list</summary><ul>"
+            + "".join(f"<li>{esc(lay.layer.name)}</li>" for lay in group)
+            + "</ul></details>"
         )
-        skipped = "".join(f"<li><b>{esc(n)}</b>: {esc(r)}</li>" for n, r in self.skipped)
+        cells = []
+        for t in self.targets():
+            tr = first.targets[t]
+            variants = [len({lay.targets[t].findings[k].detail for lay in group}) for k in range(len(tr.findings))]
+            items = "".join(
+                f"<li class='{f.status.value}'><b>{esc(f.feature)}</b> <i>{f.status.value}</i>: {esc(f.detail)}"
+                + (f" <small>({esc(first.layer.name)}; {n - 1} other variant(s) here)</small>" if n > 1 else "")
+                + (f" <em>warning: {esc(f.warning)}</em>" if f.warning else "")
+                + (f" <em>instead: {esc(f.alternative)}</em>" if f.alternative else "")
+                + "</li>"
+                for f, n in zip(tr.findings, variants)
+            )
+            cells.append(
+                f"<td class='{tr.status.value}' data-target='{esc(t)}' data-status='{tr.status.value}'>"
+                f"<details><summary>{tr.status.value}</summary><ul>{items}</ul></details></td>"
+            )
         return (
-            "<!DOCTYPE html><html><head><meta charset='utf-8'><title>gatepack report</title>"
-            f"<style>{_HTML_STYLE}</style></head><body>"
-            f"<h1>gatepack report</h1><p id='intro'>{intro}</p>"
-            "<h2>Targets</h2><table id='targets'><tr><th>target</th><th>worst</th><th>layers</th><th>model</th>"
-            f"<th>caveats</th></tr>{''.join(summary_rows)}</table>"
-            + (f"<h2>Caveats</h2><ul id='caveats'>{''.join(caveat_items)}</ul>" if caveat_items else "")
-            + f"<h2>Layers</h2>{filters}"
-            f"<table id='matrix'><tr><th>layer</th>{head}</tr>{''.join(rows)}</table>"
-            f"<p id='legend'>{legend} &mdash; a cell shows the worst status of its findings; open it for every "
-            "finding. Layers of one kind with the same findings for every target share one row (details such as "
-            "shapes and tensor names may differ: open a cell).</p>"
-            + (f"<h2>Skipped</h2><ul id='skipped'>{skipped}</ul>" if skipped else "")
-            + f"<h2>Per target</h2><div id='summary'>{self._html_summary()}</div>"
-            f"<script>{_HTML_SCRIPT}</script></body></html>\n"
+            f"<tr class='group'><th>{names}<br><small>{esc(_describe(first.layer))}</small></th>{''.join(cells)}</tr>"
         )
 
     def _worst(self, target: str) -> Status:
@@ -415,6 +454,15 @@ def _layer_label(lay: LayerReport) -> str:
     return f"{lay.layer.name} ({_describe(lay.layer)})"
 
 
+def _group_label(group: list[LayerReport]) -> str:
+    """A text table row's label: one layer with its kind, or 'N layers (their kinds): the first three and N more'."""
+    if len(group) == 1:
+        return _layer_label(group[0])
+    kinds = ", ".join(dict.fromkeys(f"{lay.layer.cell.op_name} {lay.layer.direction.value}" for lay in group))
+    names = ", ".join(lay.layer.name for lay in group[:3]) + (f" and {len(group) - 3} more" if len(group) > 3 else "")
+    return f"{len(group)} layers ({kinds}): {names}"
+
+
 def target_findings(
     model: Model, layer: RecurrentLayer, target: str, options: dict, surroundings: Finding | None = None
 ) -> list[Finding]:
@@ -476,7 +524,7 @@ def model_finding(model: Model, target: str, keepers: list[str] | None = None) -
             Status.UNSUPPORTED,
             f"{around}; written as the recurrent layers alone, as asked: each layer with its own inputs and outputs "
             "(gatepack inspect lists them), the other operators left out",
-            warning="layers only, as asked",
+            warning=LAYERS_ONLY_WARNING,
         )
     keepers = whole_model_targets(model) if keepers is None else keepers
     keep = f", or convert to {' or '.join(keepers)}, which keep the whole model" if keepers else ""
@@ -496,7 +544,8 @@ def model_finding(model: Model, target: str, keepers: list[str] | None = None) -
 
 def build_report(model: Model, targets: list[str], options: dict | None = None) -> Report:
     options = options or {}
-    keepers = whole_model_targets(model) if model.other_ops else []
+    # the formats that would keep the model whole, named in the refusals (layers written alone, as asked: none)
+    keepers = whole_model_targets(model) if model.keeps_whole else []
     surroundings = {target: model_finding(model, target, keepers) for target in targets}
     layers = []
     for layer in model.layers:
@@ -505,4 +554,7 @@ def build_report(model: Model, targets: list[str], options: dict | None = None) 
             found = target_findings(model, layer, target, options, surroundings[target])
             lay.targets[target] = TargetReport(worst(found), found)
         layers.append(lay)
-    return Report(str(model.path), model.format, layers, list(model.skipped), surroundings)
+    from gatepack import __version__
+
+    created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Report(str(model.path), model.format, layers, list(model.skipped), surroundings, __version__, created)

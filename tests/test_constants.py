@@ -73,11 +73,8 @@ def _onnxruntime(path: str, x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _run_artifact(target: str, out: str, x: np.ndarray) -> dict[str, np.ndarray]:
-    """The written artifact run on X alone: on its runtime where one runs here, else on gatepack's executor
-    of the format's semantics (DirectML: resources in the desc's 4-D shapes)."""
-    if target == "directml":
-        got = gp.run(out, {"X": x[None]}, engine="numpy")
-        return {k: v[0] if k != "Y" else v for k, v in got.items()}
+    """The written artifact run on X alone (the source's shapes): on its runtime where one runs here, else on
+    gatepack's executor of the format's semantics."""
     return gp.run(out, {"X": x}, engine=engine_for(target))
 
 

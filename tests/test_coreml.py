@@ -674,7 +674,8 @@ def test_a_while_loop_starting_from_a_given_state_is_lifted_with_it(tmp_path):
     assert (layer.cell.op_name, layer.interface.x, layer.interface.initial_h) == ("RNN", "x", "initial_h")
     out = tmp_path / "rnn.onnx"
     assert gp.convert(path, out, to="onnx", layers_only=True).verification.passed
-    y, y_h = ort.InferenceSession(str(out)).run([layer.interface.y, layer.interface.y_h], feed)
+    (written,) = gp.load(out).layers  # the program's own input names kept, its internal ones made readable
+    y, y_h = ort.InferenceSession(str(out)).run([written.interface.y, written.interface.y_h], feed)
     state, steps = feed["initial_h"][0].astype(np.float64), []
     for x_t in feed["x"].astype(np.float64):
         state = np.tanh(x_t @ w.T + b + state @ r.T)

@@ -85,7 +85,7 @@ def test_matrix_against_onnxruntime(cfg: Config, tmp_path):
     assert dispatchable["type"] == f"DML_OPERATOR_{cfg.cell}"
     # The saved directory, run as DxDispatch would, on this test's own inputs.
     feed0 = inputs(cfg)
-    outputs = gp.run(out, dml_inputs(cfg, feed0), engine="numpy")
+    outputs = gp.run(out, dml_inputs(cfg, feed0), engine="numpy", directml_shapes=True)
     atol, rtol = TOLERANCE[cfg.dtype]
     if cfg.cell == "LSTM":  # float64: onnxruntime has no LSTM kernel, the float64 transcription is the oracle
         got = [outputs["Y"], outputs["Y_h"][0], outputs["Y_c"][0]]
@@ -327,14 +327,19 @@ def test_real_models_convert_run_and_match(name, tmp_path):
     assert result.verification.passed, result.verification.to_text()
     written = gp.load(out)
     assert len(written.layers) == len(model.layers)
-    for layer in written.layers:  # each node's real inputs, through the saved directory
-        itf = layer.interface
-        feed = {k: values[k] for k in (itf.x, itf.sequence_lens, itf.initial_h) if k}
-        outputs = directml.run_layer_native(layer, feed)
-        for key in (itf.y, itf.y_h):
-            if key:
+    source = {layer.name: layer.interface for layer in model.layers}
+    for layer in written.layers:  # each node's real inputs, through the saved directory, by role (layers alone
+        itf, src = layer.interface, source[layer.name]  # take readable names for the model's internal tensors)
+        roles = [r for r in ("x", "sequence_lens", "initial_h") if getattr(itf, r)]
+        outputs = directml.run_layer_native(layer, {getattr(itf, r): values[getattr(src, r)] for r in roles})
+        for role in ("y", "y_h"):
+            if getattr(itf, role):
                 np.testing.assert_allclose(
-                    outputs[key], values[key], atol=1e-5, rtol=1e-4, err_msg=f"{name} {layer.name} {key}"
+                    outputs[getattr(itf, role)],
+                    values[getattr(src, role)],
+                    atol=1e-5,
+                    rtol=1e-4,
+                    err_msg=f"{name} {layer.name} {role}",
                 )
 
 
@@ -359,7 +364,7 @@ def test_reads_directmls_own_hand_written_rnn_example():
         False,
     )
     assert [str(p.activations[0]) for p in layer.directions] == ["Elu(alpha=0.5)", "Elu(alpha=3.5)"]
-    outputs = gp.run(path, {}, engine="numpy")
+    outputs = gp.run(path, {}, engine="numpy", directml_shapes=True)
     x = np.arange(1, 33, dtype=np.float32).reshape(1, 8, 4)
     w = (1 + 0.4 * np.arange(40, dtype=np.float32)).reshape(2, 5, 4)
     r = np.full((2, 5, 5), 0.3, np.float32)
@@ -440,7 +445,7 @@ def test_hand_written_lstm_desc_is_read_and_run(tmp_path):
     (tmp_path / "hand" / "model.json").write_text(json.dumps(document))
     (layer,) = gp.load(tmp_path / "hand").layers
     assert layer.cell.value == "lstm" and layer.clip is None and not layer.has_peepholes
-    y = gp.run(tmp_path / "hand", {}, engine="numpy")["y"]
+    y = gp.run(tmp_path / "hand", {}, engine="numpy", directml_shapes=True)["y"]
     cfg = Config(cell="LSTM", S=3, N=1, I=i, H=h, bias=False)
     # the same weights as an ONNX node on onnxruntime
     model = build_model(cfg)
@@ -453,11 +458,11 @@ def test_hand_written_lstm_desc_is_read_and_run(tmp_path):
 
 def test_softplus_steepness_is_directml_semantics(tmp_path):
     out, _ = convert(Config(cell="RNN", activations=["Softplus"], S=3, N=2, seed=9), tmp_path)
-    base = gp.run(out, {}, engine="numpy")["Y"]
+    base = gp.run(out, {}, engine="numpy", directml_shapes=True)["Y"]
     document = json.loads((out / "model.json").read_text())
     document["dispatchables"]["rec"]["desc"]["ActivationDescs"][0]["Steepness"] = 2.0
     (out / "model.json").write_text(json.dumps(document))
-    steep = gp.run(out, {}, engine="numpy")["Y"]
+    steep = gp.run(out, {}, engine="numpy", directml_shapes=True)["Y"]
     # By hand for the first step: log(1 + e^(2v)) / 2 with v the pre-activation.
     x = np.load(out / "X.npy")[0, 0]
     w, b = np.load(out / "rec.W.npy")[0, 0], np.load(out / "rec.B.npy")[0, 0, 0]  # the first step has h = 0

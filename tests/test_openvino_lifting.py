@@ -107,7 +107,8 @@ def test_a_tensor_iterator_over_a_cell_op_is_lifted_and_converts_to_the_onnx_nod
     result = gp.convert(source, out, layers_only=True)
     assert result.passed and result.verification.passed, result.to_text()
     feed0 = inputs(cfg)  # layout 0: X [S,N,I], states [1,N,H]
-    itf = layer.interface
+    (written,) = gp.load(out).layers  # the layers alone take readable names for the IR's internal tensors
+    itf = written.interface
     feed = {itf.x: feed0["X"].transpose(1, 0, 2) if cfg.layout else feed0["X"]}
     for role in ("initial_h", "initial_c"):
         if getattr(itf, role):

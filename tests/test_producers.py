@@ -214,10 +214,8 @@ def test_lifted_layers_converted_give_the_frameworks_outputs(artifact, tmp_path)
             (lay,) = back.layers
             x_seq = x.transpose(1, 0, 2) if layer.interface.layout == 1 else x  # [S,N,I]
             s, n, h = x_seq.shape[0], x_seq.shape[1], lay.hidden_size
-            batch_major = lay.interface.layout == 1 and target != "directml"  # DirectML: [1, S, N, I] always
+            batch_major = lay.interface.layout == 1  # every target takes the source's layout (DirectML too)
             feed = x_seq.transpose(1, 0, 2) if batch_major else x_seq
-            if target == "directml":
-                feed = feed[None]
             outputs = gp.run(out, {lay.interface.x: feed}, engine=engine_for(target))
             y = outputs[lay.interface.y]
             states = [outputs[getattr(lay.interface, role)] for _, role in state_roles(lay.cell)]
@@ -349,6 +347,7 @@ def test_coreml_gru_loops_converted_to_onnx_give_torchs_outputs(artifact, tmp_pa
     assert len(layers) == config.get("num_layers", 1) * directions
     assert all(layer.has_bias == config.get("bias", True) for layer in layers)  # bias=False: zero linear biases
     _convert(path, out, "onnx", gp.load(path))
+    layers = gp.load(out).layers  # as written: the program's internal tensor names made readable
     session = ort.InferenceSession(str(out))
     feed = {
         i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32) for i in session.get_inputs()

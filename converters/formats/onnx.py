@@ -39,7 +39,7 @@ from gatepack.converters.errors import (
     where,
 )
 from gatepack.converters.fileio import atomic_files, contained_file, read_bytes
-from gatepack.converters.findings import Finding, Status
+from gatepack.converters.findings import Finding, Status, operator_list
 from gatepack.converters.formats import directml as directml_ep
 from gatepack.converters.formats import onnx_elementary, onnx_quantized
 from gatepack.converters.formats.onnx_lifting import Region, node_inputs, perm_of, replace_in_place
@@ -262,7 +262,9 @@ class _Reader:
         if not self.layers:
             if refused:
                 raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found: {refused[0][1]}")
-            raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found{self._why_none()}")
+            raise NoRecurrentLayerError(
+                f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found among its {self._census()}{self._why_none()}"
+            )
         absorbed = {id(n) for layer in self.layers for n in isolated_record(layer).nodes}
         fed = {getattr(lay.interface, r) for lay in self.layers for r in ("x", *lay.fed_roles())}
         absorbed |= constant_feeders(self.proto.graph, absorbed, fed)
@@ -339,6 +341,15 @@ class _Reader:
                 FORMAT, self.path, region.name, "lifted", region.kind, None, node_inputs(region), 0, isolated
             ),
         )
+
+    def _census(self) -> str:
+        """'12 operators of 3 types (Abs, MatMul, Relu)': the main graph's nodes, what a user finds there."""
+        nodes = self.proto.graph.node
+        kinds = sorted({node.op_type for node in nodes})
+        if not nodes:
+            return "0 operators (an empty graph)"
+        operators = f"{len(nodes)} operator{'s' if len(nodes) != 1 else ''}"
+        return f"{operators} of {len(kinds)} type{'s' if len(kinds) != 1 else ''} ({operator_list(kinds)})"
 
     def _why_none(self) -> str:
         if self.skipped:
@@ -2036,6 +2047,15 @@ def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
     return found
 
 
+def graph_outputs(path: str | Path) -> list[tuple[str, np.dtype | None, list | None]]:
+    """The model's outputs as (name, dtype, dims), each None where the model does not declare it."""
+    found = []
+    for value in load_proto(Path(path)).graph.output:
+        elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
+        found.append((value.name, np.dtype(helper.tensor_dtype_to_np_dtype(elem)) if elem else None, _dims(value.type)))
+    return found
+
+
 def _run_session(session, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
     wanted = [i.name for i in session.get_inputs()]
     missing = [name for name in wanted if name not in inputs]
@@ -2097,5 +2117,6 @@ IMPLEMENTATION = FormatImplementation(
     run_native=run_native,
     run_layer_native=run_layer_native,
     graph_inputs=graph_inputs,
+    graph_outputs=graph_outputs,
     compute_dtype=onnx_quantized.compute_dtype,
 )

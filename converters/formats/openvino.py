@@ -1306,6 +1306,18 @@ def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
     ]
 
 
+def graph_outputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
+    """The IR's outputs as (name, dtype, dims); a dynamic dim is None."""
+    return [
+        (
+            out.get_any_name(),
+            out.get_element_type().to_dtype(),
+            [d.get_length() if d.is_static else None for d in out.get_partial_shape()],
+        )
+        for out in read_ir(Path(path)).outputs
+    ]
+
+
 def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One layer of an IR read from disk, on OpenVINO CPU: gatepack's layer subgraph as saved, or the
     sequence node with its constants (another producer's, or gatepack's native op inside a whole
@@ -1536,6 +1548,7 @@ IMPLEMENTATION = FormatImplementation(
     run_native=run_native,
     run_layer_native=run_layer_native,
     graph_inputs=graph_inputs,
+    graph_outputs=graph_outputs,
     whole_model_finding=whole_model_finding,
     compute_dtype=compute_dtype,
 )

@@ -16,6 +16,7 @@ from gatepack.converters.formats.coreml.reader import read
 from gatepack.converters.formats.coreml.running import (
     compute_dtype,
     graph_inputs,
+    graph_outputs,
     run_layer_native,
     run_native,
     run_numpy,
@@ -45,6 +46,7 @@ IMPLEMENTATION = FormatImplementation(
     run_layer_native=run_layer_native,
     run_numpy=run_numpy,
     graph_inputs=graph_inputs,
+    graph_outputs=graph_outputs,
     compute_dtype=compute_dtype,
     whole_model_finding=whole_model_finding,
     run_whole=run_numpy,

@@ -69,6 +69,22 @@ def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
     ]
 
 
+def graph_outputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
+    """The program's outputs as (name, dtype, dims), by the source's names where gatepack sanitised them."""
+    types = _mil_types()
+
+    function, meta = _load_program(Path(path))
+    names = (meta or {}).get("names", {})
+    return [
+        (
+            _original(names, var.name),
+            np.dtype(types.nptype_from_builtin(var.dtype)),
+            [d if isinstance(d, int) else None for d in var.shape],
+        )
+        for var in function.outputs
+    ]
+
+
 def _original(names: dict, sanitised: str) -> str:
     return next((k for k, v in names.items() if v == sanitised), sanitised)
 
