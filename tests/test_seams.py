@@ -202,6 +202,34 @@ def test_a_format_without_the_cell_refuses_it_with_the_alternative(tmp_path, mon
     assert finding.status.value == "unsupported"
 
 
+def test_every_cell_has_an_elementary_step():
+    """A new cell without a graph step fails here, rather than being computed as another cell."""
+    from gatepack.converters import cell_steps
+
+    assert set(cell_steps.STEPS) == set(Cell)
+    for cell in Cell:
+        assert cell_steps.step_of(cell, "X") is cell_steps.STEPS[cell]
+    with pytest.raises(UnknownCellError):
+        cell_steps.step_of("sru", "X")
+
+
+@pytest.mark.parametrize(
+    "fmt, suffix, framework", [("openvino", "xml", "openvino"), ("coreml", "mlpackage", "coremltools")]
+)
+def test_a_cell_without_an_elementary_step_is_refused_not_built_as_another(
+    fmt, suffix, framework, monkeypatch, tmp_path
+):
+    """A 3-gate cell missing from the step table is an error naming it in every decomposing writer (the
+    writers once took any cell but LSTM for a GRU)."""
+    pytest.importorskip(framework)
+    from gatepack.converters import cell_steps
+
+    monkeypatch.delitem(cell_steps.STEPS, Cell.GRU)
+    with pytest.raises(gp.UsageError, match="no elementary-op step for GRU cells"):
+        gp.convert(SOURCE, tmp_path / f"out.{suffix}", to=fmt, strategy="decomposed", verify=False)
+    assert not (tmp_path / f"out.{suffix}").exists()
+
+
 def test_provenance_is_a_typed_record():
     layer = gp.load(SOURCE).layers[0]
     assert (layer.provenance.format, layer.provenance.op_type, layer.provenance.op_version) == ("onnx", "GRU", 14)

@@ -23,17 +23,8 @@ Strategies (docs/conventions.md §3 and §8 say where OpenVINO's CPU plugin is e
   dynamic X the CPU plugin ignores them). Other activations fail to compile, and alpha/beta are
   ignored. Its clip is ONNX's (every pre-activation).
 * ``decomposed``: the cell from elementary ops inside a ``TensorIterator`` per direction, with one
-  MatMul for every step's input projection outside it. Per step (f, g, h = the direction's
-  activations, clip c applied with Clamp)::
-
-      z = f(xw_z + h Rz^T + Rbz);  r = f(xw_r + h Rr^T + Rbr)
-      n = g(xw_h + (r * h) Rh^T + Rbh)          linear_before_reset = 0
-      n = g(xw_h + r * (h Rh^T + Rbh))          linear_before_reset = 1
-      h' = (1 - z) * n + z * h;   RNN: h' = f(xw + h R^T + Rb)
-      LSTM: i = f(xw_i + h Ri^T + Rbi + Pi * c), f_ = f(... + Pf * c) or 1 - i (input_forget),
-            c' = f_ * c + i * g(xw_c + h Rc^T + Rbc), o = f(xw_o + h Ro^T + Rbo + Po * c'),
-            h' = o * h(c')
-
+  MatMul for every step's input projection outside it; each step is the cell's step of
+  ``converters.cell_steps`` (its equations there), built through ``_OpenVinoOps`` (clip with Clamp).
   Sequence lengths are masks: past its length a sequence keeps its states and outputs zeros; the
   reverse direction runs over ``ReverseSequence(X, lens)`` (so it starts at len-1) and its outputs
   are reversed back; the final states are 0 for ``len = 0`` (onnxruntime's behaviour).
@@ -55,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from gatepack.converters.decompose import build_activation
+from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import (
     build_layer,
     constant_from_layout,
@@ -588,10 +579,37 @@ def _seq_major_y(ops, y_native, num_directions: int):
 
 
 class _OpenVinoOps:
-    """``decompose.ElementaryOps`` over OpenVINO's opset (constants in the input's element type)."""
+    """``cell_steps.StepOps`` over OpenVINO's opset for direction ``k`` of ``layer``: scalar constants in the
+    input's element type; R kept in ONNX's orientation and multiplied by MatMul with transpose_b."""
 
-    def __init__(self, ops) -> None:
-        self.ops = ops
+    builder = "OpenVINO"
+
+    def __init__(self, ops, layer: RecurrentLayer, params: DirectionParams, k: int) -> None:
+        self.ops, self.hidden, self.gates = ops, layer.hidden_size, layer.gates
+        self.r = _const(ops, params.R, f"{layer.name}/R{k}")  # [G*H, H]
+        self.rb = _const(ops, params.Rb, f"{layer.name}/Rb{k}")
+        self.p = None if params.P is None else _const(ops, params.P, f"{layer.name}/P{k}")  # [3H]: i, o, f
+
+    def split(self, x, count: int) -> list:
+        return list(self.ops.split(x, -1, count).outputs())
+
+    def clip(self, x, bound: float):
+        return self.ops.clamp(x, -bound, bound)
+
+    def recurrent(self, x, first: int, stop: int):
+        r, rb = self._gate_rows(self.r, first, stop), self._gate_rows(self.rb, first, stop)
+        return self.ops.add(self.ops.matmul(x, r, False, True), rb)
+
+    def _gate_rows(self, tensor, first: int, stop: int):
+        """Gate blocks [first*H, stop*H) of R's rows or of a bias (all of them: ``tensor`` itself)."""
+        if (first, stop) == (0, self.gates):
+            return tensor
+        h = self.hidden
+        bounds = [np.array([v], np.int64) for v in (first * h, stop * h, 1, 0)]  # start, stop, step, axis
+        return self.ops.slice(tensor, *bounds)
+
+    def peepholes(self):
+        return self.p
 
     def const(self, x, value: float):
         return np.array(value, x.get_element_type().to_dtype())
@@ -651,11 +669,6 @@ class _OpenVinoOps:
         return self.ops.relu(x)
 
 
-def _activation(ops, x, act: Activation):
-    """An ONNX activation from elementary OpenVINO ops (the shared recipes; stable for any input)."""
-    return build_activation(_OpenVinoOps(ops), x, act, "OpenVINO")
-
-
 def _emit_decomposed(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
     """The layer from elementary ops (see the module docstring), from X (the layer's layout), ``lens``
     and the given initial ``states`` (role -> value); returns Y and each final state in that layout."""
@@ -712,8 +725,7 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
     state = [ops.parameter([-1, h], dt, name=name) for name in layer.cell.states]
     gx = ops.squeeze(xw_t, [0])
     ok = ops.squeeze(valid_t, [0])
-    step = _lstm_step if layer.cell is Cell.LSTM else _gru_rnn_step
-    new = step(ops, layer, params, k, gx, state)
+    new = step_of(layer.cell, "OpenVINO")(_OpenVinoOps(ops, layer, params, k), layer, params, gx, state)
     kept = [ops.select(ok, n, s) for n, s in zip(new, state)]  # past its length a sequence keeps its state
     y_t = ops.unsqueeze(ops.select(ok, new[0], np.zeros((), dt)), [0])  # ... and outputs zeros
     body = ov.Model([*(ops.result(v) for v in kept), ops.result(y_t)], [xw_t, valid_t, *state], f"{layer.name}/step{k}")
@@ -728,89 +740,6 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
     last = [loop.get_iter_value(result.output(0), -1) for result in results[: len(state)]]
     loop.set_friendly_name(f"{layer.name}/loop{k}")
     return y, last
-
-
-def _gate_slicer(ops, h: int):
-    """``rows(tensor, start, stop, axis)``: gate blocks [start*H, stop*H) along ``axis``."""
-
-    def rows(tensor, start: int, stop: int, axis: int):
-        return ops.slice(
-            tensor,
-            np.array([start * h], np.int64),
-            np.array([stop * h], np.int64),
-            np.array([1], np.int64),
-            np.array([axis], np.int64),
-        )
-
-    return rows
-
-
-def _clamp(ops, layer: RecurrentLayer):
-    return (lambda v: ops.clamp(v, -layer.clip, layer.clip)) if layer.clip is not None else (lambda v: v)
-
-
-def _gru_rnn_step(ops, layer: RecurrentLayer, params: DirectionParams, k: int, gx, state: list) -> list:
-    """One GRU or RNN step on projected inputs gx [N,G*H] (Wb added): [h'] (equations: module docstring)."""
-    (h_prev,) = state
-    dt, h = layer.dtype, layer.hidden_size
-    clip = _clamp(ops, layer)
-    f = params.activations[0]
-    r_all = _const(ops, params.R, f"{layer.name}/R{k}")
-    rb = _const(ops, params.Rb, f"{layer.name}/Rb{k}")
-    if layer.cell is Cell.RNN:
-        return [_activation(ops, clip(ops.add(ops.add(gx, ops.matmul(h_prev, r_all, False, True)), rb)), f)]
-    g = params.activations[1]
-    rows = _gate_slicer(ops, h)
-
-    def part(tensor, gate: int):  # one gate's H columns of an [N, G*H] tensor
-        return rows(tensor, gate, gate + 1, 1)
-
-    if layer.linear_before_reset:
-        gh_all = ops.add(ops.matmul(h_prev, r_all, False, True), rb)  # [N,3H]
-        z = _activation(ops, clip(ops.add(part(gx, 0), part(gh_all, 0))), f)
-        reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_all, 1))), f)
-        cand = _activation(ops, clip(ops.add(part(gx, 2), ops.multiply(reset, part(gh_all, 2)))), g)
-    else:
-        gh_zr = ops.add(ops.matmul(h_prev, rows(r_all, 0, 2, 0), False, True), rows(rb, 0, 2, 0))  # [N,2H]
-        z = _activation(ops, clip(ops.add(part(gx, 0), part(gh_zr, 0))), f)
-        reset = _activation(ops, clip(ops.add(part(gx, 1), part(gh_zr, 1))), f)
-        candidate_in = ops.add(
-            ops.matmul(ops.multiply(reset, h_prev), rows(r_all, 2, 3, 0), False, True), rows(rb, 2, 3, 0)
-        )
-        cand = _activation(ops, clip(ops.add(part(gx, 2), candidate_in)), g)
-    one = np.array(1, dt)
-    return [ops.add(ops.multiply(ops.subtract(one, z), cand), ops.multiply(z, h_prev))]
-
-
-def _lstm_step(ops, layer: RecurrentLayer, params: DirectionParams, k: int, gx, state: list) -> list:
-    """One LSTM step on projected inputs gx [N,4H] (gates i, o, f, c; Wb added): [h', c']::
-
-    i = f(clip(gx_i + h Ri^T + Rb_i + Pi * c))     f_ = f(clip(gx_f + ... + Pf * c))  (input_forget: 1 - i)
-    c' = f_ * c + i * g(clip(gx_c + h Rc^T + Rb_c))
-    o = f(clip(gx_o + h Ro^T + Rb_o + Po * c'))    h' = o * h(c')
-    """
-    h_prev, c_prev = state
-    h = layer.hidden_size
-    clip = _clamp(ops, layer)
-    f, g, h_act = params.activations
-    rows = _gate_slicer(ops, h)
-    pre = ops.add(
-        ops.add(gx, ops.matmul(h_prev, _const(ops, params.R, f"{layer.name}/R{k}"), False, True)),
-        _const(ops, params.Rb, f"{layer.name}/Rb{k}"),
-    )  # [N,4H]
-    pre_i, pre_o, pre_f, pre_c = (rows(pre, gate, gate + 1, 1) for gate in range(4))
-    if params.P is not None:
-        peephole = _const(ops, params.P, f"{layer.name}/P{k}")  # [3H]: i, o, f
-        p_i, p_o, p_f = (rows(peephole, gate, gate + 1, 0) for gate in range(3))
-        pre_i = ops.add(pre_i, ops.multiply(p_i, c_prev))
-        pre_f = ops.add(pre_f, ops.multiply(p_f, c_prev))
-    i = _activation(ops, clip(pre_i), f)
-    forget = ops.subtract(np.array(1, layer.dtype), i) if layer.input_forget else _activation(ops, clip(pre_f), f)
-    c_new = ops.add(ops.multiply(forget, c_prev), ops.multiply(i, _activation(ops, clip(pre_c), g)))
-    if params.P is not None:
-        pre_o = ops.add(pre_o, ops.multiply(p_o, c_new))
-    o = _activation(ops, clip(pre_o), f)
-    return [ops.multiply(o, _activation(ops, c_new, h_act)), c_new]
 
 
 # ----------------------------------------------------------------------------------------- reading

@@ -15,9 +15,10 @@ MIL's recurrent ops (docs/conventions.md §5) differ from ONNX::
 
 Strategies: ``native`` uses ``gru``/``rnn`` where they compute exactly what ONNX specifies
 (activations Sigmoid/Tanh/Relu, no clip, no sequence_lens, linear_before_reset = 1 only from iOS18);
-``decomposed`` writes the cell from elementary MIL ops in a ``while_loop`` (one matmul for every
-step's input projection outside it, a ``scatter`` of each step's output, masks for sequence_lens,
-``reverse_sequence`` for the reverse direction); ``auto`` picks native where it is exact.
+``decomposed`` writes the cell from elementary MIL ops in a ``while_loop`` (each step the cell's step of
+``converters.cell_steps``, built through ``_MilOps``; one matmul for every step's input projection outside
+it, a ``scatter`` of each step's output, masks for sequence_lens, ``reverse_sequence`` for the reverse
+direction); ``auto`` picks native where it is exact.
 
 Core ML sanitises tensor names (``a/b:0`` becomes ``a_b_0``); the package's metadata
 (``gatepack``) keeps the source's names and every layer's description, so the layer reads back whole
@@ -29,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from gatepack.converters.apple import (
     apple_peephole,
     apple_weights,
 )
-from gatepack.converters.decompose import build_activation
+from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
 from gatepack.converters.errors import RuntimeFailure, UsageError
 from gatepack.converters.fileio import staging_directory
@@ -59,11 +59,11 @@ from gatepack.converters.formats.coreml.common import (
     safe_name,
 )
 from gatepack.converters.model import Model, with_separate_inputs
-from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import (
     OUTPUT_ROLES,
     Cell,
     Direction,
+    DirectionParams,
     RecurrentLayer,
     state_roles,
 )
@@ -289,10 +289,42 @@ def _emit_native(mb, layer: RecurrentLayer, x, states: dict, target: str):
 
 
 class _MilOps:
-    """``decompose.ElementaryOps`` over MIL's builder (float32 scalar constants)."""
+    """``cell_steps.StepOps`` over MIL's builder for direction ``k`` of ``layer``: float32 scalar constants;
+    R^T, Rb and P as const ops made when the adapter is (before the ``while_loop``, so its body only reads
+    them), a gate range of R^T or Rb sliced from them."""
 
-    def __init__(self, mb) -> None:
-        self.mb = mb
+    builder = "MIL"
+
+    def __init__(self, mb, layer: RecurrentLayer, params: DirectionParams, k: int) -> None:
+        self.mb, self.hidden, self.gates = mb, layer.hidden_size, layer.gates
+        prefix = safe_name(layer.name)
+        self.r_t = mb.const(val=np.ascontiguousarray(params.R.T, np.float32), name=f"{prefix}_R{k}")  # [H, G*H]
+        self.rb = mb.const(val=np.asarray(params.Rb, np.float32), name=f"{prefix}_Rb{k}")
+        self.p = None if params.P is None else mb.const(val=np.asarray(params.P, np.float32), name=f"{prefix}_P{k}")
+
+    def split(self, x, count: int) -> list:
+        return list(self.mb.split(x=x, num_splits=count, axis=-1))
+
+    def clip(self, x, bound: float):
+        # min(max(v, -c), c): MIL's clip op refuses alpha == beta, and RNN allows clip = 0
+        return self.mb.minimum(x=self.mb.maximum(x=x, y=np.float32(-bound)), y=np.float32(bound))
+
+    def recurrent(self, x, first: int, stop: int):
+        """Gates from the first: the whole ``x R^T + Rb``, sliced. The reader finds R^T and Rb by their names,
+        and coremltools' fp16 passes fold a slice of a const into a new const: a program reading them only
+        through slices would lose them (GRU's z and r are projected this way). Later gates: slices of both."""
+        mb, h = self.mb, self.hidden
+        if first == 0:
+            projected = mb.add(x=mb.matmul(x=x, y=self.r_t), y=self.rb)
+            if stop == self.gates:
+                return projected
+            return mb.slice_by_index(x=projected, begin=[0, 0], end=[0, stop * h], end_mask=[True, False])
+        r_t = mb.slice_by_index(x=self.r_t, begin=[0, first * h], end=[h, stop * h])
+        rb = mb.slice_by_index(x=self.rb, begin=[first * h], end=[stop * h])
+        return mb.add(x=mb.matmul(x=x, y=r_t), y=rb)
+
+    def peepholes(self):
+        return self.p
 
     def const(self, x, value: float):
         return np.float32(value)
@@ -352,11 +384,6 @@ class _MilOps:
         return self.mb.relu(x=x)
 
 
-def _activation(mb, v, act: Activation):
-    """An ONNX activation from elementary MIL ops (the shared recipes; stable for any input)."""
-    return build_activation(_MilOps(mb), v, act, "MIL")
-
-
 def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
     """The layer from elementary MIL ops: per direction a ``while_loop`` carrying the cell's states
     (h; LSTM: h and c) and the output sequence; returns Y and each final state in the layout."""
@@ -371,13 +398,7 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
         valid = mb.expand_dims(
             x=mb.cast(x=inside, dtype="fp32"), axes=[2]
         )  # [S,N,1], 1 where step t is inside the sequence (gather takes no bool)
-    # min(max(v, -c), c): MIL's clip op refuses alpha == beta, and RNN allows clip = 0
-    limit = layer.clip
-    clip = (
-        (lambda v: mb.minimum(x=mb.maximum(x=v, y=np.float32(-limit)), y=np.float32(limit)))
-        if limit is not None
-        else (lambda v: v)
-    )
+    step = step_of(layer.cell, "MIL")
     prefix = safe_name(layer.name)
     roles = [role for role, _ in state_roles(layer.cell)]
     ys: list = []
@@ -395,23 +416,17 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
         )
         w_t = mb.const(val=np.ascontiguousarray(p.W.T, np.float32), name=f"{prefix}_W{k}")
         wb = mb.const(val=np.asarray(p.Wb, np.float32), name=f"{prefix}_Wb{k}")
-        weights = _StepWeights(
-            r_t=mb.const(val=np.ascontiguousarray(p.R.T, np.float32), name=f"{prefix}_R{k}"),
-            rb=mb.const(val=np.asarray(p.Rb, np.float32), name=f"{prefix}_Rb{k}"),
-            peephole=None if p.P is None else mb.const(val=np.asarray(p.P, np.float32), name=f"{prefix}_P{k}"),
-            activations=p.activations,
-        )
+        step_ops = _MilOps(mb, layer, p, k)
         xw = mb.add(x=mb.matmul(x=x_d, y=w_t), y=wb)  # [S,N,G*H]: every step's input projection at once
         start = [mb.gather(x=initial[role], indices=k, axis=0) if role in initial else zeros for role in roles]
-        step = _lstm_step if layer.cell is Cell.LSTM else _gru_rnn_step
 
         def cond(i, *carried):
             return mb.less(x=i, y=seq)
 
-        def body(i, *carried, xw=xw, weights=weights, step=step):
+        def body(i, *carried, xw=xw, step_ops=step_ops, p=p):
             *state, out = carried
             gx = mb.squeeze(x=mb.gather(x=xw, indices=i, axis=0), axes=[0])  # [N,G*H]
-            new = step(mb, layer, weights, gx, state, clip)
+            new = step(step_ops, layer, p, gx, state)
             y_t = new[0]
             if valid is not None:  # past its length a sequence keeps its states and outputs zeros
                 ok = mb.cast(x=mb.squeeze(x=mb.gather(x=valid, indices=i, axis=0), axes=[0]), dtype="bool")  # [N,1]
@@ -439,60 +454,3 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
         for values, value in zip(finals, last):
             values.append(value)
     return _stack_directions(mb, layer, ys, *finals)
-
-
-@dataclass(frozen=True)
-class _StepWeights:
-    """One direction's recurrent constants for a decomposed step (R transposed for the matmul)."""
-
-    r_t: object  # [H, G*H]
-    rb: object  # [G*H]
-    peephole: object | None  # LSTM: [3H], i, o, f
-    activations: tuple
-
-
-def _gru_rnn_step(mb, layer: RecurrentLayer, weights: _StepWeights, gx, state: list, clip) -> list:
-    """One GRU or RNN step on projected inputs gx [N,G*H] (Wb added): [h'] (equations: schemas.layer)."""
-    (h_prev,) = state
-    h = layer.hidden_size
-    f = weights.activations[0]
-    gh_all = mb.add(x=mb.matmul(x=h_prev, y=weights.r_t), y=weights.rb)  # [N,G*H]
-    if layer.cell is Cell.RNN:
-        return [_activation(mb, clip(mb.add(x=gx, y=gh_all)), f)]
-    g = weights.activations[1]
-    xz, xr, xh = mb.split(x=gx, num_splits=3, axis=1)
-    hz, hr, hh = mb.split(x=gh_all, num_splits=3, axis=1)
-    z = _activation(mb, clip(mb.add(x=xz, y=hz)), f)
-    reset = _activation(mb, clip(mb.add(x=xr, y=hr)), f)
-    if layer.linear_before_reset:
-        cand_in = mb.mul(x=reset, y=hh)
-    else:  # (r * h) R_h^T + Rb_h
-        r_h = mb.slice_by_index(x=weights.r_t, begin=[0, 2 * h], end=[h, 3 * h])
-        rb_h = mb.slice_by_index(x=weights.rb, begin=[2 * h], end=[3 * h])
-        cand_in = mb.add(x=mb.matmul(x=mb.mul(x=reset, y=h_prev), y=r_h), y=rb_h)
-    cand = _activation(mb, clip(mb.add(x=xh, y=cand_in)), g)
-    return [mb.add(x=mb.mul(x=mb.sub(x=np.float32(1.0), y=z), y=cand), y=mb.mul(x=z, y=h_prev))]
-
-
-def _lstm_step(mb, layer: RecurrentLayer, weights: _StepWeights, gx, state: list, clip) -> list:
-    """One LSTM step on projected inputs gx [N,4H] (gates i, o, f, c; Wb added): [h', c']::
-
-    i = f(gx_i + h Ri^T + Rb_i + Pi * c)     f_ = f(gx_f + h Rf^T + Rb_f + Pf * c)  (input_forget: 1 - i)
-    c' = f_ * c + i * g(gx_c + h Rc^T + Rb_c)
-    o = f(gx_o + h Ro^T + Rb_o + Po * c')    h' = o * h(c')        (clip on every pre-activation)
-    """
-    h_prev, c_prev = state
-    f, g, h_act = weights.activations
-    pre = mb.add(x=mb.add(x=gx, y=mb.matmul(x=h_prev, y=weights.r_t)), y=weights.rb)  # [N,4H]
-    pre_i, pre_o, pre_f, pre_c = mb.split(x=pre, num_splits=4, axis=1)
-    if weights.peephole is not None:
-        p_i, p_o, p_f = mb.split(x=weights.peephole, num_splits=3, axis=0)
-        pre_i = mb.add(x=pre_i, y=mb.mul(x=p_i, y=c_prev))
-        pre_f = mb.add(x=pre_f, y=mb.mul(x=p_f, y=c_prev))
-    i = _activation(mb, clip(pre_i), f)
-    forget = mb.sub(x=np.float32(1.0), y=i) if layer.input_forget else _activation(mb, clip(pre_f), f)
-    c_new = mb.add(x=mb.mul(x=forget, y=c_prev), y=mb.mul(x=i, y=_activation(mb, clip(pre_c), g)))
-    if weights.peephole is not None:
-        pre_o = mb.add(x=pre_o, y=mb.mul(x=p_o, y=c_new))
-    o = _activation(mb, clip(pre_o), f)
-    return [mb.mul(x=o, y=_activation(mb, c_new, h_act)), c_new]
