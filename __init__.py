@@ -1,4 +1,4 @@
-"""gatepack: move GRU and RNN layers between ONNX, OpenVINO, DirectML, Core ML and BNNS without
+"""gatepack: move GRU, RNN and LSTM layers between ONNX, OpenVINO, DirectML, Core ML and BNNS without
 silently breaking them, and prove every conversion numerically.
 
 >>> import gatepack as gp

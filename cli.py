@@ -11,15 +11,16 @@ import functools
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 import click
 
 import gatepack as gp
-from gatepack.converters import ENGINES
+from gatepack.converters import ENGINES, registry  # registry: light, no framework
 from gatepack.converters.errors import GatepackError
 from gatepack.converters.fileio import OutputKind, has_suffix
 from gatepack.converters.progress import Progress
-from gatepack.converters.registry import FORMATS, READERS, WRITERS, all_write_options, check_name  # light: no framework
+from gatepack.converters.registry import all_write_options
 
 REPORT_FORMATS = {"text": (".txt",), "json": (".json",), "markdown": (".md", ".markdown"), "html": (".html", ".htm")}
 REPORT_OUTPUT = OutputKind(
@@ -136,10 +137,27 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
+class _FormatChoice(_Choice):
+    """A format name, one of ``names()`` (``registry.readers`` or ``registry.writers``) asked when the command
+    runs, not when this module is imported: a format registered after start-up is a choice too."""
+
+    def __init__(self, names: Callable[[], list[str]]) -> None:
+        self._names = names
+        super().__init__((), case_sensitive=False)
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self._names())
+
+    @choices.setter
+    def choices(self, _given: object) -> None:  # click.Choice.__init__ assigns it; the registry decides
+        pass
+
+
 _from_option = click.option(
     "--from",
     "from_format",
-    type=_Choice(READERS, case_sensitive=False),
+    type=_FormatChoice(registry.readers),
     help="Source format (default: from the path).",
 )
 _defaults_option = click.option(
@@ -224,8 +242,8 @@ _layers_only_option = click.option(
     is_flag=True,
     help=(
         "Write the recurrent layers alone, each with its own inputs and outputs, when the model has other operators "
-        "(directml, coreml and bnns hold layers only and refuse such a model otherwise; onnx and openvino keep the "
-        "whole model unless asked)."
+        "(a format that holds layers only refuses such a model otherwise; one that keeps the whole model keeps it "
+        "unless asked: gatepack report says which does which)."
     ),
 )
 
@@ -251,7 +269,7 @@ def inspect(model: str, from_format: str | None, activation_defaults: str, as_js
 def _write_option_flags(fn):
     """One CLI flag per write option of every format (``registry.WriteOption``), named by the option."""
     for option in reversed(list(all_write_options().values())):
-        takers = [info.name for info in FORMATS.values() if option in info.write_options]
+        takers = registry.takers(option.name)
         text = option.help if option.help.startswith(tuple(takers)) else f"{', '.join(takers)}: {option.help}"
         if option.cli_type is bool:
             flag = f"{option.flag}/--no-{option.flag.removeprefix('--')}"
@@ -286,7 +304,7 @@ def _check_flags_apply(target, given: dict) -> None:
 @click.option(
     "--to",
     "to",
-    type=_Choice(WRITERS, case_sensitive=False),
+    type=_FormatChoice(registry.writers),
     help="Target format (default: from the output path).",
 )
 @click.option("-o", "--output", type=click.Path(), help="Output path (or give it after MODEL).")
@@ -342,7 +360,8 @@ def convert(
     if "strategy" in given and given["strategy"] != "auto" and "strategy" not in target.option_names:
         raise gp.UsageError(
             f"--strategy {given['strategy']} does not apply to {target.title}, which has one way to write a layer",
-            hint="strategies choose between a target's recurrent op and elementary ops (openvino, coreml)",
+            hint="strategies choose between a target's recurrent op and elementary ops "
+            f"({', '.join(registry.takers('strategy'))})",
         )
     given = {k: v for k, v in given.items() if k in target.option_names or k != "strategy"}
     _check_flags_apply(target, given)
@@ -376,7 +395,7 @@ def convert(
     "--to",
     "targets",
     multiple=True,
-    type=_Choice(WRITERS, case_sensitive=False),
+    type=_FormatChoice(registry.writers),
     help="Target format (repeatable; default: all).",
 )
 @click.option(
@@ -393,7 +412,7 @@ def convert(
     "--for",
     "runtime",
     type=_Choice(list(all_write_options()["runtime"].cli_type), case_sensitive=False),
-    help="onnx: " + all_write_options()["runtime"].help,
+    help=f"{', '.join(registry.takers('runtime'))}: " + all_write_options()["runtime"].help,
 )
 @click.option("--stateful", is_flag=True, help=all_write_options()["stateful"].help)
 @click.option("--state", "states", multiple=True, metavar="IN=OUT", help="A streaming model's state pair (repeatable).")
@@ -412,12 +431,14 @@ def report(
         prepare_output(output, REPORT_OUTPUT, [Path(model), *loaded.files])
     fmt = "json" if as_json else fmt or (_report_format_of(output) if output else "text")
     options = {} if runtime is None else {"runtime": runtime.lower()}
-    if options and targets and "onnx" not in targets:
-        raise gp.UsageError(f"--for {runtime} applies to the onnx target", hint="add --to onnx")
-    report_targets = list(targets) or (["onnx"] if options else None)
+    takers = registry.takers("runtime")
+    if options and targets and not set(takers) & set(targets):
+        applies = f"--for {runtime} applies to the {' or '.join(takers)} target"
+        raise gp.UsageError(applies, hint=f"add --to {takers[0]}")
+    report_targets = list(targets) or (takers if options else None)
     if stateful:
         options["stateful"] = True
-        report_targets = report_targets or [t for t in WRITERS if "stateful" in check_name(t).option_names]
+        report_targets = report_targets or registry.takers("stateful")
     text = gp.report(loaded, report_targets, layers_only=layers_only, states=states, **options).render(fmt)
     if output:
         with atomic_path(Path(output)) as tmp:
@@ -543,12 +564,12 @@ def formats(as_json: bool) -> None:
                 "options": [o.flag for o in info.write_options],
                 "cells": takes(info.name),
             }
-            for info in FORMATS.values()
+            for info in registry.FORMATS.values()
         ]
         click.echo(json.dumps(described, indent=2))
         return
     click.echo(f"{'format':<9} {'status':<14} {'artifact':<26} runs here on")
-    for info in FORMATS.values():
+    for info in registry.FORMATS.values():
         status = ", ".join(word for word, on in (("reads", info.reads), ("writes", info.writes)) if on)
         missing = f" [needs: pip install 'gatepack[{info.extra}]']" if not info.installed else ""
         click.echo(f"{info.name:<9} {status:<14} {info.artifact:<26} {info.runtime}{missing}")

@@ -1,4 +1,4 @@
-"""gatepack's Python API: convert GRU/RNN layers between runtimes and prove the result numerically.
+"""gatepack's Python API: convert GRU, RNN and LSTM layers between runtimes and prove the result numerically.
 
 >>> import gatepack as gp
 >>> model = gp.load("fixtures/gru_lbr1_bidirectional.onnx")
@@ -628,7 +628,7 @@ def report(
     else:
         _read_options(read_options)
         model = model_or_path
-    targets = [to] if isinstance(to, str) else list(to) if to else list(registry.WRITERS)
+    targets = [to] if isinstance(to, str) else list(to) if to else registry.writers()
     registry.check_options(write_options, [registry.writer(target)[0] for target in targets])
     from gatepack.converters.model import as_layers_only
     from gatepack.converters.verification import GivenInputs

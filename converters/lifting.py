@@ -1,6 +1,6 @@
 """Lifting: a recurrence a producer wrote as a loop or as unrolled steps, turned into a canonical layer.
 
-Producers do not always write a GRU or RNN as one operator: tf2onnx writes every Keras 3 recurrent
+Producers do not always write a GRU, RNN or LSTM as one operator: tf2onnx writes every Keras 3 recurrent
 layer as an ONNX ``Loop`` over a step body, torch.onnx's dynamo exporter unrolls ``nn.RNN`` into
 per-step MatMul/Add/Tanh nodes, coremltools writes ``nn.GRU`` as a MIL ``while_loop``. A format's
 recogniser finds such a recurrence and describes it as a :class:`Recurrence`: the interface of one

@@ -413,8 +413,21 @@ FORMATS: dict[str, FormatInfo] = {
     )
 }
 
-READERS = [name for name, info in FORMATS.items() if info.reads]
-WRITERS = [name for name, info in FORMATS.items() if info.writes]
+
+def readers() -> list[str]:
+    """The formats gatepack reads, in registry order (asked of ``FORMATS`` at each call: a format registered
+    later is one too)."""
+    return [name for name, info in FORMATS.items() if info.reads]
+
+
+def writers() -> list[str]:
+    """The formats gatepack writes, in registry order (asked of ``FORMATS`` at each call)."""
+    return [name for name, info in FORMATS.items() if info.writes]
+
+
+def takers(option: str) -> list[str]:
+    """The formats whose writer takes the write option named ``option`` (its API keyword), in registry order."""
+    return [name for name, info in FORMATS.items() if option in info.option_names]
 
 
 def all_write_options() -> dict[str, WriteOption]:
@@ -602,5 +615,5 @@ def writer(name: str) -> tuple[FormatInfo, FormatImplementation]:
     """The entry and implementation of a format gatepack writes; UsageError for a read-only one."""
     info = check_name(name)
     if not info.writes:
-        raise UsageError(f"gatepack reads the {info.title} format but does not write it", hint=f"one of {WRITERS}")
+        raise UsageError(f"gatepack reads the {info.title} format but does not write it", hint=f"one of {writers()}")
     return info, implementation(name)

@@ -7,6 +7,8 @@ JSON shape (docs/design.md, "Findings"; extra keys are additions)::
      "layers": [{"name": ..., "cell": ..., "direction": ..., "hidden_size": ..., "input_size": ...,
                  "targets": {FORMAT: {"status": WORST, "findings": [{"feature", "status", "detail", ...}]}}}],
      "skipped": [{"name": ..., "reason": ...}]}
+
+Its JSON Schema is ``report_schema()``: ``schemas/report.schema.json`` with the registry's format names.
 """
 
 from __future__ import annotations
@@ -22,6 +24,16 @@ from gatepack.converters.model import Model, chained_input_finding
 from gatepack.schemas.layer import ROLE_LABELS, RecurrentLayer
 
 LAYERS_ONLY_WARNING = "layers only, as asked"  # the ``model`` finding's warning when the user asked for the layers
+
+
+def report_schema() -> dict:
+    """The JSON Schema a JSON report follows: ``schemas/report.schema.json``, whose ``$defs.format`` names no
+    format, with the registry's names as its enum (a format registered later is one of them too)."""
+    from importlib.resources import files
+
+    schema = json.loads(files("gatepack.schemas").joinpath("report.schema.json").read_text())
+    schema["$defs"]["format"] = {**schema["$defs"]["format"], "enum": list(registry.FORMATS)}
+    return schema
 
 
 @dataclass
@@ -518,7 +530,7 @@ def constant_findings(layer: RecurrentLayer, form: str) -> list[Finding]:
 def whole_model_targets(model: Model) -> list[str]:
     """The formats that write ``model`` whole, the operators around its layers included."""
     whole = replace(model, meta={**model.meta, "layers_only": False})
-    findings = {name: registry.writer(name)[1].whole_model_finding(whole) for name in registry.WRITERS}
+    findings = {name: registry.writer(name)[1].whole_model_finding(whole) for name in registry.writers()}
     return [name for name, f in findings.items() if f is not None and f.status is not Status.UNSUPPORTED]
 
 

@@ -1,9 +1,9 @@
 """Numerical verification: run two artifacts of the same layers on the same random inputs, compare.
 
-Each layer of the source gets random inputs drawn for its interface (X, and ``sequence_lens`` and
-``initial_h`` when it has them; symbolic dimensions take small sizes). Each side runs on its own
-runtime where one runs here (onnxruntime for ONNX, OpenVINO CPU for IR); otherwise on gatepack's
-NumPy executor of that format's own semantics, reading the saved artifact. If a native runtime
+Each layer of the source gets random inputs drawn for its interface (X, and ``sequence_lens``,
+``initial_h`` and an LSTM's ``initial_c`` when it has them; symbolic dimensions take small sizes).
+Each side runs on its own runtime where one runs here (onnxruntime for ONNX, OpenVINO CPU for IR);
+otherwise on gatepack's NumPy executor of that format's own semantics, reading the saved artifact. If a native runtime
 refuses the artifact (onnxruntime rejects ``layout = 1``, has no kernel for opset < 7 or for float64
 GRU), that side runs on gatepack's executor of the layer read from the artifact, and the result
 says so. Outputs are mapped into one convention (layout 0) and compared with dtype-aware tolerances:

@@ -3,8 +3,9 @@
 Conventions (the ONNX ones, so an ONNX layer maps onto it with no rearranging):
 
 * ``W`` is ``[G*H, I]`` and ``R`` is ``[G*H, H]`` per direction, gate blocks of H rows in ONNX
-  order: GRU ``z, r, h`` (update, reset, hidden candidate), RNN one block. G and the gate names
-  come from the cell table (``schemas.cells``), the one place that knows the cells.
+  order: GRU ``z, r, h`` (update, reset, hidden candidate), RNN one block, LSTM ``i, o, f, c`` (input,
+  output, forget, cell candidate). G and the gate names come from the cell table (``schemas.cells``),
+  the one place that knows the cells.
 * Biases stay split: ``Wb`` (input) and ``Rb`` (recurrent), ``[G*H]`` each. A format that stores the
   sum reads back as ``Wb = sum, Rb = 0`` (except the GRU reset-after candidate ``Rb_h``, which must
   stay separate).

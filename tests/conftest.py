@@ -7,6 +7,26 @@ import sys
 import pytest
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--sixth-format",
+        action="store_true",
+        help="register a sixth, test-only format (tests/sixth_format.py) for the whole session, before collection: "
+        "every test that takes its formats from the registry runs with six",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--sixth-format"):
+        import sixth_format
+
+        sixth_format.register()
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return "registry: a sixth format, 'dummy' (--sixth-format)" if config.getoption("--sixth-format") else None
+
+
 @pytest.fixture(autouse=True)
 def _forget_coremltools_tensor_types():
     """coremltools memoises one class per tensor type, and symbolic shapes make new types at every

@@ -12,9 +12,25 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from gatepack.converters import registry
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 REALMODELS = FIXTURES / "realmodels"
+
+
+def artifact_name(fmt: str, stem: str = "m") -> str:
+    """A name for an artifact of format ``fmt``, from the registry: ``stem`` and the format's first suffix, or
+    ``stem`` alone for a format named by no suffix (a directory told by its marker file)."""
+    suffixes = registry.FORMATS[fmt].suffixes
+    return stem + suffixes[0] if suffixes else stem
+
+
+def shipped_writers() -> list[str]:
+    """The formats gatepack writes with a module of its own (``gatepack.converters.formats``): what a file
+    reviewed by hand (tests/expected) holds, without a format a test registers from outside."""
+    return [name for name in registry.writers() if not registry.FORMATS[name].module]
+
 
 ACTIVATIONS = {
     # name: (takes alpha, takes beta, value range for alpha, for beta)
@@ -311,6 +327,11 @@ def lstm_matrix(count: int = 320, seed: int = 2027) -> list[Config]:
     return configs
 
 
+def peephole_cases() -> list[Config]:
+    """The float32 LSTM configurations of ``lstm_matrix()`` with peepholes (round trips take the first few)."""
+    return [c for c in lstm_matrix() if c.peepholes and c.dtype == "float32"]
+
+
 def assert_matches_onnxruntime(
     cfg: Config, feed0: dict[str, np.ndarray], outputs: dict[str, np.ndarray], atol: float, rtol: float
 ) -> None:
@@ -361,6 +382,37 @@ def assert_round_trip(cfg: Config, source: Path, back: Path, folded: bool) -> No
         names = {i.name for i in onnx.load(str(back)).graph.input}
         for x, y in zip(ort_run(back, {k: v for k, v in feed.items() if k in names}), ort_run(source, feed)):
             np.testing.assert_allclose(x, y, atol=1e-6, rtol=1e-5)
+
+
+def assert_round_trip_keeps_every_weight(cfg: Config, tmp_path: Path, target: str, artifact: str) -> None:
+    """ONNX -> ``target`` -> ONNX, each step verified: W, R, Wb, Rb and P bit-exact, clip and
+    input_forget kept (for targets that keep the biases apart)."""
+    import gatepack as gp
+
+    source, middle, back = tmp_path / "m.onnx", tmp_path / artifact, tmp_path / "back.onnx"
+    onnx.save(build_model(cfg), source)
+    options = {"seq_length": cfg.S, "batch_size": cfg.N} if target == "directml" else {}
+    assert gp.convert(source, middle, to=target, **options).verification.passed
+    assert gp.convert(middle, back, to="onnx").verification.passed
+    (a,), (b,) = gp.load(source).layers, gp.load(back).layers
+    assert (b.clip, b.input_forget, b.has_peepholes) == (a.clip, a.input_forget, a.has_peepholes)
+    for p, q in zip(a.directions, b.directions):
+        for key in ("W", "R", "Wb", "Rb", "P"):
+            np.testing.assert_array_equal(getattr(q, key), getattr(p, key))
+
+
+def assert_refused_when_forced(
+    cfg: Config, tmp_path: Path, target: str, artifact: str, reason: str, **options: object
+) -> None:
+    """``strategy="native"`` to ``target`` (with write ``options``) is refused naming ``reason``; nothing is written."""
+    import pytest
+
+    import gatepack as gp
+
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    with pytest.raises(gp.RefusedError, match=reason):
+        gp.convert(tmp_path / "m.onnx", tmp_path / artifact, to=target, strategy="native", **options)
+    assert not (tmp_path / artifact).exists()
 
 
 def read_layer(path: Path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from helpers import ACTIVATIONS, Config, weights
+from helpers import ACTIVATIONS, Config, ort_reference, outputs_to_layout0, weights
 
 # onnxruntime CPU's values for a parameter the model leaves out (docs/conventions.md §2 table).
 ORT_DEFAULTS = {
@@ -151,3 +151,46 @@ def _lstm_reference(cfg: Config, feed0: dict[str, np.ndarray]) -> tuple[np.ndarr
                 y[t, d, k] = hs
             y_h[d, k], y_c[d, k] = (hs, cs) if length else (0.0, 0.0)
     return y, y_h, y_c
+
+
+# ------------------------------------------------------------------ LSTM outputs against the oracle
+
+
+def expected_outputs(cfg: Config, feed0: dict) -> tuple[np.ndarray, ...]:
+    """Y, Y_h (LSTM: and Y_c) in layout 0: onnxruntime's (float32 for float16 sources: the conversion is exact),
+    or this float64 transcription for float64 (onnxruntime has no float64 kernel)."""
+    return reference(cfg, feed0) if cfg.dtype == "float64" else ort_reference(cfg, feed0)
+
+
+DIVERGED = 1e3  # |value| no LSTM with saturating activations reaches here; only unbounded gates and cells do
+
+
+def assert_close(cfg: Config, ours: tuple, expected: tuple, atol: float, rtol: float, dtype: str = "") -> None:
+    """``ours`` agrees with ``expected`` (an LSTM's Y, Y_h, Y_c in layout 0). Entries the oracle could not represent
+    (inf/NaN, or beyond float16's range for a float16 computation) are skipped, if few. A sequence whose values
+    diverged (unbounded gates and cells: Relu, Affine ...) carries the rounding of its huge
+    intermediates into every later value, in any two implementations; there the bound is relative to
+    the largest value the sequence reached (1e-6 of it), and it stays tight everywhere else."""
+    assert len(ours) == len(expected) == 3
+    expected = [np.asarray(b, np.float64) for b in expected]
+    magnitude = np.nan_to_num(np.abs(expected[0]), posinf=0, nan=0).max(axis=(0, 3))  # [D, N] per sequence
+    for final in expected[1:]:
+        magnitude = np.maximum(magnitude, np.nan_to_num(np.abs(final), posinf=0, nan=0).max(axis=2))
+    slack = np.where(magnitude > DIVERGED, 1e-6 * magnitude, 0.0)
+    for role, a, b in zip(("Y", "Y_h", "Y_c"), ours, expected):
+        representable = np.isfinite(b) & (np.abs(b) < (6e4 if dtype == "float16" else np.inf))
+        assert representable.mean() >= 0.5, f"{role}: the oracle overflowed on most of this case"
+        bound = atol + (slack[None, :, :, None] if role == "Y" else slack[:, :, None])
+        a = np.asarray(a, np.float64)
+        bad = representable & ~(np.abs(a - b) <= bound + rtol * np.abs(b))
+        assert not bad.any(), (
+            f"{role}: {int(bad.sum())} of {b.size} differ, worst {np.abs(a - b)[bad].max():.3g} "
+            f"(ours {a[bad][:3]}, expected {b[bad][:3]})"
+        )
+
+
+def assert_lstm_matches_the_oracle(cfg: Config, feed0: dict, outputs: dict, atol: float, rtol: float) -> None:
+    """An LSTM's ``outputs`` (Y, Y_h, Y_c by name, in the config's layout) agree with ``expected_outputs`` on the
+    layer-0 inputs ``feed0`` (``assert_close``)."""
+    ours = outputs_to_layout0(cfg, *(outputs[name] for name in ("Y", "Y_h", "Y_c")))
+    assert_close(cfg, ours, expected_outputs(cfg, feed0), atol, rtol, cfg.dtype)

@@ -1,12 +1,15 @@
-"""BNNS bundles: the generated matrix (refused where BNNS cannot express a feature, else written,
-re-read from disk and run with BNNS semantics against onnxruntime), the representable variant of
-every configuration, bnns.json against its schema, the .npy packing read back with NumPy alone, the
-executor against an independent NumPy transcription of Apple's documented equations, round trips,
-real models, the Swift source, and bad bundles."""
+"""BNNS bundles: the generated GRU/RNN and LSTM matrices (refused, with exactly the blocking features, where
+BNNSGraph.Builder's gru, rnn or lstm cannot express a feature, else written, verified, re-read from disk and
+run with BNNS semantics against onnxruntime, or the float64 transcription for a float64 LSTM), the
+representable variant of every configuration, bnns.json against its schema, the .npy packing read back with
+NumPy alone (LSTM rows i,o,f,c -> i,f,o,g, the order chosen with a warning: docs/conventions.md §8), the
+executor against an independent NumPy transcription of Apple's documented equations, round trips, real
+models, the Swift source, and bad bundles."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -21,10 +24,12 @@ from helpers import (
     assert_round_trip,
     build_model,
     inputs,
+    lstm_matrix,
     matrix,
     native_variant,
     to_layout,
 )
+from oracle import assert_lstm_matches_the_oracle
 
 import gatepack as gp
 from gatepack.cli import main
@@ -32,8 +37,8 @@ from gatepack.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "schemas" / "bnns.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
-MATRIX = matrix()
-REPRESENTABLE = [native_variant(c) for c in MATRIX]
+MATRIX = matrix() + lstm_matrix()
+NATIVE = ("Sigmoid", "Tanh", "Relu")
 TOLERANCE = (1e-5, 1e-4)  # float16 sources are stored and computed in float32
 
 
@@ -41,26 +46,56 @@ def test_schema_is_valid():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
 
 
-def blocked(cfg: Config) -> bool:
-    """What BNNS cannot express, decided from the configuration itself (not from gatepack). A negative
-    RNN clip is no clip (onnxruntime)."""
-    acts = set(cfg.activations or []) - {"Sigmoid", "Tanh", "Relu"}
-    return bool(acts) or (cfg.clip is not None and cfg.clip >= 0) or cfg.seq_lens != "none"
+def blocked(cfg: Config) -> set[str]:
+    """What BNNSGraph.Builder's gru, rnn and lstm cannot express, decided from the configuration itself (not from
+    gatepack): a clip (a negative RNN clip is no clip, onnxruntime), sequence lengths, an activation other than a
+    parameterless sigmoid, tanh or relu; an LSTM's peepholes and input/forget coupling."""
+    found = {name for name in ("peepholes", "input_forget") if getattr(cfg, name)}
+    if cfg.clip is not None and cfg.clip >= 0:
+        found.add("clip")
+    if cfg.seq_lens != "none":
+        found.add("sequence_lens")
+    if set(cfg.activations or []) - set(NATIVE):
+        found.add("activations")
+    return found
+
+
+def representable(cfg: Config) -> Config:
+    """The configuration made representable by BNNS: Apple's native variant, without an LSTM's peepholes and
+    input/forget coupling."""
+    return replace(native_variant(cfg), peepholes=False, input_forget=0)
+
+
+REPRESENTABLE = [representable(c) for c in matrix()] + [representable(c) for c in lstm_matrix()[::2]]
 
 
 def convert_and_check(cfg: Config, tmp_path: Path) -> None:
+    """Refused with exactly the blocking features, or written, verified, re-read and run against the oracle."""
     src, out = tmp_path / "m.onnx", tmp_path / "bundle"
     onnx.save(build_model(cfg), src)
-    if blocked(cfg):
-        with pytest.raises(gp.RefusedError, match="unsupported"):
-            gp.convert(src, out, to="bnns", allow_lossy=True, verify=False)
+    refused = blocked(cfg)
+    if refused:
+        with pytest.raises(gp.RefusedError, match="unsupported") as err:
+            gp.convert(src, out, to="bnns", allow_lossy=True)
+        assert {f.feature for f in err.value.findings} == refused and err.value.hint
         assert not out.exists()
         return
-    gp.convert(src, out, to="bnns", allow_lossy=True, verify=False)
+    result = gp.convert(src, out, to="bnns", allow_lossy=True)
+    assert result.verification.passed, result.verification.to_text()
+    if cfg.cell == "LSTM":
+        (cell,) = [f for f in result.findings["rec"] if f.feature == "cell"]
+        assert "i, f, o, g" in cell.warning  # the gate order Apple's page contradicts
     VALIDATOR.validate(json.loads((out / "bnns.json").read_text()))
     feed0 = inputs(cfg)
     outputs = gp.run(out, to_layout(cfg, feed0), engine="numpy")  # the bundle read back from disk
-    assert_matches_onnxruntime(cfg, feed0, outputs, *TOLERANCE)
+    if cfg.cell == "LSTM":  # float64: onnxruntime has no LSTM kernel, the float64 transcription is the oracle
+        assert_lstm_matches_the_oracle(cfg, feed0, outputs, *TOLERANCE)
+    else:
+        assert_matches_onnxruntime(cfg, feed0, outputs, *TOLERANCE)
+
+
+def test_the_representable_variants_are_representable():
+    assert {c.cell for c in REPRESENTABLE} == {"GRU", "RNN", "LSTM"} and not any(blocked(c) for c in REPRESENTABLE)
 
 
 @pytest.mark.matrix
@@ -76,20 +111,24 @@ def test_matrix_representable(cfg: Config, tmp_path):
     convert_and_check(cfg, tmp_path)
 
 
+def _permuted(cell: str, h: int):
+    """ONNX's gate blocks in BNNS's row order: GRU z, r, h -> r, n(=h), z; LSTM i, o, f, c -> i, f, o, g; RNN one."""
+    blocks = {"GRU": (1, 2, 0), "LSTM": (0, 2, 1, 3), "RNN": (0,)}[cell]
+    return lambda m: np.concatenate([m[k * h : (k + 1) * h] for k in blocks])
+
+
 @pytest.mark.parametrize("lbr", [0, 1])
-@pytest.mark.parametrize("cell", ["GRU", "RNN"])
+@pytest.mark.parametrize("cell", ["GRU", "RNN", "LSTM"])
 def test_npy_files_are_the_permuted_onnx_weights(cell, lbr, tmp_path):
-    if cell == "RNN" and lbr:
-        pytest.skip("RNN has no linear_before_reset")
-    cfg = Config(cell=cell, lbr=lbr, direction="bidirectional", initial_h=True)
+    if cell != "GRU" and lbr:
+        pytest.skip(f"{cell} has no linear_before_reset")
+    lstm = cell == "LSTM"
+    cfg = Config(cell=cell, lbr=lbr, direction="bidirectional", initial_h=True, initial_c=lstm)
     onnx.save(build_model(cfg), tmp_path / "m.onnx")
     gp.convert(tmp_path / "m.onnx", tmp_path / "b", to="bnns")
     model = onnx.load(str(tmp_path / "m.onnx"))
     w, r, b = (onnx.numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == n)) for n in "WRB")
-    h = cfg.H
-
-    def r_n_z(m):  # ONNX blocks z, r, h -> BNNS r, n(=h), z
-        return np.concatenate([m[h : 2 * h], m[2 * h : 3 * h], m[0:h]]) if cell == "GRU" else m
+    permuted = _permuted(cell, cfg.H)
 
     document = json.loads((tmp_path / "b" / "bnns.json").read_text())
     calls = document["layers"][0]["calls"]
@@ -104,15 +143,23 @@ def test_npy_files_are_the_permuted_onnx_weights(cell, lbr, tmp_path):
     for k, call in enumerate(calls):
         assert call["initialHiddenStates"] == {"input": "initial_h", "index": k}
         wb, rb = b[k, : len(b[k]) // 2], b[k, len(b[k]) // 2 :]
-        np.testing.assert_array_equal(npy(call["inputHiddenWeight"]), r_n_z(w[k]))
-        np.testing.assert_array_equal(npy(call["hiddenHiddenWeight"]), r_n_z(r[k]))
+        np.testing.assert_array_equal(npy(call["inputHiddenWeight"]), permuted(w[k]))
+        np.testing.assert_array_equal(npy(call["hiddenHiddenWeight"]), permuted(r[k]))
         if lbr:
             assert call["applyResetGateAfterMatMul"] is True
-            np.testing.assert_array_equal(npy(call["bias"]), r_n_z(rb))
-            np.testing.assert_array_equal(npy(call["inputBias"]), r_n_z(wb))
+            np.testing.assert_array_equal(npy(call["bias"]), permuted(rb))
+            np.testing.assert_array_equal(npy(call["inputBias"]), permuted(wb))
         else:
-            np.testing.assert_array_equal(npy(call["bias"]), r_n_z(wb + rb))
+            np.testing.assert_array_equal(npy(call["bias"]), permuted(wb + rb))
             assert call.get("applyResetGateAfterMatMul", False) is False and call.get("inputBias") is None
+        if lstm:
+            assert call["initialCellStates"] == {"input": "initial_c", "index": k}
+            activations = (call["recurrentActivation"], call["cellActivation"], call["activation"])
+            assert activations == ("sigmoid", "tanh", "tanh")
+    if lstm:
+        swift = (tmp_path / "b" / "model.swift").read_text()
+        assert swift.count(".lstm(") == 2 and "initialCellStates: cs0[1 ... 1, all, all]" in swift
+        assert "cellActivation: .tanh" in swift and "let (out0_1, last0_1, cell0_1)" in swift
 
 
 def _documented_gru(x, h, w_ih, w_hh, bias, input_bias, after, reverse):

@@ -14,6 +14,7 @@ from helpers import FIXTURES, ROOT, Config, build_model
 from onnx import helper
 
 from gatepack.cli import main
+from gatepack.converters import registry
 
 FIXTURE_NAMES = ["gru_lbr0", "gru_lbr1_bidirectional", "gru_seqlens", "gru_layout1", "gru_clip", "rnn_activations"]
 
@@ -137,10 +138,15 @@ def test_report_formats(tmp_path):
 
 
 def test_formats_lists_every_format():
-    out = invoke("formats").output
-    for name in ("onnx", "openvino", "directml", "coreml", "bnns"):
-        assert name in out
-    assert out.count("reads, writes") == 5 and "not yet" not in out
+    """One row per registry entry, saying what gatepack does with it (every format today reads and writes)."""
+    rows = {line.split()[0]: line for line in invoke("formats").output.splitlines()[1:] if not line.startswith(" ")}
+    assert list(rows) == list(registry.FORMATS)
+    for name, info in registry.FORMATS.items():
+        status = ", ".join(word for word, on in (("reads", info.reads), ("writes", info.writes)) if on)
+        assert f" {status} " in rows[name] and info.artifact in rows[name] and info.runtime in rows[name]
+    assert "not yet" not in "".join(rows.values())
+    listed = json.loads(invoke("formats", "--json").output)
+    assert [entry["name"] for entry in listed] == list(registry.FORMATS)
 
 
 def test_verify_command_passes_and_fails(tmp_path):

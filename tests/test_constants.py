@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import artifact_name
 from onnx import TensorProto, helper, numpy_helper
 
 import gatepack as gp
-from gatepack.converters.registry import WRITERS
+from gatepack.converters import engine_for, registry
 
 S, N, I, H = 5, 2, 3, 4
 KINDS = ("initializer", "constant_node", "folded_cone")
@@ -71,16 +72,13 @@ def _onnxruntime(path: str, x: np.ndarray) -> dict[str, np.ndarray]:
     return {o.name: v for o, v in zip(session.get_outputs(), session.run(None, {"X": x}))}
 
 
-OUTPUTS = {"onnx": "o.onnx", "openvino": "o.xml", "directml": "dml", "coreml": "o.mlpackage", "bnns": "bundle"}
-
-
 def _run_artifact(target: str, out: str, x: np.ndarray) -> dict[str, np.ndarray]:
     """The written artifact run on X alone (the source's shapes): on its runtime where one runs here, else on
     gatepack's executor of the format's semantics."""
-    return gp.run(out, {"X": x}, engine="native" if target in ("onnx", "openvino") else "numpy")
+    return gp.run(out, {"X": x}, engine=engine_for(target))
 
 
-@pytest.mark.parametrize("target", WRITERS)
+@pytest.mark.parametrize("target", registry.writers())
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("cell", ["GRU", "LSTM"])
 def test_constant_state_kept(tmp_path, cell, kind, target):
@@ -92,7 +90,7 @@ def test_constant_state_kept(tmp_path, cell, kind, target):
     model = gp.load(src)
     assert sorted(model.layers[0].constants) == (["initial_c", "initial_h"] if cell == "LSTM" else ["initial_h"])
     assert model.other_ops == []  # a constant that feeds only the layer is part of it
-    out = str(tmp_path / OUTPUTS[target])
+    out = str(tmp_path / artifact_name(target, "o"))
     result = gp.convert(src, out, to=target)
     assert result.passed
     findings = {f.feature: f for f in result.findings[model.layers[0].name]}
@@ -105,14 +103,14 @@ def test_constant_state_kept(tmp_path, cell, kind, target):
     if target == "directml":  # the stored state is the source's, not a sample
         import json
 
-        manifest = json.loads((tmp_path / "dml" / "gatepack.json").read_text())
+        manifest = json.loads((Path(out) / "gatepack.json").read_text())
         tensors = manifest["layers"][0]["tensors"]
         assert tensors["initial_h"]["constant"] is True
-        stored = np.load(tmp_path / "dml" / f"{tensors['initial_h']['resource']}.npy")
+        stored = np.load(Path(out) / f"{tensors['initial_h']['resource']}.npy")
         np.testing.assert_array_equal(stored[0], held["h0"])
 
 
-@pytest.mark.parametrize("target", [t for t in WRITERS if t != "bnns"])
+@pytest.mark.parametrize("target", [t for t in registry.writers() if t != "bnns"])
 def test_constant_sequence_lens_kept(tmp_path, target):
     if target == "openvino":
         pytest.importorskip("openvino")
@@ -120,7 +118,7 @@ def test_constant_sequence_lens_kept(tmp_path, target):
         pytest.importorskip("coremltools")
     src, _ = _source(tmp_path, "GRU", "initializer", with_lens=True)
     assert "sequence_lens" in gp.load(src).layers[0].constants
-    out = str(tmp_path / OUTPUTS[target])
+    out = str(tmp_path / artifact_name(target, "o"))
     assert gp.convert(src, out, to=target).passed
     x = np.random.default_rng(4).uniform(-1, 1, (S, N, I)).astype(np.float32)
     expected, got = _onnxruntime(src, x), _run_artifact(target, out, x)
@@ -192,7 +190,7 @@ def _state_from_shape(tmp_path, fill: np.ndarray, tag: str) -> str:
 LEARNED = np.random.default_rng(9).uniform(-1, 1, (1, 1, H)).astype(np.float32)
 
 
-@pytest.mark.parametrize("target", WRITERS)
+@pytest.mark.parametrize("target", registry.writers())
 @pytest.mark.parametrize("kind", ["zeros", "learned"])
 def test_state_repeated_along_the_batch(tmp_path, target, kind):
     """Zeros sized like X are no initial state; a learned state expanded to X's batch is held as one state of
@@ -209,7 +207,7 @@ def test_state_repeated_along_the_batch(tmp_path, target, kind):
         assert layer.interface.initial_h is None and not layer.constants
     else:
         assert layer.fed_roles() == () and np.array_equal(layer.constants["initial_h"], LEARNED)
-    out = str(tmp_path / OUTPUTS[target])
+    out = str(tmp_path / artifact_name(target, "o"))
     sizes = {"seq_length": S, "batch_size": N} if target == "directml" else {}  # DirectML tensors are static
     assert gp.convert(src, out, to=target, **sizes).passed
     for batch in (N, 3) if target != "directml" else (N,):

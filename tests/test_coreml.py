@@ -1,9 +1,14 @@
-"""Core ML: the generated matrix written as ML Programs (auto, native where representable,
-decomposed), each package read back from disk and run on gatepack's MIL executor against
-onnxruntime; packing checked with coremltools' own loader; the executor's gru/rnn semantics checked
-against coremltools' numpy reference formulas; round trips; real models; bad packages."""
+"""Core ML: the generated GRU/RNN and LSTM matrices written as ML Programs (auto: MIL's own gru, rnn or lstm
+op where it computes the ONNX node, elementary MIL ops in a while_loop per direction elsewhere; native;
+decomposed), each verified, read back from disk and run on gatepack's MIL executor against onnxruntime (the
+float64 transcription for a float64 LSTM); the native op refused where it is forced but not exact; packing
+checked with coremltools' own loader; the executor's gru/rnn/lstm semantics checked against coremltools' numpy
+reference formulas; round trips; real models; bad packages. (The executor's lstm op itself is also checked
+against torch on coremltools-made packages in test_producers.)"""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -12,18 +17,25 @@ from helpers import (
     REALMODELS,
     Config,
     assert_matches_onnxruntime,
+    assert_refused_when_forced,
     assert_round_trip,
+    assert_round_trip_keeps_every_weight,
     build_model,
     inputs,
+    lstm_matrix,
     matrix,
     native_variant,
+    ort_run,
+    peephole_cases,
     to_layout,
 )
+from oracle import assert_lstm_matches_the_oracle
 
 import gatepack as gp
 from gatepack.converters.formats import coreml
 
 MATRIX = matrix()
+LSTM_MATRIX = lstm_matrix()
 
 
 TOLERANCE = {
@@ -46,32 +58,40 @@ def ct_program(path):
 
 
 def convert_and_check(cfg: Config, tmp_path, strategy: str) -> str:
+    """Convert with ``strategy``, verified; the package loads back with coremltools holding the cell's MIL op
+    (native) or a while_loop (decomposed), as its ``cell`` finding says, and runs from disk on the MIL executor
+    to the oracle. Returns what was chosen."""
     src, out = tmp_path / "m.onnx", tmp_path / "m.mlpackage"
     onnx.save(build_model(cfg), src)
-    result = gp.convert(src, out, to="coreml", strategy=strategy, allow_lossy=True, verify=False)
-    chosen = (
-        "decomposed"
-        if any(f.feature == "cell" and f.status.value == "decomposed" for f in result.findings["rec"])
-        else "native"
-    )
+    result = gp.convert(src, out, to="coreml", strategy=strategy, allow_lossy=True)
+    assert result.verification.passed, result.verification.to_text()
+    (cell,) = [f for f in result.findings["rec"] if f.feature == "cell"]
+    chosen = "decomposed" if cell.status.value == "decomposed" else "native"
+    assert cell.status.value == ("exact" if chosen == "native" else "decomposed")
     feed0 = inputs(cfg)
     outputs = gp.run(out, to_layout(cfg, feed0), engine="numpy")  # the saved package on the MIL executor
-    assert_matches_onnxruntime(cfg, feed0, outputs, *TOLERANCE[cfg.dtype])
+    if cfg.cell == "LSTM":  # float64: onnxruntime has no LSTM kernel, the float64 transcription is the oracle
+        assert_lstm_matches_the_oracle(cfg, feed0, outputs, *TOLERANCE[cfg.dtype])
+    else:
+        assert_matches_onnxruntime(cfg, feed0, outputs, *TOLERANCE[cfg.dtype])
     ops = {op.op_type for op in ct_program(out).operations}  # loads back with coremltools
-    assert ("while_loop" in ops) == (chosen == "decomposed")
+    assert (cfg.cell.lower() in ops) == (chosen == "native") and ("while_loop" in ops) == (chosen == "decomposed")
     return chosen
 
 
 def native_is_exact(cfg: Config) -> bool:
-    """Whether MIL's gru/rnn op computes what the ONNX node specifies, from the configuration and the
-    op's documentation (docs/conventions.md §5), not from gatepack: parameterless sigmoid/tanh/relu
-    only, no clip, no sequence lengths (reset_after exists from iOS18, the default target)."""
+    """Whether MIL's gru, rnn or lstm op computes what the ONNX node specifies, from the configuration and the
+    ops' documentation (docs/conventions.md §5, §8), not from gatepack: parameterless sigmoid/tanh/relu only
+    (one op per direction, so an LSTM's directions may differ), no clip (the lstm op's clips the cell state),
+    no sequence lengths, no input/forget coupling; reset_after exists from iOS18, the default target, and an
+    LSTM's peepholes are the op's own."""
     clip = cfg.clip is not None and cfg.clip >= 0
-    return set(cfg.activations or []) <= {"Sigmoid", "Tanh", "Relu"} and not clip and cfg.seq_lens == "none"
+    acts = set(cfg.activations or []) <= {"Sigmoid", "Tanh", "Relu"}
+    return acts and not clip and cfg.seq_lens == "none" and not cfg.input_forget
 
 
 @pytest.mark.matrix
-@pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
+@pytest.mark.parametrize("cfg", MATRIX + LSTM_MATRIX, ids=[c.label() for c in MATRIX + LSTM_MATRIX])
 def test_matrix_auto(cfg: Config, tmp_path):
     chosen = convert_and_check(cfg, tmp_path, "auto")
     assert chosen == ("native" if native_is_exact(cfg) else "decomposed")
@@ -79,7 +99,7 @@ def test_matrix_auto(cfg: Config, tmp_path):
 
 # Where auto picks the native op, the decomposition is checked on its own; everywhere else
 # test_matrix_auto has already converted, run and checked that very decomposition.
-DECOMPOSED = [c for c in MATRIX if native_is_exact(c)]
+DECOMPOSED = [c for c in MATRIX + LSTM_MATRIX if native_is_exact(c)]
 
 
 @pytest.mark.matrix
@@ -88,27 +108,61 @@ def test_matrix_decomposed(cfg: Config, tmp_path):
     assert convert_and_check(cfg, tmp_path, "decomposed") == "decomposed"
 
 
-NATIVE = [native_variant(c) for c in MATRIX[::2]]  # 180: the native op covers less, and each package costs a conversion
+def native_op_variant(cfg: Config) -> Config:
+    """The configuration made representable by the cell's MIL op: Apple's native variant (activations among
+    Sigmoid, Tanh, Relu, derived from the original's per slot; no clip, no sequence lengths), without an
+    LSTM's input/forget coupling."""
+    return replace(native_variant(cfg), input_forget=0)
+
+
+# the native op covers less, and each package costs a conversion: every second GRU/RNN, every fourth LSTM
+NATIVE = [native_op_variant(c) for c in MATRIX[::2]] + [native_op_variant(c) for c in LSTM_MATRIX[::4]]
+
+
+def test_the_native_variants_cover_the_ops_features():
+    assert all(native_is_exact(c) for c in NATIVE)
+    lstm_op = [c for c in NATIVE if c.cell == "LSTM"]
+    assert len(lstm_op) >= 60 and any(c.peepholes for c in lstm_op) and any(c.D == 2 for c in lstm_op)
+    assert any(c.layout for c in lstm_op) and any(c.initial_c for c in lstm_op)
+    assert any(c.activations and "Relu" in c.activations for c in lstm_op)
+    assert any(c.activations and c.activations[:3] != c.activations[3:] for c in lstm_op if c.D == 2)
 
 
 @pytest.mark.matrix
 @pytest.mark.parametrize("cfg", NATIVE, ids=[c.label() for c in NATIVE])
 def test_matrix_native(cfg: Config, tmp_path):
+    """Forced native: the package holds the cell's op only, runs from disk to the oracle, and reads back with W,
+    R (and an LSTM's P) bit-exact (gates permuted back) and the biases as the op holds them: summed exactly,
+    or apart for a GRU's reset_after."""
     assert convert_and_check(cfg, tmp_path, "native") == "native"
+    (source,), (layer,) = gp.load(tmp_path / "m.onnx").layers, gp.load(tmp_path / "m.mlpackage").layers
+    apart = cfg.cell == "GRU" and cfg.lbr
+    for p, q in zip(source.directions, layer.directions):
+        np.testing.assert_array_equal(q.W, p.W.astype(np.float32))
+        np.testing.assert_array_equal(q.R, p.R.astype(np.float32))
+        if apart:
+            np.testing.assert_array_equal(q.Wb, p.Wb.astype(np.float32))
+            np.testing.assert_array_equal(q.Rb, p.Rb.astype(np.float32))
+        else:
+            np.testing.assert_array_equal(q.Wb, p.Wb.astype(np.float32) + p.Rb.astype(np.float32))
+            assert not q.Rb.any()
+        assert (q.P is None) == (p.P is None)
+        if p.P is not None:
+            np.testing.assert_array_equal(q.P, p.P.astype(np.float32))
 
 
-def test_native_is_refused_where_it_is_not_exact(tmp_path):
-    cfg = Config(lbr=1)
-    onnx.save(build_model(cfg), tmp_path / "m.onnx")
-    with pytest.raises(gp.RefusedError, match="reset_after"):
-        gp.convert(
-            tmp_path / "m.onnx",
-            tmp_path / "m.mlpackage",
-            to="coreml",
-            strategy="native",
-            minimum_deployment_target="iOS17",
-        )
-    assert not (tmp_path / "m.mlpackage").exists()
+@pytest.mark.parametrize(
+    ("cfg", "options", "reason"),
+    [
+        (Config(lbr=1), {"minimum_deployment_target": "iOS17"}, "reset_after"),
+        (Config(cell="LSTM", clip=2.0), {}, "bounds the cell state"),
+        (Config(cell="LSTM", input_forget=1), {}, "no input/forget coupling"),
+        (Config(cell="LSTM", seq_lens="mixed"), {}, "no sequence lengths"),
+    ],
+    ids=["gru-reset_after-ios17", "lstm-clip", "lstm-input_forget", "lstm-sequence_lens"],
+)
+def test_native_is_refused_where_it_is_not_exact(cfg, options, reason, tmp_path):
+    assert_refused_when_forced(cfg, tmp_path, "coreml", "m.mlpackage", reason, **options)
 
 
 @pytest.mark.parametrize("lbr", [0, 1])
@@ -311,6 +365,134 @@ def test_reads_a_coremltools_made_gru_and_verifies_it(tmp_path):
     assert result.verification.passed, result.verification.to_text()
 
 
+def _coremltools_reference_lstm(x, h0, c0, w, direction, output_sequence):
+    """coremltools' own numpy reference for MIL lstm (iOS14 test_recurrent.py, run there against real Core
+    ML), transcribed: blocks i, f, o, g; i and f read the previous c through the peephole, o the new one;
+    with its bidirectional test's layout (states [N, 2H], the backward half of Y in input time) and a
+    reverse op's Y in processing order."""
+    sig = lambda v: 1.0 / (1 + np.exp(-v))  # noqa: E731
+    hidden = w["weight_hh"].shape[1]
+
+    def one(w_x, w_h, b, p, xs, h, c):
+        wx_i, wx_f, wx_o, wx_g = np.split(w_x, 4)
+        wh_i, wh_f, wh_o, wh_g = np.split(w_h, 4)
+        b_i, b_f, b_o, b_g = np.split(b, 4)
+        p_i, p_f, p_o = np.split(p, 3)
+        steps = []
+        for xt in xs:
+            i = sig(wx_i @ xt + wh_i @ h + b_i + c * p_i)
+            f = sig(wx_f @ xt + wh_f @ h + b_f + c * p_f)
+            g = np.tanh(wx_g @ xt + wh_g @ h + b_g)
+            c = c * f + i * g
+            o = sig(wx_o @ xt + wh_o @ h + b_o + c * p_o)
+            h = o * np.tanh(c)
+            steps.append(h)
+        return np.stack(steps), h, c
+
+    ys, hs, cs = [], [], []
+    for n in range(x.shape[1]):
+        runs = [("", direction == "reverse")] + ([("_back", True)] if direction == "bidirectional" else [])
+        y_n, h_n, c_n = [], [], []
+        for k, (suffix, reverse) in enumerate(runs):
+            cols = slice(k * hidden, (k + 1) * hidden)
+            seq, h, c = one(
+                w["weight_ih" + suffix],
+                w["weight_hh" + suffix],
+                w["bias" + suffix],
+                w["peephole" + suffix],
+                x[::-1, n] if reverse else x[:, n],
+                h0[n, cols],
+                c0[n, cols],
+            )
+            y_n.append(seq[::-1] if direction == "bidirectional" and reverse else seq)
+            h_n.append(h)
+            c_n.append(c)
+        ys.append(np.concatenate(y_n, -1))
+        hs.append(np.concatenate(h_n))
+        cs.append(np.concatenate(c_n))
+    y, y_h, y_c = np.stack(ys, 1), np.stack(hs), np.stack(cs)
+    return (y if output_sequence else y_h[None]), y_h, y_c
+
+
+def _hand_built_lstm(tmp_path, direction: str, output_sequence: bool, **op):
+    """A MIL lstm package built with coremltools' own builder (not by gatepack), random fp32 weights with
+    peepholes; returns its path, the feed and the weights."""
+    rng = np.random.default_rng(7)
+    s, n, i, h = 5, 3, 2, 4
+    d = 2 if direction == "bidirectional" else 1
+    shapes = {"weight_ih": (4 * h, i), "weight_hh": (4 * h, h), "bias": (4 * h,), "peephole": (3 * h,)}
+    suffixes = ("", "_back") if d == 2 else ("",)
+    weights = {k + x: rng.uniform(-1, 1, shape).astype(np.float32) for k, shape in shapes.items() for x in suffixes}
+    path = _save_program(
+        lambda mb, x, h0, c0: mb.lstm(
+            x=x, initial_h=h0, initial_c=c0, direction=direction, output_sequence=output_sequence, **weights, **op
+        ),
+        [(s, n, i), (n, d * h), (n, d * h)],
+        tmp_path,
+    )
+    feed = {
+        "x": rng.uniform(-1, 1, (s, n, i)).astype(np.float32),
+        "initial_h": rng.uniform(-1, 1, (n, d * h)).astype(np.float32),
+        "initial_c": rng.uniform(-1, 1, (n, d * h)).astype(np.float32),
+    }
+    return path, feed, weights
+
+
+@pytest.mark.parametrize("output_sequence", [True, False])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_executor_follows_coremltools_reference_for_lstm(direction, output_sequence, tmp_path):
+    path, feed, weights = _hand_built_lstm(tmp_path, direction, output_sequence)
+    got = list(gp.run(path, feed, engine="numpy").values())
+    wide = {k: v.astype(np.float64) for k, v in weights.items()}
+    expected = _coremltools_reference_lstm(
+        *(feed[k].astype(np.float64) for k in ("x", "initial_h", "initial_c")), wide, direction, output_sequence
+    )
+    for g, want in zip(got, expected):
+        np.testing.assert_allclose(g, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_reads_a_coremltools_made_lstm_and_converts_it_with_verification(direction, tmp_path):
+    """The op read as an ONNX LSTM (gates i, f, o, z -> i, o, f, c; peephole i, f, o -> i, o, f; the summed
+    bias as Wb), converted to ONNX and OpenVINO with verification against the package on the MIL executor;
+    onnxruntime on the ONNX file gives the reference's outputs."""
+    path, feed, weights = _hand_built_lstm(tmp_path, direction, True)
+    (layer,) = gp.load(path).layers
+    assert layer.cell.value == "lstm" and layer.direction.value == direction and layer.has_peepholes
+    h = 4
+    p = layer.directions[0]
+    np.testing.assert_array_equal(p.W[h : 2 * h], weights["weight_ih"][2 * h : 3 * h])  # ONNX o = MIL's third
+    np.testing.assert_array_equal(p.W[2 * h : 3 * h], weights["weight_ih"][h : 2 * h])  # ONNX f = MIL's second
+    np.testing.assert_array_equal(p.P[h : 2 * h], weights["peephole"][2 * h :])  # ONNX P o = MIL's last
+    for target, suffix in (("onnx", ".onnx"), ("openvino", ".xml")):
+        result = gp.convert(path, tmp_path / f"out{suffix}", to=target)
+        assert result.verification.passed, result.verification.to_text()
+    d = layer.num_directions
+    onnx_feed = {
+        layer.interface.x: feed["x"],
+        **{
+            getattr(layer.interface, role): feed[role].reshape(3, d, h).transpose(1, 0, 2)
+            for role in ("initial_h", "initial_c")
+        },
+    }
+    y, y_h, y_c = ort_run(tmp_path / "out.onnx", onnx_feed)
+    wide = {k: v.astype(np.float64) for k, v in weights.items()}
+    ref_y, ref_h, ref_c = _coremltools_reference_lstm(
+        *(feed[k].astype(np.float64) for k in ("x", "initial_h", "initial_c")), wide, direction, True
+    )
+    if direction == "reverse":
+        ref_y = ref_y[::-1]  # the op's processing order -> ONNX's input time
+    np.testing.assert_allclose(y.transpose(0, 2, 1, 3).reshape(ref_y.shape), ref_y, atol=1e-5)
+    np.testing.assert_allclose(y_h.transpose(1, 0, 2).reshape(ref_h.shape), ref_h, atol=1e-5)
+    np.testing.assert_allclose(y_c.transpose(1, 0, 2).reshape(ref_c.shape), ref_c, atol=1e-5)
+
+
+def test_a_foreign_lstm_op_with_clip_is_refused(tmp_path):
+    path, _, _ = _hand_built_lstm(tmp_path, "forward", True, clip=np.float32(3.0))
+    with pytest.raises(gp.InputError, match="clip 3 clips the cell state"):
+        gp.load(path)
+
+
 @pytest.mark.parametrize("cfg", [c for c in MATRIX if c.dtype == "float32"][:24], ids=lambda c: c.label())
 def test_round_trip_onnx_coreml_onnx(cfg: Config, tmp_path):
     onnx.save(build_model(cfg), tmp_path / "m.onnx")
@@ -323,6 +505,11 @@ def test_round_trip_onnx_coreml_onnx(cfg: Config, tmp_path):
     assert_round_trip(cfg, tmp_path / "m.onnx", tmp_path / "back.onnx", folded)
 
 
+@pytest.mark.parametrize("cfg", peephole_cases()[:6], ids=lambda c: c.label())
+def test_lstm_round_trip_to_onnx_keeps_every_weight(cfg: Config, tmp_path):
+    assert_round_trip_keeps_every_weight(cfg, tmp_path, "coreml", "m.mlpackage")
+
+
 REAL = sorted(p.name for p in REALMODELS.glob("*.onnx") if "lstm" not in p.name and p.name != "gtcrn_stream.onnx")
 
 
@@ -331,6 +518,11 @@ def test_real_models_convert_and_verify(name, tmp_path):
     result = gp.convert(REALMODELS / name, tmp_path / "m.mlpackage", to="coreml", layers_only=True)
     assert result.verification.passed, result.verification.to_text()
     assert len(gp.load(tmp_path / "m.mlpackage").layers) == len(gp.load(REALMODELS / name).layers)
+
+
+def test_real_lstm_model_layers_only(tmp_path):
+    result = gp.convert(REALMODELS / "dtln_model_1_lstm.onnx", tmp_path / "m.mlpackage", layers_only=True)
+    assert result.verification.passed and len(result.verification.outputs) == 6
 
 
 def test_bad_packages(tmp_path):

@@ -11,11 +11,12 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from helpers import REALMODELS
+from helpers import REALMODELS, artifact_name
 from onnx import TensorProto, helper
 
 import gatepack as gp
 from gatepack.cli import main
+from gatepack.converters import registry
 
 pytest.importorskip("coremltools")
 
@@ -102,13 +103,14 @@ def test_an_operator_outside_the_table_is_refused_naming_it_and_the_report_agree
     assert done.exit_code == 0, done.output
 
 
-@pytest.mark.parametrize("target", ["onnx", "openvino", "coreml", "bnns", "directml"])
+@pytest.mark.parametrize("target", registry.writers())
 def test_report_and_convert_agree_on_the_model_finding(target, tmp_path):
     src = REALMODELS / "dtln_model_1_lstm.onnx"
     finding = gp.report(src, target).to_json()["model"][target]
-    suffix = {"onnx": "m.onnx", "openvino": "m.xml", "coreml": "m.mlpackage", "bnns": "m.bnns", "directml": "m.json"}
     runner = CliRunner()
-    done = runner.invoke(main, ["convert", str(src), "--to", target, "-o", str(tmp_path / suffix[target]), "--json"])
+    done = runner.invoke(
+        main, ["convert", str(src), "--to", target, "-o", str(tmp_path / artifact_name(target)), "--json"]
+    )
     if finding["status"] == "unsupported":
         assert done.exit_code == 4 and json.loads(done.stdout)["findings"][0]["detail"] == finding["detail"]
     else:

@@ -1,6 +1,7 @@
-"""DirectML: ONNX -> DxDispatch model directories, checked against onnxruntime by running the saved
-directory on gatepack's DirectML-semantics executor; schema validity; round trips; hand-written
-models; C++ emission; bad input."""
+"""DirectML: ONNX -> DxDispatch model directories, the generated GRU/RNN and LSTM matrices checked against
+onnxruntime (the float64 transcription for a float64 LSTM, written as FLOAT32) by running the saved directory
+on gatepack's DirectML-semantics executor; schema validity; the descs' fields and 4-D sizes against
+DirectML's documented structs; round trips; real models; hand-written models; C++ emission; bad input."""
 
 from __future__ import annotations
 
@@ -12,7 +13,20 @@ import jsonschema
 import numpy as np
 import onnx
 import pytest
-from helpers import FIXTURES, REALMODELS, ROOT, Config, build_model, inputs, matrix, ort_reference, ort_run
+from helpers import (
+    FIXTURES,
+    REALMODELS,
+    ROOT,
+    Config,
+    assert_round_trip_keeps_every_weight,
+    build_model,
+    inputs,
+    lstm_matrix,
+    matrix,
+    ort_reference,
+    ort_run,
+)
+from oracle import assert_close, expected_outputs
 
 import gatepack as gp
 from gatepack.converters.errors import RefusedError
@@ -20,6 +34,7 @@ from gatepack.converters.formats import directml
 from gatepack.converters.formats.directml_cpp import struct_name
 
 MATRIX = matrix()
+LSTM_MATRIX = lstm_matrix()
 SCHEMA = json.loads((ROOT / "schemas" / "dxdispatch_model.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 TOLERANCE = {"float32": (1e-5, 1e-4), "float64": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}
@@ -41,18 +56,22 @@ def convert(cfg: Config, tmp_path, **options):
 def dml_inputs(cfg: Config, feed0: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Layout-0 inputs as the 4-D DirectML resources of the written model (sequence-major always)."""
     dtype = "float32" if cfg.dtype == "float64" else cfg.dtype
-    feed = {"X": feed0["X"].astype(dtype)[None]}
-    if "initial_h" in feed0:
-        feed["initial_h"] = feed0["initial_h"].astype(dtype)[None]
+    feed = {name: feed0[name].astype(dtype)[None] for name in ("X", "initial_h", "initial_c") if name in feed0}
     if "sequence_lens" in feed0:
         feed["sequence_lens"] = feed0["sequence_lens"].astype(np.uint32).reshape(1, 1, 1, -1)
     return feed
 
 
+def clip_refused(cfg: Config) -> bool:
+    """A clip that applies (GRU: any, RNN: >= 0, onnxruntime) where the desc has no clip field: DirectML's GRU and
+    RNN descs have none, its LSTM desc has one (docs/conventions.md §4, §8)."""
+    return cfg.clip is not None and (cfg.cell == "GRU" or (cfg.cell == "RNN" and cfg.clip >= 0))
+
+
 @pytest.mark.matrix
-@pytest.mark.parametrize("cfg", MATRIX, ids=[c.label() for c in MATRIX])
+@pytest.mark.parametrize("cfg", MATRIX + LSTM_MATRIX, ids=[c.label() for c in MATRIX + LSTM_MATRIX])
 def test_matrix_against_onnxruntime(cfg: Config, tmp_path):
-    if cfg.clip is not None and (cfg.cell == "GRU" or cfg.clip >= 0):
+    if clip_refused(cfg):
         with pytest.raises(RefusedError, match="clip") as err:
             convert(cfg, tmp_path)
         assert any(f.feature == "clip" and f.status.value == "unsupported" for f in err.value.findings)
@@ -62,11 +81,17 @@ def test_matrix_against_onnxruntime(cfg: Config, tmp_path):
     assert result.verification.passed, result.verification.to_text()
     document = json.loads((out / "model.json").read_text())
     VALIDATOR.validate(document)
+    ((_, dispatchable),) = document["dispatchables"].items()
+    assert dispatchable["type"] == f"DML_OPERATOR_{cfg.cell}"
     # The saved directory, run as DxDispatch would, on this test's own inputs.
     feed0 = inputs(cfg)
     outputs = gp.run(out, dml_inputs(cfg, feed0), engine="numpy", directml_shapes=True)
-    ref_y, ref_y_h = ort_reference(cfg, feed0)
     atol, rtol = TOLERANCE[cfg.dtype]
+    if cfg.cell == "LSTM":  # float64: onnxruntime has no LSTM kernel, the float64 transcription is the oracle
+        got = [outputs["Y"], outputs["Y_h"][0], outputs["Y_c"][0]]
+        assert_close(cfg, got, expected_outputs(cfg, feed0), atol, rtol, dtype=cfg.dtype)
+        return
+    ref_y, ref_y_h = ort_reference(cfg, feed0)
     assert outputs["Y"].shape == ref_y.shape and outputs["Y_h"].shape == (1,) + ref_y_h.shape
     for ours, ref in ((outputs["Y"], ref_y), (outputs["Y_h"][0], ref_y_h)):
         finite = np.isfinite(ref)  # onnxruntime's naive Softplus overflows where the stable one does not
@@ -75,7 +100,7 @@ def test_matrix_against_onnxruntime(cfg: Config, tmp_path):
 
 
 def test_matrix_covers_refusals_and_every_activation():
-    refused = [c for c in MATRIX if c.clip is not None and (c.cell == "GRU" or c.clip >= 0)]
+    refused = [c for c in MATRIX if clip_refused(c)]
     assert len(MATRIX) - len(refused) >= 250 and refused
     used = {a for c in MATRIX if c not in refused and c.activations for a in c.activations}
     assert len(used) == 11
@@ -142,6 +167,54 @@ def test_desc_fields_and_tensor_shapes(tmp_path):
     findings = {f.feature: f for f in result.findings["rec"]}
     assert findings["activations"].warning and "ACTIVATION_LINEAR" in findings["activations"].warning
     assert "onnxruntime" in findings["sequence_lens"].warning
+
+
+def test_lstm_desc_fields_and_sizes(tmp_path):
+    cfg = Config(
+        cell="LSTM",
+        direction="bidirectional",
+        peepholes=True,
+        input_forget=1,
+        clip=0.75,
+        initial_h=True,
+        initial_c=True,
+        seq_lens="mixed",
+        S=5,
+        N=2,
+        I=3,
+        H=4,
+        activations=["HardSigmoid", "Tanh", "Softsign", "Sigmoid", "Elu", "Tanh"],
+        alphas=[0.3, 0.9],
+        betas=[0.4],
+    )
+    out, _ = convert(cfg, tmp_path)
+    ((_, dispatchable),) = json.loads((out / "model.json").read_text())["dispatchables"].items()
+    desc = dispatchable["desc"]
+    assert {k: v["Sizes"] for k, v in desc.items() if isinstance(v, dict)} == {
+        "InputTensor": [1, 5, 2, 3],
+        "WeightTensor": [1, 2, 16, 3],
+        "RecurrenceTensor": [1, 2, 16, 4],
+        "BiasTensor": [1, 1, 2, 32],
+        "HiddenInitTensor": [1, 2, 2, 4],
+        "CellMemInitTensor": [1, 2, 2, 4],
+        "SequenceLengthsTensor": [1, 1, 1, 2],
+        "PeepholeTensor": [1, 1, 2, 12],
+        "OutputSequenceTensor": [5, 2, 2, 4],
+        "OutputSingleTensor": [1, 2, 2, 4],
+        "OutputCellSingleTensor": [1, 2, 2, 4],
+    }
+    assert (desc["UseClipThreshold"], desc["ClipThreshold"], desc["CoupleInputForget"]) == (True, 0.75, True)
+    assert desc["ActivationDescCount"] == 6 and desc["ActivationDescs"][0] == {
+        "Type": "ACTIVATION_HARD_SIGMOID",
+        "Alpha": pytest.approx(0.3),
+        "Beta": pytest.approx(0.4),
+    }
+    # the .npy files hold the ONNX tensors, reshaped only (i, o, f, c; peepholes i, o, f)
+    (source,) = gp.load(tmp_path / "m.onnx").layers
+    resources = json.loads((out / "model.json").read_text())["resources"]
+    bindings = json.loads((out / "model.json").read_text())["commands"][0]["bindings"]
+    peephole = np.load(out / resources[bindings["PeepholeTensor"]]["initialValues"]["sourcePath"])
+    np.testing.assert_array_equal(peephole[0, 0], np.stack([p.P for p in source.directions]))
 
 
 def test_optional_tensors_present_exactly_when_the_source_has_them(tmp_path):
@@ -228,6 +301,11 @@ def test_round_trip_onnx_directml_onnx_is_bit_exact(cfg: Config, tmp_path):
             np.testing.assert_array_equal(ours, ref)
 
 
+@pytest.mark.parametrize("cfg", [c for c in LSTM_MATRIX if c.dtype == "float32"][:12], ids=lambda c: c.label())
+def test_lstm_round_trip_to_onnx_is_bit_exact(cfg: Config, tmp_path):
+    assert_round_trip_keeps_every_weight(cfg, tmp_path, "directml", "m.dml")
+
+
 GRU_RNN_MODELS = sorted(p.name for p in REALMODELS.glob("*.onnx") if "lstm" not in p.name)
 
 
@@ -263,6 +341,14 @@ def test_real_models_convert_run_and_match(name, tmp_path):
                     rtol=1e-4,
                     err_msg=f"{name} {layer.name} {role}",
                 )
+
+
+@pytest.mark.parametrize("name", ["dpcrn_online_simple_lstm.onnx", "dtln_model_1_lstm.onnx"])
+def test_real_lstm_models_layers_only(name, tmp_path):
+    with pytest.raises(gp.RefusedError, match="other operators"):
+        gp.convert(REALMODELS / name, tmp_path / "refused", to="directml")
+    result = gp.convert(REALMODELS / name, tmp_path / "m.dml", to="directml", layers_only=True)
+    assert result.verification.passed and len(result.verification.outputs) == 3 * len(gp.load(REALMODELS / name).layers)
 
 
 def test_reads_directmls_own_hand_written_rnn_example():
@@ -302,6 +388,72 @@ def test_reads_directmls_own_hand_written_rnn_example():
         onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 14)], ir_version=8), {"X": x}
     )
     np.testing.assert_allclose(outputs["output"].reshape(2, 8, 5), ref, rtol=1e-5)
+
+
+def test_hand_written_lstm_desc_is_read_and_run(tmp_path):
+    """A DxDispatch model written by hand (inline initial values, DML field spellings, no manifest)."""
+    h, i = 2, 1
+    rng = np.random.default_rng(4)
+    w, r = rng.uniform(-1, 1, (1, 1, 4 * h, i)), rng.uniform(-1, 1, (1, 1, 4 * h, h))
+    x = rng.uniform(-1, 1, (1, 3, 1, i))
+
+    def tensor(sizes):
+        return {"DataType": "FLOAT32", "Sizes": sizes}
+
+    def values(array):
+        return {"initialValuesDataType": "FLOAT32", "initialValues": [float(v) for v in array.ravel()]}
+
+    document = {
+        "resources": {
+            "x": values(x),
+            "w": values(w),
+            "r": values(r),
+            "y": {"initialValuesDataType": "FLOAT32", "initialValues": {"valueCount": 3 * h, "value": 0}},
+        },
+        "dispatchables": {
+            "lstm": {
+                "type": "DML_OPERATOR_LSTM",
+                "desc": {
+                    "InputTensor": tensor([1, 3, 1, i]),
+                    "WeightTensor": tensor([1, 1, 4 * h, i]),
+                    "RecurrenceTensor": tensor([1, 1, 4 * h, h]),
+                    "OutputSequenceTensor": tensor([3, 1, 1, h]),
+                    "ActivationDescs": [
+                        {"Type": "DML_OPERATOR_ACTIVATION_SIGMOID"},
+                        {"Type": "DML_OPERATOR_ACTIVATION_TANH"},
+                        {"Type": "DML_OPERATOR_ACTIVATION_TANH"},
+                    ],
+                    "Direction": "DML_RECURRENT_NETWORK_DIRECTION_FORWARD",
+                },
+            }
+        },
+        "commands": [
+            {
+                "type": "dispatch",
+                "dispatchable": "lstm",
+                "bindings": {
+                    "InputTensor": "x",
+                    "WeightTensor": "w",
+                    "RecurrenceTensor": "r",
+                    "OutputSequenceTensor": "y",
+                },
+            }
+        ],
+    }
+    VALIDATOR.validate(document)
+    (tmp_path / "hand").mkdir()
+    (tmp_path / "hand" / "model.json").write_text(json.dumps(document))
+    (layer,) = gp.load(tmp_path / "hand").layers
+    assert layer.cell.value == "lstm" and layer.clip is None and not layer.has_peepholes
+    y = gp.run(tmp_path / "hand", {}, engine="numpy", directml_shapes=True)["y"]
+    cfg = Config(cell="LSTM", S=3, N=1, I=i, H=h, bias=False)
+    # the same weights as an ONNX node on onnxruntime
+    model = build_model(cfg)
+    for init in model.graph.initializer:
+        array = {"W": w[0], "R": r[0]}[init.name].astype(np.float32)
+        init.CopyFrom(onnx.numpy_helper.from_array(array, init.name))
+    (ref, _, _) = ort_run(model, {"X": x[0].astype(np.float32)})
+    np.testing.assert_allclose(y, ref, atol=1e-6)
 
 
 def test_softplus_steepness_is_directml_semantics(tmp_path):

@@ -1,14 +1,15 @@
-"""float64 checked at float64 tolerance: onnxruntime has no float64 GRU/RNN kernel, so float64
+"""float64 checked at float64 tolerance: onnxruntime has no float64 GRU, RNN or LSTM kernel, so float64
 layers are compared with an independent float64 transcription of the ONNX operator (``oracle.py``),
-which is itself first checked against onnxruntime on every configuration of the matrix."""
+which is itself first checked against onnxruntime on every configuration of the GRU/RNN matrix and on
+float32 configurations of the LSTM matrix."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
-from helpers import build_model, inputs, matrix, ort_reference, outputs_to_layout0, to_layout
-from oracle import reference
+from helpers import Config, build_model, inputs, lstm_matrix, matrix, ort_reference, outputs_to_layout0, to_layout
+from oracle import assert_close, reference
 
 import gatepack as gp
 
@@ -26,6 +27,13 @@ def test_the_oracle_agrees_with_onnxruntime_on_the_whole_matrix():
             finite = np.isfinite(ref)  # onnxruntime's naive Softplus may overflow where the oracle does not
             assert finite.mean() > 0.5
             np.testing.assert_allclose(ours[finite], ref[finite], atol=2e-5, rtol=2e-4, err_msg=cfg.label())
+
+
+@pytest.mark.parametrize("cfg", [c for c in lstm_matrix() if c.dtype == "float32"][:40], ids=lambda c: c.label())
+def test_the_transcription_agrees_with_onnxruntime_on_lstm(cfg: Config):
+    # The oracle used for float64 LSTMs is itself checked against onnxruntime where both run.
+    feed0 = inputs(cfg)
+    assert_close(cfg, reference(cfg, feed0), ort_reference(cfg, feed0), 1e-5, 1e-4)
 
 
 def test_float64_cases_exist():

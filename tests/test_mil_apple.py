@@ -48,7 +48,7 @@ WITHOUT_APPLE_CASE = {
     "('Variadic dimensions not yet implemented')",
     "lstm": "every Apple lstm case sets clip (which the interpreter refuses, docs/conventions.md §8) or takes its "
     "expected outputs from torch, not a test dependency (those run when torch is installed); "
-    "tests/test_coreml_lstm.py checks the op against onnxruntime",
+    "tests/test_coreml.py checks the op against onnxruntime",
     "rnn": "Apple's rnn cases take their expected outputs from torch, not a test dependency (they run when torch "
     "is installed); tests/test_coreml.py checks the op against coremltools' reference",
     "conv_transpose": "Apple's conv_transpose cases are skipped without torch, which gives their expected outputs "

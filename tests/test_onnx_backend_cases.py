@@ -1,15 +1,18 @@
-"""The executor against ONNX's own published GRU/RNN backend test cases (shipped with the onnx wheel):
-their expected outputs come from ONNX's reference implementation, not from gatepack."""
+"""The executor against ONNX's own published GRU, RNN and LSTM backend test cases (shipped with the onnx
+wheel): their expected outputs come from ONNX's reference implementation, not from gatepack; and the ONNX
+gatepack writes for each case, verified on onnxruntime."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import onnx.backend.test.case.node.gru as gru_cases
+import onnx.backend.test.case.node.lstm as lstm_cases
 import onnx.backend.test.case.node.rnn as rnn_cases
 import pytest
 from onnx import helper, numpy_helper
 
+import gatepack as gp
 from gatepack.converters.executor import run_layer
 from gatepack.converters.formats import onnx as onnx_format
 
@@ -27,12 +30,13 @@ def collect(module, cls) -> list[tuple]:
     return captured
 
 
-CASES = collect(gru_cases, gru_cases.GRU) + collect(rnn_cases, rnn_cases.RNN)
+CASES = collect(gru_cases, gru_cases.GRU) + collect(rnn_cases, rnn_cases.RNN) + collect(lstm_cases, lstm_cases.LSTM)
 
 
 def test_cases_were_found():
     names = {c[0] for c in CASES}
-    assert len(CASES) >= 10 and "test_gru_seq_length" in names and "test_rnn_seq_length" in names
+    assert len(CASES) >= 14 and {"test_gru_seq_length", "test_rnn_seq_length"} <= names
+    assert {"test_lstm_with_peepholes", "test_lstm_batchwise"} <= names and sum("lstm" in n for n in names) >= 4
 
 
 def published_model(name: str, node, values: list, tmp_path, constants: set[int]) -> tuple:
@@ -61,12 +65,14 @@ def published_model(name: str, node, values: list, tmp_path, constants: set[int]
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_published_case(case, tmp_path):
     name, node, inputs, outputs = case
-    # W, R, B become initializers (gatepack needs constant weights); the rest stay graph inputs.
-    path, feed = published_model(name, node, inputs, tmp_path, constants={1, 2, 3})
+    # W, R, B (an LSTM's P, input 7) become initializers (gatepack needs constant weights); the rest stay graph
+    # inputs: X 0, sequence_lens 4, initial_h 5 (an LSTM's initial_c 6).
+    path, feed = published_model(name, node, inputs, tmp_path, constants={1, 2, 3, 7})
     (layer,) = onnx_format.read(path).layers
-    y, y_h = run_layer(layer, feed[0], feed.get(4), feed.get(5))
-    produced = {"Y": y, "Y_h": y_h}
-    roles = [role for role, out in zip(("Y", "Y_h"), node.output) if out]
-    assert len(roles) == len(outputs)
-    for role, expected in zip(roles, outputs):
-        np.testing.assert_allclose(produced[role], expected, atol=1e-5, rtol=1e-4, err_msg=f"{name} {role}")
+    produced = run_layer(layer, *(feed.get(k) for k in (0, 4, 5, 6)))
+    present = [k for k, out in enumerate(node.output) if out]  # Y, Y_h (LSTM: Y_c) as the case asks
+    assert len(present) == len(outputs)
+    for k, expected in zip(present, outputs):
+        np.testing.assert_allclose(produced[k], expected, atol=1e-5, rtol=1e-4, err_msg=f"{name} output {k}")
+    # and the ONNX gatepack writes for it gives the same outputs on onnxruntime
+    assert gp.convert(path, tmp_path / "back.onnx", to="onnx").verification.passed

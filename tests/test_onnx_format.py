@@ -235,6 +235,25 @@ def test_an_unrolled_lstm_says_so():
         gp.load(REALMODELS / "dtln_model_2_unrolled_lstm.onnx")
 
 
+def test_lstm_input_forget_of_the_wrong_type_is_refused_and_any_nonzero_value_couples(tmp_path):
+    from helpers import ort_reference
+    from oracle import assert_close
+
+    from gatepack.converters.executor import run_layer
+
+    bad = build_model(Config(cell="LSTM"))
+    bad.graph.node[0].attribute.append(onnx.helper.make_attribute("input_forget", "yes"))
+    onnx.save(bad, tmp_path / "bad.onnx")
+    with pytest.raises(gp.InputError, match="input_forget.*STRING.*INT"):
+        gp.load(tmp_path / "bad.onnx")
+    cfg = Config(cell="LSTM", extra={"input_forget": 2})  # onnxruntime couples for any nonzero value
+    onnx.save(build_model(cfg), tmp_path / "two.onnx")
+    (layer,) = gp.load(tmp_path / "two.onnx").layers
+    assert layer.input_forget
+    feed = inputs(cfg)
+    assert_close(cfg, run_layer(layer, feed["X"]), ort_reference(cfg, feed), 1e-5, 1e-4)
+
+
 @pytest.mark.parametrize("layout", [0, 1])
 def test_an_initial_state_of_the_wrong_size_is_refused_as_onnxruntime_refuses_it(layout, tmp_path):
     """torch's dynamo exporter writes nn.LSTM(proj_size=2) as an LSTM node of hidden_size 2 whose constant

@@ -110,6 +110,15 @@ def test_the_wheel_holds_every_tracked_module_and_data_file(wheel):
     assert wanted <= set(zipfile.ZipFile(wheel).namelist()), sorted(wanted - set(zipfile.ZipFile(wheel).namelist()))
 
 
+def test_the_schemas_readme_names_every_file_there_and_nothing_outside():
+    """schemas/README.md ships in the wheel: one table row per file in schemas/, and no path outside the package."""
+    text = (ROOT / "schemas" / "README.md").read_text()
+    rows = re.findall(r"^\| `([^`]+)` \|", text, flags=re.MULTILINE)
+    files = sorted(p.name for p in (ROOT / "schemas").iterdir() if p.is_file() and not p.name.startswith("."))
+    assert sorted(rows) == files
+    assert "../" not in text and "/work/" not in text
+
+
 def test_dependencies_install_everywhere_and_backends_are_extras(wheel):
     with zipfile.ZipFile(wheel) as archive:
         metadata = archive.read(next(n for n in archive.namelist() if n.endswith("METADATA"))).decode()

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_not_lifted
+from helpers import artifact_name, assert_not_lifted
 
 import gatepack.converters as gp
+from gatepack.converters import engine_for, registry
 from gatepack.schemas.layer import state_roles
 
 PRODUCERS = Path(__file__).resolve().parent.parent / "fixtures" / "producers"
 MANIFEST = json.loads((PRODUCERS / "manifest.json").read_text())
-TARGETS = ("onnx", "openvino", "directml", "coreml", "bnns")
-SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "directml": ".dml", "coreml": ".mlpackage", "bnns": ".bnns"}
+TARGETS = registry.writers()
 
 
 # Keras LSTM through tf2onnx: an LSTM node (a Loop with hard-sigmoid gates in Keras 3); every Keras layer through
@@ -113,7 +113,7 @@ def test_converts_to_every_target_with_verification(artifact, tmp_path):
             assert layer.interface.sequence_lens is None
             assert (layer.interface.initial_h is None) == ("h0" not in _truth(artifact))
     for target in TARGETS:
-        out = tmp_path / f"{target}{SUFFIX[target]}"
+        out = tmp_path / artifact_name(target, target)
         if target == "bnns" and artifact in HARD_SIGMOID | LENGTH_MASKED:
             with pytest.raises(gp.RefusedError, match="HardSigmoid|no sequence lengths"):
                 gp.convert(path, out, to=target, layers_only=True)
@@ -199,7 +199,7 @@ def test_lifted_layers_converted_give_the_frameworks_outputs(artifact, tmp_path)
     x = _layer_input(artifact, layer, truth)
     expected = [v for k, v in truth.items() if k not in (layer.interface.x, "x", *gp.input_names(path))]
     for target in TARGETS:
-        out = tmp_path / f"{target}{SUFFIX[target]}"
+        out = tmp_path / artifact_name(target, target)
         if target == "bnns" and artifact in HARD_SIGMOID:  # refused: test_converts_to_every_target_with_verification
             continue
         # DirectML tensors are static: a layer of unknown sizes is written at the sizes it is fed here
@@ -216,9 +216,7 @@ def test_lifted_layers_converted_give_the_frameworks_outputs(artifact, tmp_path)
             s, n, h = x_seq.shape[0], x_seq.shape[1], lay.hidden_size
             batch_major = lay.interface.layout == 1  # every target takes the source's layout (DirectML too)
             feed = x_seq.transpose(1, 0, 2) if batch_major else x_seq
-            outputs = gp.run(
-                out, {lay.interface.x: feed}, engine="numpy" if target in ("directml", "bnns", "coreml") else "native"
-            )
+            outputs = gp.run(out, {lay.interface.x: feed}, engine=engine_for(target))
             y = outputs[lay.interface.y]
             states = [outputs[getattr(lay.interface, role)] for _, role in state_roles(lay.cell)]
             if batch_major:

@@ -19,9 +19,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from helpers import artifact_name
 from onnx import TensorProto, helper, numpy_helper
 
 import gatepack.converters as gp
+from gatepack.converters import registry
 from gatepack.converters.formats import onnx as onnx_format
 from gatepack.converters.model import Model, as_layers_only
 from gatepack.converters.samples import DYNAMIC_INT8, TOLERANCES
@@ -30,7 +32,7 @@ from gatepack.converters.verification import verify_models
 QUANTIZED = Path(__file__).resolve().parent.parent / "fixtures" / "producers" / "ort_quantized"
 MANIFEST = json.loads((QUANTIZED / "manifest.json").read_text())
 ARTIFACTS = sorted(MANIFEST)
-TARGETS = {"onnx": ".onnx", "openvino": ".xml", "directml": ".dml", "coreml": ".mlpackage", "bnns": ".bnns"}
+TARGETS = registry.writers()
 ATOL, RTOL = TOLERANCES[DYNAMIC_INT8]
 # onnxruntime's own int8 kernel on x86 without VNNI saturates 16-bit sums; the stored truth was made on
 # such a CPU. Measured between it and the float layer: 0.21 (docs/conventions.md §9).
@@ -135,7 +137,7 @@ def test_onnx_in_place_replaces_the_quantized_node_by_a_float_lstm(artifact, tmp
 def test_converts_to_every_target_lossy_only_when_allowed(artifact, target, tmp_path):
     """Refused without --allow-lossy (naming the quantization and the way out), converted and verified
     against onnxruntime running the quantized node with it; the layers-only targets take the layer alone."""
-    out = tmp_path / f"out{TARGETS[target]}"
+    out = tmp_path / artifact_name(target, "out")
     layers_only = target not in ("onnx", "openvino")
     with pytest.raises(gp.RefusedError, match="lossy: quantization: com.microsoft::DynamicQuantizeLSTM") as err:
         gp.convert(QUANTIZED / artifact, out, to=target, layers_only=layers_only)
@@ -150,7 +152,7 @@ def test_converts_to_every_target_lossy_only_when_allowed(artifact, target, tmp_
 
 def test_the_report_and_inspect_say_why_it_is_lossy():
     path = QUANTIZED / "ort_lstm_bidirectional_qint8_per_channel.onnx"
-    report = gp.report(path, to=list(TARGETS)).render("json")
+    report = gp.report(path, to=TARGETS).render("json")
     data = json.loads(report) if isinstance(report, str) else report
     text = json.dumps(data)
     assert "quantizes X and h to uint8 at run time" in text and "per output column" in text

@@ -14,17 +14,19 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from helpers import FIXTURES, REALMODELS, Config, build_model, lstm_matrix, matrix
+from helpers import FIXTURES, REALMODELS, Config, artifact_name, build_model, lstm_matrix, matrix, shipped_writers
 
 import gatepack as gp
 from gatepack.cli import main
+from gatepack.converters import registry
 from gatepack.converters.findings import Status
+from gatepack.converters.reporting import report_schema
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
-TARGETS = ["onnx", "openvino", "directml", "coreml", "bnns"]
-ARTIFACT = {"onnx": "m.onnx", "openvino": "m.xml", "coreml": "m.mlpackage", "directml": "dml", "bnns": "bnns"}
+SCHEMA = report_schema()
+TARGETS = registry.writers()
 MATRIX = matrix() + lstm_matrix()[::8]  # GRU/RNN, and every eighth LSTM configuration
+FLOAT32_RUNTIMES = {"openvino", "directml", "coreml", "bnns"}  # documented: they compute float64 in float32
 
 
 def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
@@ -35,8 +37,8 @@ def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
     * clip (a clip that applies: GRU clip > 0, RNN clip >= 0): DirectML's GRU/RNN descs have no clip
       field; BNNS's gru/rnn take no clip.
     * BNNS also takes no sequence lengths and only parameterless sigmoid/tanh/relu.
-    * float64 is lossy everywhere but ONNX: OpenVINO's CPU plugin computes in float32; DirectML's
-      recurrent operators, Core ML and BNNS take float32.
+    * float64 is lossy where the runtime computes in float32 (``FLOAT32_RUNTIMES``): OpenVINO's CPU plugin
+      computes in float32; DirectML's recurrent operators, Core ML and BNNS take float32. ONNX keeps it.
     * LSTM: BNNS's lstm also lacks peepholes and input/forget coupling; DirectML's LSTM desc has a clip;
       OpenVINO and Core ML decompose what their ops lack.
 
@@ -53,7 +55,7 @@ def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
             refused.add("sequence_lens")
         if set(cfg.activations or []) - {"Sigmoid", "Tanh", "Relu"}:
             refused.add("activations")
-    lossy = {"dtype"} if cfg.dtype == "float64" and target != "onnx" else set()
+    lossy = {"dtype"} if cfg.dtype == "float64" and target in FLOAT32_RUNTIMES else set()
     if refused:
         return "refused", refused | lossy
     return ("lossy", lossy) if lossy else ("converts", set())
@@ -68,7 +70,7 @@ def test_report_agrees_with_convert(target: str, tmp_path):
     --allow-lossy, or converts and verifies (against the source's runtime) with the report's findings."""
     counts: dict[str, int] = {}
     for k, cfg in enumerate(MATRIX):
-        src, out = tmp_path / f"source{k}.onnx", tmp_path / f"{k}" / ARTIFACT[target]
+        src, out = tmp_path / f"source{k}.onnx", tmp_path / f"{k}" / artifact_name(target)
         out.parent.mkdir()
         onnx.save(build_model(cfg), src)
         verdict = gp.report(src, to=target).layers[0].targets[target]
@@ -115,19 +117,19 @@ def _holds(target: str, name: str) -> bool:
 
 @pytest.mark.parametrize("name", LAYERS)
 def test_every_pair_of_formats_converts_and_verifies(name, tmp_path):
-    """ONNX -> A, then A -> B for all 5 x 5 pairs, each verified on both sides' own runtimes or
+    """ONNX -> A, then A -> B for every pair of formats gatepack writes, each verified on both sides' own runtimes or
     format-semantics executors; pairs that cannot hold the layer are refused, never written."""
     src = tmp_path / "src.onnx"
     onnx.save(build_model(LAYERS[name]), src)
     firsts = {}
     for a in TARGETS:
         if _holds(a, name):
-            firsts[a] = tmp_path / f"first_{a}" / ARTIFACT[a]
+            firsts[a] = tmp_path / f"first_{a}" / artifact_name(a)
             firsts[a].parent.mkdir()
             assert gp.convert(src, firsts[a], to=a).verification.passed
     for a, path in firsts.items():
         for b in TARGETS:
-            out = tmp_path / f"{a}_to_{b}" / ARTIFACT[b]
+            out = tmp_path / f"{a}_to_{b}" / artifact_name(b)
             out.parent.mkdir()
             if not _holds(b, name):
                 with pytest.raises(gp.RefusedError, match=REFUSED_BY_BNNS[name]):
@@ -163,14 +165,16 @@ def test_json_report_validates_against_its_schema(model):
 def test_markdown_report_equals_the_reviewed_file(fixture):
     """tests/expected/*.report.md were read line by line against docs/conventions.md when written; a
     change to any finding shows up here as a diff to review."""
-    text = gp.report(FIXTURES / f"{fixture}.onnx").render("markdown").replace(str(ROOT) + "/", "")
+    report = gp.report(FIXTURES / f"{fixture}.onnx", to=shipped_writers())  # what the reviewed file holds
+    text = report.render("markdown").replace(str(ROOT) + "/", "")
     assert text == (ROOT / "tests" / "expected" / f"{fixture}.report.md").read_text()
 
 
 def test_many_layers_stay_readable():
     runner = CliRunner()
     report = runner.invoke(main, ["report", str(REALMODELS / "ulunas_stream_simple.onnx")]).output.splitlines()
-    assert len(report) < 80  # 28 layers x 5 targets: identical findings grouped
+    # a row per layer (28), then per target its findings, identical ones grouped: a few lines each, not one per layer
+    assert len(report) < 30 + 10 * len(TARGETS)
     assert any("(all 28 layers)" in line for line in report) and any("14 layers: " in line for line in report)
     assert any("names: 28 variants" in line for line in report)
     inspect = runner.invoke(main, ["inspect", str(REALMODELS / "ulunas_stream_simple.onnx")]).output.splitlines()
@@ -236,7 +240,7 @@ def test_verify_compares_any_two_artifacts_of_a_layer(tmp_path):
     onnx.save(build_model(cfg), tmp_path / "src.onnx")
     artifacts = {}
     for fmt in TARGETS:
-        artifacts[fmt] = tmp_path / fmt / ARTIFACT[fmt]
+        artifacts[fmt] = tmp_path / fmt / artifact_name(fmt)
         artifacts[fmt].parent.mkdir()
         gp.convert(tmp_path / "src.onnx", artifacts[fmt], to=fmt, verify=False)
     runner = CliRunner()

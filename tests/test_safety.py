@@ -20,15 +20,15 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from helpers import FIXTURES
+from helpers import FIXTURES, artifact_name
 from onnx import TensorProto, helper, numpy_helper
 
 import gatepack as gp
 from gatepack.cli import main
+from gatepack.converters import registry
 
 SOURCE = FIXTURES / "gru_lbr0.onnx"
-SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "directml": ".dml", "coreml": ".mlpackage", "bnns": ".bnns"}
-DIRECTORY_FORMATS = ("directml", "coreml", "bnns")
+WRITERS = registry.writers()
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -69,8 +69,8 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
     """One artifact of each format, converted from the fixture (a fresh copy per test: ``made``)."""
     root = tmp_path_factory.mktemp("artifacts")
     out = {}
-    for fmt, suffix in SUFFIX.items():
-        out[fmt] = root / f"g{suffix}"
+    for fmt in WRITERS:
+        out[fmt] = root / artifact_name(fmt, "g")
         gp.convert(SOURCE, out[fmt], to=fmt, verify=False)
     return out
 
@@ -102,7 +102,7 @@ def inputs_npz(folder: Path) -> Path:
 # ------------------------------------------------------------------- 1. data loss: the output policy
 
 
-@pytest.mark.parametrize("fmt", list(SUFFIX))
+@pytest.mark.parametrize("fmt", WRITERS)
 def test_output_holding_the_input_is_refused(tmp_path, fmt):
     """`-o DIR` where DIR holds the input (and the user's other files): refused, nothing touched."""
     folder = tmp_path / "d"
@@ -155,11 +155,11 @@ def test_output_that_is_an_input_companion_is_refused(made):
     assert digest(made["openvino"].with_suffix(".bin")) == before
 
 
-@pytest.mark.parametrize("fmt", list(SUFFIX))
+@pytest.mark.parametrize("fmt", WRITERS)
 def test_existing_foreign_output_is_refused_and_kept(tmp_path, fmt):
     """A directory or file that is not an artifact of the target format is never replaced."""
     for kind in ("dir", "file"):
-        out = tmp_path / f"{kind}{SUFFIX[fmt]}"
+        out = tmp_path / artifact_name(fmt, kind)
         if kind == "dir":
             out.mkdir()
             (out / "notes.txt").write_text("mine\n")
@@ -170,7 +170,7 @@ def test_existing_foreign_output_is_refused_and_kept(tmp_path, fmt):
         assert digest(out) == before and leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("fmt", list(SUFFIX))
+@pytest.mark.parametrize("fmt", WRITERS)
 def test_existing_artifact_of_the_same_format_is_replaced(made, fmt):
     out = made[fmt]
     marker = out / "stale.txt" if out.is_dir() else None
@@ -244,7 +244,7 @@ def test_permission_errors_on_the_output_are_usage_errors(tmp_path, monkeypatch)
     monkeypatch.setattr(fileio.os, "replace", denied)
     for fmt in ("onnx", "bnns"):
         one_line_error(
-            cli("convert", SOURCE, "--to", fmt, "-o", tmp_path / "ro" / f"m{SUFFIX[fmt]}"), 2, "Permission denied"
+            cli("convert", SOURCE, "--to", fmt, "-o", tmp_path / "ro" / artifact_name(fmt)), 2, "Permission denied"
         )
         assert not (tmp_path / "ro").exists()
 
@@ -441,7 +441,7 @@ def test_reading_a_core_ml_package_never_rewrites_it(made, tmp_path, edit):
     assert digest(made["coreml"]) == before
 
 
-@pytest.mark.parametrize("fmt", list(SUFFIX))
+@pytest.mark.parametrize("fmt", WRITERS)
 def test_every_command_leaves_every_input_unchanged(made, tmp_path, fmt):
     before = {k: digest(v) for k, v in made.items()}
     npz = inputs_npz(tmp_path)
@@ -745,7 +745,7 @@ def test_openvino_constant_of_dynamic_type_is_an_input_error(made):
     assert result.exit_code == 3 and "internal error" not in result.output, result.output
 
 
-@pytest.mark.parametrize("fmt", list(SUFFIX))
+@pytest.mark.parametrize("fmt", WRITERS)
 @pytest.mark.parametrize("engine", ["native", "numpy"])
 def test_run_with_wrong_shapes_or_an_empty_sequence_is_an_input_error(made, tmp_path, fmt, engine):
     if fmt == "directml" and engine == "native":
@@ -794,7 +794,7 @@ def test_garbage_xml_prints_one_line_and_runtimes_write_nothing_home(tmp_path):
                 "--to",
                 target,
                 "-o",
-                str(tmp_path / f"o{SUFFIX[target]}"),
+                str(tmp_path / artifact_name(target, "o")),
             ],
             capture_output=True,
             text=True,

@@ -11,10 +11,11 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from helpers import Config, build_model, ort_run, stacked_model
+from helpers import Config, artifact_name, build_model, ort_run, stacked_model
 
 import gatepack as gp
 from gatepack.cli import main
+from gatepack.converters import registry
 from gatepack.converters.formats import onnx as onnx_format
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,9 +34,9 @@ def test_external_data_is_memory_mapped_not_copied(stacked):
     assert isinstance(layer.directions[0].W.base, np.memmap)  # a view of the file, not a copy
 
 
-@pytest.mark.parametrize("target", ["onnx", "openvino", "directml", "coreml", "bnns"])
+@pytest.mark.parametrize("target", registry.writers())
 def test_model_with_external_data_converts_and_verifies(stacked, target, tmp_path):
-    out = tmp_path / {"onnx": "m.onnx", "openvino": "m.xml", "coreml": "m.mlpackage"}.get(target, "m")
+    out = tmp_path / artifact_name(target)
     result = gp.convert(stacked, out, to=target, layers_only=target not in ("onnx", "openvino"))
     assert result.verification.passed, result.verification.to_text()
     assert len(gp.load(out).layers) == 2 and result.whole == (target in ("onnx", "openvino"))

@@ -11,6 +11,7 @@ import sys
 import types
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -52,16 +53,27 @@ def test_cli_choices_and_options_derive_from_the_registry():
     help_text = CliRunner().invoke(main, ["convert", "--help"], terminal_width=200).output
     for option in registry.all_write_options().values():
         assert option.flag in help_text
-    for name in registry.WRITERS:
-        assert name in help_text
+    assert f"--to [{'|'.join(registry.writers())}]" in help_text
+    assert f"--from [{'|'.join(registry.readers())}]" in help_text
     listed = CliRunner().invoke(main, ["formats"]).output
     assert all(name in listed for name in registry.FORMATS)
 
 
-def test_report_schema_enum_is_the_registry():
-    schema = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
-    enums = [v["enum"] for v in _walk(schema) if isinstance(v, dict) and "enum" in v]
-    assert sorted(registry.FORMATS) in [sorted(e) for e in enums]
+def test_report_schema_takes_its_format_names_from_the_registry():
+    """The schema file names no format (a list there would be a copy of the registry's); ``report_schema``
+    gives it the registry's names, and those only."""
+    from gatepack.converters.reporting import report_schema
+
+    names = set(registry.FORMATS)
+    file = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
+    assert not [v for v in _walk(file) if isinstance(v, dict) and names & set(v.get("enum", ()))]
+    schema = report_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$defs"]["format"]["enum"] == list(registry.FORMATS)
+    report = gp.report(SOURCE).to_json()
+    jsonschema.Draft202012Validator(schema).validate(report)
+    report["layers"][0]["targets"]["nonesuch"] = report["layers"][0]["targets"][registry.writers()[0]]
+    assert not jsonschema.Draft202012Validator(schema).is_valid(report)
 
 
 def _walk(node):
@@ -166,6 +178,28 @@ def test_a_cell_without_an_executor_step_is_refused_not_run_as_another(monkeypat
     layer = gp.load(SOURCE).layers[0]
     with pytest.raises(gp.UsageError, match="cannot run GRU"):
         executor.run_layer(layer, np.zeros((2, 1, layer.input_size), np.float32))
+
+
+def test_a_format_without_the_cell_refuses_it_with_the_alternative(tmp_path, monkeypatch):
+    """A format whose registry entry does not list LSTM never sees the layer: report and convert refuse
+    the cell, naming the formats that write it (every format writes LSTM today, so one is narrowed)."""
+    from dataclasses import replace as narrowed
+
+    monkeypatch.setitem(registry.FORMATS, "bnns", narrowed(registry.FORMATS["bnns"], cells=("gru", "rnn")))
+    source = tmp_path / "lstm.onnx"
+    onnx.save(build_model(Config(cell="LSTM", direction="bidirectional", seed=5)), source)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["convert", str(source), "-o", str(out), "--to", "bnns", "--json"])
+    assert result.exit_code == 4, result.output
+    error = json.loads(result.stdout)
+    writers = " or ".join(name for name in registry.writers() if "lstm" in registry.FORMATS[name].cells)
+    assert "does not write LSTM" in error["error"] and writers in error["hint"] and "bnns" not in error["hint"]
+    assert not out.exists()
+    with pytest.raises(gp.RefusedError, match="does not write LSTM"):
+        gp.save(gp.load(source), out, "bnns")
+    assert not out.exists()
+    (finding,) = [f for f in gp.report(source, to=["bnns"]).layers[0].targets["bnns"].findings if f.feature == "cell"]
+    assert finding.status.value == "unsupported"
 
 
 def test_every_cell_has_an_elementary_step():

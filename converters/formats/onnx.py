@@ -1,4 +1,4 @@
-"""ONNX: read every GRU/RNN node of any model; write single-purpose layer models; run on onnxruntime.
+"""ONNX: read every GRU, RNN and LSTM node of any model; write single-purpose layer models; run on onnxruntime.
 
 ONNX is the canonical convention (see ``schemas.layer``), so reading is unpacking, not rearranging:
 
@@ -9,7 +9,7 @@ ONNX is the canonical convention (see ``schemas.layer``), so reading is unpackin
   writes a batch-major interface as Transpose nodes around a layout-0 node by default, and reads
   that pattern (from any exporter) back as one layout-1 layer.
 
-Supported operator versions: GRU 1, 3, 7, 14, 22 and RNN 1, 7, 14, 22. Weights may be
+Supported operator versions: GRU 1, 3, 7, 14, 22, RNN 1, 7, 14, 22 and LSTM 1, 7, 14, 22. Weights may be
 initializers (embedded or external data), ``Constant`` nodes, or cones of operators over constants
 (folded with ``onnx.reference``), and nodes may sit inside ``If``/``Loop``/``Scan`` subgraphs, where
 they are named by their path (``If_0/then_branch/GRU_3``).

@@ -1,4 +1,4 @@
-"""Recurrences ONNX producers write without a GRU/RNN node, found for lifting (``converters.lifting``).
+"""Recurrences ONNX producers write without a GRU, RNN or LSTM node, found for lifting (``converters.lifting``).
 
 Two patterns, both recognised by data flow and proven by running them (never trusted):
 

@@ -80,7 +80,7 @@ _ATTRIBUTE_TYPES = {
 
 
 def read(path: str | Path, *, defaults: DefaultsPolicy = DefaultsPolicy.ONNXRUNTIME) -> Model:
-    """Read every GRU/RNN node of the ONNX model at ``path`` into canonical layers."""
+    """Read every GRU, RNN and LSTM node of the ONNX model at ``path`` into canonical layers."""
     path = Path(path)
     proto = load_proto(path)
     return _Reader(path, proto, DefaultsPolicy(defaults)).read()

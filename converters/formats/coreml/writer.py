@@ -1,4 +1,4 @@
-"""Core ML ML Programs: GRU/RNN layers written with coremltools' MIL builder, read back without a
+"""Core ML ML Programs: GRU, RNN and LSTM layers written with coremltools' MIL builder, read back without a
 Core ML runtime, and executed by a NumPy interpreter of the MIL ops gatepack emits.
 
 MIL's recurrent ops (docs/conventions.md §5) differ from ONNX::
