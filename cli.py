@@ -356,7 +356,7 @@ def convert(
 
     options = all_write_options()
     given = {name: options[name].cli_convert(value) for name, value in write_options.items() if value is not None}
-    target = check_name(to or detect(output, writing=True))
+    target = registry.check_name(to or detect(output, writing=True))
     if "strategy" in given and given["strategy"] != "auto" and "strategy" not in target.option_names:
         raise gp.UsageError(
             f"--strategy {given['strategy']} does not apply to {target.title}, which has one way to write a layer",

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_CHECK_LINES = 40
 
 
-@pytest.mark.parametrize("name", registry.WRITERS)
+@pytest.mark.parametrize("name", registry.writers())
 def test_each_check_keeps_only_what_is_its_own(name):
     """Each written format's check() is under 40 lines: the features every format shares are worded by
     converters/feature_findings.py from the format's record."""
@@ -35,7 +35,7 @@ def test_each_check_keeps_only_what_is_its_own(name):
 
 
 def test_every_written_format_has_a_record_for_every_cell_it_writes():
-    assert set(RECORDS) == set(registry.WRITERS)
+    assert set(RECORDS) == set(registry.writers())
     for name, caps in RECORDS.items():
         assert {cell.value for cell in caps.ops} >= set(registry.FORMATS[name].cells), name
 
@@ -62,7 +62,7 @@ def test_blockers_agree_with_the_findings(tmp_path):
     """Where a format's op lacks something (its native blockers), the cell finding is not exact (decomposed by
     auto, unsupported when native is forced), and exact where it lacks nothing; where a format has no
     elementary form, each lacking feature is unsupported in the findings and nothing else is."""
-    checks = {name: registry.implementation(name).check for name in registry.WRITERS}
+    checks = {name: registry.implementation(name).check for name in registry.writers()}
     for layer in _layers(tmp_path):
         label = f"{layer.cell.value} {layer.activation_summary()} clip={layer.clip}"
         blockers = {"openvino": openvino.native_blockers(layer), "bnns": bnns.blockers(layer)}
