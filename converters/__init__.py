@@ -549,27 +549,15 @@ def verify(
     pairs, frames = _streaming_request(states, frames)
     try:
         source = load(src, format, **options)
+        target = load(dst, to, **options)
         if frames is not None or pairs or (given.values and _holds_frames(source, given)):
             from gatepack.converters.streaming import verify_streaming
 
             progress.step("verifying consecutive calls, states fed back")
             return verify_streaming(
-                source,
-                load(dst, to, **options),
-                frames=frames,
-                states=pairs,
-                seed=seed,
-                tolerance=tolerance,
-                given=given,
+                source, target, frames=frames, states=pairs, seed=seed, tolerance=tolerance, given=given
             )
-        return verify_models(
-            source,
-            load(dst, to, **options),
-            seed=seed,
-            progress=progress,
-            tolerance=tolerance,
-            given=given,
-        )
+        return verify_models(source, target, seed=seed, progress=progress, tolerance=tolerance, given=given)
     finally:
         progress.close()
 

@@ -104,33 +104,33 @@ def _recurrent_wiring(path: Path) -> set[tuple[str, str]]:
             readers.setdefault(name, []).append(node)
     graph_outputs = {o.name for o in graph.output}
 
-    def sources(tensor: str) -> set[str]:  # graph inputs a tensor is computed from through plumbing
-        found, pending, seen = set(), [tensor], set()
+    def reach(tensor: str, onward) -> set[str]:  # the ends of the plumbing from ``tensor``, ``onward`` one hop
+        found: set[str] = set()
+        pending, seen = [tensor], set()
         while pending:
             name = pending.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            node = producer.get(name)
-            if node is None:
-                found.add(name)
-            elif node.op_type in _PLUMBING:
-                pending += [i for i in node.input[:1] if i]  # the data input, never shapes or indices
+            if name not in seen:
+                seen.add(name)
+                pending += onward(name, found)
         return found
 
-    def sinks(tensor: str) -> set[str]:  # graph outputs a tensor reaches through plumbing
-        found, pending, seen = set(), [tensor], set()
-        while pending:
-            name = pending.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            if name in graph_outputs:
-                found.add(name)
-            for node in readers.get(name, []):
-                if node.op_type in _PLUMBING and (node.input[0] == name or node.op_type == "Concat"):
-                    pending += [o for o in node.output if o]
-        return found
+    def back(name: str, found: set[str]) -> list[str]:  # toward the graph inputs a tensor is computed from
+        node = producer.get(name)
+        if node is None:
+            found.add(name)
+            return []
+        return [i for i in node.input[:1] if i] if node.op_type in _PLUMBING else []  # data, not shapes/indices
+
+    def forward(name: str, found: set[str]) -> list[str]:  # toward the graph outputs a tensor reaches
+        if name in graph_outputs:
+            found.add(name)
+        return [
+            o
+            for node in readers.get(name, [])
+            if node.op_type in _PLUMBING and (node.input[0] == name or node.op_type == "Concat")
+            for o in node.output
+            if o
+        ]
 
     pairs: set[tuple[str, str]] = set()
     for node in graph.node:
@@ -139,8 +139,8 @@ def _recurrent_wiring(path: Path) -> set[tuple[str, str]]:
         slots = [_RECURRENT[node.op_type]] + ([_LSTM_CELL_STATE] if node.op_type == "LSTM" else [])
         for state_in, state_out in slots:
             if len(node.input) > state_in and node.input[state_in] and len(node.output) > state_out:
-                for i in sources(node.input[state_in]):
-                    pairs.update((i, o) for o in sinks(node.output[state_out]) if node.output[state_out])
+                for i in reach(node.input[state_in], back):
+                    pairs.update((i, o) for o in reach(node.output[state_out], forward) if node.output[state_out])
     return pairs
 
 

@@ -136,11 +136,14 @@ def test_stateful_openvino_ir_runs_frame_inputs_only_and_matches_the_source_over
 
 
 @pytest.mark.parametrize("name", sorted(STREAMING))
-@pytest.mark.parametrize("target", ["onnx", "openvino"])
+@pytest.mark.parametrize("target", ["onnx", "onnx for directml", "openvino"])
 def test_stateless_conversion_is_verified_over_many_calls(name, target, tmp_path):
+    """The states stay inputs and outputs under the source's names (an app's loop needs no change), for
+    onnxruntime, for its DirectML provider (ONNX written for it) and for OpenVINO."""
     shapes, pairs = STREAMING[name]
-    out = tmp_path / ("m.onnx" if target == "onnx" else "m.xml")
-    result = gp.convert(REALMODELS / name, out, frames=FRAMES, input_shapes=shapes)
+    out = tmp_path / ("m.xml" if target == "openvino" else "m.onnx")
+    options = {"runtime": "directml"} if target == "onnx for directml" else {}
+    result = gp.convert(REALMODELS / name, out, frames=FRAMES, input_shapes=shapes, **options)
     streaming = result.verification.streaming
     assert result.verification.passed and streaming.frames == FRAMES
     assert len(streaming.per_frame_error) == FRAMES and max(streaming.per_frame_error) < 1e-4
