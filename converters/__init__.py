@@ -69,6 +69,14 @@ class Result:
         """True when the output was verified and every compared output agreed (False: not verified)."""
         return self.verification is not None and self.verification.passed
 
+    def __repr__(self) -> str:
+        """One line for a notebook: ``Result('m.onnx' -> 'm.xml' (openvino): 14 layer(s); ...; verification ...)``
+        (``to_text()`` and ``to_json()`` give everything)."""
+        return f"Result({self.source!r} -> {self.summary_line()})"
+
+    def __str__(self) -> str:
+        return self.to_text()
+
     def to_text(self) -> str:
         """The findings that are not plainly exact, grouped across layers, the verification, and one
         closing line: what was written, the features at each status short of exact, the verdict."""

@@ -129,6 +129,18 @@ class Report:
     def targets(self) -> list[str]:
         return list(self.layers[0].targets) if self.layers else []
 
+    def __repr__(self) -> str:
+        """One line for a notebook: the source, its layers, and each target's status counts (``render()`` gives
+        the whole report; a notebook shows the HTML one, ``_repr_html_``)."""
+        targets = "; ".join(f"{t}: {self.status_counts(t)}" for t in self.targets())
+        return f"Report({self.source!r}, {len(self.layers)} layer(s); {targets})"
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
     def render(self, fmt: str = "text") -> str:
         return {
             "text": self.to_text,

@@ -80,6 +80,13 @@ class Verification:
     def passed(self) -> bool:
         return bool(self.outputs) and all(o.passed for o in self.outputs) and self.incomplete is None
 
+    def __repr__(self) -> str:
+        """One line for a notebook (``to_text()`` and ``to_json()`` give every output)."""
+        return f"Verification({self.source!r} vs {self.target!r}: {self.verdict()})"
+
+    def __str__(self) -> str:
+        return self.to_text()
+
     @property
     def worst_abs_error(self) -> float:
         return max((o.max_abs_error for o in self.outputs), default=0.0)
