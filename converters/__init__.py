@@ -164,6 +164,7 @@ def load(path: str | Path, format: str | None = None, **options) -> "Model":
     from gatepack.converters import registry
     from gatepack.converters.fileio import track_reads
 
+    path = registry.as_path(path)
     fmt = format or registry.detect(path)
     read_options = _read_options(options)
     with track_reads() as opened:
@@ -616,14 +617,15 @@ def report(
     each target says what becomes of them (``--stateful`` included).
     """
     from gatepack.converters import registry
+    from gatepack.converters.model import Model
     from gatepack.converters.reporting import build_report
 
     read_options, write_options = _split_options(options)
-    if isinstance(model_or_path, (str, Path)):
-        model = load(model_or_path, format, **read_options)
-    else:
+    if isinstance(model_or_path, Model):
         _read_options(read_options)
         model = model_or_path
+    else:
+        model = load(model_or_path, format, **read_options)
     targets = [to] if isinstance(to, str) else list(to) if to else registry.writers()
     registry.check_options(write_options, [registry.writer(target)[0] for target in targets])
     from gatepack.converters.model import as_layers_only

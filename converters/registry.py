@@ -440,13 +440,27 @@ def all_write_options() -> dict[str, WriteOption]:
     return found
 
 
+def as_path(value: object) -> Path:
+    """``value`` as a path; UsageError naming what it is otherwise. An in-memory ``onnx.ModelProto`` is told to be
+    saved first: gatepack verifies an artifact as written, from its file (and an ONNX model's external data is
+    found beside it)."""
+    if isinstance(value, (str, os.PathLike)):
+        return Path(value)
+    if type(value).__name__ == "ModelProto":
+        raise UsageError(
+            "an in-memory onnx.ModelProto: gatepack reads models from files",
+            hint="save it first: onnx.save(model, 'model.onnx'), then pass 'model.onnx'",
+        )
+    raise UsageError(f"a {type(value).__name__} where a path was expected", hint="pass the artifact's path")
+
+
 def detect(path: str | Path, *, writing: bool = False) -> str:
     """The format of ``path`` from its suffix, else (for a directory) from the marker files it holds.
 
     A path gatepack cannot read is refused with what it looks like and the command that exports
     it to ONNX (``foreign_kind``): InputError for an existing input, UsageError otherwise.
     """
-    p = Path(path)
+    p = as_path(path)
     suffix = p.suffix.lower()
     named = [name for name, info in FORMATS.items() if suffix and suffix in info.suffixes]
     if named:

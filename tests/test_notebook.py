@@ -24,3 +24,15 @@ def test_report_is_one_line_prints_as_text_and_shows_as_html():
     assert "28 layer(s)" in repr(report) and all(t in repr(report) for t in report.targets())
     assert str(report) == report.to_text()
     assert report._repr_html_() == report.to_html() and "<table" in report._repr_html_()
+
+
+def test_an_in_memory_model_proto_is_told_to_be_saved_first(tmp_path):
+    import onnx
+    import pytest
+
+    proto = onnx.load(MODEL)
+    for call in (lambda: gp.load(proto), lambda: gp.convert(proto, tmp_path / "u.xml"), lambda: gp.report(proto)):
+        with pytest.raises(gp.UsageError, match="onnx.ModelProto") as err:
+            call()
+        assert "onnx.save" in (err.value.hint or "")
+    assert not list(tmp_path.iterdir())
