@@ -228,10 +228,11 @@ class StreamingResult:
             "state_pairs": [p.to_json() for p in self.pairs],
             "per_frame_error": self.per_frame_error,
             "final_state_error": self.final_state_error,
+            "worst": {name: {"error": error, "call": call} for name, (error, call) in self.worst.items()},
         }
 
 
-def frame_inputs(given: dict[str, np.ndarray], declared: dict[str, np.ndarray], frames: int | None) -> int:
+def frame_count(given: dict[str, np.ndarray], declared: dict[str, np.ndarray], frames: int | None) -> int:
     """How many frames ``given`` (``--inputs``) holds: an input given with one more leading axis than the model
     declares holds a sequence of frames (all such inputs the same count); else ``frames`` (or the default)."""
     counts = {
@@ -364,7 +365,7 @@ def verify_streaming(
             f"{source.path}: no state pairs found (no output reads as the next value of an input)",
             hint="name them: --state INPUT=OUTPUT (repeatable)",
         )
-    count = frame_inputs(feeds.sequences, feeds.first, frames)
+    count = frame_count(feeds.sequences, feeds.first, frames)
     state_inputs = {p.input for p in pairs}
     initial = {p.input: feeds.fixed.get(p.input, np.zeros_like(feeds.first[p.input])) for p in pairs}
     stateful = not state_inputs <= {name for name, _, _ in _graph_inputs(replace_path(target, target_path))}
@@ -417,8 +418,9 @@ def _compare_calls(
     from gatepack.converters.verification import compare
 
     worst: dict[str, OutputComparison] = {}
+    errors: dict[str, float] = {}
     for k, (expected, actual) in enumerate(calls):
-        errors = []
+        errors = {}
         for name, value in expected.items():
             got = actual.get(name)
             dtypes = tuple(d for d in (str(value.dtype), *computed) if d in TOLERANCES) or ("float32",)
@@ -429,7 +431,7 @@ def _compare_calls(
                 if got is not None
                 else _missing(STREAMED, name, target)
             )
-            errors.append(comparison.max_abs_error)
+            errors[name] = comparison.max_abs_error
             kept = worst.get(name)
             if (
                 kept is None
@@ -438,12 +440,8 @@ def _compare_calls(
             ):
                 worst[name] = comparison
                 streaming.worst[name] = (comparison.max_abs_error, k + 1)
-        streaming.per_frame_error.append(max(errors, default=0.0))
-        streaming.final_state_error = {
-            p.output: float(np.abs(np.asarray(actual[p.output], np.float64) - expected[p.output]).max())
-            for p in streaming.pairs
-            if p.output in actual
-        }
+        streaming.per_frame_error.append(max(errors.values(), default=0.0))
+    streaming.final_state_error = {p.output: errors[p.output] for p in streaming.pairs if p.output in errors}
     return list(worst.values())
 
 

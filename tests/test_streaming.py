@@ -305,3 +305,29 @@ def test_inspect_shows_state_pairs_and_the_states_a_stateful_artifact_holds(tmp_
     described = json.loads(held.output)
     assert described["meta"]["states"] == {"input_3": "tf_op_layer_stack_2"}
     assert [i["name"] for i in described["model_inputs"]] == ["input_2"]
+
+
+def test_a_given_pair_naming_no_tensor_of_the_model_is_refused(tmp_path):
+    for pair, missing in (("cache=conv_cache_out", "no input 'cache'"), ("conv_cache=cache_out", "no output")):
+        result = CliRunner().invoke(
+            main, ["convert", str(REALMODELS / "gtcrn_stream_simple.onnx"), str(tmp_path / "g.xml"), "--state", pair]
+        )
+        assert result.exit_code == 2 and missing in result.output, result.output
+        assert not list(tmp_path.iterdir())
+
+
+def test_verify_frames_json_gives_each_outputs_worst_call_and_the_final_states(tmp_path):
+    import json
+
+    out = tmp_path / "g.xml"
+    gp.convert(REALMODELS / "dtln_model_1_lstm.onnx", out, verify=False)
+    result = CliRunner().invoke(
+        main, ["verify", str(REALMODELS / "dtln_model_1_lstm.onnx"), str(out), "--frames", "6", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    streaming = json.loads(result.output)["streaming"]
+    assert len(streaming["per_frame_error"]) == 6
+    assert set(streaming["worst"]) == {"activation_2", "tf_op_layer_stack_2"}
+    assert all(1 <= w["call"] <= 6 for w in streaming["worst"].values())
+    assert set(streaming["final_state_error"]) == {"tf_op_layer_stack_2"}
+    assert streaming["final_state_error"]["tf_op_layer_stack_2"] <= streaming["worst"]["tf_op_layer_stack_2"]["error"]
