@@ -18,6 +18,12 @@ def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.
     """Run the IR at ``path`` on OpenVINO CPU (fp32 inference precision), reshaped to the static shapes it is
     fed: on dynamic shapes the CPU plugin ignores a sequence op's ``sequence_lengths`` (docs/conventions.md
     §3), so a packed sequence would run all S steps. A model that cannot be reshaped runs as it is."""
+    return run_model(read_at_fed_shapes(path, inputs), inputs, str(path))
+
+
+def read_at_fed_shapes(path: str | Path, inputs: dict[str, np.ndarray]):
+    """The IR at ``path``, its dynamic inputs reshaped to the static shapes of ``inputs`` (``run_native``'s
+    reason); as it is when its own Reshape constants fix a shape."""
     ov_model = read_ir(Path(path))
     dynamic = {
         p.output(0): tuple(np.shape(inputs[name]))
@@ -29,7 +35,7 @@ def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.
             ov_model.reshape(dynamic)
         except Exception:  # a shape its own Reshape constants fix; run dynamic (verification compares anyway)
             ov_model = read_ir(Path(path))
-    return run_model(ov_model, inputs, str(path))
+    return ov_model
 
 
 def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:

@@ -15,12 +15,13 @@ reads the variables, and the ``Assign``s write the new states when it ends.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from gatepack.converters.errors import RuntimeFailure, UsageError
-from gatepack.converters.formats.openvino_ir import COMPILE_CONFIG, ov_message, read_ir
+from gatepack.converters.formats.openvino_ir import COMPILE_CONFIG, ov_message
+from gatepack.converters.formats.openvino_running import read_at_fed_shapes
 from gatepack.converters.runtimes import openvino
 
 SEPARATOR = "->"  # a variable's id: the state input's name, this separator, the state output's name
@@ -88,23 +89,31 @@ def held_states(ov_model) -> dict[str, str]:
 
 
 def open_session(path: str | Path) -> Callable[[dict], dict]:
-    """The IR compiled once for CPU (fp32) and one infer request, its variables at their initial values; each
-    call infers once and returns the outputs by name, and each variable named ``IN->OUT`` under ``OUT``."""
-    ov, _ = openvino()
+    """The IR compiled once for CPU (fp32), at the static shapes of the first call's inputs (as ``run_native``
+    reshapes it), and one infer request, its variables at their initial values; each call infers once and returns
+    the outputs by name, and each variable named ``IN->OUT`` under ``OUT``."""
     label = str(path)
-    ov_model = read_ir(Path(path))
-    core = ov.Core()
-    try:
-        compiled = core.compile_model(ov_model, "CPU", COMPILE_CONFIG)
-    except Exception as err:
-        raise RuntimeFailure(f"{label}: OpenVINO CPU cannot compile it: {ov_message(err)}") from None
-    request = compiled.create_infer_request()
-    request.reset_state()
-    wanted = [p.get_any_name() for p in ov_model.inputs]
-    outputs = [o.get_any_name() for o in ov_model.outputs]
+    session: dict[str, Any] = {}
+
+    def open_for(inputs: dict) -> None:
+        ov, _ = openvino()
+        ov_model = read_at_fed_shapes(path, inputs)
+        core = ov.Core()
+        try:
+            compiled = core.compile_model(ov_model, "CPU", COMPILE_CONFIG)
+        except Exception as err:
+            raise RuntimeFailure(f"{label}: OpenVINO CPU cannot compile it: {ov_message(err)}") from None
+        request = compiled.create_infer_request()
+        request.reset_state()
+        # the request needs the model (its weights), the core and the compiled model alive
+        session.update(model=ov_model, core=core, compiled=compiled, request=request)
+        session["inputs"] = [p.get_any_name() for p in ov_model.inputs]
+        session["outputs"] = [o.get_any_name() for o in ov_model.outputs]
 
     def run(inputs: dict) -> dict:
-        run.keep = (ov_model, core, compiled, request)  # type: ignore[attr-defined]  # its weights live in ov_model
+        if not session:
+            open_for(inputs)
+        wanted, request = session["inputs"], session["request"]
         missing = [n for n in wanted if n not in inputs]
         if missing:
             raise UsageError(f"{label}: missing input(s) {missing}", hint=f"the model takes {wanted}")
@@ -112,7 +121,7 @@ def open_session(path: str | Path) -> Callable[[dict], dict]:
             results = request.infer([np.require(inputs[n], requirements="C") for n in wanted])
         except Exception as err:
             raise RuntimeFailure(f"{label}: OpenVINO CPU failed: {ov_message(err)}") from None
-        found = {name: np.array(results[k]) for k, name in enumerate(outputs)}
+        found = {name: np.array(results[k]) for k, name in enumerate(session["outputs"])}
         for state in request.query_state():
             _, separator, state_output = state.name.partition(SEPARATOR)
             if separator:
