@@ -1,5 +1,6 @@
 """The LiteRT (``.tflite``) producer fixtures (fixtures/producers/litert): Keras 3 and Keras 2 (tf_keras) recurrent
-layers through ``tf.lite.TFLiteConverter``, each with Keras's own outputs as the truth.
+layers through ``tf.lite.TFLiteConverter`` and torch modules through litert-torch, each with the framework's own
+outputs as the truth.
 
 Checked without a gatepack reader: every artifact the manifest lists exists with its truth; the truth holds the
 inputs and outputs the flatbuffer declares (parsed with the ``tflite`` package, skipped where it is not
@@ -19,7 +20,7 @@ LITERT = Path(__file__).resolve().parent.parent / "fixtures" / "producers" / "li
 MANIFEST = json.loads((LITERT / "manifest.json").read_text())
 ARTIFACTS = sorted(MANIFEST)
 CALL2 = "call2:"  # a stateful case's second call, in a row with the first
-LITERT_OUTPUT = "litert:"  # the interpreter's own outputs, stored beside Keras's
+LITERT_OUTPUT = "litert:"  # the interpreter's own outputs, stored beside the framework's
 
 
 def _truth(artifact: str) -> dict[str, np.ndarray]:
@@ -32,7 +33,7 @@ def _calls(artifact: str) -> list[str]:
 
 
 def _tolerance(artifact: str) -> dict[str, float]:
-    """Float32: the interpreter's kernels against Keras's (measured at most 4.8e-7). Dynamic-range int8 weights
+    """Float32: the interpreter's kernels against the framework's (measured at most 4.8e-7). Dynamic-range int8 weights
     against Keras's float layer: the quantization tolerance gatepack uses for quantized LSTMs (measured 7.4e-3)."""
     if MANIFEST[artifact]["precision"].startswith("int8"):
         return {"atol": 2e-2, "rtol": 1e-2}
@@ -50,7 +51,7 @@ def test_the_manifest_lists_every_artifact_with_its_truth():
     assert {p.name for p in LITERT.glob("*.tflite")} == set(MANIFEST)
     for artifact, entry in MANIFEST.items():
         assert entry["producer"] and entry["versions"] and entry["config"], artifact
-        assert entry["flatbuffer"]["subgraphs"] and entry["litert_vs_keras"], artifact
+        assert entry["flatbuffer"]["subgraphs"] and entry["litert_vs_framework"], artifact
         assert _truth(artifact), artifact
 
 
@@ -60,7 +61,7 @@ def test_the_fixtures_stay_small():
 
 @pytest.mark.parametrize("artifact", ARTIFACTS)
 def test_the_truth_holds_what_the_flatbuffer_declares(artifact):
-    """Per call: the main subgraph's inputs (shapes as declared, -1 in the signature free) and outputs, Keras's
+    """Per call: the main subgraph's inputs (shapes as declared, -1 in the signature free) and outputs, the framework's
     and the interpreter's; nothing else."""
     tflite = pytest.importorskip("tflite")
     graph = tflite.Model.GetRootAsModel((LITERT / artifact).read_bytes(), 0).Subgraphs(0)
@@ -105,7 +106,7 @@ CELL_CLIPPED = {a for a in ARTIFACTS if "initial_state_scale" in MANIFEST[a]["co
 
 @pytest.mark.parametrize("artifact", ARTIFACTS)
 def test_the_interpreter_reproduces_the_truth(artifact):
-    """Keras's outputs within tolerance, call after call on one interpreter for a stateful case, and the
+    """The framework's outputs within tolerance, call after call on one interpreter for a stateful case, and the
     interpreter's stored outputs (what it computed when the fixture was made)."""
     truth = _truth(artifact)
     interpreter = _interpreter(artifact, truth)
