@@ -429,11 +429,33 @@ def _refuse_unverified(dst, verification: "Verification") -> None:
         what = "no output compared"
         if worst:
             what = f"{worst.layer} {worst.output} max abs error {worst.max_abs_error:.3g}"
+        hint = "rerun with --no-verify to keep the output for inspection"
+        drift = _drift(verification)
+        if drift:
+            what += drift
+            hint = (
+                "each call's difference is fed back with the states and grows; for a lossy artifact (fp16) that is "
+                "its rounding accumulating: keep full precision (leave out --compress-to-fp16), check fewer calls "
+                "(--frames N), or " + hint
+            )
         raise VerificationError(
-            f"{dst}: verification failed: {what}; nothing was written",
-            verification=verification,
-            hint="rerun with --no-verify to keep the output for inspection",
+            f"{dst}: verification failed: {what}; nothing was written", verification=verification, hint=hint
         )
+
+
+def _drift(verification: "Verification") -> str:
+    """Where only the consecutive calls of a streaming check disagree: how one call compares and how the error grew
+    call by call ('' otherwise)."""
+    from gatepack.converters.streaming import STREAMED
+
+    one_call = [o for o in verification.outputs if o.layer != STREAMED]
+    if verification.streaming is None or not one_call or not all(o.passed for o in one_call):
+        return ""
+    largest = max(o.max_abs_error for o in one_call)
+    return (
+        f" over {verification.streaming.frames} consecutive calls, states fed back, where one call agrees (largest "
+        f"error {largest:.2g}); the error per call: {verification.streaming.growth_text()}"
+    )
 
 
 def _with_state_pairs(model: "Model", label: str, pairs: list, stateful: bool) -> "Model":

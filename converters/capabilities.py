@@ -600,8 +600,20 @@ def op_facts(op: Op, cell: Cell) -> dict[str, str]:
         if cell.spec.reset_placement
         else "",
         "float64": op.dtypes["float64"].status.value if "float64" in op.dtypes else "",
+        "known doubts": ", ".join(_doubt_names(op, cell)),
     }
     return facts
+
+
+def _doubt_names(op: Op, cell: Cell) -> list[str]:
+    """What the op's known doubts are about, for ``cell`` (a doubt about another cell's op left out)."""
+    cells = {c.value for c in Cell}
+    applies = [
+        key
+        for key in op.warnings
+        if (key == cell.value or key not in cells) and (key != "reset_after" or cell.spec.reset_placement)
+    ]
+    return [f"{key} (batches past the first)" if op.warnings[key].beyond_batch_one else key for key in applies]
 
 
 def _names(slot: frozenset[str]) -> str:

@@ -117,3 +117,10 @@ def test_the_report_and_the_cli_name_the_chosen_target(tmp_path):
     assert deployment["chosen"] is True and deployment["detail"].startswith("iOS15, chosen")
     done = CliRunner().invoke(main, ["convert", str(src), "-o", str(tmp_path / "c.mlpackage")])
     assert done.exit_code == 0 and "deployment target: iOS15, chosen" in done.output
+
+
+def test_formats_names_the_ops_known_doubts_and_that_auto_avoids_them():
+    lines = CliRunner().invoke(main, ["formats"]).output.splitlines()
+    gru, rnn = (next(line for line in lines if line.strip().startswith(f"{cell}: MIL")) for cell in ("gru", "rnn"))
+    assert "known doubts gru (batches past the first), reset_after" in gru and "avoided by --strategy auto" in gru
+    assert "doubt" not in rnn
