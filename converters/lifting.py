@@ -12,8 +12,10 @@ original.
 What the step computes is decided by trying hypotheses, never by trusting the pattern: for every
 candidate, every order of the gate blocks (GRU: all six), both reset placements (GRU) and every
 activation seen (RNN), the canonical layer runs on gatepack's executor and is compared with the
-original on its own runtime, on the same random inputs. The first hypothesis that agrees is proven
-once more on fresh inputs; when none agrees, :class:`LiftRefused` says what was found.
+original on its own runtime, on the same random inputs (an input the original holds as a constant, such
+as a learned initial state, is held by every hypothesis too: ``Recurrence.constants``, never sampled). The
+first hypothesis that agrees is proven once more on fresh inputs; when none agrees, :class:`LiftRefused`
+says what was found.
 
 GRU gate blocks: canonical order z, r, h (``schemas.layer``); a source order is written with the
 canonical names, e.g. Keras ``z, r, h`` and PyTorch ``r, z, h`` (PyTorch calls h ``n``). LSTM gate
@@ -28,7 +30,7 @@ with the parameters producers use (``GATE_ACTIVATIONS``).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import numpy as np
@@ -92,6 +94,9 @@ class Recurrence:
     activations: frozenset[str]  # lower-case: sigmoid, hardsigmoid, tanh, relu
     run_original: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # interface feed -> its Y, Y_h (Y_c)
     tolerance: str | None = None  # the dtype whose tolerance the comparison uses (default: the interface's)
+    # The inputs the original holds as constants (``RecurrentLayer.constants``: role -> value in layout 0, e.g. a
+    # learned initial_h [1, N or 1, H]), each named in the interface: every hypothesis holds them, no sample feeds them.
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -189,6 +194,7 @@ def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
                 interface=rec.interface,
                 linear_before_reset=lbr,
                 has_bias=wb is not None or rb is not None,
+                constants=dict(rec.constants),
             )
             parts = [cell.op_name]
             if cell is not Cell.RNN:
@@ -213,19 +219,21 @@ def _or_zeros(bias: np.ndarray | None, cand: WeightCandidate) -> np.ndarray:
 
 
 def _sample(rec: Recurrence, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random X (and initial state, and sequence_lens in 1..S) in the interface's layout and static sizes."""
+    """Random X (and initial state, and sequence_lens in 1..S, unless the original holds them as constants) in
+    the interface's layout and static sizes."""
     itf = rec.interface
     s = itf.seq_length if isinstance(itf.seq_length, int) else DEFAULT_SEQ_LENGTH
     n = itf.batch_size if isinstance(itf.batch_size, int) else DEFAULT_BATCH
     x = rng.uniform(-1, 1, (s, n, rec.input_size)).astype(itf.dtype)
     feed = {itf.x: x.transpose(PERM_SWAP_01) if itf.layout == 1 else x}
-    if itf.sequence_lens:  # row 0 at full length, row 1 shorter (steps past a length are tried), the rest random
+    if itf.sequence_lens and "sequence_lens" not in rec.constants:  # row 0 at full length, row 1 shorter (steps past a length are tried), the rest random
         lengths = rng.integers(1, s + 1, n).astype(np.int32)
         lengths[0] = s
         lengths[1:2] = rng.integers(1, max(s, 2), lengths[1:2].shape)
         feed[itf.sequence_lens] = lengths
-    for name in (itf.initial_h, itf.initial_c):
-        if name:
+    for role in ("initial_h", "initial_c"):
+        name = getattr(itf, role)
+        if name and role not in rec.constants:
             state = rng.uniform(-1, 1, (1, n, rec.hidden_size)).astype(itf.dtype)
             feed[name] = state.transpose(PERM_SWAP_01) if itf.layout == 1 else state
     return {k: np.ascontiguousarray(v) for k, v in feed.items()}

@@ -57,7 +57,7 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
         if op.op_type != "while_loop":
             continue
         try:
-            handle, candidate, itf, activations = _loop_structure(op, path)
+            handle, candidate, itf, activations, held = _loop_structure(op, path)
         except _NotALayer as err:
             refused.append((op.name, str(err)))
             continue
@@ -81,6 +81,7 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
             activations=activations,
             run_original=functools.partial(_run_lifted, path, handle, itf),
             tolerance="float16" if fp16 else None,
+            constants=held,
         )
         try:
             lifted = lift(rec)
@@ -96,7 +97,9 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
                 Status.REPACKED,
                 f"lifted from a while_loop of elementary ops (as coremltools writes nn.GRU): {lifted.description}; "
                 f"proven against gatepack's MIL interpreter running the original ops on random inputs "
-                f"({lifted.tried} reading(s) tried). Its outputs are canonical tensors {itf.y!r} and {itf.y_h!r}; in "
+                f"({lifted.tried} reading(s) tried)"
+                + (". It starts from a constant initial state (a learned one), which the layer holds" if held else "")
+                + f". Its outputs are canonical tensors {itf.y!r} and {itf.y_h!r}; in "
                 f"the source, loop output {handle.buffer!r} holds the initial state and then Y "
                 f"{'in processing order' if handle.reverse else 'in time order'}",
             )
@@ -118,7 +121,8 @@ def _fp16_type():
 
 def _loop_structure(op, path: Path):
     """What a while_loop holds if it is one direction of a GRU or RNN: where it is (handle), its weights,
-    interface and activations; _NotALayer (one line) when it is not such a loop."""
+    interface, activations and the inputs it holds as constants (a learned initial state, role -> value in
+    layout 0); _NotALayer (one line) when it is not such a loop."""
     body = op.blocks[1]
     body_ops = _ops(body)
     defined = {v.name for o in body_ops for v in o.outputs} | {v.name for v in body.inputs}
@@ -128,7 +132,7 @@ def _loop_structure(op, path: Path):
     buffers = [v for v in op.outputs if len(v.shape) == 3]
     if len(buffers) != 1:
         raise _NotALayer(f"while_loop {op.name!r} carries {len(buffers)} state buffers (a GRU or RNN carries one)")
-    initial = _initial_state(op, op.inputs["loop_vars"][op.outputs.index(buffers[0])])
+    initial, learned = _initial_state(op, op.inputs["loop_vars"][op.outputs.index(buffers[0])])
     x_var, reverse, layout = _loop_x(gathers[0].inputs["x"], initial is not None)
     given = {x_var.name} | ({initial.name} if initial is not None else set())
     others = _outer_inputs(op, given)
@@ -146,35 +150,41 @@ def _loop_structure(op, path: Path):
         x=x_var.name,
         y=f"{op.name}:Y",
         y_h=f"{op.name}:Y_h",
-        initial_h=initial.name if initial is not None else None,
+        initial_h=initial.name if initial is not None else (f"{op.name}:initial_h" if learned is not None else None),
         layout=layout,
         seq_length=s if isinstance(s, int) else None,
         batch_size=n if isinstance(n, int) else None,
         dtype="float32",
     )
-    return _LoopHandle(x_var.name, op.name, buffers[0].name, reverse), candidate, itf, activations
+    held = {} if learned is None else {"initial_h": learned}
+    return _LoopHandle(x_var.name, op.name, buffers[0].name, reverse), candidate, itf, activations, held
 
 
-def _initial_state(op, start):
-    """The tensor a while_loop's [S+1,N,H] state buffer starts from at row 0, or None for zeros.
+def _initial_state(op, start) -> tuple:
+    """What a while_loop's [S+1,N,H] state buffer starts from at row 0: (the tensor, None) for an initial
+    state the program computes from its inputs, (None, the state [1,N,H] as fp32) for a constant non-zero
+    one (a learned state, which the layer holds), (None, None) for zeros.
 
-    coremltools writes the buffer's start as a zero constant (no initial state) or as
+    coremltools writes the buffer's start as a zero constant (no initial state), as
     ``concat([h0 [1,N,H], zeros [S,N,H]], axis=0)``, h0 being the program's input or a slice of it
-    (one layer and direction of torch's [L*D,N,H] h0); in an fp16 program, in fp16 and cast to fp32."""
+    (one layer and direction of torch's [L*D,N,H] h0), or, for a module holding h0 as an ``nn.Parameter``,
+    as one constant [S+1,N,H] whose row 0 is h0 and the rest zeros; in an fp16 program, in fp16 and cast
+    to fp32. A constant start whose later rows are not zeros is no initial state followed by zeros."""
     while start.val is None and start.op is not None and start.op.op_type == "cast":
         start = start.op.inputs["x"]
     if start.val is not None:
-        if np.any(np.asarray(start.val)[:1] != 0):
+        value = np.asarray(start.val)
+        if value.ndim != 3 or np.any(value[1:] != 0):
             raise _NotALayer(
-                f"while_loop {op.name!r} starts from a constant non-zero state (a learned initial state), "
-                "which a lifted layer does not carry; pass the state as an input (trace the module called with h0)"
+                f"while_loop {op.name!r}: its state buffer starts as a constant {list(value.shape)} that is not "
+                "an initial state followed by zeros"
             )
-        return None
+        return None, (value[:1].astype(np.float32) if np.any(value[:1] != 0) else None)
     producer = start.op
     if producer is not None and producer.op_type == "concat" and _value(producer.inputs["axis"]) in (0, -3):
         first = producer.inputs["values"][0]
         if len(first.shape) == 3 and first.shape[0] == 1 and first.val is None:
-            return first
+            return first, None
     raise _NotALayer(
         f"while_loop {op.name!r}: its state buffer starts as {start.name!r}"
         f"{f' ({producer.op_type})' if producer is not None else ''}, not zeros or an initial state "
@@ -278,12 +288,13 @@ def _reads(var, target_op, depth: int = 8) -> bool:
 def _run_lifted(path: Path, handle: _LoopHandle, itf: Interface, feed: dict[str, np.ndarray]) -> dict:
     """A lifted loop run on the MIL interpreter: canonical Y [S,1,N,H] and Y_h [1,N,H] in the layout.
 
-    The program is run from X and (when the loop starts from one) the initial state [1,N,H] only, as
-    the program holds it (a layer with an initial state is sequence-major: ``_loop_x``); the loop's
-    buffer is the initial state followed by Y in processing order."""
+    The program is run from X and (when the loop starts from one it is given) the initial state [1,N,H] only,
+    as the program holds it (a layer with such an initial state is sequence-major: ``_loop_x``); a learned
+    initial state is the program's own constant, never fed. The loop's buffer is the initial state followed
+    by Y in processing order."""
     function, _ = _load_program(path)
     env = {handle.x: np.asarray(feed[itf.x])}
-    if itf.initial_h is not None:
+    if itf.initial_h in feed:
         env[itf.initial_h] = np.asarray(feed[itf.initial_h])
     _run_block(function, env, path)
     if handle.buffer not in env:
