@@ -226,7 +226,8 @@ def _sample(rec: Recurrence, rng: np.random.Generator) -> dict[str, np.ndarray]:
     n = itf.batch_size if isinstance(itf.batch_size, int) else DEFAULT_BATCH
     x = rng.uniform(-1, 1, (s, n, rec.input_size)).astype(itf.dtype)
     feed = {itf.x: x.transpose(PERM_SWAP_01) if itf.layout == 1 else x}
-    if itf.sequence_lens and "sequence_lens" not in rec.constants:  # row 0 at full length, row 1 shorter (steps past a length are tried), the rest random
+    if itf.sequence_lens and "sequence_lens" not in rec.constants:
+        # row 0 at full length, row 1 shorter (steps past a length are tried), the rest random
         lengths = rng.integers(1, s + 1, n).astype(np.int32)
         lengths[0] = s
         lengths[1:2] = rng.integers(1, max(s, 2), lengths[1:2].shape)

@@ -231,6 +231,9 @@ def _save_program(build, shapes, tmp_path, target="iOS17"):
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import types
 
+    def x_alone(x):
+        return build(mb, x)
+
     def gru_or_rnn(x, initial_h):
         return build(mb, x, initial_h)
 
@@ -238,9 +241,8 @@ def _save_program(build, shapes, tmp_path, target="iOS17"):
         return build(mb, x, initial_h, initial_c)
 
     specs = [mb.TensorSpec(shape=s, dtype=types.fp32) for s in shapes]
-    prog = mb.program(input_specs=specs, opset_version=getattr(ct.target, target))(
-        gru_or_rnn if len(shapes) == 2 else lstm
-    )
+    function = {1: x_alone, 2: gru_or_rnn, 3: lstm}[len(shapes)]
+    prog = mb.program(input_specs=specs, opset_version=getattr(ct.target, target))(function)
 
     model = ct.convert(
         prog,
@@ -643,17 +645,21 @@ def test_the_converters_forced_collection_skips_existing_objects_and_gc_is_left_
         gc.unfreeze()
 
 
-def _hand_built_rnn_loop(tmp_path, extra: bool, seed: int = 11):
+LOOP_SIZES = (5, 2, 3, 4)  # S, N, I, H of the hand-built loops
+
+
+def _hand_built_rnn_loop(tmp_path, extra: bool = False, seed: int = 11, start: np.ndarray | None = None):
     """A tanh RNN written with coremltools' builder as coremltools' PyTorch frontend writes a recurrence (its
     nn.GRU): a while_loop gathering step t of X and the state at t from an [S+1,N,H] buffer that starts as
     concat(h0, zeros), linear ops of both, the new state scattered in at t + 1. ``extra``: the step also adds
-    another program input. Returns the package, its weights and inputs."""
+    another program input; ``start``: the buffer starts as this constant instead (as coremltools writes a
+    module's learned h0) and the program takes X alone. Returns the package, its weights and inputs."""
     rng = np.random.default_rng(seed)
-    s, n, i, h = 5, 2, 3, 4
+    s, n, i, h = LOOP_SIZES
     w, r = rng.uniform(-1, 1, (h, i)).astype(np.float32), rng.uniform(-1, 1, (h, h)).astype(np.float32)
     b = rng.uniform(-1, 1, h).astype(np.float32)
 
-    def build(mb, x, h0, other=None):
+    def build(mb, x, h0=None, other=None):
         def body(step, buffer):
             x_t = mb.squeeze(x=mb.gather(x=x, indices=step, axis=0), axes=[0])
             h_t = mb.squeeze(x=mb.gather(x=buffer, indices=step, axis=0), axes=[0])
@@ -662,13 +668,27 @@ def _hand_built_rnn_loop(tmp_path, extra: bool, seed: int = 11):
             after = mb.add(x=step, y=np.int32(1))
             return after, mb.scatter(data=buffer, indices=after, updates=new, axis=0, mode="update")
 
-        start = mb.concat(values=[h0, np.zeros((s, n, h), np.float32)], axis=0)
-        loop_vars = (np.array([0], np.int32), start)
+        begin = start if start is not None else mb.concat(values=[h0, np.zeros((s, n, h), np.float32)], axis=0)
+        loop_vars = (np.array([0], np.int32), begin)
         return mb.while_loop(_cond=lambda step, _: mb.less(x=step, y=np.int32(s)), _body=body, loop_vars=loop_vars)[1]
 
-    path = _save_program(build, [(s, n, i), (1, n, h)] + ([(n, h)] if extra else []), tmp_path)
+    shapes = [(s, n, i)] + ([] if start is not None else [(1, n, h)] + ([(n, h)] if extra else []))
+    path = _save_program(build, shapes, tmp_path)
     feed = {"x": rng.uniform(-1, 1, (s, n, i)).astype(np.float32), "initial_h": rng.uniform(-1, 1, (1, n, h))}
+    if start is not None:
+        del feed["initial_h"]
     return path, (w, r, b), {k: v.astype(np.float32) for k, v in feed.items()}
+
+
+def _rnn_steps(x: np.ndarray, weights: tuple, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The hand-built loop's recurrence computed here in float64, h_t = tanh(W x_t + b + R h_{t-1}) from h_0 =
+    ``state`` [N,H]: Y [S,N,H] and the last state."""
+    w, r, b = weights
+    state, steps = state.astype(np.float64), []
+    for x_t in x.astype(np.float64):
+        state = np.tanh(x_t @ w.T + b + state @ r.T)
+        steps.append(state)
+    return np.stack(steps), state
 
 
 def test_a_while_loop_starting_from_a_given_state_is_lifted_with_it(tmp_path):
@@ -677,19 +697,57 @@ def test_a_while_loop_starting_from_a_given_state_is_lifted_with_it(tmp_path):
     from the weights, h_t = tanh(W x_t + b + R h_{t-1}) from h_0 = h0."""
     import onnxruntime as ort
 
-    path, (w, r, b), feed = _hand_built_rnn_loop(tmp_path, extra=False)
+    path, weights, feed = _hand_built_rnn_loop(tmp_path, extra=False)
     (layer,) = gp.load(path).layers
     assert (layer.cell.op_name, layer.interface.x, layer.interface.initial_h) == ("RNN", "x", "initial_h")
     out = tmp_path / "rnn.onnx"
     assert gp.convert(path, out, to="onnx", layers_only=True).verification.passed
     (written,) = gp.load(out).layers  # the program's own input names kept, its internal ones made readable
     y, y_h = ort.InferenceSession(str(out)).run([written.interface.y, written.interface.y_h], feed)
-    state, steps = feed["initial_h"][0].astype(np.float64), []
-    for x_t in feed["x"].astype(np.float64):
-        state = np.tanh(x_t @ w.T + b + state @ r.T)
-        steps.append(state)
-    np.testing.assert_allclose(y[:, 0], np.stack(steps), atol=1e-5, rtol=1e-4)
+    steps, state = _rnn_steps(feed["x"], weights, feed["initial_h"][0])
+    np.testing.assert_allclose(y[:, 0], steps, atol=1e-5, rtol=1e-4)
     np.testing.assert_allclose(y_h[0], state, atol=1e-5, rtol=1e-4)
+
+
+def test_a_while_loop_starting_from_a_constant_state_holds_it_as_a_learned_initial_state(tmp_path):
+    """The loop's buffer starts as one constant whose row 0 is a state and the rest zeros (coremltools' fold of a
+    module's nn.Parameter h0): the lifted RNN holds that state as its constant initial_h and takes X alone;
+    converted to ONNX (verified against the MIL interpreter), onnxruntime fed X alone gives the recurrence
+    computed here from the weights and that state."""
+    import onnxruntime as ort
+
+    s, n, _, h = LOOP_SIZES
+    learned = np.random.default_rng(3).uniform(-1, 1, (1, n, h)).astype(np.float32)
+    path, weights, feed = _hand_built_rnn_loop(
+        tmp_path, start=np.concatenate([learned, np.zeros((s, n, h), np.float32)])
+    )
+    (layer,) = gp.load(path).layers
+    assert layer.fed_roles() == () and list(layer.constants) == ["initial_h"]
+    np.testing.assert_array_equal(layer.constants["initial_h"], learned)
+    out = tmp_path / "rnn.onnx"
+    assert gp.convert(path, out, to="onnx", layers_only=True).verification.passed
+    (written,) = gp.load(out).layers
+    session = ort.InferenceSession(str(out))
+    assert [i.name for i in session.get_inputs()] == ["x"]
+    y, y_h = session.run([written.interface.y, written.interface.y_h], feed)
+    steps, state = _rnn_steps(feed["x"], weights, learned[0])
+    np.testing.assert_allclose(y[:, 0], steps, atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(y_h[0], state, atol=1e-5, rtol=1e-4)
+
+
+def test_a_while_loop_starting_from_a_constant_that_is_no_initial_state_is_refused_on_one_line(tmp_path):
+    """A constant start with a non-zero row past row 0 is not an initial state followed by zeros (not what
+    coremltools writes): refused on one line naming the loop, and nothing is written."""
+    s, n, _, h = LOOP_SIZES
+    start = np.zeros((s + 1, n, h), np.float32)
+    start[0], start[2] = 0.5, 0.25
+    path, _, _ = _hand_built_rnn_loop(tmp_path, start=start)
+    out = tmp_path / "out.onnx"
+    with pytest.raises(gp.NoRecurrentLayerError) as err:
+        gp.convert(path, out, to="onnx", layers_only=True)
+    line = err.value.one_line()
+    assert "while_loop" in line and "not an initial state followed by zeros" in line
+    assert "\n" not in line and not out.exists()
 
 
 def test_a_while_loop_reading_another_input_is_refused_on_one_line(tmp_path):

@@ -53,13 +53,12 @@ HARD_SIGMOID = {a for a in MANIFEST if "hard_sigmoid" in a}
 # Keras masks given from lengths are lifted to sequence_lens, which BNNSGraph's recurrent ops do not take.
 LENGTH_MASKED = {a for a in MANIFEST if "_length_mask_" in a}
 # A module holding its initial state (an nn.Parameter): coremltools folds it into the constant start of the
-# loop's state buffer, which a lifted layer does not carry: refused, saying "learned initial state".
+# loop's state buffer (row 0, the rest zeros); the lifted layer holds it as its constant initial_h.
 LEARNED_STATE = sorted(a for a in MANIFEST if MANIFEST[a]["config"].get("initial_state") == "learned")
 
 
 ARTIFACTS = sorted(a for a in MANIFEST if a not in MASKED)  # all run on their runtime to the framework's outputs
-CONVERTED = [a for a in ARTIFACTS if a not in LEARNED_STATE]
-LIFTED_ARTIFACTS = [a for a in CONVERTED if a.startswith(LIFTED)]
+LIFTED_ARTIFACTS = [a for a in ARTIFACTS if a.startswith(LIFTED)]
 
 
 def _truth(artifact: str) -> dict[str, np.ndarray]:
@@ -98,7 +97,7 @@ def test_runs_to_the_frameworks_outputs(artifact):
 
 
 @pytest.mark.matrix
-@pytest.mark.parametrize("artifact", CONVERTED)
+@pytest.mark.parametrize("artifact", ARTIFACTS)
 def test_converts_to_every_target_with_verification(artifact, tmp_path):
     path = PRODUCERS / artifact
     model = gp.load(path)
@@ -336,8 +335,9 @@ def test_masked_keras_layers_are_refused_saying_masked(artifact, tmp_path):
 def test_coreml_gru_loops_converted_to_onnx_give_torchs_outputs(artifact, tmp_path):
     """coremltools writes each layer and direction of an nn.GRU as a while_loop, layer l's loops reading
     layer l-1's Ys joined on features and, when the module is given h0, starting from h0[l*D + d]. Every
-    loop is lifted (with its initial state iff h0 was given); converted to ONNX (layers only) and run by
-    onnxruntime chained the same way from torch's x and h0, the layers give torch's y and h."""
+    loop is lifted (with its initial state iff h0 was given; held as a constant, and not an input, when the
+    module holds h0 as an nn.Parameter); converted to ONNX (layers only) and run by onnxruntime chained the same
+    way from torch's x and h0 (none fed for a learned h0), the layers give torch's y and h."""
     import onnxruntime as ort
 
     path, out = PRODUCERS / artifact, tmp_path / "layers.onnx"
@@ -352,15 +352,19 @@ def test_coreml_gru_loops_converted_to_onnx_give_torchs_outputs(artifact, tmp_pa
     feed = {
         i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32) for i in session.get_inputs()
     }
+    learned = config.get("initial_state") == "learned"
+    assert all(("initial_h" in layer.constants) == learned for layer in layers)
+    if learned:  # the layers hold h0: the model takes no initial state
+        assert not {layer.interface.initial_h for layer in layers} & set(feed)
     sequence = truth["x"].transpose(1, 0, 2) if config.get("batch_first") else truth["x"]  # [S,N,I]
     finals = []
     for first in range(0, len(layers), directions):  # one layer of the stack: its directions
         ys = []
         for index, layer in enumerate(layers[first : first + directions], start=first):
             itf = layer.interface
-            assert (itf.initial_h is not None) == ("h0" in truth), itf
+            assert ("initial_h" in layer.fed_roles()) == ("h0" in truth), itf
             feed[itf.x] = sequence.transpose(1, 0, 2) if itf.layout else sequence
-            if itf.initial_h is not None:  # torch's h0 [L*D,N,H]: this layer and direction's [1,N,H]
+            if "initial_h" in layer.fed_roles():  # torch's h0 [L*D,N,H]: this layer and direction's [1,N,H]
                 state = truth["h0"][index : index + 1]
                 feed[itf.initial_h] = state.transpose(1, 0, 2) if itf.layout else state
             got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
@@ -376,13 +380,30 @@ def test_coreml_gru_loops_converted_to_onnx_give_torchs_outputs(artifact, tmp_pa
 
 
 @pytest.mark.parametrize("artifact", LEARNED_STATE)
-def test_a_learned_initial_state_is_refused_on_one_line(artifact, tmp_path):
-    """nn.GRU called with an nn.Parameter h0: coremltools folds it into the loop's constant start, a state no
-    input gives. The package runs to torch's outputs (test_runs_to_the_frameworks_outputs); lifting refuses
-    it on one line saying why and what to do instead, and nothing is written."""
-    out = tmp_path / "out.onnx"
-    with pytest.raises(gp.NoRecurrentLayerError) as err:
-        gp.convert(PRODUCERS / artifact, out, to="onnx", layers_only=True)
-    line = err.value.one_line()
-    assert "while_loop" in line and "learned initial state" in line and "as an input" in line and "\n" not in line
-    assert not out.exists()
+def test_a_learned_initial_state_is_held_by_the_lifted_layer(artifact):
+    """nn.GRU called with an nn.Parameter h0: coremltools folds it into the constant start of the loop's state
+    buffer. The lifted layer holds it as its constant initial_h [1, N, H] in its dtype, takes X alone, and its
+    lifted finding says so; run on gatepack's executor from torch's x alone, it gives torch's y and h, which
+    the same layer started from zeros does not (the held state is what makes them)."""
+    from dataclasses import replace
+
+    from gatepack.converters.executor import run_layer
+
+    path = PRODUCERS / artifact
+    model = gp.load(path)
+    (layer,) = model.layers
+    truth = _truth(artifact)
+    assert gp.input_names(path) == ["x"] and layer.fed_roles() == ()
+    held = layer.constants["initial_h"]
+    n = truth["x"].shape[0 if MANIFEST[artifact]["config"].get("batch_first") else 1]
+    assert held.shape == (1, n, layer.hidden_size) and held.dtype == layer.dtype and np.any(held)
+    assert any("constant initial state" in f.detail for f in model.notes_for(layer) if f.feature == "lifted")
+
+    def torch_outputs(lay) -> list[np.ndarray]:
+        y, y_h = run_layer(lay, truth["x"])  # layout 1: [N,S,1,H], [N,1,H]
+        return [y[:, :, 0], y_h.transpose(1, 0, 2)] if lay.interface.layout else [y[:, 0], y_h]
+
+    for got, want in zip(torch_outputs(layer), [truth["y"], truth["h"]]):
+        np.testing.assert_allclose(got, want, **_tolerance(artifact))
+    zero_start = replace(layer, constants={}, interface=replace(layer.interface, initial_h=None))
+    assert not np.allclose(torch_outputs(zero_start)[1], truth["h"], **_tolerance(artifact))
