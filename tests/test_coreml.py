@@ -653,7 +653,8 @@ def _hand_built_rnn_loop(tmp_path, extra: bool = False, seed: int = 11, start: n
     nn.GRU): a while_loop gathering step t of X and the state at t from an [S+1,N,H] buffer that starts as
     concat(h0, zeros), linear ops of both, the new state scattered in at t + 1. ``extra``: the step also adds
     another program input; ``start``: the buffer starts as this constant instead (as coremltools writes a
-    module's learned h0) and the program takes X alone. Returns the package, its weights and inputs."""
+    module's learned h0; an fp16 one cast to fp32, as in an fp16 program) and the program takes X alone.
+    Returns the package, its weights and inputs."""
     rng = np.random.default_rng(seed)
     s, n, i, h = LOOP_SIZES
     w, r = rng.uniform(-1, 1, (h, i)).astype(np.float32), rng.uniform(-1, 1, (h, h)).astype(np.float32)
@@ -668,7 +669,10 @@ def _hand_built_rnn_loop(tmp_path, extra: bool = False, seed: int = 11, start: n
             after = mb.add(x=step, y=np.int32(1))
             return after, mb.scatter(data=buffer, indices=after, updates=new, axis=0, mode="update")
 
-        begin = start if start is not None else mb.concat(values=[h0, np.zeros((s, n, h), np.float32)], axis=0)
+        if start is None:
+            begin = mb.concat(values=[h0, np.zeros((s, n, h), np.float32)], axis=0)
+        else:
+            begin = mb.cast(x=start, dtype="fp32") if start.dtype == np.float16 else start
         loop_vars = (np.array([0], np.int32), begin)
         return mb.while_loop(_cond=lambda step, _: mb.less(x=step, y=np.int32(s)), _body=body, loop_vars=loop_vars)[1]
 
@@ -709,17 +713,18 @@ def test_a_while_loop_starting_from_a_given_state_is_lifted_with_it(tmp_path):
     np.testing.assert_allclose(y_h[0], state, atol=1e-5, rtol=1e-4)
 
 
-def test_a_while_loop_starting_from_a_constant_state_holds_it_as_a_learned_initial_state(tmp_path):
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_a_while_loop_starting_from_a_constant_state_holds_it_as_a_learned_initial_state(tmp_path, dtype):
     """The loop's buffer starts as one constant whose row 0 is a state and the rest zeros (coremltools' fold of a
-    module's nn.Parameter h0): the lifted RNN holds that state as its constant initial_h and takes X alone;
-    converted to ONNX (verified against the MIL interpreter), onnxruntime fed X alone gives the recurrence
-    computed here from the weights and that state."""
+    module's nn.Parameter h0; in fp16, cast to fp32): the lifted RNN holds that state (as fp32) as its constant
+    initial_h and takes X alone; converted to ONNX (verified against the MIL interpreter), onnxruntime fed X
+    alone gives the recurrence computed here from the weights and that state."""
     import onnxruntime as ort
 
     s, n, _, h = LOOP_SIZES
-    learned = np.random.default_rng(3).uniform(-1, 1, (1, n, h)).astype(np.float32)
+    learned = np.random.default_rng(3).uniform(-1, 1, (1, n, h)).astype(dtype).astype(np.float32)
     path, weights, feed = _hand_built_rnn_loop(
-        tmp_path, start=np.concatenate([learned, np.zeros((s, n, h), np.float32)])
+        tmp_path, start=np.concatenate([learned, np.zeros((s, n, h), np.float32)]).astype(dtype)
     )
     (layer,) = gp.load(path).layers
     assert layer.fed_roles() == () and list(layer.constants) == ["initial_h"]
