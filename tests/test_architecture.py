@@ -62,10 +62,7 @@ def _all_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
         elif isinstance(node, ast.If) and _is_type_checking(node.test):
-            for statement in node.orelse:
-                found += (
-                    _all_imports(statement) if not isinstance(statement, (ast.Import, ast.ImportFrom)) else [statement]
-                )
+            found += _all_imports(ast.Module(body=node.orelse, type_ignores=[]))  # its body runs for checkers only
         else:
             found += _all_imports(node)
     return found
