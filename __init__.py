@@ -38,8 +38,7 @@ from gatepack.converters import (
     state_pairs,
     verify,
 )
-
-__version__ = "0.2.0"
+from gatepack.version import __version__
 
 __all__ = [
     "__version__",

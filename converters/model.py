@@ -94,7 +94,7 @@ def graph_interface(model: Model) -> tuple[Sequence[GraphTensor], Sequence[Graph
     """The whole model's own inputs and outputs as (name, dtype, dims), read from its artifact by its format
     (None: an in-memory model, a format whose artifacts hold recurrent layers only, or inputs the artifact does
     not declare fully)."""
-    from gatepack.converters import registry
+    import gatepack.converters.registry as registry
 
     if model.path is None:
         return None

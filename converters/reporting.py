@@ -22,6 +22,7 @@ import gatepack.converters.registry as registry
 from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
 from gatepack.converters.model import Model, chained_input_finding
 from gatepack.schemas.layer import ROLE_LABELS, RecurrentLayer
+from gatepack.version import __version__
 
 LAYERS_ONLY_WARNING = "layers only, as asked"  # the ``model`` finding's warning when the user asked for the layers
 
@@ -597,7 +598,5 @@ def build_report(model: Model, targets: list[str], options: dict | None = None) 
             found = target_findings(model, layer, target, options, surroundings[target])
             lay.targets[target] = TargetReport(worst(found), found)
         layers.append(lay)
-    from gatepack import __version__
-
     created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return Report(str(model.path), model.format, layers, list(model.skipped), surroundings, __version__, created)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
-from gatepack.converters import registry
+import gatepack.converters.registry as registry
 from gatepack.converters.errors import UsageError
 from gatepack.converters.model import Model
 

@@ -15,8 +15,8 @@ pytest.importorskip("coremltools")
 
 from gatepack.converters.errors import RefusedError  # noqa: E402
 from gatepack.converters.formats.coreml.running import run_numpy  # noqa: E402
+from gatepack.converters.formats.coreml.saving import save_package  # noqa: E402
 from gatepack.converters.formats.coreml.whole import translate_onnx  # noqa: E402
-from gatepack.converters.formats.coreml.writer import save_package  # noqa: E402
 
 
 def operator_model(

@@ -98,7 +98,7 @@ def test_the_wheel_holds_every_tracked_module_and_data_file(wheel):
     import (or one type checkers skip, without ``py.typed``): every file git tracks under converters/ and
     schemas/ (modules, schemas, their licence and README) and the package's top-level files are in the wheel."""
     tracked = subprocess.run(
-        ["git", "ls-files", "converters", "schemas", "cli.py", "__init__.py", "__main__.py", "py.typed"],
+        ["git", "ls-files", "converters", "schemas", "cli.py", "version.py", "__init__.py", "__main__.py", "py.typed"],
         cwd=ROOT,
         capture_output=True,
         text=True,

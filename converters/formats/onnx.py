@@ -16,7 +16,8 @@ they are named by their path (``If_0/then_branch/GRU_3``).
 
 This module is the format's entry (``write``, ``check``, ``IMPLEMENTATION``); the rest, one module per role:
 ``onnx_graph`` (loading, external data, the walk of every graph, the handle that runs a node alone),
-``onnx_reader``, ``onnx_writer`` (a layer as nodes), ``onnx_rewrite`` (a whole model rewritten in place) and
+``onnx_reader`` (the reading's entry, with ``onnx_node``, ``onnx_interface``, ``onnx_constants``, ``onnx_quantized``
+and ``onnx_lifted``), ``onnx_writer`` (a layer as nodes), ``onnx_rewrite`` (a whole model rewritten in place) and
 ``onnx_running`` (onnxruntime sessions).
 """
 

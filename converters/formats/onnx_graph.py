@@ -1,5 +1,5 @@
-"""ONNX models as protobuf: loading, external data, the walk of every (sub)graph, static shapes, and the
-handle that runs a layer's original nodes alone (``Isolated``).
+"""ONNX models as protobuf: loading, external data, the walk of every (sub)graph (with each node's ``Scope``:
+the names it sees), static shapes, and the handle that runs a layer's original nodes alone (``Isolated``).
 
 Shared by the reader, the writer, the in-place rewrite and running (each in its own module), and by the
 readers of other producers' ONNX (``onnx_quantized``); it imports none of them.
@@ -155,6 +155,51 @@ def walk_nodes(
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for k, sub in enumerate(attr.graphs):
                     yield from walk_nodes(sub, f"{name}/{attr.name}[{k}]/", graph)
+
+
+class Scope:
+    """Names visible in one graph: its initializers, inputs, and node outputs; then its parent's."""
+
+    def __init__(self, graph: onnx.GraphProto, parent: "Scope | None", path: str) -> None:
+        self.graph = graph
+        self.parent = parent
+        self.path = path
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.inputs = {i.name for i in graph.input} - set(self.initializers)
+        self.outputs = {o.name for o in graph.output}
+        self.producers: dict[str, onnx.NodeProto] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in graph.node:
+            for out in node.output:
+                if out:
+                    self.producers[out] = node
+            for inp in node.input:
+                self.consumers.setdefault(inp, []).append(node)
+
+    def lookup(self, name: str) -> tuple[str, onnx.TensorProto | onnx.NodeProto | None, "Scope"] | None:
+        """(kind, what, its scope) of the tensor ``name``: ("initializer", TensorProto), ("node", its producer
+        NodeProto) or ("input", None); None where no enclosing scope defines it."""
+        scope: Scope | None = self
+        while scope is not None:
+            if name in scope.initializers:
+                return "initializer", scope.initializers[name], scope
+            if name in scope.producers:
+                return "node", scope.producers[name], scope
+            if name in scope.inputs:
+                return "input", None, scope
+            scope = scope.parent
+        return None
+
+
+def walk_scopes(graph: onnx.GraphProto) -> Iterator[tuple[onnx.NodeProto, Scope, str]]:
+    """``walk_nodes`` with each node's ``Scope`` (its graph's names, then the enclosing graphs'): (node, scope,
+    unique name)."""
+    scopes: dict[int, Scope] = {}
+    for node, owner, outer, name in walk_nodes(graph):
+        scope = scopes.get(id(owner))
+        if scope is None:
+            scope = scopes[id(owner)] = Scope(owner, scopes[id(outer)] if outer is not None else None, name)
+        yield node, scope, name
 
 
 def value_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:

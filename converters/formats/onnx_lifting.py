@@ -22,13 +22,14 @@ of the region the rest of the graph reads, how each is recomputed from the canon
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from gatepack.converters.formats.onnx_folding import node_subgraphs
+from gatepack.converters.formats.onnx_graph import Scope
 from gatepack.converters.lifting import hidden_sizes
 from gatepack.schemas.layer import Direction
 
@@ -131,9 +132,12 @@ class _Adapters:
 
 
 class Finder:
-    """Finds the Loops and unrolled chains of one model's main graph (``scope``: onnx_reader's _Scope)."""
+    """Finds the Loops and unrolled chains of one model's main graph (``scope``: its names; ``value_of``: a
+    tensor's value)."""
 
-    def __init__(self, proto: onnx.ModelProto, scope, value_of, opset: int) -> None:
+    def __init__(
+        self, proto: onnx.ModelProto, scope: Scope, value_of: Callable[[onnx.TensorProto], np.ndarray], opset: int
+    ) -> None:
         self.proto, self.scope, self.value_of, self.opset = proto, scope, value_of, opset
         self.graph_inputs = {i.name for i in proto.graph.input} - set(scope.initializers)
         self.shapes = _inferred_shapes(proto)
@@ -312,7 +316,7 @@ class Finder:
             return None, False
         mask, reverser = masks[0], self.scope.producers.get(masks[0])
         reversed_ = reverser is not None and _reverses_time(reverser, self._constant)
-        in_time = reverser.input[0] if reversed_ else mask
+        in_time = reverser.input[0] if reversed_ and reverser is not None else mask
         if len(masks) > 1 or not self._prefix_mask(in_time):
             raise NotARecurrence(
                 f"{what}: masked: each step is kept or skipped per row by the mask {mask!r} (Keras masking), "

@@ -30,7 +30,7 @@ import mmap
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import onnx
@@ -39,9 +39,12 @@ from onnx import helper, numpy_helper
 from gatepack.converters.errors import InputError, where
 from gatepack.converters.fileio import open_regular
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.onnx_graph import external_file, walk_nodes
+from gatepack.converters.formats.onnx_graph import Scope, external_file, isolated_record, walk_nodes
 from gatepack.converters.samples import DYNAMIC_INT8, TOLERANCES
-from gatepack.schemas.layer import Provenance, RecurrentLayer
+from gatepack.schemas.layer import RecurrentLayer
+
+if TYPE_CHECKING:  # onnx_node imports what imports this module
+    from gatepack.converters.formats.onnx_node import NodeReader
 
 OP_TYPE = "DynamicQuantizeLSTM"
 DOMAIN = "com.microsoft"
@@ -85,9 +88,9 @@ def foreign_operators(nodes: Iterable[tuple], onnx_domains: tuple[str, ...]) -> 
     )
 
 
-def read_quantized_lstm(reader, node: onnx.NodeProto, scope, name: str) -> RecurrentLayer:
+def read_quantized_lstm(reader: NodeReader, node: onnx.NodeProto, scope: Scope, name: str) -> RecurrentLayer:
     """The float LSTM layer of a ``DynamicQuantizeLSTM`` node: its weights dequantized and transposed into
-    ONNX's layout, read by ``reader`` (the ONNX reader) as an ``LSTM`` node with the node's attributes;
+    ONNX's layout, read by ``reader`` (the ONNX node reader) as an ``LSTM`` node with the node's attributes;
     its provenance runs the original node. Adds the ``quantization`` finding to ``reader.notes``."""
     at = where(reader.path, name)
     _check_signature(node, at)
@@ -95,8 +98,8 @@ def read_quantized_lstm(reader, node: onnx.NodeProto, scope, name: str) -> Recur
     hidden = next((a.i for a in node.attribute if a.name == "hidden_size"), None)
     if hidden is None or hidden < 1:
         raise InputError(f"{at}{OP_TYPE} needs a positive hidden_size attribute (got {hidden})")
-    stored = {role: reader.constant(inputs[k], scope, name, role) for k, role in ((1, "W"), (2, "R"))}
-    stored |= {role: reader.constant(inputs[k], scope, name, role) for k, role in _QUANTIZATION_INPUTS}
+    stored = {role: reader.constants.constant(inputs[k], scope, name, role) for k, role in ((1, "W"), (2, "R"))}
+    stored |= {role: reader.constants.constant(inputs[k], scope, name, role) for k, role in _QUANTIZATION_INPUTS}
     w, per_channel = _dequantized(stored, "W", hidden, at)
     r, _ = _dequantized(stored, "R", hidden, at)
     if w.shape[0] != r.shape[0] or r.shape[1] != hidden:
@@ -112,13 +115,13 @@ def read_quantized_lstm(reader, node: onnx.NodeProto, scope, name: str) -> Recur
         **scope.initializers,
         **{k: numpy_helper.from_array(np.ascontiguousarray(v), k) for k, v in floats.items()},
     }
-    layer = reader._read_node(proxy, shadowed, name)
-    handle = layer.provenance.handle
+    layer = reader.read_node(proxy, shadowed, name)
+    handle, provenance = isolated_record(layer), layer.provenance
+    assert provenance is not None  # (isolated_record found its handle there)
     constants = {k: v for k, v in handle.constants.items() if k not in floats}  # B and P
     constants |= {inputs[k]: _exact_kernel(stored[role]) for k, role in ((1, "W"), (2, "R"), *_QUANTIZATION_INPUTS)}
     original = replace(handle, nodes=[node if n is proxy else n for n in handle.nodes], constants=constants)
     reader.notes.setdefault(name, []).append(_finding(stored, per_channel))
-    provenance: Provenance = layer.provenance
     return replace(
         layer, provenance=replace(provenance, op_type=OP_TYPE, op_version=1, inputs=tuple(node.input), handle=original)
     )

@@ -6,6 +6,7 @@
 * ``lifting`` — other producers' ``while_loop`` cells lifted into canonical layers;
 * ``interpreter`` — the NumPy interpreter of MIL ops, and running a package on it;
 * ``checks`` — the findings for writing a layer;
+* ``saving`` — ``write``: the layers or the whole model built as a MIL program, saved as a package;
 * ``translate``, ``onnx_ops`` and ``whole`` — a whole ONNX model as one ML Program: the operator table's
   interface, the table (one entry per ONNX operator), and the pipeline.
 """
@@ -30,8 +31,9 @@ from gatepack.converters.formats.coreml.running import (
     run_native,
     run_numpy,
 )
+from gatepack.converters.formats.coreml.saving import write
 from gatepack.converters.formats.coreml.whole import whole_model_finding
-from gatepack.converters.formats.coreml.writer import build, write
+from gatepack.converters.formats.coreml.writer import build
 from gatepack.converters.registry import FormatImplementation
 
 __all__ = [

@@ -56,8 +56,8 @@ class _Prepared:
     ids of the nodes a layer stands for (``skip``) and the anchor node of each layer (id -> layer)."""
 
     def __init__(self, proto, layers: list[RecurrentLayer]) -> None:
+        from gatepack.converters.formats.onnx_constants import constant_feeders
         from gatepack.converters.formats.onnx_graph import isolated_record
-        from gatepack.converters.formats.onnx_reader import constant_feeders
 
         self.proto = proto
         self.layers = layers
