@@ -1,0 +1,95 @@
+"""Findings for writing a layer as LiteRT: the shared features from ``capabilities.LITERT`` and what only LiteRT
+has (no GRU builtin, states as variable tensors, a static N, the elementary form's static S)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gatepack.converters.feature_findings import findings, replacing
+from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.litert.strategy import form
+from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
+from gatepack.schemas.cells import Cell
+from gatepack.schemas.layer import RecurrentLayer, dim_text, state_roles
+
+VARIABLE_STATE = (
+    "a variable tensor the interpreter keeps between invoke() calls: an app calls reset_all_variables() before "
+    "each independent sequence (gatepack's runner does)"
+)
+
+
+def check(
+    layer: RecurrentLayer, *, strategy: str = "auto", seq_length: Any = None, batch_size: Any = None
+) -> list[Finding]:
+    """Findings for writing ``layer`` as LiteRT with ``strategy``."""
+    chosen = form(layer, strategy)
+    found = findings(layer, chosen)
+    if layer.cell is Cell.GRU and chosen.native:
+        found = replacing(
+            found,
+            Finding(
+                "cell",
+                Status.UNSUPPORTED,
+                "TFLite has no GRU builtin operator",
+                alternative=chosen.caps.alternatives["cell"],
+            ),
+        )
+    extra = [_lengths(layer, chosen.native), _shapes(layer, chosen.native, seq_length, batch_size)]
+    return replacing(found, *extra, *_states(layer, chosen.native))
+
+
+def _lengths(layer: RecurrentLayer, native: bool) -> Finding | None:
+    if not layer.interface.sequence_lens:
+        return None
+    how = "the sequence ops have no sequence lengths" if native else "the unrolled form has no masks"
+    return Finding(
+        "sequence_lens",
+        Status.UNSUPPORTED,
+        f"sequence_lens: {how}",
+        alternative="pad the sequences and drop sequence_lens, or convert to onnx or openvino",
+    )
+
+
+def _size(value: Any, layer: RecurrentLayer, default: int) -> int:
+    value = value.get(layer.name) if isinstance(value, dict) else value
+    return value if isinstance(value, int) else default
+
+
+def _shapes(layer: RecurrentLayer, native: bool, seq_length: Any, batch_size: Any) -> Finding:
+    """N fixed (each state is a variable tensor [N, H]); S dynamic for the op, fixed for the unrolled form."""
+    itf = layer.interface
+    fixed = []
+    if not isinstance(itf.batch_size, int):
+        fixed.append(
+            f"N={dim_text(itf.batch_size)} fixed to {_size(batch_size, layer, DEFAULT_BATCH)} (--batch-size: "
+            "the state variables are [N, H])"
+        )
+    if not native and not isinstance(itf.seq_length, int):
+        fixed.append(
+            f"S={dim_text(itf.seq_length)} fixed to {_size(seq_length, layer, DEFAULT_SEQ_LENGTH)} "
+            "(--seq-length: the elementary form is unrolled)"
+        )
+    if not fixed:
+        s = dim_text(itf.seq_length) + ("" if native or isinstance(itf.seq_length, int) else "")
+        return Finding("shapes", Status.EXACT, f"S={s}, N={itf.batch_size}")
+    return Finding("shapes", Status.REPACKED, "; ".join(fixed))
+
+
+def _states(layer: RecurrentLayer, native: bool) -> list[Finding]:
+    """Per state of the native op: the variable tensor it is, and the trap it sets for an app."""
+    if not native:
+        return []
+    found = []
+    for role, _ in state_roles(layer.cell):
+        if role in layer.fed_roles():
+            found.append(
+                Finding(
+                    role,
+                    Status.EXACT,
+                    f"{role} input kept: it is the op's state variable (the "
+                    "interpreter writes the final state into it)",
+                )
+            )
+        else:
+            found.append(Finding(role, Status.EXACT, "zeros: a zero variable tensor [N, H]", warning=VARIABLE_STATE))
+    return found

@@ -1,0 +1,303 @@
+"""LiteRT: ``.tflite`` files read into canonical layers, without running anything.
+
+gatepack's own files carry their layers' description (metadata ``gatepack``); their weights are read from the
+sequence ops or, for the elementary form, from the constants the description names. Another producer's file
+gives one layer per ``UNIDIRECTIONAL_SEQUENCE_LSTM`` / ``_RNN`` op (docs/conventions.md §14): per-gate tensors
+into ONNX's i, o, f, c blocks, one bias per gate as Wb (Rb zero), peepholes cell_to_{i,f,o} into P (i, o, f),
+CIFG (no input-gate tensors: i = 1 - f) as input_forget with ONNX's input gate = the forget gate negated,
+the fused activation as g and h (gates Sigmoid), ``time_major`` as the layout; a state variable that is a
+subgraph input is the layer's initial state, one with data a held (learned) initial state. What a canonical
+layer cannot hold is refused naming the file, the op and the field: projection, layer norm, cell_clip (it
+bounds the cell state, ONNX's clip the gates' inputs), quantized weights, other fused activations.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gatepack.converters.description import build_layer, constant_from_layout, parse
+from gatepack.converters.errors import InputError, NoRecurrentLayerError
+from gatepack.converters.fileio import read_bytes
+from gatepack.converters.formats.litert.common import (
+    FILE_IDENTIFIER,
+    FORMAT,
+    FUSED,
+    LSTM_BIASES,
+    LSTM_CELL_STATE,
+    LSTM_INPUT_WEIGHTS,
+    LSTM_LAYER_NORM,
+    LSTM_OUTPUT_STATE,
+    LSTM_PEEPHOLES,
+    LSTM_PROJECTION,
+    LSTM_RECURRENT_WEIGHTS,
+    METADATA_KEY,
+    schema,
+)
+from gatepack.converters.model import Model
+from gatepack.schemas.activations import Activation
+from gatepack.schemas.cells import Cell
+from gatepack.schemas.layer import Direction, DirectionParams, Interface, Provenance, RecurrentLayer
+
+SEQUENCE_OPS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": Cell.LSTM, "UNIDIRECTIONAL_SEQUENCE_RNN": Cell.RNN}
+UNREAD_OPS = ("BIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_RNN", "LSTM", "RNN")
+_NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT32": np.int32}
+
+
+class _File:
+    """A parsed file: its first subgraph, buffers and operator names."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.s = path, schema()
+        data = read_bytes(path)
+        if data[4:8] != FILE_IDENTIFIER:
+            raise InputError(f"{path}: not a LiteRT flatbuffer (no {FILE_IDENTIFIER.decode()} identifier at byte 4)")
+        try:
+            self.model = self.s.ModelT.InitFromPackedBuf(data, 0)
+        except Exception as err:  # noqa: BLE001 (flatbuffers raises anything on a malformed buffer)
+            raise InputError(f"{path}: a malformed LiteRT flatbuffer ({type(err).__name__}: {err})"[:240]) from None
+        if not self.model.subgraphs:
+            raise InputError(f"{path}: a LiteRT file without a subgraph")
+        self.graph = self.model.subgraphs[0]
+        self.tensors = self.graph.tensors or []
+        codes = {v: k for k, v in vars(self.s.BuiltinOperator).items() if not k.startswith("_")}
+        self.op_names = [
+            codes.get(max(c.builtinCode, c.deprecatedBuiltinCode), "CUSTOM") for c in self.model.operatorCodes or []
+        ]
+
+    def name(self, index: int) -> str:
+        value = self.tensors[index].name
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def op_name(self, op: Any) -> str:
+        return self.op_names[op.opcodeIndex]
+
+    def array(self, index: int, where: str) -> np.ndarray | None:
+        """The constant data of tensor ``index`` (None: no data), refusing a quantized or non-float tensor."""
+        if index < 0:
+            return None
+        t = self.tensors[index]
+        buffer = self.model.buffers[t.buffer] if t.buffer < len(self.model.buffers) else None
+        if buffer is None or buffer.data is None or len(buffer.data) == 0:
+            return None
+        kind = next((k for k, v in vars(self.s.TensorType).items() if v == t.type), str(t.type))
+        if kind not in _NUMPY:
+            raise InputError(
+                f"{self.path}: {where}: tensor {self.name(index)!r} is {kind} (quantized weights are not read: "
+                "gatepack reads float tensors)"
+            )
+        return np.frombuffer(bytes(np.asarray(buffer.data, np.uint8)), _NUMPY[kind]).reshape(t.shape)
+
+    def metadata(self) -> dict | None:
+        for entry in self.model.metadata or []:
+            name = entry.name.decode() if isinstance(entry.name, bytes) else entry.name
+            if name == METADATA_KEY:
+                raw = bytes(np.asarray(self.model.buffers[entry.buffer].data, np.uint8))
+                try:
+                    found = json.loads(raw)
+                except ValueError:
+                    raise InputError(f"{self.path}: its gatepack metadata is not JSON") from None
+                return found if isinstance(found, dict) else None
+        return None
+
+
+def read(path: str | Path, **_options: Any) -> Model:
+    path = Path(path)
+    file = _File(path)
+    described = file.metadata()
+    if described is not None:
+        return Model(path, FORMAT, [_described_layer(file, entry) for entry in described.get("layers", [])])
+    layers, skipped = [], []
+    for k, op in enumerate(file.graph.operators or []):
+        kind = file.op_name(op)
+        if kind in SEQUENCE_OPS:
+            layers.append(_foreign_layer(file, op, SEQUENCE_OPS[kind], k))
+        elif kind in UNREAD_OPS:
+            skipped.append((file.name(op.outputs[0]), f"{kind} is not read yet"))
+    if not layers:
+        held = sorted({file.op_name(op) for op in file.graph.operators or []})
+        raise NoRecurrentLayerError(
+            f"{path}: no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN operator (it holds {', '.join(held[:8]) or 'none'})"
+        )
+    others = sorted({file.op_name(op) for op in file.graph.operators or []} - set(SEQUENCE_OPS))
+    meta = {"other_ops": others} if others else {}
+    return Model(path, FORMAT, layers, skipped=skipped, meta=meta)
+
+
+# ----------------------------------------------------------------------------------------- the ops
+
+
+def _op_params(file: _File, op: Any, cell: Cell, where: str) -> tuple[DirectionParams, dict]:
+    """One sequence op's weights in ONNX's convention, and its options (fused activation, time_major, CIFG)."""
+    inputs = list(op.inputs)
+    options = op.builtinOptions
+    fused = next(
+        (k for k, v in vars(file.s.ActivationFunctionType).items() if v == options.fusedActivationFunction), "?"
+    )
+    activation = next((name for name, value in FUSED.items() if value == fused), None)
+    if activation is None:
+        raise InputError(f"{file.path}: {where}: fused_activation_function {fused} has no ONNX activation here")
+    if cell is Cell.RNN:
+        w, r, b = (file.array(inputs[j], where) for j in (1, 2, 3))
+        if w is None or r is None:
+            raise InputError(f"{file.path}: {where}: its weights are not constant tensors")
+        h = w.shape[0]
+        bias = np.zeros(h, np.float32) if b is None else b.astype(np.float32)
+        params = DirectionParams(
+            w.astype(np.float32), r.astype(np.float32), bias, np.zeros(h, np.float32), (Activation(activation),)
+        )
+        return params, {"time_major": options.timeMajor, "has_bias": b is not None, "states": inputs[4:5]}
+    return _lstm_params(file, inputs, options, activation, where)
+
+
+def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, where: str) -> tuple:
+    def present(index: int) -> bool:
+        return index < len(inputs) and inputs[index] >= 0
+
+    for label, indices in (("projection", LSTM_PROJECTION), ("layer norm", LSTM_LAYER_NORM)):
+        if any(present(j) for j in indices):
+            raise InputError(f"{file.path}: {where}: a {label} input, which ONNX's LSTM has no counterpart of")
+    if options.cellClip:
+        raise InputError(
+            f"{file.path}: {where}: cell_clip {options.cellClip:g} bounds the cell state (ONNX's clip bounds the "
+            "gates' inputs): no canonical layer holds it"
+        )
+
+    def get(index: int) -> np.ndarray | None:
+        found = file.array(inputs[index], where) if present(index) else None
+        return None if found is None else found.astype(np.float32)
+
+    cifg = not present(LSTM_INPUT_WEIGHTS["i"])
+    w = {g: get(j) for g, j in LSTM_INPUT_WEIGHTS.items()}
+    r = {g: get(j) for g, j in LSTM_RECURRENT_WEIGHTS.items()}
+    b = {g: get(j) for g, j in LSTM_BIASES.items()}
+    p = {g: get(j) for g, j in LSTM_PEEPHOLES.items()}
+    if any(w[g] is None or r[g] is None for g in "fco"):
+        raise InputError(f"{file.path}: {where}: its forget, cell and output weights are not constant tensors")
+    h = w["f"].shape[0]
+    zero = np.zeros(h, np.float32)
+    if cifg:  # the kernel's i = 1 - f: ONNX's input gate is the forget gate negated, f = 1 - i
+        w["i"], r["i"] = -w["f"], -r["f"]
+        b["i"] = None if b["f"] is None else -b["f"]
+        p["i"] = None if p["f"] is None else -p["f"]
+        w["f"], r["f"], b["f"], p["f"] = np.zeros_like(w["f"]), np.zeros_like(r["f"]), None, None
+    has_peepholes = any(p[g] is not None for g in "iof")
+    peepholes = np.concatenate([zero if p[g] is None else p[g] for g in "iof"]) if has_peepholes else None
+    params = DirectionParams(
+        np.concatenate([w[g] for g in "iofc"]),
+        np.concatenate([r[g] for g in "iofc"]),
+        np.concatenate([zero if b[g] is None else b[g] for g in "iofc"]),
+        np.zeros(4 * h, np.float32),
+        (Activation("Sigmoid"), Activation(activation), Activation(activation)),
+        peepholes,
+    )
+    found = {
+        "time_major": options.timeMajor,
+        "has_bias": any(b[g] is not None for g in "iofc"),
+        "input_forget": cifg,
+        "states": [inputs[LSTM_OUTPUT_STATE], inputs[LSTM_CELL_STATE]],
+    }
+    return params, found
+
+
+def _foreign_layer(file: _File, op: Any, cell: Cell, k: int) -> RecurrentLayer:
+    """One sequence op of another producer as a forward layer."""
+    name = file.name(op.outputs[0])
+    where = f"{file.op_name(op)} {name!r}"
+    params, found = _op_params(file, op, cell, where)
+    layout = 0 if found["time_major"] else 1
+    x_shape = list(file.tensors[op.inputs[0]].shapeSignature or file.tensors[op.inputs[0]].shape)
+    s, n = (x_shape[0], x_shape[1]) if layout == 0 else (x_shape[1], x_shape[0])
+    roles: dict[str, str | None] = {}
+    constants: dict[str, np.ndarray] = {}
+    for state, index in zip(("h", "c"), found["states"]):
+        if index < 0 or not file.tensors[index].isVariable:
+            raise InputError(f"{file.path}: {where}: its {state} state input is not a variable tensor")
+        held = file.array(index, where)
+        if index in (file.graph.inputs or []):
+            roles[f"initial_{state}"] = file.name(index)
+        elif held is not None:  # a learned initial state (the interpreter itself refuses a variable with data)
+            roles[f"initial_{state}"] = file.name(index)
+            constants[f"initial_{state}"] = held.astype(np.float32).reshape(1, -1, params.R.shape[1])
+        else:
+            roles[f"y_{state}"] = file.name(index)
+    itf = Interface(
+        x=file.name(op.inputs[0]),
+        y=name,
+        y_h=roles.get("y_h"),
+        initial_h=roles.get("initial_h"),
+        initial_c=roles.get("initial_c"),
+        y_c=roles.get("y_c"),
+        layout=layout,
+        seq_length=s if s >= 0 else None,
+        batch_size=n if n >= 0 else None,
+        dtype="float32",
+    )
+    return RecurrentLayer(
+        name,
+        cell,
+        params.W.shape[1],
+        params.R.shape[1],
+        Direction.FORWARD,
+        (params,),
+        itf,
+        has_bias=found["has_bias"],
+        input_forget=bool(found.get("input_forget", False)),
+        constants=constants,
+        provenance=Provenance(FORMAT, file.path, name, "node", file.op_name(op), inputs=(itf.x,), layout=layout),
+    )
+
+
+# ----------------------------------------------------------------------------------------- own files
+
+
+def _described_layer(file: _File, entry: object) -> RecurrentLayer:
+    info = parse(file.path, entry)
+    assert isinstance(entry, dict)  # parse refused anything else
+    weights = entry.get("weights")
+    if not isinstance(weights, list) or len(weights) != info.direction.count:
+        raise InputError(f"{file.path}: layer {info.name!r}: its description names no weights per direction")
+    by_name = {file.name(k): k for k in range(len(file.tensors))}
+    ops = {file.name(op.outputs[0]): op for op in file.graph.operators or []}
+    directions = []
+    for k, names in enumerate(weights):
+        where = f"layer {info.name!r} direction {k}"
+        if info.strategy == "native":
+            op = ops.get(names.get("op_output") if isinstance(names, dict) else None)
+            if op is None:
+                raise InputError(f"{file.path}: {where}: the sequence op its description names is missing")
+            params, _ = _op_params(file, op, info.cell, where)
+            if info.cell is Cell.LSTM and info.input_forget:  # the f block ONNX ignores: zeros either way
+                params = DirectionParams(params.W, params.R, params.Wb, params.Rb, info.activations[k], params.P)
+        else:
+            params = _elementary_params(file, by_name, names, info.activations[k], where)
+        directions.append(DirectionParams(params.W, params.R, params.Wb, params.Rb, info.activations[k], params.P))
+    constants = {}
+    for role in info.constant_roles:
+        index = by_name.get(f"{info.name}/{role}")
+        value = None if index is None else file.array(index, f"layer {info.name!r}")
+        if value is None:  # the native form's zero state variable
+            batch = info.interface.batch_size if isinstance(info.interface.batch_size, int) else 1
+            value = np.zeros((info.direction.count, batch, info.hidden_size), np.float32)
+        else:
+            value = constant_from_layout(value, role, info.interface.layout)
+        constants[role] = value
+    provenance = Provenance(FORMAT, file.path, info.name, info.strategy)
+    return build_layer(file.path, info, directions, provenance, constants)
+
+
+def _elementary_params(file: _File, by_name: dict, names: object, activations: tuple, where: str) -> DirectionParams:
+    if not isinstance(names, dict) or not all(isinstance(names.get(key), str) for key in ("W", "R", "Wb", "Rb")):
+        raise InputError(f"{file.path}: {where}: its description does not name W, R, Wb and Rb")
+
+    def get(key: str) -> np.ndarray:
+        index = by_name.get(names[key])
+        value = None if index is None else file.array(index, where)
+        if value is None:
+            raise InputError(f"{file.path}: {where}: constant {names[key]!r} is missing")
+        return value.astype(np.float32)
+
+    return DirectionParams(get("W"), get("R"), get("Wb"), get("Rb"), activations, get("P") if "P" in names else None)
