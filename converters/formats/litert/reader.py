@@ -22,6 +22,7 @@ import numpy as np
 from gatepack.converters.description import build_layer, constant_from_layout, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.fileio import read_bytes
+from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.litert.common import (
     FILE_IDENTIFIER,
     FORMAT,
@@ -110,21 +111,25 @@ def read(path: str | Path, **_options: Any) -> Model:
     described = file.metadata()
     if described is not None:
         return Model(path, FORMAT, [_described_layer(file, entry) for entry in described.get("layers", [])])
-    layers, skipped = [], []
-    for k, op in enumerate(file.graph.operators or []):
+    layers, skipped, notes = [], [], {}
+    for op in file.graph.operators or []:
         kind = file.op_name(op)
         if kind in SEQUENCE_OPS:
-            layers.append(_foreign_layer(file, op, SEQUENCE_OPS[kind], k))
+            layer, found = _foreign_layer(file, op, SEQUENCE_OPS[kind])
+            layers.append(layer)
+            if found:
+                notes[layer.name] = found
         elif kind in UNREAD_OPS:
             skipped.append((file.name(op.outputs[0]), f"{kind} is not read yet"))
     if not layers:
         held = sorted({file.op_name(op) for op in file.graph.operators or []})
         raise NoRecurrentLayerError(
-            f"{path}: no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN operator (it holds {', '.join(held[:8]) or 'none'})"
+            f"{path}: no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN operator (it holds {', '.join(held[:8]) or 'none'}; "
+            "a WHILE loop or unrolled cell is not lifted into a layer yet)"
         )
     others = sorted({file.op_name(op) for op in file.graph.operators or []} - set(SEQUENCE_OPS))
     meta = {"other_ops": others} if others else {}
-    return Model(path, FORMAT, layers, skipped=skipped, meta=meta)
+    return Model(path, FORMAT, layers, notes=notes, skipped=skipped, meta=meta)
 
 
 # ----------------------------------------------------------------------------------------- the ops
@@ -160,11 +165,6 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
     for label, indices in (("projection", LSTM_PROJECTION), ("layer norm", LSTM_LAYER_NORM)):
         if any(present(j) for j in indices):
             raise InputError(f"{file.path}: {where}: a {label} input, which ONNX's LSTM has no counterpart of")
-    if options.cellClip:
-        raise InputError(
-            f"{file.path}: {where}: cell_clip {options.cellClip:g} bounds the cell state (ONNX's clip bounds the "
-            "gates' inputs): no canonical layer holds it"
-        )
 
     def get(index: int) -> np.ndarray | None:
         found = file.array(inputs[index], where) if present(index) else None
@@ -198,18 +198,32 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
         "time_major": options.timeMajor,
         "has_bias": any(b[g] is not None for g in "iofc"),
         "input_forget": cifg,
+        "cell_clip": float(options.cellClip or 0.0),
         "states": [inputs[LSTM_OUTPUT_STATE], inputs[LSTM_CELL_STATE]],
     }
     return params, found
 
 
-def _foreign_layer(file: _File, op: Any, cell: Cell, k: int) -> RecurrentLayer:
-    """One sequence op of another producer as a forward layer."""
+def _cell_clip_note(clip: float) -> Finding:
+    """A producer's cell_clip (TensorFlow's converter writes 10 for every Keras LSTM): the canonical layer has no
+    bound on the cell state, so it is read as absent, which is lossy where |c| exceeds it."""
+    return Finding(
+        "clip",
+        Status.LOSSY,
+        f"cell_clip {clip:g} bounds the cell state (ONNX's clip bounds the gates' inputs): read without it, equal "
+        f"while every |c| stays within {clip:g}",
+        alternative="pass --allow-lossy to accept (verification compares against the file as written)",
+    )
+
+
+def _foreign_layer(file: _File, op: Any, cell: Cell) -> tuple[RecurrentLayer, list[Finding]]:
+    """One sequence op of another producer as a forward layer, and what reading it noticed."""
     name = file.name(op.outputs[0])
     where = f"{file.op_name(op)} {name!r}"
     params, found = _op_params(file, op, cell, where)
     layout = 0 if found["time_major"] else 1
-    x_shape = list(file.tensors[op.inputs[0]].shapeSignature or file.tensors[op.inputs[0]].shape)
+    x_tensor = file.tensors[op.inputs[0]]
+    x_shape = [int(d) for d in (x_tensor.shapeSignature if x_tensor.shapeSignature is not None else x_tensor.shape)]
     s, n = (x_shape[0], x_shape[1]) if layout == 0 else (x_shape[1], x_shape[0])
     roles: dict[str, str | None] = {}
     constants: dict[str, np.ndarray] = {}
@@ -217,7 +231,7 @@ def _foreign_layer(file: _File, op: Any, cell: Cell, k: int) -> RecurrentLayer:
         if index < 0 or not file.tensors[index].isVariable:
             raise InputError(f"{file.path}: {where}: its {state} state input is not a variable tensor")
         held = file.array(index, where)
-        if index in (file.graph.inputs or []):
+        if index in [int(k) for k in (file.graph.inputs if file.graph.inputs is not None else [])]:
             roles[f"initial_{state}"] = file.name(index)
         elif held is not None:  # a learned initial state (the interpreter itself refuses a variable with data)
             roles[f"initial_{state}"] = file.name(index)
@@ -236,7 +250,8 @@ def _foreign_layer(file: _File, op: Any, cell: Cell, k: int) -> RecurrentLayer:
         batch_size=n if n >= 0 else None,
         dtype="float32",
     )
-    return RecurrentLayer(
+    clip = found.get("cell_clip", 0.0)
+    layer = RecurrentLayer(
         name,
         cell,
         params.W.shape[1],
@@ -249,6 +264,7 @@ def _foreign_layer(file: _File, op: Any, cell: Cell, k: int) -> RecurrentLayer:
         constants=constants,
         provenance=Provenance(FORMAT, file.path, name, "node", file.op_name(op), inputs=(itf.x,), layout=layout),
     )
+    return layer, [_cell_clip_note(clip)] if clip else []
 
 
 # ----------------------------------------------------------------------------------------- own files

@@ -78,7 +78,7 @@ def open_session(path: str | Path) -> Callable[[dict], dict]:
 def _resize(path: Path, interpreter: Any, detail: dict, shape: tuple) -> None:
     signature = tuple(detail["shape_signature"])
     if len(signature) != len(shape) or any(s >= 0 and s != g for s, g in zip(signature, shape)):
-        declared = [s if s >= 0 else "?" for s in signature]
+        declared = [int(s) if s >= 0 else "?" for s in signature]
         raise InputError(f"{path}: input {detail['name']!r} has shape {list(shape)}, expected {declared}")
     interpreter.resize_tensor_input(detail["index"], list(shape), strict=True)
 
@@ -98,8 +98,13 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     found = layer.provenance
     if found is None or not found.of(FORMAT):
         raise UsageError(f"layer {layer.name!r} was not read from a LiteRT file")
-    outputs = run_native(found.artifact, feed)
     itf = layer.interface
+    if found.kind == "node":  # a foreign op's state input is its variable [N, H]: the canonical [1, N, H] reshaped
+        for role in layer.fed_roles():
+            name = getattr(itf, role)
+            if role != "sequence_lens" and name in feed:
+                feed = {**feed, name: np.reshape(feed[name], (-1, layer.hidden_size))}
+    outputs = run_native(found.artifact, feed)
     if found.kind == "node" and itf.y in outputs:  # the op's own Y: [S, N, H] or [N, S, H]
         y = outputs[itf.y]
         outputs[itf.y] = y[:, :, None] if itf.layout else y[:, None]
