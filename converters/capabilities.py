@@ -500,7 +500,7 @@ def _litert_op(cell: Cell) -> Op:
     )
 
 
-FUSED_ACTIVATIONS = ("Tanh", "Relu", "Sigmoid")  # ONNX's names of the fused activations the sequence ops compute
+FUSED_ACTIVATIONS = ("Tanh", "Relu")  # ONNX's names of the fused activations the sequence ops compute
 LITERT = Capabilities(
     "litert",
     _per_cell(_litert_op),

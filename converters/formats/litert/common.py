@@ -30,7 +30,10 @@ def schema() -> ModuleType:
 # ONNX activation -> the fused activation (ActivationFunctionType) that computes it exactly. The sequence ops
 # apply it to the RNN's hidden state, and to the LSTM's cell candidate and cell output (its gates are always
 # the logistic sigmoid); docs/conventions.md §14.
-FUSED = {"Tanh": "TANH", "Relu": "RELU", "Sigmoid": "SIGMOID"}
+FUSED = {
+    "Tanh": "TANH",
+    "Relu": "RELU",
+}  # ActivationFunctionType has no sigmoid (RELU_N1_TO_1, RELU6, SIGN_BIT: none in ONNX)
 FUSED_NAMES = {value: key for key, value in FUSED.items()}
 
 # UNIDIRECTIONAL_SEQUENCE_LSTM's 24 inputs (lstm_shared.h): per gate i, f, c, o its input and recurrent

@@ -21,7 +21,7 @@ from gatepack.converters.formats.litert.common import FORMAT
 from gatepack.schemas.layer import RecurrentLayer
 
 
-def _interpreter(path: Path) -> Any:
+def _interpreter(path: Path, preserve: bool = False) -> Any:
     from gatepack.converters.runtimes import litert
 
     _, module = litert()
@@ -30,6 +30,7 @@ def _interpreter(path: Path) -> Any:
         return module.Interpreter(
             model_content=content,
             experimental_op_resolver_type=module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            experimental_preserve_all_tensors=preserve,
         )
     except (ValueError, RuntimeError) as err:
         raise RuntimeFailure(
@@ -37,11 +38,11 @@ def _interpreter(path: Path) -> Any:
         ) from None
 
 
-def open_session(path: str | Path) -> Callable[[dict], dict]:
+def open_session(path: str | Path, tensors: tuple[str, ...] = ()) -> Callable[[dict], dict]:
     """The file loaded once; each call resets its variable tensors, then runs it on ``inputs`` (by tensor name;
-    an input not given is zeros) and returns every output by name."""
+    an input not given is zeros) and returns every output by name, and the ``tensors`` named (kept for it)."""
     path = Path(path)
-    interpreter = _interpreter(path)
+    interpreter = _interpreter(path, preserve=bool(tensors))
     shapes: dict[str, tuple] = {}
 
     def run(inputs: dict) -> dict:
@@ -70,7 +71,9 @@ def open_session(path: str | Path) -> Callable[[dict], dict]:
             interpreter.invoke()
         except RuntimeError as err:
             raise RuntimeFailure(f"{path}: the LiteRT interpreter failed ({_squash(err)})") from None
-        return {d["name"]: np.array(interpreter.get_tensor(d["index"])) for d in interpreter.get_output_details()}
+        found = {d["name"]: np.array(interpreter.get_tensor(d["index"])) for d in interpreter.get_output_details()}
+        kept = {d["name"]: d["index"] for d in interpreter.get_tensor_details() if d["name"] in tensors}
+        return {**found, **{name: np.array(interpreter.get_tensor(index)) for name, index in kept.items()}}
 
     return run
 
@@ -104,7 +107,8 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
             name = getattr(itf, role)
             if role != "sequence_lens" and name in feed:
                 feed = {**feed, name: np.reshape(feed[name], (-1, layer.hidden_size))}
-    outputs = run_native(found.artifact, feed)
+    names = tuple(getattr(itf, role) for role in ("y", "y_h", "y_c") if getattr(itf, role))
+    outputs = open_session(found.artifact, names if found.kind == "node" else ())(feed)
     if found.kind == "node" and itf.y in outputs:  # the op's own Y: [S, N, H] or [N, S, H]
         y = outputs[itf.y]
         outputs[itf.y] = y[:, :, None] if itf.layout else y[:, None]

@@ -1,0 +1,299 @@
+"""LiteRT (.tflite): configurations of the GRU/RNN and LSTM matrices converted (auto: the sequence op where it is
+exact, else elementary builtin ops unrolled), verified on ai-edge-litert's interpreter, the saved file run again
+on the interpreter and compared with onnxruntime (the float64 transcription for an LSTM); round trips back to
+ONNX; refusals; the variable-state trap (a file run twice)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from helpers import (
+    Config,
+    assert_matches_onnxruntime,
+    build_model,
+    inputs,
+    lstm_matrix,
+    matrix,
+    to_layout,
+)
+from oracle import assert_lstm_matches_the_oracle
+
+import gatepack as gp
+from gatepack.cli import main
+
+pytest.importorskip("ai_edge_litert")
+
+TOLERANCE = {"float32": (1e-5, 1e-4), "float64": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}
+FUSED = ("Tanh", "Relu")  # ActivationFunctionType: no sigmoid
+
+
+def convert_and_check(cfg: Config, tmp_path, strategy: str = "auto") -> str:
+    """Convert with ``strategy`` at the configuration's sizes, verified on the interpreter; the saved file run on
+    the interpreter gives onnxruntime's outputs (the oracle's for an LSTM). Returns the form chosen."""
+    src, out = tmp_path / "m.onnx", tmp_path / "m.tflite"
+    onnx.save(build_model(cfg), src)
+    result = gp.convert(src, out, strategy=strategy, allow_lossy=True, seq_length=cfg.S, batch_size=cfg.N)
+    assert result.verification.passed, result.verification.to_text()
+    (cell,) = [f for f in result.findings["rec"] if f.feature == "cell"]
+    chosen = "decomposed" if cell.status.value == "decomposed" else "native"
+    assert gp.load(out).layers[0].provenance.kind == chosen
+    feed0 = inputs(cfg)
+    outputs = gp.run(out, to_layout(cfg, feed0))  # the saved file on the interpreter
+    if cfg.cell == "LSTM":
+        assert_lstm_matches_the_oracle(cfg, feed0, outputs, *TOLERANCE[cfg.dtype])
+    else:
+        assert_matches_onnxruntime(cfg, feed0, outputs, *TOLERANCE[cfg.dtype])
+    return chosen
+
+
+def native_is_exact(cfg: Config) -> bool:
+    """Whether TFLite's sequence op computes what the ONNX node specifies, from the schema and the kernels
+    (docs/conventions.md §14), not from gatepack: no GRU op; RNN with Sigmoid, Tanh or Relu; LSTM with Sigmoid
+    gates and one of them as both g and h; no clip (cell_clip bounds the cell state); a bidirectional layer's
+    initial state is no input (one variable tensor per direction), nor an RNN's (its kernel takes a 2-D state
+    variable, the input is [1, N, H])."""
+    per = {"GRU": 2, "RNN": 1, "LSTM": 3}[cfg.cell]
+    names = cfg.activations or {"RNN": ["Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": []}[cfg.cell] * cfg.D
+    lists = [names[d * per : (d + 1) * per] for d in range(cfg.D)]
+    if cfg.cell == "GRU":
+        return False
+    if cfg.cell == "RNN":
+        acts = all(a[0] in FUSED for a in lists)
+    else:
+        acts = all(a[0] == "Sigmoid" and a[1] == a[2] and a[1] in FUSED for a in lists)
+    states = not (cfg.initial_h or cfg.initial_c) or (cfg.D == 1 and cfg.cell == "LSTM")
+    clip = cfg.clip is not None and cfg.clip >= 0  # a negative clip is none
+    return acts and not clip and states
+
+
+def _sweep(configs: list[Config], count: int) -> list[Config]:
+    """Every configuration without sequence lengths (refused), edge sizes kept, at most ``count``."""
+    return [c for c in configs if c.seq_lens == "none"][:count]
+
+
+def native_variant(cfg: Config) -> Config:
+    """The configuration made representable by the sequence op (derived from the original): Sigmoid gates and
+    one of Tanh, Relu as g and h (RNN: as its activation), no clip, states fed to one direction only."""
+    per = {"RNN": 1, "LSTM": 3}[cfg.cell]
+    fused = FUSED[cfg.seed % 2]
+    acts = (["Sigmoid", fused, fused] if per == 3 else [fused]) * cfg.D
+    states = cfg.D == 1 and cfg.cell == "LSTM"
+    return replace(
+        cfg,
+        activations=acts,
+        alphas=None,
+        betas=None,
+        clip=None,
+        initial_h=cfg.initial_h and states,
+        initial_c=cfg.initial_c and states,
+    )
+
+
+MATRIX = _sweep(matrix(), 40)
+LSTM_MATRIX = _sweep(lstm_matrix(), 40)
+VARIANTS = [native_variant(c) for c in _sweep(lstm_matrix(seed=7), 16) + _sweep(matrix(seed=8), 40) if c.cell != "GRU"]
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize(
+    "cfg", MATRIX + LSTM_MATRIX + VARIANTS, ids=[c.label() for c in MATRIX + LSTM_MATRIX + VARIANTS]
+)
+def test_matrix_auto(cfg: Config, tmp_path):
+    """auto picks the sequence op exactly where it is exact, and the file matches the oracle."""
+    assert convert_and_check(cfg, tmp_path) == ("native" if native_is_exact(cfg) else "decomposed")
+
+
+def test_the_sweeps_cover_both_forms_and_every_feature():
+    chosen = [native_is_exact(c) for c in MATRIX + LSTM_MATRIX + VARIANTS]
+    assert 15 <= sum(chosen) <= len(chosen) - 15
+    lstm = LSTM_MATRIX
+    assert any(c.peepholes for c in lstm) and any(c.input_forget for c in lstm) and any(c.clip for c in lstm)
+    assert any(c.initial_c for c in lstm) and {c.dtype for c in lstm} >= {"float32", "float64"}
+    assert {c.direction for c in MATRIX} == {"forward", "reverse", "bidirectional"} and any(c.layout for c in MATRIX)
+
+
+NATIVE = [
+    Config(cell="LSTM", direction="bidirectional", layout=1, seed=3),
+    Config(cell="LSTM", direction="reverse", initial_h=True, initial_c=True, peepholes=True, seed=4),
+    Config(cell="LSTM", input_forget=1, peepholes=True, initial_h=True, seed=5),
+    Config(cell="LSTM", activations=["Sigmoid", "Relu", "Relu"], layout=1, seed=6),
+    Config(cell="RNN", direction="bidirectional", activations=["Relu", "Tanh"], seed=7),
+    Config(cell="RNN", layout=1, seed=8),
+    Config(cell="LSTM", dtype="float64", direction="bidirectional", seed=9),
+]
+
+
+@pytest.mark.parametrize("cfg", NATIVE, ids=lambda c: c.label())
+def test_the_sequence_ops_where_they_are_exact(cfg: Config, tmp_path):
+    """Peepholes (cell_to_*), CIFG, batch-major (time_major false), reverse, fed states, Relu: the op itself."""
+    assert convert_and_check(cfg, tmp_path, "native") == "native"
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        Config(cell="GRU", direction="bidirectional", lbr=1, initial_h=True, layout=1, seed=11),
+        Config(cell="LSTM", clip=0.7, direction="bidirectional", initial_h=True, initial_c=True, seed=12),
+        Config(cell="RNN", activations=["Softplus"], seed=13),
+    ],
+    ids=lambda c: c.label(),
+)
+def test_elementary_form(cfg: Config, tmp_path):
+    assert convert_and_check(cfg, tmp_path, "decomposed") == "decomposed"
+
+
+def test_float64_is_lossy_and_refused_without_allow_lossy(tmp_path):
+    onnx.save(build_model(Config(cell="LSTM", dtype="float64")), tmp_path / "m.onnx")
+    with pytest.raises(gp.RefusedError, match="FLOAT32"):
+        gp.convert(tmp_path / "m.onnx", tmp_path / "m.tflite")
+
+
+def _cli(*args: object):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.mark.parametrize(
+    ("cfg", "options", "reason"),
+    [
+        (Config(cell="LSTM", seq_lens="mixed"), (), "sequence_lens"),
+        (Config(cell="GRU"), ("--strategy", "native"), "no GRU builtin"),
+        (Config(cell="LSTM", clip=1.0), ("--strategy", "native"), "bounds the cell state"),
+        (Config(cell="LSTM", direction="bidirectional", initial_h=True), ("--strategy", "native"), "variable tensor"),
+        (Config(cell="RNN", activations=["Elu"], alphas=[0.5]), ("--strategy", "native"), "Elu"),
+    ],
+    ids=["lengths", "gru-native", "clip-native", "bidirectional-state-native", "elu-native"],
+)
+def test_refusals_exit_4_with_the_reason(cfg, options, reason, tmp_path):
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    done = _cli("convert", tmp_path / "m.onnx", "-o", tmp_path / "m.tflite", *options)
+    assert done.exit_code == 4, done.output
+    assert reason in done.output and not (tmp_path / "m.tflite").exists()
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        Config(cell="LSTM", direction="bidirectional", peepholes=True, bias=True, seed=21),
+        Config(cell="RNN", direction="reverse", initial_h=True, layout=1, seed=22),
+        Config(cell="GRU", lbr=1, seed=23),
+    ],
+    ids=lambda c: c.label(),
+)
+def test_litert_to_onnx_reads_back_every_weight(cfg: Config, tmp_path):
+    """ONNX -> LiteRT -> ONNX, each verified: W, R (and P) bit-exact, the biases split (elementary) or summed
+    into Wb (the sequence op's one bias per gate)."""
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    assert gp.convert(
+        tmp_path / "m.onnx", tmp_path / "m.tflite", seq_length=cfg.S, batch_size=cfg.N
+    ).verification.passed
+    back = gp.convert(tmp_path / "m.tflite", tmp_path / "back.onnx")
+    assert back.verification.passed, back.verification.to_text()
+    (a,), (b,) = gp.load(tmp_path / "m.onnx").layers, gp.load(tmp_path / "back.onnx").layers
+    native = gp.load(tmp_path / "m.tflite").layers[0].provenance.kind == "native"
+    assert (b.interface.x, b.interface.y, b.interface.y_h, b.interface.layout) == (
+        a.interface.x,
+        a.interface.y,
+        a.interface.y_h,
+        a.interface.layout,
+    )
+    for p, q in zip(a.directions, b.directions):
+        np.testing.assert_array_equal(q.W, p.W)
+        np.testing.assert_array_equal(q.R, p.R)
+        if p.P is not None:
+            np.testing.assert_array_equal(q.P, p.P)
+        if native:
+            np.testing.assert_array_equal(q.Wb, p.Wb + p.Rb)
+            assert not q.Rb.any()
+        else:
+            np.testing.assert_array_equal(q.Wb, p.Wb)
+            np.testing.assert_array_equal(q.Rb, p.Rb)
+
+
+def test_a_file_run_twice_gives_the_same_result_though_its_states_are_variables(tmp_path):
+    """The trap: the sequence op's state is a variable tensor the interpreter keeps between invoke() calls. Run
+    straight on the interpreter, a second invoke starts from the first's final state; gatepack's runner (and so
+    verification) resets the variables before every call, so the file gives the same outputs every time."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    cfg = Config(cell="LSTM", seed=31)
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "m.tflite", batch_size=cfg.N)
+    feed = inputs(cfg)
+    session = gp.open_session(tmp_path / "m.tflite") if hasattr(gp, "open_session") else None
+    first, second = gp.run(tmp_path / "m.tflite", feed), gp.run(tmp_path / "m.tflite", feed)
+    np.testing.assert_array_equal(first["Y"], second["Y"])
+    from gatepack.converters.formats.litert import open_session
+
+    run = open_session(tmp_path / "m.tflite")
+    np.testing.assert_array_equal(run(feed)["Y"], run(feed)["Y"])
+    interpreter = Interpreter(model_path=str(tmp_path / "m.tflite"))
+    interpreter.allocate_tensors()
+    (x,), (y,) = interpreter.get_input_details(), interpreter.get_output_details()[:1]
+    interpreter.resize_tensor_input(x["index"], list(feed["X"].shape))
+    interpreter.allocate_tensors()
+    raw = []
+    for _ in range(2):
+        interpreter.set_tensor(x["index"], feed["X"])
+        interpreter.invoke()
+        raw.append(interpreter.get_tensor(y["index"]).copy())
+    np.testing.assert_allclose(raw[0], first["Y"], atol=1e-6)
+    assert np.abs(raw[1] - raw[0]).max() > 1e-3  # the state carried over
+    assert session is None or session  # (no top-level session API is required)
+
+
+def test_the_file_is_recognised_by_its_identifier_and_states_are_variables(tmp_path):
+    from gatepack.converters import registry
+    from gatepack.converters.formats.litert.reader import _File
+
+    cfg = Config(cell="LSTM", initial_h=True, seed=41)
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "m.tflite", batch_size=cfg.N)
+    data = (tmp_path / "m.tflite").read_bytes()
+    assert data[4:8] == b"TFL3" and registry.detect(tmp_path / "m.tflite") == "litert"
+    assert registry.FORMATS["litert"].recognise(tmp_path / "m.tflite")
+    file = _File(tmp_path / "m.tflite")
+    by_name = {file.name(k): t for k, t in enumerate(file.tensors)}
+    assert by_name["initial_h"].isVariable and not by_name["X"].isVariable
+    assert [file.op_name(op) for op in file.graph.operators].count("UNIDIRECTIONAL_SEQUENCE_LSTM") == 1
+
+
+def test_a_foreign_file_without_gatepack_s_description_reads_its_op(tmp_path):
+    """A file whose metadata is stripped reads as another producer's: the op's own tensors, verified back."""
+    from gatepack.converters.formats.litert.common import schema
+
+    cfg = Config(cell="LSTM", peepholes=True, input_forget=1, seed=51)
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "m.tflite", batch_size=cfg.N)
+    s = schema()
+    model = s.ModelT.InitFromPackedBuf((tmp_path / "m.tflite").read_bytes(), 0)
+    model.metadata = None
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    (tmp_path / "foreign.tflite").write_bytes(bytes(builder.Output()))
+    (layer,) = gp.load(tmp_path / "foreign.tflite").layers
+    assert layer.provenance.kind == "node" and layer.input_forget and layer.has_peepholes
+    result = gp.convert(tmp_path / "foreign.tflite", tmp_path / "back.onnx", layers_only=True)
+    assert result.verification.passed, result.verification.to_text()
+
+
+def test_malformed_files_are_one_line_input_errors(tmp_path):
+    (tmp_path / "bad.tflite").write_bytes(b"\x1c\0\0\0TFL3" + b"\0" * 56)
+    done = _cli("inspect", tmp_path / "bad.tflite")
+    assert done.exit_code == 3 and len(done.output.strip().splitlines()) == 1, done.output
+    (tmp_path / "text.tflite").write_text("hello world")
+    done = _cli("inspect", tmp_path / "text.tflite")
+    assert done.exit_code == 3 and "TFL3" in done.output
+
+
+def test_report_json_has_the_litert_column(tmp_path):
+    onnx.save(build_model(Config(cell="LSTM", clip=1.0)), tmp_path / "m.onnx")
+    data = json.loads(_cli("report", tmp_path / "m.onnx", "--to", "litert", "--json").output)
+    findings = {f["feature"]: f["status"] for f in data["layers"][0]["targets"]["litert"]["findings"]}
+    assert findings["cell"] == "decomposed" and findings["clip"] == "decomposed"
