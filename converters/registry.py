@@ -488,6 +488,8 @@ def detect(path: str | Path, *, writing: bool = False) -> str:
         marked = [name for name, info in FORMATS.items() if any(os.path.lexists(p / m) for m in info.markers)]
         if marked:
             return marked[0]
+    if not writing and p.is_file() and _head_and_members(p)[0][4:8] == LITERT_IDENTIFIER:
+        return "litert"  # a LiteRT flatbuffer named otherwise than .tflite, told by its file identifier
     if not writing and (p.is_file() or p.is_dir()):
         kind = foreign_kind(p)
         if kind is not None:
@@ -557,11 +559,6 @@ def foreign_kind(path: Path) -> tuple[str, str] | None:
         return "an HDF5 file (a Keras .h5 model or weights)", KERAS_EXPORT.replace("PATH", repr(str(path)))
     if members is not None:
         return _zip_kind(path, members)
-    if head[4:8] == LITERT_IDENTIFIER:  # named otherwise than .tflite (which names the litert format)
-        return (
-            "a LiteRT (TensorFlow Lite) model not named .tflite",
-            f"pass --from litert, or name it {path.stem}.tflite",
-        )
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
         return "a Python pickle, e.g. a legacy torch.save checkpoint (gatepack never unpickles)", TORCH_EXPORT
     if suffix == ".bin" and os.path.lexists(path.with_suffix(".xml")):

@@ -3,9 +3,10 @@ sequence), from ``capabilities.LITERT`` plus what only LiteRT's ops impose (docs
 
 * there is no GRU builtin: a GRU is always elementary;
 * the LSTM's one fused activation is both its candidate's (g) and its cell output's (h) activation;
-* a state is a variable tensor, one per direction (the RNN kernel's 2-D [N, H]: no [1, N, H] input can be it): a bidirectional layer's one [2, N, H] initial-state input
-  cannot feed two of them, and a variable tensor cannot hold data (the interpreter refuses "a variable tensor
-  with buffer"), so a held non-zero initial state has no native form.
+* a state is a variable tensor, one per direction (the RNN kernel's is 2-D [N, H]: no [1, N, H] input can be
+  it): a bidirectional layer's one [2, N, H] initial-state input cannot feed two of them, and a variable tensor
+  cannot hold data (the interpreter refuses "a variable tensor with buffer"), so a held non-zero initial state
+  has no native form.
 """
 
 from __future__ import annotations
