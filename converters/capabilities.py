@@ -505,7 +505,7 @@ LITERT = Capabilities(
     "litert",
     _per_cell(_litert_op),
     elementary="elementary builtin ops unrolled over a static sequence (FULLY_CONNECTED, ADD, MUL, LOGISTIC, "
-    "TANH, SPLIT, PACK ...)",
+    "TANH, SPLIT, PACK ...; sequence lengths as SELECT_V2 masks)",
     elementary_weights="W, R as FULLY_CONNECTED weights in ONNX gate order, Wb and Rb as their biases",
     elementary_bias=None,
     elementary_per_direction=True,
@@ -514,20 +514,13 @@ LITERT = Capabilities(
         {
             "clip": Reported(elementary=Status.DECOMPOSED),
             "peepholes": Reported(elementary=Status.DECOMPOSED),
-            "sequence_lens": Reported(
-                forced=Status.UNSUPPORTED, elementary=Status.UNSUPPORTED, replaced=Status.UNSUPPORTED
-            ),
+            "sequence_lens": Reported(elementary=Status.DECOMPOSED),
         }
     ),
     container="the model (a variable tensor, zero)",
     transposes="the unrolled form splits and stacks on the batch-major time axis (the op takes it: time_major)",
     dynamic_shapes="the op's S stays dynamic; N is fixed: its state variables are [N, H]",
-    alternatives=_frozen(
-        {
-            "cell": "use --strategy auto or decomposed (elementary builtin ops, unrolled)",
-            "sequence_lens": "pad and drop sequence_lens",
-        }
-    ),
+    alternatives=_frozen({"cell": "use --strategy auto or decomposed (elementary builtin ops, unrolled)"}),
 )
 
 RECORDS: Mapping[str, Capabilities] = _frozen({c.format: c for c in (ONNX, OPENVINO, DIRECTML, COREML, BNNS, LITERT)})

@@ -34,20 +34,8 @@ def check(
                 alternative=chosen.caps.alternatives["cell"],
             ),
         )
-    extra = [_lengths(layer, chosen.native), _shapes(layer, chosen.native, seq_length, batch_size)]
+    extra = [_shapes(layer, chosen.native, seq_length, batch_size)]
     return replacing(found, *extra, *_states(layer, chosen.native))
-
-
-def _lengths(layer: RecurrentLayer, native: bool) -> Finding | None:
-    if not layer.interface.sequence_lens:
-        return None
-    how = "the sequence ops have no sequence lengths" if native else "the unrolled form has no masks"
-    return Finding(
-        "sequence_lens",
-        Status.UNSUPPORTED,
-        f"sequence_lens: {how}",
-        alternative="pad the sequences and drop sequence_lens, or convert to onnx or openvino",
-    )
 
 
 def _size(value: Any, layer: RecurrentLayer, default: int) -> int:
@@ -70,9 +58,18 @@ def _shapes(layer: RecurrentLayer, native: bool, seq_length: Any, batch_size: An
             "(--seq-length: the elementary form is unrolled)"
         )
     if not fixed:
-        s = dim_text(itf.seq_length) + ("" if native or isinstance(itf.seq_length, int) else "")
-        return Finding("shapes", Status.EXACT, f"S={s}, N={itf.batch_size}")
-    return Finding("shapes", Status.REPACKED, "; ".join(fixed))
+        dynamic = "" if isinstance(itf.seq_length, int) else " (dynamic: the op's input is resized)"
+        return Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}{dynamic}, N={itf.batch_size}")
+    given = (batch_size is not None or isinstance(itf.batch_size, int)) and (
+        native or seq_length is not None or isinstance(itf.seq_length, int)
+    )
+    assumed = (
+        None
+        if given
+        else "sizes assumed (gatepack's default), not given: the file runs at these only; pass --seq-length / "
+        "--batch-size for the sizes it will run at"
+    )
+    return Finding("shapes", Status.REPACKED, "; ".join(fixed), warning=assumed)
 
 
 def _states(layer: RecurrentLayer, native: bool) -> list[Finding]:

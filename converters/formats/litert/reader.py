@@ -170,13 +170,18 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
         found = file.array(inputs[index], where) if present(index) else None
         return None if found is None else found.astype(np.float32)
 
+    def required(index: int) -> np.ndarray:
+        found = get(index)
+        if found is None:
+            raise InputError(f"{file.path}: {where}: its gate weights are not constant tensors")
+        return found
+
     cifg = not present(LSTM_INPUT_WEIGHTS["i"])
-    w = {g: get(j) for g, j in LSTM_INPUT_WEIGHTS.items()}
-    r = {g: get(j) for g, j in LSTM_RECURRENT_WEIGHTS.items()}
+    gates = "fco" if cifg else "ifco"
+    w = {g: required(LSTM_INPUT_WEIGHTS[g]) for g in gates}
+    r = {g: required(LSTM_RECURRENT_WEIGHTS[g]) for g in gates}
     b = {g: get(j) for g, j in LSTM_BIASES.items()}
     p = {g: get(j) for g, j in LSTM_PEEPHOLES.items()}
-    if any(w[g] is None or r[g] is None for g in "fco"):
-        raise InputError(f"{file.path}: {where}: its forget, cell and output weights are not constant tensors")
     h = w["f"].shape[0]
     zero = np.zeros(h, np.float32)
     if cifg:  # the kernel's i = 1 - f: ONNX's input gate is the forget gate negated, f = 1 - i
@@ -282,12 +287,11 @@ def _described_layer(file: _File, entry: object) -> RecurrentLayer:
     for k, names in enumerate(weights):
         where = f"layer {info.name!r} direction {k}"
         if info.strategy == "native":
-            op = ops.get(names.get("op_output") if isinstance(names, dict) else None)
+            output = names.get("op_output") if isinstance(names, dict) else None
+            op = ops.get(output) if isinstance(output, str) else None
             if op is None:
                 raise InputError(f"{file.path}: {where}: the sequence op its description names is missing")
             params, _ = _op_params(file, op, info.cell, where)
-            if info.cell is Cell.LSTM and info.input_forget:  # the f block ONNX ignores: zeros either way
-                params = DirectionParams(params.W, params.R, params.Wb, params.Rb, info.activations[k], params.P)
         else:
             params = _elementary_params(file, by_name, names, info.activations[k], where)
         directions.append(DirectionParams(params.W, params.R, params.Wb, params.Rb, info.activations[k], params.P))

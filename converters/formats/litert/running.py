@@ -5,7 +5,7 @@ The interpreter runs the builtin kernels without the default XNNPACK delegate
 TensorFlow Lite XNNPACK delegate" would be printed into gatepack's output). Every call resets the variable
 tensors first (``reset_all_variables``) and then sets the inputs: a sequence op's state is a variable tensor the
 interpreter keeps from one ``invoke()`` to the next, so without the reset a second run of the same file would
-start from the first run's final states (docs/conventions.md §14).
+start from the first run's final states (docs/conventions.md §10).
 """
 
 from __future__ import annotations
@@ -17,32 +17,30 @@ import numpy as np
 
 from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
 from gatepack.converters.fileio import read_bytes
-from gatepack.converters.formats.litert.common import FORMAT
+from gatepack.converters.formats.litert.common import FORMAT, Graph, schema
 from gatepack.schemas.layer import RecurrentLayer
 
 
-def _interpreter(path: Path, preserve: bool = False) -> Any:
+def _interpreter(content: bytes, label: object) -> Any:
     from gatepack.converters.runtimes import litert
 
     _, module = litert()
-    content = read_bytes(path)
     try:
         return module.Interpreter(
             model_content=content,
             experimental_op_resolver_type=module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-            experimental_preserve_all_tensors=preserve,
         )
     except (ValueError, RuntimeError) as err:
-        raise RuntimeFailure(
-            f"{path}: the LiteRT interpreter refuses it ({' '.join(str(err).split())[:200]})"
-        ) from None
+        raise RuntimeFailure(f"{label}: the LiteRT interpreter refuses it ({_squash(err)})") from None
 
 
-def open_session(path: str | Path, tensors: tuple[str, ...] = ()) -> Callable[[dict], dict]:
+def open_session(path: str | Path) -> Callable[[dict], dict]:
     """The file loaded once; each call resets its variable tensors, then runs it on ``inputs`` (by tensor name;
-    an input not given is zeros) and returns every output by name, and the ``tensors`` named (kept for it)."""
-    path = Path(path)
-    interpreter = _interpreter(path, preserve=bool(tensors))
+    an input not given is zeros) and returns every output by name."""
+    return _session(_interpreter(read_bytes(path), path), Path(path))
+
+
+def _session(interpreter: Any, label: object) -> Callable[[dict], dict]:
     shapes: dict[str, tuple] = {}
 
     def run(inputs: dict) -> dict:
@@ -50,16 +48,16 @@ def open_session(path: str | Path, tensors: tuple[str, ...] = ()) -> Callable[[d
         names = {d["name"] for d in details}
         unknown = sorted(set(inputs) - names)
         if unknown:
-            raise InputError(f"{path}: no input named {unknown}", hint=f"the model takes {sorted(names)}")
+            raise InputError(f"{label}: no input named {unknown}", hint=f"the model takes {sorted(names)}")
         wanted = {d["name"]: tuple(np.shape(inputs[d["name"]])) for d in details if d["name"] in inputs}
-        if wanted != {k: v for k, v in shapes.items() if k in wanted} or not shapes:
+        if not shapes or wanted != {k: v for k, v in shapes.items() if k in wanted}:
             for d in details:
                 if d["name"] in wanted and tuple(d["shape"]) != wanted[d["name"]]:
-                    _resize(path, interpreter, d, wanted[d["name"]])
+                    _resize(label, interpreter, d, wanted[d["name"]])
             try:
                 interpreter.allocate_tensors()
             except RuntimeError as err:
-                raise RuntimeFailure(f"{path}: the LiteRT interpreter cannot run it ({_squash(err)})") from None
+                raise RuntimeFailure(f"{label}: the LiteRT interpreter cannot run it ({_squash(err)})") from None
             shapes.clear()
             shapes.update(wanted)
         interpreter.reset_all_variables()  # a state is a variable tensor: start every call from zeros
@@ -70,19 +68,17 @@ def open_session(path: str | Path, tensors: tuple[str, ...] = ()) -> Callable[[d
         try:
             interpreter.invoke()
         except RuntimeError as err:
-            raise RuntimeFailure(f"{path}: the LiteRT interpreter failed ({_squash(err)})") from None
-        found = {d["name"]: np.array(interpreter.get_tensor(d["index"])) for d in interpreter.get_output_details()}
-        kept = {d["name"]: d["index"] for d in interpreter.get_tensor_details() if d["name"] in tensors}
-        return {**found, **{name: np.array(interpreter.get_tensor(index)) for name, index in kept.items()}}
+            raise RuntimeFailure(f"{label}: the LiteRT interpreter failed ({_squash(err)})") from None
+        return {d["name"]: np.array(interpreter.get_tensor(d["index"])) for d in interpreter.get_output_details()}
 
     return run
 
 
-def _resize(path: Path, interpreter: Any, detail: dict, shape: tuple) -> None:
+def _resize(label: object, interpreter: Any, detail: dict, shape: tuple) -> None:
     signature = tuple(detail["shape_signature"])
     if len(signature) != len(shape) or any(s >= 0 and s != g for s, g in zip(signature, shape)):
         declared = [int(s) if s >= 0 else "?" for s in signature]
-        raise InputError(f"{path}: input {detail['name']!r} has shape {list(shape)}, expected {declared}")
+        raise InputError(f"{label}: input {detail['name']!r} has shape {list(shape)}, expected {declared}")
     interpreter.resize_tensor_input(detail["index"], list(shape), strict=True)
 
 
@@ -95,28 +91,79 @@ def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.
     return open_session(path)(inputs)
 
 
+def op_alone(path: Path, node: str) -> bytes:
+    """The sequence op whose output is ``node`` alone in a new model: its constants copied byte for byte, its input
+    and state tensors the model's inputs (a state with data, which the interpreter refuses, fed instead), its
+    output and state variables the model's outputs."""
+    from gatepack.converters.formats.litert.reader import _File
+
+    file = _File(path)
+    op = next((o for o in file.graph.operators or [] if file.name(o.outputs[0]) == node), None)
+    if op is None:
+        raise InputError(f"{path}: no operator writes {node!r}")
+    g = Graph(schema())
+    kinds = {v: k for k, v in vars(g.s.TensorType).items() if not k.startswith("_")}
+    inputs, states = [], []
+    for index in (int(k) for k in op.inputs):
+        if index < 0:
+            inputs.append(-1)
+            continue
+        t = file.tensors[index]
+        buffer = file.model.buffers[t.buffer] if t.buffer < len(file.model.buffers) else None
+        raw = None if buffer is None or buffer.data is None or not len(buffer.data) else np.asarray(buffer.data)
+        shape = [None if d < 0 else int(d) for d in (t.shapeSignature if t.shapeSignature is not None else t.shape)]
+        data = None if t.isVariable else raw
+        new = g.tensor(
+            file.name(index),
+            shape,
+            kinds[t.type],
+            data.astype(np.uint8) if data is not None else None,
+            variable=bool(t.isVariable),
+        )
+        if data is None:
+            g.graph.inputs.append(new)
+        if t.isVariable:
+            states.append(new)
+        inputs.append(new)
+    out = file.tensors[op.outputs[0]]
+    y = g.tensor(
+        node, [None if d < 0 else int(d) for d in (out.shapeSignature if out.shapeSignature is not None else out.shape)]
+    )
+    g.op(file.op_name(op), inputs, [y], op.builtinOptions)
+    g.graph.outputs = [y, *states]
+    return g.finish({})
+
+
 def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One layer of a saved file on the interpreter: the file run on its inputs (another layer's inputs zeros),
-    the layer's outputs kept; a foreign sequence op's [S, N, H] output reshaped into Y's [S, 1, N, H]."""
+    """One layer of a saved file on the interpreter. A layer gatepack wrote: the file run on its inputs (another
+    layer's inputs zeros), the layer's outputs kept. Another producer's sequence op: the op alone (``op_alone``),
+    its state inputs [N, H] fed from the canonical [1, N, H] (a learned state from the layer's constant), its
+    [S, N, H] output reshaped into Y's [S, 1, N, H] and its final states into [1, N, H]."""
     found = layer.provenance
     if found is None or not found.of(FORMAT):
         raise UsageError(f"layer {layer.name!r} was not read from a LiteRT file")
-    itf = layer.interface
-    if found.kind == "node":  # a foreign op's state input is its variable [N, H]: the canonical [1, N, H] reshaped
-        for role in layer.fed_roles():
-            name = getattr(itf, role)
-            if role != "sequence_lens" and name in feed:
-                feed = {**feed, name: np.reshape(feed[name], (-1, layer.hidden_size))}
-    names = tuple(getattr(itf, role) for role in ("y", "y_h", "y_c") if getattr(itf, role))
-    outputs = open_session(found.artifact, names if found.kind == "node" else ())(feed)
-    if found.kind == "node" and itf.y in outputs:  # the op's own Y: [S, N, H] or [N, S, H]
-        y = outputs[itf.y]
-        outputs[itf.y] = y[:, :, None] if itf.layout else y[:, None]
+    if found.kind != "node":
+        return run_native(found.artifact, feed)
+    itf, h = layer.interface, layer.hidden_size
+    n = np.shape(feed[itf.x])[1 if itf.layout == 0 else 0]
+    states = {}
+    for role in ("initial_h", "initial_c"):
+        name = getattr(itf, role)
+        value = feed.get(name) if name else None
+        value = layer.constant_state(role, n) if value is None and name else value
+        if value is not None:
+            states[name] = np.reshape(value, (-1, h))
+    outputs = _session(_interpreter(op_alone(found.artifact, found.node), found.artifact), found.artifact)(
+        {itf.x: feed[itf.x], **states}
+    )
+    assert itf.y is not None  # a foreign op's layer names its output
+    y = outputs[itf.y]
+    result: dict[str, np.ndarray] = {itf.y: y[:, :, None] if itf.layout else y[:, None]}
     for role in ("y_h", "y_c"):
         name = getattr(itf, role)
-        if found.kind == "node" and name in outputs and outputs[name].ndim == 2:  # a variable state [N, H]
-            outputs[name] = outputs[name][:, None] if itf.layout else outputs[name][None]
-    return outputs
+        if name and name in outputs:
+            result[name] = outputs[name][:, None] if itf.layout else outputs[name][None]
+    return result
 
 
 def compute_dtype(layer: RecurrentLayer) -> str:

@@ -246,6 +246,7 @@ class _LayerWriter:
         frames = self.split(x, s, time_axis, "x_t") if s > 1 else [x]
         frames = [self.reshaped(f, [self.n, i], f"x_{t}") for t, f in enumerate(frames)]
         initial = self.initial_states()
+        masks = self.masks()
         step = step_of(layer.cell, "LiteRT")
         ys, finals = [], []
         for k, params in enumerate(layer.directions):
@@ -260,14 +261,40 @@ class _LayerWriter:
             outs: list[int] = [0] * s
             for t in reversed(range(s)) if reverse else range(s):
                 gx = ops.fully_connected(frames[t], names["W"], names["Wb"])
-                state = step(ops, layer, params, gx, state)
-                outs[t] = state[0]
+                new = step(ops, layer, params, gx, state)
+                if masks:  # past its length a sequence keeps its state and outputs zeros
+                    new = [ops.select(masks[t], a, b) for a, b in zip(new, state)]
+                    outs[t] = ops.select(masks[t], new[0], ops.const(new[0], 0.0))
+                else:
+                    outs[t] = new[0]
+                state = new
             ys.append(self.stacked(outs, 1 if self.layout else 0, self.name(f"y_{k}")))
+            if masks:  # a sequence of length 0 ends in zeros (onnxruntime's Y_h and Y_c), not its initial state
+                state = [ops.select(masks[0], v, ops.const(v, 0.0)) for v in state]
             finals.append(state)
         outputs = {"y": self.stacked(ys, 2 if self.layout else 1, self.itf.y or self.name("Y"))}
         for j, (_, final) in enumerate(state_roles(layer.cell)):
             outputs[final] = self.stacked([f[j] for f in finals], 1 if self.layout else 0, self.final_name(final))
         return outputs
+
+    def masks(self) -> list[int]:
+        """Per step t, ``t < sequence_lens`` as bool [N, 1] (none without lengths). A reverse direction, run from
+        the last step, keeps its initial state until step len - 1: it starts there, as ONNX specifies."""
+        layer, itf = self.layer, self.itf
+        held = layer.constant("sequence_lens")
+        if not itf.sequence_lens:
+            return []
+        if held is not None:
+            lens = self.g.const(self.name("sequence_lens"), np.broadcast_to(held, (self.n,)).astype(np.int32))
+        else:
+            lens = self.graph_input(itf.sequence_lens, [self.n], "INT32")
+        column = self.reshaped(lens, [self.n, 1], "sequence_lens_column", dtype="INT32")
+        found = []
+        for t in range(self.s or 0):
+            mask = self.g.tensor(self.name(f"valid_{t}"), [self.n, 1], "BOOL")
+            self.g.op("GREATER", [column, self.g.const(self.name(f"step_{t}"), np.array([t], np.int32))], [mask])
+            found.append(mask)
+        return found
 
     def initial_states(self) -> list[list[int]]:
         """Per state, per direction, its initial value [N, H]: the input, the held constant, or zeros."""
@@ -295,8 +322,8 @@ class _LayerWriter:
         self.g.op("SPLIT", [axis_tensor, x], outs, self.g.options("SplitOptions", numSplits=count))
         return outs
 
-    def reshaped(self, x: int, shape: list, role: str, name: str | None = None) -> int:
-        out = self.g.tensor(name or self.name(role), shape)
+    def reshaped(self, x: int, shape: list, role: str, name: str | None = None, dtype: str = "FLOAT32") -> int:
+        out = self.g.tensor(name or self.name(role), shape, dtype)
         self.g.op("RESHAPE", [x, self.g.const(self.name(f"{role}_shape"), np.array(shape, np.int32))], [out])
         return out
 
@@ -330,9 +357,12 @@ class _Ops:
         self.g.op(op, [x], [out])
         return out
 
+    def broadcast(self, *values: int) -> list:
+        """The shape NumPy's broadcasting gives ``values`` (every shape here is static)."""
+        return list(np.broadcast_shapes(*(tuple(self.g.shape_of(v)) for v in values)))
+
     def binary(self, op: str, x: Any, y: Any, dtype: str = "FLOAT32") -> int:
-        a, b = self.g.shape_of(x), self.g.shape_of(y)
-        out = self.fresh(a if len(a) >= len(b) and a != [1] else b, dtype)
+        out = self.fresh(self.broadcast(x, y), dtype)
         self.g.op(op, [x, y], [out])
         return out
 
@@ -372,8 +402,7 @@ class _Ops:
         return self.binary("MAXIMUM", x, y)
 
     def select(self, cond: Any, a: Any, b: Any) -> int:
-        shape = max((self.g.shape_of(v) for v in (cond, a, b)), key=len)
-        out = self.fresh(shape)
+        out = self.fresh(self.broadcast(cond, a, b))
         self.g.op("SELECT_V2", [cond, a, b], [out])
         return out
 
