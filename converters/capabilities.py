@@ -463,7 +463,7 @@ _LITERT_DTYPES = _frozen(
 
 
 def _litert_op(cell: Cell) -> Op:
-    """TFLite's builtin sequence op for ``cell`` (docs/conventions.md §14): one tensor per gate (no gate order to
+    """TFLite's builtin sequence op for ``cell`` (docs/conventions.md §10): one tensor per gate (no gate order to
     permute), one bias per gate (Wb + Rb), a fused activation (LSTM: the candidate's and the cell output's, its
     gates the logistic sigmoid), cell_clip bounding the cell state, no sequence lengths, each state a variable
     tensor [N, H] (one op per direction). GRU has no builtin op: its entry describes the elementary form."""

@@ -1,5 +1,5 @@
 """LiteRT: which form a layer is written in (the sequence op, or elementary builtin ops unrolled over a static
-sequence), from ``capabilities.LITERT`` plus what only LiteRT's ops impose (docs/conventions.md §14):
+sequence), from ``capabilities.LITERT`` plus what only LiteRT's ops impose (docs/conventions.md §10):
 
 * there is no GRU builtin: a GRU is always elementary;
 * the LSTM's one fused activation is both its candidate's (g) and its cell output's (h) activation;
