@@ -19,6 +19,7 @@ from helpers import (
     inputs,
     lstm_matrix,
     matrix,
+    ort_run,
     to_layout,
 )
 from oracle import assert_lstm_matches_the_oracle
@@ -266,20 +267,12 @@ def test_the_file_is_recognised_by_its_identifier_and_states_are_variables(tmp_p
 
 
 def test_a_foreign_file_without_gatepack_s_description_reads_its_op(tmp_path):
-    """A file whose metadata is stripped reads as another producer's: the op's own tensors, verified back."""
-    from gatepack.converters.formats.litert.common import schema
-
+    """A file whose metadata is stripped reads as another producer's: the op's own tensors (CIFG, peepholes),
+    the op run alone on the interpreter against ONNX written from it."""
     cfg = Config(cell="LSTM", peepholes=True, input_forget=1, seed=51)
     onnx.save(build_model(cfg), tmp_path / "m.onnx")
     gp.convert(tmp_path / "m.onnx", tmp_path / "m.tflite", batch_size=cfg.N)
-    s = schema()
-    model = s.ModelT.InitFromPackedBuf((tmp_path / "m.tflite").read_bytes(), 0)
-    model.metadata = None
-    import flatbuffers
-
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    (tmp_path / "foreign.tflite").write_bytes(bytes(builder.Output()))
+    _without_description(tmp_path / "m.tflite", tmp_path / "foreign.tflite")
     (layer,) = gp.load(tmp_path / "foreign.tflite").layers
     assert layer.provenance.kind == "node" and layer.input_forget and layer.has_peepholes
     result = gp.convert(tmp_path / "foreign.tflite", tmp_path / "back.onnx", layers_only=True)
@@ -300,3 +293,48 @@ def test_report_json_has_the_litert_column(tmp_path):
     data = json.loads(_cli("report", tmp_path / "m.onnx", "--to", "litert", "--json").output)
     findings = {f["feature"]: f["status"] for f in data["layers"][0]["targets"]["litert"]["findings"]}
     assert findings["cell"] == "decomposed" and findings["clip"] == "decomposed"
+
+
+def _without_description(path, out, change=None) -> None:
+    """``path`` rewritten as another producer's file: gatepack's metadata dropped, ``change(model)`` applied."""
+    import flatbuffers
+
+    from gatepack.converters.formats.litert.common import schema
+
+    model = schema().ModelT.InitFromPackedBuf(path.read_bytes(), 0)
+    model.metadata = None
+    if change is not None:
+        change(model)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    out.write_bytes(bytes(builder.Output()))
+
+
+def test_a_variable_state_with_data_reads_as_a_learned_initial_state(tmp_path):
+    """A state variable holding data (which the interpreter refuses to load) is a held initial state: the layer
+    read back, written as ONNX with it as a constant, gives onnxruntime's outputs for that initial state."""
+    from gatepack.converters.formats.litert.common import schema
+
+    cfg = Config(cell="LSTM", seed=61)
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "m.tflite", batch_size=cfg.N)
+    learned = np.linspace(-0.5, 0.5, cfg.N * cfg.H, dtype=np.float32).reshape(cfg.N, cfg.H)
+
+    def hold(model) -> None:
+        s = schema()
+        buffer = s.BufferT()
+        buffer.data = np.frombuffer(learned.tobytes(), np.uint8)
+        model.buffers.append(buffer)
+        names = [t.name.decode() if isinstance(t.name, bytes) else t.name for t in model.subgraphs[0].tensors]
+        (state,) = [t for t, name in zip(model.subgraphs[0].tensors, names) if t.isVariable and "h_state" in name]
+        state.buffer = len(model.buffers) - 1
+
+    _without_description(tmp_path / "m.tflite", tmp_path / "learned.tflite", hold)
+    (layer,) = gp.load(tmp_path / "learned.tflite").layers
+    np.testing.assert_array_equal(layer.constant("initial_h"), learned[None])
+    assert gp.convert(tmp_path / "learned.tflite", tmp_path / "back.onnx", layers_only=True).verification.passed
+    feed = inputs(replace(cfg, initial_h=True))
+    feed["initial_h"] = learned[None]
+    expected = ort_run(build_model(replace(cfg, initial_h=True)), feed)
+    itf = gp.load(tmp_path / "back.onnx").layers[0].interface
+    np.testing.assert_allclose(gp.run(tmp_path / "back.onnx", {itf.x: feed["X"]})[itf.y], expected[0], atol=1e-6)
