@@ -472,7 +472,6 @@ def _litert_op(cell: Cell) -> Op:
         return Op(
             "elementary builtin ops (TFLite has no GRU operator)",
             ONNX_GATES[cell],
-            sequence_lens=Lengths.ABSENT,
             tensors="W, R as FULLY_CONNECTED weights",
             dtypes=_LITERT_DTYPES,
         )

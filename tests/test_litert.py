@@ -338,3 +338,46 @@ def test_a_variable_state_with_data_reads_as_a_learned_initial_state(tmp_path):
     expected = ort_run(build_model(replace(cfg, initial_h=True)), feed)
     itf = gp.load(tmp_path / "back.onnx").layers[0].interface
     np.testing.assert_allclose(gp.run(tmp_path / "back.onnx", {itf.x: feed["X"]})[itf.y], expected[0], atol=1e-6)
+
+
+def _first_op_tensor(model, position: int):
+    graph = model.subgraphs[0]
+    return graph.tensors[graph.operators[0].inputs[position]]
+
+
+def _first_op_input(position: int):
+    """A change giving the first op's optional input ``position`` a tensor (any: the reader refuses its role)."""
+
+    def change(model) -> None:
+        op = model.subgraphs[0].operators[0]
+        op.inputs = [*op.inputs[:position], op.inputs[1], *op.inputs[position + 1 :]]
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (lambda model: setattr(_first_op_tensor(model, 2), "type", 9), "is INT8 (quantized weights are not read"),
+        (_first_op_input(16), "a projection input"),
+        (_first_op_input(21), "a layer norm input"),
+    ],
+    ids=["int8", "projection", "layer-norm"],
+)
+def test_what_a_canonical_layer_cannot_hold_is_refused_naming_file_op_and_field(change, needle, tmp_path):
+    cfg = Config(cell="LSTM", layout=1, seed=71)
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "m.tflite", batch_size=cfg.N)
+    _without_description(tmp_path / "m.tflite", tmp_path / "odd.tflite", change)
+    done = _cli("inspect", tmp_path / "odd.tflite")
+    assert done.exit_code == 3 and len(done.output.strip().splitlines()) == 1, done.output
+    assert "odd.tflite" in done.output and "UNIDIRECTIONAL_SEQUENCE_LSTM" in done.output and needle in done.output
+
+
+def test_cli_convert_writes_a_tflite_verified_on_the_interpreter(tmp_path):
+    onnx.save(build_model(Config(cell="LSTM", direction="bidirectional", seed=81)), tmp_path / "m.onnx")
+    done = _cli("convert", tmp_path / "m.onnx", tmp_path / "out.tflite", "--json")
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.output)
+    assert result["format"] == "litert" and result["verification"]["passed"]
+    assert not any("gatepack's executor" in note for note in result["verification"]["notes"])
