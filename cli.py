@@ -547,6 +547,11 @@ def formats(as_json: bool) -> None:
                 "op": op.name,
                 **{k: v for k, v in op_facts(op, cell).items() if v},
                 "lacking": lacking_becomes(caps, cell),
+                **(
+                    {"in doubt": "avoided by --strategy auto"}
+                    if caps.elementary and op_facts(op, cell)["known doubts"]
+                    else {}
+                ),
             }
             for cell, op in caps.ops.items()
         }
@@ -576,8 +581,9 @@ def formats(as_json: bool) -> None:
         if info.write_options:
             click.echo(f"{'':<9} options: {', '.join(o.flag for o in info.write_options)}")
         for cell, facts in takes(info.name).items():
-            shown = "; ".join(f"{k} {v}" for k, v in facts.items() if k not in ("op", "lacking"))
-            click.echo(f"{'':<9} {cell}: {facts['op']} ({shown}); what it lacks: {facts['lacking']}")
+            shown = "; ".join(f"{k} {v}" for k, v in facts.items() if k not in ("op", "lacking", "in doubt"))
+            avoided = f"; in doubt: {facts['in doubt']}" if "in doubt" in facts else ""
+            click.echo(f"{'':<9} {cell}: {facts['op']} ({shown}); what it lacks: {facts['lacking']}{avoided}")
 
 
 if __name__ == "__main__":  # pragma: no cover

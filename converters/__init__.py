@@ -164,7 +164,7 @@ def load(path: str | Path, format: str | None = None, **options) -> "Model":
     from gatepack.converters import registry
     from gatepack.converters.fileio import track_reads
 
-    path = registry.as_path(path)
+    path = registry.as_path(registry.as_source(path))
     fmt = format or registry.detect(path)
     read_options = _read_options(options)
     with track_reads() as opened:
@@ -259,7 +259,8 @@ def convert(
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
 
-    ``src``: an artifact's path, or a ``Model`` (from ``load``, or built in memory: its layers are
+    ``src``: an artifact's path, an in-memory ``onnx.ModelProto`` (saved to a private temporary file first, as
+    every path-taking function here does), or a ``Model`` (from ``load``, or built in memory: its layers are
     then verified against gatepack's executor). ``to``: the target format (default: from ``dst``).
     ``format``: the source format (default: from ``src``). ``verify``: run both sides on random inputs
     and compare (nothing is written when they differ: VerificationError). ``allow_lossy``: accept
@@ -279,11 +280,13 @@ def convert(
     Refuses (RefusedError) when a finding is ``unsupported``, or ``lossy`` without ``allow_lossy``.
     Nothing is written unless the conversion and its verification succeed.
     """
+    from gatepack.converters import registry
     from gatepack.converters.progress import Silent
 
     progress = progress or Silent()
     from gatepack.converters.verification import GivenInputs
 
+    src = registry.as_source(src)
     given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
     stream = _streaming_request(states, frames)
     try:
@@ -383,6 +386,7 @@ def _convert(
         model = with_layout(model, layout)
     pairs = _state_pairs(model, write_options, stream, given, seed, verify)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
+    write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
     findings = _findings(model, info.name, write_options)
     _refuse_blocking(label, findings, allow_lossy, layers_only)
     result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
@@ -425,11 +429,33 @@ def _refuse_unverified(dst, verification: "Verification") -> None:
         what = "no output compared"
         if worst:
             what = f"{worst.layer} {worst.output} max abs error {worst.max_abs_error:.3g}"
+        hint = "rerun with --no-verify to keep the output for inspection"
+        drift = _drift(verification)
+        if drift:
+            what += drift
+            hint = (
+                "each call's difference is fed back with the states and grows; for a lossy artifact (fp16) that is "
+                "its rounding accumulating: keep full precision (leave out --compress-to-fp16), check fewer calls "
+                "(--frames N), or " + hint
+            )
         raise VerificationError(
-            f"{dst}: verification failed: {what}; nothing was written",
-            verification=verification,
-            hint="rerun with --no-verify to keep the output for inspection",
+            f"{dst}: verification failed: {what}; nothing was written", verification=verification, hint=hint
         )
+
+
+def _drift(verification: "Verification") -> str:
+    """Where only the consecutive calls of a streaming check disagree: how one call compares and how the error grew
+    call by call ('' otherwise)."""
+    from gatepack.converters.streaming import STREAMED
+
+    one_call = [o for o in verification.outputs if o.layer != STREAMED]
+    if verification.streaming is None or not one_call or not all(o.passed for o in one_call):
+        return ""
+    largest = max(o.max_abs_error for o in one_call)
+    return (
+        f" over {verification.streaming.frames} consecutive calls, states fed back, where one call agrees (largest "
+        f"error {largest:.2g}); the error per call: {verification.streaming.growth_text()}"
+    )
 
 
 def _with_state_pairs(model: "Model", label: str, pairs: list, stateful: bool) -> "Model":
@@ -548,9 +574,11 @@ def verify(
     ``streaming.DEFAULT_FRAMES``), each side feeding its state outputs back (``states``: pairs given or corrected,
     as ``convert``'s); ``inputs`` may then hold a sequence of frames (one more leading axis).
     """
+    from gatepack.converters import registry
     from gatepack.converters.progress import Silent
     from gatepack.converters.verification import GivenInputs, Tolerance, verify_models
 
+    src, dst = registry.as_source(src), registry.as_source(dst)
     given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
     _check_seed(seed)
     tolerance = Tolerance(atol, rtol)
@@ -582,9 +610,10 @@ def state_pairs(
     of the model on drawn inputs by names and recurrent wiring (``gatepack.converters.streaming``); ``states``
     gives or corrects pairs (``(input, output)`` or ``"IN=OUT"``); ``input_shapes`` fixes symbolic dimensions.
     [] for a model that holds only layers or cannot run here on the inputs drawn."""
+    from gatepack.converters.model import Model
     from gatepack.converters.verification import GivenInputs
 
-    loaded = load(model, format) if isinstance(model, (str, Path)) else model
+    loaded = model if isinstance(model, Model) else load(model, format)
     given = GivenInputs(dict(input_shapes or {}), {})
     return _state_pairs(loaded, {}, _streaming_request(states, None), given, 0, verify=True)
 
@@ -650,6 +679,7 @@ def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
     """The names of the tensors ``run`` takes for ``artifact`` (its graph inputs)."""
     from gatepack.converters import registry
 
+    artifact = registry.as_source(artifact)
     fmt = format or registry.detect(artifact)
     graph_inputs = registry.reader(fmt).graph_inputs
     if graph_inputs is not None:
@@ -681,6 +711,7 @@ def run(
     from gatepack.converters import registry
     from gatepack.converters.executor import check_model_inputs
 
+    artifact = registry.as_source(artifact)
     fmt = format or registry.detect(artifact)
     if engine not in ENGINES:
         raise UsageError(f"engine {engine!r} is not one of {ENGINES}")

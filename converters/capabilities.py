@@ -81,6 +81,16 @@ class Carried:
 
 
 @dataclass(frozen=True)
+class Doubt:
+    """A known doubt about a runtime's op (an ``Op.warnings`` entry): ``auto`` writes the format's elementary form
+    instead wherever the doubt concerns the layer, ``--strategy native`` keeps the op and the report warns of it.
+    ``beyond_batch_one``: it concerns batches past the first only (a layer whose batch is fixed at 1 is clear)."""
+
+    text: str
+    beyond_batch_one: bool = False
+
+
+@dataclass(frozen=True)
 class Op:
     """A format's own recurrent op for one cell, and what it takes of an ONNX layer."""
 
@@ -108,7 +118,7 @@ class Op:
     state_tensors: tuple[str, ...] = ()  # its initial-state tensors, per state (h, c)
     dtypes: Mapping[str, Carried] = field(default_factory=dict)  # per source dtype
     notes: Mapping[str, str] = field(default_factory=dict)  # per feature: why it lacks it, beyond the fact
-    warnings: Mapping[str, str] = field(default_factory=dict)  # a runtime doubt, per cell, feature or activation
+    warnings: Mapping[str, "Doubt"] = field(default_factory=dict)  # a runtime doubt, per cell, feature or activation
     remarks: Mapping[str, str] = field(default_factory=dict)  # per feature: how the op is told it, worth saying
 
     def permutes_gates(self, cell: Cell) -> bool:
@@ -209,7 +219,7 @@ def _onnx_for_directml_op(cell: Cell) -> Op:
                 "activations": "the provider rejects Affine and leaves ACTIVATION_SOFTPLUS's Steepness at 0",
             }
         ),
-        warnings=_frozen({"sequence_lens": _SEQUENCE_LENGTHS_DOUBT}),
+        warnings=_frozen({"sequence_lens": Doubt(_SEQUENCE_LENGTHS_DOUBT)}),
         remarks=_frozen({"activations": "names in the provider's spelling, every alpha/beta written"}),
     )
 
@@ -244,9 +254,11 @@ def _directml_op(cell: Cell) -> Op:
         ),
         warnings=_frozen(
             {
-                "sequence_lens": _SEQUENCE_LENGTHS_DOUBT,
-                "Affine": "Affine is written as ACTIVATION_LINEAR (Alpha*x+Beta), which no shipping converter uses "
-                f"for recurrent operators: not verified on DirectML hardware ({_PROVIDER} rejects Affine)",
+                "sequence_lens": Doubt(_SEQUENCE_LENGTHS_DOUBT),
+                "Affine": Doubt(
+                    "Affine is written as ACTIVATION_LINEAR (Alpha*x+Beta), which no shipping converter uses "
+                    f"for recurrent operators: not verified on DirectML hardware ({_PROVIDER} rejects Affine)"
+                ),
             }
         ),
     )
@@ -367,13 +379,20 @@ def _apple_op(cell: Cell, family: str) -> Op:
 
 # Known doubts about the ops' runtimes (a warning whenever the op is used): keyed by cell, or by a feature
 _MIL_DOUBTS = {
-    "gru": "Core ML's own tests run the gru op with batch 1 only (later batches came out as zeros, rdar 59644603)",
-    "reset_after": "coremltools marks its iOS18 reset_after parity test expected-to-fail (rdar 128479517)",
+    "gru": Doubt(
+        "Core ML's own tests run the gru op with batch 1 only (later batches came out as zeros, rdar 59644603)",
+        beyond_batch_one=True,
+    ),
+    "reset_after": Doubt("coremltools marks its iOS18 reset_after parity test expected-to-fail (rdar 128479517)"),
 }
 _BNNS_DOUBTS = {
-    "lstm": "Apple's page gives the lstm weights' gate order as i, f, o, g but its bias as i, f, g, o; gatepack "
-    "writes i, f, o, g for both (MIL's lstm op, which BNNSGraph executes): unconfirmed without a device",
-    "Relu": "Apple's page calls relu 'Clamped ReLU' without saying where it clamps; gatepack assumes MIL's plain relu",
+    "lstm": Doubt(
+        "Apple's page gives the lstm weights' gate order as i, f, o, g but its bias as i, f, g, o; gatepack writes "
+        "i, f, o, g for both (MIL's lstm op, which BNNSGraph executes): unconfirmed without a device"
+    ),
+    "Relu": Doubt(
+        "Apple's page calls relu 'Clamped ReLU' without saying where it clamps; gatepack assumes MIL's plain relu"
+    ),
 }
 
 
@@ -463,7 +482,7 @@ _LITERT_DTYPES = _frozen(
 
 
 def _litert_op(cell: Cell) -> Op:
-    """TFLite's builtin sequence op for ``cell`` (docs/conventions.md §10): one tensor per gate (no gate order to
+    """TFLite's builtin sequence op for ``cell`` (docs/conventions.md §11): one tensor per gate (no gate order to
     permute), one bias per gate (Wb + Rb), a fused activation (LSTM: the candidate's and the cell output's, its
     gates the logistic sigmoid), cell_clip bounding the cell state, no sequence lengths, each state a variable
     tensor [N, H] (one op per direction). GRU has no builtin op: its entry describes the elementary form."""
@@ -577,6 +596,30 @@ def lacks(layer: "RecurrentLayer", op: Op, target: str | None = None) -> dict[st
     return {feature: f"{why} ({op.notes[feature]})" if feature in op.notes else why for feature, why in found.items()}
 
 
+def present(layer: "RecurrentLayer", feature: str) -> bool:
+    """Whether ``layer`` has ``feature`` (one of ``VALUE_FEATURES``)."""
+    return {
+        "peepholes": layer.has_peepholes,
+        "input_forget": bool(layer.input_forget),
+        "activations": True,
+        "clip": layer.clip is not None,
+        "sequence_lens": bool(layer.interface.sequence_lens),
+    }[feature]
+
+
+def doubts(layer: "RecurrentLayer", op: Op) -> dict[str, str]:
+    """The op's known doubts (``Op.warnings``) that concern ``layer``, by what they are about: its cell, reset_after
+    (linear_before_reset = 1), a feature it has, an activation it uses; one about batches past the first only
+    where its batch is not fixed at 1."""
+    about = [layer.cell.value, *(f for f in VALUE_FEATURES if f != "activations" and present(layer, f))]
+    if layer.cell.spec.reset_placement and layer.linear_before_reset:
+        about.append("reset_after")
+    about += dict.fromkeys(a.name for p in layer.directions for a in p.activations)
+    one = layer.interface.batch_size == 1
+    found = {key: op.warnings[key] for key in about if key in op.warnings}
+    return {key: d.text for key, d in found.items() if not (d.beyond_batch_one and one)}
+
+
 _CLIP_LACKS = {
     Clip.ABSENT: "has no clip",
     Clip.CELL_STATE: "bounds the cell state with it after each update (ONNX: the gates' inputs)",
@@ -633,8 +676,20 @@ def op_facts(op: Op, cell: Cell) -> dict[str, str]:
         if cell.spec.reset_placement
         else "",
         "float64": op.dtypes["float64"].status.value if "float64" in op.dtypes else "",
+        "known doubts": ", ".join(_doubt_names(op, cell)),
     }
     return facts
+
+
+def _doubt_names(op: Op, cell: Cell) -> list[str]:
+    """What the op's known doubts are about, for ``cell`` (a doubt about another cell's op left out)."""
+    cells = {c.value for c in Cell}
+    applies = [
+        key
+        for key in op.warnings
+        if (key == cell.value or key not in cells) and (key != "reset_after" or cell.spec.reset_placement)
+    ]
+    return [f"{key} (batches past the first)" if op.warnings[key].beyond_batch_one else key for key in applies]
 
 
 def _names(slot: frozenset[str]) -> str:

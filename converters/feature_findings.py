@@ -25,8 +25,10 @@ from gatepack.converters.capabilities import (
     Op,
     alternative,
     bias_storage,
+    doubts,
     folds_bias,
     lacks,
+    present,
 )
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.strategy import choose
@@ -36,13 +38,15 @@ from gatepack.schemas.layer import Direction, RecurrentLayer, dim_text
 @dataclass(frozen=True)
 class Form:
     """How a layer is written in a format: its record, the op for its cell, what the op lacks in the layer
-    (feature -> reason), the strategy asked for and the form chosen (``native`` or ``decomposed``)."""
+    (feature -> reason), the strategy asked for, the form chosen (``native`` or ``decomposed``), and the op's
+    known doubts that concern the layer (what they are about -> the doubt: ``capabilities.doubts``)."""
 
     caps: Capabilities
     op: Op
     lacking: dict[str, str]
     strategy: str
     chosen: str
+    doubted: dict[str, str]
 
     @property
     def native(self) -> bool:
@@ -51,11 +55,12 @@ class Form:
 
 def form_of(layer: RecurrentLayer, caps: Capabilities, strategy: str = "auto", target: str | None = None) -> Form:
     """The form ``layer`` is written in by ``caps``' format: with an elementary form, ``strategy`` decides
-    (``auto``: native unless the op lacks something); without one, always the op."""
+    (``auto``: native unless the op lacks something or is in doubt for the layer); without one, always the op."""
     op = caps.ops[layer.cell]
-    lacking = lacks(layer, op, target)
-    chosen = choose(strategy, list(lacking.values())) if caps.elementary is not None else "native"
-    return Form(caps, op, lacking, strategy, chosen)
+    lacking, doubted = lacks(layer, op, target), doubts(layer, op)
+    avoided = [*lacking.values(), *doubted.values()]
+    chosen = choose(strategy, avoided) if caps.elementary is not None else "native"
+    return Form(caps, op, lacking, strategy, chosen, doubted)
 
 
 def findings(layer: RecurrentLayer, form: Form, named: str | None = None) -> list[Finding]:
@@ -84,11 +89,10 @@ def replacing(found: list[Finding], *others: Finding | None) -> list[Finding]:
     return out
 
 
-def doubts(layer: RecurrentLayer, op: Op) -> str | None:
-    """The known doubts about the op's runtime for this layer (its cell's; reset_after's)."""
-    reset_after = layer.cell.spec.reset_placement and layer.linear_before_reset
-    found = [op.warnings.get(layer.cell.value), op.warnings.get("reset_after") if reset_after else None]
-    return "; ".join(w for w in found if w) or None
+def _doubts_about(form: Form, *about: str) -> str | None:
+    """The doubts about the op that concern the layer, about any of ``about`` (a cell, reset_after, a feature,
+    an activation), as one warning."""
+    return "; ".join(text for key, text in form.doubted.items() if key in about) or None
 
 
 def cell(layer: RecurrentLayer, form: Form, named: str | None = None) -> Finding:
@@ -98,7 +102,8 @@ def cell(layer: RecurrentLayer, form: Form, named: str | None = None) -> Finding
     if form.caps.elementary is None or (form.native and not form.lacking):
         permuted = f", gates permuted {op.permutation(layer.cell)}" if op.permutes_gates(layer.cell) else ""
         described = f" ({op.described})" if op.described else ""
-        return Finding("cell", Status.EXACT, f"{name}{permuted}{described}", warning=doubts(layer, op))
+        warning = _doubts_about(form, layer.cell.value, "reset_after")
+        return Finding("cell", Status.EXACT, f"{name}{permuted}{described}", warning=warning)
     if form.native:
         return Finding(
             "cell",
@@ -106,7 +111,9 @@ def cell(layer: RecurrentLayer, form: Form, named: str | None = None) -> Finding
             f"the {name} would not compute what ONNX specifies: {reasons}",
             alternative=form.caps.alternatives.get("cell"),
         )
-    why = reasons if form.strategy == "auto" else "--strategy decomposed"
+    in_doubt = f"the {name} is in doubt here: {'; '.join(form.doubted.values())}; --strategy native uses it anyway"
+    avoided = "; ".join([reasons] * bool(reasons) + [in_doubt] * bool(form.doubted))
+    why = avoided if form.strategy == "auto" else "--strategy decomposed"
     return Finding("cell", Status.DECOMPOSED, f"{form.caps.elementary} ({why})")
 
 
@@ -177,17 +184,6 @@ def linear_before_reset(layer: RecurrentLayer, form: Form) -> Finding | None:
     return Finding("linear_before_reset", Status.EXACT, f"{value}{field}")
 
 
-def present(layer: RecurrentLayer, feature: str) -> bool:
-    """Whether ``layer`` has ``feature`` (one of ``capabilities.VALUE_FEATURES``): a finding only then."""
-    return {
-        "peepholes": layer.has_peepholes,
-        "input_forget": bool(layer.input_forget),
-        "activations": True,
-        "clip": layer.clip is not None,
-        "sequence_lens": bool(layer.interface.sequence_lens),
-    }[feature]
-
-
 # Per feature: how the op carries it (native) and how elementary ops do
 _VALUE_TEXTS = {
     "peepholes": ("P (i, o, f) in the op's peephole input", "P (i, o, f) as constants, added to the gates' inputs"),
@@ -223,15 +219,9 @@ def value_feature(layer: RecurrentLayer, form: Form, feature: str) -> Finding | 
     order = op.peepholes if feature == "peepholes" and op.peepholes != ONNX_PEEPHOLES else None
     detail = native_text.format(**fill) + (f", permuted i, o, f -> {', '.join(order)}" if order else "")
     permuted = order is not None
-    return Finding(feature, Status.REPACKED if permuted else Status.EXACT, detail, warning=_warning(layer, op, feature))
-
-
-def _warning(layer: RecurrentLayer, op: Op, feature: str) -> str | None:
-    """The op's doubt about a feature, or (activations) about an activation the layer uses."""
-    if feature != "activations":
-        return op.warnings.get(feature)
-    names = dict.fromkeys(a.name for p in layer.directions for a in p.activations)
-    return "; ".join(op.warnings[n] for n in names if n in op.warnings) or None
+    about = [a.name for p in layer.directions for a in p.activations] if feature == "activations" else [feature]
+    status = Status.REPACKED if permuted else Status.EXACT
+    return Finding(feature, status, detail, warning=_doubts_about(form, *about))
 
 
 def initial_states(layer: RecurrentLayer, form: Form) -> list[Finding]:

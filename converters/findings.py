@@ -41,11 +41,12 @@ class Finding:
     detail: str
     warning: str | None = None
     alternative: str | None = None  # for unsupported/lossy: what the user can do instead
+    chosen: bool = False  # a value gatepack chose where the user gave none: convert says it, even when exact
 
     def to_json(self) -> dict:
         data = asdict(self)
         data["status"] = self.status.value
-        return {k: v for k, v in data.items() if v is not None}
+        return {k: v for k, v in data.items() if v is not None and v is not False}
 
 
 FP16_SOURCE_WARNING = "fp16 source: its precision was lost when it was saved"

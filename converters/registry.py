@@ -186,7 +186,8 @@ MINIMUM_DEPLOYMENT_TARGET = WriteOption(
     f"one of {', '.join(CORE_ML_TARGETS)}",
     _one_of(*CORE_ML_TARGETS),
     "--minimum-deployment-target",
-    "oldest OS the package must run on (default iOS18; linear_before_reset = 1 is native from iOS18).",
+    "oldest OS the package must run on (default: the lowest that expresses the model exactly, which the report "
+    "names; fp16 packages need iOS17, states and the native reset_after iOS18).",
     CORE_ML_TARGETS,
 )
 
@@ -205,6 +206,10 @@ def _computed_as_stored(layer: "RecurrentLayer") -> str:
 
 def _no_whole_model_finding(model: "Model") -> "Finding | None":
     return None
+
+
+def _as_given(model: "Model", options: dict) -> dict:
+    return options
 
 
 @dataclass(frozen=True)
@@ -235,6 +240,9 @@ class FormatImplementation:
       ``run_whole``/``run_native`` use, for many calls in a row (streaming verification; None: each call
       loads it). A stateful artifact's session holds its states across calls and returns them under their
       state outputs' names.
+    * ``settle_options(model, write_options) -> write_options``: the options with what the format settles for the
+      whole artifact when the user leaves it out (Core ML: the lowest deployment target that expresses the model),
+      so that every layer's findings and the writer see one value (default: as given).
     """
 
     read: Callable[..., "Model"]
@@ -250,6 +258,7 @@ class FormatImplementation:
     run_whole: Callable[[Any, dict], dict] | None = None
     run_onnx_node: Callable[["RecurrentLayer", dict], dict] | None = None
     open_session: Callable[[Any], Callable[[dict], dict]] | None = None
+    settle_options: Callable[["Model", dict], dict] = _as_given
 
 
 @dataclass(frozen=True)
@@ -459,17 +468,46 @@ def all_write_options() -> dict[str, WriteOption]:
 
 
 def as_path(value: object) -> Path:
-    """``value`` as a path; UsageError naming what it is otherwise. An in-memory ``onnx.ModelProto`` is told to be
-    saved first: gatepack verifies an artifact as written, from its file (and an ONNX model's external data is
-    found beside it)."""
+    """``value`` as a path; UsageError naming what it is otherwise (an in-memory ``onnx.ModelProto`` is taken by
+    the API's entry points, which save it first: ``as_source``)."""
     if isinstance(value, (str, os.PathLike)):
         return Path(value)
     if type(value).__name__ == "ModelProto":
         raise UsageError(
-            "an in-memory onnx.ModelProto: gatepack reads models from files",
+            "an in-memory onnx.ModelProto where a file is needed",
             hint="save it first: onnx.save(model, 'model.onnx'), then pass 'model.onnx'",
         )
     raise UsageError(f"a {type(value).__name__} where a path was expected", hint="pass the artifact's path")
+
+
+def as_source(value: Any) -> Any:
+    """``value``, or for an in-memory ``onnx.ModelProto`` the path of a copy saved in a private temporary directory
+    (removed when the process exits): gatepack verifies what it reads as a file, as a user's runtime loads it. A
+    proto whose tensors point at external data it has not loaded is refused (no base directory to find it)."""
+    if type(value).__name__ != "ModelProto":
+        return value
+    import atexit
+    import shutil
+    import tempfile
+
+    import onnx
+
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in value.graph.initializer):
+        raise UsageError(
+            "an in-memory onnx.ModelProto whose external data is not loaded (its tensors name files relative to a "
+            "directory it does not record)",
+            hint="pass the model's path, or onnx.load it with its external data",
+        )
+    directory = Path(tempfile.mkdtemp(prefix="gatepack-model-proto-"))
+    atexit.register(shutil.rmtree, directory, True)
+    path = directory / "model_proto.onnx"
+    large = sum(t.ByteSize() for t in value.graph.initializer) > 1_800_000_000  # a file holds 2 GiB at most
+    if large:  # saving with external data edits the proto: the user's stays as it is
+        copy = onnx.ModelProto()
+        copy.CopyFrom(value)
+        value = copy
+    onnx.save_model(value, str(path), save_as_external_data=large, location="model_proto.onnx.data")
+    return path
 
 
 def detect(path: str | Path, *, writing: bool = False) -> str:

@@ -75,11 +75,11 @@ class GroupedFinding:
 def group_findings(per_layer: list[tuple[str, list[Finding]]], everything: bool = False) -> list[GroupedFinding]:
     """Findings over many layers, identical ones grouped with their layers, worst first; a feature
     whose detail differs in more than 3 ways (e.g. per-layer tensor names) is one line. Without
-    ``everything``: only what is not exact, and warnings."""
+    ``everything``: only what is not exact, warnings, and values gatepack chose."""
     groups: dict[str, GroupedFinding] = {}
     for name, findings in per_layer:
         for f in findings:
-            if everything or f.status is not Status.EXACT or f.warning:
+            if everything or f.status is not Status.EXACT or f.warning or f.chosen:
                 key = json.dumps(f.to_json(), sort_keys=True)
                 groups.setdefault(key, GroupedFinding(f, [])).layers.append(name)
     by_feature: dict[tuple, list[GroupedFinding]] = {}
@@ -485,7 +485,8 @@ def target_findings(
     refused = registry.cell_refusal(info, layer)
     if refused is not None:  # nothing else about the layer is checked: the format's module cannot hold it
         return sort_worst_first(list(model.notes_for(layer)) + [f for f in (refused, surroundings) if f is not None])
-    accepted = {k: v for k, v in options.items() if k in info.option_names and k not in MODEL_OPTIONS}
+    options = implementation.settle_options(model, {k: v for k, v in options.items() if k in info.option_names})
+    accepted = {k: v for k, v in options.items() if k not in MODEL_OPTIONS}
     keeps_whole = surroundings is not None and surroundings.status is not Status.UNSUPPORTED
     if keeps_whole and "opset" in info.option_names and "opset" not in accepted and "opset" in model.meta:
         accepted["opset"] = model.meta["opset"]  # a whole model keeps its own

@@ -4,6 +4,8 @@ writer) and run them on onnxruntime, the oracle."""
 from __future__ import annotations
 
 import random
+import shutil
+import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -494,3 +496,33 @@ def assert_not_lifted(proto: onnx.ModelProto, tmp_path: Path, *words: str) -> No
     line = err.value.one_line()
     assert all(word in line for word in words) and "\n" not in line, line
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------- a browser
+
+
+def chromium() -> str | None:
+    """A headless-capable Chromium on this machine (None: the browser tests skip, saying why)."""
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def run_browser(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium with ``args``, its profile in ``tmp_path`` (nothing in the user's home)."""
+    browser = chromium()
+    assert browser is not None, "the caller skips without a browser"
+    return subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )

@@ -54,7 +54,7 @@ def convert_and_check(cfg: Config, tmp_path, strategy: str = "auto") -> str:
 
 def native_is_exact(cfg: Config) -> bool:
     """Whether TFLite's sequence op computes what the ONNX node specifies, from the schema and the kernels
-    (docs/conventions.md §10), not from gatepack: no GRU op; RNN with Sigmoid, Tanh or Relu; LSTM with Sigmoid
+    (docs/conventions.md §11), not from gatepack: no GRU op; RNN with Tanh or Relu; LSTM with Sigmoid
     gates and one of them as both g and h; no clip (cell_clip bounds the cell state); a bidirectional layer's
     initial state is no input (one variable tensor per direction), nor an RNN's (its kernel takes a 2-D state
     variable, the input is [1, N, H])."""

@@ -29,6 +29,9 @@ FRONTED = [
 ]
 NOT_NATIVE = ("decomposed", "unsupported", "lossy")
 SUFFIX = {"coreml": ".mlpackage", "bnns": ".bnns"}
+# What is tested here is that the op needs no lengths nor state inputs, so Core ML's op is forced: its automatic
+# choice avoids the gru op where the batch is not fixed at 1 (Core ML's GRU tests run batch 1 only, rdar 59644603)
+FORCED: dict[str, dict] = {"coreml": {"strategy": "native"}, "bnns": {}}
 
 
 def _sequence_op(ov_model, name: str):
@@ -45,7 +48,8 @@ def test_full_lengths_and_zero_states_from_computed_shapes_are_no_inputs(artifac
     (lens,) = [f for f in notes if f.feature == "sequence_lens"]
     assert lens.status.value == "exact" and "no sequence_lens input" in lens.detail and not lens.warning
     assert not [f for f in notes if f.feature in ("initial_h", "initial_c")]  # no "constant, not zeros"
-    report = gp.report(PRODUCERS / artifact, to=["bnns", "coreml"], layers_only=True)
+    # the op forced for Core ML: auto avoids its gru for a batch not fixed at 1 (a known doubt, see FORCED)
+    report = gp.report(PRODUCERS / artifact, to=["bnns", "coreml"], layers_only=True, **FORCED["coreml"])
     for target in ("bnns", "coreml"):
         findings = report.layers[0].targets[target].findings
         assert not [f for f in findings if f.feature != "model" and f.status.value in NOT_NATIVE], (target, findings)
@@ -68,7 +72,7 @@ def test_bnns_and_coreml_convert_the_layer_natively_to_the_frameworks_outputs(ar
     n, s, _ = x.shape
     for target in ("bnns", "coreml"):
         out = tmp_path / f"layer{SUFFIX[target]}"
-        result = gp.convert(path, out, to=target, layers_only=True)
+        result = gp.convert(path, out, to=target, layers_only=True, **FORCED[target])
         assert result.passed and result.verification.passed, result.to_text()
         assert not [f for fs in result.findings.values() for f in fs if f.status.value == "decomposed"]
         (back,) = gp.load(out).layers

@@ -5,8 +5,6 @@ reviewed file; the HTML page rendered by a real headless browser; many-layer mod
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -14,7 +12,18 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from helpers import FIXTURES, REALMODELS, Config, artifact_name, build_model, lstm_matrix, matrix, shipped_writers
+from helpers import (
+    FIXTURES,
+    REALMODELS,
+    Config,
+    artifact_name,
+    build_model,
+    chromium,
+    lstm_matrix,
+    matrix,
+    run_browser,
+    shipped_writers,
+)
 
 import gatepack as gp
 from gatepack.cli import main
@@ -26,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = report_schema()
 TARGETS = registry.writers()
 MATRIX = matrix() + lstm_matrix()[::8]  # GRU/RNN, and every eighth LSTM configuration
-# documented: they compute float64 in float32 (LiteRT's sequence kernels and its elementary form: FLOAT32, §10)
+# documented: they compute float64 in float32 (LiteRT's sequence kernels and its elementary form: FLOAT32, §11)
 FLOAT32_RUNTIMES = {"openvino", "directml", "coreml", "bnns", "litert"}
 
 
@@ -183,13 +192,8 @@ def test_many_layers_stay_readable():
     assert len(layers) < 50 and any(line.startswith("  10 x GRU bidirectional") for line in layers)
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
 def test_html_report_renders_its_matrix_in_a_browser(tmp_path):
-    browser = _chromium()
-    if browser is None:
+    if chromium() is None:
         pytest.skip(
             "no chromium here: .ci/run installs Debian's chromium when it can; without it this screenshot test "
             "cannot run"
@@ -204,22 +208,7 @@ def test_html_report_renders_its_matrix_in_a_browser(tmp_path):
         == 0
     )
     shot = tmp_path / "shot.png"
-    done = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1000,400",
-            f"--screenshot={shot}",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    done = run_browser(tmp_path, "--hide-scrollbars", "--window-size=1000,400", f"--screenshot={shot}", page.as_uri())
     assert shot.is_file(), done.stderr[-1000:]
     pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
 

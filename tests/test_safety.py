@@ -804,3 +804,16 @@ def test_garbage_xml_prints_one_line_and_runtimes_write_nothing_home(tmp_path):
         )
         assert good.returncode == 0, good.stderr
     assert sorted(p.name for p in home.rglob("*")) == []
+
+
+def test_the_suite_runs_with_a_private_home():
+    """tests/conftest.py points HOME and the XDG directories into the session's temporary home, so what the
+    tests' tools write (runtimes' caches, a browser's profile, dconf) never lands in the user's home; a
+    subprocess inherits it."""
+    import pwd
+
+    private = Path(os.environ["GATEPACK_TEST_HOME"])
+    assert Path.home() == private != Path(pwd.getpwuid(os.getuid()).pw_dir)
+    assert all(Path(os.environ[v]).is_relative_to(private) for v in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME"))
+    seen = subprocess.run([sys.executable, "-c", "import pathlib; print(pathlib.Path.home())"], capture_output=True)
+    assert seen.stdout.decode().strip() == str(private)

@@ -6,15 +6,13 @@ the original model, and models built independently here."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from helpers import REALMODELS
+from helpers import REALMODELS, chromium, run_browser
 from onnx import TensorProto, helper, numpy_helper
 
 import gatepack as gp
@@ -301,33 +299,10 @@ def test_verify_takes_tolerances(tmp_path):
     assert runner.invoke(main, ["verify", str(a), str(b), "--atol", "-1"]).exit_code == 2
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
-def _browser(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            _chromium(),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--no-first-run",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-
-
 def test_html_report_of_28_layers_in_a_browser(tmp_path):
     """Summary and caveats first; identical layers grouped; the layers-only targets' cells red; the
     filters work (preset from the address: only unsupported cells of directml shown)."""
-    if _chromium() is None:
+    if chromium() is None:
         pytest.skip("no chromium here: .ci/run installs Debian's chromium when it can")
     from PIL import Image
 
@@ -337,20 +312,20 @@ def test_html_report_of_28_layers_in_a_browser(tmp_path):
         runner.invoke(main, ["report", str(REALMODELS / "ulunas_stream_simple.onnx"), "-o", str(page)]).exit_code == 0
     )
     shot = tmp_path / "shot.png"
-    done = _browser(tmp_path, "--hide-scrollbars", "--window-size=1400,1800", f"--screenshot={shot}", page.as_uri())
+    done = run_browser(tmp_path, "--hide-scrollbars", "--window-size=1400,1800", f"--screenshot={shot}", page.as_uri())
     assert shot.is_file(), done.stderr[-1000:]
     pixels = np.asarray(Image.open(shot).convert("RGB"))
     red = np.all(pixels == [0xF6, 0xB0, 0xB0], axis=2)
     green = np.all(pixels == [0xD4, 0xF7, 0xD4], axis=2)
     assert red.sum() > 1.5 * green.sum() > 0  # two layers-only targets (directml, bnns) in red, onnx exact in green
-    dom = _browser(tmp_path, "--dump-dom", page.as_uri() + "#targets=onnx,directml&status=unsupported").stdout
+    dom = run_browser(tmp_path, "--dump-dom", page.as_uri() + "#targets=onnx,directml&status=unsupported").stdout
     assert 'data-ready="yes"' in dom
     assert dom.index('id="targets"') < dom.index('id="caveats"') < dom.index('id="matrix"')
     rows = dom.split('<tr class="group"')[1:]
     assert 1 < len(rows) < 28  # identical layers share a row
     assert all("display: none" not in row.split(">")[0] for row in rows)  # every row has an unsupported cell
     assert dom.count('data-target="openvino" data-status="folded" style="display: none;"') == len(rows)
-    none_left = _browser(tmp_path, "--dump-dom", page.as_uri() + "#status=lossy").stdout
+    none_left = run_browser(tmp_path, "--dump-dom", page.as_uri() + "#status=lossy").stdout
     assert none_left.count('class="group" style="display: none;"') == len(rows)
 
 

@@ -91,7 +91,7 @@ FIELD_OF_ROLE = {
 
 ROLE_FIELDS = {field: {label: role for role, label in ROLE_LABELS.items()}[name] for field, name in FIELD_ROLES.items()}
 REQUIRED_FIELDS = ("InputTensor", "WeightTensor", "RecurrenceTensor")
-SEQUENCE_LENGTHS_NOTE = DIRECTML.ops[Cell.GRU].warnings["sequence_lens"]  # what DirectML leaves undocumented
+SEQUENCE_LENGTHS_NOTE = DIRECTML.ops[Cell.GRU].warnings["sequence_lens"].text  # what DirectML leaves undocumented
 
 
 def to_activation(kind: str, params: dict[str, float]) -> Activation:

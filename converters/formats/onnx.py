@@ -31,7 +31,6 @@ from gatepack.converters.errors import GatepackError, RefusedError, UsageError
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats import directml_desc as directml_ep
 from gatepack.converters.formats import onnx_elementary, onnx_quantized
 from gatepack.converters.formats.onnx_graph import DEFAULT_OPSET
 from gatepack.converters.formats.onnx_reader import read
@@ -133,11 +132,13 @@ def _directml_refusal(layer: RecurrentLayer, opset: int | None) -> Finding | Non
     dtype = ONNX_FOR_DIRECTML.ops[layer.cell].dtypes[layer.interface.dtype]
     if dtype.status is Status.UNSUPPORTED:
         return Finding("dtype", dtype.status, dtype.detail, alternative=dtype.alternative)
-    if opset is not None and opset < onnx_elementary.MINIMUM_OPSET and directml_ep.ep_mishandled(layer):
+    form = form_of(layer, ONNX_FOR_DIRECTML)
+    if opset is not None and opset < onnx_elementary.MINIMUM_OPSET and not form.native:
+        needed = "; ".join([*form.lacking.values(), *form.doubted.values()])
         return Finding(
             "cell",
             Status.UNSUPPORTED,
-            f"its elementary form (needed: {'; '.join(directml_ep.ep_mishandled(layer))}) takes opset "
+            f"its elementary form (needed: {needed}) takes opset "
             f"{onnx_elementary.MINIMUM_OPSET} or later, and the model is written at opset {opset}",
             alternative=f"write it at opset {DEFAULT_OPSET} (--opset {DEFAULT_OPSET}, or --layers-only for a whole "
             "model), or leave out --for directml",

@@ -11,9 +11,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from gatepack.converters.capabilities import ONNX_FOR_DIRECTML
 from gatepack.converters.description import constant_in_layout
 from gatepack.converters.errors import UsageError
-from gatepack.converters.formats import directml_desc as directml_ep
+from gatepack.converters.feature_findings import form_of
 from gatepack.converters.formats import onnx_elementary
 from gatepack.converters.formats.onnx_graph import DEFAULT_OPSET, PERM_IN, PERM_Y, PERM_YH, broadcast_state_nodes
 from gatepack.converters.model import Model, with_separate_inputs
@@ -167,8 +168,9 @@ class WriteForm:
     opset: int = DEFAULT_OPSET
 
     def elementary(self, layer: RecurrentLayer) -> bool:
-        """Whether ``layer`` is written as elementary operators: its runtime would compute its node otherwise."""
-        return self.runtime == "directml" and bool(directml_ep.ep_mishandled(layer))
+        """Whether ``layer`` is written as elementary operators: its runtime would compute its node otherwise, or
+        is in doubt for it (``capabilities.ONNX_FOR_DIRECTML``)."""
+        return self.runtime == "directml" and not form_of(layer, ONNX_FOR_DIRECTML).native
 
 
 def layer_nodes(

@@ -11,7 +11,15 @@
 """
 
 from gatepack.converters.formats.coreml.checks import check
-from gatepack.converters.formats.coreml.common import FORMAT, TARGETS, choose_strategy, native_blockers, safe_name
+from gatepack.converters.formats.coreml.common import (
+    FORMAT,
+    TARGETS,
+    choose_strategy,
+    lowest_target,
+    native_blockers,
+    safe_name,
+    settle_options,
+)
 from gatepack.converters.formats.coreml.reader import read
 from gatepack.converters.formats.coreml.running import (
     compute_dtype,
@@ -32,6 +40,7 @@ __all__ = [
     "build",
     "check",
     "choose_strategy",
+    "lowest_target",
     "native_blockers",
     "read",
     "run_numpy",
@@ -52,4 +61,5 @@ IMPLEMENTATION = FormatImplementation(
     whole_model_finding=whole_model_finding,
     run_whole=run_numpy,
     open_session=open_session,
+    settle_options=settle_options,
 )

@@ -6,9 +6,10 @@ from gatepack.converters.capabilities import COREML
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
-    DEFAULT_TARGET,
     TARGETS,
+    ChosenTarget,
     _target_rank,
+    lowest_target,
     safe_name,
     written_straight,
 )
@@ -25,18 +26,27 @@ def check(
     layer: RecurrentLayer,
     *,
     strategy: str = "auto",
-    minimum_deployment_target: str = DEFAULT_TARGET,
+    minimum_deployment_target: str | None = None,
     compress_to_fp16: bool = False,
 ) -> list[Finding]:
     """Findings for writing ``layer`` as a Core ML ML Program with ``strategy`` (``capabilities.COREML``): the
-    shared features, and what only Core ML has: fp16 packages, sanitised names, the deployment target."""
-    target = minimum_deployment_target
+    shared features, and what only Core ML has: fp16 packages, sanitised names, the deployment target (None: the
+    lowest that expresses the layer, ``lowest_target``)."""
+    target = minimum_deployment_target or lowest_target([layer], strategy, compress_to_fp16)
     _target_rank(target)
     form = form_of(layer, COREML, strategy, target)
     found = findings(layer, form, named=f"{form.op.name} op ({target})")
     found = replacing(found, _fp16_package(target) if compress_to_fp16 else None, _straight_line(layer, found))
-    deployment = Finding("deployment target", Status.EXACT, f"{target} (--minimum-deployment-target)")
+    deployment = Finding(
+        "deployment target", Status.EXACT, _deployment(target), chosen=isinstance(target, ChosenTarget)
+    )
     return [*found, *_sanitised_names(layer), deployment]
+
+
+def _deployment(target: str) -> str:
+    if isinstance(target, ChosenTarget):
+        return f"{target}, chosen: {target.why} (--minimum-deployment-target to choose another)"
+    return f"{target} (--minimum-deployment-target)"
 
 
 def _straight_line(layer: RecurrentLayer, found: list[Finding]) -> Finding | None:

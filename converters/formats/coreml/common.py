@@ -9,22 +9,27 @@ import io
 import logging
 import re
 import warnings
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from gatepack.converters.capabilities import COREML, lacks
 from gatepack.converters.errors import UsageError
+from gatepack.converters.feature_findings import Form, form_of
 from gatepack.converters.findings import fp16_source
 from gatepack.converters.registry import CORE_ML_TARGETS
-from gatepack.converters.strategy import choose
 from gatepack.schemas.layer import (
     RecurrentLayer,
 )
 
+if TYPE_CHECKING:
+    from gatepack.converters.model import Model
+
 FORMAT = "coreml"
 METADATA_KEY = "gatepack"
 TARGETS = CORE_ML_TARGETS
-DEFAULT_TARGET = "iOS18"
+NEWEST_TARGET = TARGETS[-1]  # what the builders default to; a package written without a target takes the lowest
+# that expresses it (lowest_target)
 
 
 def _ct():
@@ -80,16 +85,73 @@ def _target_rank(target: str) -> int:
 # ---------------------------------------------------------------------------------------- strategy
 
 
-def native_blockers(layer: RecurrentLayer, target: str = DEFAULT_TARGET) -> list[str]:
+def native_blockers(layer: RecurrentLayer, target: str = NEWEST_TARGET) -> list[str]:
     """Why MIL's own gru/rnn/lstm op at ``target`` would not compute what ONNX specifies (empty: it would):
     ``capabilities.COREML``'s op for the cell, against the layer."""
     _target_rank(target)
     return list(lacks(layer, COREML.ops[layer.cell], target).values())
 
 
-def choose_strategy(layer: RecurrentLayer, strategy: str, target: str = DEFAULT_TARGET) -> tuple[str, list[str]]:
-    blockers = native_blockers(layer, target)
-    return choose(strategy, blockers), blockers
+def choose_strategy(layer: RecurrentLayer, strategy: str, target: str = NEWEST_TARGET) -> tuple[str, list[str]]:
+    """The form ``layer`` is written in (``native`` or ``decomposed``: ``feature_findings.form_of``, as the
+    findings say), and why the op is avoided (what it lacks, its doubts for the layer)."""
+    form = form_of(layer, COREML, strategy, target)
+    return form.chosen, [*form.lacking.values(), *form.doubted.values()]
+
+
+class ChosenTarget(str):
+    """A deployment target gatepack chose (none was given): the lowest that expresses what is written as well as
+    the newest does. ``why``: what sets it, for the report."""
+
+    why: str
+
+    def __new__(cls, target: str, why: str) -> "ChosenTarget":
+        chosen = super().__new__(cls, target)
+        chosen.why = why
+        return chosen
+
+
+def lowest_target(
+    layers: Sequence[RecurrentLayer], strategy: str = "auto", compress_to_fp16: bool = False, stateful: bool = False
+) -> ChosenTarget:
+    """The lowest deployment target at which every layer is written in the form it takes at the newest target,
+    its op (if used) lacking nothing more there (``capabilities.COREML``), and which holds what the options need
+    (fp16 packages: ``FP16_TARGET``; Core ML states: ``STATE_TARGET``); with what sets it."""
+    needs = {TARGETS[0]: "the oldest ML Program target; nothing written needs a later one"}
+    for layer in layers:
+        newest = _written_as(form_of(layer, COREML, strategy, TARGETS[-1]))
+        target = next(t for t in TARGETS if _written_as(form_of(layer, COREML, strategy, t)) == newest)
+        needs.setdefault(target, f"layer {layer.name!r} needs it: the {_needed_feature(layer)}")
+    if compress_to_fp16:
+        needs.setdefault(FP16_TARGET, "fp16 packages (--compress-to-fp16) need it")
+    if stateful:
+        needs.setdefault(STATE_TARGET, "Core ML states (--stateful) need it")
+    target = max(needs, key=TARGETS.index)
+    return ChosenTarget(target, needs[target])
+
+
+def settle_options(model: "Model", options: dict) -> dict:
+    """``options`` with the deployment target chosen when none is given: ``lowest_target`` for the model's
+    layers and options, so that each layer's findings and the package name one target."""
+    if options.get("minimum_deployment_target") is not None:
+        return options
+    chosen = lowest_target(
+        model.layers,
+        options.get("strategy", "auto"),
+        bool(options.get("compress_to_fp16")),
+        bool(options.get("stateful")),
+    )
+    return {**options, "minimum_deployment_target": chosen}
+
+
+def _written_as(form: Form) -> tuple:
+    """What decides the findings at a target: the form chosen and, for the op, what it lacks there."""
+    return (form.chosen, tuple(form.lacking) if form.native else ())
+
+
+def _needed_feature(layer: RecurrentLayer) -> str:
+    op = COREML.ops[layer.cell]
+    return f"{op.name} op's {op.reset_after} (linear_before_reset = 1)" if op.reset_after else f"{op.name} op"
 
 
 # ----------------------------------------------------------------------------------------- writing

@@ -17,12 +17,13 @@ from gatepack.converters.description import describe
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
-    DEFAULT_TARGET,
+    NEWEST_TARGET,
     STATE_TARGET,
     TARGETS,
     _ct,
     _quiet,
     check_sanitised_names,
+    lowest_target,
     safe_name,
 )
 from gatepack.converters.formats.coreml.translate import MAX_RANK, Squeezed, Translation, Untranslatable
@@ -83,7 +84,7 @@ class _Prepared:
         return cls(proto, reread(model.path, proto).layers)
 
 
-def build_whole(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET, states: dict | None = None):
+def build_whole(model: Model, *, strategy: str = "auto", target: str = NEWEST_TARGET, states: dict | None = None):
     """The whole model as a MIL ``Program`` and gatepack's description of it (names, layers, operators), its
     symbolic input dimensions fixed by the user's ``--input-shape``s (``model.meta["input_shapes"]``). The program
     the report's verdict built for the same file, layers, shapes, strategy and target is taken instead (once).
@@ -122,7 +123,7 @@ def _file_key(model: Model) -> tuple:
     )
 
 
-def translate_onnx(proto, base_dir: Path, *, target: str = DEFAULT_TARGET, input_shapes: dict | None = None):
+def translate_onnx(proto, base_dir: Path, *, target: str = NEWEST_TARGET, input_shapes: dict | None = None):
     """An ONNX model without recurrent layers as a MIL ``Program`` and its description (the operator table's
     tests translate one operator so). ``base_dir``: where its external data is."""
     return translate_proto(_Prepared(proto, []), base_dir / "model.onnx", target=target, input_shapes=input_shapes)
@@ -133,7 +134,7 @@ def translate_proto(
     path: Path,
     *,
     strategy: str = "auto",
-    target: str = DEFAULT_TARGET,
+    target: str = NEWEST_TARGET,
     input_shapes: dict[str, list[int]] | None = None,
     states: dict[str, str] | None = None,
 ):
@@ -503,9 +504,12 @@ def _translation_verdict(model: Model) -> tuple[tuple[str, str] | None, list[str
     if key not in _VERDICTS:
         try:
             with _quiet():
-                built = translate_proto(_Prepared.of(model), path, input_shapes=model.meta.get("input_shapes"))
+                target = lowest_target(model.layers)  # what convert writes when no option is given
+                built = translate_proto(
+                    _Prepared.of(model), path, target=target, input_shapes=model.meta.get("input_shapes")
+                )
             _KEPT.clear()
-            _KEPT[_build_key(model, "auto", DEFAULT_TARGET)] = built
+            _KEPT[_build_key(model, "auto", target)] = built
             _VERDICTS[key] = (None, built[1]["interface_changes"])
         except (RefusedError, UsageError) as err:
             hint = err.hint or ALTERNATIVES

@@ -45,10 +45,10 @@ from gatepack.converters.description import describe
 from gatepack.converters.errors import RuntimeFailure, UsageError
 from gatepack.converters.fileio import staging_directory
 from gatepack.converters.formats.coreml.common import (
-    DEFAULT_TARGET,
     FP16_PASSES,
     FP16_TARGET,
     METADATA_KEY,
+    NEWEST_TARGET,
     TARGETS,
     _ct,
     _heap_frozen,
@@ -57,6 +57,7 @@ from gatepack.converters.formats.coreml.common import (
     check_sanitised_names,
     choose_strategy,
     safe_name,
+    settle_options,
     written_straight,
 )
 from gatepack.converters.model import Model, with_separate_inputs
@@ -75,7 +76,7 @@ def write(
     path: str | Path,
     *,
     strategy: str = "auto",
-    minimum_deployment_target: str = DEFAULT_TARGET,
+    minimum_deployment_target: str | None = None,
     compress_to_fp16: bool = False,
     stateful: bool = False,
 ) -> None:
@@ -83,29 +84,28 @@ def write(
     around them (``whole``; the user's input shapes in ``model.meta`` fix its symbolic dimensions); fp32, or with
     ``compress_to_fp16`` fp16 weights and fp16 arithmetic behind an fp32 interface (coremltools' own fp16 cast
     pass, then only constant folding and cast/dead-code clean-up); ``stateful``: a whole model's state pairs
-    (``model.meta['state_pairs']``) as Core ML states (fp16, iOS18)."""
+    (``model.meta['state_pairs']``) as Core ML states (fp16, iOS18). ``minimum_deployment_target`` None: the
+    lowest that expresses the model (``common.lowest_target``)."""
     from gatepack.converters.formats.coreml import whole
 
     path = Path(path)
-    _target_rank(minimum_deployment_target)
-    if compress_to_fp16 and _target_rank(minimum_deployment_target) < TARGETS.index(FP16_TARGET):
+    asked = dict(strategy=strategy, minimum_deployment_target=minimum_deployment_target, stateful=stateful)
+    target = settle_options(model, asked | {"compress_to_fp16": compress_to_fp16})["minimum_deployment_target"]
+    if _target_rank(target) < TARGETS.index(FP16_TARGET) and compress_to_fp16:
         raise UsageError(
-            f"fp16 packages need --minimum-deployment-target {FP16_TARGET} or later (the target is "
-            f"{minimum_deployment_target})"
+            f"fp16 packages need --minimum-deployment-target {FP16_TARGET} or later (the target is {target})"
         )
     with _quiet():  # coremltools prints notes while building constants
         if whole.is_whole_model(model):
             states = dict(model.meta.get("state_pairs") or []) if stateful else None
             if stateful and not states:
                 raise UsageError(f"{model.path}: --stateful needs the model's state pairs", hint="--state IN=OUT")
-            program, described = whole.build_whole(
-                model, strategy=strategy, target=minimum_deployment_target, states=states
-            )
+            program, described = whole.build_whole(model, strategy=strategy, target=target, states=states)
         elif stateful:
             raise UsageError(f"{model.path}: --stateful applies to whole models (their state inputs and outputs)")
         else:
-            program, described = build(model, strategy=strategy, target=minimum_deployment_target)
-    save_package(program, described, path, minimum_deployment_target, compress_to_fp16, carry=model)
+            program, described = build(model, strategy=strategy, target=target)
+    save_package(program, described, path, target, compress_to_fp16, carry=model)
 
 
 def save_package(
@@ -150,7 +150,7 @@ def save_package(
         os.replace(staging / "model.mlpackage", path)
 
 
-def build(model: Model, *, strategy: str = "auto", target: str = DEFAULT_TARGET):
+def build(model: Model, *, strategy: str = "auto", target: str = NEWEST_TARGET):
     """A MIL ``Program`` holding every layer with the source's interface (chained inputs apart), and its
     description."""
     ct = _ct()

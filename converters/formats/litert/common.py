@@ -29,7 +29,7 @@ def schema() -> ModuleType:
 
 # ONNX activation -> the fused activation (ActivationFunctionType) that computes it exactly. The sequence ops
 # apply it to the RNN's hidden state, and to the LSTM's cell candidate and cell output (its gates are always
-# the logistic sigmoid); docs/conventions.md §10.
+# the logistic sigmoid); docs/conventions.md §11.
 FUSED = {
     "Tanh": "TANH",
     "Relu": "RELU",

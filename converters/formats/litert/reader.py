@@ -2,7 +2,7 @@
 
 gatepack's own files carry their layers' description (metadata ``gatepack``); their weights are read from the
 sequence ops or, for the elementary form, from the constants the description names. Another producer's file
-gives one layer per ``UNIDIRECTIONAL_SEQUENCE_LSTM`` / ``_RNN`` op (docs/conventions.md §10): per-gate tensors
+gives one layer per ``UNIDIRECTIONAL_SEQUENCE_LSTM`` / ``_RNN`` op (docs/conventions.md §11): per-gate tensors
 into ONNX's i, o, f, c blocks, one bias per gate as Wb (Rb zero), peepholes cell_to_{i,f,o} into P (i, o, f),
 CIFG (no input-gate tensors: i = 1 - f) as input_forget with ONNX's input gate = the forget gate negated,
 the fused activation as g and h (gates Sigmoid), ``time_major`` as the layout; a state variable that is a

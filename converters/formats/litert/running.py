@@ -5,7 +5,7 @@ The interpreter runs the builtin kernels without the default XNNPACK delegate
 TensorFlow Lite XNNPACK delegate" would be printed into gatepack's output). Every call resets the variable
 tensors first (``reset_all_variables``) and then sets the inputs: a sequence op's state is a variable tensor the
 interpreter keeps from one ``invoke()`` to the next, so without the reset a second run of the same file would
-start from the first run's final states (docs/conventions.md §10).
+start from the first run's final states (docs/conventions.md §11).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """LiteRT: which form a layer is written in (the sequence op, or elementary builtin ops unrolled over a static
-sequence), from ``capabilities.LITERT`` plus what only LiteRT's ops impose (docs/conventions.md §10):
+sequence), from ``capabilities.LITERT`` plus what only LiteRT's ops impose (docs/conventions.md §11):
 
 * there is no GRU builtin: a GRU is always elementary;
 * the LSTM's one fused activation is both its candidate's (g) and its cell output's (h) activation;
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gatepack.converters.capabilities import LITERT, lacks
+from gatepack.converters.capabilities import LITERT, doubts, lacks
 from gatepack.converters.feature_findings import Form
 from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import Cell
@@ -52,11 +52,11 @@ def native_blockers(layer: RecurrentLayer) -> dict[str, str]:
 
 def form(layer: RecurrentLayer, strategy: str = "auto") -> Form:
     """The form ``layer`` is written in: the op where it is exact (``auto``), else elementary ops."""
-    lacking = native_blockers(layer)
-    chosen = (
-        "decomposed" if layer.cell is Cell.GRU and strategy != "native" else choose(strategy, list(lacking.values()))
-    )
-    return Form(LITERT, LITERT.ops[layer.cell], lacking, strategy, chosen)
+    op = LITERT.ops[layer.cell]
+    lacking, doubted = native_blockers(layer), doubts(layer, op)
+    avoided = [*lacking.values(), *doubted.values()]
+    chosen = "decomposed" if layer.cell is Cell.GRU and strategy != "native" else choose(strategy, avoided)
+    return Form(LITERT, op, lacking, strategy, chosen, doubted)
 
 
 def held_state(layer: RecurrentLayer, role: str, batch: int) -> np.ndarray | None:

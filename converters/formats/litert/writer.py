@@ -1,5 +1,5 @@
 """LiteRT: recurrent layers written as one ``.tflite`` flatbuffer (the official schema, one subgraph), tensors
-named as the source names them (docs/conventions.md §10).
+named as the source names them (docs/conventions.md §11).
 
 Native form, per direction one ``UNIDIRECTIONAL_SEQUENCE_LSTM`` / ``_RNN`` (a reverse direction between two
 ``REVERSE_V2`` on the time axis); ``time_major`` is the interface's layout, so no transpose is written. Its
