@@ -13,6 +13,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from helpers import (
+    ROOT,
     Config,
     assert_matches_onnxruntime,
     build_model,
@@ -381,3 +382,32 @@ def test_cli_convert_writes_a_tflite_verified_on_the_interpreter(tmp_path):
     result = json.loads(done.output)
     assert result["format"] == "litert" and result["verification"]["passed"]
     assert not any("gatepack's executor" in note for note in result["verification"]["notes"])
+
+
+PRODUCED = ROOT / "fixtures" / "producers" / "litert"
+
+
+@pytest.mark.parametrize(
+    "name", ["litert_keras2_lstm", "litert_keras2_lstm_initial_state", "litert_keras2_lstm_initial_state_clipped"]
+)
+def test_tf_keras_fused_lstms_read_into_onnx_give_keras_s_outputs(name, tmp_path):
+    """TensorFlow's converter's fused LSTMs (docs/conventions.md §10) read, written as ONNX and run on onnxruntime
+    on the fixtures' inputs give Keras's outputs. Their cell_clip 10 is read as a lossy note: where the initial
+    cell state leaves ±10 (the clipped fixture) the ONNX layer follows Keras, and the interpreter (which clips)
+    does not."""
+    (layer,) = gp.load(PRODUCED / f"{name}.tflite").layers
+    itf = layer.interface
+    result = gp.convert(PRODUCED / f"{name}.tflite", tmp_path / "m.onnx", allow_lossy=True)
+    assert (
+        result.verification.passed
+        and {"clip": "lossy"}.items() <= {f.feature: f.status.value for f in result.findings[layer.name]}.items()
+    )
+    truth = dict(np.load(PRODUCED / f"{name}.truth.npz"))
+    feed = {itf.x: truth[itf.x]}
+    for role in ("initial_h", "initial_c"):
+        if getattr(itf, role):
+            feed[getattr(itf, role)] = truth[getattr(itf, role)][:, None]  # [N, H] -> layout 1 [N, 1, H]
+    y = gp.run(tmp_path / "m.onnx", feed)[itf.y][:, :, 0]
+    np.testing.assert_allclose(y, truth[itf.y], atol=1e-5, rtol=1e-5)
+    clipped = np.abs(y - truth[f"litert:{itf.y}"]).max()
+    assert (clipped > 0.01) == name.endswith("clipped")
