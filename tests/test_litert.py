@@ -411,3 +411,12 @@ def test_tf_keras_fused_lstms_read_into_onnx_give_keras_s_outputs(name, tmp_path
     np.testing.assert_allclose(y, truth[itf.y], atol=1e-5, rtol=1e-5)
     clipped = np.abs(y - truth[f"litert:{itf.y}"]).max()
     assert (clipped > 0.01) == name.endswith("clipped")
+
+
+def test_the_record_and_the_writer_name_the_same_fused_activations():
+    from gatepack.converters.capabilities import FUSED_ACTIVATIONS
+    from gatepack.converters.formats.litert.common import FUSED, schema
+
+    assert set(FUSED) == set(FUSED_ACTIVATIONS)
+    assert all(hasattr(schema().ActivationFunctionType, value) for value in FUSED.values())
+    assert not hasattr(schema().ActivationFunctionType, "SIGMOID")  # why a sigmoid RNN is elementary
