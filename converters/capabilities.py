@@ -536,7 +536,7 @@ LITERT = Capabilities(
         }
     ),
     container="the model (a variable tensor, zero)",
-    transposes="the unrolled form splits and stacks on the batch-major time axis (the op takes it: time_major)",
+    transposes="time_major false on the op (no transpose)",
     dynamic_shapes="the op's S stays dynamic; N is fixed: its state variables are [N, H]",
     alternatives=_frozen({"cell": "use --strategy auto or decomposed (elementary builtin ops, unrolled)"}),
 )

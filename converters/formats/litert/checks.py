@@ -10,7 +10,7 @@ from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.litert.strategy import form
 from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
 from gatepack.schemas.cells import Cell
-from gatepack.schemas.layer import RecurrentLayer, dim_text, state_roles
+from gatepack.schemas.layer import Direction, RecurrentLayer, dim_text, state_roles
 
 VARIABLE_STATE = (
     "a variable tensor the interpreter keeps between invoke() calls: an app calls reset_all_variables() before "
@@ -34,8 +34,24 @@ def check(
                 alternative=chosen.caps.alternatives["cell"],
             ),
         )
-    extra = [_shapes(layer, chosen.native, seq_length, batch_size)]
+    extra = [_shapes(layer, chosen.native, seq_length, batch_size), *_unrolled(layer, chosen.native)]
     return replacing(found, *extra, *_states(layer, chosen.native))
+
+
+def _unrolled(layer: RecurrentLayer, native: bool) -> list[Finding]:
+    """The unrolled form's own words: no loop, and the time axis split where the interface has it."""
+    if native:
+        return []
+    found = []
+    if layer.interface.layout == 1:  # no transpose: the steps are split from and stacked on the batch-major axis
+        found.append(Finding("layout", Status.EXACT, "layout 1 (batch-major; the steps split and stacked on axis 1)"))
+    if layer.direction is Direction.BIDIRECTIONAL:
+        found.append(
+            Finding(
+                "direction", Status.REPACKED, "bidirectional: a forward and a reverse pass, stacked into Y [S,D,N,H]"
+            )
+        )
+    return found
 
 
 def _size(value: Any, layer: RecurrentLayer, default: int) -> int:
