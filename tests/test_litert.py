@@ -20,8 +20,10 @@ from helpers import (
     inputs,
     lstm_matrix,
     matrix,
+    ort_reference,
     ort_run,
     to_layout,
+    weights,
 )
 from oracle import assert_lstm_matches_the_oracle
 
@@ -420,3 +422,82 @@ def test_the_record_and_the_writer_name_the_same_fused_activations():
     assert set(FUSED) == set(FUSED_ACTIVATIONS)
     assert all(hasattr(schema().ActivationFunctionType, value) for value in FUSED.values())
     assert not hasattr(schema().ActivationFunctionType, "SIGMOID")  # why a sigmoid RNN is elementary
+
+
+def _bidirectional_file(cfg: Config, path, merge: bool) -> None:
+    """A BIDIRECTIONAL_SEQUENCE_LSTM / _RNN op holding ``cfg``'s weights, written with the official schema by
+    hand (time-major, fused TANH, zero state variables; per-gate tensors and one bias per gate Wb + Rb)."""
+    from gatepack.converters.formats.litert.common import Graph, schema
+
+    w = weights(cfg)
+    b = w.get("B", np.zeros((2, 2 * cfg.G * cfg.H), np.float32))
+    g, h = Graph(schema()), cfg.H
+    x = g.tensor("X", [cfg.S, cfg.N, cfg.I])
+    g.graph.inputs = [x]
+    lstm = cfg.cell == "LSTM"
+    inputs = [-1] * (48 if lstm else 12)
+    inputs[0] = x
+    for d in range(2):
+        bias = b[d, : cfg.G * h] + b[d, cfg.G * h :]
+        if lstm:
+            blocks = dict(zip("iofc", range(4)))
+            for k, gate in enumerate("ifco"):
+                rows = slice(blocks[gate] * h, (blocks[gate] + 1) * h)
+                inputs[1 + 17 * d + k] = g.const(f"w{d}{gate}", w["W"][d, rows])
+                inputs[5 + 17 * d + k] = g.const(f"r{d}{gate}", w["R"][d, rows])
+                inputs[12 + 17 * d + k] = g.const(f"b{d}{gate}", bias[rows])
+            inputs[35 + 2 * d] = g.tensor(f"h{d}", [cfg.N, h], variable=True)
+            inputs[36 + 2 * d] = g.tensor(f"c{d}", [cfg.N, h], variable=True)
+        else:
+            inputs[1 + 4 * d : 5 + 4 * d] = [g.const(f"w{d}", w["W"][d]), g.const(f"r{d}", w["R"][d])] + [
+                g.const(f"b{d}", bias),
+                g.tensor(f"h{d}", [cfg.N, h], variable=True),
+            ]
+    outputs = (
+        [g.tensor("Y", [cfg.S, cfg.N, 2 * h])] if merge else [g.tensor(f"Y{d}", [cfg.S, cfg.N, h]) for d in (0, 1)]
+    )
+    kind = "BidirectionalSequenceLSTMOptions" if lstm else "BidirectionalSequenceRNNOptions"
+    options = g.options(
+        kind, fusedActivationFunction=g.s.ActivationFunctionType.TANH, mergeOutputs=merge, timeMajor=True
+    )
+    g.op(f"BIDIRECTIONAL_SEQUENCE_{cfg.cell}", inputs, outputs, options)
+    g.graph.outputs = outputs
+    path.write_bytes(g.finish(None))
+
+
+@pytest.mark.parametrize(
+    ("cell", "merge"), [("LSTM", True), ("LSTM", False), ("RNN", True), ("RNN", False)], ids=lambda v: str(v)
+)
+def test_bidirectional_sequence_ops_read_as_bidirectional_layers(cell, merge, tmp_path):
+    """A hand-written BIDIRECTIONAL_SEQUENCE_* op: on the interpreter it computes onnxruntime's bidirectional node
+    of the same weights (its backward output aligned with input time); gatepack reads it as that layer, written
+    as ONNX and verified against the op alone on the interpreter."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    cfg = Config(cell=cell, direction="bidirectional", seed=91)
+    _bidirectional_file(cfg, tmp_path / "bi.tflite", merge)
+    feed = inputs(cfg)
+    interpreter = Interpreter(model_path=str(tmp_path / "bi.tflite"))
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], feed["X"])
+    interpreter.invoke()
+    found = [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+    y = found[0].reshape(cfg.S, cfg.N, 2, cfg.H).transpose(0, 2, 1, 3) if merge else np.stack(found, axis=1)
+    np.testing.assert_allclose(y, ort_reference(cfg, feed)[0], atol=1e-5)
+    (layer,) = gp.load(tmp_path / "bi.tflite").layers
+    assert layer.direction.value == "bidirectional" and layer.provenance.op_type == f"BIDIRECTIONAL_SEQUENCE_{cell}"
+    result = gp.convert(tmp_path / "bi.tflite", tmp_path / "bi.onnx")
+    assert result.verification.passed, result.verification.to_text()
+    (back,) = gp.load(tmp_path / "bi.onnx").layers
+    for p, q in zip(read_layer_of(cfg).directions, back.directions):
+        np.testing.assert_array_equal(q.W, p.W)
+        np.testing.assert_array_equal(q.R, p.R)
+
+
+def read_layer_of(cfg: Config):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as scratch:
+        onnx.save(build_model(cfg), Path(scratch) / "m.onnx")
+        return gp.load(Path(scratch) / "m.onnx").layers[0]

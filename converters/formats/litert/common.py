@@ -130,16 +130,18 @@ class Graph:
             setattr(found, key, value)
         return found
 
-    def finish(self, metadata: dict) -> bytes:
+    def finish(self, metadata: dict | None) -> bytes:
+        """The packed model, with ``metadata`` as its ``gatepack`` entry (None: no entry)."""
         import flatbuffers
 
         s = self.s
-        buffer = s.BufferT()
-        buffer.data = np.frombuffer(json.dumps(metadata).encode(), np.uint8)
-        self.model.buffers.append(buffer)
-        entry = s.MetadataT()
-        entry.name, entry.buffer = METADATA_KEY, len(self.model.buffers) - 1
-        self.model.metadata = [entry]
+        if metadata is not None:
+            buffer = s.BufferT()
+            buffer.data = np.frombuffer(json.dumps(metadata).encode(), np.uint8)
+            self.model.buffers.append(buffer)
+            entry = s.MetadataT()
+            entry.name, entry.buffer = METADATA_KEY, len(self.model.buffers) - 1
+            self.model.metadata = [entry]
         builder = flatbuffers.Builder(1024)
         builder.Finish(self.model.Pack(builder), file_identifier=FILE_IDENTIFIER)
         return bytes(builder.Output())

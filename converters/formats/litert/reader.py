@@ -2,7 +2,8 @@
 
 gatepack's own files carry their layers' description (metadata ``gatepack``); their weights are read from the
 sequence ops or, for the elementary form, from the constants the description names. Another producer's file
-gives one layer per ``UNIDIRECTIONAL_SEQUENCE_LSTM`` / ``_RNN`` op (docs/conventions.md §11): per-gate tensors
+gives one layer per ``UNIDIRECTIONAL_SEQUENCE_LSTM`` / ``_RNN`` op, and one bidirectional layer per
+``BIDIRECTIONAL_SEQUENCE_LSTM`` / ``_RNN`` op (docs/conventions.md §11): per-gate tensors
 into ONNX's i, o, f, c blocks, one bias per gate as Wb (Rb zero), peepholes cell_to_{i,f,o} into P (i, o, f),
 CIFG (no input-gate tensors: i = 1 - f) as input_forget with ONNX's input gate = the forget gate negated,
 the fused activation as g and h (gates Sigmoid), ``time_major`` as the layout; a state variable that is a
@@ -14,6 +15,7 @@ bounds the cell state, ONNX's clip the gates' inputs), quantized weights, other 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +45,34 @@ from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell
 from gatepack.schemas.layer import Direction, DirectionParams, Interface, Provenance, RecurrentLayer
 
-SEQUENCE_OPS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": Cell.LSTM, "UNIDIRECTIONAL_SEQUENCE_RNN": Cell.RNN}
-UNREAD_OPS = ("BIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_RNN", "LSTM", "RNN")
+SEQUENCE_OPS = {
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": Cell.LSTM,
+    "UNIDIRECTIONAL_SEQUENCE_RNN": Cell.RNN,
+    "BIDIRECTIONAL_SEQUENCE_LSTM": Cell.LSTM,
+    "BIDIRECTIONAL_SEQUENCE_RNN": Cell.RNN,
+}
+UNREAD_OPS = ("LSTM", "RNN")  # the single-step ops
+# A bidirectional op's inputs, per direction, at the unidirectional op's positions (-1: none). LSTM: 0 X, 1-17 the
+# forward weights (18-34 the backward ones), 35-38 the states fw h, fw c, bw h, bw c, 39-47 the auxiliary input;
+# RNN: 0 X, 1-4 forward W, R, bias, state, 5-8 backward, 9-11 auxiliary (lite/kernels/bidirectional_sequence_*.cc).
+_BIDIRECTIONAL = {
+    Cell.LSTM: ([*range(18), 35, 36, -1, -1, -1, -1], [0, *range(18, 35), 37, 38, -1, -1, -1, -1]),
+    Cell.RNN: ([0, 1, 2, 3, 4], [0, 5, 6, 7, 8]),
+}
+_AUXILIARY = {Cell.LSTM: 39, Cell.RNN: 9}
+
+
+@dataclass(frozen=True)
+class OpHandle:
+    """Another producer's sequence op as its layer's provenance handle: its outputs (one, or forward and backward
+    when a bidirectional op does not merge them), whether one output holds both directions on its last axis,
+    and per final-state role its variable tensors, one per direction."""
+
+    outputs: tuple[str, ...]
+    merged: bool
+    states: tuple[tuple[str, tuple[str, ...]], ...]
+
+
 _NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT32": np.int32}
 
 
@@ -109,7 +137,7 @@ def read(path: str | Path, **_options: Any) -> Model:
     path = Path(path)
     file = _File(path)
     described = file.metadata()
-    if described is not None:
+    if described is not None and described.get("layers"):
         return Model(path, FORMAT, [_described_layer(file, entry) for entry in described.get("layers", [])])
     layers, skipped, notes = [], [], {}
     for op in file.graph.operators or []:
@@ -124,8 +152,8 @@ def read(path: str | Path, **_options: Any) -> Model:
     if not layers:
         held = sorted({file.op_name(op) for op in file.graph.operators or []})
         raise NoRecurrentLayerError(
-            f"{path}: no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN operator (it holds {', '.join(held[:8]) or 'none'}; "
-            "a WHILE loop or unrolled cell is not lifted into a layer yet)"
+            f"{path}: no (UNI|BI)DIRECTIONAL_SEQUENCE_LSTM or _RNN operator (it holds "
+            f"{', '.join(held[:8]) or 'none'}; a WHILE loop or unrolled cell is not lifted into a layer yet)"
         )
     others = sorted({file.op_name(op) for op in file.graph.operators or []} - set(SEQUENCE_OPS))
     meta = {"other_ops": others} if others else {}
@@ -135,9 +163,12 @@ def read(path: str | Path, **_options: Any) -> Model:
 # ----------------------------------------------------------------------------------------- the ops
 
 
-def _op_params(file: _File, op: Any, cell: Cell, where: str) -> tuple[DirectionParams, dict]:
-    """One sequence op's weights in ONNX's convention, and its options (fused activation, time_major, CIFG)."""
-    inputs = list(op.inputs)
+def _op_params(
+    file: _File, op: Any, cell: Cell, where: str, inputs: list[int] | None = None
+) -> tuple[DirectionParams, dict]:
+    """One sequence op's weights in ONNX's convention (``inputs``: one direction's, at the unidirectional op's
+    positions), and its options (fused activation, time_major, CIFG)."""
+    inputs = [int(k) for k in (op.inputs if inputs is None else inputs)]
     options = op.builtinOptions
     fused = next(
         (k for k, v in vars(file.s.ActivationFunctionType).items() if v == options.fusedActivationFunction), "?"
@@ -221,28 +252,64 @@ def _cell_clip_note(clip: float) -> Finding:
     )
 
 
+def _directions(file: _File, op: Any, cell: Cell, where: str) -> list[tuple[DirectionParams, dict]]:
+    """Each direction's weights and options: one for a unidirectional op, forward and backward for a bidirectional
+    one (its auxiliary input refused: ONNX has none)."""
+    inputs = [int(k) for k in op.inputs]
+    if not file.op_name(op).startswith("BIDIRECTIONAL"):
+        return [_op_params(file, op, cell, where)]
+    auxiliary = _AUXILIARY[cell]
+    if len(inputs) > auxiliary and inputs[auxiliary] >= 0:
+        raise InputError(f"{file.path}: {where}: an auxiliary input, which ONNX's {cell.op_name} has no counterpart of")
+    return [
+        _op_params(file, op, cell, where, [inputs[k] if 0 <= k < len(inputs) else -1 for k in positions])
+        for positions in _BIDIRECTIONAL[cell]
+    ]
+
+
+def _states(
+    file: _File, per_direction: list[dict], hidden: int, where: str
+) -> tuple[dict[str, str], dict[str, np.ndarray], dict[str, tuple[str, ...]]]:
+    """The op's state variables as the layer's roles: a subgraph input is the initial state (one direction only:
+    a canonical layer has one [D, N, H] input), one with data a held initial state, else the final state."""
+    roles: dict[str, str] = {}
+    constants: dict[str, np.ndarray] = {}
+    finals: dict[str, tuple[str, ...]] = {}
+    graph_inputs = [int(k) for k in (file.graph.inputs if file.graph.inputs is not None else [])]
+    for j, state in enumerate(("h", "c")[: len(per_direction[0]["states"])]):
+        indices = [found["states"][j] for found in per_direction]
+        if any(k < 0 or not file.tensors[k].isVariable for k in indices):
+            raise InputError(f"{file.path}: {where}: its {state} state input is not a variable tensor")
+        names = tuple(file.name(k) for k in indices)
+        held = [file.array(k, where) for k in indices]
+        if any(k in graph_inputs for k in indices):
+            if len(indices) > 1:
+                raise InputError(
+                    f"{file.path}: {where}: one {state} state input per direction, where a canonical layer has one "
+                    "[2, N, H] initial state"
+                )
+            roles[f"initial_{state}"] = names[0]
+        elif any(v is not None for v in held):  # a learned initial state (the interpreter refuses such a variable)
+            roles[f"initial_{state}"] = names[0]
+            values = [np.zeros((1, hidden), np.float32) if v is None else v.astype(np.float32) for v in held]
+            constants[f"initial_{state}"] = np.stack([v.reshape(-1, hidden) for v in values])
+        else:
+            roles[f"y_{state}"], finals[f"y_{state}"] = names[0], names
+    return roles, constants, finals
+
+
 def _foreign_layer(file: _File, op: Any, cell: Cell) -> tuple[RecurrentLayer, list[Finding]]:
-    """One sequence op of another producer as a forward layer, and what reading it noticed."""
+    """One sequence op of another producer as a layer, and what reading it noticed."""
     name = file.name(op.outputs[0])
     where = f"{file.op_name(op)} {name!r}"
-    params, found = _op_params(file, op, cell, where)
-    layout = 0 if found["time_major"] else 1
+    per = _directions(file, op, cell, where)
+    params = [p for p, _ in per]
+    found = [f for _, f in per]
+    layout = 0 if found[0]["time_major"] else 1
     x_tensor = file.tensors[op.inputs[0]]
     x_shape = [int(d) for d in (x_tensor.shapeSignature if x_tensor.shapeSignature is not None else x_tensor.shape)]
     s, n = (x_shape[0], x_shape[1]) if layout == 0 else (x_shape[1], x_shape[0])
-    roles: dict[str, str | None] = {}
-    constants: dict[str, np.ndarray] = {}
-    for state, index in zip(("h", "c"), found["states"]):
-        if index < 0 or not file.tensors[index].isVariable:
-            raise InputError(f"{file.path}: {where}: its {state} state input is not a variable tensor")
-        held = file.array(index, where)
-        if index in [int(k) for k in (file.graph.inputs if file.graph.inputs is not None else [])]:
-            roles[f"initial_{state}"] = file.name(index)
-        elif held is not None:  # a learned initial state (the interpreter itself refuses a variable with data)
-            roles[f"initial_{state}"] = file.name(index)
-            constants[f"initial_{state}"] = held.astype(np.float32).reshape(1, -1, params.R.shape[1])
-        else:
-            roles[f"y_{state}"] = file.name(index)
+    roles, constants, finals = _states(file, found, params[0].R.shape[1], where)
     itf = Interface(
         x=file.name(op.inputs[0]),
         y=name,
@@ -255,20 +322,25 @@ def _foreign_layer(file: _File, op: Any, cell: Cell) -> tuple[RecurrentLayer, li
         batch_size=n if n >= 0 else None,
         dtype="float32",
     )
-    clip = found.get("cell_clip", 0.0)
+    merged = len(params) == 2 and bool(getattr(op.builtinOptions, "mergeOutputs", False))
+    outputs = tuple(file.name(int(k)) for k in op.outputs[: 1 if merged else len(params)])
+    handle = OpHandle(outputs, merged, tuple(finals.items()))
     layer = RecurrentLayer(
         name,
         cell,
-        params.W.shape[1],
-        params.R.shape[1],
-        Direction.FORWARD,
-        (params,),
+        params[0].W.shape[1],
+        params[0].R.shape[1],
+        Direction.BIDIRECTIONAL if len(params) == 2 else Direction.FORWARD,
+        tuple(params),
         itf,
-        has_bias=found["has_bias"],
-        input_forget=bool(found.get("input_forget", False)),
+        has_bias=any(f["has_bias"] for f in found),
+        input_forget=bool(found[0].get("input_forget", False)),
         constants=constants,
-        provenance=Provenance(FORMAT, file.path, name, "node", file.op_name(op), inputs=(itf.x,), layout=layout),
+        provenance=Provenance(
+            FORMAT, file.path, name, "node", file.op_name(op), inputs=(itf.x,), layout=layout, handle=handle
+        ),
     )
+    clip = max(f.get("cell_clip", 0.0) for f in found)
     return layer, [_cell_clip_note(clip)] if clip else []
 
 

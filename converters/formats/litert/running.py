@@ -125,44 +125,51 @@ def op_alone(path: Path, node: str) -> bytes:
         if t.isVariable:
             states.append(new)
         inputs.append(new)
-    out = file.tensors[op.outputs[0]]
-    y = g.tensor(
-        node, [None if d < 0 else int(d) for d in (out.shapeSignature if out.shapeSignature is not None else out.shape)]
-    )
-    g.op(file.op_name(op), inputs, [y], op.builtinOptions)
-    g.graph.outputs = [y, *states]
-    return g.finish({})
+    outputs = []
+    for index in (int(k) for k in op.outputs):
+        t = file.tensors[index]
+        signature = t.shapeSignature if t.shapeSignature is not None else t.shape
+        outputs.append(g.tensor(file.name(index), [None if d < 0 else int(d) for d in signature]))
+    g.op(file.op_name(op), inputs, outputs, op.builtinOptions)
+    g.graph.outputs = [*outputs, *states]
+    return g.finish(None)
 
 
 def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One layer of a saved file on the interpreter. A layer gatepack wrote: the file run on its inputs (another
     layer's inputs zeros), the layer's outputs kept. Another producer's sequence op: the op alone (``op_alone``),
     its state inputs [N, H] fed from the canonical [1, N, H] (a learned state from the layer's constant), its
-    [S, N, H] output reshaped into Y's [S, 1, N, H] and its final states into [1, N, H]."""
+    outputs ([S, N, H] per direction, or both on the last axis) into Y [S, D, N, H] and its final state
+    variables into [D, N, H] (layout 1: [N, S, D, H], [N, D, H])."""
     found = layer.provenance
     if found is None or not found.of(FORMAT):
         raise UsageError(f"layer {layer.name!r} was not read from a LiteRT file")
     if found.kind != "node":
         return run_native(found.artifact, feed)
-    itf, h = layer.interface, layer.hidden_size
-    n = np.shape(feed[itf.x])[1 if itf.layout == 0 else 0]
+    from gatepack.converters.formats.litert.reader import OpHandle
+
+    handle = found.handle
+    assert isinstance(handle, OpHandle)  # the reader's record of another producer's op
+    itf, h, layout = layer.interface, layer.hidden_size, int(layer.interface.layout)
+    n = np.shape(feed[itf.x])[0 if layout else 1]
     states = {}
     for role in ("initial_h", "initial_c"):
         name = getattr(itf, role)
         value = feed.get(name) if name else None
         value = layer.constant_state(role, n) if value is None and name else value
-        if value is not None:
+        if value is not None:  # one direction (the reader refuses two state inputs)
             states[name] = np.reshape(value, (-1, h))
-    outputs = _session(_interpreter(op_alone(found.artifact, found.node), found.artifact), found.artifact)(
-        {itf.x: feed[itf.x], **states}
-    )
-    assert itf.y is not None  # a foreign op's layer names its output
-    y = outputs[itf.y]
-    result: dict[str, np.ndarray] = {itf.y: y[:, :, None] if itf.layout else y[:, None]}
-    for role in ("y_h", "y_c"):
-        name = getattr(itf, role)
-        if name and name in outputs:
-            result[name] = outputs[name][:, None] if itf.layout else outputs[name][None]
+    run = _session(_interpreter(op_alone(found.artifact, found.node), found.artifact), found.artifact)
+    outputs = run({itf.x: feed[itf.x], **states})
+    if handle.merged:  # [S, N, 2H] / [N, S, 2H]: the directions on the last axis
+        both = outputs[handle.outputs[0]]
+        y = both.reshape(*both.shape[:2], 2, h)
+        y = y if layout else y.transpose(0, 2, 1, 3)
+    else:
+        y = np.stack([outputs[name] for name in handle.outputs], axis=2 if layout else 1)
+    result = {found.node: y}
+    for role, names in handle.states:
+        result[getattr(itf, role)] = np.stack([outputs[name] for name in names], axis=1 if layout else 0)
     return result
 
 
