@@ -29,6 +29,7 @@ from oracle import assert_lstm_matches_the_oracle
 
 import gatepack as gp
 from gatepack.cli import main
+from gatepack.converters.formats.litert.reader import _File
 
 pytest.importorskip("ai_edge_litert")
 
@@ -46,6 +47,9 @@ def convert_and_check(cfg: Config, tmp_path, strategy: str = "auto") -> str:
     (cell,) = [f for f in result.findings["rec"] if f.feature == "cell"]
     chosen = "decomposed" if cell.status.value == "decomposed" else "native"
     assert gp.load(out).layers[0].provenance.kind == chosen
+    file = _File(out)
+    names = [file.name(k) for k in range(len(file.tensors))]
+    assert len(set(names)) == len(names)  # every tensor named once
     feed0 = inputs(cfg)
     outputs = gp.run(out, to_layout(cfg, feed0))  # the saved file on the interpreter
     if cfg.cell == "LSTM":
@@ -255,7 +259,6 @@ def test_a_file_run_twice_gives_the_same_result_though_its_states_are_variables(
 
 def test_the_file_is_recognised_by_its_identifier_and_states_are_variables(tmp_path):
     from gatepack.converters import registry
-    from gatepack.converters.formats.litert.reader import _File
 
     cfg = Config(cell="LSTM", initial_h=True, seed=41)
     onnx.save(build_model(cfg), tmp_path / "m.onnx")

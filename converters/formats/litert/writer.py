@@ -7,12 +7,14 @@ tensors: one weight tensor per gate (ONNX's i, o, f, c blocks into input_to_{i,f
 (Wb + Rb), peepholes cell_to_{i,f,o}; ONNX's input_forget as CIFG (no input-gate tensors; the kernel computes
 i = 1 - f, so the forget gate gets ONNX's input gate negated: sigmoid(-a) = 1 - sigmoid(a)). Each state is a
 variable tensor [N, H] (N static): zero and internal where the source has no initial state, the source's
-initial-state input itself where it has one (one direction); the final states are read from it after the
-op (RESHAPE/PACK into Y_h [D, N, H]); Y is the op's output reshaped or packed into [S, D, N, H] / [N, S, D, H].
+initial-state input itself where it has one (one direction). The final h is the op's output at its last step,
+the final c the variable read together with that step (a data dependency: see ``native``), joined into
+[D, N, H]; Y is the op's output reshaped or packed into [S, D, N, H] / [N, S, D, H].
 
 Elementary form (a GRU always; anything the op lacks): the sequence unrolled over a static S, each step the
 cell's ``cell_steps`` step over ``_Ops`` (FULLY_CONNECTED for the projections with their biases, ADD, MUL,
-SUB, LOGISTIC, TANH, SPLIT, MINIMUM/MAXIMUM for clip ...), the steps' states PACKed into Y.
+SUB, LOGISTIC, TANH, SPLIT, MINIMUM/MAXIMUM for clip ...), sequence lengths as SELECT_V2 masks per step, the
+steps' states PACKed into Y.
 
 The model's metadata ``gatepack`` holds each layer's description (``description.describe``), its strategy and
 the tensors its weights are read back from.
@@ -125,7 +127,10 @@ class _LayerWriter:
     # ------------------------------------------------------------------------------------- the sequence ops
 
     def native(self, x: int) -> dict[str, int]:
-        """Per direction the sequence op, then Y and the final states in the interface's shapes."""
+        """Per direction the sequence op, then Y and the final states in the interface's shapes. Each final state is
+        read through a data dependency on the op's output (its last step; LSTM's c from the variable, concatenated
+        with that step), never from the variable alone: nothing in the graph orders a read of a variable after the
+        op that writes it, and a delegate may move such a read (docs/conventions.md §11)."""
         layer, time_axis = self.layer, 1 if self.layout else 0
         ys, finals = [], []
         for k, params in enumerate(layer.directions):
@@ -138,15 +143,53 @@ class _LayerWriter:
             else:
                 self.rnn_op(source, params, states[0], y, k)
             ys.append(self.reversed(y, time_axis, f"y_{k}_in_time") if reverse else y)
-            finals.append(states)
+            last = self.last_step(y, k)  # the final h: the op's output at its last processing step
+            finals.append([last, *(self.after(state, last, k) for state in states[1:])])
         outputs = {"y": self.stacked(ys, 2 if self.layout else 1, self.itf.y or self.name("Y"))}
         for j, (_, final) in enumerate(state_roles(layer.cell)):
-            parts = [f[j] for f in finals]
-            if len(self.g.shape_of(parts[0])) == 3:  # the initial-state input itself, already [1, N, H] / [N, 1, H]
-                outputs[final] = self.reshaped(parts[0], self.state_shape(), final, self.final_name(final))
-            else:
-                outputs[final] = self.stacked(parts, 1 if self.layout else 0, self.final_name(final))
+            outputs[final] = self.joined([f[j] for f in finals], final, self.final_name(final))
         return outputs
+
+    def last_step(self, y: int, k: int) -> int:
+        """``y``'s last time step, [1, N, H] (layout 1: [N, 1, H]), by STRIDED_SLICE (S may be dynamic)."""
+        n, h, g = self.n, self.layer.hidden_size, self.g
+        begin = [0, -1, 0] if self.layout else [-1, 0, 0]
+        out = g.tensor(self.name(f"h_final_{k}"), [n, 1, h] if self.layout else [1, n, h])
+        constants = [
+            g.const(self.name(f"h_final_{k}_{role}"), np.array(v, np.int32))
+            for role, v in (("begin", begin), ("end", [0, 0, 0]), ("strides", [1, 1, 1]))
+        ]
+        options = g.options("StridedSliceOptions", beginMask=0b101 if self.layout else 0b110, endMask=0b111)
+        g.op("STRIDED_SLICE", [y, *constants], [out], options)
+        return out
+
+    def after(self, variable: int, last: int, k: int) -> int:
+        """The state ``variable`` [N, H] as [1, N, H] (layout 1: [N, 1, H]), read by an op that also takes ``last``
+        (the op's output): CONCATENATION of both, then SLICE of the variable's part, copies with no arithmetic."""
+        n, h, g = self.n, self.layer.hidden_size, self.g
+        flat = self.reshaped(last, [n, h], f"c_order_{k}")
+        both = g.tensor(self.name(f"c_with_h_{k}"), [n, 2 * h])
+        g.op(
+            "CONCATENATION",
+            [flat, self.reshaped(variable, [n, h], f"c_read_{k}")],
+            [both],
+            g.options("ConcatenationOptions", axis=1),
+        )
+        part = g.tensor(self.name(f"c_final_2d_{k}"), [n, h])
+        slices = [
+            g.const(self.name(f"c_final_{k}_{role}"), np.array(v, np.int32))
+            for role, v in (("begin", [0, h]), ("size", [n, h]))
+        ]
+        g.op("SLICE", [both, *slices], [part])
+        return self.reshaped(part, [n, 1, h] if self.layout else [1, n, h], f"c_final_{k}")
+
+    def joined(self, parts: list[int], role: str, name: str) -> int:
+        """Per-direction final states [1, N, H] (layout 1: [N, 1, H]) as the interface's [D, N, H] / [N, D, H]."""
+        if len(parts) == 1:
+            return self.reshaped(parts[0], self.state_shape(), role, name)
+        out = self.g.tensor(name, self.state_shape())
+        self.g.op("CONCATENATION", parts, [out], self.g.options("ConcatenationOptions", axis=1 if self.layout else 0))
+        return out
 
     def final_name(self, role: str) -> str:
         return getattr(self.itf, role) or self.name(role.upper())
@@ -311,7 +354,7 @@ class _LayerWriter:
                 found.append([self.g.const(self.name(f"zero_{role}"), np.zeros((self.n, h), np.float32))] * d)
                 continue
             parts = self.split(whole, d, 1 if self.layout else 0, role) if d > 1 else [whole]
-            found.append([self.reshaped(p, [self.n, h], f"{role}_{k}") for k, p in enumerate(parts)])
+            found.append([self.reshaped(p, [self.n, h], f"{role}_{k}_per_direction") for k, p in enumerate(parts)])
         return found
 
     def split(self, x: int, count: int, axis: int, role: str) -> list[int]:
