@@ -76,14 +76,19 @@ def _shapes(layer: RecurrentLayer, native: bool, seq_length: Any, batch_size: An
     if not fixed:
         dynamic = "" if isinstance(itf.seq_length, int) else " (dynamic: the op's input is resized)"
         return Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}{dynamic}, N={itf.batch_size}")
-    given = (batch_size is not None or isinstance(itf.batch_size, int)) and (
-        native or seq_length is not None or isinstance(itf.seq_length, int)
-    )
+    flags = [
+        flag
+        for flag, option, dim, applies in (
+            ("--batch-size", batch_size, itf.batch_size, True),
+            ("--seq-length", seq_length, itf.seq_length, not native),
+        )
+        if applies and option is None and not isinstance(dim, int)
+    ]
     assumed = (
-        None
-        if given
-        else "sizes assumed (gatepack's default), not given: the file runs at these only; pass --seq-length / "
-        "--batch-size for the sizes it will run at"
+        f"assumed (gatepack's default), not given: the file runs at these sizes only; pass {' and '.join(flags)} "
+        "for the sizes it will run at"
+        if flags
+        else None
     )
     return Finding("shapes", Status.REPACKED, "; ".join(fixed), warning=assumed)
 
