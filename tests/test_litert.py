@@ -505,3 +505,31 @@ def read_layer_of(cfg: Config):
     with tempfile.TemporaryDirectory() as scratch:
         onnx.save(build_model(cfg), Path(scratch) / "m.onnx")
         return gp.load(Path(scratch) / "m.onnx").layers[0]
+
+
+@pytest.mark.parametrize("described", [True, False], ids=["gatepack-s", "foreign"])
+def test_damaged_files_are_input_or_runtime_errors(described, tmp_path):
+    """Bytes of a file changed at random (and some truncated): reading and running them ends in gatepack's one-line
+    errors (exit 3, or 6 where the interpreter refuses), never another exception."""
+    from gatepack.converters.errors import GatepackError
+
+    cfg = Config(cell="LSTM", peepholes=True, seed=101)
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "m.tflite", batch_size=cfg.N)
+    if not described:
+        _without_description(tmp_path / "m.tflite", tmp_path / "m.tflite")
+    original = (tmp_path / "m.tflite").read_bytes()
+    rng = np.random.default_rng(7)
+    for _ in range(150):
+        damaged = bytearray(original)
+        for offset in rng.integers(8, len(damaged), rng.integers(1, 4)):
+            damaged[offset] = rng.integers(0, 256)
+        if rng.random() < 0.1:
+            damaged = damaged[: rng.integers(8, len(damaged))]
+        (tmp_path / "d.tflite").write_bytes(bytes(damaged))
+        try:
+            model = gp.load(tmp_path / "d.tflite")
+            feed = {layer.interface.x: np.zeros((4, cfg.N, layer.input_size), np.float32) for layer in model.layers}
+            gp.run(tmp_path / "d.tflite", feed)
+        except GatepackError as err:
+            assert err.exit_code in (3, 6), err.one_line()

@@ -43,7 +43,7 @@ from gatepack.converters.formats.litert.common import (
 from gatepack.converters.model import Model
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell
-from gatepack.schemas.layer import Direction, DirectionParams, Interface, Provenance, RecurrentLayer
+from gatepack.schemas.layer import Direction, DirectionParams, Interface, Provenance, RecurrentLayer, SpecError
 
 SEQUENCE_OPS = {
     "UNIDIRECTIONAL_SEQUENCE_LSTM": Cell.LSTM,
@@ -60,6 +60,19 @@ _BIDIRECTIONAL = {
     Cell.RNN: ([0, 1, 2, 3, 4], [0, 5, 6, 7, 8]),
 }
 _AUXILIARY = {Cell.LSTM: 39, Cell.RNN: 9}
+_OPTIONS = {
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": "UnidirectionalSequenceLSTMOptionsT",
+    "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptionsT",
+    "BIDIRECTIONAL_SEQUENCE_LSTM": "BidirectionalSequenceLSTMOptionsT",
+    "BIDIRECTIONAL_SEQUENCE_RNN": "BidirectionalSequenceRNNOptionsT",
+}
+# the inputs up to the last required one (a direction's inputs are checked at the unidirectional positions)
+_LEAST_INPUTS = {
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": 20,
+    "UNIDIRECTIONAL_SEQUENCE_RNN": 5,
+    "BIDIRECTIONAL_SEQUENCE_LSTM": 20,
+    "BIDIRECTIONAL_SEQUENCE_RNN": 5,
+}
 
 
 @dataclass(frozen=True)
@@ -92,14 +105,39 @@ class _File:
             raise InputError(f"{path}: a LiteRT file without a subgraph")
         self.graph = self.model.subgraphs[0]
         self.tensors = self.graph.tensors or []
+        self.model.buffers = self.model.buffers or []
         codes = {v: k for k, v in vars(self.s.BuiltinOperator).items() if not k.startswith("_")}
         self.op_names = [
             codes.get(max(c.builtinCode, c.deprecatedBuiltinCode), "CUSTOM") for c in self.model.operatorCodes or []
         ]
+        self.names = [self._decoded(t.name, f"tensor {k}'s name") for k, t in enumerate(self.tensors)]
+        self._check_references()
+
+    def _decoded(self, value: object, what: str) -> str:
+        try:
+            return value.decode() if isinstance(value, bytes) else str(value or "")
+        except UnicodeDecodeError:
+            raise InputError(f"{self.path}: {what} is not UTF-8") from None
+
+    def _check_references(self) -> None:
+        """Every index the first subgraph holds points at something: operator codes, tensors (-1: none), buffers."""
+        tensors, buffers = len(self.tensors), len(self.model.buffers)
+        for k, t in enumerate(self.tensors):
+            if not 0 <= t.buffer < buffers:
+                raise InputError(f"{self.path}: tensor {self.names[k]!r} names buffer {t.buffer} of {buffers}")
+        graph = self.graph
+        for label, indices in (("inputs", graph.inputs), ("outputs", graph.outputs)):
+            if indices is not None and any(not 0 <= int(k) < tensors for k in indices):
+                raise InputError(f"{self.path}: the subgraph's {label} name a tensor it does not hold")
+        for n, op in enumerate(graph.operators or []):
+            if not 0 <= op.opcodeIndex < len(self.op_names):
+                raise InputError(f"{self.path}: operator {n} names operator code {op.opcodeIndex}")
+            inputs, outputs = op.inputs if op.inputs is not None else [], op.outputs if op.outputs is not None else []
+            if not len(outputs) or any(not -1 <= int(k) < tensors for k in (*inputs, *outputs)) or min(outputs) < 0:
+                raise InputError(f"{self.path}: operator {n} ({self.op_names[op.opcodeIndex]}) names a missing tensor")
 
     def name(self, index: int) -> str:
-        value = self.tensors[index].name
-        return value.decode() if isinstance(value, bytes) else str(value)
+        return self.names[index]
 
     def op_name(self, op: Any) -> str:
         return self.op_names[op.opcodeIndex]
@@ -118,12 +156,20 @@ class _File:
                 f"{self.path}: {where}: tensor {self.name(index)!r} is {kind} (quantized weights are not read: "
                 "gatepack reads float tensors)"
             )
-        return np.frombuffer(bytes(np.asarray(buffer.data, np.uint8)), _NUMPY[kind]).reshape(t.shape)
+        raw = bytes(np.asarray(buffer.data, np.uint8))
+        shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+        if len(shape) > 8 or any(d < 0 for d in shape) or np.prod(shape) * np.dtype(_NUMPY[kind]).itemsize != len(raw):
+            raise InputError(
+                f"{self.path}: {where}: tensor {self.name(index)!r} of shape {shape} holds {len(raw)} bytes of {kind}"
+            )
+        return np.frombuffer(raw, _NUMPY[kind]).reshape(shape)
 
     def metadata(self) -> dict | None:
         for entry in self.model.metadata or []:
-            name = entry.name.decode() if isinstance(entry.name, bytes) else entry.name
+            name = self._decoded(entry.name, "a metadata entry's name")
             if name == METADATA_KEY:
+                if not 0 <= entry.buffer < len(self.model.buffers) or self.model.buffers[entry.buffer].data is None:
+                    raise InputError(f"{self.path}: its gatepack metadata names no buffer that holds it")
                 raw = bytes(np.asarray(self.model.buffers[entry.buffer].data, np.uint8))
                 try:
                     found = json.loads(raw)
@@ -169,7 +215,12 @@ def _op_params(
     """One sequence op's weights in ONNX's convention (``inputs``: one direction's, at the unidirectional op's
     positions), and its options (fused activation, time_major, CIFG)."""
     inputs = [int(k) for k in (op.inputs if inputs is None else inputs)]
-    options = op.builtinOptions
+    options, kind = op.builtinOptions, file.op_name(op)
+    if type(options).__name__ != _OPTIONS[kind] or len(inputs) < _LEAST_INPUTS[kind]:
+        raise InputError(
+            f"{file.path}: {where}: {len(inputs)} inputs and {type(options).__name__.removesuffix('T')}, where the op "
+            f"takes at least {_LEAST_INPUTS[kind]} and {_OPTIONS[kind].removesuffix('T')}"
+        )
     fused = next(
         (k for k, v in vars(file.s.ActivationFunctionType).items() if v == options.fusedActivationFunction), "?"
     )
@@ -178,8 +229,8 @@ def _op_params(
         raise InputError(f"{file.path}: {where}: fused_activation_function {fused} has no ONNX activation here")
     if cell is Cell.RNN:
         w, r, b = (file.array(inputs[j], where) for j in (1, 2, 3))
-        if w is None or r is None:
-            raise InputError(f"{file.path}: {where}: its weights are not constant tensors")
+        if w is None or r is None or w.ndim != 2 or r.ndim != 2:
+            raise InputError(f"{file.path}: {where}: its weights are not 2-D constant tensors")
         h = w.shape[0]
         bias = np.zeros(h, np.float32) if b is None else b.astype(np.float32)
         params = DirectionParams(
@@ -203,8 +254,8 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
 
     def required(index: int) -> np.ndarray:
         found = get(index)
-        if found is None:
-            raise InputError(f"{file.path}: {where}: its gate weights are not constant tensors")
+        if found is None or found.ndim != 2:
+            raise InputError(f"{file.path}: {where}: its gate weights are not 2-D constant tensors")
         return found
 
     cifg = not present(LSTM_INPUT_WEIGHTS["i"])
@@ -213,7 +264,13 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
     r = {g: required(LSTM_RECURRENT_WEIGHTS[g]) for g in gates}
     b = {g: get(j) for g, j in LSTM_BIASES.items()}
     p = {g: get(j) for g, j in LSTM_PEEPHOLES.items()}
-    h = w["f"].shape[0]
+    h, i = w["f"].shape[0], w["f"].shape[-1]
+    wanted = {**{f"input_to_{g}": (w[g], (h, i)) for g in w}, **{f"recurrent_to_{g}": (r[g], (h, h)) for g in r}}
+    wanted.update({f"{g}_bias": (b[g], (h,)) for g in b if b[g] is not None})
+    wanted.update({f"cell_to_{g}": (p[g], (h,)) for g in p if p[g] is not None})
+    for label, (value, shape) in wanted.items():
+        if value.shape != shape:
+            raise InputError(f"{file.path}: {where}: {label} has shape {list(value.shape)}, expected {list(shape)}")
     zero = np.zeros(h, np.float32)
     if cifg:  # the kernel's i = 1 - f: ONNX's input gate is the forget gate negated, f = 1 - i
         w["i"], r["i"] = -w["f"], -r["f"]
@@ -238,6 +295,12 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
         "states": [inputs[LSTM_OUTPUT_STATE], inputs[LSTM_CELL_STATE]],
     }
     return params, found
+
+
+def _signature(tensor: Any) -> list:
+    """A tensor's shape signature (-1: dynamic), else its shape ([] when it declares none)."""
+    found = tensor.shapeSignature if tensor.shapeSignature is not None else tensor.shape
+    return [] if found is None else list(found)
 
 
 def _cell_clip_note(clip: float) -> Finding:
@@ -307,39 +370,44 @@ def _foreign_layer(file: _File, op: Any, cell: Cell) -> tuple[RecurrentLayer, li
     found = [f for _, f in per]
     layout = 0 if found[0]["time_major"] else 1
     x_tensor = file.tensors[op.inputs[0]]
-    x_shape = [int(d) for d in (x_tensor.shapeSignature if x_tensor.shapeSignature is not None else x_tensor.shape)]
+    x_shape = [int(d) for d in _signature(x_tensor)]
+    if len(x_shape) != 3:
+        raise InputError(f"{file.path}: {where}: its input {file.name(op.inputs[0])!r} has shape {x_shape}, not 3-D")
     s, n = (x_shape[0], x_shape[1]) if layout == 0 else (x_shape[1], x_shape[0])
     roles, constants, finals = _states(file, found, params[0].R.shape[1], where)
-    itf = Interface(
-        x=file.name(op.inputs[0]),
-        y=name,
-        y_h=roles.get("y_h"),
-        initial_h=roles.get("initial_h"),
-        initial_c=roles.get("initial_c"),
-        y_c=roles.get("y_c"),
-        layout=layout,
-        seq_length=s if s >= 0 else None,
-        batch_size=n if n >= 0 else None,
-        dtype="float32",
-    )
-    merged = len(params) == 2 and bool(getattr(op.builtinOptions, "mergeOutputs", False))
-    outputs = tuple(file.name(int(k)) for k in op.outputs[: 1 if merged else len(params)])
-    handle = OpHandle(outputs, merged, tuple(finals.items()))
-    layer = RecurrentLayer(
-        name,
-        cell,
-        params[0].W.shape[1],
-        params[0].R.shape[1],
-        Direction.BIDIRECTIONAL if len(params) == 2 else Direction.FORWARD,
-        tuple(params),
-        itf,
-        has_bias=any(f["has_bias"] for f in found),
-        input_forget=bool(found[0].get("input_forget", False)),
-        constants=constants,
-        provenance=Provenance(
-            FORMAT, file.path, name, "node", file.op_name(op), inputs=(itf.x,), layout=layout, handle=handle
-        ),
-    )
+    try:
+        itf = Interface(
+            x=file.name(op.inputs[0]),
+            y=name,
+            y_h=roles.get("y_h"),
+            initial_h=roles.get("initial_h"),
+            initial_c=roles.get("initial_c"),
+            y_c=roles.get("y_c"),
+            layout=layout,
+            seq_length=s if s >= 0 else None,
+            batch_size=n if n >= 0 else None,
+            dtype="float32",
+        )
+        merged = len(params) == 2 and bool(getattr(op.builtinOptions, "mergeOutputs", False))
+        outputs = tuple(file.name(int(k)) for k in op.outputs[: 1 if merged else len(params)])
+        handle = OpHandle(outputs, merged, tuple(finals.items()))
+        layer = RecurrentLayer(
+            name,
+            cell,
+            params[0].W.shape[1],
+            params[0].R.shape[1],
+            Direction.BIDIRECTIONAL if len(params) == 2 else Direction.FORWARD,
+            tuple(params),
+            itf,
+            has_bias=any(f["has_bias"] for f in found),
+            input_forget=bool(found[0].get("input_forget", False)),
+            constants=constants,
+            provenance=Provenance(
+                FORMAT, file.path, name, "node", file.op_name(op), inputs=(itf.x,), layout=layout, handle=handle
+            ),
+        )
+    except SpecError as err:
+        raise InputError(f"{file.path}: {where}: {err}") from None
     clip = max(f.get("cell_clip", 0.0) for f in found)
     return layer, [_cell_clip_note(clip)] if clip else []
 

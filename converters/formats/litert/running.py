@@ -41,6 +41,18 @@ def open_session(path: str | Path) -> Callable[[dict], dict]:
 
 
 def _session(interpreter: Any, label: object) -> Callable[[dict], dict]:
+    run_once = _runner(interpreter, label)
+
+    def run(inputs: dict) -> dict:
+        try:
+            return run_once(inputs)
+        except (RuntimeError, ValueError, UnicodeDecodeError) as err:  # the interpreter on a file it cannot run
+            raise RuntimeFailure(f"{label}: the LiteRT interpreter cannot run it ({_squash(err)})") from None
+
+    return run
+
+
+def _runner(interpreter: Any, label: object) -> Callable[[dict], dict]:
     shapes: dict[str, tuple] = {}
 
     def run(inputs: dict) -> dict:
@@ -95,7 +107,7 @@ def op_alone(path: Path, node: str) -> bytes:
     """The sequence op whose output is ``node`` alone in a new model: its constants copied byte for byte, its input
     and state tensors the model's inputs (a state with data, which the interpreter refuses, fed instead), its
     output and state variables the model's outputs."""
-    from gatepack.converters.formats.litert.reader import _File
+    from gatepack.converters.formats.litert.reader import _File, _signature
 
     file = _File(path)
     op = next((o for o in file.graph.operators or [] if file.name(o.outputs[0]) == node), None)
@@ -111,7 +123,7 @@ def op_alone(path: Path, node: str) -> bytes:
         t = file.tensors[index]
         buffer = file.model.buffers[t.buffer] if t.buffer < len(file.model.buffers) else None
         raw = None if buffer is None or buffer.data is None or not len(buffer.data) else np.asarray(buffer.data)
-        shape = [None if d < 0 else int(d) for d in (t.shapeSignature if t.shapeSignature is not None else t.shape)]
+        shape = [None if d < 0 else int(d) for d in _signature(t)]
         data = None if t.isVariable else raw
         new = g.tensor(
             file.name(index),
@@ -128,7 +140,7 @@ def op_alone(path: Path, node: str) -> bytes:
     outputs = []
     for index in (int(k) for k in op.outputs):
         t = file.tensors[index]
-        signature = t.shapeSignature if t.shapeSignature is not None else t.shape
+        signature = _signature(t)
         outputs.append(g.tensor(file.name(index), [None if d < 0 else int(d) for d in signature]))
     g.op(file.op_name(op), inputs, outputs, op.builtinOptions)
     g.graph.outputs = [*outputs, *states]
