@@ -265,11 +265,14 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
     b = {g: get(j) for g, j in LSTM_BIASES.items()}
     p = {g: get(j) for g, j in LSTM_PEEPHOLES.items()}
     h, i = w["f"].shape[0], w["f"].shape[-1]
-    wanted = {**{f"input_to_{g}": (w[g], (h, i)) for g in w}, **{f"recurrent_to_{g}": (r[g], (h, h)) for g in r}}
-    wanted.update({f"{g}_bias": (b[g], (h,)) for g in b if b[g] is not None})
-    wanted.update({f"cell_to_{g}": (p[g], (h,)) for g in p if p[g] is not None})
+    wanted: dict[str, tuple[np.ndarray | None, tuple[int, ...]]] = {
+        **{f"input_to_{g}": (w[g], (h, i)) for g in w},
+        **{f"recurrent_to_{g}": (r[g], (h, h)) for g in r},
+        **{f"{g}_bias": (b[g], (h,)) for g in b},
+        **{f"cell_to_{g}": (p[g], (h,)) for g in p},
+    }
     for label, (value, shape) in wanted.items():
-        if value.shape != shape:
+        if value is not None and value.shape != shape:
             raise InputError(f"{file.path}: {where}: {label} has shape {list(value.shape)}, expected {list(shape)}")
     zero = np.zeros(h, np.float32)
     if cifg:  # the kernel's i = 1 - f: ONNX's input gate is the forget gate negated, f = 1 - i
