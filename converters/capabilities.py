@@ -465,7 +465,83 @@ BNNS = Capabilities(
     alternatives=_frozen({"sequence_lens": "pad and drop sequence_lens"}),
 )
 
-RECORDS: Mapping[str, Capabilities] = _frozen({c.format: c for c in (ONNX, OPENVINO, DIRECTML, COREML, BNNS)})
+_LITERT_DTYPES = _frozen(
+    {
+        "float32": Carried(Status.EXACT, "FLOAT32"),
+        "float16": Carried(
+            Status.REPACKED,
+            "float16 weights stored as FLOAT32 (exact) and computed in float32; the interface is FLOAT32",
+        ),
+        "float64": Carried(
+            Status.LOSSY,
+            "the sequence ops' kernels are float32 (or hybrid int8): float64 weights and inputs become FLOAT32",
+            alternative="pass --allow-lossy to accept float32",
+        ),
+    }
+)
+
+
+def _litert_op(cell: Cell) -> Op:
+    """TFLite's builtin sequence op for ``cell`` (docs/conventions.md §11): one tensor per gate (no gate order to
+    permute), one bias per gate (Wb + Rb), a fused activation (LSTM: the candidate's and the cell output's, its
+    gates the logistic sigmoid), cell_clip bounding the cell state, no sequence lengths, each state a variable
+    tensor [N, H] (one op per direction). GRU has no builtin op: its entry describes the elementary form."""
+    fused = frozenset(FUSED_ACTIVATIONS)
+    if cell is Cell.GRU:
+        return Op(
+            "elementary builtin ops (TFLite has no GRU operator)",
+            ONNX_GATES[cell],
+            tensors="W, R as FULLY_CONNECTED weights",
+            dtypes=_LITERT_DTYPES,
+        )
+    lstm = cell is Cell.LSTM
+    return Op(
+        f"UNIDIRECTIONAL_SEQUENCE_{cell.op_name}",
+        ONNX_GATES[cell],
+        described="one op per direction, a reverse one between REVERSE_V2 ops; states are variable tensors",
+        activations=(frozenset({"Sigmoid"}), fused, fused) if lstm else (fused,),
+        clip=Clip.CELL_STATE if lstm else Clip.ABSENT,
+        sequence_lens=Lengths.ABSENT,
+        peepholes=("i", "f", "o"),
+        input_forget=True,
+        bias=Bias.SUMMED,
+        one_op_per_direction=True,
+        layouts=(0, 1),  # time_major true or false
+        tensors="per gate input_to_*/recurrent_to_* weights [H, I], [H, H]"
+        if lstm
+        else "input_weights, recurrent_weights",
+        bias_tensor="per gate *_gate_bias [H]" if lstm else "bias [H]",
+        state_tensors=("variable output_state [N, H]", "variable cell_state [N, H]"),
+        dtypes=_LITERT_DTYPES,
+        notes=_frozen({"clip": "TFLite's cell_clip bounds the cell state"} if lstm else {}),
+        remarks=_frozen({"input_forget": "CIFG: no input-gate tensors, the forget gate's weights negated"}),
+    )
+
+
+FUSED_ACTIVATIONS = ("Tanh", "Relu")  # ONNX's names of the fused activations the sequence ops compute
+LITERT = Capabilities(
+    "litert",
+    _per_cell(_litert_op),
+    elementary="elementary builtin ops unrolled over a static sequence (FULLY_CONNECTED, ADD, MUL, LOGISTIC, "
+    "TANH, SPLIT, PACK ...; sequence lengths as SELECT_V2 masks)",
+    elementary_weights="W, R as FULLY_CONNECTED weights in ONNX gate order, Wb and Rb as their biases",
+    elementary_bias=None,
+    elementary_per_direction=True,
+    elementary_zero_states=True,
+    reported=_frozen(
+        {
+            "clip": Reported(elementary=Status.DECOMPOSED),
+            "peepholes": Reported(elementary=Status.DECOMPOSED),
+            "sequence_lens": Reported(elementary=Status.DECOMPOSED),
+        }
+    ),
+    container="the model (a variable tensor, zero)",
+    transposes="time_major false on the op (no transpose)",
+    dynamic_shapes="the op's S stays dynamic; N is fixed: its state variables are [N, H]",
+    alternatives=_frozen({"cell": "use --strategy auto or decomposed (elementary builtin ops, unrolled)"}),
+)
+
+RECORDS: Mapping[str, Capabilities] = _frozen({c.format: c for c in (ONNX, OPENVINO, DIRECTML, COREML, BNNS, LITERT)})
 
 
 # --------------------------------------------------------------------------------------- derived facts

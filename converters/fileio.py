@@ -279,6 +279,21 @@ def starts_with(marker: bytes, suffix: str) -> Callable[[Path], bool]:
     return recognise
 
 
+def has_identifier(identifier: bytes, suffix: str) -> Callable[[Path], bool]:
+    """A regular file with ``suffix`` whose bytes 4..8 are the flatbuffer file ``identifier`` (``TFL3``)."""
+
+    def recognise(p: Path) -> bool:
+        if not has_suffix(suffix)(p):
+            return False
+        try:
+            with open_regular(p) as handle:
+                return handle.read(8)[4:8] == identifier
+        except InputError:
+            return False
+
+    return recognise
+
+
 def starts_like_protobuf(suffix: str, first_tags: bytes) -> Callable[[Path], bool]:
     """A regular file with ``suffix`` whose first byte is one of ``first_tags`` (protobuf field tags):
     enough to tell a serialised message from text or another file that merely has the suffix."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
-from gatepack.converters.fileio import OutputKind, has_markers, starts_like_protobuf, starts_with
+from gatepack.converters.fileio import OutputKind, has_identifier, has_markers, starts_like_protobuf, starts_with
 
 if TYPE_CHECKING:
     import numpy as np
@@ -152,6 +152,22 @@ ONNX_OPTIONS = (
         any_case=True,
     ),
 )
+SEQ_LENGTH = WriteOption(
+    "seq_length",
+    "a positive size or a size per layer name",
+    _size_or_sizes,
+    "--seq-length",
+    "sequence length for a symbolic S (directml; litert's unrolled form: its tensors are static; default 7).",
+    "size",
+)
+BATCH_SIZE = WriteOption(
+    "batch_size",
+    "a positive size or a size per layer name",
+    _size_or_sizes,
+    "--batch-size",
+    "batch size for a symbolic N (directml, litert; default 3).",
+    "size",
+)
 DIRECTML_OPTIONS = (
     WriteOption(
         "emit_cpp",
@@ -161,22 +177,8 @@ DIRECTML_OPTIONS = (
         "also write desc.cpp, C++ that fills the operator descs.",
         bool,
     ),
-    WriteOption(
-        "seq_length",
-        "a positive size or a size per layer name",
-        _size_or_sizes,
-        "--seq-length",
-        "sequence length for a symbolic S (its tensors are static; default 7).",
-        "size",
-    ),
-    WriteOption(
-        "batch_size",
-        "a positive size or a size per layer name",
-        _size_or_sizes,
-        "--batch-size",
-        "batch size for a symbolic N (default 3).",
-        "size",
-    ),
+    SEQ_LENGTH,
+    BATCH_SIZE,
 )
 CORE_ML_TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
 MINIMUM_DEPLOYMENT_TARGET = WriteOption(
@@ -341,6 +343,8 @@ def check_options(options: dict, infos: "list[FormatInfo]") -> None:
 # functions 25, configuration 26.
 ONNX_FIRST_TAGS = bytes([0x08, 0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72, 0xA2, 0xCA, 0xD2])
 
+LITERT_IDENTIFIER = b"TFL3"  # a TFLite flatbuffer's file identifier, at bytes 4..8
+
 FORMATS: dict[str, FormatInfo] = {
     f.name: f
     for f in (
@@ -418,6 +422,20 @@ FORMATS: dict[str, FormatInfo] = {
             cells=("gru", "rnn", "lstm"),
             is_directory=True,
             recognise=has_markers("bnns.json"),
+        ),
+        FormatInfo(
+            "litert",
+            "LiteRT flatbuffer",
+            "NAME.tflite",
+            "the LiteRT interpreter (ai-edge-litert, builtin kernels)",
+            runs_here=importlib.util.find_spec("ai_edge_litert") is not None,
+            constant_form="a constant tensor (a state a zero variable tensor)",
+            suffixes=(".tflite",),
+            write_options=(STRATEGY, SEQ_LENGTH, BATCH_SIZE),
+            cells=("gru", "rnn", "lstm"),
+            recognise=has_identifier(LITERT_IDENTIFIER, ".tflite"),
+            extra="litert",
+            framework="ai_edge_litert",
         ),
     )
 }
@@ -508,6 +526,8 @@ def detect(path: str | Path, *, writing: bool = False) -> str:
         marked = [name for name, info in FORMATS.items() if any(os.path.lexists(p / m) for m in info.markers)]
         if marked:
             return marked[0]
+    if not writing and p.is_file() and _head_and_members(p)[0][4:8] == LITERT_IDENTIFIER:
+        return "litert"  # a LiteRT flatbuffer named otherwise than .tflite, told by its file identifier
     if not writing and (p.is_file() or p.is_dir()):
         kind = foreign_kind(p)
         if kind is not None:
@@ -525,7 +545,6 @@ def detect(path: str | Path, *, writing: bool = False) -> str:
 # suffixes of model files gatepack writes in no format (an output named so would not read back as its target)
 FOREIGN_SUFFIXES = {
     ".mlmodel": "Core ML's older single-file format",
-    ".tflite": "a LiteRT (TensorFlow Lite) model",
     ".pt": "a PyTorch file",
     ".pth": "a PyTorch file",
     ".h5": "a Keras HDF5 model",
@@ -578,9 +597,6 @@ def foreign_kind(path: Path) -> tuple[str, str] | None:
         return "an HDF5 file (a Keras .h5 model or weights)", KERAS_EXPORT.replace("PATH", repr(str(path)))
     if members is not None:
         return _zip_kind(path, members)
-    if head[4:8] == b"TFL3" or suffix == ".tflite":
-        what = "a TensorFlow Lite model" if head[4:8] == b"TFL3" else "named like a TensorFlow Lite model"
-        return what, f"export it to ONNX: python -m tf2onnx.convert --tflite {path} --output NAME.onnx"
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
         return "a Python pickle, e.g. a legacy torch.save checkpoint (gatepack never unpickles)", TORCH_EXPORT
     if suffix == ".bin" and os.path.lexists(path.with_suffix(".xml")):

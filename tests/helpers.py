@@ -28,6 +28,12 @@ def artifact_name(fmt: str, stem: str = "m") -> str:
     return stem + suffixes[0] if suffixes else stem
 
 
+def fixes_sizes(fmt: str) -> bool:
+    """Whether format ``fmt`` writes static sizes where the source's are symbolic (it takes ``batch_size``: DirectML's
+    static tensors, LiteRT's [N, H] state variables), so a test gives it the sizes it will then feed."""
+    return "batch_size" in registry.FORMATS[fmt].option_names
+
+
 def shipped_writers() -> list[str]:
     """The formats gatepack writes with a module of its own (``gatepack.converters.formats``): what a file
     reviewed by hand (tests/expected) holds, without a format a test registers from outside."""

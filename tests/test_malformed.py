@@ -275,7 +275,6 @@ def _write_foreign(folder: Path, marker: Path) -> dict[str, tuple[Path, tuple[st
         archive.writestr("metadata.json", "{}")
         archive.writestr("model.weights.h5", b"\x89HDF\r\n\x1a\n")
     (folder / "model.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 504)
-    (folder / "model.tflite").write_bytes(b"\x1c\0\0\0TFL3" + b"\0" * 56)
     np.savez(folder / "weights.npz", W=np.zeros(3))
     (folder / "frozen.pb").write_bytes(b"\x0a\x03abc")
     (folder / "saved").mkdir()
@@ -288,7 +287,6 @@ def _write_foreign(folder: Path, marker: Path) -> dict[str, tuple[Path, tuple[st
         "checkpoint.bin": ("pickle", "torch.onnx.export"),
         "model.keras": ("Keras 3", "tf2onnx"),
         "model.h5": ("HDF5", "tf2onnx"),
-        "model.tflite": ("TensorFlow Lite", "tf2onnx.convert --tflite"),
         "weights.npz": ("NumPy arrays", "--inputs"),
         "frozen.pb": ("TensorFlow", "tf2onnx.convert --graphdef"),
         "saved": ("SavedModel", "tf2onnx.convert --saved-model"),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import artifact_name, assert_not_lifted
+from helpers import artifact_name, assert_not_lifted, fixes_sizes
 
 import gatepack.converters as gp
 from gatepack.converters import engine_for, registry
@@ -201,8 +201,9 @@ def test_lifted_layers_converted_give_the_frameworks_outputs(artifact, tmp_path)
         out = tmp_path / artifact_name(target, target)
         if target == "bnns" and artifact in HARD_SIGMOID:  # refused: test_converts_to_every_target_with_verification
             continue
-        # DirectML tensors are static: a layer of unknown sizes is written at the sizes it is fed here
-        fixed = target == "directml" and None in (layer.interface.seq_length, layer.interface.batch_size)
+        # DirectML's tensors and LiteRT's state variables are static: a layer of unknown sizes is written at the
+        # sizes it is fed here
+        fixed = fixes_sizes(target) and None in (layer.interface.seq_length, layer.interface.batch_size)
         s, n = x.shape[1::-1] if layer.interface.layout == 1 else x.shape[:2]
         sizes = {"seq_length": s, "batch_size": n} if fixed else {}
         _convert(path, out, target, gp.load(path), **sizes)

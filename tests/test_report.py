@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = report_schema()
 TARGETS = registry.writers()
 MATRIX = matrix() + lstm_matrix()[::8]  # GRU/RNN, and every eighth LSTM configuration
-FLOAT32_RUNTIMES = {"openvino", "directml", "coreml", "bnns"}  # documented: they compute float64 in float32
+# documented: they compute float64 in float32 (LiteRT's sequence kernels and its elementary form: FLOAT32, §11)
+FLOAT32_RUNTIMES = {"openvino", "directml", "coreml", "bnns", "litert"}
 
 
 def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
@@ -47,7 +48,7 @@ def expected_verdict(cfg: Config, target: str) -> tuple[str, set[str]]:
       field; BNNS's gru/rnn take no clip.
     * BNNS also takes no sequence lengths and only parameterless sigmoid/tanh/relu.
     * float64 is lossy where the runtime computes in float32 (``FLOAT32_RUNTIMES``): OpenVINO's CPU plugin
-      computes in float32; DirectML's recurrent operators, Core ML and BNNS take float32. ONNX keeps it.
+      computes in float32; DirectML's recurrent operators, Core ML, BNNS and LiteRT take float32. ONNX keeps it.
     * LSTM: BNNS's lstm also lacks peepholes and input/forget coupling; DirectML's LSTM desc has a clip;
       OpenVINO and Core ML decompose what their ops lack.
 

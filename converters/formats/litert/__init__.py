@@ -1,0 +1,28 @@
+"""LiteRT (TensorFlow Lite) flatbuffers (``.tflite``): one module per role.
+
+* ``common`` — the official schema (from ai-edge-litert), the graph builder, the sequence ops' tensor roles;
+* ``strategy`` — the sequence op or elementary ops, and why;
+* ``checks`` — the findings for writing a layer;
+* ``writer`` — layers written as sequence ops or unrolled elementary ops, with gatepack's description;
+* ``reader`` — gatepack's own files and other producers' sequence ops read into canonical layers;
+* ``running`` — the file on ai-edge-litert's interpreter, its states reset before every call.
+"""
+
+from gatepack.converters.formats.litert.checks import check
+from gatepack.converters.formats.litert.common import FORMAT
+from gatepack.converters.formats.litert.reader import read
+from gatepack.converters.formats.litert.running import compute_dtype, open_session, run_layer_native, run_native
+from gatepack.converters.formats.litert.writer import write
+from gatepack.converters.registry import FormatImplementation
+
+__all__ = ["FORMAT", "check", "read", "write"]
+
+IMPLEMENTATION = FormatImplementation(
+    read=read,
+    write=write,
+    check=check,
+    run_native=run_native,
+    run_layer_native=run_layer_native,
+    compute_dtype=compute_dtype,
+    open_session=open_session,
+)

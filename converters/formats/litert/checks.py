@@ -1,0 +1,113 @@
+"""Findings for writing a layer as LiteRT: the shared features from ``capabilities.LITERT`` and what only LiteRT
+has (no GRU builtin, states as variable tensors, a static N, the elementary form's static S)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gatepack.converters.feature_findings import findings, replacing
+from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.litert.strategy import form
+from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
+from gatepack.schemas.cells import Cell
+from gatepack.schemas.layer import Direction, RecurrentLayer, dim_text, state_roles
+
+VARIABLE_STATE = (
+    "a variable tensor the interpreter keeps between invoke() calls: an app calls reset_all_variables() before "
+    "each independent sequence (gatepack's runner does)"
+)
+
+
+def check(
+    layer: RecurrentLayer, *, strategy: str = "auto", seq_length: Any = None, batch_size: Any = None
+) -> list[Finding]:
+    """Findings for writing ``layer`` as LiteRT with ``strategy``."""
+    chosen = form(layer, strategy)
+    found = findings(layer, chosen)
+    if layer.cell is Cell.GRU and chosen.native:
+        found = replacing(
+            found,
+            Finding(
+                "cell",
+                Status.UNSUPPORTED,
+                "TFLite has no GRU builtin operator",
+                alternative=chosen.caps.alternatives["cell"],
+            ),
+        )
+    extra = [_shapes(layer, chosen.native, seq_length, batch_size), *_unrolled(layer, chosen.native)]
+    return replacing(found, *extra, *_states(layer, chosen.native))
+
+
+def _unrolled(layer: RecurrentLayer, native: bool) -> list[Finding]:
+    """The unrolled form's own words: no loop, and the time axis split where the interface has it."""
+    if native:
+        return []
+    found = []
+    if layer.interface.layout == 1:  # no transpose: the steps are split from and stacked on the batch-major axis
+        found.append(Finding("layout", Status.EXACT, "layout 1 (batch-major; the steps split and stacked on axis 1)"))
+    if layer.direction is Direction.BIDIRECTIONAL:
+        found.append(
+            Finding(
+                "direction", Status.REPACKED, "bidirectional: a forward and a reverse pass, stacked into Y [S,D,N,H]"
+            )
+        )
+    return found
+
+
+def _size(value: Any, layer: RecurrentLayer, default: int) -> int:
+    value = value.get(layer.name) if isinstance(value, dict) else value
+    return value if isinstance(value, int) else default
+
+
+def _shapes(layer: RecurrentLayer, native: bool, seq_length: Any, batch_size: Any) -> Finding:
+    """N fixed (each state is a variable tensor [N, H]); S dynamic for the op, fixed for the unrolled form."""
+    itf = layer.interface
+    fixed = []
+    if not isinstance(itf.batch_size, int):
+        fixed.append(
+            f"N={dim_text(itf.batch_size)} fixed to {_size(batch_size, layer, DEFAULT_BATCH)} (--batch-size: "
+            "the state variables are [N, H])"
+        )
+    if not native and not isinstance(itf.seq_length, int):
+        fixed.append(
+            f"S={dim_text(itf.seq_length)} fixed to {_size(seq_length, layer, DEFAULT_SEQ_LENGTH)} "
+            "(--seq-length: the elementary form is unrolled)"
+        )
+    if not fixed:
+        dynamic = "" if isinstance(itf.seq_length, int) else " (dynamic: the op's input is resized)"
+        return Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}{dynamic}, N={itf.batch_size}")
+    flags = [
+        flag
+        for flag, option, dim, applies in (
+            ("--batch-size", batch_size, itf.batch_size, True),
+            ("--seq-length", seq_length, itf.seq_length, not native),
+        )
+        if applies and option is None and not isinstance(dim, int)
+    ]
+    assumed = (
+        f"assumed (gatepack's default), not given: the file runs at these sizes only; pass {' and '.join(flags)} "
+        "for the sizes it will run at"
+        if flags
+        else None
+    )
+    return Finding("shapes", Status.REPACKED, "; ".join(fixed), warning=assumed)
+
+
+def _states(layer: RecurrentLayer, native: bool) -> list[Finding]:
+    """Per state of the native op: the variable tensor it is, and the trap it sets for an app."""
+    if not native:
+        return []
+    found = []
+    for role, _ in state_roles(layer.cell):
+        if role in layer.fed_roles():
+            found.append(
+                Finding(
+                    role,
+                    Status.EXACT,
+                    f"{role} input kept: it is the op's state variable (the "
+                    "interpreter writes the final state into it)",
+                )
+            )
+        else:
+            found.append(Finding(role, Status.EXACT, "zeros: a zero variable tensor [N, H]", warning=VARIABLE_STATE))
+    return found

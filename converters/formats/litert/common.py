@@ -1,0 +1,147 @@
+"""LiteRT: what the writer, reader and runner share (the official schema, a flatbuffer graph builder, the fused
+activations, the tensor roles of the sequence ops).
+
+The schema is the official one ai-edge-litert ships (``schema_py_generated``, flatc's Python object API:
+``ModelT``, ``SubGraphT``, ``TensorT`` ... ``Pack``/``InitFromPackedBuf``), imported through
+``converters.runtimes`` only when a command needs it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+FORMAT = "litert"
+METADATA_KEY = "gatepack"  # the model's metadata entry holding gatepack's description of its layers
+FILE_IDENTIFIER = b"TFL3"
+SCHEMA_VERSION = 3
+
+
+def schema() -> ModuleType:
+    from gatepack.converters.runtimes import litert
+
+    return litert()[0]
+
+
+# ONNX activation -> the fused activation (ActivationFunctionType) that computes it exactly. The sequence ops
+# apply it to the RNN's hidden state, and to the LSTM's cell candidate and cell output (its gates are always
+# the logistic sigmoid); docs/conventions.md §11.
+FUSED = {
+    "Tanh": "TANH",
+    "Relu": "RELU",
+}  # ActivationFunctionType has no sigmoid (RELU_N1_TO_1, RELU6, SIGN_BIT: none in ONNX)
+FUSED_NAMES = {value: key for key, value in FUSED.items()}
+
+# UNIDIRECTIONAL_SEQUENCE_LSTM's 24 inputs (lstm_shared.h): per gate i, f, c, o its input and recurrent
+# weights, the peepholes cell_to_{i,f,o}, the biases, projection, the two variable states, layer norm.
+LSTM_INPUT = 0
+LSTM_INPUT_WEIGHTS = {"i": 1, "f": 2, "c": 3, "o": 4}
+LSTM_RECURRENT_WEIGHTS = {"i": 5, "f": 6, "c": 7, "o": 8}
+LSTM_PEEPHOLES = {"i": 9, "f": 10, "o": 11}
+LSTM_BIASES = {"i": 12, "f": 13, "c": 14, "o": 15}
+LSTM_PROJECTION = (16, 17)
+LSTM_OUTPUT_STATE, LSTM_CELL_STATE = 18, 19
+LSTM_LAYER_NORM = (20, 21, 22, 23)
+LSTM_INPUTS = 24
+# UNIDIRECTIONAL_SEQUENCE_RNN's inputs: input, input_weights, recurrent_weights, bias, hidden_state (variable)
+RNN_INPUTS = 5
+
+
+@dataclass
+class Graph:
+    """One subgraph being built with the schema's object API: tensors (each with its own buffer), operators
+    (operator codes interned), inputs and outputs; ``finish`` packs the model with the ``TFL3`` identifier."""
+
+    s: ModuleType
+    model: Any = None
+    graph: Any = None
+    codes: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        s = self.s
+        self.model = s.ModelT()
+        self.model.version = SCHEMA_VERSION
+        self.model.buffers = [s.BufferT()]  # buffer 0: the empty buffer of every tensor without data
+        self.model.operatorCodes = []
+        self.model.description = "gatepack"
+        self.graph = s.SubGraphT()
+        self.graph.tensors, self.graph.operators, self.graph.inputs, self.graph.outputs = [], [], [], []
+        self.graph.name = "main"
+        self.model.subgraphs = [self.graph]
+
+    def tensor(
+        self,
+        name: str,
+        shape: list,
+        dtype: str = "FLOAT32",
+        data: np.ndarray | None = None,
+        variable: bool = False,
+    ) -> int:
+        """A tensor; a None dimension is dynamic (-1 in its shape signature, 1 in its shape)."""
+        s = self.s
+        t = s.TensorT()
+        t.name, t.type, t.isVariable = name, getattr(s.TensorType, dtype), variable
+        t.shape = [1 if d is None else int(d) for d in shape]
+        if any(d is None for d in shape):
+            t.shapeSignature = [-1 if d is None else int(d) for d in shape]
+        t.buffer = 0
+        if data is not None:
+            buffer = s.BufferT()
+            buffer.data = np.frombuffer(np.ascontiguousarray(data).tobytes(), np.uint8)
+            self.model.buffers.append(buffer)
+            t.buffer = len(self.model.buffers) - 1
+        self.graph.tensors.append(t)
+        return len(self.graph.tensors) - 1
+
+    def const(self, name: str, value: np.ndarray) -> int:
+        value = np.ascontiguousarray(value)
+        dtype = {"float32": "FLOAT32", "int32": "INT32"}[value.dtype.name]
+        return self.tensor(name, list(value.shape), dtype, value)
+
+    def shape_of(self, index: int) -> list:
+        t = self.graph.tensors[index]
+        signature = t.shapeSignature if t.shapeSignature is not None else t.shape
+        return [None if d < 0 else int(d) for d in signature]
+
+    def op(self, name: str, inputs: list[int], outputs: list[int], options: Any = None) -> None:
+        """Operator ``name`` (a BuiltinOperator) with its options object (its type from the class name)."""
+        s = self.s
+        code = getattr(s.BuiltinOperator, name)
+        if code not in self.codes:
+            entry = s.OperatorCodeT()
+            entry.builtinCode, entry.deprecatedBuiltinCode, entry.version = code, min(code, 127), 1
+            self.model.operatorCodes.append(entry)
+            self.codes[code] = len(self.model.operatorCodes) - 1
+        op = s.OperatorT()
+        op.opcodeIndex, op.inputs, op.outputs = self.codes[code], list(inputs), list(outputs)
+        if options is not None:
+            op.builtinOptionsType = getattr(s.BuiltinOptions, type(options).__name__[:-1])
+            op.builtinOptions = options
+        self.graph.operators.append(op)
+
+    def options(self, kind: str, **values: Any) -> Any:
+        """An options object (``kind`` without the T suffix) with ``values`` set."""
+        found = getattr(self.s, f"{kind}T")()
+        for key, value in values.items():
+            setattr(found, key, value)
+        return found
+
+    def finish(self, metadata: dict | None) -> bytes:
+        """The packed model, with ``metadata`` as its ``gatepack`` entry (None: no entry)."""
+        import flatbuffers
+
+        s = self.s
+        if metadata is not None:
+            buffer = s.BufferT()
+            buffer.data = np.frombuffer(json.dumps(metadata).encode(), np.uint8)
+            self.model.buffers.append(buffer)
+            entry = s.MetadataT()
+            entry.name, entry.buffer = METADATA_KEY, len(self.model.buffers) - 1
+            self.model.metadata = [entry]
+        builder = flatbuffers.Builder(1024)
+        builder.Finish(self.model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+        return bytes(builder.Output())

@@ -1,0 +1,190 @@
+"""LiteRT: a ``.tflite`` file on ai-edge-litert's interpreter, by its tensor names.
+
+The interpreter runs the builtin kernels without the default XNNPACK delegate
+(``BUILTIN_WITHOUT_DEFAULT_DELEGATES``: no delegate takes the sequence ops, and the delegate's "INFO: Created
+TensorFlow Lite XNNPACK delegate" would be printed into gatepack's output). Every call resets the variable
+tensors first (``reset_all_variables``) and then sets the inputs: a sequence op's state is a variable tensor the
+interpreter keeps from one ``invoke()`` to the next, so without the reset a second run of the same file would
+start from the first run's final states (docs/conventions.md §11).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
+from gatepack.converters.fileio import read_bytes
+from gatepack.converters.formats.litert.common import FORMAT, Graph, schema
+from gatepack.schemas.layer import RecurrentLayer
+
+
+def _interpreter(content: bytes, label: object) -> Any:
+    from gatepack.converters.runtimes import litert
+
+    _, module = litert()
+    try:
+        return module.Interpreter(
+            model_content=content,
+            experimental_op_resolver_type=module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        )
+    except (ValueError, RuntimeError) as err:
+        raise RuntimeFailure(f"{label}: the LiteRT interpreter refuses it ({_squash(err)})") from None
+
+
+def open_session(path: str | Path) -> Callable[[dict], dict]:
+    """The file loaded once; each call resets its variable tensors, then runs it on ``inputs`` (by tensor name;
+    an input not given is zeros) and returns every output by name."""
+    return _session(_interpreter(read_bytes(path), path), Path(path))
+
+
+def _session(interpreter: Any, label: object) -> Callable[[dict], dict]:
+    run_once = _runner(interpreter, label)
+
+    def run(inputs: dict) -> dict:
+        try:
+            return run_once(inputs)
+        except (RuntimeError, ValueError, UnicodeDecodeError) as err:  # the interpreter on a file it cannot run
+            raise RuntimeFailure(f"{label}: the LiteRT interpreter cannot run it ({_squash(err)})") from None
+
+    return run
+
+
+def _runner(interpreter: Any, label: object) -> Callable[[dict], dict]:
+    shapes: dict[str, tuple] = {}
+
+    def run(inputs: dict) -> dict:
+        details = interpreter.get_input_details()
+        names = {d["name"] for d in details}
+        unknown = sorted(set(inputs) - names)
+        if unknown:
+            raise InputError(f"{label}: no input named {unknown}", hint=f"the model takes {sorted(names)}")
+        wanted = {d["name"]: tuple(np.shape(inputs[d["name"]])) for d in details if d["name"] in inputs}
+        if not shapes or wanted != {k: v for k, v in shapes.items() if k in wanted}:
+            for d in details:
+                if d["name"] in wanted and tuple(d["shape"]) != wanted[d["name"]]:
+                    _resize(label, interpreter, d, wanted[d["name"]])
+            try:
+                interpreter.allocate_tensors()
+            except RuntimeError as err:
+                raise RuntimeFailure(f"{label}: the LiteRT interpreter cannot run it ({_squash(err)})") from None
+            shapes.clear()
+            shapes.update(wanted)
+        interpreter.reset_all_variables()  # a state is a variable tensor: start every call from zeros
+        for d in interpreter.get_input_details():
+            value = inputs.get(d["name"])
+            value = np.zeros(d["shape"], d["dtype"]) if value is None else np.asarray(value, d["dtype"])
+            interpreter.set_tensor(d["index"], np.ascontiguousarray(value))
+        try:
+            interpreter.invoke()
+        except RuntimeError as err:
+            raise RuntimeFailure(f"{label}: the LiteRT interpreter failed ({_squash(err)})") from None
+        return {d["name"]: np.array(interpreter.get_tensor(d["index"])) for d in interpreter.get_output_details()}
+
+    return run
+
+
+def _resize(label: object, interpreter: Any, detail: dict, shape: tuple) -> None:
+    signature = tuple(detail["shape_signature"])
+    if len(signature) != len(shape) or any(s >= 0 and s != g for s, g in zip(signature, shape)):
+        declared = [int(s) if s >= 0 else "?" for s in signature]
+        raise InputError(f"{label}: input {detail['name']!r} has shape {list(shape)}, expected {declared}")
+    interpreter.resize_tensor_input(detail["index"], list(shape), strict=True)
+
+
+def _squash(err: object) -> str:
+    return " ".join(str(err).split())[:200]
+
+
+def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The file on the LiteRT interpreter (states reset first); inputs and outputs by tensor name."""
+    return open_session(path)(inputs)
+
+
+def op_alone(path: Path, node: str) -> bytes:
+    """The sequence op whose output is ``node`` alone in a new model: its constants copied byte for byte, its input
+    and state tensors the model's inputs (a state with data, which the interpreter refuses, fed instead), its
+    output and state variables the model's outputs."""
+    from gatepack.converters.formats.litert.reader import _File, _signature
+
+    file = _File(path)
+    op = next((o for o in file.graph.operators or [] if file.name(o.outputs[0]) == node), None)
+    if op is None:
+        raise InputError(f"{path}: no operator writes {node!r}")
+    g = Graph(schema())
+    kinds = {v: k for k, v in vars(g.s.TensorType).items() if not k.startswith("_")}
+    inputs, states = [], []
+    for index in (int(k) for k in op.inputs):
+        if index < 0:
+            inputs.append(-1)
+            continue
+        t = file.tensors[index]
+        buffer = file.model.buffers[t.buffer] if t.buffer < len(file.model.buffers) else None
+        raw = None if buffer is None or buffer.data is None or not len(buffer.data) else np.asarray(buffer.data)
+        shape = [None if d < 0 else int(d) for d in _signature(t)]
+        data = None if t.isVariable else raw
+        new = g.tensor(
+            file.name(index),
+            shape,
+            kinds[t.type],
+            data.astype(np.uint8) if data is not None else None,
+            variable=bool(t.isVariable),
+        )
+        if data is None:
+            g.graph.inputs.append(new)
+        if t.isVariable:
+            states.append(new)
+        inputs.append(new)
+    outputs = []
+    for index in (int(k) for k in op.outputs):
+        t = file.tensors[index]
+        signature = _signature(t)
+        outputs.append(g.tensor(file.name(index), [None if d < 0 else int(d) for d in signature]))
+    g.op(file.op_name(op), inputs, outputs, op.builtinOptions)
+    g.graph.outputs = [*outputs, *states]
+    return g.finish(None)
+
+
+def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One layer of a saved file on the interpreter. A layer gatepack wrote: the file run on its inputs (another
+    layer's inputs zeros), the layer's outputs kept. Another producer's sequence op: the op alone (``op_alone``),
+    its state inputs [N, H] fed from the canonical [1, N, H] (a learned state from the layer's constant), its
+    outputs ([S, N, H] per direction, or both on the last axis) into Y [S, D, N, H] and its final state
+    variables into [D, N, H] (layout 1: [N, S, D, H], [N, D, H])."""
+    found = layer.provenance
+    if found is None or not found.of(FORMAT):
+        raise UsageError(f"layer {layer.name!r} was not read from a LiteRT file")
+    if found.kind != "node":
+        return run_native(found.artifact, feed)
+    from gatepack.converters.formats.litert.reader import OpHandle
+
+    handle = found.handle
+    assert isinstance(handle, OpHandle)  # the reader's record of another producer's op
+    itf, h, layout = layer.interface, layer.hidden_size, int(layer.interface.layout)
+    n = np.shape(feed[itf.x])[0 if layout else 1]
+    states = {}
+    for role in ("initial_h", "initial_c"):
+        name = getattr(itf, role)
+        value = feed.get(name) if name else None
+        value = layer.constant_state(role, n) if value is None and name else value
+        if value is not None:  # one direction (the reader refuses two state inputs)
+            states[name] = np.reshape(value, (-1, h))
+    run = _session(_interpreter(op_alone(found.artifact, found.node), found.artifact), found.artifact)
+    outputs = run({itf.x: feed[itf.x], **states})
+    if handle.merged:  # [S, N, 2H] / [N, S, 2H]: the directions on the last axis
+        both = outputs[handle.outputs[0]]
+        y = both.reshape(*both.shape[:2], 2, h)
+        y = y if layout else y.transpose(0, 2, 1, 3)
+    else:
+        y = np.stack([outputs[name] for name in handle.outputs], axis=2 if layout else 1)
+    result = {found.node: y}
+    for role, names in handle.states:
+        result[getattr(itf, role)] = np.stack([outputs[name] for name in names], axis=1 if layout else 0)
+    return result
+
+
+def compute_dtype(layer: RecurrentLayer) -> str:
+    """The file computes in float32 (its sequence ops and the elementary form alike)."""
+    return "float32"

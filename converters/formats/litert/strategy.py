@@ -1,0 +1,65 @@
+"""LiteRT: which form a layer is written in (the sequence op, or elementary builtin ops unrolled over a static
+sequence), from ``capabilities.LITERT`` plus what only LiteRT's ops impose (docs/conventions.md §11):
+
+* there is no GRU builtin: a GRU is always elementary;
+* the LSTM's one fused activation is both its candidate's (g) and its cell output's (h) activation;
+* a state is a variable tensor, one per direction (the RNN kernel's is 2-D [N, H]: no [1, N, H] input can be
+  it): a bidirectional layer's one [2, N, H] initial-state input cannot feed two of them, and a variable tensor
+  cannot hold data (the interpreter refuses "a variable tensor with buffer"), so a held non-zero initial state
+  has no native form.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gatepack.converters.capabilities import LITERT, doubts, lacks
+from gatepack.converters.feature_findings import Form
+from gatepack.converters.strategy import choose
+from gatepack.schemas.cells import Cell
+from gatepack.schemas.layer import Direction, RecurrentLayer, state_roles
+
+
+def native_blockers(layer: RecurrentLayer) -> dict[str, str]:
+    """Why the layer's sequence op would not compute what ONNX specifies, by feature (empty: it would)."""
+    op = LITERT.ops[layer.cell]
+    found = lacks(layer, op)
+    if layer.cell is Cell.GRU:
+        return {"cell": "TFLite has no GRU builtin", **found}
+    if layer.cell is Cell.LSTM and "activations" not in found:
+        per = [tuple(a.name for a in p.activations) for p in layer.directions]
+        if any(names[1] != names[2] for names in per):
+            found["activations"] = (
+                f"activations {layer.activation_summary()}: the {op.name}'s one fused activation is both the "
+                "candidate's (g) and the cell output's (h)"
+            )
+    for role, _ in state_roles(layer.cell):
+        held = layer.constant(role)
+        if held is not None and held.any():
+            found[role] = f"a held non-zero {role}: a variable tensor cannot hold data (the interpreter refuses it)"
+        elif role in layer.fed_roles() and layer.cell is Cell.RNN:
+            found[role] = (
+                f"an {role} input: UNIDIRECTIONAL_SEQUENCE_RNN's state variable must be 2-D [N, H] (its kernel "
+                "checks), the input is [1, N, H]"
+            )
+        elif role in layer.fed_roles() and layer.direction is Direction.BIDIRECTIONAL:
+            found[role] = (
+                f"a bidirectional layer's {role} input: each direction's state is its own variable tensor, which one "
+                "[2, N, H] input cannot be"
+            )
+    return found
+
+
+def form(layer: RecurrentLayer, strategy: str = "auto") -> Form:
+    """The form ``layer`` is written in: the op where it is exact (``auto``), else elementary ops."""
+    op = LITERT.ops[layer.cell]
+    lacking, doubted = native_blockers(layer), doubts(layer, op)
+    avoided = [*lacking.values(), *doubted.values()]
+    chosen = "decomposed" if layer.cell is Cell.GRU and strategy != "native" else choose(strategy, avoided)
+    return Form(LITERT, op, lacking, strategy, chosen, doubted)
+
+
+def held_state(layer: RecurrentLayer, role: str, batch: int) -> np.ndarray | None:
+    """The layer's held ``role`` as float32 [D, batch, H] (None: not held)."""
+    value = layer.constant_state(role, batch)
+    return None if value is None else np.ascontiguousarray(value, np.float32)

@@ -1,0 +1,511 @@
+"""LiteRT: recurrent layers written as one ``.tflite`` flatbuffer (the official schema, one subgraph), tensors
+named as the source names them (docs/conventions.md §11).
+
+Native form, per direction one ``UNIDIRECTIONAL_SEQUENCE_LSTM`` / ``_RNN`` (a reverse direction between two
+``REVERSE_V2`` on the time axis); ``time_major`` is the interface's layout, so no transpose is written. Its
+tensors: one weight tensor per gate (ONNX's i, o, f, c blocks into input_to_{i,f,c,o}), one bias per gate
+(Wb + Rb), peepholes cell_to_{i,f,o}; ONNX's input_forget as CIFG (no input-gate tensors; the kernel computes
+i = 1 - f, so the forget gate gets ONNX's input gate negated: sigmoid(-a) = 1 - sigmoid(a)). Each state is a
+variable tensor [N, H] (N static): zero and internal where the source has no initial state, the source's
+initial-state input itself where it has one (one direction). The final h is the op's output at its last step,
+the final c the variable read together with that step (a data dependency: see ``native``), joined into
+[D, N, H]; Y is the op's output reshaped or packed into [S, D, N, H] / [N, S, D, H].
+
+Elementary form (a GRU always; anything the op lacks): the sequence unrolled over a static S, each step the
+cell's ``cell_steps`` step over ``_Ops`` (FULLY_CONNECTED for the projections with their biases, ADD, MUL,
+SUB, LOGISTIC, TANH, SPLIT, MINIMUM/MAXIMUM for clip ...), sequence lengths as SELECT_V2 masks per step, the
+steps' states PACKed into Y.
+
+The model's metadata ``gatepack`` holds each layer's description (``description.describe``), its strategy and
+the tensors its weights are read back from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gatepack.converters.cell_steps import step_of
+from gatepack.converters.description import describe
+from gatepack.converters.fileio import atomic_path
+from gatepack.converters.formats.litert.common import (
+    FUSED,
+    LSTM_BIASES,
+    LSTM_CELL_STATE,
+    LSTM_INPUT_WEIGHTS,
+    LSTM_INPUTS,
+    LSTM_OUTPUT_STATE,
+    LSTM_PEEPHOLES,
+    LSTM_RECURRENT_WEIGHTS,
+    Graph,
+    schema,
+)
+from gatepack.converters.formats.litert.strategy import form, held_state
+from gatepack.converters.model import Model, with_separate_inputs
+from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
+from gatepack.schemas.cells import Cell
+from gatepack.schemas.layer import Direction, DirectionParams, RecurrentLayer, state_roles
+
+METADATA_FORMAT = "gatepack-litert"
+
+
+def _size(value: Any, layer: RecurrentLayer, fallback: int) -> int:
+    """A static size from an option (one size, or one per layer name), else ``fallback``."""
+    if isinstance(value, dict):
+        value = value.get(layer.name)
+    return value if isinstance(value, int) else fallback
+
+
+def write(
+    model: Model,
+    path: str | Path,
+    *,
+    strategy: str = "auto",
+    seq_length: int | dict | None = None,
+    batch_size: int | dict | None = None,
+) -> None:
+    """Write ``model``'s layers as one ``.tflite`` file at ``path``. N is static (symbolic: ``batch_size``,
+    default 3); S stays dynamic for the sequence ops, and the elementary form unrolls a static S (symbolic:
+    ``seq_length``, default 7)."""
+    graph = Graph(schema())
+    described = []
+    for layer in with_separate_inputs(model).layers:
+        itf = layer.interface
+        n = itf.batch_size if isinstance(itf.batch_size, int) else _size(batch_size, layer, DEFAULT_BATCH)
+        chosen = form(layer, strategy).chosen
+        s = itf.seq_length if isinstance(itf.seq_length, int) else None
+        if chosen == "decomposed" and s is None:
+            s = _size(seq_length, layer, DEFAULT_SEQ_LENGTH)
+        entry = _LayerWriter(graph, layer, s, n).write(chosen)
+        described.append(entry)
+    data = graph.finish({"format": METADATA_FORMAT, "layers": described})
+    with atomic_path(Path(path)) as staged:
+        staged.write_bytes(data)
+
+
+class _LayerWriter:
+    """One layer into ``graph``: its interface tensors, then the native ops or the unrolled steps."""
+
+    def __init__(self, graph: Graph, layer: RecurrentLayer, s: int | None, n: int) -> None:
+        self.g, self.layer, self.s, self.n = graph, layer, s, n
+        self.itf = layer.interface
+        self.layout = self.itf.layout
+        self.weights: list[dict[str, str]] = []  # per direction: role -> tensor name (for the reader)
+
+    def name(self, role: str) -> str:
+        return f"{self.layer.name}/{role}"
+
+    def x_shape(self) -> list:
+        s, n, i = self.s, self.n, self.layer.input_size
+        return [n, s, i] if self.layout else [s, n, i]
+
+    def state_shape(self) -> list:
+        d, n, h = self.layer.num_directions, self.n, self.layer.hidden_size
+        return [n, d, h] if self.layout else [d, n, h]
+
+    def graph_input(self, name: str, shape: list, dtype: str = "FLOAT32", variable: bool = False) -> int:
+        index = self.g.tensor(name, shape, dtype, variable=variable)
+        self.g.graph.inputs.append(index)
+        return index
+
+    def write(self, chosen: str) -> dict:
+        itf = self.itf
+        x = self.graph_input(itf.x, self.x_shape())
+        outputs = self.native(x) if chosen == "native" else self.elementary(x)
+        for role, index in outputs.items():
+            if getattr(itf, role):
+                self.g.graph.outputs.append(index)
+        entry = describe(self.layer)
+        entry["interface"]["dtype"] = "float32"  # the file's interface and weights, whatever the source's
+        entry["interface"]["batch_size"] = self.n
+        entry["interface"]["seq_length"] = self.s
+        entry.update(name=self.layer.name, strategy=chosen, weights=self.weights)
+        return entry
+
+    # ------------------------------------------------------------------------------------- the sequence ops
+
+    def native(self, x: int) -> dict[str, int]:
+        """Per direction the sequence op, then Y and the final states in the interface's shapes. Each final state is
+        read through a data dependency on the op's output (its last step; LSTM's c from the variable, concatenated
+        with that step), never from the variable alone: nothing in the graph orders a read of a variable after the
+        op that writes it, and a delegate may move such a read (docs/conventions.md §11)."""
+        layer, time_axis = self.layer, 1 if self.layout else 0
+        ys, finals = [], []
+        for k, params in enumerate(layer.directions):
+            reverse = layer.direction is Direction.REVERSE or k == 1
+            source = self.reversed(x, time_axis, f"x_reversed_{k}") if reverse else x
+            states = [self.state_variable(role, k) for role, _ in state_roles(layer.cell)]
+            y = self.g.tensor(self.name(f"y_{k}"), self.sequence_shape())
+            if layer.cell is Cell.LSTM:
+                self.lstm_op(source, params, states, y, k)
+            else:
+                self.rnn_op(source, params, states[0], y, k)
+            ys.append(self.reversed(y, time_axis, f"y_{k}_in_time") if reverse else y)
+            last = self.last_step(y, k)  # the final h: the op's output at its last processing step
+            finals.append([last, *(self.after(state, last, k) for state in states[1:])])
+        outputs = {"y": self.stacked(ys, 2 if self.layout else 1, self.itf.y or self.name("Y"))}
+        for j, (_, final) in enumerate(state_roles(layer.cell)):
+            outputs[final] = self.joined([f[j] for f in finals], final, self.final_name(final))
+        return outputs
+
+    def last_step(self, y: int, k: int) -> int:
+        """``y``'s last time step, [1, N, H] (layout 1: [N, 1, H]), by STRIDED_SLICE (S may be dynamic)."""
+        n, h, g = self.n, self.layer.hidden_size, self.g
+        begin = [0, -1, 0] if self.layout else [-1, 0, 0]
+        out = g.tensor(self.name(f"h_final_{k}"), [n, 1, h] if self.layout else [1, n, h])
+        constants = [
+            g.const(self.name(f"h_final_{k}_{role}"), np.array(v, np.int32))
+            for role, v in (("begin", begin), ("end", [0, 0, 0]), ("strides", [1, 1, 1]))
+        ]
+        options = g.options("StridedSliceOptions", beginMask=0b101 if self.layout else 0b110, endMask=0b111)
+        g.op("STRIDED_SLICE", [y, *constants], [out], options)
+        return out
+
+    def after(self, variable: int, last: int, k: int) -> int:
+        """The state ``variable`` [N, H] as [1, N, H] (layout 1: [N, 1, H]), read by an op that also takes ``last``
+        (the op's output): CONCATENATION of both, then SLICE of the variable's part, copies with no arithmetic."""
+        n, h, g = self.n, self.layer.hidden_size, self.g
+        flat = self.reshaped(last, [n, h], f"c_order_{k}")
+        both = g.tensor(self.name(f"c_with_h_{k}"), [n, 2 * h])
+        g.op(
+            "CONCATENATION",
+            [flat, self.reshaped(variable, [n, h], f"c_read_{k}")],
+            [both],
+            g.options("ConcatenationOptions", axis=1),
+        )
+        part = g.tensor(self.name(f"c_final_2d_{k}"), [n, h])
+        slices = [
+            g.const(self.name(f"c_final_{k}_{role}"), np.array(v, np.int32))
+            for role, v in (("begin", [0, h]), ("size", [n, h]))
+        ]
+        g.op("SLICE", [both, *slices], [part])
+        return self.reshaped(part, [n, 1, h] if self.layout else [1, n, h], f"c_final_{k}")
+
+    def joined(self, parts: list[int], role: str, name: str) -> int:
+        """Per-direction final states [1, N, H] (layout 1: [N, 1, H]) as the interface's [D, N, H] / [N, D, H]."""
+        if len(parts) == 1:
+            return self.reshaped(parts[0], self.state_shape(), role, name)
+        out = self.g.tensor(name, self.state_shape())
+        self.g.op("CONCATENATION", parts, [out], self.g.options("ConcatenationOptions", axis=1 if self.layout else 0))
+        return out
+
+    def final_name(self, role: str) -> str:
+        return getattr(self.itf, role) or self.name(role.upper())
+
+    def sequence_shape(self) -> list:
+        s, n, h = self.s, self.n, self.layer.hidden_size
+        return [n, s, h] if self.layout else [s, n, h]
+
+    def state_variable(self, role: str, k: int) -> int:
+        """The direction's state: the source's initial-state input itself (one direction), else a zero variable."""
+        name = getattr(self.itf, role)
+        if name and role in self.layer.fed_roles():  # one direction: the strategy refuses two natively
+            return self.graph_input(name, self.state_shape(), variable=True)
+        return self.g.tensor(
+            self.name(f"{role[len('initial_') :]}_state_{k}"), [self.n, self.layer.hidden_size], variable=True
+        )
+
+    def reversed(self, x: int, axis: int, role: str) -> int:
+        out = self.g.tensor(self.name(role), self.g.shape_of(x))
+        self.g.op("REVERSE_V2", [x, self.g.const(self.name(f"{role}_axis"), np.array([axis], np.int32))], [out])
+        return out
+
+    def stacked(self, parts: list[int], axis: int, name: str) -> int:
+        """``parts`` stacked on a new ``axis`` (one part: reshaped), as tensor ``name``."""
+        shape = self.g.shape_of(parts[0])
+        shape.insert(axis, len(parts))
+        out = self.g.tensor(name, shape)
+        if len(parts) == 1:
+            target = np.array([-1 if d is None else d for d in shape], np.int32)
+            self.g.op("RESHAPE", [parts[0], self.g.const(f"{name}/shape", target)], [out])
+        else:
+            self.g.op("PACK", parts, [out], self.g.options("PackOptions", valuesCount=len(parts), axis=axis))
+        return out
+
+    def weight(self, role: str, k: int, value: np.ndarray) -> int:
+        name = self.name(f"{role}_{k}")
+        return self.g.const(name, np.asarray(value, np.float32))
+
+    def lstm_op(self, x: int, params: DirectionParams, states: list[int], y: int, k: int) -> None:
+        """UNIDIRECTIONAL_SEQUENCE_LSTM: ONNX's i, o, f, c blocks into per-gate tensors; input_forget as CIFG."""
+        h, layer = self.layer.hidden_size, self.layer
+        blocks = dict(zip("iofc", range(4)))
+        w, r, b = params.W, params.R, params.Wb + params.Rb
+        inputs = [-1] * LSTM_INPUTS
+        inputs[0] = x
+        cifg = layer.input_forget
+        for gate in "ifco":
+            j = blocks["i" if cifg and gate == "f" else gate]
+            sign = -1.0 if cifg and gate == "f" else 1.0  # CIFG: i = 1 - f, so f takes ONNX's i negated
+            if cifg and gate == "i":
+                continue
+            inputs[LSTM_INPUT_WEIGHTS[gate]] = self.weight(f"input_to_{gate}", k, sign * w[j * h : (j + 1) * h])
+            inputs[LSTM_RECURRENT_WEIGHTS[gate]] = self.weight(f"recurrent_to_{gate}", k, sign * r[j * h : (j + 1) * h])
+            inputs[LSTM_BIASES[gate]] = self.weight(f"{gate}_gate_bias", k, sign * b[j * h : (j + 1) * h])
+        if params.P is not None:
+            p = dict(zip("iof", np.split(params.P, 3)))
+            for gate in "ifo":
+                if cifg and gate == "i":
+                    continue
+                value = -p["i"] if cifg and gate == "f" else p[gate]
+                inputs[LSTM_PEEPHOLES[gate]] = self.weight(f"cell_to_{gate}", k, value)
+        inputs[LSTM_OUTPUT_STATE], inputs[LSTM_CELL_STATE] = states
+        options = self.g.options(
+            "UnidirectionalSequenceLSTMOptions",
+            fusedActivationFunction=self.fused(params.activations[1].name),
+            timeMajor=not self.layout,
+        )
+        self.g.op("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, [y], options)
+        self.weights.append({"op_output": self.g.graph.tensors[y].name})
+
+    def rnn_op(self, x: int, params: DirectionParams, state: int, y: int, k: int) -> None:
+        inputs = [
+            x,
+            self.weight("input_weights", k, params.W),
+            self.weight("recurrent_weights", k, params.R),
+            self.weight("bias", k, params.Wb + params.Rb),
+            state,
+        ]
+        options = self.g.options(
+            "SequenceRNNOptions",
+            fusedActivationFunction=self.fused(params.activations[0].name),
+            timeMajor=not self.layout,
+        )
+        self.g.op("UNIDIRECTIONAL_SEQUENCE_RNN", inputs, [y], options)
+        self.weights.append({"op_output": self.g.graph.tensors[y].name})
+
+    def fused(self, activation: str) -> int:
+        return getattr(self.g.s.ActivationFunctionType, FUSED[activation])
+
+    # ------------------------------------------------------------------------------------ elementary ops
+
+    def elementary(self, x: int) -> dict[str, int]:
+        """The sequence unrolled over the static S: per direction and step the cell's step of ``cell_steps``."""
+        layer, g, s = self.layer, self.g, self.s
+        assert s is not None  # the writer fixes S for the elementary form
+        i, time_axis = layer.input_size, 1 if self.layout else 0
+        frames = self.split(x, s, time_axis, "x_t") if s > 1 else [x]
+        frames = [self.reshaped(f, [self.n, i], f"x_{t}") for t, f in enumerate(frames)]
+        initial = self.initial_states()
+        masks = self.masks()
+        step = step_of(layer.cell, "LiteRT")
+        ys, finals = [], []
+        for k, params in enumerate(layer.directions):
+            ops = _Ops(self, k, params)
+            names = {"W": ops.const_tensor("W", params.W), "Wb": ops.const_tensor("Wb", params.Wb)}
+            names.update(R=ops.r_name, Rb=ops.rb_name)
+            if params.P is not None:
+                names["P"] = ops.p_tensor = ops.const_tensor("P", params.P)
+            self.weights.append({key: g.graph.tensors[v].name for key, v in names.items()})
+            reverse = layer.direction is Direction.REVERSE or k == 1
+            state = [per[k] for per in initial]
+            outs: list[int] = [0] * s
+            for t in reversed(range(s)) if reverse else range(s):
+                gx = ops.fully_connected(frames[t], names["W"], names["Wb"])
+                new = step(ops, layer, params, gx, state)
+                if masks:  # past its length a sequence keeps its state and outputs zeros
+                    new = [ops.select(masks[t], a, b) for a, b in zip(new, state)]
+                    outs[t] = ops.select(masks[t], new[0], ops.const(new[0], 0.0))
+                else:
+                    outs[t] = new[0]
+                state = new
+            ys.append(self.stacked(outs, 1 if self.layout else 0, self.name(f"y_{k}")))
+            if masks:  # a sequence of length 0 ends in zeros (onnxruntime's Y_h and Y_c), not its initial state
+                state = [ops.select(masks[0], v, ops.const(v, 0.0)) for v in state]
+            finals.append(state)
+        outputs = {"y": self.stacked(ys, 2 if self.layout else 1, self.itf.y or self.name("Y"))}
+        for j, (_, final) in enumerate(state_roles(layer.cell)):
+            outputs[final] = self.stacked([f[j] for f in finals], 1 if self.layout else 0, self.final_name(final))
+        return outputs
+
+    def masks(self) -> list[int]:
+        """Per step t, ``t < sequence_lens`` as bool [N, 1] (none without lengths). A reverse direction, run from
+        the last step, keeps its initial state until step len - 1: it starts there, as ONNX specifies."""
+        layer, itf = self.layer, self.itf
+        held = layer.constant("sequence_lens")
+        if not itf.sequence_lens:
+            return []
+        if held is not None:
+            lens = self.g.const(self.name("sequence_lens"), np.broadcast_to(held, (self.n,)).astype(np.int32))
+        else:
+            lens = self.graph_input(itf.sequence_lens, [self.n], "INT32")
+        column = self.reshaped(lens, [self.n, 1], "sequence_lens_column", dtype="INT32")
+        found = []
+        for t in range(self.s or 0):
+            mask = self.g.tensor(self.name(f"valid_{t}"), [self.n, 1], "BOOL")
+            self.g.op("GREATER", [column, self.g.const(self.name(f"step_{t}"), np.array([t], np.int32))], [mask])
+            found.append(mask)
+        return found
+
+    def initial_states(self) -> list[list[int]]:
+        """Per state, per direction, its initial value [N, H]: the input, the held constant, or zeros."""
+        layer, d, h = self.layer, self.layer.num_directions, self.layer.hidden_size
+        found = []
+        for role, _ in state_roles(layer.cell):
+            name = getattr(self.itf, role)
+            held = held_state(layer, role, self.n)
+            if name and role in layer.fed_roles():
+                whole = self.graph_input(name, self.state_shape())
+            elif held is not None:
+                whole = self.g.const(self.name(role), held.transpose(1, 0, 2) if self.layout else held)
+            else:
+                found.append([self.g.const(self.name(f"zero_{role}"), np.zeros((self.n, h), np.float32))] * d)
+                continue
+            parts = self.split(whole, d, 1 if self.layout else 0, role) if d > 1 else [whole]
+            found.append([self.reshaped(p, [self.n, h], f"{role}_{k}_per_direction") for k, p in enumerate(parts)])
+        return found
+
+    def split(self, x: int, count: int, axis: int, role: str) -> list[int]:
+        shape = self.g.shape_of(x)
+        shape[axis] = None if shape[axis] is None else shape[axis] // count
+        outs = [self.g.tensor(self.name(f"{role}_{j}"), shape) for j in range(count)]
+        axis_tensor = self.g.const(self.name(f"{role}_axis"), np.array(axis, np.int32))
+        self.g.op("SPLIT", [axis_tensor, x], outs, self.g.options("SplitOptions", numSplits=count))
+        return outs
+
+    def reshaped(self, x: int, shape: list, role: str, name: str | None = None, dtype: str = "FLOAT32") -> int:
+        out = self.g.tensor(name or self.name(role), shape, dtype)
+        self.g.op("RESHAPE", [x, self.g.const(self.name(f"{role}_shape"), np.array(shape, np.int32))], [out])
+        return out
+
+
+class _Ops:
+    """``cell_steps.StepOps`` over the graph for direction ``k``: values are tensor indices, scalars float32
+    constants of shape [1] (broadcast by the binary ops)."""
+
+    builder = "LiteRT"
+
+    def __init__(self, writer: _LayerWriter, k: int, params: DirectionParams) -> None:
+        self.w, self.g, self.k, self.params = writer, writer.g, k, params
+        self.count = 0
+        self.scalars: dict[float, int] = {}
+        h = writer.layer.hidden_size
+        self.h = h
+        self.r_name = self.const_tensor("R", params.R)
+        self.rb_name = self.const_tensor("Rb", params.Rb)
+        self.r_blocks: dict[tuple[int, int], tuple[int, int]] = {}
+        self.p_tensor: int | None = None
+
+    def const_tensor(self, role: str, value: np.ndarray) -> int:
+        return self.g.const(self.w.name(f"{role}_{self.k}"), np.asarray(value, np.float32))
+
+    def fresh(self, shape: list, dtype: str = "FLOAT32") -> int:
+        self.count += 1
+        return self.g.tensor(self.w.name(f"d{self.k}_v{self.count}"), shape, dtype)
+
+    def unary(self, op: str, x: Any) -> int:
+        out = self.fresh(self.g.shape_of(x))
+        self.g.op(op, [x], [out])
+        return out
+
+    def broadcast(self, *values: int) -> list:
+        """The shape NumPy's broadcasting gives ``values`` (every shape here is static)."""
+        return list(np.broadcast_shapes(*(tuple(self.g.shape_of(v)) for v in values)))
+
+    def binary(self, op: str, x: Any, y: Any, dtype: str = "FLOAT32") -> int:
+        out = self.fresh(self.broadcast(x, y), dtype)
+        self.g.op(op, [x, y], [out])
+        return out
+
+    def fully_connected(self, x: int, weights: int, bias: int) -> int:
+        rows = self.g.shape_of(weights)[0]
+        out = self.fresh([self.g.shape_of(x)[0], rows])
+        self.g.op("FULLY_CONNECTED", [x, weights, bias], [out], self.g.options("FullyConnectedOptions"))
+        return out
+
+    # ElementaryOps
+    def const(self, x: Any, value: float) -> int:
+        if value not in self.scalars:
+            self.scalars[value] = self.g.const(
+                self.w.name(f"d{self.k}_c{len(self.scalars)}"), np.array([value], np.float32)
+            )
+        return self.scalars[value]
+
+    def zero_like(self, x: Any) -> int:
+        return self.const(x, 0.0)
+
+    def add(self, x: Any, y: Any) -> int:
+        return self.binary("ADD", x, y)
+
+    def sub(self, x: Any, y: Any) -> int:
+        return self.binary("SUB", x, y)
+
+    def mul(self, x: Any, y: Any) -> int:
+        return self.binary("MUL", x, y)
+
+    def div(self, x: Any, y: Any) -> int:
+        return self.binary("DIV", x, y)
+
+    def minimum(self, x: Any, y: Any) -> int:
+        return self.binary("MINIMUM", x, y)
+
+    def maximum(self, x: Any, y: Any) -> int:
+        return self.binary("MAXIMUM", x, y)
+
+    def select(self, cond: Any, a: Any, b: Any) -> int:
+        out = self.fresh(self.broadcast(cond, a, b))
+        self.g.op("SELECT_V2", [cond, a, b], [out])
+        return out
+
+    def greater(self, x: Any, y: Any) -> int:
+        return self.binary("GREATER", x, y, "BOOL")
+
+    def greater_equal(self, x: Any, y: Any) -> int:
+        return self.binary("GREATER_EQUAL", x, y, "BOOL")
+
+    def clip01(self, x: Any) -> int:
+        return self.minimum(self.maximum(x, self.const(x, 0.0)), self.const(x, 1.0))
+
+    def exp(self, x: Any) -> int:
+        return self.unary("EXP", x)
+
+    def log(self, x: Any) -> int:
+        return self.unary("LOG", x)
+
+    def abs(self, x: Any) -> int:
+        return self.unary("ABS", x)
+
+    def neg(self, x: Any) -> int:
+        return self.unary("NEG", x)
+
+    def sigmoid(self, x: Any) -> int:
+        return self.unary("LOGISTIC", x)
+
+    def tanh(self, x: Any) -> int:
+        return self.unary("TANH", x)
+
+    def relu(self, x: Any) -> int:
+        return self.unary("RELU", x)
+
+    # StepOps
+    def split(self, x: Any, count: int) -> list[int]:
+        shape = self.g.shape_of(x)
+        return self.w.split(x, count, len(shape) - 1, f"d{self.k}_s{self.next()}")
+
+    def next(self) -> int:
+        self.count += 1
+        return self.count
+
+    def clip(self, x: Any, bound: float) -> int:
+        return self.minimum(self.maximum(x, self.const(x, -bound)), self.const(x, bound))
+
+    def recurrent(self, x: Any, first: int, stop: int) -> int:
+        """``x R[first*H : stop*H]^T + Rb[...]``: one FULLY_CONNECTED with the blocks' rows as constants."""
+        key = (first, stop)
+        if key not in self.r_blocks:
+            rows = slice(first * self.h, stop * self.h)
+            if key == (0, self.w.layer.cell.gates):
+                self.r_blocks[key] = (self.r_name, self.rb_name)
+            else:
+                self.r_blocks[key] = (
+                    self.const_tensor(f"R_{first}_{stop}", self.params.R[rows]),
+                    self.const_tensor(f"Rb_{first}_{stop}", self.params.Rb[rows]),
+                )
+        weights, bias = self.r_blocks[key]
+        return self.fully_connected(x, weights, bias)
+
+    def peepholes(self) -> int:
+        assert self.p_tensor is not None  # asked for only when the direction has peepholes
+        return self.p_tensor
