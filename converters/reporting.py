@@ -13,10 +13,12 @@ Its JSON Schema is ``report_schema()``: ``schemas/report.schema.json`` with the 
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from typing import Callable
 
 import gatepack.converters.registry as registry
 from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
@@ -548,12 +550,13 @@ def whole_model_targets(model: Model) -> list[str]:
     return [name for name, f in findings.items() if f is not None and f.status is not Status.UNSUPPORTED]
 
 
-def model_finding(model: Model, target: str, keepers: list[str] | None = None) -> Finding | None:
+def model_finding(model: Model, target: str, keepers: "Callable[[], list[str]] | None" = None) -> Finding | None:
     """What happens to the operators around the recurrent layers when ``model`` is written as
     ``target`` (None: the model has none). A format that writes whole models says so itself (its
     ``whole_model_finding``); every other one holds the layers alone: ``unsupported``, unless the user
-    asked for the layers alone (``layers_only``), which the finding then says. ``keepers``: the
-    formats that keep the whole model (default: asked of every writer)."""
+    asked for the layers alone (``layers_only``), which the finding then says. ``keepers``: gives the
+    formats that keep the whole model, asked only when a refusal names them (default: every writer is asked;
+    a format's answer may translate the whole model, as Core ML's does)."""
     if not model.other_ops:
         return None
     info, implementation = registry.writer(target)
@@ -570,9 +573,9 @@ def model_finding(model: Model, target: str, keepers: list[str] | None = None) -
             "(gatepack inspect lists them), the other operators left out",
             warning=LAYERS_ONLY_WARNING,
         )
-    keepers = whole_model_targets(model) if keepers is None else keepers
-    keep = f", or convert to {' or '.join(keepers)}, which keep the whole model" if keepers else ""
-    if info.whole_model_via is not None and info.whole_model_via[0] in keepers:
+    keeping = whole_model_targets(model) if keepers is None else keepers()
+    keep = f", or convert to {' or '.join(keeping)}, which keep the whole model" if keeping else ""
+    if info.whole_model_via is not None and info.whole_model_via[0] in keeping:
         keep += f"; {info.whole_model_via[1]}"
     return Finding(
         "model",
@@ -589,7 +592,7 @@ def model_finding(model: Model, target: str, keepers: list[str] | None = None) -
 def build_report(model: Model, targets: list[str], options: dict | None = None) -> Report:
     options = options or {}
     # the formats that would keep the model whole, named in the refusals (layers written alone, as asked: none)
-    keepers = whole_model_targets(model) if model.keeps_whole else []
+    keepers = functools.cache(lambda: whole_model_targets(model) if model.keeps_whole else [])  # asked once, if at all
     surroundings = {target: model_finding(model, target, keepers) for target in targets}
     layers = []
     for layer in model.layers:
