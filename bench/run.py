@@ -32,9 +32,11 @@ from measure import ROOT, Sample, measure  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
-from helpers import stacked_model  # noqa: E402  (the test suite's generator of the large model)
+from helpers import artifact_name, stacked_model  # noqa: E402  (the test suite's generator of the large model)
 
-TARGETS = ("onnx", "openvino", "directml", "coreml", "bnns")
+from gatepack.converters import registry  # noqa: E402
+
+TARGETS = tuple(registry.writers())
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def large_model_rows(rows: "Rows", work: Path, sizes: Sizes, targets: list[str],
     data = str(src) + ".data"
     floor = measure("import shutil", f"shutil.copyfile({data!r}, {str(work / 'copy.data')!r})", sizes.repeat)
     rows.append(Row(f"copy of the weight file ({weight_bytes / 1e6:.0f} MB)", floor, None, "the floor", ""))
-    frameworks = {"openvino": "import openvino", "coreml": "import coremltools"}
+    frameworks = {"openvino": "import openvino", "coreml": "import coremltools", "litert": "import ai_edge_litert"}
     weights_mb = weight_bytes / 2**20
     ov_peer = measure(
         "import onnx, openvino as ov",
@@ -133,9 +135,8 @@ def large_model_rows(rows: "Rows", work: Path, sizes: Sizes, targets: list[str],
         sizes.repeat,
     )
     for target in targets:
-        out = work / (
-            f"out_{cell.lower()}." + {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage"}.get(target, target)
-        )  # one per target and cell: a directory of another format is never replaced
+        # one per target and cell: a directory of another format is never replaced
+        out = work / artifact_name(target, f"out_{cell.lower()}_{target}")
         # both sides import their frameworks before the clock starts (the peer's setup does too)
         setup = (
             "import onnx, onnxruntime, gatepack as gp, gatepack.converters.formats.onnx, "
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gatepack-bench-") as tmp:
         work = Path(tmp)
-        for cell in (c for c in args.cells.split(",") if c):
+        for cell in (c.upper() for c in args.cells.split(",") if c):
             large_model_rows(rows, work, sizes, targets, cell)
         for text, seq, batch, hidden, direction, lens, cell in () if args.no_executor else sizes.executor:
             node = work / f"{cell}_{seq}_{batch}_{hidden}_{int(lens)}.onnx"
