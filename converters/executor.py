@@ -394,7 +394,9 @@ def check_mask(layer: RecurrentLayer, mask: np.ndarray | None, batch: int, seq_l
     if mask.ndim == 3 and mask.shape[2:] == (1,):
         mask = mask[..., 0]
     if mask.shape != (seq_len, batch):
-        raise InputError(f"{at}mask has shape {list(mask.shape)}, expected [{seq_len}, {batch}] or [{seq_len}, {batch}, 1]")
+        raise InputError(
+            f"{at}mask has shape {list(mask.shape)}, expected [{seq_len}, {batch}] or [{seq_len}, {batch}, 1]"
+        )
     return mask.astype(bool)
 
 

@@ -183,7 +183,8 @@ def elementary_nodes(
     opset: int,
 ) -> list[onnx.NodeProto]:
     """The nodes computing ``layer`` (module docstring) from the sequence-major tensors ``inputs`` names per
-    role (x, sequence_lens, initial_h, initial_c; mask for a masked layer) into ``outputs`` (y, y_h, y_c; None: not wanted).
+    role (x, sequence_lens, initial_h, initial_c; mask for a masked layer) into ``outputs`` (y, y_h, y_c; None:
+    not wanted).
     ``fresh(name)`` gives an unused tensor name, ``weight(name, array)`` adds an initializer and returns
     its name."""
     if opset < MINIMUM_OPSET:
@@ -272,7 +273,11 @@ def _time_loop(
     new = step(ops, layer, params, body.op("Gather", [projected, t], axis=0), state_in)
     kept = [body.op("Where", [ok, n, s]) for n, s in zip(new, state_in)]
     # a held step's Y is the kept h; a step past a length gives 0 (ONNX's sequence_lens)
-    y_t = body.op("Identity", [kept[0]]) if layer.interface.mask else body.op("Where", [ok, new[0], ops.zero_like(new[0])])
+    y_t = (
+        body.op("Identity", [kept[0]])
+        if layer.interface.mask
+        else body.op("Where", [ok, new[0], ops.zero_like(new[0])])
+    )
     cond_out = body.op("Identity", [cond])
     value = lambda name, e, shape: helper.make_tensor_value_info(name, e, shape)  # noqa: E731
     graph = helper.make_graph(

@@ -301,7 +301,9 @@ class Finder:
         if not mask:
             return
         if not y_seq:
-            raise NotARecurrence(f"{what}: masked, but its outputs do not show its sequence (and, by lengths, last state)")
+            raise NotARecurrence(
+                f"{what}: masked, but its outputs do not show its sequence (and, by lengths, last state)"
+            )
         if any(initials):
             kind = "by lengths" if prefix else "step by step"
             raise NotARecurrence(
@@ -616,8 +618,7 @@ class Finder:
         self, name, found, kind, direction, x_seq, initials, activations, hidden, steps, *, outputs, y_seq, finals,
         states, mask=None, keep_last=False, hold=None
     ) -> Region:  # fmt: skip
-        """The region of a recurrence found: ``initials`` and ``finals`` are (h, c) (c: an LSTM's, else
-        None); ``states`` the per-step states of unrolled steps, ``y_seq`` the scanned Y of a Loop."""
+        """The region found: ``initials``, ``finals`` (h, c/None); ``states`` unrolled steps, ``y_seq`` a Loop's Y."""
         x_dims = self._dims(x_seq) or []
         if len(x_dims) != 3 or not isinstance(x_dims[2], int):
             raise NotARecurrence(f"{found}: its sequence input {x_seq!r} has no known [S, N, I] shape")

@@ -417,7 +417,9 @@ def _held_directions(info, ops_by_name: dict, const) -> list[DirectionParams]:
         rb = np.concatenate([const(f"{held}Rb_{block}") for block in blocks])
         peepholes = f"{prefix}P" in ops_by_name
         p = const(f"{held}P") if peepholes else None
-        directions.append(DirectionParams(const(f"{held}WT").T.copy(), r, const(f"{held}Wb"), rb, info.activations[k], p))
+        directions.append(
+            DirectionParams(const(f"{held}WT").T.copy(), r, const(f"{held}Wb"), rb, info.activations[k], p)
+        )
     return directions
 
 
