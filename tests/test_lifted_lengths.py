@@ -99,13 +99,14 @@ def test_the_whole_model_as_openvino_gives_kerass_outputs(artifact, tmp_path):
         np.testing.assert_allclose(value, want, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("artifact", ["tf2onnx_length_mask_gru.onnx", "tf2onnx_length_mask_gru_go_backwards.onnx"])
 @pytest.mark.parametrize("how", ["shuffled", "swapped"])
-def test_a_mask_not_shown_to_be_a_prefix_is_a_hold_not_sequence_lens(how, tmp_path):
-    """tf2onnx_length_mask_gru.onnx with its mask no longer shown to be a prefix: ``shuffled``: the constant
-    [1, S] compared with the lengths out of order (a hole in the middle); ``swapped``: lengths < constant (true
-    on a suffix). Lifted with the loop's mask as its per-step hold, and the whole model rewritten gives
-    onnxruntime's outputs of the edited model on real lengths."""
-    proto = onnx.load(str(PRODUCERS / "tf2onnx_length_mask_gru.onnx"))
+def test_a_mask_not_shown_to_be_a_prefix_is_a_hold_not_sequence_lens(how, artifact, tmp_path):
+    """A length-mask GRU (forward, or go_backwards: a reverse layer holding in its own processing order) with its
+    mask no longer shown to be a prefix: ``shuffled``: the constant [1, S] compared with the lengths out of order
+    (a hole in the middle); ``swapped``: lengths < constant (true on a suffix). Lifted with the loop's mask as its
+    per-step hold, and the whole model rewritten gives onnxruntime's outputs of the edited model on real lengths."""
+    proto = onnx.load(str(PRODUCERS / artifact))
     graph = proto.graph
     constants = {t.name: t for t in graph.initializer}
     less = next(
@@ -120,8 +121,9 @@ def test_a_mask_not_shown_to_be_a_prefix_is_a_hold_not_sequence_lens(how, tmp_pa
     onnx.save(proto, str(source))
     (layer,) = gp.load(source).layers
     assert layer.interface.mask and layer.interface.sequence_lens is None
+    assert layer.direction.value == ("reverse" if "backwards" in artifact else "forward")
     gp.convert(source, out)
-    truth = _truth("tf2onnx_length_mask_gru.onnx")
+    truth = _truth(artifact)
     for lengths in ([2, 5], [1, 3], [0, 4]):
         feed = {"x": truth["x"], "lengths": np.asarray(lengths, truth["lengths"].dtype)}
         want = ort.InferenceSession(str(source)).run(None, feed)

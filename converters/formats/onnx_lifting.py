@@ -253,7 +253,7 @@ class Finder:
             if carried_out[k] != carried_in[k] and self._is_float(node.input[2 + k], body, carried_in[k])
         ]
         sequences, masks = self._stepped(body)
-        mask, mask_reversed, prefix = self._lengths_mask(masks, what)
+        mask, mask_reversed, prefix = self._gathered_mask(masks, what)
         if len(sequences) != 1:
             raise NotARecurrence(f"{what}: it reads {len(sequences)} outer float sequences step by step, not one")
         k_kept = self._kept_output(node, body, changing, carried_in, carried_out, scans, what) if mask else None
@@ -337,7 +337,7 @@ class Finder:
                 return False
             name = node.input[0]
 
-    def _lengths_mask(self, masks: list[str], what: str) -> tuple[str | None, bool, bool]:
+    def _gathered_mask(self, masks: list[str], what: str) -> tuple[str | None, bool, bool]:
         """(the mask a loop gathers, in time order; whether the loop reads it reversed in time, as Keras's
         go_backwards does; whether it is a prefix of each row, ``_prefix_mask``, which becomes sequence_lens),
         or (None, False, False) without a mask. A mask that is not shown to be a prefix is a per-step hold."""
