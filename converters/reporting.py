@@ -498,8 +498,8 @@ def target_findings(
     chained = None if keeps_whole else chained_input_finding(model, layer)  # side-by-side layers only
     state = state_finding(model, target, bool(options.get("stateful"))) if keeps_whole else None
     assert implementation.check is not None  # registry.writer returns formats that write, and check
-    found = replacing(implementation.check(layer, **accepted), *feature_findings.mask(layer, target, keeps_whole))
-    found += [surroundings, chained, state]
+    checked = replacing(implementation.check(layer, **accepted), *feature_findings.mask(layer, target, keeps_whole))
+    found = [*checked, surroundings, chained, state]
     held = constant_findings(layer, info.constant_form)
     kept = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
     return sort_worst_first(list(model.notes_for(layer)) + kept)

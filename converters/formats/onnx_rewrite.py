@@ -285,7 +285,7 @@ def _held_replacement(layer: RecurrentLayer, opset: int, inputs: list[str], outp
         return key
 
     roles = {"x": inputs[0], "sequence_lens": None, "initial_h": inputs[5] or None, "initial_c": inputs[6] or None}
-    named = dict(zip(OUTPUT_ROLES, outputs))
+    named: dict[str, str | None] = dict(zip(OUTPUT_ROLES, outputs))
     nodes = onnx_elementary.elementary_nodes(
         layer, fresh, weight, {**roles, "mask": layer.interface.mask}, named, opset
     )
