@@ -83,6 +83,7 @@ def test_the_whole_model_converts_and_gives_keras_outputs_with_a_prefix_mask_and
     out = tmp_path / ("out.onnx" if target == "onnx" else "out.xml")
     result = gp.convert(PRODUCERS / artifact, out)
     assert result.verification.passed and result.whole
+    assert any("need not exercise the hold" in note for note in result.verification.notes)
     findings = result.findings[next(iter(result.findings))]
     assert {f.feature: f.status for f in findings}["mask"] is Status.DECOMPOSED
     truth = _truth(artifact)
@@ -97,6 +98,8 @@ def test_the_whole_model_converts_and_gives_keras_outputs_with_a_prefix_mask_and
     assert not np.allclose(original[0], unmasked[0])  # the holes change the outputs
     for got, want in zip(_outputs(out, holes, openvino=ov), original, strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+    again = gp.convert(PRODUCERS / artifact, tmp_path / f"again{out.suffix}", inputs=holes)  # verified on the holes
+    assert again.verification.passed
 
 
 def test_the_openvino_ir_reads_back_as_the_same_masked_layer(tmp_path):
