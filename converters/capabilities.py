@@ -645,6 +645,23 @@ def alternative(caps: Capabilities, layer: "RecurrentLayer", feature: str) -> st
     return "; or ".join(found + [caps.alternatives[feature]] if feature in caps.alternatives else found)
 
 
+# ---------------------------------------------------------------------------------------- per-step holds
+
+# The formats that hold a layer's per-step mask (``Interface.mask``, Keras masking), by what writes it; no sequence
+# op of any format has such a mask, so it is held only where gatepack rewrites the whole model around an elementary
+# ONNX Loop (onnx_elementary: s_t = Where(m_t, step, s_{t-1}), Y_t = h_t), and nowhere for layers alone, whose
+# mask the model's other operators compute.
+MASK_HOLDERS = MappingProxyType(
+    {
+        "onnx": "an ONNX Loop of elementary operators in the layer's place (no GRU/RNN/LSTM node has a per-step "
+        "mask): each state and Y keep their value where the mask is false",
+        "openvino": "the elementary ONNX Loop gatepack writes in the layer's place, converted by OpenVINO's ONNX "
+        "frontend into an OpenVINO Loop (no sequence op has a per-step mask): each state and Y keep their value "
+        "where the mask is false",
+    }
+)
+
+
 # ---------------------------------------------------------------------------------------------- the table
 
 TABLE_BEGIN = "<!-- capabilities table: generated from converters/capabilities.py, do not edit -->"

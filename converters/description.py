@@ -51,6 +51,8 @@ def describe(layer: RecurrentLayer) -> dict:
     if layer.cell.spec.input_forget:  # LSTM: the coupling flag and the cell state's tensors
         described["input_forget"] = layer.input_forget
         described["interface"].update(initial_c=itf.initial_c, y_c=itf.y_c)
+    if itf.mask:  # a per-step hold (Keras masking)
+        described["interface"]["mask"] = itf.mask
     return described
 
 
@@ -119,6 +121,17 @@ def _constant_roles(entry: dict) -> tuple[str, ...]:
     return tuple(roles)
 
 
+# How a described layer is written: its format's sequence op, its elementary ops, or (a layer with a per-step
+# hold, in a whole model) the elementary ONNX Loop gatepack wrote in place and a frontend converted ("held").
+STRATEGIES = ("native", "decomposed", "held")
+
+
+def held_weight_name(layer: str, weight: str) -> str:
+    """The initializer name of a held layer's weight ``weight`` (``onnx_elementary``'s: ``d0.WT``, ``d0.Wb``,
+    ``d0.R_<gates>T``, ``d0.Rb_<gates>``, ``d0.P``), which OpenVINO's ONNX frontend keeps as its constant's name."""
+    return f"{layer}/held.{weight}"
+
+
 def parse(path: Path, entry: object) -> Described:
     """Parse one stored description, every field typed; a one-line InputError naming the file, the
     field and the value if it is malformed."""
@@ -129,8 +142,8 @@ def parse(path: Path, entry: object) -> Described:
         if not all(isinstance(per, list) for per in activations):
             raise ValueError("field 'activations' must hold one list per direction")
         interface = typed_field(entry, "interface", (dict,))
-        if entry.get("strategy") not in ("native", "decomposed"):
-            raise ValueError(f"field 'strategy' is {entry.get('strategy')!r}, not 'native' or 'decomposed'")
+        if entry.get("strategy") not in STRATEGIES:
+            raise ValueError(f"field 'strategy' is {entry.get('strategy')!r}, not one of {STRATEGIES}")
         return Described(
             name=typed_field(entry, "name", (str,)),
             strategy=typed_field(entry, "strategy", (str,)),

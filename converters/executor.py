@@ -9,6 +9,9 @@ onnxruntime wherever the ONNX specification leaves room (docs/conventions.md §2
 * ``sequence_lens``: Y is zero past each sequence's length in every direction; the reverse
   direction starts at ``t = len - 1`` from ``initial_h``; Y_h (and Y_c) is the state after the last
   valid step, and 0 (not the initial state) for ``len = 0``;
+* a per-step hold (``Interface.mask`` m [S,N], Keras masking): where m[t, n] is false row n's states keep
+  their value at that step and Y[t] is the held h (``schemas.layer``); the reverse direction holds in its
+  own processing order;
 * the reverse direction's Y is aligned to input time (Y[t] is the state after consuming x[t]);
 * layout 0: X [S,N,I], initial_h / Y_h [D,N,H], Y [S,D,N,H];
   layout 1: X [N,S,I], initial_h / Y_h [N,D,H], Y [N,S,D,H];
@@ -53,7 +56,7 @@ def run_model(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarr
         itf = layer.interface
         feed = layer_feed(model, layer, inputs)
         optional = {role: feed[getattr(itf, role)] for role in layer.fed_roles() if getattr(itf, role) is not None}
-        results = run_layer(layer, feed[itf.x], **optional)
+        results = run_layer(layer, feed[itf.x], **optional, mask=feed.get(itf.mask or ""))
         for role, value in zip(OUTPUT_ROLES, results):
             if getattr(itf, role):
                 outputs[getattr(itf, role)] = value
@@ -75,6 +78,10 @@ def layer_feed(model: Model, layer: RecurrentLayer, inputs: dict[str, np.ndarray
             if name not in inputs:
                 raise InputError(f"{where(model.path, layer.name)}input {name!r} ({role}) is missing")
             feed[name] = inputs[name]
+    if itf.mask is not None:
+        if itf.mask not in inputs:
+            raise InputError(f"{where(model.path, layer.name)}input {itf.mask!r} (its per-step mask) is missing")
+        feed[itf.mask] = inputs[itf.mask]
     return feed
 
 
@@ -84,10 +91,14 @@ def run_layer(
     sequence_lens: np.ndarray | None = None,
     initial_h: np.ndarray | None = None,
     initial_c: np.ndarray | None = None,
+    mask: np.ndarray | None = None,
 ) -> tuple[np.ndarray, ...]:
-    """Run ``layer`` on inputs in its own layout; return its outputs in that layout and dtype, in the
-    order of an ONNX node's outputs: ``(Y, Y_h)``, and ``(Y, Y_h, Y_c)`` for LSTM."""
+    """Run ``layer`` on inputs in its own layout (``mask``: its per-step hold, [S,N] or [S,N,1], which a
+    layer with ``Interface.mask`` needs); return its outputs in that layout and dtype, in the order of an ONNX
+    node's outputs: ``(Y, Y_h)``, and ``(Y, Y_h, Y_c)`` for LSTM."""
     x, sequence_lens, initial_h, initial_c = check_layer_inputs(layer, x, sequence_lens, initial_h, initial_c)
+    seq_axis = layer.interface.layout  # X [S,N,I] or [N,S,I]
+    hold = check_mask(layer, mask, batch=x.shape[1 - seq_axis], seq_len=x.shape[seq_axis])
     states = [initial_h, initial_c]
     if layer.interface.layout == 1:
         x = x.transpose(PERM_SWAP_01)  # -> [S, N, I]
@@ -103,6 +114,7 @@ def run_layer(
         options=CellOptions.of(layer),
         clip=layer.clip,
         dtype=layer.dtype,
+        hold=hold,
     )
     if layer.interface.layout == 1:
         y, finals = y.transpose(PERM_Y_TO_BATCH_MAJOR), [s.transpose(PERM_SWAP_01) for s in finals]
@@ -141,13 +153,15 @@ def run_recurrence(
     options: CellOptions = CellOptions(),
     clip: float | None = None,
     dtype: np.dtype = np.dtype(np.float32),
+    hold: np.ndarray | None = None,
 ) -> tuple[np.ndarray, ...]:
     """The recurrence itself, sequence-major and format-neutral (inputs already checked).
 
     ``directions`` holds ``(W [G*H,I], R [G*H,H], Wb, Rb, activations)`` per direction, in ONNX gate
     order, with any callables as activations (so a format's executor passes its own activation
     semantics). X is [S,N,I], ``initial_h`` and ``initial_c`` [D,N,H]; returns Y [S,D,N,H] and each
-    final state [D,N,H] of the cell table's ``states`` (Y_h; and Y_c for LSTM) in ``dtype``.
+    final state [D,N,H] of the cell table's ``states`` (Y_h; and Y_c for LSTM) in ``dtype``. ``hold`` [S,N]
+    bool: the per-step hold (module docstring); never given with ``sequence_lens``.
     """
     dtype = np.dtype(dtype)
     compute = np.dtype(np.float32) if dtype == np.float16 else dtype
@@ -186,25 +200,34 @@ def run_recurrence(
         # every runtime; that is the arithmetic, not a fault to warn about. The activations are
         # stable, so saturating cells stay finite for any input.
         with np.errstate(over="ignore", invalid="ignore"):
-            for final, value in zip(finals, _run_direction(step, xw, lens, start, reverse[d], y[:, d])):
+            run = _run_direction(step, xw, lens, start, reverse[d], y[:, d], hold)
+            for final, value in zip(finals, run):
                 final[d] = value
     return (y.astype(dtype, copy=False), *(f.astype(dtype, copy=False) for f in finals))
 
 
 def _run_direction(
-    step, xw: np.ndarray, lens: np.ndarray | None, state: tuple[np.ndarray, ...], reverse: bool, y: np.ndarray
+    step,
+    xw: np.ndarray,
+    lens: np.ndarray | None,
+    state: tuple[np.ndarray, ...],
+    reverse: bool,
+    y: np.ndarray,
+    hold: np.ndarray | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Run one direction over projected inputs xw [S,N,G*H] from ``state`` (the cell's state tensors,
     each [N,H], ``h`` first: the cell table's ``states``); write each step's ``h`` into ``y`` [S,N,H];
     return the final states. Past a sequence's length a state keeps its value; after an empty
-    sequence every final state is 0 (onnxruntime)."""
+    sequence every final state is 0 (onnxruntime). Where ``hold`` [S,N] is false, every state keeps its
+    value at that step: ``s_t = hold_t ? step(s_{t-1}) : s_{t-1}``, ``y_t = h_t``."""
     seq_len, batch, _ = xw.shape
     rows = np.arange(batch)
     steps = seq_len if lens is None else int(lens.max(initial=0))
     for k in range(steps):
         if lens is None:
             t = seq_len - 1 - k if reverse else k
-            state = step(xw[t], state)
+            new = step(xw[t], state)
+            state = new if hold is None else tuple(np.where(hold[t][:, None], n, s) for n, s in zip(new, state))
             y[t] = state[0]
             continue
         valid = k < lens
@@ -355,6 +378,26 @@ def _constant_input(layer: RecurrentLayer, role: str, batch: int) -> np.ndarray 
         return layer.constant(role)
     state = layer.constant_state(role, batch)
     return state.transpose(PERM_SWAP_01) if state is not None and layer.interface.layout == 1 else state
+
+
+def check_mask(layer: RecurrentLayer, mask: np.ndarray | None, batch: int, seq_len: int) -> np.ndarray | None:
+    """A layer's per-step hold as [S,N] bool (non-zero: the step runs); InputError when a masked layer is given
+    none or one of another shape, UsageError when a layer without a mask is given one."""
+    at = f"layer {layer.name!r}: "
+    if layer.interface.mask is None:
+        if mask is not None:
+            raise UsageError(f"{at}a mask is given, and the layer holds no per-step mask")
+        return None
+    if mask is None:
+        raise InputError(f"{at}its per-step mask {layer.interface.mask!r} is not given")
+    mask = np.asarray(mask)
+    if mask.ndim == 3 and mask.shape[2:] == (1,):
+        mask = mask[..., 0]
+    if mask.shape != (seq_len, batch):
+        raise InputError(
+            f"{at}mask has shape {list(mask.shape)}, expected [{seq_len}, {batch}] or [{seq_len}, {batch}, 1]"
+        )
+    return mask.astype(bool)
 
 
 def check_layer_inputs(

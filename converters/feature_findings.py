@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gatepack.converters.capabilities import (
+    MASK_HOLDERS,
     ONNX_PEEPHOLES,
     VALUE_FEATURES,
     Bias,
@@ -259,3 +260,30 @@ def shapes(layer: RecurrentLayer, form: Form) -> Finding:
     itf = layer.interface
     how = f" ({form.caps.dynamic_shapes})" if form.caps.dynamic_shapes else ""
     return Finding("shapes", Status.EXACT, f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)}{how}")
+
+
+def mask(layer: RecurrentLayer, target: str, whole: bool) -> list[Finding]:
+    """A layer with a per-step hold (``Interface.mask``, Keras masking): held exactly by the elementary Loop of a
+    whole model rewritten for ``target`` (``capabilities.MASK_HOLDERS``; its ``cell`` finding says so), else
+    refused: no sequence op has such a mask, and alone the layer loses the operators that compute it."""
+    if not layer.interface.mask:
+        return []
+    how = MASK_HOLDERS.get(target)
+    if how is not None and whole:
+        held = f"per-step mask {layer.interface.mask!r} (Keras masking) held by {how.split(' (')[0]}"
+        return [Finding("cell", Status.DECOMPOSED, held), Finding("mask", Status.DECOMPOSED, how)]
+    holders = " or ".join(MASK_HOLDERS)
+    why = (
+        f"the {target} writer has no form that holds a step (no sequence op has a per-step mask)"
+        if how is None
+        else "the layer alone loses the operators that compute its mask"
+    )
+    return [
+        Finding(
+            "mask",
+            Status.UNSUPPORTED,
+            f"per-step mask {layer.interface.mask!r} (Keras masking: a step held where the mask is false, which is "
+            f"not sequence_lens): {why}",
+            alternative=f"convert the whole model to {holders}",
+        )
+    ]

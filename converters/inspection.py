@@ -26,6 +26,7 @@ def _shapes(layer: RecurrentLayer) -> dict[str, list[str]]:
         "Y": [n, s, d, h] if batch_major else [s, d, n, h],
         "Y_h": [n, d, h] if batch_major else [d, n, h],
         "Y_c": [n, d, h] if batch_major else [d, n, h],
+        "mask": [s, n],  # a per-step hold, sequence-major whatever the layout
     }
 
 
@@ -33,7 +34,7 @@ def _tensors(layer: RecurrentLayer) -> list[tuple[str, str, list[str]]]:
     """(role, name, shape) of every interface tensor the layer has."""
     itf = layer.interface
     shapes = _shapes(layer)
-    roles = [(ROLE_LABELS[role], getattr(itf, role)) for role in INPUT_ROLES + OUTPUT_ROLES]
+    roles = [(ROLE_LABELS[role], getattr(itf, role)) for role in INPUT_ROLES + OUTPUT_ROLES] + [("mask", itf.mask)]
     return [(role, name, shapes[role]) for role, name in roles if name]
 
 
@@ -86,7 +87,7 @@ def describe_text(model: Model) -> str:
             lines.append(f"{layer.name}: {_attributes(layer)}")
             lines.append(f"  activations: {layer.activation_summary()}")
             for role, name, shape in _tensors(layer):
-                dtype = "int32" if role == "sequence_lens" else itf.dtype
+                dtype = {"sequence_lens": "int32", "mask": "per-step hold (Keras masking)"}.get(role, itf.dtype)
                 lines.append(f"  {role:<13} {name} [{', '.join(shape)}] {dtype}")
             lines.append(f"  parameters: {layer.parameter_count():,}" + ("" if layer.has_bias else " (no bias)"))
             for note in model.notes_for(layer):

@@ -97,6 +97,9 @@ class Recurrence:
     # The inputs the original holds as constants (``RecurrentLayer.constants``: role -> value in layout 0, e.g. a
     # learned initial_h [1, N or 1, H]), each named in the interface: every hypothesis holds them, no sample feeds them.
     constants: dict[str, np.ndarray] = field(default_factory=dict)
+    # A per-step hold the original reads (``Interface.mask``): its dtype and rank ([S,N] or [S,N,1]), so that
+    # every sample feeds it a mask with holes (a held step between run ones, a row starting held).
+    mask_form: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -232,12 +235,25 @@ def _sample(rec: Recurrence, rng: np.random.Generator) -> dict[str, np.ndarray]:
         lengths[0] = s
         lengths[1:2] = rng.integers(1, max(s, 2), lengths[1:2].shape)
         feed[itf.sequence_lens] = lengths
+    if itf.mask and rec.mask_form:
+        feed[itf.mask] = _sample_mask(rng, s, n, *rec.mask_form)
     for role in ("initial_h", "initial_c"):
         name = getattr(itf, role)
         if name and role not in rec.constants:
             state = rng.uniform(-1, 1, (1, n, rec.hidden_size)).astype(itf.dtype)
             feed[name] = state.transpose(PERM_SWAP_01) if itf.layout == 1 else state
     return {k: np.ascontiguousarray(v) for k, v in feed.items()}
+
+
+def _sample_mask(rng: np.random.Generator, s: int, n: int, dtype: str, rank: int) -> np.ndarray:
+    """A random per-step mask [S,N] (or [S,N,1]) with holes: row 0 runs every step but one in the middle, row 1
+    starts held, the rest random (about a third held)."""
+    mask = rng.random((s, n)) < 0.65
+    mask[:, 0] = True
+    mask[s // 2, 0] = s < 2
+    if n > 1:
+        mask[0, 1] = False
+    return (mask[..., None] if rank == 3 else mask).astype(dtype)
 
 
 def _canonical(itf: Interface, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -261,6 +277,7 @@ def _agrees(layer: RecurrentLayer, feed: dict, expected: dict[str, np.ndarray], 
         feed.get(itf.sequence_lens or ""),
         feed.get(itf.initial_h or ""),
         feed.get(itf.initial_c or ""),
+        feed.get(itf.mask or ""),
     )
     actual = _canonical(itf, dict(zip([itf.y or "", itf.y_h or "", itf.y_c or ""], outputs)))
     atol, rtol = TOLERANCES[tolerance or itf.dtype]

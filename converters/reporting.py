@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from typing import Callable
 
 import gatepack.converters.registry as registry
+from gatepack.converters.feature_findings import mask as mask_findings
+from gatepack.converters.feature_findings import replacing
 from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
 from gatepack.converters.model import Model, chained_input_finding
 from gatepack.schemas.layer import ROLE_LABELS, RecurrentLayer
@@ -496,7 +498,8 @@ def target_findings(
     chained = None if keeps_whole else chained_input_finding(model, layer)  # side-by-side layers only
     state = state_finding(model, target, bool(options.get("stateful"))) if keeps_whole else None
     assert implementation.check is not None  # registry.writer returns formats that write, and check
-    found = implementation.check(layer, **accepted) + [surroundings, chained, state]
+    checked = replacing(implementation.check(layer, **accepted), *mask_findings(layer, target, keeps_whole))
+    found = [*checked, surroundings, chained, state]
     held = constant_findings(layer, info.constant_form)
     kept = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
     return sort_worst_first(list(model.notes_for(layer)) + kept)

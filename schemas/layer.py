@@ -29,6 +29,11 @@ Conventions (the ONNX ones, so an ONNX layer maps onto it with no rearranging):
       h_t = o_t * h(c_t)
 * ``directions[0]`` is the forward (or the only) direction, ``directions[1]`` the reverse one of a
   bidirectional layer.
+* A per-step hold (``Interface.mask``, Keras masking): a tensor m [S,N] or [S,N,1], sequence-major whatever
+  the layout, bool or numeric (non-zero: the step runs). Per direction, in its processing order,
+  ``s_t = m_t ? step(s_{t-1}, x_t) : s_{t-1}`` for every state s, and ``Y_t = h_t`` (the held state). A
+  mask may have holes anywhere, so it is not ``sequence_lens`` (a layer has one or the other); with no
+  initial state this is Keras's output on masked steps (its last output, zero before the first step run).
 
 Everything is immutable and validated on construction; errors name the layer and the value.
 """
@@ -196,6 +201,7 @@ class Interface:
     dtype: str = "float32"
     initial_c: str | None = None  # LSTM: the initial cell state [D,N,H] (layout 1: [N,D,H])
     y_c: str | None = None  # LSTM: the final cell state, shaped as Y_h
+    mask: str | None = None  # a per-step hold [S,N] or [S,N,1], sequence-major (module docstring); None: none
 
     def __post_init__(self) -> None:
         """Types checked on construction: interfaces are also read from manifests gatepack did not write."""
@@ -213,6 +219,10 @@ class Interface:
                 raise SpecError(f"interface {label} {value!r} is not a size, a symbol or unknown")
         if self.dtype not in FLOAT_DTYPES:
             raise SpecError(f"interface dtype {self.dtype!r} is not one of {FLOAT_DTYPES}")
+        if self.mask is not None and (not isinstance(self.mask, str) or not self.mask):
+            raise SpecError(f"interface mask {self.mask!r} is not a tensor name")
+        if self.mask is not None and self.sequence_lens is not None:
+            raise SpecError(f"interface mask {self.mask!r} and sequence_lens {self.sequence_lens!r}: one or the other")
 
 
 @dataclass(frozen=True, eq=False, repr=False)

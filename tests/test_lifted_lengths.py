@@ -8,8 +8,8 @@ along time compared with a value constant along time is true on a prefix of each
 into a layer with a canonical ``sequence_lens`` input (proven on random lengths against onnxruntime
 running the loop, its Y past each length read as the kept last output or as zero), and the whole model
 rewritten in place (lengths counted from the mask, a kept output restored as Where(mask, Y, Y_h)) gives
-Keras's outputs. A mask not shown to be a prefix is refused, saying "masked" (as test_producers.py's
-data-computed masks are).
+Keras's outputs. A mask not shown to be a prefix is lifted as a per-step hold instead (as test_masked.py's
+data-computed masks are), never as sequence_lens.
 """
 
 from __future__ import annotations
@@ -99,11 +99,14 @@ def test_the_whole_model_as_openvino_gives_kerass_outputs(artifact, tmp_path):
         np.testing.assert_allclose(value, want, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("artifact", ["tf2onnx_length_mask_gru.onnx", "tf2onnx_length_mask_gru_go_backwards.onnx"])
 @pytest.mark.parametrize("how", ["shuffled", "swapped"])
-def test_a_mask_not_shown_to_be_a_prefix_is_refused_saying_masked(how, tmp_path):
-    """tf2onnx_length_mask_gru.onnx with its mask no longer shown to be a prefix: ``shuffled``: the constant
-    [1, S] compared with the lengths out of order; ``swapped``: lengths < constant (true on a suffix)."""
-    proto = onnx.load(str(PRODUCERS / "tf2onnx_length_mask_gru.onnx"))
+def test_a_mask_not_shown_to_be_a_prefix_is_a_hold_not_sequence_lens(how, artifact, tmp_path):
+    """A length-mask GRU (forward, or go_backwards: a reverse layer holding in its own processing order) with its
+    mask no longer shown to be a prefix: ``shuffled``: the constant [1, S] compared with the lengths out of order
+    (a hole in the middle); ``swapped``: lengths < constant (true on a suffix). Lifted with the loop's mask as its
+    per-step hold, and the whole model rewritten gives onnxruntime's outputs of the edited model on real lengths."""
+    proto = onnx.load(str(PRODUCERS / artifact))
     graph = proto.graph
     constants = {t.name: t for t in graph.initializer}
     less = next(
@@ -114,7 +117,18 @@ def test_a_mask_not_shown_to_be_a_prefix_is_refused_saying_masked(how, tmp_path)
         constants[less.input[0]].CopyFrom(numpy_helper.from_array(rising[..., [0, 2, 1, 3, 4]], less.input[0]))
     else:
         less.input[:] = list(reversed(less.input))
-    assert_not_lifted(proto, tmp_path, "masked", "prefix")
+    source, out = tmp_path / "edited.onnx", tmp_path / "out.onnx"
+    onnx.save(proto, str(source))
+    (layer,) = gp.load(source).layers
+    assert layer.interface.mask and layer.interface.sequence_lens is None
+    assert layer.direction.value == ("reverse" if "backwards" in artifact else "forward")
+    gp.convert(source, out)
+    truth = _truth(artifact)
+    for lengths in ([2, 5], [1, 3], [0, 4]):
+        feed = {"x": truth["x"], "lengths": np.asarray(lengths, truth["lengths"].dtype)}
+        want = ort.InferenceSession(str(source)).run(None, feed)
+        for got, expected in zip(ort.InferenceSession(str(out)).run(None, feed), want, strict=True):
+            np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-4)
 
 
 def test_a_loop_keeping_something_else_past_the_lengths_is_refused(tmp_path):

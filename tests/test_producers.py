@@ -46,7 +46,7 @@ LIFTED = (
     "ov_keras",
 )
 # Keras masking (Embedding(mask_zero=True), Masking): tf2onnx's Loop selects per step on a mask computed from
-# the data, which is not shown to be a prefix of each row: refused, saying "masked".
+# the data, lifted into a layer with a per-step hold that only onnx and openvino hold (whole): test_masked.py.
 MASKED = sorted(a for a in MANIFEST if "_masked_" in a)
 # BNNSGraph's lstm takes parameterless activations only: a hard-sigmoid LSTM is refused for bnns.
 HARD_SIGMOID = {a for a in MANIFEST if "hard_sigmoid" in a}
@@ -310,26 +310,6 @@ def test_hard_sigmoid_gates_are_read_with_their_producers_parameters(artifact, a
     gate, cell, hidden = layer.directions[0].activations
     assert gate.name == "HardSigmoid" and gate.alpha == pytest.approx(alpha) and gate.beta == pytest.approx(0.5)
     assert (cell.name, hidden.name) == ("Tanh", "Tanh")
-
-
-@pytest.mark.parametrize("artifact", MASKED)
-def test_masked_keras_layers_are_refused_saying_masked(artifact, tmp_path):
-    """Keras masking: the Loop keeps each row's state where a mask computed from the data is false. The
-    fixture is real (onnxruntime runs it to Keras's outputs); gatepack refuses it on one line saying
-    "masked", and writes nothing."""
-    import onnxruntime as ort
-
-    path = PRODUCERS / artifact
-    truth = _truth(artifact)
-    session = ort.InferenceSession(str(path))
-    feed = {i.name: truth[i.name] for i in session.get_inputs()}
-    for got, want in zip(session.run(None, feed), [v for k, v in truth.items() if k not in feed]):
-        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
-    with pytest.raises(gp.NoRecurrentLayerError) as err:
-        gp.convert(path, tmp_path / "out.onnx", to="onnx")
-    line = err.value.one_line()
-    assert "masked" in line and "Loop" in line and "\n" not in line
-    assert not (tmp_path / "out.onnx").exists()
 
 
 @pytest.mark.parametrize("artifact", [a for a in LIFTED_ARTIFACTS if a.startswith("coreml_gru")])

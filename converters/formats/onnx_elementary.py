@@ -14,7 +14,10 @@ Everything is sequence-major (the caller transposes a batch-major interface arou
   model is written (an LSTM's four gates at once; a GRU's z and r, then h apart when the reset comes
   before it);
 * past a sequence's length (t >= lens[n]) the states are kept and Y is 0; a sequence of length 0
-  ends in zero states (onnxruntime's rule, docs/conventions.md §2).
+  ends in zero states (onnxruntime's rule, docs/conventions.md §2);
+* a per-step hold (``Interface.mask``, Keras masking; the role ``mask``: [S,N] or [S,N,1], any type,
+  non-zero runs the step): where it is false the states are kept and Y is the kept h
+  (``s_t = m_t ? step(s_{t-1}) : s_{t-1}``, ``Y_t = h_t``); a reverse direction reads it reversed too.
 
 Y [S,D,N,H] and the final states [D,N,H] come out under the names the caller gives; the weights are
 the caller's initializers, a step's scalars (1, a clip bound, an activation's alpha) initializers of its
@@ -180,7 +183,8 @@ def elementary_nodes(
     opset: int,
 ) -> list[onnx.NodeProto]:
     """The nodes computing ``layer`` (module docstring) from the sequence-major tensors ``inputs`` names per
-    role (x, sequence_lens, initial_h, initial_c) into ``outputs`` (y, y_h, y_c; None: not wanted).
+    role (x, sequence_lens, initial_h, initial_c; mask for a masked layer) into ``outputs`` (y, y_h, y_c; None:
+    not wanted).
     ``fresh(name)`` gives an unused tensor name, ``weight(name, array)`` adds an initializer and returns
     its name."""
     if opset < MINIMUM_OPSET:
@@ -197,6 +201,11 @@ def elementary_nodes(
     lens = g.op("Cast", [given_lens], to=_INT64) if given_lens else g.op("Expand", [g.unsqueeze(steps, 0), batch])
     time = g.op("Range", [g.const(0, np.int64), steps, g.const(1, np.int64)])
     valid = g.unsqueeze(g.op("Less", [g.unsqueeze(time, 1), g.unsqueeze(lens, 0)]), 2)  # [S,N,1]
+    mask = inputs.get("mask")
+    assert bool(mask) == bool(layer.interface.mask), "a masked layer's mask is given, and only its"
+    if mask:  # a per-step hold: its steps are the valid ones (a masked layer has no sequence_lens)
+        shape_3 = g.op("Concat", [g.unsqueeze(steps, 0), batch, g.const([1], np.int64)], axis=0)
+        valid = g.op("Reshape", [g.op("Cast", [mask], to=onnx.TensorProto.BOOL), shape_3])
     empty = g.unsqueeze(g.op("Equal", [lens, g.const(0, np.int64)]), 1)  # [N,1]
     zeros = g.op(
         "ConstantOfShape",
@@ -213,7 +222,8 @@ def elementary_nodes(
             g.op("Gather", [state, g.const(k, np.int64)], axis=0) if (state := inputs.get(role)) else zeros
             for role in roles
         ]
-        y_d, last = _time_loop(g, layer, params, k, x_d, valid, steps, start, weight)
+        valid_d = g.op("ReverseSequence", [valid, lens], batch_axis=1, time_axis=0) if reverse and mask else valid
+        y_d, last = _time_loop(g, layer, params, k, x_d, valid_d, steps, start, weight)
         if reverse:
             y_d = g.op("ReverseSequence", [y_d, lens], batch_axis=1, time_axis=0)
         ys.append(y_d)
@@ -262,7 +272,12 @@ def _time_loop(
     ok = body.op("Gather", [valid, t], axis=0)  # [N,1]
     new = step(ops, layer, params, body.op("Gather", [projected, t], axis=0), state_in)
     kept = [body.op("Where", [ok, n, s]) for n, s in zip(new, state_in)]
-    y_t = body.op("Where", [ok, new[0], ops.zero_like(new[0])])
+    # a held step's Y is the kept h; a step past a length gives 0 (ONNX's sequence_lens)
+    y_t = (
+        body.op("Identity", [kept[0]])
+        if layer.interface.mask
+        else body.op("Where", [ok, new[0], ops.zero_like(new[0])])
+    )
     cond_out = body.op("Identity", [cond])
     value = lambda name, e, shape: helper.make_tensor_value_info(name, e, shape)  # noqa: E731
     graph = helper.make_graph(

@@ -73,6 +73,7 @@ def _lifted(
         initial_h=region.initial_h,
         initial_c=region.initial_c,
         sequence_lens=region.sequence_lens,
+        mask=region.hold,
         layout=region.layout,
         seq_length=region.seq_length,
         batch_size=region.batch_size,
@@ -89,6 +90,7 @@ def _lifted(
         candidates=candidates_from_constants(finder.weights(region), region.input_size, region.hidden_size),
         activations=region.activations,
         run_original=lambda feed: run_original_nodes(isolated, itf, feed, label),
+        mask_form=finder.mask_form(region.hold) if region.hold else None,
     )
     lifted = lift(rec)
     notes.setdefault(region.name, []).append(

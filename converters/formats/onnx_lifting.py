@@ -70,6 +70,19 @@ class Region:
     y_c: str | None = None
     sequence_lens: str | None = None  # canonical [N] int32 input of a loop masked by lengths
     mask: str | None = None  # the original mask [S,N] or [S,N,1] it reads (sequence_lens in the rewritten model)
+    hold: str | None = None  # the original mask of a per-step hold (``Interface.mask``), in time order
+
+
+@dataclass
+class Replacement:
+    """What replaces a region in place (``replace_in_place``): ``nodes`` reading the tensors ``inputs`` names in
+    an ONNX recurrent node's input order (X, W, R, B, sequence_lens, initial_h, initial_c; "" where absent) and
+    making ``outputs`` (Y [S,D,N,H], Y_h, and an LSTM's Y_c), with the ``weights`` they read."""
+
+    nodes: list[onnx.NodeProto]
+    weights: dict[str, np.ndarray]
+    inputs: list[str]
+    outputs: list[str]
 
 
 class NotARecurrence(Exception):
@@ -240,7 +253,7 @@ class Finder:
             if carried_out[k] != carried_in[k] and self._is_float(node.input[2 + k], body, carried_in[k])
         ]
         sequences, masks = self._stepped(body)
-        mask, mask_reversed = self._lengths_mask(masks, what)
+        mask, mask_reversed, prefix = self._gathered_mask(masks, what)
         if len(sequences) != 1:
             raise NotARecurrence(f"{what}: it reads {len(sequences)} outer float sequences step by step, not one")
         k_kept = self._kept_output(node, body, changing, carried_in, carried_out, scans, what) if mask else None
@@ -251,7 +264,7 @@ class Finder:
         if reverser is not None and _reverses_time(reverser, self._constant):
             direction, x = Direction.REVERSE, reverser.input[0]
         if mask and mask_reversed != (direction is Direction.REVERSE):
-            raise NotARecurrence(f"{what}: masked by lengths, but the mask and the sequence run in different orders")
+            raise NotARecurrence(f"{what}: masked, but the mask and the sequence run in different orders")
         scanned = carried_out[k_h if k_kept is None else k_kept]
         scan = next((j for j, s in enumerate(scans) if _through(body, s) == _through(body, scanned)), None)
         y_seq = node.output[n_carried + scan] if scan is not None and len(node.output) > n_carried + scan else None
@@ -268,22 +281,37 @@ class Finder:
         found = (
             f"an ONNX Loop{f' of {steps} steps' if steps else ''} over a {'/'.join(sorted(activations))} cell "
             "(as tf2onnx writes Keras recurrent layers)"
-        ) + (f", masked by {mask!r}, a prefix of each row (its lengths become sequence_lens)" if mask else "")
-        if mask and not (y_seq and finals[0]):
-            raise NotARecurrence(f"{what}: masked by lengths, but its outputs do not show its sequence and last state")
-        if mask and any(initials):  # onnxruntime's layers give a row of length 0 a zero Y_h
-            raise NotARecurrence(
-                f"{what}: masked by lengths, with an initial state: a row of length 0 keeps it in the loop, where "
-                "ONNX's layers give zeros, so it is not lifted"
-            )
+        ) + _masked_text(mask, prefix)
+        self._check_masked(mask, prefix, y_seq if finals[0] or not prefix else None, initials, what)
+        lengths, hold = (mask, None) if prefix else (None, mask)
         return [
             self._build(
                 name, found, "Loop", direction, x, initials, activations, hidden, steps,
-                outputs=[o for o in (y_seq, *finals) if o], y_seq=y_seq, finals=finals, states=None, mask=mask,
-                keep_last=keep_last,
+                outputs=[o for o in (y_seq, *finals) if o], y_seq=y_seq, finals=finals, states=None, mask=lengths,
+                keep_last=keep_last, hold=hold,
             )
-            for keep_last in ((True, False) if mask and direction is Direction.FORWARD else (False,))
+            for keep_last in ((True, False) if lengths and direction is Direction.FORWARD else (False,))
         ]  # fmt: skip
+
+    @staticmethod
+    def _check_masked(mask: str | None, prefix: bool, y_seq: str | None, initials: list, what: str) -> None:
+        """A masked loop is lifted when its outputs show its sequence and it starts from zero states: a row of
+        length 0 keeps an initial state in the loop, where ONNX's layers give zeros; a held step keeps Keras's
+        last output, which starts at zero whatever the state starts at."""
+        if not mask:
+            return
+        if not y_seq:
+            raise NotARecurrence(
+                f"{what}: masked, but its outputs do not show its sequence (and, by lengths, last state)"
+            )
+        if any(initials):
+            kind = "by lengths" if prefix else "step by step"
+            raise NotARecurrence(
+                f"{what}: masked {kind}, with an initial state: "
+                + ("a row of length 0 keeps it in the loop, where ONNX's layers give zeros" if prefix else
+                   "a held step keeps Keras's last output, which starts at zero, not at the initial state")
+                + ", so it is not lifted"
+            )  # fmt: skip
 
     def _stepped(self, body: onnx.GraphProto) -> tuple[list[str], list[str]]:
         """The outer tensors the body gathers step ``t`` of (axis 0): float sequences, and boolean masks
@@ -309,21 +337,18 @@ class Finder:
                 return False
             name = node.input[0]
 
-    def _lengths_mask(self, masks: list[str], what: str) -> tuple[str | None, bool]:
-        """(the mask a loop gathers, in time order, if it is a prefix of each row (``_prefix_mask``); whether the
-        loop reads it reversed in time, as Keras's go_backwards does), or (None, False) without a mask."""
+    def _gathered_mask(self, masks: list[str], what: str) -> tuple[str | None, bool, bool]:
+        """(the mask a loop gathers, in time order; whether the loop reads it reversed in time, as Keras's
+        go_backwards does; whether it is a prefix of each row, ``_prefix_mask``, which becomes sequence_lens),
+        or (None, False, False) without a mask. A mask that is not shown to be a prefix is a per-step hold."""
         if not masks:
-            return None, False
+            return None, False, False
+        if len(masks) > 1:
+            raise NotARecurrence(f"{what}: masked: it gathers {len(masks)} masks step by step, not one")
         mask, reverser = masks[0], self.scope.producers.get(masks[0])
         reversed_ = reverser is not None and _reverses_time(reverser, self._constant)
         in_time = reverser.input[0] if reversed_ and reverser is not None else mask
-        if len(masks) > 1 or not self._prefix_mask(in_time):
-            raise NotARecurrence(
-                f"{what}: masked: each step is kept or skipped per row by the mask {mask!r} (Keras masking), "
-                "computed from the data and not shown to be a prefix of each row as sequence_lens would need, "
-                "so it is not lifted (export the layer without the mask, or give the mask from lengths, to lift it)"
-            )
-        return in_time, reversed_
+        return in_time, reversed_, self._prefix_mask(in_time)
 
     def _prefix_mask(self, mask: str) -> bool:
         """Whether the mask a loop gathers step ``t`` of (its axis 0) is, per row, true for a prefix of the steps
@@ -591,17 +616,16 @@ class Finder:
 
     def _build(
         self, name, found, kind, direction, x_seq, initials, activations, hidden, steps, *, outputs, y_seq, finals,
-        states, mask=None, keep_last=False
+        states, mask=None, keep_last=False, hold=None
     ) -> Region:  # fmt: skip
-        """The region of a recurrence found: ``initials`` and ``finals`` are (h, c) (c: an LSTM's, else
-        None); ``states`` the per-step states of unrolled steps, ``y_seq`` the scanned Y of a Loop."""
+        """The region found: ``initials``, ``finals`` (h, c/None); ``states`` unrolled steps, ``y_seq`` a Loop's Y."""
         x_dims = self._dims(x_seq) or []
         if len(x_dims) != 3 or not isinstance(x_dims[2], int):
             raise NotARecurrence(f"{found}: its sequence input {x_seq!r} has no known [S, N, I] shape")
         if not isinstance(hidden, int):
             raise NotARecurrence(f"{found}: its state has no known hidden size")
         x, layout, absorbed = self._layout(x_seq, any(initials))
-        boundary = {x} | {i for i in initials if i} | ({mask} if mask else set())
+        boundary = {x} | {i for i in initials if i} | {m for m in (mask, hold) if m}
         nodes, constants = self._cone(outputs, boundary, found)
         seq = x_dims[0] if isinstance(x_dims[0], int) else steps
         if steps is not None and isinstance(x_dims[0], int) and x_dims[0] != steps:
@@ -668,6 +692,7 @@ class Finder:
             exposed=exposed,
             sequence_lens=f"{name}:sequence_lens" if mask else None,
             mask=mask,
+            hold=hold,
         )
 
     def _unrolled_outputs(self, out: _Adapters, name: str, direction, states, nodes, exposed: dict) -> tuple:
@@ -714,6 +739,11 @@ class Finder:
         condition = out.axes("Unsqueeze", condition, [1] if len(dims) == 3 else [1, 3], f"{name}:condition4")
         past = out.add("Sub", [y0, final_h], f"{name}:Y_past")
         return out.add("Where", [condition, y0, past], f"{name}:Y0_within")
+
+    def mask_form(self, mask: str) -> tuple[str, int]:
+        """(numpy dtype name, rank) of a loop's mask, as ``lifting.Recurrence.mask_form`` samples it."""
+        elem = self._mask_type(mask)
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem)).name, len(self._dims(mask) or [0, 0])
 
     def _mask_type(self, mask: str) -> int:
         """The element type of a mask: the last Cast's on the way from its comparison, else bool."""
@@ -774,6 +804,15 @@ def _float_constants(nodes: list[onnx.NodeProto], constants: dict, value_of, con
             if value is not None and value.dtype.kind == "f":
                 found[node.output[0]] = value
     return found
+
+
+def _masked_text(mask: str | None, prefix: bool) -> str:
+    """How a loop's mask is read, for the finding."""
+    if not mask:
+        return ""
+    if prefix:
+        return f", masked by {mask!r}, a prefix of each row (its lengths become sequence_lens)"
+    return f", masked by {mask!r} step by step (Keras masking: a per-step hold, the layer's mask input)"
 
 
 def _step_activations(body: onnx.GraphProto) -> frozenset[str]:
@@ -867,45 +906,44 @@ def node_inputs(region: Region) -> tuple[str, str]:
     return (region.x if region.layout == 0 else f"{region.name}:X0", f"{region.name}:W")
 
 
-def replace_in_place(
-    proto: onnx.ModelProto, lifted: list[tuple[Region, onnx.NodeProto, dict[str, np.ndarray]]]
-) -> None:
-    """Replace each region of ``proto``'s main graph by its GRU/RNN node (given, layout 0, reading
-    ``node_inputs``; its weights given as arrays) and nodes recomputing every original tensor the rest
-    of the graph reads from the node's Y and Y_h. Original nodes nothing reads any more are removed,
+def replace_in_place(proto: onnx.ModelProto, lifted: list[tuple[Region, Replacement]]) -> None:
+    """Replace each region of ``proto``'s main graph by its replacement (its GRU/RNN/LSTM node, or a Loop; layout
+    0, reading ``node_inputs``; its weights given as arrays) and nodes recomputing every original tensor the rest
+    of the graph reads from the replacement's Y and Y_h. Original nodes nothing reads any more are removed,
     with the initializers only they read; the graph stays in execution order."""
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 13)
     graph = proto.graph
     regional: set[tuple] = set()  # a node of the graph is known by its outputs (the region's may be another copy)
     new_nodes: list[onnx.NodeProto] = []
-    for region, node, weights in lifted:
+    for region, replacement in lifted:
+        node_in, node_out = replacement.inputs + [""] * (7 - len(replacement.inputs)), replacement.outputs
         out = _Adapters(f"{region.name}:restore", opset)
         x0 = node_inputs(region)[0]
         if region.layout == 1:
             out.add("Transpose", [region.x], x0, perm=[1, 0, 2])
         for source, at in ((region.initial_source, 5), (region.initial_c_source, 6)):
             if source is not None:  # the node reads [1,N,H]; the source has [N,H]
-                out.axes("Unsqueeze", source, [0], node.input[at])
+                out.axes("Unsqueeze", source, [0], node_in[at])
         if region.mask:  # the node reads sequence_lens; the source has a prefix mask
-            out.lengths(region.mask, node.input[4])
-        y = node.output[0]
+            out.lengths(region.mask, node_in[4])
+        y = node_out[0]
         for tensor, how in region.exposed.items():
             if how[0] == "Y_seq":
                 squeezed = out.axes("Squeeze", y, [1], f"{tensor}:sequence" if how[1] else tensor)
                 if how[1]:
                     out.reverse_time(squeezed, tensor)
             elif how[0] in ("Y_h", "Y_c"):
-                out.axes("Squeeze", node.output[1 if how[0] == "Y_h" else 2], [0], tensor)
+                out.axes("Squeeze", node_out[1 if how[0] == "Y_h" else 2], [0], tensor)
             elif how[0] == "Y_kept":
                 steps = out.axes("Squeeze", y, [1], f"{tensor}:sequence")
-                last = out.axes("Squeeze", node.output[1], [0], f"{tensor}:last")
+                last = out.axes("Squeeze", node_out[1], [0], f"{tensor}:last")
                 out.keep_last(steps, last, how[1], how[2], tensor)
             else:
                 _, step, rank = how
                 sliced = out.step(y, step, f"{tensor}:step")
                 out.axes("Squeeze", sliced, [1] if rank == 3 else [0, 1], tensor)
-        new_nodes += [node] + out.nodes
-        for name, value in {**weights, **out.constants}.items():
+        new_nodes += replacement.nodes + out.nodes
+        for name, value in {**replacement.weights, **out.constants}.items():
             graph.initializer.append(numpy_helper.from_array(value, name))
         regional.update(tuple(n.output) for n in region.nodes)
     restored = {o for n in new_nodes for o in n.output}

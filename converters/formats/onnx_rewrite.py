@@ -11,9 +11,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from gatepack.converters.description import held_weight_name
 from gatepack.converters.errors import InputError, UsageError
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats import onnx_quantized
+from gatepack.converters.formats import onnx_elementary, onnx_quantized
 from gatepack.converters.formats.onnx_graph import (
     DEFAULT_OPSET,
     FORMAT,
@@ -24,7 +25,7 @@ from gatepack.converters.formats.onnx_graph import (
     load_proto,
     walk_nodes,
 )
-from gatepack.converters.formats.onnx_lifting import node_inputs, replace_in_place
+from gatepack.converters.formats.onnx_lifting import Region, Replacement, node_inputs, replace_in_place
 from gatepack.converters.formats.onnx_writer import NameBook, Stacked, WriteForm, layer_nodes, recurrent_attributes
 from gatepack.converters.model import Model
 from gatepack.schemas.cells import cell_of_op
@@ -76,7 +77,7 @@ def in_place(
         provenance = layer.provenance
         assert provenance is not None  # every layer was read from the model
         if provenance.kind == "lifted":
-            lifted.append(_lifted_replacement(layer))
+            lifted.append(_lifted_replacement(layer, opset))
         else:
             graph = located[provenance.node]
             form = WriteForm(layout_encoding, runtime, opset)
@@ -241,30 +242,54 @@ def _drop_dead_constants(graph: onnx.GraphProto, gone: list[onnx.NodeProto], rea
     return {n for n in every if n and n not in present and reads[n] <= 0}
 
 
-def _lifted_replacement(layer: RecurrentLayer) -> tuple:
-    """(region, node, weights) replacing a lifted layer's loop or unrolled steps (``replace_in_place``)."""
+def _lifted_replacement(layer: RecurrentLayer, opset: int) -> tuple[Region, Replacement]:
+    """What replaces a lifted layer's loop or unrolled steps (``replace_in_place``): its GRU/RNN/LSTM node, or for
+    a layer with a per-step hold (which no such node has) ``onnx_elementary``'s Loop reading the source's mask."""
     region = isolated_record(layer).region
     assert region is not None  # (a lifted layer's)
+    return region, _replacement(layer, region, opset)
+
+
+def _replacement(layer: RecurrentLayer, region: Region, opset: int) -> Replacement:
     x0, w = node_inputs(region)
 
     def stack(key: str) -> np.ndarray:
         return stack_directions([getattr(p, key) for p in layer.directions])
 
-    weights = {w: stack("W"), f"{layer.name}:R": stack("R")}
+    outputs = [f"{layer.name}:Y0", f"{layer.name}:Y_h0", f"{layer.name}:Y_c0"][: len(state_roles(layer.cell)) + 1]
     inputs = [x0, w, f"{layer.name}:R", "", region.sequence_lens or "", region.initial_h or "", region.initial_c or ""]
+    if layer.interface.mask:
+        return _held_replacement(layer, opset, inputs, outputs)
+    weights = {w: stack("W"), f"{layer.name}:R": stack("R")}
     if layer.has_bias:
         weights[f"{layer.name}:B"] = np.concatenate([stack("Wb"), stack("Rb")], axis=1)
         inputs[3] = f"{layer.name}:B"
     while not inputs[-1]:
         inputs.pop()
-    node = helper.make_node(
-        layer.cell.spec.onnx_op,
-        inputs,
-        [f"{layer.name}:Y0", f"{layer.name}:Y_h0", f"{layer.name}:Y_c0"][: len(state_roles(layer.cell)) + 1],
-        name=layer.name,
-        **recurrent_attributes(layer),
+    node = helper.make_node(layer.cell.spec.onnx_op, inputs, outputs, name=layer.name, **recurrent_attributes(layer))
+    return Replacement([node], weights, inputs, outputs)
+
+
+def _held_replacement(layer: RecurrentLayer, opset: int, inputs: list[str], outputs: list[str]) -> Replacement:
+    """A masked lifted layer as ``onnx_elementary``'s Loop (sequence-major, reading the source's own mask)."""
+    weights: dict[str, np.ndarray] = {}
+    counter = iter(range(1 << 30))
+    base = layer.name.replace("/", ".")
+
+    def fresh(name: str) -> str:
+        return f"{layer.name}:held/{name}/{next(counter)}"
+
+    def weight(name: str, value: np.ndarray) -> str:  # "<base>.d0.WT" -> "<layer>/held.d0.WT" (held_weight_name)
+        key = held_weight_name(layer.name, name[len(base) + 1 :])
+        weights[key] = np.asarray(value, layer.dtype)
+        return key
+
+    roles = {"x": inputs[0], "sequence_lens": None, "initial_h": inputs[5] or None, "initial_c": inputs[6] or None}
+    named: dict[str, str | None] = dict(zip(OUTPUT_ROLES, outputs))
+    nodes = onnx_elementary.elementary_nodes(
+        layer, fresh, weight, {**roles, "mask": layer.interface.mask}, named, opset
     )
-    return region, node, weights
+    return Replacement(nodes, weights, inputs, outputs)
 
 
 def whole_model_finding(model: Model) -> Finding | None:

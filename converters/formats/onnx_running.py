@@ -61,6 +61,9 @@ def run_original_nodes(isolated: Isolated, itf: Interface, inputs: dict[str, np.
     for role in ("initial_h", "initial_c"):
         if getattr(itf, role) and getattr(itf, role) not in {**isolated.constants, **isolated.broadcast}:
             graph_inputs.append(helper.make_tensor_value_info(getattr(itf, role), elem, None))
+    if itf.mask and itf.mask in inputs:  # a per-step hold: its own type (bool, or the numbers it was cast to)
+        mask_type = helper.np_dtype_to_tensor_dtype(np.asarray(inputs[itf.mask]).dtype)
+        graph_inputs.append(helper.make_tensor_value_info(itf.mask, mask_type, None))
     outputs = [
         helper.make_tensor_value_info(name, elem, None) for name in (getattr(itf, r) for r in OUTPUT_ROLES) if name
     ]

@@ -329,6 +329,8 @@ def _import_whole(model: Model, strategy: str):
 
         return translate
 
+    # a layer with a per-step hold is written in place as an elementary ONNX Loop, which the frontend converts
+    described += [{"name": lay.name, "strategy": "held", **describe(lay)} for lay in model.layers if lay.interface.mask]
     core = ov.Core()
     for op_type in (spec.onnx_op for spec in CELLS.values()):
         core.add_extension(ConversionExtension(op_type, translator(op_type)))

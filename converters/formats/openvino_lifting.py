@@ -241,6 +241,16 @@ def _classified_inputs(op) -> tuple:
             xs.append((desc, outer))
         else:
             others.append((desc, outer))
+    masks = [
+        d.input_index
+        for d, o in others
+        if params[d.body_parameter_index].get_element_type().get_type_name() == "boolean" and not from_shapes_only(o)
+    ]
+    if masks:
+        raise _NotALayer(
+            f"masked: it reads a per-step mask of the model (input {masks[0]}; Keras masking), which gatepack lifts "
+            "from tf2onnx's ONNX Loops but not yet from OpenVINO's (convert the Keras model with tf2onnx instead)"
+        )
     if len(xs) != 1:
         raise _NotALayer(f"it reads {len(xs)} float sequences that are not computed from shapes, not one (X)")
     if len(states) not in (1, 2):

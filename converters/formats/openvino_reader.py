@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gatepack.converters.description import build_layer, constant_from_layout, parse
+from gatepack.converters.description import build_layer, constant_from_layout, held_weight_name, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.fileio import parse_json
 from gatepack.converters.findings import Finding, Status
@@ -399,6 +399,30 @@ def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, li
     return layer, found
 
 
+def _held_directions(info, ops_by_name: dict, const) -> list[DirectionParams]:
+    """The weights of a layer held by the elementary ONNX Loop gatepack wrote in place (``onnx_elementary``:
+    W^T and Wb whole, R^T and Rb in blocks of gates, named ``description.held_weight_name``), in ONNX gate order."""
+    gates = info.cell.spec.gates
+    directions = []
+    for k in range(info.direction.count):
+        prefix = held_weight_name(info.name, f"d{k}.")
+        blocks = sorted(
+            (n[len(prefix) + 2 : -1] for n in ops_by_name if n.startswith(f"{prefix}R_") and n.endswith("T")),
+            key=lambda block: gates.index(block[0]) if block and block[0] in gates else len(gates),
+        )
+        if "".join(blocks) != "".join(gates):
+            raise InputError(f"{info.name!r}: the graph holds recurrent weight blocks {blocks}, not the gates {gates}")
+        held = f"held.d{k}."
+        r = np.concatenate([const(f"{held}R_{block}T").T for block in blocks])
+        rb = np.concatenate([const(f"{held}Rb_{block}") for block in blocks])
+        peepholes = f"{prefix}P" in ops_by_name
+        p = const(f"{held}P") if peepholes else None
+        directions.append(
+            DirectionParams(const(f"{held}WT").T.copy(), r, const(f"{held}Wb"), rb, info.activations[k], p)
+        )
+    return directions
+
+
 def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[RecurrentLayer, list[Finding]]:
     """A layer gatepack wrote: semantics from rt_info, weights from the graph's named constants."""
     info = parse(path, entry)
@@ -438,6 +462,8 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
                 f"contradict the graph's {in_graph}"
             )
         directions = [DirectionParams(p.W, p.R, p.Wb, p.Rb, acts[k]) for k, p in enumerate(layer.directions)]
+    elif strategy == "held":
+        directions = _held_directions(info, ops_by_name, const)
     else:
         peepholes = f"{name}/P0" in ops_by_name
         for k in range(info.direction.count):

@@ -479,6 +479,15 @@ def whole_model_finding(model: Model) -> Finding | None:
     model with an operator the table cannot write."""
     if not is_whole_model(model):
         return None
+    masked = [layer.name for layer in model.layers if layer.interface.mask]
+    if masked:  # gatepack writes such a layer in place as an ONNX Loop, which the translation does not take
+        return Finding(
+            "model",
+            Status.UNSUPPORTED,
+            f"whole model: layer {masked[0]!r} holds a per-step mask (Keras masking), which no MIL recurrent op has "
+            "and gatepack's Core ML translation does not hold",
+            alternative="convert the whole model to onnx or openvino, which hold it",
+        )
     refusal, changes = _translation_verdict(model)
     if refusal is not None:
         return Finding("model", Status.UNSUPPORTED, refusal[0], alternative=refusal[1])
