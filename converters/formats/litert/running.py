@@ -72,7 +72,6 @@ def _runner(interpreter: Any, label: object) -> Callable[[dict], dict]:
                 raise RuntimeFailure(f"{label}: the LiteRT interpreter cannot run it ({_squash(err)})") from None
             shapes.clear()
             shapes.update(wanted)
-        interpreter.reset_all_variables()  # a state is a variable tensor: start every call from zeros
         for d in interpreter.get_input_details():
             value = inputs.get(d["name"])
             value = np.zeros(d["shape"], d["dtype"]) if value is None else np.asarray(value, d["dtype"])

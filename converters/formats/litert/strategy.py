@@ -3,10 +3,9 @@ sequence), from ``capabilities.LITERT`` plus what only LiteRT's ops impose (docs
 
 * there is no GRU builtin: a GRU is always elementary;
 * the LSTM's one fused activation is both its candidate's (g) and its cell output's (h) activation;
-* a state is a variable tensor, one per direction (the RNN kernel's is 2-D [N, H]: no [1, N, H] input can be
-  it): a bidirectional layer's one [2, N, H] initial-state input cannot feed two of them, and a variable tensor
-  cannot hold data (the interpreter refuses "a variable tensor with buffer"), so a held non-zero initial state
-  has no native form.
+* a state is a variable tensor [N, H] per direction, which the writer fills before the op on every invoke (from
+  the initial-state input's direction, or zeros); a variable tensor cannot hold data (the interpreter refuses "a
+  variable tensor with buffer"), so a held non-zero initial state has no native form.
 """
 
 from __future__ import annotations
@@ -37,16 +36,6 @@ def native_blockers(layer: RecurrentLayer) -> dict[str, str]:
         held = layer.constant(role)
         if held is not None and held.any():
             found[role] = f"a held non-zero {role}: a variable tensor cannot hold data (the interpreter refuses it)"
-        elif role in layer.fed_roles() and layer.cell is Cell.RNN:
-            found[role] = (
-                f"an {role} input: UNIDIRECTIONAL_SEQUENCE_RNN's state variable must be 2-D [N, H] (its kernel "
-                "checks), the input is [1, N, H]"
-            )
-        elif role in layer.fed_roles() and layer.direction is Direction.BIDIRECTIONAL:
-            found[role] = (
-                f"a bidirectional layer's {role} input: each direction's state is its own variable tensor, which one "
-                "[2, N, H] input cannot be"
-            )
     return found
 
 
