@@ -429,7 +429,7 @@ FORMATS: dict[str, FormatInfo] = {
             "NAME.tflite",
             "the LiteRT interpreter (ai-edge-litert, builtin kernels)",
             runs_here=importlib.util.find_spec("ai_edge_litert") is not None,
-            constant_form="a constant tensor (a state a zero variable tensor)",
+            constant_form="a constant tensor (a zero state: a variable tensor FILLed with zeros on every invoke)",
             suffixes=(".tflite",),
             write_options=(STRATEGY, SEQ_LENGTH, BATCH_SIZE),
             cells=("gru", "rnn", "lstm"),

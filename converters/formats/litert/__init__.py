@@ -5,7 +5,7 @@
 * ``checks`` — the findings for writing a layer;
 * ``writer`` — layers written as sequence ops or unrolled elementary ops, with gatepack's description;
 * ``reader`` — gatepack's own files and other producers' sequence ops read into canonical layers;
-* ``running`` — the file on ai-edge-litert's interpreter, its states reset before every call.
+* ``running`` — the file on ai-edge-litert's interpreter, called as an app calls it (no reset between calls).
 """
 
 from gatepack.converters.formats.litert.checks import check

@@ -1,5 +1,5 @@
 """Findings for writing a layer as LiteRT: the shared features from ``capabilities.LITERT`` and what only LiteRT
-has (no GRU builtin, states as variable tensors, a static N, the elementary form's static S)."""
+has (no GRU builtin, states as variable tensors written on every invoke, a static N, the elementary form's static S)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
 from gatepack.schemas.cells import Cell
 from gatepack.schemas.layer import Direction, RecurrentLayer, dim_text, state_roles
 
-VARIABLE_STATE = (
-    "a variable tensor the interpreter keeps between invoke() calls: an app calls reset_all_variables() before "
-    "each independent sequence (gatepack's runner does)"
-)
+# How the native form's states are written on every invoke (docs/conventions.md §11): the artifact is stateless.
+STATE_WRITTEN = {
+    "fed": "{role} input copied into the op's state variable [N, H] before it runs, on every invoke (STRIDED_SLICE "
+    "per direction): the input itself is never overwritten, and each invoke starts from it",
+    "zero": "zeros written into the op's state variable [N, H] before it runs, on every invoke (FILL): each invoke "
+    "starts from zeros, whatever the one before did",
+}
 
 
 def check(
@@ -94,20 +97,10 @@ def _shapes(layer: RecurrentLayer, native: bool, seq_length: Any, batch_size: An
 
 
 def _states(layer: RecurrentLayer, native: bool) -> list[Finding]:
-    """Per state of the native op: the variable tensor it is, and the trap it sets for an app."""
+    """Per state of the native op: how its variable tensor is written before the op on every invoke."""
     if not native:
         return []
-    found = []
-    for role, _ in state_roles(layer.cell):
-        if role in layer.fed_roles():
-            found.append(
-                Finding(
-                    role,
-                    Status.EXACT,
-                    f"{role} input kept: it is the op's state variable (the "
-                    "interpreter writes the final state into it)",
-                )
-            )
-        else:
-            found.append(Finding(role, Status.EXACT, "zeros: a zero variable tensor [N, H]", warning=VARIABLE_STATE))
-    return found
+    return [
+        Finding(role, Status.EXACT, STATE_WRITTEN["fed" if role in layer.fed_roles() else "zero"].format(role=role))
+        for role, _ in state_roles(layer.cell)
+    ]

@@ -346,6 +346,7 @@ def _states(
         indices = [found["states"][j] for found in per_direction]
         if any(k < 0 or not file.tensors[k].isVariable for k in indices):
             raise InputError(f"{file.path}: {where}: its {state} state input is not a variable tensor")
+        _refuse_computed_states(file, indices, state, where)
         names = tuple(file.name(k) for k in indices)
         held = [file.array(k, where) for k in indices]
         if any(k in graph_inputs for k in indices):
@@ -362,6 +363,19 @@ def _states(
         else:
             roles[f"y_{state}"], finals[f"y_{state}"] = names[0], names
     return roles, constants, finals
+
+
+def _refuse_computed_states(file: _File, indices: list[int], state: str, where: str) -> None:
+    """InputError when an op other than FILL writes a state variable before the sequence op: an initial state
+    computed in the graph (gatepack's files slice it from an input), which the layer read from the op alone
+    would not have. A FILL writes the zeros a stateless file starts every invoke from (docs/conventions.md §11)."""
+    for op in file.graph.operators or []:
+        written = {int(k) for k in op.outputs}
+        if written & set(indices) and file.op_name(op) != "FILL":
+            raise InputError(
+                f"{file.path}: {where}: its {state} state variable is written by a {file.op_name(op)} op before it "
+                "runs (an initial state computed in the graph), which gatepack reads only from its own description"
+            )
 
 
 def _foreign_layer(file: _File, op: Any, cell: Cell) -> tuple[RecurrentLayer, list[Finding]]:

@@ -16,7 +16,7 @@ from gatepack.converters.capabilities import LITERT, doubts, lacks
 from gatepack.converters.feature_findings import Form
 from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import Cell
-from gatepack.schemas.layer import Direction, RecurrentLayer, state_roles
+from gatepack.schemas.layer import RecurrentLayer, state_roles
 
 
 def native_blockers(layer: RecurrentLayer) -> dict[str, str]:

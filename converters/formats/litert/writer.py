@@ -206,7 +206,9 @@ class _LayerWriter:
         n, h, g = self.n, self.layer.hidden_size, self.g
         variable = g.tensor(self.name(f"{role[len('initial_') :]}_state_{k}"), [n, h], variable=True)
         if fed is None:
-            g.op("FILL", [g.const(self.name(f"{role}_{k}_shape"), np.array([n, h], np.int32)), self.zero(x)], [variable])
+            g.op(
+                "FILL", [g.const(self.name(f"{role}_{k}_shape"), np.array([n, h], np.int32)), self.zero(x)], [variable]
+            )
             return variable
         begin, end = ([0, k, 0], [n, k + 1, h]) if self.layout else ([k, 0, 0], [k + 1, n, h])
         direction_axis = 1 if self.layout else 0
@@ -245,7 +247,9 @@ class _LayerWriter:
     def per_direction(self, whole: int, role: str, d: int) -> list[int]:
         """A state [D, N, H] (layout 1: [N, D, H]) as one [N, H] per direction (SPLIT, RESHAPE)."""
         parts = self.split(whole, d, 1 if self.layout else 0, role) if d > 1 else [whole]
-        return [self.reshaped(p, [self.n, self.layer.hidden_size], f"{role}_{k}_per_direction") for k, p in enumerate(parts)]
+        return [
+            self.reshaped(p, [self.n, self.layer.hidden_size], f"{role}_{k}_per_direction") for k, p in enumerate(parts)
+        ]
 
     def reversed(self, x: int, axis: int, role: str) -> int:
         out = self.g.tensor(self.name(role), self.g.shape_of(x))
