@@ -12,6 +12,7 @@ from gatepack.converters.formats.litert.checks import check
 from gatepack.converters.formats.litert.common import FORMAT
 from gatepack.converters.formats.litert.reader import read
 from gatepack.converters.formats.litert.running import compute_dtype, open_session, run_layer_native, run_native
+from gatepack.converters.formats.litert.strategy import settle_options
 from gatepack.converters.formats.litert.writer import write
 from gatepack.converters.registry import FormatImplementation
 
@@ -25,4 +26,5 @@ IMPLEMENTATION = FormatImplementation(
     run_layer_native=run_layer_native,
     compute_dtype=compute_dtype,
     open_session=open_session,
+    settle_options=settle_options,
 )

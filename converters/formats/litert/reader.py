@@ -184,7 +184,12 @@ def read(path: str | Path, **_options: Any) -> Model:
     file = _File(path)
     described = file.metadata()
     if described is not None and described.get("layers"):
-        return Model(path, FORMAT, [_described_layer(file, entry) for entry in described.get("layers", [])])
+        entries = described.get("layers", [])
+        layers = [_described_layer(file, entry) for entry in entries]
+        held = {
+            layer.name: [_held_note(entry["stateful"])] for layer, entry in zip(layers, entries) if "stateful" in entry
+        }
+        return Model(path, FORMAT, layers, notes=held)
     layers, skipped, notes = [], [], {}
     for op in file.graph.operators or []:
         kind = file.op_name(op)
@@ -204,6 +209,23 @@ def read(path: str | Path, **_options: Any) -> Model:
     others = sorted({file.op_name(op) for op in file.graph.operators or []} - set(SEQUENCE_OPS))
     meta = {"other_ops": others} if others else {}
     return Model(path, FORMAT, layers, notes=notes, skipped=skipped, meta=meta)
+
+
+def _held_note(held: object) -> Finding:
+    """A stateful file's layer (``--stateful``): its ops hold states across invokes, which the layer read from it,
+    stateless and starting every call from zeros, does not."""
+    pairs = (
+        ", ".join(f"{p[1]} -> {p[0]}" for p in held.values() if isinstance(p, list) and len(p) == 2)
+        if isinstance(held, dict)
+        else ""
+    )
+    return Finding(
+        "state",
+        Status.LOSSY,
+        f"a stateful file: its sequence ops hold {pairs or 'their states'} across invoke(); the layer read from it "
+        "starts every call from zero states",
+        alternative="convert the stateless source instead",
+    )
 
 
 # ----------------------------------------------------------------------------------------- the ops

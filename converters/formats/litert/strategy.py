@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from gatepack.converters.capabilities import LITERT, doubts, lacks
+from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import Form
+from gatepack.converters.model import Model
 from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import Cell
 from gatepack.schemas.layer import RecurrentLayer, state_roles
@@ -46,6 +48,34 @@ def form(layer: RecurrentLayer, strategy: str = "auto") -> Form:
     avoided = [*lacking.values(), *doubted.values()]
     chosen = "decomposed" if layer.cell is Cell.GRU and strategy != "native" else choose(strategy, avoided)
     return Form(LITERT, op, lacking, strategy, chosen, doubted)
+
+
+def streamed_roles(layer: RecurrentLayer, pairs: object) -> dict[str, tuple[str, str]]:
+    """With ``--stateful``: the layer's initial-state roles that a state pair of ``pairs`` ((input, output) each)
+    feeds from the layer's own final state, role -> (input, output); the file holds them in the op's variables."""
+    given = {tuple(pair) for pair in pairs} if isinstance(pairs, (list, tuple)) else set()
+    itf, found = layer.interface, {}
+    for role, final in state_roles(layer.cell):
+        pair = (getattr(itf, role), getattr(itf, final))
+        if role in layer.fed_roles() and pair in given:
+            found[role] = (str(pair[0]), str(pair[1]))
+    return found
+
+
+def settle_options(model: Model, options: dict) -> dict:
+    """``options`` as given, once every state pair ``--stateful`` asks to hold is a layer's own (its initial state
+    fed from its final state): UsageError naming a pair that is not, which no variable tensor can hold."""
+    if not options.get("stateful"):
+        return options
+    owned = {pair for layer in model.layers for pair in streamed_roles(layer, model.meta.get("state_pairs")).values()}
+    for pair in model.meta.get("state_pairs") or []:
+        if tuple(pair) not in owned:
+            raise UsageError(
+                f"{model.path}: --stateful: state pair {pair[0]}={pair[1]} is not a layer's initial state fed from its "
+                "own final state, which is what a LiteRT sequence op's variable tensor holds",
+                hint="name the pairs with --state INPUT=OUTPUT, or leave out --stateful",
+            )
+    return options
 
 
 def held_state(layer: RecurrentLayer, role: str, batch: int) -> np.ndarray | None:
