@@ -186,10 +186,10 @@ def read(path: str | Path, **_options: Any) -> Model:
     if described is not None and described.get("layers"):
         entries = described.get("layers", [])
         layers = [_described_layer(file, entry) for entry in entries]
-        held = {
+        stateful = {
             layer.name: [_held_note(entry["stateful"])] for layer, entry in zip(layers, entries) if "stateful" in entry
         }
-        return Model(path, FORMAT, layers, notes=held)
+        return Model(path, FORMAT, layers, notes=stateful)
     layers, skipped, notes = [], [], {}
     for op in file.graph.operators or []:
         kind = file.op_name(op)
