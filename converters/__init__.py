@@ -328,7 +328,10 @@ def _state_pairs(
     streams = model.keeps_whole or (stateful_layers and bool(write_options.get("stateful")))
     if not (asked or verify) or not streams or model.path is None:
         if asked:
-            raise UsageError(f"{model.path}: state pairs (--state, --stateful) apply to whole models")
+            raise UsageError(
+                f"{model.path}: state pairs (--state, --stateful) apply to whole models (and --stateful to layers "
+                "written as litert)"
+            )
         return []
     if registry.reader(model.format).graph_inputs is None:
         return []
@@ -665,7 +668,18 @@ def report(
     from gatepack.converters.verification import GivenInputs
 
     model = as_layers_only(model) if layers_only else model
-    pairs = _state_pairs(model, write_options, _streaming_request(states, None), GivenInputs(), 0, verify=True)
+    layer_states = any(
+        registry.writer(target)[0].stateful_layers for target in targets
+    )  # --stateful on layers (LiteRT)
+    pairs = _state_pairs(
+        model,
+        write_options,
+        _streaming_request(states, None),
+        GivenInputs(),
+        0,
+        verify=True,
+        stateful_layers=layer_states,
+    )
     if pairs:  # a streaming model: each target's ``state`` finding, as convert would write it
         model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
     return build_report(model, targets, write_options)

@@ -107,3 +107,11 @@ def test_what_stateful_cannot_hold_is_refused(cfg: Config, extra, code: int, rea
     done = _cli("convert", tmp_path / "m.onnx", "-o", tmp_path / "m.tflite", "--stateful", *extra)
     assert done.exit_code == code and reason in done.output, done.output
     assert not (tmp_path / "m.tflite").exists()
+
+
+def test_report_says_what_stateful_makes_of_a_layer_s_states(tmp_path):
+    onnx.save(static_model(STREAMED[0]), tmp_path / "m.onnx")
+    done = _cli("report", tmp_path / "m.onnx", "--stateful", "--to", "litert")
+    assert done.exit_code == 0, done.output
+    assert "Y_h -> initial_h held in the op's state variable across invoke()" in done.output
+    assert "Y_c -> initial_c held" in done.output
