@@ -314,17 +314,24 @@ def _streaming_request(states, frames) -> tuple[list[tuple[str, str]], int | Non
     return pairs, frames
 
 
-def _state_pairs(model: "Model", write_options: dict, stream, given, seed: int, verify: bool) -> list:
+def _state_pairs(
+    model: "Model", write_options: dict, stream, given, seed: int, verify: bool, stateful_layers: bool = False
+) -> list:
     """The source's state pairs when they matter: asked for (``--state``, ``--stateful``) or for verifying a
-    whole streaming model; [] for a model without whole-model inputs, or whose source cannot run here."""
+    whole streaming model; [] for a model without whole-model inputs, or whose source cannot run here.
+    ``stateful_layers``: the target holds a layers-only model's states too (``FormatInfo.stateful_layers``)."""
     from gatepack.converters import registry
     from gatepack.converters.streaming import source_state_pairs
 
     given_pairs, _ = stream
     asked = bool(given_pairs) or bool(write_options.get("stateful"))
-    if not (asked or verify) or not model.keeps_whole or model.path is None:
+    streams = model.keeps_whole or (stateful_layers and bool(write_options.get("stateful")))
+    if not (asked or verify) or not streams or model.path is None:
         if asked:
-            raise UsageError(f"{model.path}: state pairs (--state, --stateful) apply to whole models")
+            raise UsageError(
+                f"{model.path}: state pairs (--state, --stateful) apply to whole models (and --stateful to layers "
+                "written as litert)"
+            )
         return []
     if registry.reader(model.format).graph_inputs is None:
         return []
@@ -384,7 +391,7 @@ def _convert(
                 hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
             )
         model = with_layout(model, layout)
-    pairs = _state_pairs(model, write_options, stream, given, seed, verify)
+    pairs = _state_pairs(model, write_options, stream, given, seed, verify, info.stateful_layers)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
     findings = _findings(model, info.name, write_options)
@@ -475,7 +482,7 @@ def _verify_written(source, written, tmp, pairs, stateful: bool, frames, seed, p
     from gatepack.converters.verification import verify_models
 
     streamed = None
-    if pairs and written.keeps_whole:
+    if pairs and (written.keeps_whole or stateful):
         progress.step(f"verifying {frames or 'the default number of'} consecutive calls, states fed back")
         streamed = verify_streaming(
             source, written, frames=frames, pairs=pairs, seed=seed, target_file=tmp, given=given
@@ -661,7 +668,18 @@ def report(
     from gatepack.converters.verification import GivenInputs
 
     model = as_layers_only(model) if layers_only else model
-    pairs = _state_pairs(model, write_options, _streaming_request(states, None), GivenInputs(), 0, verify=True)
+    layer_states = any(
+        registry.writer(target)[0].stateful_layers for target in targets
+    )  # --stateful on layers (LiteRT)
+    pairs = _state_pairs(
+        model,
+        write_options,
+        _streaming_request(states, None),
+        GivenInputs(),
+        0,
+        verify=True,
+        stateful_layers=layer_states,
+    )
     if pairs:  # a streaming model: each target's ``state`` finding, as convert would write it
         model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
     return build_report(model, targets, write_options)

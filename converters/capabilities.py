@@ -498,7 +498,8 @@ def _litert_op(cell: Cell) -> Op:
     return Op(
         f"UNIDIRECTIONAL_SEQUENCE_{cell.op_name}",
         ONNX_GATES[cell],
-        described="one op per direction, a reverse one between REVERSE_V2 ops; states are variable tensors",
+        described="one op per direction, a reverse one between REVERSE_V2 ops; states are variable tensors written "
+        "before the op on every invoke",
         activations=(frozenset({"Sigmoid"}), fused, fused) if lstm else (fused,),
         clip=Clip.CELL_STATE if lstm else Clip.ABSENT,
         sequence_lens=Lengths.ABSENT,
@@ -535,7 +536,7 @@ LITERT = Capabilities(
             "sequence_lens": Reported(elementary=Status.DECOMPOSED),
         }
     ),
-    container="the model (a variable tensor, zero)",
+    container="the model (a variable tensor, zeros FILLed in on every invoke)",
     transposes="time_major false on the op (no transpose)",
     dynamic_shapes="the op's S stays dynamic; N is fixed: its state variables are [N, H]",
     alternatives=_frozen({"cell": "use --strategy auto or decomposed (elementary builtin ops, unrolled)"}),

@@ -99,7 +99,8 @@ STATEFUL = WriteOption(
     _is_bool,
     "--stateful",
     "keep a streaming model's states in the runtime: openvino variables (ReadValue/Assign), coreml states "
-    "(iOS18, fp16: lossy); the artifact takes the frame inputs only (state pairs: found, or --state IN=OUT).",
+    "(iOS18, fp16: lossy), litert variable tensors (a layer's own initial and final states); the artifact takes "
+    "the frame inputs only (state pairs: found, or --state IN=OUT).",
     bool,
 )
 RUNTIMES = ("onnxruntime", "directml")
@@ -288,6 +289,9 @@ class FormatInfo:
     # (format, how): the whole model for this format's runtime written as that other format instead, named in
     # the refusal of a whole model when that format keeps it whole
     whole_model_via: tuple[str, str] | None = None
+    # --stateful holds the state pairs of a model written as layers (each a layer's initial state fed from its own
+    # final state) in the artifact (LiteRT: the sequence ops' variable tensors), not only a whole model's
+    stateful_layers: bool = False
 
     @property
     def installed(self) -> bool:
@@ -429,11 +433,12 @@ FORMATS: dict[str, FormatInfo] = {
             "NAME.tflite",
             "the LiteRT interpreter (ai-edge-litert, builtin kernels)",
             runs_here=importlib.util.find_spec("ai_edge_litert") is not None,
-            constant_form="a constant tensor (a state a zero variable tensor)",
+            constant_form="a constant tensor (a zero state: a variable tensor FILLed with zeros on every invoke)",
             suffixes=(".tflite",),
-            write_options=(STRATEGY, SEQ_LENGTH, BATCH_SIZE),
+            write_options=(STRATEGY, SEQ_LENGTH, BATCH_SIZE, STATEFUL),
             cells=("gru", "rnn", "lstm"),
             recognise=has_identifier(LITERT_IDENTIFIER, ".tflite"),
+            stateful_layers=True,
             extra="litert",
             framework="ai_edge_litert",
         ),

@@ -351,7 +351,7 @@ def verify_streaming(
     states. A target whose graph inputs lack the state inputs holds its states itself (a stateful artifact):
     it is fed the frame inputs only, and its runner returns its states under the state outputs' names.
     ``pairs``: the state pairs when known (else found: ``states`` given, the rest by ``find_state_pairs``)."""
-    from gatepack.converters.verification import GivenInputs, Verification, _graph_inputs
+    from gatepack.converters.verification import GivenInputs, Verification
 
     given = given or GivenInputs()
     target_path = Path(target_file or _path(target))
@@ -368,7 +368,7 @@ def verify_streaming(
     count = frame_count(feeds.sequences, feeds.first, frames)
     state_inputs = {p.input for p in pairs}
     initial = {p.input: feeds.fixed.get(p.input, np.zeros_like(feeds.first[p.input])) for p in pairs}
-    stateful = not state_inputs <= {name for name, _, _ in _graph_inputs(replace_path(target, target_path))}
+    stateful = not state_inputs <= _artifact_inputs(replace_path(target, target_path))
     frame = feeds.frames(state_inputs, seed)
     calls = zip(
         run_frames(run_source, frame, pairs, initial, count),
@@ -388,6 +388,20 @@ def verify_streaming(
     )
     result.streaming = streaming
     return result
+
+
+def _artifact_inputs(model: Model) -> set[str]:
+    """The names an artifact takes: its graph inputs, or for a format that writes layers alone (LiteRT) its
+    layers' interface inputs (X and each input the layer is fed)."""
+    from gatepack.converters.verification import _graph_inputs
+
+    if registry.reader(model.format).graph_inputs is not None:
+        return {name for name, _, _ in _graph_inputs(model)}
+    return {
+        name
+        for layer in model.layers
+        for name in (layer.interface.x, *(getattr(layer.interface, role) for role in layer.fed_roles()))
+    }
 
 
 def _path(model: Model) -> Path:

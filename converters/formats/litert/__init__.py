@@ -5,13 +5,14 @@
 * ``checks`` — the findings for writing a layer;
 * ``writer`` — layers written as sequence ops or unrolled elementary ops, with gatepack's description;
 * ``reader`` — gatepack's own files and other producers' sequence ops read into canonical layers;
-* ``running`` — the file on ai-edge-litert's interpreter, its states reset before every call.
+* ``running`` — the file on ai-edge-litert's interpreter, called as an app calls it (no reset between calls).
 """
 
 from gatepack.converters.formats.litert.checks import check
 from gatepack.converters.formats.litert.common import FORMAT
 from gatepack.converters.formats.litert.reader import read
 from gatepack.converters.formats.litert.running import compute_dtype, open_session, run_layer_native, run_native
+from gatepack.converters.formats.litert.strategy import settle_options
 from gatepack.converters.formats.litert.writer import write
 from gatepack.converters.registry import FormatImplementation
 
@@ -25,4 +26,5 @@ IMPLEMENTATION = FormatImplementation(
     run_layer_native=run_layer_native,
     compute_dtype=compute_dtype,
     open_session=open_session,
+    settle_options=settle_options,
 )

@@ -1,5 +1,5 @@
 """Findings for writing a layer as LiteRT: the shared features from ``capabilities.LITERT`` and what only LiteRT
-has (no GRU builtin, states as variable tensors, a static N, the elementary form's static S)."""
+has (no GRU builtin, states as variable tensors written on every invoke, a static N, the elementary form's static S)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,33 @@ from typing import Any
 
 from gatepack.converters.feature_findings import findings, replacing
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.litert.strategy import form
+from gatepack.converters.formats.litert.strategy import form, streamed_roles
 from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
 from gatepack.schemas.cells import Cell
 from gatepack.schemas.layer import Direction, RecurrentLayer, dim_text, state_roles
 
-VARIABLE_STATE = (
-    "a variable tensor the interpreter keeps between invoke() calls: an app calls reset_all_variables() before "
-    "each independent sequence (gatepack's runner does)"
-)
+# How the native form's states are written on every invoke (docs/conventions.md §11): the artifact is stateless.
+STATE_WRITTEN = {
+    "fed": "{role} input copied into the op's state variable [N, H] before it runs, on every invoke (STRIDED_SLICE "
+    "per direction): the input itself is never overwritten, and each invoke starts from it",
+    "zero": "zeros written into the op's state variable [N, H] before it runs, on every invoke (FILL): each invoke "
+    "starts from zeros, whatever the one before did",
+    "held": "{output} -> {input} held in the op's state variable across invoke() (--stateful): the file takes no "
+    "{input}, starts from zeros and continues each invoke from the last; reset_all_variables() starts a new stream",
+}
 
 
 def check(
-    layer: RecurrentLayer, *, strategy: str = "auto", seq_length: Any = None, batch_size: Any = None
+    layer: RecurrentLayer,
+    *,
+    strategy: str = "auto",
+    seq_length: Any = None,
+    batch_size: Any = None,
+    stateful: bool = False,
+    state_pairs: Any = (),
 ) -> list[Finding]:
-    """Findings for writing ``layer`` as LiteRT with ``strategy``."""
+    """Findings for writing ``layer`` as LiteRT with ``strategy`` (``stateful``: the layer's own ``state_pairs``
+    held in the op's variable tensors)."""
     chosen = form(layer, strategy)
     found = findings(layer, chosen)
     if layer.cell is Cell.GRU and chosen.native:
@@ -35,7 +47,8 @@ def check(
             ),
         )
     extra = [_shapes(layer, chosen.native, seq_length, batch_size), *_unrolled(layer, chosen.native)]
-    return replacing(found, *extra, *_states(layer, chosen.native))
+    held = streamed_roles(layer, state_pairs) if stateful else {}
+    return replacing(found, *extra, *_states(layer, chosen.native, held))
 
 
 def _unrolled(layer: RecurrentLayer, native: bool) -> list[Finding]:
@@ -93,21 +106,26 @@ def _shapes(layer: RecurrentLayer, native: bool, seq_length: Any, batch_size: An
     return Finding("shapes", Status.REPACKED, "; ".join(fixed), warning=assumed)
 
 
-def _states(layer: RecurrentLayer, native: bool) -> list[Finding]:
-    """Per state of the native op: the variable tensor it is, and the trap it sets for an app."""
+def _states(layer: RecurrentLayer, native: bool, held: dict[str, tuple[str, str]]) -> list[Finding]:
+    """Per state of the native op: how its variable tensor is written before the op on every invoke, or that it
+    holds the state across invokes (``held``: --stateful); the elementary form has no variable to hold one."""
     if not native:
-        return []
+        return [
+            Finding(
+                role,
+                Status.UNSUPPORTED,
+                f"--stateful: {pair[1]} -> {pair[0]} cannot be held, the elementary form has no variable tensor "
+                "(gatepack writes no resource variables)",
+                alternative="leave out --stateful: the state stays an input and an output",
+            )
+            for role, pair in held.items()
+        ]
     found = []
     for role, _ in state_roles(layer.cell):
-        if role in layer.fed_roles():
-            found.append(
-                Finding(
-                    role,
-                    Status.EXACT,
-                    f"{role} input kept: it is the op's state variable (the "
-                    "interpreter writes the final state into it)",
-                )
-            )
+        if role in held:
+            text = STATE_WRITTEN["held"].format(input=held[role][0], output=held[role][1])
+            found.append(Finding(role, Status.REPACKED, text))
         else:
-            found.append(Finding(role, Status.EXACT, "zeros: a zero variable tensor [N, H]", warning=VARIABLE_STATE))
+            text = STATE_WRITTEN["fed" if role in layer.fed_roles() else "zero"].format(role=role)
+            found.append(Finding(role, Status.EXACT, text))
     return found

@@ -184,7 +184,12 @@ def read(path: str | Path, **_options: Any) -> Model:
     file = _File(path)
     described = file.metadata()
     if described is not None and described.get("layers"):
-        return Model(path, FORMAT, [_described_layer(file, entry) for entry in described.get("layers", [])])
+        entries = described.get("layers", [])
+        layers = [_described_layer(file, entry) for entry in entries]
+        stateful = {
+            layer.name: [_held_note(entry["stateful"])] for layer, entry in zip(layers, entries) if "stateful" in entry
+        }
+        return Model(path, FORMAT, layers, notes=stateful)
     layers, skipped, notes = [], [], {}
     for op in file.graph.operators or []:
         kind = file.op_name(op)
@@ -204,6 +209,23 @@ def read(path: str | Path, **_options: Any) -> Model:
     others = sorted({file.op_name(op) for op in file.graph.operators or []} - set(SEQUENCE_OPS))
     meta = {"other_ops": others} if others else {}
     return Model(path, FORMAT, layers, notes=notes, skipped=skipped, meta=meta)
+
+
+def _held_note(held: object) -> Finding:
+    """A stateful file's layer (``--stateful``): its ops hold states across invokes, which the layer read from it,
+    stateless and starting every call from zeros, does not."""
+    pairs = (
+        ", ".join(f"{p[1]} -> {p[0]}" for p in held.values() if isinstance(p, list) and len(p) == 2)
+        if isinstance(held, dict)
+        else ""
+    )
+    return Finding(
+        "state",
+        Status.LOSSY,
+        f"a stateful file: its sequence ops hold {pairs or 'their states'} across invoke(); the layer read from it "
+        "starts every call from zero states",
+        alternative="convert the stateless source instead",
+    )
 
 
 # ----------------------------------------------------------------------------------------- the ops
@@ -346,6 +368,7 @@ def _states(
         indices = [found["states"][j] for found in per_direction]
         if any(k < 0 or not file.tensors[k].isVariable for k in indices):
             raise InputError(f"{file.path}: {where}: its {state} state input is not a variable tensor")
+        _refuse_computed_states(file, indices, state, where)
         names = tuple(file.name(k) for k in indices)
         held = [file.array(k, where) for k in indices]
         if any(k in graph_inputs for k in indices):
@@ -362,6 +385,19 @@ def _states(
         else:
             roles[f"y_{state}"], finals[f"y_{state}"] = names[0], names
     return roles, constants, finals
+
+
+def _refuse_computed_states(file: _File, indices: list[int], state: str, where: str) -> None:
+    """InputError when an op other than FILL writes a state variable before the sequence op: an initial state
+    computed in the graph (gatepack's files slice it from an input), which the layer read from the op alone
+    would not have. A FILL writes the zeros a stateless file starts every invoke from (docs/conventions.md §11)."""
+    for op in file.graph.operators or []:
+        written = {int(k) for k in op.outputs}
+        if written & set(indices) and file.op_name(op) != "FILL":
+            raise InputError(
+                f"{file.path}: {where}: its {state} state variable is written by a {file.op_name(op)} op before it "
+                "runs (an initial state computed in the graph), which gatepack reads only from its own description"
+            )
 
 
 def _foreign_layer(file: _File, op: Any, cell: Cell) -> tuple[RecurrentLayer, list[Finding]]:

@@ -2,10 +2,11 @@
 
 The interpreter runs the builtin kernels without the default XNNPACK delegate
 (``BUILTIN_WITHOUT_DEFAULT_DELEGATES``: no delegate takes the sequence ops, and the delegate's "INFO: Created
-TensorFlow Lite XNNPACK delegate" would be printed into gatepack's output). Every call resets the variable
-tensors first (``reset_all_variables``) and then sets the inputs: a sequence op's state is a variable tensor the
-interpreter keeps from one ``invoke()`` to the next, so without the reset a second run of the same file would
-start from the first run's final states (docs/conventions.md §11).
+TensorFlow Lite XNNPACK delegate" would be printed into gatepack's output). A call sets the inputs and invokes,
+as an app does, and never resets the variable tensors: gatepack's files write each sequence op's state variable
+before the op on every invoke, so a call's result does not depend on the calls before it; a file that keeps its
+state in a variable across invokes (another producer's fused op) is run as it is, carrying it (docs/conventions.md
+§11).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def _interpreter(content: bytes, label: object) -> Any:
 
 
 def open_session(path: str | Path) -> Callable[[dict], dict]:
-    """The file loaded once; each call resets its variable tensors, then runs it on ``inputs`` (by tensor name;
-    an input not given is zeros) and returns every output by name."""
+    """The file loaded once; each call sets ``inputs`` (by tensor name; an input not given is zeros), invokes it (its
+    variable tensors as the previous call left them) and returns every output by name."""
     return _session(_interpreter(read_bytes(path), path), Path(path))
 
 
@@ -72,7 +73,6 @@ def _runner(interpreter: Any, label: object) -> Callable[[dict], dict]:
                 raise RuntimeFailure(f"{label}: the LiteRT interpreter cannot run it ({_squash(err)})") from None
             shapes.clear()
             shapes.update(wanted)
-        interpreter.reset_all_variables()  # a state is a variable tensor: start every call from zeros
         for d in interpreter.get_input_details():
             value = inputs.get(d["name"])
             value = np.zeros(d["shape"], d["dtype"]) if value is None else np.asarray(value, d["dtype"])
@@ -99,7 +99,7 @@ def _squash(err: object) -> str:
 
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The file on the LiteRT interpreter (states reset first); inputs and outputs by tensor name."""
+    """The file on a new LiteRT interpreter (its variable tensors zero); inputs and outputs by tensor name."""
     return open_session(path)(inputs)
 
 

@@ -3,10 +3,9 @@ sequence), from ``capabilities.LITERT`` plus what only LiteRT's ops impose (docs
 
 * there is no GRU builtin: a GRU is always elementary;
 * the LSTM's one fused activation is both its candidate's (g) and its cell output's (h) activation;
-* a state is a variable tensor, one per direction (the RNN kernel's is 2-D [N, H]: no [1, N, H] input can be
-  it): a bidirectional layer's one [2, N, H] initial-state input cannot feed two of them, and a variable tensor
-  cannot hold data (the interpreter refuses "a variable tensor with buffer"), so a held non-zero initial state
-  has no native form.
+* a state is a variable tensor [N, H] per direction, which the writer fills before the op on every invoke (from
+  the initial-state input's direction, or zeros); a variable tensor cannot hold data (the interpreter refuses "a
+  variable tensor with buffer"), so a held non-zero initial state has no native form.
 """
 
 from __future__ import annotations
@@ -14,10 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from gatepack.converters.capabilities import LITERT, doubts, lacks
+from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import Form
+from gatepack.converters.model import Model
 from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import Cell
-from gatepack.schemas.layer import Direction, RecurrentLayer, state_roles
+from gatepack.schemas.layer import RecurrentLayer, state_roles
 
 
 def native_blockers(layer: RecurrentLayer) -> dict[str, str]:
@@ -37,16 +38,6 @@ def native_blockers(layer: RecurrentLayer) -> dict[str, str]:
         held = layer.constant(role)
         if held is not None and held.any():
             found[role] = f"a held non-zero {role}: a variable tensor cannot hold data (the interpreter refuses it)"
-        elif role in layer.fed_roles() and layer.cell is Cell.RNN:
-            found[role] = (
-                f"an {role} input: UNIDIRECTIONAL_SEQUENCE_RNN's state variable must be 2-D [N, H] (its kernel "
-                "checks), the input is [1, N, H]"
-            )
-        elif role in layer.fed_roles() and layer.direction is Direction.BIDIRECTIONAL:
-            found[role] = (
-                f"a bidirectional layer's {role} input: each direction's state is its own variable tensor, which one "
-                "[2, N, H] input cannot be"
-            )
     return found
 
 
@@ -57,6 +48,34 @@ def form(layer: RecurrentLayer, strategy: str = "auto") -> Form:
     avoided = [*lacking.values(), *doubted.values()]
     chosen = "decomposed" if layer.cell is Cell.GRU and strategy != "native" else choose(strategy, avoided)
     return Form(LITERT, op, lacking, strategy, chosen, doubted)
+
+
+def streamed_roles(layer: RecurrentLayer, pairs: object) -> dict[str, tuple[str, str]]:
+    """With ``--stateful``: the layer's initial-state roles that a state pair of ``pairs`` ((input, output) each)
+    feeds from the layer's own final state, role -> (input, output); the file holds them in the op's variables."""
+    given = {tuple(pair) for pair in pairs} if isinstance(pairs, (list, tuple)) else set()
+    itf, found = layer.interface, {}
+    for role, final in state_roles(layer.cell):
+        pair = (getattr(itf, role), getattr(itf, final))
+        if role in layer.fed_roles() and pair in given:
+            found[role] = (str(pair[0]), str(pair[1]))
+    return found
+
+
+def settle_options(model: Model, options: dict) -> dict:
+    """``options`` as given, once every state pair ``--stateful`` asks to hold is a layer's own (its initial state
+    fed from its final state): UsageError naming a pair that is not, which no variable tensor can hold."""
+    if not options.get("stateful"):
+        return options
+    owned = {pair for layer in model.layers for pair in streamed_roles(layer, model.meta.get("state_pairs")).values()}
+    for pair in model.meta.get("state_pairs") or []:
+        if tuple(pair) not in owned:
+            raise UsageError(
+                f"{model.path}: --stateful: state pair {pair[0]}={pair[1]} is not a layer's initial state fed from its "
+                "own final state, which is what a LiteRT sequence op's variable tensor holds",
+                hint="name the pairs with --state INPUT=OUTPUT, or leave out --stateful",
+            )
+    return options
 
 
 def held_state(layer: RecurrentLayer, role: str, batch: int) -> np.ndarray | None:

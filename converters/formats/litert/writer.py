@@ -42,7 +42,7 @@ from gatepack.converters.formats.litert.common import (
     Graph,
     schema,
 )
-from gatepack.converters.formats.litert.strategy import form, held_state
+from gatepack.converters.formats.litert.strategy import form, held_state, streamed_roles
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
 from gatepack.schemas.cells import Cell
@@ -65,12 +65,15 @@ def write(
     strategy: str = "auto",
     seq_length: int | dict | None = None,
     batch_size: int | dict | None = None,
+    stateful: bool = False,
 ) -> None:
     """Write ``model``'s layers as one ``.tflite`` file at ``path``. N is static (symbolic: ``batch_size``,
     default 3); S stays dynamic for the sequence ops, and the elementary form unrolls a static S (symbolic:
-    ``seq_length``, default 7)."""
+    ``seq_length``, default 7). ``stateful``: a layer's own state pairs (``Model.meta['state_pairs']``) held in
+    its ops' variable tensors across invokes, the initial-state inputs gone (docs/streaming.md)."""
     graph = Graph(schema())
     described = []
+    pairs = model.meta.get("state_pairs") if stateful else None
     for layer in with_separate_inputs(model).layers:
         itf = layer.interface
         n = itf.batch_size if isinstance(itf.batch_size, int) else _size(batch_size, layer, DEFAULT_BATCH)
@@ -78,7 +81,7 @@ def write(
         s = itf.seq_length if isinstance(itf.seq_length, int) else None
         if chosen == "decomposed" and s is None:
             s = _size(seq_length, layer, DEFAULT_SEQ_LENGTH)
-        entry = _LayerWriter(graph, layer, s, n).write(chosen)
+        entry = _LayerWriter(graph, layer, s, n, streamed_roles(layer, pairs)).write(chosen)
         described.append(entry)
     data = graph.finish({"format": METADATA_FORMAT, "layers": described})
     with atomic_path(Path(path)) as staged:
@@ -88,11 +91,15 @@ def write(
 class _LayerWriter:
     """One layer into ``graph``: its interface tensors, then the native ops or the unrolled steps."""
 
-    def __init__(self, graph: Graph, layer: RecurrentLayer, s: int | None, n: int) -> None:
+    def __init__(
+        self, graph: Graph, layer: RecurrentLayer, s: int | None, n: int, held: dict[str, tuple[str, str]]
+    ) -> None:
         self.g, self.layer, self.s, self.n = graph, layer, s, n
+        self.held = held  # --stateful: the initial-state roles the op's variables hold across invokes
         self.itf = layer.interface
         self.layout = self.itf.layout
         self.weights: list[dict[str, str]] = []  # per direction: role -> tensor name (for the reader)
+        self.zeros: int | None = None  # the native form's scalar zero, made once per layer
 
     def name(self, role: str) -> str:
         return f"{self.layer.name}/{role}"
@@ -122,6 +129,9 @@ class _LayerWriter:
         entry["interface"]["batch_size"] = self.n
         entry["interface"]["seq_length"] = self.s
         entry.update(name=self.layer.name, strategy=chosen, weights=self.weights)
+        if self.held:  # the file takes no such input: the variable holds the state (the reader notes it)
+            entry["interface"].update({role: None for role in self.held})
+            entry["stateful"] = {role: list(pair) for role, pair in self.held.items()}
         return entry
 
     # ------------------------------------------------------------------------------------- the sequence ops
@@ -133,10 +143,11 @@ class _LayerWriter:
         op that writes it, and a delegate may move such a read (docs/conventions.md §11)."""
         layer, time_axis = self.layer, 1 if self.layout else 0
         ys, finals = [], []
+        initial = self.fed_states()
         for k, params in enumerate(layer.directions):
             reverse = layer.direction is Direction.REVERSE or k == 1
             source = self.reversed(x, time_axis, f"x_reversed_{k}") if reverse else x
-            states = [self.state_variable(role, k) for role, _ in state_roles(layer.cell)]
+            states = [self.state_variable(role, k, initial, x) for role, _ in state_roles(layer.cell)]
             y = self.g.tensor(self.name(f"y_{k}"), self.sequence_shape())
             if layer.cell is Cell.LSTM:
                 self.lstm_op(source, params, states, y, k)
@@ -169,12 +180,7 @@ class _LayerWriter:
         n, h, g = self.n, self.layer.hidden_size, self.g
         flat = self.reshaped(last, [n, h], f"c_order_{k}")
         both = g.tensor(self.name(f"c_with_h_{k}"), [n, 2 * h])
-        g.op(
-            "CONCATENATION",
-            [flat, self.reshaped(variable, [n, h], f"c_read_{k}")],
-            [both],
-            g.options("ConcatenationOptions", axis=1),
-        )
+        g.op("CONCATENATION", [flat, variable], [both], g.options("ConcatenationOptions", axis=1))
         part = g.tensor(self.name(f"c_final_2d_{k}"), [n, h])
         slices = [
             g.const(self.name(f"c_final_{k}_{role}"), np.array(v, np.int32))
@@ -198,14 +204,64 @@ class _LayerWriter:
         s, n, h = self.s, self.n, self.layer.hidden_size
         return [n, s, h] if self.layout else [s, n, h]
 
-    def state_variable(self, role: str, k: int) -> int:
-        """The direction's state: the source's initial-state input itself (one direction), else a zero variable."""
-        name = getattr(self.itf, role)
-        if name and role in self.layer.fed_roles():  # one direction: the strategy refuses two natively
-            return self.graph_input(name, self.state_shape(), variable=True)
-        return self.g.tensor(
-            self.name(f"{role[len('initial_') :]}_state_{k}"), [self.n, self.layer.hidden_size], variable=True
-        )
+    def state_variable(self, role: str, k: int, fed: dict[str, int], x: int) -> int:
+        """The direction's state, the op's variable tensor [N, H], written on every invoke before the op runs (the
+        artifact is stateless): the source's initial-state input ``fed[role]``'s direction k (STRIDED_SLICE, its
+        direction axis shrunk), else zeros (FILL with ``zero``). Each is computed from a graph input, so no runtime
+        evaluates it once for all invokes (as it may an op of constants alone, whose output the op would then keep
+        its state in), and no runtime lets the variable share an intermediate's memory in place (the interpreter's
+        arena shares an op's output with an intermediate input of its size, never with a graph input; a shared
+        variable crashes it). A ``held`` role's variable has no writer: it starts at zero and keeps the op's final
+        state from one invoke to the next (--stateful)."""
+        n, h, g = self.n, self.layer.hidden_size, self.g
+        variable = g.tensor(self.name(f"{role[len('initial_') :]}_state_{k}"), [n, h], variable=True)
+        if role in self.held:
+            return variable
+        if role not in fed:
+            g.op(
+                "FILL", [g.const(self.name(f"{role}_{k}_shape"), np.array([n, h], np.int32)), self.zero(x)], [variable]
+            )
+            return variable
+        begin, end = ([0, k, 0], [n, k + 1, h]) if self.layout else ([k, 0, 0], [k + 1, n, h])
+        direction_axis = 1 if self.layout else 0
+        self.sliced(fed[role], begin, end, 1 << direction_axis, variable, f"{role}_{k}")
+        return variable
+
+    def zero(self, x: int) -> int:
+        """A float32 scalar zero: ZEROS_LIKE of ``x``'s first element (STRIDED_SLICE, every axis shrunk), exact
+        whatever ``x`` holds (inf and NaN included); made once per layer."""
+        if self.zeros is None:
+            first = self.g.tensor(self.name("x_first"), [])
+            self.sliced(x, [0, 0, 0], [1, 1, 1], 0b111, first, "x_first")
+            self.zeros = self.g.tensor(self.name("zero"), [])
+            self.g.op("ZEROS_LIKE", [first], [self.zeros])
+        return self.zeros
+
+    def sliced(self, x: int, begin: list[int], end: list[int], shrink: int, out: int, role: str) -> None:
+        """``out`` = ``x[begin:end]`` (STRIDED_SLICE, unit strides, the axes of mask ``shrink`` dropped)."""
+        g = self.g
+        constants = [
+            g.const(self.name(f"{role}_{part}"), np.array(v, np.int32))
+            for part, v in (("begin", begin), ("end", end), ("strides", [1] * len(begin)))
+        ]
+        g.op("STRIDED_SLICE", [x, *constants], [out], g.options("StridedSliceOptions", shrinkAxisMask=shrink))
+
+    def fed_states(self) -> dict[str, int]:
+        """Per state the source feeds (its initial-state input) and the file does not hold, that graph input."""
+        layer = self.layer
+        found = {}
+        for role, _ in state_roles(layer.cell):
+            name = getattr(self.itf, role)
+            if name and role in layer.fed_roles() and role not in self.held:
+                found[role] = self.graph_input(name, self.state_shape())
+        return found
+
+    def per_direction(self, whole: int, role: str, d: int) -> list[int]:
+        """A state [D, N, H] (layout 1: [N, D, H]) as one [N, H] per direction (SPLIT, RESHAPE)."""
+        parts = self.split(whole, d, 1 if self.layout else 0, role) if d > 1 else [whole]
+        return [
+            self.reshaped(p, [self.n, self.layer.hidden_size], f"{role}_{k}_per_direction") for k, p in enumerate(parts)
+        ]
 
     def reversed(self, x: int, axis: int, role: str) -> int:
         out = self.g.tensor(self.name(role), self.g.shape_of(x))
@@ -353,8 +409,7 @@ class _LayerWriter:
             else:
                 found.append([self.g.const(self.name(f"zero_{role}"), np.zeros((self.n, h), np.float32))] * d)
                 continue
-            parts = self.split(whole, d, 1 if self.layout else 0, role) if d > 1 else [whole]
-            found.append([self.reshaped(p, [self.n, h], f"{role}_{k}_per_direction") for k, p in enumerate(parts)])
+            found.append(self.per_direction(whole, role, d))
         return found
 
     def split(self, x: int, count: int, axis: int, role: str) -> list[int]:
