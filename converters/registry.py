@@ -292,6 +292,9 @@ class FormatInfo:
     # --stateful holds the state pairs of a model written as layers (each a layer's initial state fed from its own
     # final state) in the artifact (LiteRT: the sequence ops' variable tensors), not only a whole model's
     stateful_layers: bool = False
+    # the type a stateful artifact's runtime holds its states in between calls (Core ML states are fp16 only):
+    # streaming verification compares at that type's tolerance, and at float32's otherwise
+    held_state_dtype: str = "float32"
 
     @property
     def installed(self) -> bool:
@@ -412,6 +415,7 @@ FORMATS: dict[str, FormatInfo] = {
             cells=("gru", "rnn", "lstm"),
             is_directory=True,
             recognise=has_markers("Manifest.json"),
+            held_state_dtype="float16",
             extra="coreml",
             framework="coremltools",
         ),

@@ -411,11 +411,13 @@ def _path(model: Model) -> Path:
 
 
 def _precisions(source: Model, target: Model, stateful: bool) -> tuple[str, ...]:
-    """What either side computes in; a target holding fp16 states (Core ML) rounds every call's state to fp16."""
+    """What either side computes in; a stateful target also rounds every call's state to the type its runtime holds
+    states in (``FormatInfo.held_state_dtype``: fp16 for Core ML, float32 for OpenVINO's variables)."""
     from gatepack.converters.verification import _computed_in
 
     computed = tuple(_computed_in(model, layer) for model in (source, target) for layer in model.layers)
-    return computed + (("float16",) if stateful and target.meta.get("states") else ())
+    held = registry.check_name(target.format).held_state_dtype if stateful and target.meta.get("states") else None
+    return computed + ((held,) if held else ())
 
 
 def _compare_calls(
