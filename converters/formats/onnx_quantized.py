@@ -40,8 +40,9 @@ from gatepack.converters.errors import InputError, where
 from gatepack.converters.fileio import open_regular
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.onnx_graph import Scope, external_file, isolated_record, walk_nodes
-from gatepack.converters.samples import DYNAMIC_INT8, TOLERANCES
-from gatepack.schemas.layer import RecurrentLayer
+from gatepack.converters.samples import DYNAMIC_INT8
+from gatepack.schemas.layer import QUANTIZED_ROLES, RecurrentLayer
+from gatepack.schemas.quantized import QuantizedWeights
 
 if TYPE_CHECKING:  # onnx_node imports what imports this module
     from gatepack.converters.formats.onnx_node import NodeReader
@@ -100,14 +101,13 @@ def read_quantized_lstm(reader: NodeReader, node: onnx.NodeProto, scope: Scope, 
         raise InputError(f"{at}{OP_TYPE} needs a positive hidden_size attribute (got {hidden})")
     stored = {role: reader.constants.constant(inputs[k], scope, name, role) for k, role in ((1, "W"), (2, "R"))}
     stored |= {role: reader.constants.constant(inputs[k], scope, name, role) for k, role in _QUANTIZATION_INPUTS}
-    w, per_channel = _dequantized(stored, "W", hidden, at)
-    r, _ = _dequantized(stored, "R", hidden, at)
-    if w.shape[0] != r.shape[0] or r.shape[1] != hidden:
+    records = {role: _records(stored, role, hidden, at) for role in QUANTIZED_ROLES}
+    if len(records["W"]) != len(records["R"]) or stored["R"].shape[1] != hidden:
         raise InputError(
-            f"{at}R has shape {list(stored['R'].shape)}, expected [{w.shape[0]}, {hidden}, {4 * hidden}] beside W "
-            f"{list(stored['W'].shape)}"
+            f"{at}R has shape {list(stored['R'].shape)}, expected [{len(records['W'])}, {hidden}, {4 * hidden}] "
+            f"beside W {list(stored['W'].shape)}"
         )
-    floats = {inputs[1]: w.transpose(0, 2, 1), inputs[2]: r.transpose(0, 2, 1)}
+    floats = {inputs[k]: np.stack([q.dequantized() for q in records[role]]) for k, role in ((1, "W"), (2, "R"))}
     proxy = helper.make_node("LSTM", inputs[:8], list(node.output), name=node.name, domain="")
     proxy.attribute.extend(node.attribute)
     shadowed = copy.copy(scope)  # the same names, W and R now float initializers in ONNX's layout
@@ -121,10 +121,11 @@ def read_quantized_lstm(reader: NodeReader, node: onnx.NodeProto, scope: Scope, 
     constants = {k: v for k, v in handle.constants.items() if k not in floats}  # B and P
     constants |= {inputs[k]: _exact_kernel(stored[role]) for k, role in ((1, "W"), (2, "R"), *_QUANTIZATION_INPUTS)}
     original = replace(handle, nodes=[node if n is proxy else n for n in handle.nodes], constants=constants)
-    reader.notes.setdefault(name, []).append(_finding(stored, per_channel))
-    return replace(
-        layer, provenance=replace(provenance, op_type=OP_TYPE, op_version=1, inputs=tuple(node.input), handle=original)
-    )
+    if _saturating(stored):
+        reader.notes.setdefault(name, []).append(_saturation_note())
+    directions = tuple(replace(p, Wq=records["W"][d], Rq=records["R"][d]) for d, p in enumerate(layer.directions))
+    provenance = replace(provenance, op_type=OP_TYPE, op_version=1, inputs=tuple(node.input), handle=original)
+    return replace(layer, directions=directions, provenance=provenance)
 
 
 def _check_signature(node: onnx.NodeProto, at: str) -> None:
@@ -148,10 +149,11 @@ def _check_signature(node: onnx.NodeProto, at: str) -> None:
         raise InputError(f"{at}{OP_TYPE} needs inputs {', '.join(missing)} (onnxruntime requires them)")
 
 
-def _dequantized(stored: dict[str, np.ndarray], role: str, hidden: int, at: str) -> tuple[np.ndarray, bool]:
-    """``(Wq - zero_point) * scale`` in float32 for ``role`` W or R ([D, K, 4H], the operator's layout), and
-    whether the parameters are per output column. Shapes, dtypes and zero points as onnxruntime's kernel
-    (``DynamicQuantizeLSTM::Compute``) accepts them, else InputError."""
+def _records(stored: dict[str, np.ndarray], role: str, hidden: int, at: str) -> list[QuantizedWeights]:
+    """Per direction, the integers of ``role`` W or R ([D, K, 4H], the operator's layout) transposed into the
+    canonical [4H, K] with their scale and zero point: one per direction (per tensor) or per output column (per
+    channel, axis 0), run-time activation quantization recorded. Shapes, dtypes and zero points as onnxruntime's
+    kernel (``DynamicQuantizeLSTM::Compute``) accepts them, else InputError."""
     q, scale, zero = stored[role], stored[f"{role}_scale"], stored[f"{role}_zero_point"]
     if q.dtype not in (np.int8, np.uint8):
         raise InputError(f"{at}{role} is {q.dtype}; {OP_TYPE} takes int8 or uint8 weights")
@@ -183,9 +185,18 @@ def _dequantized(stored: dict[str, np.ndarray], role: str, hidden: int, at: str)
         )
     if not np.isfinite(scale).all():
         raise InputError(f"{at}{role}_scale holds a value that is not finite")
-    shape = (directions, 1, 4 * hidden) if per_channel else (directions, 1, 1)
-    steps = q.astype(np.float32) - zero.astype(np.float32).reshape(shape)
-    return steps * scale.reshape(shape), per_channel
+    return [
+        QuantizedWeights(
+            q[d].T,
+            np.asarray(scale[d]),
+            np.asarray(zero[d]),
+            axis=0 if per_channel else None,
+            bits=8,
+            signed=q.dtype == np.int8,
+            dynamic_activations=True,
+        )
+        for d in range(directions)
+    ]
 
 
 def exact_kernel_source(path: Path) -> str | bytes:
@@ -231,24 +242,18 @@ def _exact_kernel(array: np.ndarray) -> np.ndarray:
     return (array.astype(np.int16) + 128).astype(np.uint8)
 
 
-def _finding(stored: dict[str, np.ndarray], per_channel: bool) -> Finding:
-    granularity = "per output column" if per_channel else "per direction"
-    saturating = stored["W"].dtype == np.int8 and max(np.abs(stored[r].astype(np.int16)).max() for r in "WR") > 64
-    warning = (
-        "onnxruntime's own int8 kernel saturates 16-bit sums on x86 CPUs without VNNI, so the source's results "
-        "depend on the CPU (0.3 off measured for torch-initialised layers, more for larger weights); gatepack "
-        "runs and verifies the same node with its weights re-encoded exactly as uint8"
-        if saturating
-        else None
-    )
-    atol, rtol = TOLERANCES[DYNAMIC_INT8]
+def _saturating(stored: dict[str, np.ndarray]) -> bool:
+    """Whether onnxruntime's own uint8 x int8 kernel may saturate on these weights (int8 beyond +-64)."""
+    return stored["W"].dtype == np.int8 and max(np.abs(stored[r].astype(np.int16)).max() for r in "WR") > 64
+
+
+def _saturation_note() -> Finding:
     return Finding(
-        "quantization",
-        Status.LOSSY,
-        f"{DOMAIN}::{OP_TYPE} ({stored['W'].dtype} W and R, scale and zero point {granularity}) read as a float "
-        "LSTM with W = (Wq - zero_point) * scale: the source quantizes X and h to uint8 at run time, the float "
-        f"layer does not (verified against onnxruntime running the node, atol {atol:g}, rtol {rtol:g})",
-        warning=warning,
-        alternative="keep the quantized model on onnxruntime for its 8-bit arithmetic, or pass --allow-lossy to "
-        "accept the float layer",
+        "kernel",
+        Status.EXACT,
+        f"{DOMAIN}::{OP_TYPE} with int8 weights beyond +-64 is run with its weights re-encoded exactly as uint8 "
+        "(q + 128, zero point + 128: the same dequantized values)",
+        warning="onnxruntime's own int8 kernel saturates 16-bit sums on x86 CPUs without VNNI, so the source's "
+        "results depend on the CPU (0.3 off measured for torch-initialised layers, more for larger weights); "
+        "gatepack runs and verifies the same node with its weights re-encoded exactly as uint8",
     )
