@@ -311,6 +311,11 @@ def _check_flags_apply(target, given: dict) -> None:
 @_from_option
 @click.option("--no-verify", is_flag=True, help="Skip the numerical verification.")
 @click.option("--allow-lossy", is_flag=True, help="Accept conversions that change results beyond float rounding.")
+@click.option(
+    "--dequantize",
+    is_flag=True,
+    help="Write quantized weights as their float values where the target cannot hold the integers (lossy).",
+)
 @_write_option_flags
 @click.option(
     "--layout",
@@ -336,6 +341,7 @@ def convert(
     from_format,
     no_verify,
     allow_lossy,
+    dequantize,
     layout,
     layers_only,
     activation_defaults,
@@ -372,6 +378,7 @@ def convert(
         format=from_format,
         verify=not no_verify,
         allow_lossy=allow_lossy,
+        dequantize=dequantize,
         layout=None if layout == "keep" else int(layout),
         layers_only=layers_only,
         seed=seed,

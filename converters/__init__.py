@@ -222,9 +222,9 @@ def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only
     whole = model_finding(model, info.name)
     label = str(model.path or "(in-memory model)")
     if whole is not None:
-        _refuse_blocking(label, {"(model)": [whole]}, False, layers_only)
+        _refuse_blocking(label, {"(model)": [whole]}, Acceptance(), layers_only)
     refused = {layer.name: [f] for layer in model.layers if (f := registry.cell_refusal(info, layer)) is not None}
-    _refuse_blocking(label, refused, False)
+    _refuse_blocking(label, refused, Acceptance())
     prepare_output(path, info.output_kind, _inputs_of(model))
     implementation.write(model, path, **options)
 
@@ -255,6 +255,7 @@ def convert(
     inputs: "dict[str, np.ndarray] | None" = None,
     states: "Sequence[tuple[str, str] | str]" = (),
     frames: int | None = None,
+    dequantize: bool = False,
     **options,
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
@@ -273,6 +274,8 @@ def convert(
     array) verifies it on the user's own data (other inputs are drawn). A streaming model (state outputs fed
     back as inputs on the next call: ``gatepack.converters.streaming``) is also verified over ``frames``
     consecutive calls; ``states`` gives or corrects its state pairs (``(input, output)`` or ``"IN=OUT"``).
+    ``dequantize``: write a layer's quantized weights as their float values where the target cannot hold the
+    integers (``lossy``; refused otherwise, whatever ``allow_lossy`` says).
     ``options``: ``activation_defaults`` (reading) and the target's write options (``strategy``,
     ``opset``, ``compress_to_fp16`` ...: ``gatepack formats`` lists them); an unknown option, one the
     target does not take, or a value of the wrong type raises UsageError naming it.
@@ -289,12 +292,24 @@ def convert(
     src = registry.as_source(src)
     given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
     stream = _streaming_request(states, frames)
+    if not isinstance(dequantize, bool):
+        raise UsageError(f"dequantize {dequantize!r} is not true or false")
+    accepted = Acceptance(allow_lossy, dequantize)
     try:
         return _convert(
-            src, dst, to, format, verify, allow_lossy, layout, layers_only, seed, progress, options, given, stream
+            src, dst, to, format, verify, accepted, layout, layers_only, seed, progress, options, given, stream
         )
     finally:
         progress.close()
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """What the user accepts of a conversion: ``lossy`` findings (``--allow-lossy``), quantized weights written as
+    floats (``--dequantize``)."""
+
+    lossy: bool = False
+    dequantize: bool = False
 
 
 def _streaming_request(states, frames) -> tuple[list[tuple[str, str]], int | None]:
@@ -342,7 +357,7 @@ def _convert(
     to,
     source_format,
     verify,
-    allow_lossy,
+    accepted: Acceptance,
     layout,
     layers_only,
     seed,
@@ -388,7 +403,7 @@ def _convert(
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
     findings = _findings(model, info.name, write_options)
-    _refuse_blocking(label, findings, allow_lossy, layers_only)
+    _refuse_blocking(label, findings, accepted, layers_only)
     result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
     staging = (
         atomic_files(Path(dst), info.companions)
@@ -513,20 +528,23 @@ def _findings(model: "Model", target: str, write_options: dict) -> dict[str, lis
 
 
 def _refuse_blocking(
-    label: str, findings: dict[str, list["Finding"]], allow_lossy: bool, layers_only: bool = False
+    label: str, findings: dict[str, list["Finding"]], accepted: Acceptance, layers_only: bool = False
 ) -> None:
-    """RefusedError naming the first finding that is unsupported (or lossy without ``allow_lossy``); the
-    ``model`` finding (operators the target cannot hold) first, once, and not when ``layers_only``
-    accepted it."""
+    """RefusedError naming the first finding that is unsupported (or lossy without ``accepted.lossy``; quantized
+    weights written as floats without ``accepted.dequantize``); the ``model`` finding (operators the target
+    cannot hold) first, once, and not when ``layers_only`` accepted it."""
+    from gatepack.converters import quantization
     from gatepack.converters.findings import Status
 
-    blocking = [
-        (name, f)
-        for name, fs in findings.items()
-        for f in fs
-        if (f.status is Status.UNSUPPORTED and not (f.feature == "model" and layers_only))
-        or (f.status is Status.LOSSY and not allow_lossy)
-    ]
+    def blocks(f: "Finding") -> bool:
+        dequantized = quantization.refuses(f, accepted.dequantize)
+        if dequantized is not None:
+            return dequantized
+        return (f.status is Status.UNSUPPORTED and not (f.feature == "model" and layers_only)) or (
+            f.status is Status.LOSSY and not accepted.lossy
+        )
+
+    blocking = [(name, f) for name, fs in findings.items() for f in fs if blocks(f)]
     whole = [f for _, f in blocking if f.feature == "model"]
     if whole:
         raise RefusedError(f"{label}: {whole[0].detail}", findings=whole[:1], hint=whole[0].alternative)

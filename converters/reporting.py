@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Callable
 
+import gatepack.converters.quantization as quantization
 import gatepack.converters.registry as registry
 from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
 from gatepack.converters.model import Model, chained_input_finding
@@ -497,6 +498,8 @@ def target_findings(
     state = state_finding(model, target, bool(options.get("stateful"))) if keeps_whole else None
     assert implementation.check is not None  # registry.writer returns formats that write, and check
     found = implementation.check(layer, **accepted) + [surroundings, chained, state]
+    if layer.is_quantized and not any(f is not None and f.feature == quantization.FEATURE for f in found):
+        found.append(quantization.dequantized(layer, target))
     held = constant_findings(layer, info.constant_form)
     kept = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
     return sort_worst_first(list(model.notes_for(layer)) + kept)

@@ -354,7 +354,7 @@ def _layout(node: onnx.NodeProto, version: int, attrs: dict, at: str, notes: lis
 def dequantized_note(role: str, name: str) -> Finding:
     """A weight stored as ``DequantizeLinear`` of integers that gatepack reads as the float values it computes."""
     return Finding(
-        "quantization",
+        "quantized bias" if role == "B" else "quantized weights",
         Status.EXACT,
         f"{role} {name!r}: DequantizeLinear of integers, read as the float values the node computes on "
         "(written as float: the same numbers, stored in float)",

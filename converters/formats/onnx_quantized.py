@@ -30,7 +30,7 @@ import mmap
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 import onnx
@@ -126,6 +126,39 @@ def read_quantized_lstm(reader: NodeReader, node: onnx.NodeProto, scope: Scope, 
     directions = tuple(replace(p, Wq=records["W"][d], Rq=records["R"][d]) for d, p in enumerate(layer.directions))
     provenance = replace(provenance, op_type=OP_TYPE, op_version=1, inputs=tuple(node.input), handle=original)
     return replace(layer, directions=directions, provenance=provenance)
+
+
+def dynamic_lstm_node(
+    layer: RecurrentLayer,
+    node_inputs: list[str],
+    node_outputs: list[str],
+    name: str,
+    attrs: dict,
+    prefix: dict[str, str],
+    constant: Callable[[str, np.ndarray], str],
+) -> onnx.NodeProto:
+    """The ``DynamicQuantizeLSTM`` node of ``layer`` (its W and R records have ``dynamic_activations``):
+    ``node_inputs`` the LSTM's eight (W and R left empty) and the ``attrs`` of its LSTM node; the integers written
+    back in the operator's layout [D, K, 4H] (the records' transpose), scales and zero points [D] per tensor or
+    [D, 4H] per column, each an initializer made by ``constant(name, value)`` under ``prefix[role]``."""
+    inputs = list(node_inputs) + [""] * (8 - len(node_inputs))
+    quantization = []
+    for k, role in ((1, "W"), (2, "R")):
+        records = [p.quantized(role) for p in layer.directions]
+        assert all(r is not None for r in records)  # (quantized_form checked)
+        inputs[k] = constant(prefix[role], np.stack([r.values.T for r in records]))  # type: ignore[union-attr]
+        for part in ("scale", "zero_point"):
+            value = np.stack([getattr(r, part) for r in records])
+            quantization.append(constant(f"{prefix[role]}_{part}", value))
+    kept = {k: v for k, v in attrs.items() if k in _ATTRIBUTES}
+    return helper.make_node(OP_TYPE, inputs + quantization, node_outputs, name=name, domain=DOMAIN, **kept)
+
+
+def contrib_opsets(nodes: Iterable[onnx.NodeProto], declared: Iterable[onnx.OperatorSetIdProto]) -> list:
+    """The opset import ``nodes`` need for onnxruntime's contrib domain when ``declared`` lacks it ([] otherwise)."""
+    if any(n.domain == DOMAIN for n in nodes) and not any(o.domain == DOMAIN for o in declared):
+        return [helper.make_opsetid(DOMAIN, 1)]
+    return []
 
 
 def _check_signature(node: onnx.NodeProto, at: str) -> None:

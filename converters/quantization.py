@@ -1,0 +1,50 @@
+"""What becomes of a layer's quantized weights (``schemas.quantized``) in a target: held as integers (``repacked``:
+the same integers, scale and zero point, moved), or written as their float view ``(q - zero_point) * scale``
+only when the user asks (``--dequantize``, API ``dequantize=True``): ``lossy``, refused otherwise, naming the
+option. A format that holds quantized weights words its own ``held`` finding; every other one gets
+``dequantized`` from the report (``reporting.target_findings``), so no format can drop the integers silently.
+"""
+
+from __future__ import annotations
+
+from gatepack.converters.findings import Finding, Status
+from gatepack.schemas.layer import RecurrentLayer
+
+FEATURE = "quantization"
+DEQUANTIZE_OPTION = "--dequantize (API: dequantize=True)"
+HOLDERS = ("onnx",)  # the formats whose writer keeps quantized weights as integers
+
+
+def held(layer: RecurrentLayer, how: str) -> Finding:
+    """The integers kept, ``how`` the target stores them (e.g. 'int8 initializers + DequantizeLinear')."""
+    return Finding(FEATURE, Status.REPACKED, f"{layer.quantization_summary()}: the integers kept exactly, as {how}")
+
+
+def dequantized(layer: RecurrentLayer, target: str, reason: str = "") -> Finding:
+    """``target`` cannot hold the integers (``reason``, default: its format has no quantized weights): written as
+    float weights only with ``--dequantize``; ``lossy`` either way (the report and ``convert`` agree), refused
+    unless the user passed the option (``refuses``)."""
+    dynamic = any(r is not None and r.dynamic_activations for p in layer.directions for r in (p.Wq, p.Rq))
+    arithmetic = (
+        "; and the float layer computes X and h in float where the source quantizes them to uint8 at run time "
+        "(verified against the source at the dynamic-quantization tolerance)"
+        if dynamic
+        else " (the numbers the source computes on, stored in float: 4x larger for 8 bits)"
+    )
+    holders = [h for h in HOLDERS if h != target]
+    keep = f", or convert to {' or '.join(holders)}, which keeps the integers" if holders else ""
+    return Finding(
+        FEATURE,
+        Status.LOSSY,
+        f"{layer.quantization_summary()}: {reason or target + ' holds no quantized weights'}; written as float "
+        f"weights W = (q - zero_point) * scale only with --dequantize{arithmetic}",
+        alternative=f"pass {DEQUANTIZE_OPTION} to write float weights{keep}",
+    )
+
+
+def refuses(finding: Finding, dequantize: bool) -> bool | None:
+    """Whether ``finding`` blocks a conversion: a ``lossy`` quantization finding does unless ``dequantize`` (and
+    ``--allow-lossy`` does not accept it); None for every other finding (the general rule decides)."""
+    if finding.feature != FEATURE or finding.status is not Status.LOSSY:
+        return None
+    return not dequantize
