@@ -399,6 +399,10 @@ def _convert(
                 hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
             )
         model = with_layout(model, layout)
+    from gatepack.converters import quantization
+
+    if accepted.dequantize:  # the findings and the writers read it there
+        model = replace(model, meta={**model.meta, quantization.ASKED: True})
     pairs = _state_pairs(model, write_options, stream, given, seed, verify)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer

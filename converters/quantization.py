@@ -13,6 +13,7 @@ from gatepack.schemas.layer import RecurrentLayer
 FEATURE = "quantization"
 DEQUANTIZE_OPTION = "--dequantize (API: dequantize=True)"
 HOLDERS = ("onnx",)  # the formats whose writer keeps quantized weights as integers
+ASKED = "dequantize"  # Model.meta key: the user asked for float weights everywhere (``--dequantize``)
 
 
 def held(layer: RecurrentLayer, how: str) -> Finding:
@@ -20,10 +21,10 @@ def held(layer: RecurrentLayer, how: str) -> Finding:
     return Finding(FEATURE, Status.REPACKED, f"{layer.quantization_summary()}: the integers kept exactly, as {how}")
 
 
-def dequantized(layer: RecurrentLayer, target: str, reason: str = "") -> Finding:
-    """``target`` cannot hold the integers (``reason``, default: its format has no quantized weights): written as
-    float weights only with ``--dequantize``; ``lossy`` either way (the report and ``convert`` agree), refused
-    unless the user passed the option (``refuses``)."""
+def dequantized(layer: RecurrentLayer, target: str, reason: str | None = "") -> Finding:
+    """``target`` cannot hold the integers (``reason``, default: its format has no quantized weights) or the user
+    asked for floats (``reason`` None): written as float weights only with ``--dequantize``; ``lossy`` either way
+    (the report and ``convert`` agree), refused unless the user passed the option (``refuses``)."""
     dynamic = any(r is not None and r.dynamic_activations for p in layer.directions for r in (p.Wq, p.Rq))
     arithmetic = (
         "; and the float layer computes X and h in float where the source quantizes them to uint8 at run time "
@@ -33,13 +34,28 @@ def dequantized(layer: RecurrentLayer, target: str, reason: str = "") -> Finding
     )
     holders = [h for h in HOLDERS if h != target]
     keep = f", or convert to {' or '.join(holders)}, which keeps the integers" if holders else ""
+    why = "as asked (--dequantize)" if reason is None else f"{reason or target + ' holds no quantized weights'}: "
     return Finding(
         FEATURE,
         Status.LOSSY,
-        f"{layer.quantization_summary()}: {reason or target + ' holds no quantized weights'}; written as float "
-        f"weights W = (q - zero_point) * scale only with --dequantize{arithmetic}",
+        f"{layer.quantization_summary()}: written as float weights W = (q - zero_point) * scale "
+        + (why if reason is None else f"only with --dequantize ({why.rstrip(': ')})")
+        + arithmetic,
         alternative=f"pass {DEQUANTIZE_OPTION} to write float weights{keep}",
     )
+
+
+def with_finding(layer: RecurrentLayer, target: str, found: list, asked: bool) -> list:
+    """A format's findings ``found`` (None entries allowed) with the quantization finding every quantized layer
+    gets: the format's own (it holds the integers), else ``dequantized``; when the user ``asked`` for float
+    weights (``--dequantize``), ``dequantized`` in place of the format's."""
+    if not layer.is_quantized:
+        return found
+    own = [f for f in found if f is not None and f.feature == FEATURE]
+    if own and not asked:
+        return found
+    kept = [f for f in found if f is None or f.feature != FEATURE]
+    return kept + [dequantized(layer, target, None if asked and own else "")]
 
 
 def refuses(finding: Finding, dequantize: bool) -> bool | None:

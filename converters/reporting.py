@@ -498,8 +498,7 @@ def target_findings(
     state = state_finding(model, target, bool(options.get("stateful"))) if keeps_whole else None
     assert implementation.check is not None  # registry.writer returns formats that write, and check
     found = implementation.check(layer, **accepted) + [surroundings, chained, state]
-    if layer.is_quantized and not any(f is not None and f.feature == quantization.FEATURE for f in found):
-        found.append(quantization.dequantized(layer, target))
+    found = quantization.with_finding(layer, target, found, bool(model.meta.get(quantization.ASKED)))
     held = constant_findings(layer, info.constant_form)
     kept = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
     return sort_worst_first(list(model.notes_for(layer)) + kept)

@@ -110,10 +110,16 @@ def write(
                     layout_encoding=layout_encoding,
                     external=(data, data_name),
                     runtime=runtime,
-                    quantized=True,
+                    quantized=not model.meta.get(quantization.ASKED),
                 )
         else:
-            proto = build(model, opset=opset, layout_encoding=layout_encoding, runtime=runtime, quantized=True)
+            proto = build(
+                model,
+                opset=opset,
+                layout_encoding=layout_encoding,
+                runtime=runtime,
+                quantized=not model.meta.get(quantization.ASKED),
+            )
         onnx.save(proto, str(tmp))
         check_written(tmp, None)
 
@@ -177,10 +183,15 @@ def _write_whole(
                     layout_encoding=layout_encoding,
                     external=(data, path.name + ".data"),
                     runtime=runtime,
-                    quantized=True,
+                    quantized=not model.meta.get(quantization.ASKED),
                 )
         else:
-            proto = in_place(model, layout_encoding=layout_encoding, runtime=runtime, quantized=True)
+            proto = in_place(
+                model,
+                layout_encoding=layout_encoding,
+                runtime=runtime,
+                quantized=not model.meta.get(quantization.ASKED),
+            )
         onnx.save(proto, str(tmp))
         check_written(tmp, Path(model.path))
 
