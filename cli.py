@@ -316,6 +316,13 @@ def _check_flags_apply(target, given: dict) -> None:
     is_flag=True,
     help="Write quantized weights as their float values where the target cannot hold the integers (lossy).",
 )
+@click.option(
+    "--max-error",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="With --dequantize: the largest error accepted against the quantized source (default: the source's own "
+    "quantization noise).",
+)
 @_write_option_flags
 @click.option(
     "--layout",
@@ -342,6 +349,7 @@ def convert(
     no_verify,
     allow_lossy,
     dequantize,
+    max_error,
     layout,
     layers_only,
     activation_defaults,
@@ -379,6 +387,7 @@ def convert(
         verify=not no_verify,
         allow_lossy=allow_lossy,
         dequantize=dequantize,
+        max_error=max_error,
         layout=None if layout == "keep" else int(layout),
         layers_only=layers_only,
         seed=seed,

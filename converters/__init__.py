@@ -256,6 +256,7 @@ def convert(
     states: "Sequence[tuple[str, str] | str]" = (),
     frames: int | None = None,
     dequantize: bool = False,
+    max_error: float | None = None,
     **options,
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
@@ -275,7 +276,9 @@ def convert(
     back as inputs on the next call: ``gatepack.converters.streaming``) is also verified over ``frames``
     consecutive calls; ``states`` gives or corrects its state pairs (``(input, output)`` or ``"IN=OUT"``).
     ``dequantize``: write a layer's quantized weights as their float values where the target cannot hold the
-    integers (``lossy``; refused otherwise, whatever ``allow_lossy`` says).
+    integers (``lossy``; refused otherwise, whatever ``allow_lossy`` says), the artifact then proven exact against
+    the source with dequantized weights and its error against the quantized source bounded by ``max_error`` (by
+    default: the source's own quantization noise; ``converters.accuracy``).
     ``options``: ``activation_defaults`` (reading) and the target's write options (``strategy``,
     ``opset``, ``compress_to_fp16`` ...: ``gatepack formats`` lists them); an unknown option, one the
     target does not take, or a value of the wrong type raises UsageError naming it.
@@ -294,7 +297,7 @@ def convert(
     stream = _streaming_request(states, frames)
     if not isinstance(dequantize, bool):
         raise UsageError(f"dequantize {dequantize!r} is not true or false")
-    accepted = Acceptance(allow_lossy, dequantize)
+    accepted = Acceptance(allow_lossy, dequantize, max_error)
     try:
         return _convert(
             src, dst, to, format, verify, accepted, layout, layers_only, seed, progress, options, given, stream
@@ -310,6 +313,21 @@ class Acceptance:
 
     lossy: bool = False
     dequantize: bool = False
+    max_error: float | None = None  # the accuracy gate's bound (``converters.accuracy``)
+
+    def marked(self, model: "Model") -> "Model":
+        """``model`` with ``dequantize`` in its meta, where the findings and the writers read it; UsageError for a
+        ``max_error`` no accuracy gate would use."""
+        from gatepack.converters import accuracy, quantization
+
+        accuracy.Gate(self.max_error)  # (checks the value)
+        if self.max_error is not None and not accuracy.applies(model, self.dequantize):
+            raise UsageError(
+                f"{model.path}: --max-error bounds a quantized model written with float weights (--dequantize); "
+                "this conversion has none",
+                hint="leave out --max-error (verify --atol/--rtol set a verification's tolerances)",
+            )
+        return replace(model, meta={**model.meta, quantization.ASKED: True}) if self.dequantize else model
 
 
 def _streaming_request(states, frames) -> tuple[list[tuple[str, str]], int | None]:
@@ -399,10 +417,7 @@ def _convert(
                 hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
             )
         model = with_layout(model, layout)
-    from gatepack.converters import quantization
-
-    if accepted.dequantize:  # the findings and the writers read it there
-        model = replace(model, meta={**model.meta, quantization.ASKED: True})
+    model = accepted.marked(model)
     pairs = _state_pairs(model, write_options, stream, given, seed, verify)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
@@ -425,7 +440,16 @@ def _convert(
             from gatepack.converters.verification import verify_provider_nodes
 
             result.verification = _verify_written(
-                source, written, tmp, pairs, bool(write_options.get("stateful")), stream[1], seed, progress, given
+                source,
+                written,
+                tmp,
+                pairs,
+                bool(write_options.get("stateful")),
+                stream[1],
+                seed,
+                progress,
+                given,
+                accepted,
             )
             runtime = write_options.get("runtime")
             if runtime is not None and registry.runtime_name(runtime) != "onnxruntime":
@@ -487,9 +511,13 @@ def _with_state_pairs(model: "Model", label: str, pairs: list, stateful: bool) -
     return replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
 
 
-def _verify_written(source, written, tmp, pairs, stateful: bool, frames, seed, progress, given) -> "Verification":
+def _verify_written(
+    source, written, tmp, pairs, stateful: bool, frames, seed, progress, given, accepted: Acceptance = Acceptance()
+) -> "Verification":
     """One call on drawn inputs (random states included), then for a streaming model ``frames`` consecutive
-    calls from zero states; a stateful artifact, which takes no state inputs, is verified by the calls alone."""
+    calls from zero states; a stateful artifact, which takes no state inputs, is verified by the calls alone. A
+    quantized source written with float weights passes the accuracy gate (``converters.accuracy``)."""
+    from gatepack.converters import accuracy
     from gatepack.converters.streaming import verify_streaming
     from gatepack.converters.verification import verify_models
 
@@ -501,7 +529,12 @@ def _verify_written(source, written, tmp, pairs, stateful: bool, frames, seed, p
         )
         if stateful:
             return streamed
-    result = verify_models(source, written, seed=seed, target_file=tmp, progress=progress, given=given)
+    if accuracy.applies(source, accepted.dequantize):
+        progress.step("verifying against the source and its dequantized twin")
+        gate = accuracy.Gate(accepted.max_error)
+        result = accuracy.verify_dequantized(source, written, tmp, gate, seed=seed, given=given)
+    else:
+        result = verify_models(source, written, seed=seed, target_file=tmp, progress=progress, given=given)
     if streamed is not None:
         result.outputs += streamed.outputs
         result.notes += streamed.notes

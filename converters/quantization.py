@@ -28,7 +28,8 @@ def dequantized(layer: RecurrentLayer, target: str, reason: str | None = "") -> 
     dynamic = any(r is not None and r.dynamic_activations for p in layer.directions for r in (p.Wq, p.Rq))
     arithmetic = (
         "; and the float layer computes X and h in float where the source quantizes them to uint8 at run time "
-        "(verified against the source at the dynamic-quantization tolerance)"
+        "(proven exact against the source with dequantized weights, its error against the quantized source "
+        "measured and bounded by --max-error or the source's own quantization noise)"
         if dynamic
         else " (the numbers the source computes on, stored in float: 4x larger for 8 bits)"
     )

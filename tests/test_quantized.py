@@ -174,8 +174,11 @@ def test_other_targets_write_floats_only_when_asked(artifact, target, tmp_path):
     assert result.passed, result.to_text()
     statuses = {f.feature: f.status.value for fs in result.findings.values() for f in fs}
     assert statuses["quantization"] == "lossy"
-    assert all(o.atol == ATOL and o.rtol == RTOL for o in result.verification.outputs)
-    assert max(o.max_abs_error for o in result.verification.outputs) < ATOL
+    exact = [o for o in result.verification.outputs if o.output.endswith("vs the dequantized source")]
+    measured = [o for o in result.verification.outputs if o.output.endswith("vs the quantized source")]
+    assert len(exact) == len(measured) == len(result.verification.outputs) // 2 > 0
+    assert max(o.max_abs_error for o in exact) < 1e-5 and all(o.atol <= 1e-5 for o in exact)
+    assert max(o.max_abs_error for o in measured) < ATOL  # the source's own quantization noise, measured
 
 
 def test_the_report_and_inspect_say_why_it_is_lossy():
