@@ -75,7 +75,7 @@ class QuantizedWeights:
         assert self.block_size is not None  # (validated)
         return np.repeat(array, self.block_size, axis=1)
 
-    def dequantized(self, dtype: np.dtype | str = np.float32) -> np.ndarray:
+    def dequantized(self, dtype: "np.dtype | type | str" = np.float32) -> np.ndarray:
         """``(values - zero_point) * scale`` in float32 (one rounding), then cast to ``dtype``."""
         steps = self.values.astype(np.float32) - self.broadcast(self.zero_point).astype(np.float32)
         return (steps * self.broadcast(self.scale)).astype(dtype, copy=False)

@@ -134,16 +134,10 @@ def _compact(values: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> Quantiz
         )
     cols = values.shape[1]
     for block in (b for b in range(cols, 0, -1) if cols % b == 0):
-        blocked = [a.reshape(a.shape[0], cols // block, block) for a in (scale, zero)]
-        if all((a == a[:, :, :1]).all() for a in blocked):
-            return QuantizedWeights(
-                values,
-                *(np.ascontiguousarray(a[:, :, 0]) for a in blocked),
-                1,
-                block,
-                bits,
-                signed,  # type: ignore[misc]
-            )
+        scales, zeros = (a.reshape(a.shape[0], cols // block, block) for a in (scale, zero))
+        if (scales == scales[:, :, :1]).all() and (zeros == zeros[:, :, :1]).all():
+            first = (np.ascontiguousarray(scales[:, :, 0]), np.ascontiguousarray(zeros[:, :, 0]))
+            return QuantizedWeights(values, *first, 1, block, bits, signed)
     raise AssertionError("a block of 1 always holds the parameters")
 
 
@@ -168,8 +162,10 @@ def dequantize_nodes(
             constant(f"{name}_zero_point{suffix}", record.zero_point),
         ]
         out = name if len(records) == 1 else fresh(f"{name}_dequantized{suffix}")
-        axis = {} if record.axis is None else {"axis": 1}
-        nodes.append(helper.make_node(OP_TYPE, inputs, [out], name=fresh(f"{name}/{OP_TYPE}{suffix}"), **axis))
+        node = helper.make_node(OP_TYPE, inputs, [out], name=fresh(f"{name}/{OP_TYPE}{suffix}"))
+        if record.axis is not None:
+            node.attribute.append(helper.make_attribute("axis", 1))
+        nodes.append(node)
         parts.append(out)
     if len(parts) > 1:
         nodes.append(helper.make_node("Concat", parts, [name], name=fresh(f"{name}/Concat"), axis=0))
