@@ -1,5 +1,6 @@
 """onnxruntime's dynamically quantized LSTM (``com.microsoft::DynamicQuantizeLSTM``, written by
-``onnxruntime.quantization.quantize_dynamic``) read as a float LSTM (docs/conventions.md §9).
+``onnxruntime.quantization.quantize_dynamic``) read with its integers kept, written back by ONNX and as a float
+LSTM elsewhere only with --dequantize (docs/conventions.md §9).
 
 Oracles: onnxruntime running the quantized node, and the float ``nn.LSTM`` the fixtures were quantized
 from (``torch:`` outputs in fixtures/producers/ort_quantized). The dequantized weights are checked

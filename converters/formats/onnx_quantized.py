@@ -1,4 +1,5 @@
-"""ONNX: onnxruntime's dynamically quantized LSTM, ``com.microsoft::DynamicQuantizeLSTM``, read as a float LSTM.
+"""ONNX: onnxruntime's dynamically quantized LSTM, ``com.microsoft::DynamicQuantizeLSTM``, read with its integers
+kept (``schemas.quantized``) and written back.
 
 ``onnxruntime.quantization.quantize_dynamic`` rewrites an ONNX ``LSTM`` node into this contrib operator
 (docs/conventions.md §9). Its inputs are the LSTM's, numbered the same (X, W, R, B, sequence_lens,
@@ -13,10 +14,12 @@ the LSTM's without ``layout``. What differs:
 * at run time the kernel quantizes its GEMMs' left operands to uint8 with a scale and zero point from
   their range: X once over all steps, h at every step; it accumulates in int32 and rescales.
 
-The reader dequantizes, ``W = (Wq - zero_point) * scale``, transposes W and R into ONNX's layout and
-reads the result as an ``LSTM`` node with the same attributes (every check of the float reader
-applies). The layer carries a ``lossy`` reading finding: it computes in float what the source computes
-with 8-bit X and h. Verification runs the original node on onnxruntime, its int8 weights re-encoded
+The reader keeps the integers per direction, transposed into the canonical [4H, K] (``QuantizedWeights`` with
+``dynamic_activations``), and reads their float view ``W = (Wq - zero_point) * scale`` as an ``LSTM`` node
+with the same attributes (every check of the float reader applies). ONNX writes the operator back
+(``dynamic_lstm_node``); every other target computes in float what the source computes with 8-bit X and h:
+``lossy``, only with ``--dequantize`` (``converters.quantization``). Verification runs the original node on
+onnxruntime, its int8 weights re-encoded
 exactly as uint8 (``q + 128`` with ``zero_point + 128``: the same dequantized values), because
 onnxruntime's uint8 x int8 kernel saturates 16-bit pair sums on x86 CPUs without VNNI, which makes its
 results depend on the CPU; the comparison uses the tolerance measured for the run-time quantization
@@ -85,14 +88,14 @@ def foreign_operators(nodes: Iterable[tuple], onnx_domains: tuple[str, ...]) -> 
     shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
     return (
         f" (it holds {shown}: operators outside the ONNX standard, of which gatepack reads only "
-        f"{DOMAIN}::{OP_TYPE}, as a float LSTM)"
+        f"{DOMAIN}::{OP_TYPE}, with its integers kept)"
     )
 
 
 def read_quantized_lstm(reader: NodeReader, node: onnx.NodeProto, scope: Scope, name: str) -> RecurrentLayer:
-    """The float LSTM layer of a ``DynamicQuantizeLSTM`` node: its weights dequantized and transposed into
-    ONNX's layout, read by ``reader`` (the ONNX node reader) as an ``LSTM`` node with the node's attributes;
-    its provenance runs the original node. Adds the ``quantization`` finding to ``reader.notes``."""
+    """The LSTM layer of a ``DynamicQuantizeLSTM`` node: its integers kept per direction (``Wq``/``Rq``), their
+    float view transposed into ONNX's layout and read by ``reader`` (the ONNX node reader) as an ``LSTM`` node with
+    the node's attributes; its provenance runs the original node. Notes onnxruntime's saturating int8 kernel."""
     at = where(reader.path, name)
     _check_signature(node, at)
     inputs = list(node.input) + [""] * (12 - len(node.input))
