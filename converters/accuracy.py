@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from gatepack.converters import quantization, registry
 from gatepack.converters.errors import UsageError
 from gatepack.converters.samples import TOLERANCES
-from gatepack.converters.verification import OutputComparison, Tolerance, Verification, verify_models
+from gatepack.converters.verification import WHOLE_MODEL, OutputComparison, Tolerance, Verification, verify_models
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
@@ -82,8 +82,16 @@ def verify_dequantized(
         ),
         "the source's own quantization noise (quantized source vs dequantized source): "
         + ", ".join(f"{o.output} {o.max_abs_error:.3g}" for o in noise.outputs),
+        f"measured {VS_SOURCE}: " + "; ".join(_measurement(o) for o in measured.outputs),
     ]
     return result
+
+
+def _measurement(comparison: OutputComparison) -> str:
+    """'Y max 0.00061, mean 2.1e-04, argmax 100%, threshold 0: 99.8%' (one output)."""
+    where = comparison.output if comparison.layer == WHOLE_MODEL else f"{comparison.layer} {comparison.output}"
+    agreed = f", {comparison.agreement.text()}" if comparison.agreement is not None else ""
+    return f"{where} max {comparison.max_abs_error:.2g}{agreed}"
 
 
 def _judged(comparison: OutputComparison, bound: float) -> OutputComparison:

@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 
 import gatepack.converters as gp
 from gatepack.converters.accuracy import Gate, verify_dequantized
+from gatepack.converters.agreement import agreement
 from gatepack.converters.formats import onnx as onnx_format
 from gatepack.converters.model import Model
 from gatepack.converters.samples import DYNAMIC_INT8, TOLERANCES
@@ -112,3 +113,23 @@ def test_a_slightly_misread_artifact_passes_the_old_tolerance_and_fails_the_gate
     assert not gated.passed
     failed = [o.output for o in gated.outputs if not o.passed]
     assert any(name.endswith("vs the dequantized source") for name in failed), gated.to_text()
+
+
+def test_agreement_counts_decisions_as_a_user_makes_them():
+    """Probabilities: threshold 0.5; logits: 0; argmax over the last axis; mean absolute error."""
+    expected = np.array([[0.1, 0.7, 0.2], [0.6, 0.3, 0.1]])
+    found = agreement(np.array([[0.1, 0.4, 0.5], [0.6, 0.3, 0.1]]), expected)
+    assert found is not None and found.threshold_at == 0.5
+    assert (
+        found.argmax == 0.5 and found.threshold == pytest.approx(5 / 6) and found.mean_abs_error == pytest.approx(0.1)
+    )
+    logits = agreement(np.array([[-1.0, 2.0]]), np.array([[1.0, 2.0]]))
+    assert logits is not None and logits.threshold_at == 0.0 and logits.threshold == 0.5 and logits.argmax == 1.0
+    assert agreement(np.zeros(3), np.zeros(4)) is None
+
+
+def test_the_measurement_is_printed(tmp_path):
+    result = gp.convert(SOURCE, tmp_path / "out.xml", dequantize=True)
+    text = result.verification.to_text()
+    assert "measured vs the quantized source: y max" in text and "argmax" in text and "mean" in text
+    assert "the source's own quantization noise" in text
