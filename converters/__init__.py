@@ -195,12 +195,34 @@ def _check_names(model: "Model") -> None:
                 seen[output] = layer.name
 
 
+def _refuse_dequantizing(model: "Model", label: str, target: str, options: dict, whole, dequantize: bool) -> "Model":
+    """``model`` marked for float weights when ``dequantize``; RefusedError (naming --dequantize) for a quantized
+    layer ``target`` would write as floats otherwise (its ``quantization`` finding, as ``convert`` gives it)."""
+    from gatepack.converters import quantization
+    from gatepack.converters.reporting import target_findings
+
+    marked = Acceptance(dequantize=dequantize).marked(model)
+    quantized = [layer for layer in marked.layers if layer.is_quantized]
+    found = {lay.name: target_findings(marked, lay, target, options, whole) for lay in quantized}
+    only = {name: [f for f in fs if f.feature == quantization.FEATURE] for name, fs in found.items()}
+    _refuse_blocking(label, only, Acceptance(lossy=True, dequantize=dequantize))
+    return marked
+
+
 def _inputs_of(model: "Model") -> list[Path]:
     """Every path ``model`` was read from: its artifact and each file opened to read it."""
     return ([Path(model.path)] if model.path else []) + list(model.files)
 
 
-def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only: bool = False, **options) -> None:
+def save(
+    model: "Model",
+    path: str | Path,
+    to: str | None = None,
+    *,
+    layers_only: bool = False,
+    dequantize: bool = False,
+    **options,
+) -> None:
     """Write ``model`` as format ``to`` (default: from the path) at ``path``, atomically, without
     verification (``convert`` verifies).
 
@@ -208,7 +230,8 @@ def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only
     only if it is an artifact of format ``to``. ``options`` are the format's write options (see
     ``gatepack formats``); an unknown one or a value of the wrong type raises UsageError naming it.
     A model with operators around its recurrent layers is refused (RefusedError) by a format that
-    holds layers only, unless ``layers_only`` asks for the layers alone.
+    holds layers only, unless ``layers_only`` asks for the layers alone; quantized weights the format cannot hold
+    as integers are refused unless ``dequantize`` asks for float weights (as ``convert``).
     """
     from gatepack.converters import registry
     from gatepack.converters.fileio import prepare_output
@@ -225,6 +248,7 @@ def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only
         _refuse_blocking(label, {"(model)": [whole]}, Acceptance(), layers_only)
     refused = {layer.name: [f] for layer in model.layers if (f := registry.cell_refusal(info, layer)) is not None}
     _refuse_blocking(label, refused, Acceptance())
+    model = _refuse_dequantizing(model, label, info.name, options, whole, dequantize)
     prepare_output(path, info.output_kind, _inputs_of(model))
     implementation.write(model, path, **options)
 

@@ -158,3 +158,14 @@ def test_a_record_that_contradicts_itself_is_refused():
         QuantizedWeights(values + 9, np.array(1, np.float32), np.array(0, np.int8), bits=4)
     with pytest.raises(QuantizationError, match="signed=False"):
         QuantizedWeights(values, np.array(1, np.float32), np.array(0, np.int8), signed=False)
+
+
+def test_save_refuses_float_weights_unless_asked(tmp_path):
+    """``save`` (no verification) follows ``convert``: a target without quantized weights needs dequantize=True."""
+    model = gp.load(QDQ / "qdq_gru_int8_per_channel.onnx")
+    with pytest.raises(gp.RefusedError, match="quantization") as err:
+        gp.save(model, tmp_path / "out.xml")
+    assert "--dequantize" in (err.value.hint or "") and not (tmp_path / "out.xml").exists()
+    gp.save(model, tmp_path / "out.xml", dequantize=True)
+    gp.save(model, tmp_path / "out.onnx")
+    assert [n.op_type for n in onnx.load(str(tmp_path / "out.onnx")).graph.node].count("DequantizeLinear") == 4
