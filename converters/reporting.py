@@ -463,7 +463,8 @@ document.body.dataset.ready = 'yes';
 
 def _describe(layer: RecurrentLayer) -> str:
     lbr = f", lbr={int(layer.linear_before_reset)}" if layer.cell.spec.reset_placement else ""
-    return f"{layer.cell.op_name} {layer.direction.value}, I={layer.input_size}, H={layer.hidden_size}{lbr}"
+    quantized = ", quantized weights" if layer.is_quantized else ""
+    return f"{layer.cell.op_name} {layer.direction.value}, I={layer.input_size}, H={layer.hidden_size}{lbr}{quantized}"
 
 
 def _layer_label(lay: LayerReport) -> str:
