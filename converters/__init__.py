@@ -464,16 +464,7 @@ def _convert(
             from gatepack.converters.verification import verify_provider_nodes
 
             result.verification = _verify_written(
-                source,
-                written,
-                tmp,
-                pairs,
-                bool(write_options.get("stateful")),
-                stream[1],
-                seed,
-                progress,
-                given,
-                accepted,
+                source, written, tmp, pairs, write_options, stream[1], seed, progress, given, accepted
             )
             runtime = write_options.get("runtime")
             if runtime is not None and registry.runtime_name(runtime) != "onnxruntime":
@@ -536,11 +527,12 @@ def _with_state_pairs(model: "Model", label: str, pairs: list, stateful: bool) -
 
 
 def _verify_written(
-    source, written, tmp, pairs, stateful: bool, frames, seed, progress, given, accepted: Acceptance = Acceptance()
+    source, written, tmp, pairs, write_options: dict, frames, seed, progress, given, accepted: Acceptance = Acceptance()
 ) -> "Verification":
     """One call on drawn inputs (random states included), then for a streaming model ``frames`` consecutive
-    calls from zero states; a stateful artifact, which takes no state inputs, is verified by the calls alone. A
-    quantized source written with float weights passes the accuracy gate (``converters.accuracy``)."""
+    calls from zero states; a stateful artifact (``write_options['stateful']``), which takes no state inputs, is
+    verified by the calls alone. A quantized source written with float weights passes the accuracy gate
+    (``converters.accuracy``)."""
     from gatepack.converters import accuracy
     from gatepack.converters.streaming import verify_streaming
     from gatepack.converters.verification import verify_models
@@ -551,7 +543,7 @@ def _verify_written(
         streamed = verify_streaming(
             source, written, frames=frames, pairs=pairs, seed=seed, target_file=tmp, given=given
         )
-        if stateful:
+        if write_options.get("stateful"):
             return streamed
     if accuracy.applies(source, accepted.dequantize):
         progress.step("verifying against the source and its dequantized twin")

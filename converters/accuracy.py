@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gatepack.converters import quantization, registry
+import gatepack.converters.quantization as quantization
+import gatepack.converters.registry as registry
 from gatepack.converters.errors import UsageError
 from gatepack.converters.samples import TOLERANCES
 from gatepack.converters.verification import WHOLE_MODEL, OutputComparison, Tolerance, Verification, verify_models

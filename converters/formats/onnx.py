@@ -27,7 +27,7 @@ from pathlib import Path
 
 import onnx
 
-from gatepack.converters import quantization
+import gatepack.converters.quantization as quantization
 from gatepack.converters.capabilities import ONNX, ONNX_FOR_DIRECTML
 from gatepack.converters.errors import GatepackError, RefusedError, UsageError
 from gatepack.converters.feature_findings import findings, form_of, replacing
