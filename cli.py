@@ -311,6 +311,18 @@ def _check_flags_apply(target, given: dict) -> None:
 @_from_option
 @click.option("--no-verify", is_flag=True, help="Skip the numerical verification.")
 @click.option("--allow-lossy", is_flag=True, help="Accept conversions that change results beyond float rounding.")
+@click.option(
+    "--dequantize",
+    is_flag=True,
+    help="Write quantized weights as their float values where the target cannot hold the integers (lossy).",
+)
+@click.option(
+    "--max-error",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="With --dequantize: the largest error accepted against the quantized source (default: the source's own "
+    "quantization noise).",
+)
 @_write_option_flags
 @click.option(
     "--layout",
@@ -336,6 +348,8 @@ def convert(
     from_format,
     no_verify,
     allow_lossy,
+    dequantize,
+    max_error,
     layout,
     layers_only,
     activation_defaults,
@@ -372,6 +386,8 @@ def convert(
         format=from_format,
         verify=not no_verify,
         allow_lossy=allow_lossy,
+        dequantize=dequantize,
+        max_error=max_error,
         layout=None if layout == "keep" else int(layout),
         layers_only=layers_only,
         seed=seed,

@@ -195,12 +195,34 @@ def _check_names(model: "Model") -> None:
                 seen[output] = layer.name
 
 
+def _refuse_dequantizing(model: "Model", label: str, target: str, options: dict, whole, dequantize: bool) -> "Model":
+    """``model`` marked for float weights when ``dequantize``; RefusedError (naming --dequantize) for a quantized
+    layer ``target`` would write as floats otherwise (its ``quantization`` finding, as ``convert`` gives it)."""
+    from gatepack.converters import quantization
+    from gatepack.converters.reporting import target_findings
+
+    marked = Acceptance(dequantize=dequantize).marked(model)
+    quantized = [layer for layer in marked.layers if layer.is_quantized]
+    found = {lay.name: target_findings(marked, lay, target, options, whole) for lay in quantized}
+    only = {name: [f for f in fs if f.feature == quantization.FEATURE] for name, fs in found.items()}
+    _refuse_blocking(label, only, Acceptance(lossy=True, dequantize=dequantize))
+    return marked
+
+
 def _inputs_of(model: "Model") -> list[Path]:
     """Every path ``model`` was read from: its artifact and each file opened to read it."""
     return ([Path(model.path)] if model.path else []) + list(model.files)
 
 
-def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only: bool = False, **options) -> None:
+def save(
+    model: "Model",
+    path: str | Path,
+    to: str | None = None,
+    *,
+    layers_only: bool = False,
+    dequantize: bool = False,
+    **options,
+) -> None:
     """Write ``model`` as format ``to`` (default: from the path) at ``path``, atomically, without
     verification (``convert`` verifies).
 
@@ -208,7 +230,8 @@ def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only
     only if it is an artifact of format ``to``. ``options`` are the format's write options (see
     ``gatepack formats``); an unknown one or a value of the wrong type raises UsageError naming it.
     A model with operators around its recurrent layers is refused (RefusedError) by a format that
-    holds layers only, unless ``layers_only`` asks for the layers alone.
+    holds layers only, unless ``layers_only`` asks for the layers alone; quantized weights the format cannot hold
+    as integers are refused unless ``dequantize`` asks for float weights (as ``convert``).
     """
     from gatepack.converters import registry
     from gatepack.converters.fileio import prepare_output
@@ -222,9 +245,10 @@ def save(model: "Model", path: str | Path, to: str | None = None, *, layers_only
     whole = model_finding(model, info.name)
     label = str(model.path or "(in-memory model)")
     if whole is not None:
-        _refuse_blocking(label, {"(model)": [whole]}, False, layers_only)
+        _refuse_blocking(label, {"(model)": [whole]}, Acceptance(), layers_only)
     refused = {layer.name: [f] for layer in model.layers if (f := registry.cell_refusal(info, layer)) is not None}
-    _refuse_blocking(label, refused, False)
+    _refuse_blocking(label, refused, Acceptance())
+    model = _refuse_dequantizing(model, label, info.name, options, whole, dequantize)
     prepare_output(path, info.output_kind, _inputs_of(model))
     implementation.write(model, path, **options)
 
@@ -255,6 +279,8 @@ def convert(
     inputs: "dict[str, np.ndarray] | None" = None,
     states: "Sequence[tuple[str, str] | str]" = (),
     frames: int | None = None,
+    dequantize: bool = False,
+    max_error: float | None = None,
     **options,
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
@@ -273,6 +299,10 @@ def convert(
     array) verifies it on the user's own data (other inputs are drawn). A streaming model (state outputs fed
     back as inputs on the next call: ``gatepack.converters.streaming``) is also verified over ``frames``
     consecutive calls; ``states`` gives or corrects its state pairs (``(input, output)`` or ``"IN=OUT"``).
+    ``dequantize``: write a layer's quantized weights as their float values where the target cannot hold the
+    integers (``lossy``; refused otherwise, whatever ``allow_lossy`` says), the artifact then proven exact against
+    the source with dequantized weights and its error against the quantized source bounded by ``max_error`` (by
+    default: the source's own quantization noise; ``converters.accuracy``).
     ``options``: ``activation_defaults`` (reading) and the target's write options (``strategy``,
     ``opset``, ``compress_to_fp16`` ...: ``gatepack formats`` lists them); an unknown option, one the
     target does not take, or a value of the wrong type raises UsageError naming it.
@@ -289,12 +319,39 @@ def convert(
     src = registry.as_source(src)
     given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
     stream = _streaming_request(states, frames)
+    if not isinstance(dequantize, bool):
+        raise UsageError(f"dequantize {dequantize!r} is not true or false")
+    accepted = Acceptance(allow_lossy, dequantize, max_error)
     try:
         return _convert(
-            src, dst, to, format, verify, allow_lossy, layout, layers_only, seed, progress, options, given, stream
+            src, dst, to, format, verify, accepted, layout, layers_only, seed, progress, options, given, stream
         )
     finally:
         progress.close()
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """What the user accepts of a conversion: ``lossy`` findings (``--allow-lossy``), quantized weights written as
+    floats (``--dequantize``)."""
+
+    lossy: bool = False
+    dequantize: bool = False
+    max_error: float | None = None  # the accuracy gate's bound (``converters.accuracy``)
+
+    def marked(self, model: "Model") -> "Model":
+        """``model`` with ``dequantize`` in its meta, where the findings and the writers read it; UsageError for a
+        ``max_error`` no accuracy gate would use."""
+        from gatepack.converters import accuracy, quantization
+
+        accuracy.Gate(self.max_error)  # (checks the value)
+        if self.max_error is not None and not accuracy.applies(model, self.dequantize):
+            raise UsageError(
+                f"{model.path}: --max-error bounds a quantized model written with float weights (--dequantize); "
+                "this conversion has none",
+                hint="leave out --max-error (verify --atol/--rtol set a verification's tolerances)",
+            )
+        return replace(model, meta={**model.meta, quantization.ASKED: True}) if self.dequantize else model
 
 
 def _streaming_request(states, frames) -> tuple[list[tuple[str, str]], int | None]:
@@ -349,7 +406,7 @@ def _convert(
     to,
     source_format,
     verify,
-    allow_lossy,
+    accepted: Acceptance,
     layout,
     layers_only,
     seed,
@@ -391,11 +448,12 @@ def _convert(
                 hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
             )
         model = with_layout(model, layout)
+    model = accepted.marked(model)
     pairs = _state_pairs(model, write_options, stream, given, seed, verify, info.stateful_layers)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
     findings = _findings(model, info.name, write_options)
-    _refuse_blocking(label, findings, allow_lossy, layers_only)
+    _refuse_blocking(label, findings, accepted, layers_only)
     result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
     staging = (
         atomic_files(Path(dst), info.companions)
@@ -413,7 +471,7 @@ def _convert(
             from gatepack.converters.verification import verify_provider_nodes
 
             result.verification = _verify_written(
-                source, written, tmp, pairs, bool(write_options.get("stateful")), stream[1], seed, progress, given
+                source, written, tmp, pairs, write_options, stream[1], seed, progress, given, accepted
             )
             runtime = write_options.get("runtime")
             if runtime is not None and registry.runtime_name(runtime) != "onnxruntime":
@@ -475,13 +533,19 @@ def _with_state_pairs(model: "Model", label: str, pairs: list, stateful: bool) -
     return replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
 
 
-def _verify_written(source, written, tmp, pairs, stateful: bool, frames, seed, progress, given) -> "Verification":
+def _verify_written(
+    source, written, tmp, pairs, write_options: dict, frames, seed, progress, given, accepted: Acceptance = Acceptance()
+) -> "Verification":
     """One call on drawn inputs (random states included), then for a streaming model ``frames`` consecutive
-    calls from zero states; a stateful artifact, which takes no state inputs, is verified by the calls alone."""
+    calls from zero states; a stateful artifact (``write_options['stateful']``), which takes no state inputs, is
+    verified by the calls alone. A quantized source written with float weights passes the accuracy gate
+    (``converters.accuracy``)."""
+    from gatepack.converters import accuracy
     from gatepack.converters.streaming import verify_streaming
     from gatepack.converters.verification import verify_models
 
     streamed = None
+    stateful = bool(write_options.get("stateful"))
     if pairs and (written.keeps_whole or stateful):
         progress.step(f"verifying {frames or 'the default number of'} consecutive calls, states fed back")
         streamed = verify_streaming(
@@ -489,7 +553,12 @@ def _verify_written(source, written, tmp, pairs, stateful: bool, frames, seed, p
         )
         if stateful:
             return streamed
-    result = verify_models(source, written, seed=seed, target_file=tmp, progress=progress, given=given)
+    if accuracy.applies(source, accepted.dequantize):
+        progress.step("verifying against the source and its dequantized twin")
+        gate = accuracy.Gate(accepted.max_error)
+        result = accuracy.verify_dequantized(source, written, tmp, gate, seed=seed, given=given)
+    else:
+        result = verify_models(source, written, seed=seed, target_file=tmp, progress=progress, given=given)
     if streamed is not None:
         result.outputs += streamed.outputs
         result.notes += streamed.notes
@@ -520,20 +589,23 @@ def _findings(model: "Model", target: str, write_options: dict) -> dict[str, lis
 
 
 def _refuse_blocking(
-    label: str, findings: dict[str, list["Finding"]], allow_lossy: bool, layers_only: bool = False
+    label: str, findings: dict[str, list["Finding"]], accepted: Acceptance, layers_only: bool = False
 ) -> None:
-    """RefusedError naming the first finding that is unsupported (or lossy without ``allow_lossy``); the
-    ``model`` finding (operators the target cannot hold) first, once, and not when ``layers_only``
-    accepted it."""
+    """RefusedError naming the first finding that is unsupported (or lossy without ``accepted.lossy``; quantized
+    weights written as floats without ``accepted.dequantize``); the ``model`` finding (operators the target
+    cannot hold) first, once, and not when ``layers_only`` accepted it."""
+    from gatepack.converters import quantization
     from gatepack.converters.findings import Status
 
-    blocking = [
-        (name, f)
-        for name, fs in findings.items()
-        for f in fs
-        if (f.status is Status.UNSUPPORTED and not (f.feature == "model" and layers_only))
-        or (f.status is Status.LOSSY and not allow_lossy)
-    ]
+    def blocks(f: "Finding") -> bool:
+        dequantized = quantization.refuses(f, accepted.dequantize)
+        if dequantized is not None:
+            return dequantized
+        return (f.status is Status.UNSUPPORTED and not (f.feature == "model" and layers_only)) or (
+            f.status is Status.LOSSY and not accepted.lossy
+        )
+
+    blocking = [(name, f) for name, fs in findings.items() for f in fs if blocks(f)]
     whole = [f for _, f in blocking if f.feature == "model"]
     if whole:
         raise RefusedError(f"{label}: {whole[0].detail}", findings=whole[:1], hint=whole[0].alternative)

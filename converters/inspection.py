@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from gatepack.converters.model import GraphTensor, Model, graph_interface
-from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, ROLE_LABELS, RecurrentLayer, dim_text
+from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, QUANTIZED_ROLES, ROLE_LABELS, RecurrentLayer, dim_text
 
 
 def _shapes(layer: RecurrentLayer) -> dict[str, list[str]]:
@@ -53,6 +53,8 @@ def _attributes(layer: RecurrentLayer) -> str:
     attrs.append(f"clip={layer.clip:g}" if layer.clip is not None else "no clip")
     attrs.append(f"layout={itf.layout}")
     attrs.append(itf.dtype)
+    if layer.is_quantized:
+        attrs.append("quantized weights")
     return f"{layer.cell.op_name} {layer.direction.value}, {', '.join(attrs)}"
 
 
@@ -90,6 +92,8 @@ def describe_text(model: Model) -> str:
                 dtype = {"sequence_lens": "int32", "mask": "per-step hold (Keras masking)"}.get(role, itf.dtype)
                 lines.append(f"  {role:<13} {name} [{', '.join(shape)}] {dtype}")
             lines.append(f"  parameters: {layer.parameter_count():,}" + ("" if layer.has_bias else " (no bias)"))
+            if layer.is_quantized:
+                lines.append(f"  quantized: {layer.quantization_summary()}")
             for note in model.notes_for(layer):
                 lines.append(f"  note: {note.detail}" + (f" [warning: {note.warning}]" if note.warning else ""))
     for name, reason in model.skipped:
@@ -143,6 +147,26 @@ def _compact(model: Model) -> list[str]:
     return lines
 
 
+def quantization_json(layer: RecurrentLayer) -> dict | None:
+    """Per quantized role (W, R): bits, signedness, granularity (per tensor / channel / block), block size,
+    whether zero points are all 0, and whether the source quantizes X and h at run time; None for float weights."""
+    if not layer.is_quantized:
+        return None
+    found = {}
+    for role in QUANTIZED_ROLES:
+        record = layer.directions[0].quantized(role)
+        if record is not None:
+            found[role] = {
+                "bits": record.bits,
+                "signed": record.signed,
+                "granularity": record.granularity,
+                "block_size": record.block_size,
+                "symmetric": all(not p.quantized(role).zero_point.any() for p in layer.directions),  # type: ignore[union-attr]
+                "dynamic_activations": record.dynamic_activations,
+            }
+    return found
+
+
 def describe_json(model: Model) -> dict:
     layers = []
     for layer in model.layers:
@@ -175,6 +199,7 @@ def describe_json(model: Model) -> dict:
                 },
                 "parameters": layer.parameter_count(),
                 "has_bias": layer.has_bias,
+                "quantization": quantization_json(layer),
                 "notes": [n.to_json() for n in model.notes_for(layer)],
             }
         )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Callable
 
+import gatepack.converters.quantization as quantization
 import gatepack.converters.registry as registry
 from gatepack.converters.feature_findings import mask as mask_findings
 from gatepack.converters.feature_findings import replacing
@@ -464,7 +465,8 @@ document.body.dataset.ready = 'yes';
 
 def _describe(layer: RecurrentLayer) -> str:
     lbr = f", lbr={int(layer.linear_before_reset)}" if layer.cell.spec.reset_placement else ""
-    return f"{layer.cell.op_name} {layer.direction.value}, I={layer.input_size}, H={layer.hidden_size}{lbr}"
+    quantized = ", quantized weights" if layer.is_quantized else ""
+    return f"{layer.cell.op_name} {layer.direction.value}, I={layer.input_size}, H={layer.hidden_size}{lbr}{quantized}"
 
 
 def _layer_label(lay: LayerReport) -> str:
@@ -502,6 +504,7 @@ def target_findings(
     assert implementation.check is not None  # registry.writer returns formats that write, and check
     checked = replacing(implementation.check(layer, **accepted), *mask_findings(layer, target, keeps_whole))
     found = [*checked, surroundings, chained, state]
+    found = quantization.with_finding(layer, target, found, bool(model.meta.get(quantization.ASKED)))
     held = constant_findings(layer, info.constant_form)
     kept = [f for f in found if f is not None and f.feature not in {h.feature for h in held}] + held
     return sort_worst_first(list(model.notes_for(layer)) + kept)

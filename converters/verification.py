@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import gatepack.converters.registry as registry
+from gatepack.converters.agreement import Agreement, agreement
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
 from gatepack.converters.findings import FP16_SOURCE_WARNING
 from gatepack.converters.model import Model
@@ -47,6 +48,7 @@ class OutputComparison:
     rtol: float
     passed: bool
     nonfinite_in_source: int = 0  # entries where the source overflowed and the target stayed finite
+    agreement: "Agreement | None" = None  # mean error, argmax and threshold agreement (``converters.agreement``)
 
 
 @dataclass(frozen=True)
@@ -276,7 +278,7 @@ def compare(
     nonfinite = int((~trusted & ~same_special).sum())
     if nonfinite and (nonfinite * 2 > b.size or np.isnan(a[~finite & ~same_special]).any()):
         passed = False
-    return OutputComparison(layer_name, output, max_abs, max_rel, atol, rtol, passed, nonfinite)
+    return OutputComparison(layer_name, output, max_abs, max_rel, atol, rtol, passed, nonfinite, agreement(a, b))
 
 
 def _overflowed_sequences(expected: dict[str, np.ndarray]) -> np.ndarray | None:

@@ -49,6 +49,7 @@ import numpy as np
 
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell, spec_of
+from gatepack.schemas.quantized import QuantizationError, QuantizedWeights
 
 Dim = Union[int, str, None]  # static size, symbolic name, or unknown
 
@@ -153,6 +154,14 @@ class DirectionParams:
     Rb: np.ndarray  # [G*H]
     activations: tuple[Activation, ...]
     P: np.ndarray | None = None  # peepholes [len(cell peepholes) * H] (LSTM: i, o, f); None: none
+    # the integers the source stores for W and R (``schemas.quantized``); W and R are then their float view,
+    # ``Wq.dequantized()``, exactly (validated): executors read W and R, writers that hold integers read these
+    Wq: QuantizedWeights | None = None
+    Rq: QuantizedWeights | None = None
+
+    def quantized(self, role: str) -> QuantizedWeights | None:
+        """The quantized record of ``role`` ('W' or 'R'), None when the source stores floats."""
+        return self.Wq if role == "W" else self.Rq if role == "R" else None
 
 
 # The interface's tensors, in the order of an ONNX recurrent node's inputs and outputs: the initial and
@@ -169,6 +178,10 @@ ROLE_LABELS = {
     "y_h": "Y_h",
     "y_c": "Y_c",
 }
+
+
+# The weights a source may store quantized (``DirectionParams.Wq``/``Rq``).
+QUANTIZED_ROLES = ("W", "R")
 
 
 # Optional inputs a source may hold as constants (an initializer, a ``Constant`` node, a folded cone) rather
@@ -371,7 +384,43 @@ class RecurrentLayer:
                     raise self._fail(f"direction {d} activation {act!r} is not an Activation")
         if not any(getattr(self.interface, role) for role in OUTPUT_ROLES):
             raise self._fail("requests no output (Y, Y_h or Y_c)")
+        self._validate_quantized()
         self._validate_constants()
+
+    @property
+    def is_quantized(self) -> bool:
+        """Whether the source stores W or R as integers (``DirectionParams.Wq``/``Rq``)."""
+        return any(p.Wq is not None or p.Rq is not None for p in self.directions)
+
+    def quantization_summary(self) -> str:
+        """E.g. 'W int8 per channel, symmetric; R int8 per channel, symmetric' ('' when not quantized)."""
+        parts, dynamic = [], False
+        for role in QUANTIZED_ROLES:
+            records = [r for r in (p.quantized(role) for p in self.directions) if r is not None]
+            dynamic |= any(r.dynamic_activations for r in records)
+            if records:
+                parts.append(f"{role} {' | '.join(sorted({r.describe() for r in records}))}")
+        return "; ".join(parts) + ("; X and h quantized to uint8 at run time" if dynamic else "")
+
+    def _validate_quantized(self) -> None:
+        """Every direction quantizes W (and R) alike or not at all, each record shaped as its float view and
+        that view exactly its dequantization."""
+        for role in QUANTIZED_ROLES:
+            records = [p.quantized(role) for p in self.directions]
+            if any(r is None for r in records) and any(r is not None for r in records):
+                raise self._fail(f"{role} is quantized in some directions only")
+            for d, (params, record) in enumerate(zip(self.directions, records)):
+                if record is None:
+                    continue
+                if not isinstance(record, QuantizedWeights):
+                    raise self._fail(f"direction {d} {role}q is a {type(record).__name__}, not QuantizedWeights")
+                try:
+                    record.validate()
+                except QuantizationError as err:
+                    raise self._fail(f"direction {d} {role}q: {err}") from None
+                floats = getattr(params, role)
+                if record.values.shape != floats.shape or not np.array_equal(record.dequantized(floats.dtype), floats):
+                    raise self._fail(f"direction {d} {role} is not the dequantization of its integers {role}q")
 
     def _validate_constants(self) -> None:
         if not isinstance(self.constants, dict):

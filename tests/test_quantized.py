@@ -1,5 +1,6 @@
 """onnxruntime's dynamically quantized LSTM (``com.microsoft::DynamicQuantizeLSTM``, written by
-``onnxruntime.quantization.quantize_dynamic``) read as a float LSTM (docs/conventions.md §9).
+``onnxruntime.quantization.quantize_dynamic``) read with its integers kept, written back by ONNX and as a float
+LSTM elsewhere only with --dequantize (docs/conventions.md §9).
 
 Oracles: onnxruntime running the quantized node, and the float ``nn.LSTM`` the fixtures were quantized
 from (``torch:`` outputs in fixtures/producers/ort_quantized). The dequantized weights are checked
@@ -88,11 +89,11 @@ def test_the_dequantized_weights_are_the_stored_integers_times_their_scale(artif
 
 @pytest.mark.parametrize("artifact", ARTIFACTS)
 def test_the_float_layer_gives_the_torch_modules_outputs(artifact, tmp_path):
-    """ONNX -> ONNX (the quantized node replaced in place by an LSTM node): within the dynamic-quantization
-    tolerance of the float nn.LSTM the model was quantized from, and within the measured gap of onnxruntime's
-    own int8 results (the truth)."""
+    """ONNX -> ONNX with --dequantize (the quantized node replaced in place by an LSTM node): within the
+    dynamic-quantization tolerance of the float nn.LSTM the model was quantized from, and within the measured gap
+    of onnxruntime's own int8 results (the truth)."""
     out = tmp_path / "float.onnx"
-    result = gp.convert(QUANTIZED / artifact, out, to="onnx", allow_lossy=True)
+    result = gp.convert(QUANTIZED / artifact, out, to="onnx", dequantize=True)
     assert result.passed and result.whole
     truth = _truth(artifact)
     got = _session_outputs(str(out), truth)
@@ -104,7 +105,7 @@ def test_the_float_layer_gives_the_torch_modules_outputs(artifact, tmp_path):
 @pytest.mark.parametrize("artifact", ARTIFACTS)
 def test_onnx_in_place_replaces_the_quantized_node_by_a_float_lstm(artifact, tmp_path):
     out = tmp_path / "float.onnx"
-    gp.convert(QUANTIZED / artifact, out, to="onnx", allow_lossy=True)
+    gp.convert(QUANTIZED / artifact, out, to="onnx", dequantize=True)
     proto = onnx.load(str(out))
     onnx.checker.check_model(proto, full_check=True)
     source = onnx.load(str(QUANTIZED / artifact))
@@ -132,22 +133,53 @@ def test_onnx_in_place_replaces_the_quantized_node_by_a_float_lstm(artifact, tmp
     assert sorted(n.op_type for n in proto.graph.node if n.op_type != "LSTM") == sorted(n.op_type for n in kept_nodes)
 
 
+@pytest.mark.parametrize("artifact", ARTIFACTS)
+@pytest.mark.parametrize("layers_only", [False, True])
+def test_onnx_keeps_the_dynamically_quantized_node_and_its_integers(artifact, layers_only, tmp_path):
+    """ONNX -> ONNX by default writes DynamicQuantizeLSTM back (whole, or the layer alone), the stored integers,
+    scales and zero points unchanged (compared with the source's initializers), ``repacked``; onnxruntime gives
+    the source's outputs exactly."""
+    out = tmp_path / "q.onnx"
+    result = gp.convert(QUANTIZED / artifact, out, to="onnx", layers_only=layers_only)
+    assert result.passed, result.to_text()
+    statuses = {f.feature: f.status.value for fs in result.findings.values() for f in fs}
+    assert statuses["quantization"] == "repacked"
+    proto = onnx.load(str(out))
+    onnx.checker.check_model(proto, full_check=True)
+    (written,) = [n for n in proto.graph.node if n.op_type == "DynamicQuantizeLSTM"]
+    assert not [n for n in proto.graph.node if n.op_type == "LSTM"]
+    node, inits = _quantized_node(QUANTIZED / artifact)
+    got = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    for k in (1, 2, 8, 9, 10, 11):
+        expected = inits[node.input[k]]
+        assert got[written.input[k]].dtype == expected.dtype
+        np.testing.assert_array_equal(got[written.input[k]], expected)
+    truth = _truth(artifact)
+    source = _session_outputs(str(QUANTIZED / artifact), truth)
+    for name, value in _session_outputs(str(out), truth).items():
+        np.testing.assert_array_equal(value, source[name] if name in source else value)
+
+
 @pytest.mark.parametrize("artifact", ARTIFACTS[:3])
-@pytest.mark.parametrize("target", TARGETS)
-def test_converts_to_every_target_lossy_only_when_allowed(artifact, target, tmp_path):
-    """Refused without --allow-lossy (naming the quantization and the way out), converted and verified
-    against onnxruntime running the quantized node with it; the layers-only targets take the layer alone."""
+@pytest.mark.parametrize("target", [t for t in TARGETS if t != "onnx"])
+def test_other_targets_write_floats_only_when_asked(artifact, target, tmp_path):
+    """Refused without --dequantize, even with --allow-lossy (naming the quantization and the option), converted
+    and verified against onnxruntime running the quantized node with it; the layers-only targets take the layer
+    alone."""
     out = tmp_path / artifact_name(target, "out")
     layers_only = target not in ("onnx", "openvino")
-    with pytest.raises(gp.RefusedError, match="lossy: quantization: com.microsoft::DynamicQuantizeLSTM") as err:
-        gp.convert(QUANTIZED / artifact, out, to=target, layers_only=layers_only)
-    assert "--allow-lossy" in err.value.hint and not out.exists()
-    result = gp.convert(QUANTIZED / artifact, out, to=target, layers_only=layers_only, allow_lossy=True)
+    with pytest.raises(gp.RefusedError, match="lossy: quantization: W int8") as err:
+        gp.convert(QUANTIZED / artifact, out, to=target, layers_only=layers_only, allow_lossy=True)
+    assert "--dequantize" in err.value.hint and not out.exists()
+    result = gp.convert(QUANTIZED / artifact, out, to=target, layers_only=layers_only, dequantize=True)
     assert result.passed, result.to_text()
     statuses = {f.feature: f.status.value for fs in result.findings.values() for f in fs}
     assert statuses["quantization"] == "lossy"
-    assert all(o.atol == ATOL and o.rtol == RTOL for o in result.verification.outputs)
-    assert max(o.max_abs_error for o in result.verification.outputs) < ATOL
+    exact = [o for o in result.verification.outputs if o.output.endswith("vs the dequantized source")]
+    measured = [o for o in result.verification.outputs if o.output.endswith("vs the quantized source")]
+    assert len(exact) == len(measured) == len(result.verification.outputs) // 2 > 0
+    assert max(o.max_abs_error for o in exact) < 1e-5 and all(o.atol <= 1e-5 for o in exact)
+    assert max(o.max_abs_error for o in measured) < ATOL  # the source's own quantization noise, measured
 
 
 def test_the_report_and_inspect_say_why_it_is_lossy():
@@ -155,14 +187,18 @@ def test_the_report_and_inspect_say_why_it_is_lossy():
     report = gp.report(path, to=TARGETS).render("json")
     data = json.loads(report) if isinstance(report, str) else report
     text = json.dumps(data)
-    assert "quantizes X and h to uint8 at run time" in text and "per output column" in text
+    assert "X and h quantized to uint8 at run time" in text and "int8 per channel, symmetric" in text
     run = subprocess.run(
-        [sys.executable, "-m", "gatepack", "convert", str(path), "--to", "onnx", "-o", "/nonexistent/x.onnx", "-q"],
+        [sys.executable, "-m", "gatepack", "convert", str(path), "--to", "openvino", "-o", "/nonexistent/x.xml", "-q"],
         capture_output=True,
         text=True,
     )
     assert run.returncode == 4 and run.stderr.count("\n") == 1, run.stderr
-    assert "lossy: quantization" in run.stderr and "--allow-lossy" in run.stderr
+    assert "lossy: quantization" in run.stderr and "--dequantize" in run.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "gatepack", "inspect", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "quantized: W int8 per channel, symmetric; R int8 per channel, symmetric; X and h quantized" in shown
 
 
 # ------------------------------------------------------------------------------ hand-built nodes
@@ -230,7 +266,7 @@ def test_hand_built_nodes_convert_and_verify_against_onnxruntime(case, tmp_path)
     source = tmp_path / "q.onnx"
     _node_model(source, **HAND_BUILT[case])
     out = tmp_path / "f.onnx"
-    assert gp.convert(source, out, to="onnx", allow_lossy=True).passed
+    assert gp.convert(source, out, to="onnx", dequantize=True).passed
     rng = np.random.default_rng(5)
     feed = {"X": rng.uniform(-1, 1, (4, 2, 5)).astype(np.float32), "lens": np.array([4, 2], np.int32)}
     d = 2 if "bidirectional" in case else 1
@@ -282,7 +318,9 @@ def _misread(path: Path, layer, how: str):
             value = np.concatenate([value[k * h : (k + 1) * h] for k in (0, 2, 3, 1)])
         return np.ascontiguousarray(value, np.float32)
 
-    directions = tuple(replace(p, W=weight("W", d), R=weight("R", d)) for d, p in enumerate(layer.directions))
+    directions = tuple(
+        replace(p, W=weight("W", d), R=weight("R", d), Wq=None, Rq=None) for d, p in enumerate(layer.directions)
+    )
     return replace(layer, directions=directions, provenance=None)
 
 

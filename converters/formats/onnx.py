@@ -27,12 +27,13 @@ from pathlib import Path
 
 import onnx
 
+import gatepack.converters.quantization as quantization
 from gatepack.converters.capabilities import ONNX, ONNX_FOR_DIRECTML
 from gatepack.converters.errors import GatepackError, RefusedError, UsageError
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats import onnx_elementary, onnx_quantized
+from gatepack.converters.formats import onnx_elementary, onnx_qdq, onnx_quantized
 from gatepack.converters.formats.onnx_graph import DEFAULT_OPSET
 from gatepack.converters.formats.onnx_reader import read
 from gatepack.converters.formats.onnx_rewrite import in_place, is_whole_model, whole_model_finding
@@ -43,7 +44,7 @@ from gatepack.converters.formats.onnx_running import (
     run_layer_native,
     run_native,
 )
-from gatepack.converters.formats.onnx_writer import build
+from gatepack.converters.formats.onnx_writer import build, quantized_form
 from gatepack.converters.model import Model
 from gatepack.converters.registry import FormatImplementation, runtime_name
 from gatepack.schemas.layer import RecurrentLayer
@@ -104,10 +105,21 @@ def write(
             _check_data_name(path)
             with open(tmp.parent / data_name, "wb") as data:
                 proto = build(
-                    model, opset=opset, layout_encoding=layout_encoding, external=(data, data_name), runtime=runtime
+                    model,
+                    opset=opset,
+                    layout_encoding=layout_encoding,
+                    external=(data, data_name),
+                    runtime=runtime,
+                    quantized=not model.meta.get(quantization.ASKED),
                 )
         else:
-            proto = build(model, opset=opset, layout_encoding=layout_encoding, runtime=runtime)
+            proto = build(
+                model,
+                opset=opset,
+                layout_encoding=layout_encoding,
+                runtime=runtime,
+                quantized=not model.meta.get(quantization.ASKED),
+            )
         onnx.save(proto, str(tmp))
         check_written(tmp, None)
 
@@ -167,10 +179,19 @@ def _write_whole(
         if external:
             with open(tmp.parent / (path.name + ".data"), "wb") as data:
                 proto = in_place(
-                    model, layout_encoding=layout_encoding, external=(data, path.name + ".data"), runtime=runtime
+                    model,
+                    layout_encoding=layout_encoding,
+                    external=(data, path.name + ".data"),
+                    runtime=runtime,
+                    quantized=not model.meta.get(quantization.ASKED),
                 )
         else:
-            proto = in_place(model, layout_encoding=layout_encoding, runtime=runtime)
+            proto = in_place(
+                model,
+                layout_encoding=layout_encoding,
+                runtime=runtime,
+                quantized=not model.meta.get(quantization.ASKED),
+            )
         onnx.save(proto, str(tmp))
         check_written(tmp, Path(model.path))
 
@@ -234,7 +255,32 @@ def check(
             warning="onnxruntime rejects layout=1 and OpenVINO's ONNX importer ignores it",
         )
     refused = _directml_refusal(layer, opset) if for_directml else None
-    return replacing(found, attribute, refused)
+    return replacing(found, attribute, refused) + _quantization(layer, opset, runtime, layout_encoding)
+
+
+_QUANTIZED_FORMS = {
+    "qdq": "integer initializers, each through a DequantizeLinear feeding the node",
+    "dynamic": f"onnxruntime's {onnx_quantized.DOMAIN}::{onnx_quantized.OP_TYPE} (W and R transposed back to "
+    "[D, K, 4H]), which runs on onnxruntime's CPU provider only",
+}
+
+
+def _quantization(layer: RecurrentLayer, opset: int | None, runtime: str | None, encoding: str) -> list[Finding]:
+    """The ``quantization`` finding of a quantized layer: its integers kept (QDQ, DynamicQuantizeLSTM), or why
+    this ONNX cannot hold them ([] for float weights)."""
+    if not layer.is_quantized:
+        return []
+    opset = DEFAULT_OPSET if opset is None else opset
+    form = quantized_form(layer, opset, runtime_name(runtime), encoding)
+    if form is not None:
+        return [quantization.held(layer, _QUANTIZED_FORMS[form])]
+    reason = (
+        "onnxruntime's DirectML provider runs no quantized recurrent weights here"
+        if runtime_name(runtime) == "directml"
+        else f"ONNX at opset {opset} has no DequantizeLinear for them (per-axis needs opset "
+        f"{onnx_qdq.MINIMUM_OPSET}, per-block 21; DynamicQuantizeLSTM has no layout attribute)"
+    )
+    return [quantization.dequantized(layer, "onnx", reason)]
 
 
 IMPLEMENTATION = FormatImplementation(

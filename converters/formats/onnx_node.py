@@ -24,9 +24,11 @@ from gatepack.converters.formats.onnx_interface import (
     node_interface,
     without_zero_states,
 )
+from gatepack.converters.formats.onnx_qdq import dequantize_linear_weight
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, ResolvedDefault, canonical_name, resolve_activations
 from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import Cell, Direction, DirectionParams, Provenance, RecurrentLayer, SpecError
+from gatepack.schemas.quantized import QuantizedWeights
 
 _A = onnx.AttributeProto
 
@@ -71,9 +73,10 @@ class NodeReader:
         if not inputs[0] or not inputs[1] or not inputs[2]:
             raise InputError(f"{at}{node.op_type} needs inputs X, W and R; got {list(node.input)}")
 
-        w = self.constants.constant(inputs[1], scope, name, "W")
-        r = self.constants.constant(inputs[2], scope, name, "R")
-        b = self.constants.constant(inputs[3], scope, name, "B") if inputs[3] else None
+        (w, wq), (r, rq), (b, _) = (
+            self._weight(inputs[k], scope, name, role) for k, role in ((1, "W"), (2, "R"), (3, "B"))
+        )
+        assert w is not None and r is not None  # (named: checked above)
         p = self.constants.constant(inputs[7], scope, name, "P") if inputs[7] else None
         hidden, direction = _hidden_and_direction(attrs, r, at)
         _check_weights(cell, direction, hidden, w, r, b, p, at)
@@ -110,7 +113,7 @@ class NodeReader:
                 input_size=int(w.shape[2]),
                 hidden_size=hidden,
                 direction=direction,
-                directions=_direction_params(cell.gates * hidden, w, r, b, p, per_dir),
+                directions=_direction_params(cell.gates * hidden, w, r, b, p, per_dir, (wq, rq)),
                 interface=interface,
                 linear_before_reset=bool(attrs.get("linear_before_reset", 0)),
                 input_forget=bool(attrs.get("input_forget", 0)),
@@ -124,6 +127,21 @@ class NodeReader:
         if notes:
             self.notes[name] = notes
         return layer
+
+    def _weight(
+        self, name: str, scope: Scope, layer: str, role: str
+    ) -> tuple[np.ndarray | None, list[QuantizedWeights] | None]:
+        """Weight ``name`` (None when not named) and, where ``DequantizeLinear`` computes W or R from integers, its
+        records per direction; a quantized B is read as the float values the node computes on (noted)."""
+        if not name:
+            return None, None
+        dequantized = dequantize_linear_weight(self.constants, name, scope, layer, role)
+        if dequantized is None:
+            return self.constants.constant(name, scope, layer, role), None
+        value, records = dequantized
+        if records is None or role == "B":
+            self.notes.setdefault(layer, []).append(dequantized_note(role, name))
+        return (_float_view(records) if records else value), records
 
     def _activations(self, node, cell: Cell, direction: Direction, attrs: dict, at: str, notes: list) -> list[list]:
         """The activations of each direction, spelled canonically, with their alpha/beta (a default the
@@ -333,11 +351,34 @@ def _layout(node: onnx.NodeProto, version: int, attrs: dict, at: str, notes: lis
     return layout
 
 
+def dequantized_note(role: str, name: str) -> Finding:
+    """A weight stored as ``DequantizeLinear`` of integers that gatepack reads as the float values it computes."""
+    return Finding(
+        "quantized bias" if role == "B" else "quantized weights",
+        Status.EXACT,
+        f"{role} {name!r}: DequantizeLinear of integers, read as the float values the node computes on "
+        "(written as float: the same numbers, stored in float)",
+    )
+
+
+def _float_view(records: list[QuantizedWeights]) -> np.ndarray:
+    """The float weight [D, G*H, K] a ``DequantizeLinear`` computes from per-direction ``records``."""
+    return np.stack([q.dequantized() for q in records])
+
+
 def _direction_params(
-    gh: int, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, p: np.ndarray | None, per_dir: list[list]
+    gh: int,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: np.ndarray | None,
+    p: np.ndarray | None,
+    per_dir: list[list],
+    quantized: tuple[list[QuantizedWeights] | None, list[QuantizedWeights] | None] = (None, None),
 ) -> tuple[DirectionParams, ...]:
-    """Per direction k: W[k], R[k], B[k] split into its input and recurrent halves (zeros without B), P[k]."""
+    """Per direction k: W[k], R[k], B[k] split into its input and recurrent halves (zeros without B), P[k], and
+    the quantized records of W[k] and R[k] where ``DequantizeLinear`` computes them."""
     zeros = np.zeros(gh, dtype=w.dtype)
+    wq, rq = quantized
     return tuple(
         DirectionParams(
             W=w[k],
@@ -346,6 +387,8 @@ def _direction_params(
             Rb=b[k, gh:] if b is not None else zeros,
             activations=tuple(per_dir[k]),
             P=None if p is None else p[k],
+            Wq=wq[k] if wq else None,
+            Rq=rq[k] if rq else None,
         )
         for k in range(len(per_dir))
     )

@@ -1,4 +1,5 @@
-"""ONNX: onnxruntime's dynamically quantized LSTM, ``com.microsoft::DynamicQuantizeLSTM``, read as a float LSTM.
+"""ONNX: onnxruntime's dynamically quantized LSTM, ``com.microsoft::DynamicQuantizeLSTM``, read with its integers
+kept (``schemas.quantized``) and written back.
 
 ``onnxruntime.quantization.quantize_dynamic`` rewrites an ONNX ``LSTM`` node into this contrib operator
 (docs/conventions.md §9). Its inputs are the LSTM's, numbered the same (X, W, R, B, sequence_lens,
@@ -13,10 +14,12 @@ the LSTM's without ``layout``. What differs:
 * at run time the kernel quantizes its GEMMs' left operands to uint8 with a scale and zero point from
   their range: X once over all steps, h at every step; it accumulates in int32 and rescales.
 
-The reader dequantizes, ``W = (Wq - zero_point) * scale``, transposes W and R into ONNX's layout and
-reads the result as an ``LSTM`` node with the same attributes (every check of the float reader
-applies). The layer carries a ``lossy`` reading finding: it computes in float what the source computes
-with 8-bit X and h. Verification runs the original node on onnxruntime, its int8 weights re-encoded
+The reader keeps the integers per direction, transposed into the canonical [4H, K] (``QuantizedWeights`` with
+``dynamic_activations``), and reads their float view ``W = (Wq - zero_point) * scale`` as an ``LSTM`` node
+with the same attributes (every check of the float reader applies). ONNX writes the operator back
+(``dynamic_lstm_node``); every other target computes in float what the source computes with 8-bit X and h:
+``lossy``, only with ``--dequantize`` (``converters.quantization``). Verification runs the original node on
+onnxruntime, its int8 weights re-encoded
 exactly as uint8 (``q + 128`` with ``zero_point + 128``: the same dequantized values), because
 onnxruntime's uint8 x int8 kernel saturates 16-bit pair sums on x86 CPUs without VNNI, which makes its
 results depend on the CPU; the comparison uses the tolerance measured for the run-time quantization
@@ -30,7 +33,7 @@ import mmap
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 import onnx
@@ -40,8 +43,9 @@ from gatepack.converters.errors import InputError, where
 from gatepack.converters.fileio import open_regular
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.onnx_graph import Scope, external_file, isolated_record, walk_nodes
-from gatepack.converters.samples import DYNAMIC_INT8, TOLERANCES
-from gatepack.schemas.layer import RecurrentLayer
+from gatepack.converters.samples import DYNAMIC_INT8
+from gatepack.schemas.layer import QUANTIZED_ROLES, RecurrentLayer
+from gatepack.schemas.quantized import QuantizedWeights
 
 if TYPE_CHECKING:  # onnx_node imports what imports this module
     from gatepack.converters.formats.onnx_node import NodeReader
@@ -84,14 +88,14 @@ def foreign_operators(nodes: Iterable[tuple], onnx_domains: tuple[str, ...]) -> 
     shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
     return (
         f" (it holds {shown}: operators outside the ONNX standard, of which gatepack reads only "
-        f"{DOMAIN}::{OP_TYPE}, as a float LSTM)"
+        f"{DOMAIN}::{OP_TYPE}, with its integers kept)"
     )
 
 
 def read_quantized_lstm(reader: NodeReader, node: onnx.NodeProto, scope: Scope, name: str) -> RecurrentLayer:
-    """The float LSTM layer of a ``DynamicQuantizeLSTM`` node: its weights dequantized and transposed into
-    ONNX's layout, read by ``reader`` (the ONNX node reader) as an ``LSTM`` node with the node's attributes;
-    its provenance runs the original node. Adds the ``quantization`` finding to ``reader.notes``."""
+    """The LSTM layer of a ``DynamicQuantizeLSTM`` node: its integers kept per direction (``Wq``/``Rq``), their
+    float view transposed into ONNX's layout and read by ``reader`` (the ONNX node reader) as an ``LSTM`` node with
+    the node's attributes; its provenance runs the original node. Notes onnxruntime's saturating int8 kernel."""
     at = where(reader.path, name)
     _check_signature(node, at)
     inputs = list(node.input) + [""] * (12 - len(node.input))
@@ -100,14 +104,13 @@ def read_quantized_lstm(reader: NodeReader, node: onnx.NodeProto, scope: Scope, 
         raise InputError(f"{at}{OP_TYPE} needs a positive hidden_size attribute (got {hidden})")
     stored = {role: reader.constants.constant(inputs[k], scope, name, role) for k, role in ((1, "W"), (2, "R"))}
     stored |= {role: reader.constants.constant(inputs[k], scope, name, role) for k, role in _QUANTIZATION_INPUTS}
-    w, per_channel = _dequantized(stored, "W", hidden, at)
-    r, _ = _dequantized(stored, "R", hidden, at)
-    if w.shape[0] != r.shape[0] or r.shape[1] != hidden:
+    records = {role: _records(stored, role, hidden, at) for role in QUANTIZED_ROLES}
+    if len(records["W"]) != len(records["R"]) or stored["R"].shape[1] != hidden:
         raise InputError(
-            f"{at}R has shape {list(stored['R'].shape)}, expected [{w.shape[0]}, {hidden}, {4 * hidden}] beside W "
-            f"{list(stored['W'].shape)}"
+            f"{at}R has shape {list(stored['R'].shape)}, expected [{len(records['W'])}, {hidden}, {4 * hidden}] "
+            f"beside W {list(stored['W'].shape)}"
         )
-    floats = {inputs[1]: w.transpose(0, 2, 1), inputs[2]: r.transpose(0, 2, 1)}
+    floats = {inputs[k]: np.stack([q.dequantized() for q in records[role]]) for k, role in ((1, "W"), (2, "R"))}
     proxy = helper.make_node("LSTM", inputs[:8], list(node.output), name=node.name, domain="")
     proxy.attribute.extend(node.attribute)
     shadowed = copy.copy(scope)  # the same names, W and R now float initializers in ONNX's layout
@@ -121,10 +124,44 @@ def read_quantized_lstm(reader: NodeReader, node: onnx.NodeProto, scope: Scope, 
     constants = {k: v for k, v in handle.constants.items() if k not in floats}  # B and P
     constants |= {inputs[k]: _exact_kernel(stored[role]) for k, role in ((1, "W"), (2, "R"), *_QUANTIZATION_INPUTS)}
     original = replace(handle, nodes=[node if n is proxy else n for n in handle.nodes], constants=constants)
-    reader.notes.setdefault(name, []).append(_finding(stored, per_channel))
-    return replace(
-        layer, provenance=replace(provenance, op_type=OP_TYPE, op_version=1, inputs=tuple(node.input), handle=original)
-    )
+    if _saturating(stored):
+        reader.notes.setdefault(name, []).append(_saturation_note())
+    directions = tuple(replace(p, Wq=records["W"][d], Rq=records["R"][d]) for d, p in enumerate(layer.directions))
+    provenance = replace(provenance, op_type=OP_TYPE, op_version=1, inputs=tuple(node.input), handle=original)
+    return replace(layer, directions=directions, provenance=provenance)
+
+
+def dynamic_lstm_node(
+    layer: RecurrentLayer,
+    node_inputs: list[str],
+    node_outputs: list[str],
+    name: str,
+    attrs: dict,
+    prefix: dict[str, str],
+    constant: Callable[[str, np.ndarray], str],
+) -> onnx.NodeProto:
+    """The ``DynamicQuantizeLSTM`` node of ``layer`` (its W and R records have ``dynamic_activations``):
+    ``node_inputs`` the LSTM's eight (W and R left empty) and the ``attrs`` of its LSTM node; the integers written
+    back in the operator's layout [D, K, 4H] (the records' transpose), scales and zero points [D] per tensor or
+    [D, 4H] per column, each an initializer made by ``constant(name, value)`` under ``prefix[role]``."""
+    inputs = list(node_inputs) + [""] * (8 - len(node_inputs))
+    quantization = []
+    for k, role in ((1, "W"), (2, "R")):
+        records = [p.quantized(role) for p in layer.directions]
+        assert all(r is not None for r in records)  # (quantized_form checked)
+        inputs[k] = constant(prefix[role], np.stack([r.values.T for r in records]))  # type: ignore[union-attr]
+        for part in ("scale", "zero_point"):
+            value = np.stack([getattr(r, part) for r in records])
+            quantization.append(constant(f"{prefix[role]}_{part}", value))
+    kept = {k: v for k, v in attrs.items() if k in _ATTRIBUTES}
+    return helper.make_node(OP_TYPE, inputs + quantization, node_outputs, name=name, domain=DOMAIN, **kept)
+
+
+def contrib_opsets(nodes: Iterable[onnx.NodeProto], declared: Iterable[onnx.OperatorSetIdProto]) -> list:
+    """The opset import ``nodes`` need for onnxruntime's contrib domain when ``declared`` lacks it ([] otherwise)."""
+    if any(n.domain == DOMAIN for n in nodes) and not any(o.domain == DOMAIN for o in declared):
+        return [helper.make_opsetid(DOMAIN, 1)]
+    return []
 
 
 def _check_signature(node: onnx.NodeProto, at: str) -> None:
@@ -148,10 +185,11 @@ def _check_signature(node: onnx.NodeProto, at: str) -> None:
         raise InputError(f"{at}{OP_TYPE} needs inputs {', '.join(missing)} (onnxruntime requires them)")
 
 
-def _dequantized(stored: dict[str, np.ndarray], role: str, hidden: int, at: str) -> tuple[np.ndarray, bool]:
-    """``(Wq - zero_point) * scale`` in float32 for ``role`` W or R ([D, K, 4H], the operator's layout), and
-    whether the parameters are per output column. Shapes, dtypes and zero points as onnxruntime's kernel
-    (``DynamicQuantizeLSTM::Compute``) accepts them, else InputError."""
+def _records(stored: dict[str, np.ndarray], role: str, hidden: int, at: str) -> list[QuantizedWeights]:
+    """Per direction, the integers of ``role`` W or R ([D, K, 4H], the operator's layout) transposed into the
+    canonical [4H, K] with their scale and zero point: one per direction (per tensor) or per output column (per
+    channel, axis 0), run-time activation quantization recorded. Shapes, dtypes and zero points as onnxruntime's
+    kernel (``DynamicQuantizeLSTM::Compute``) accepts them, else InputError."""
     q, scale, zero = stored[role], stored[f"{role}_scale"], stored[f"{role}_zero_point"]
     if q.dtype not in (np.int8, np.uint8):
         raise InputError(f"{at}{role} is {q.dtype}; {OP_TYPE} takes int8 or uint8 weights")
@@ -183,9 +221,18 @@ def _dequantized(stored: dict[str, np.ndarray], role: str, hidden: int, at: str)
         )
     if not np.isfinite(scale).all():
         raise InputError(f"{at}{role}_scale holds a value that is not finite")
-    shape = (directions, 1, 4 * hidden) if per_channel else (directions, 1, 1)
-    steps = q.astype(np.float32) - zero.astype(np.float32).reshape(shape)
-    return steps * scale.reshape(shape), per_channel
+    return [
+        QuantizedWeights(
+            q[d].T,
+            np.asarray(scale[d]),
+            np.asarray(zero[d]),
+            axis=0 if per_channel else None,
+            bits=8,
+            signed=q.dtype == np.int8,
+            dynamic_activations=True,
+        )
+        for d in range(directions)
+    ]
 
 
 def exact_kernel_source(path: Path) -> str | bytes:
@@ -231,24 +278,18 @@ def _exact_kernel(array: np.ndarray) -> np.ndarray:
     return (array.astype(np.int16) + 128).astype(np.uint8)
 
 
-def _finding(stored: dict[str, np.ndarray], per_channel: bool) -> Finding:
-    granularity = "per output column" if per_channel else "per direction"
-    saturating = stored["W"].dtype == np.int8 and max(np.abs(stored[r].astype(np.int16)).max() for r in "WR") > 64
-    warning = (
-        "onnxruntime's own int8 kernel saturates 16-bit sums on x86 CPUs without VNNI, so the source's results "
-        "depend on the CPU (0.3 off measured for torch-initialised layers, more for larger weights); gatepack "
-        "runs and verifies the same node with its weights re-encoded exactly as uint8"
-        if saturating
-        else None
-    )
-    atol, rtol = TOLERANCES[DYNAMIC_INT8]
+def _saturating(stored: dict[str, np.ndarray]) -> bool:
+    """Whether onnxruntime's own uint8 x int8 kernel may saturate on these weights (int8 beyond +-64)."""
+    return stored["W"].dtype == np.int8 and max(np.abs(stored[r].astype(np.int16)).max() for r in "WR") > 64
+
+
+def _saturation_note() -> Finding:
     return Finding(
-        "quantization",
-        Status.LOSSY,
-        f"{DOMAIN}::{OP_TYPE} ({stored['W'].dtype} W and R, scale and zero point {granularity}) read as a float "
-        "LSTM with W = (Wq - zero_point) * scale: the source quantizes X and h to uint8 at run time, the float "
-        f"layer does not (verified against onnxruntime running the node, atol {atol:g}, rtol {rtol:g})",
-        warning=warning,
-        alternative="keep the quantized model on onnxruntime for its 8-bit arithmetic, or pass --allow-lossy to "
-        "accept the float layer",
+        "kernel",
+        Status.EXACT,
+        f"{DOMAIN}::{OP_TYPE} with int8 weights beyond +-64 is run with its weights re-encoded exactly as uint8 "
+        "(q + 128, zero point + 128: the same dequantized values)",
+        warning="onnxruntime's own int8 kernel saturates 16-bit sums on x86 CPUs without VNNI, so the source's "
+        "results depend on the CPU (0.3 off measured for torch-initialised layers, more for larger weights); "
+        "gatepack runs and verifies the same node with its weights re-encoded exactly as uint8",
     )

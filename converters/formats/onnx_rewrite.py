@@ -46,7 +46,12 @@ def is_whole_model(model: Model) -> bool:
 
 
 def in_place(
-    model: Model, *, layout_encoding: str = "transpose", external: tuple | None = None, runtime: str = "onnxruntime"
+    model: Model,
+    *,
+    layout_encoding: str = "transpose",
+    external: tuple | None = None,
+    runtime: str = "onnxruntime",
+    quantized: bool = False,
 ) -> onnx.ModelProto:
     """The source model, whole, with each recurrent layer rewritten where it is.
 
@@ -59,7 +64,9 @@ def in_place(
 
     ``external`` = (binary file, location): every tensor is written there, the new weights streamed
     from the layers' arrays and the source's external tensors copied in chunks; without it, the
-    source's external tensors are embedded. ``runtime``: as ``write``'s."""
+    source's external tensors are embedded. ``runtime``: as ``write``'s. ``quantized``: a layer's quantized
+    weights written as integers where ONNX holds them (``WriteForm.quantized_form``; the ONNX writer's), else as
+    floats (what OpenVINO's and Core ML's readings of the model take)."""
     assert model.path is not None  # a whole model is rewritten from the file it was read from
     proto = load_proto(Path(model.path))
     opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), DEFAULT_OPSET)
@@ -80,10 +87,12 @@ def in_place(
             lifted.append(_lifted_replacement(layer, opset))
         else:
             graph = located[provenance.node]
-            form = WriteForm(layout_encoding, runtime, opset)
+            form = WriteForm(layout_encoding, runtime, opset, quantized)
             written |= _rewrite_node(graph, layer, form, names, reads, external)
     if lifted:
         replace_in_place(proto, lifted)
+    new_nodes = (node for node, *_ in walk_nodes(proto.graph)) if quantized else ()
+    proto.opset_import.extend(onnx_quantized.contrib_opsets(new_nodes, proto.opset_import))
     _relocate_external_data(proto, Path(model.path).parent, external, written)
     return proto
 

@@ -15,7 +15,7 @@ from gatepack.converters.capabilities import ONNX_FOR_DIRECTML
 from gatepack.converters.description import constant_in_layout
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import form_of
-from gatepack.converters.formats import onnx_elementary
+from gatepack.converters.formats import onnx_elementary, onnx_qdq, onnx_quantized
 from gatepack.converters.formats.onnx_graph import DEFAULT_OPSET, PERM_IN, PERM_Y, PERM_YH, broadcast_state_nodes
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.schemas.layer import INPUT_ROLES, RecurrentLayer, stack_directions
@@ -60,9 +60,11 @@ def build(
     layout_encoding: str = "transpose",
     external: tuple | None = None,
     runtime: str = "onnxruntime",
+    quantized: bool = False,
 ) -> onnx.ModelProto:
     """The ONNX model of ``model``'s layers; ``external`` = (binary file, location) streams the
-    weights into that file instead of the protobuf."""
+    weights into that file instead of the protobuf; ``quantized``: quantized weights kept as integers where ONNX
+    holds them (``WriteForm.quantized_form``)."""
     if opset not in WRITABLE_OPSETS:
         raise UsageError(f"ONNX opset {opset} cannot be written", hint=f"choose one of {WRITABLE_OPSETS}")
     if layout_encoding not in ("transpose", "attribute"):
@@ -75,16 +77,22 @@ def build(
     model = with_separate_inputs(model)
     names = NameBook()
     nodes: list[onnx.NodeProto] = []
-    stacked: list[Stacked] = []
+    stacked: list[Stacked | Plain] = []
     graph_inputs: list[onnx.ValueInfoProto] = []
     graph_outputs: list[onnx.ValueInfoProto] = []
     for layer in model.layers:
         _emit_layer(
-            layer, WriteForm(layout_encoding, runtime, opset), names, nodes, stacked, graph_inputs, graph_outputs
+            layer,
+            WriteForm(layout_encoding, runtime, opset, quantized),
+            names,
+            nodes,
+            stacked,
+            graph_inputs,
+            graph_outputs,
         )
     inits = [t.external(*external) if external else t.embedded() for t in stacked]
-    opsets = [helper.make_opsetid("", opset)]
-    ir_version = helper.find_min_ir_version_for(opsets)
+    opsets = [helper.make_opsetid("", opset)] + onnx_quantized.contrib_opsets(nodes, ())
+    ir_version = helper.find_min_ir_version_for(opsets[:1])  # (the contrib domain has no IR version of its own)
     if ir_version < 4:  # IR 3 wants every initializer declared as a graph input too
         graph_inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits]
     graph = helper.make_graph(nodes, "gatepack", graph_inputs, graph_outputs, inits)
@@ -166,11 +174,31 @@ class WriteForm:
     encoding: str = "transpose"
     runtime: str = "onnxruntime"
     opset: int = DEFAULT_OPSET
+    quantized: bool = False  # a layer's quantized weights written as integers where ONNX holds them
+
+    def quantized_form(self, layer: RecurrentLayer) -> str | None:
+        """How ``layer``'s quantized weights are written: ``qdq`` (integer initializers + DequantizeLinear),
+        ``dynamic`` (onnxruntime's DynamicQuantizeLSTM) or None (float weights)."""
+        return quantized_form(layer, self.opset, self.runtime, self.encoding) if self.quantized else None
 
     def elementary(self, layer: RecurrentLayer) -> bool:
         """Whether ``layer`` is written as elementary operators: its runtime would compute its node otherwise, or
         is in doubt for it (``capabilities.ONNX_FOR_DIRECTML``)."""
         return self.runtime == "directml" and not form_of(layer, ONNX_FOR_DIRECTML).native
+
+
+def quantized_form(layer: RecurrentLayer, opset: int, runtime: str, encoding: str) -> str | None:
+    """``dynamic`` for an LSTM whose source quantizes X and h at run time (``DynamicQuantizeLSTM``: onnxruntime's
+    CPU contrib operator, no layout attribute), ``qdq`` for weights ``DequantizeLinear`` holds at ``opset``
+    (``onnx_qdq.writable``), None where ONNX written for ``runtime`` keeps float weights (DirectML's provider, a
+    per-block record, an opset before 13)."""
+    records = [r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None]
+    if not records or runtime != "onnxruntime":
+        return None
+    if any(r.dynamic_activations for r in records):
+        keeps_layout = layer.interface.layout == 0 or encoding == "transpose"
+        return "dynamic" if layer.cell.spec.onnx_op == "LSTM" and keeps_layout else None
+    return "qdq" if onnx_qdq.writable(records, opset) else None
 
 
 def layer_nodes(
@@ -234,7 +262,7 @@ def layer_nodes(
 
         nodes += onnx_elementary.elementary_nodes(layer, names.fresh, constant, node_in, node_out, form.opset)
     else:
-        nodes.append(_recurrent_node(layer, form, names, inits, node_in, node_out, node_name, weight_names or {}))
+        nodes += _recurrent_node(layer, form, names, inits, node_in, node_out, node_name, weight_names or {})
     return nodes + after
 
 
@@ -254,33 +282,63 @@ def _recurrent_node(
     node_out: dict[str, str | None],
     node_name: str | None,
     preferred: dict[str, str],
-) -> onnx.NodeProto:
-    """The layer's own GRU/RNN/LSTM node on the tensors ``node_in``/``node_out`` name (already in its layout)."""
+) -> list[onnx.NodeProto]:
+    """The layer's own GRU/RNN/LSTM node on the tensors ``node_in``/``node_out`` name (already in its layout),
+    after the nodes dequantizing its weights (QDQ), or onnxruntime's DynamicQuantizeLSTM (``form.quantized_form``)."""
     weight_prefix = layer.name.replace("/", ".")
+    quantized = form.quantized_form(layer)
+    prelude: list[onnx.NodeProto] = []
+
+    def constant(name: str, value: np.ndarray) -> str:
+        fresh = names.fresh(name)
+        inits.append(Plain(fresh, value))
+        return fresh
 
     def weight(role: str, parts: list[np.ndarray]) -> str:
         name = names.fresh(preferred.get(role, f"{weight_prefix}.{role}"))
-        inits.append(Stacked(name, parts))
+        records = [p.quantized(role) for p in layer.directions]
+        if quantized == "qdq" and all(r is not None for r in records):
+            prelude.extend(onnx_qdq.dequantize_nodes(name, records, names.fresh, constant))  # type: ignore[arg-type]
+        else:
+            inits.append(Stacked(name, parts))
         return name
 
     # X W R B sequence_lens initial_h initial_c P, as the ONNX operators number their inputs
-    node_inputs = [_named(node_in, "x"), weight("W", [p.W for p in layer.directions])]
-    node_inputs += [weight("R", [p.R for p in layer.directions]), "", node_in["sequence_lens"] or "", "", "", ""]
+    node_inputs = [_named(node_in, "x"), "", "", "", node_in["sequence_lens"] or "", "", "", ""]
+    if quantized != "dynamic":
+        node_inputs[1:3] = [weight("W", [p.W for p in layer.directions]), weight("R", [p.R for p in layer.directions])]
     if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
         node_inputs[3] = weight("B", [np.concatenate([p.Wb, p.Rb]) for p in layer.directions])
     node_inputs[5], node_inputs[6] = node_in["initial_h"] or "", node_in["initial_c"] or ""
     if layer.has_peepholes:
         node_inputs[7] = weight("P", [p.P for p in layer.directions if p.P is not None])  # every direction's
-    while node_inputs and not node_inputs[-1]:
-        node_inputs.pop()
-    node_outputs = [node_out.get(key) or "" for key in ("y", "y_h", "y_c")]
-    while node_outputs and not node_outputs[-1]:
-        node_outputs.pop()
     attrs = recurrent_attributes(layer)
     if layer.interface.layout == 1 and form.encoding == "attribute":
         attrs["layout"] = 1
     name = names.fresh(layer.name) if node_name is None else node_name
-    return helper.make_node(layer.cell.op_name, node_inputs, node_outputs, name=name, **attrs)
+    node_outputs = [node_out.get(key) or "" for key in ("y", "y_h", "y_c")]
+    while node_outputs and not node_outputs[-1]:
+        node_outputs.pop()
+    if quantized == "dynamic":
+        prefix = {role: preferred.get(role, f"{weight_prefix}.{role}") for role in ("W", "R")}
+        return [onnx_quantized.dynamic_lstm_node(layer, node_inputs, node_outputs, name, attrs, prefix, constant)]
+    while node_inputs and not node_inputs[-1]:
+        node_inputs.pop()
+    return [*prelude, helper.make_node(layer.cell.op_name, node_inputs, node_outputs, name=name, **attrs)]
+
+
+@dataclass
+class Plain:
+    """A small initializer written as it is (scales, zero points, integers), embedded even with external data."""
+
+    name: str
+    value: np.ndarray
+
+    def embedded(self) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.asarray(self.value), self.name)
+
+    def external(self, data, location: str) -> onnx.TensorProto:
+        return self.embedded()
 
 
 def recurrent_attributes(layer: RecurrentLayer) -> dict:

@@ -1,0 +1,67 @@
+"""What becomes of a layer's quantized weights (``schemas.quantized``) in a target: held as integers (``repacked``:
+the same integers, scale and zero point, moved), or written as their float view ``(q - zero_point) * scale``
+only when the user asks (``--dequantize``, API ``dequantize=True``): ``lossy``, refused otherwise, naming the
+option. A format that holds quantized weights words its own ``held`` finding; every other one gets
+``dequantized`` from the report (``reporting.target_findings``), so no format can drop the integers silently.
+"""
+
+from __future__ import annotations
+
+from gatepack.converters.findings import Finding, Status
+from gatepack.schemas.layer import RecurrentLayer
+
+FEATURE = "quantization"
+DEQUANTIZE_OPTION = "--dequantize (API: dequantize=True)"
+HOLDERS = ("onnx",)  # the formats whose writer keeps quantized weights as integers
+ASKED = "dequantize"  # Model.meta key: the user asked for float weights everywhere (``--dequantize``)
+
+
+def held(layer: RecurrentLayer, how: str) -> Finding:
+    """The integers kept, ``how`` the target stores them (e.g. 'int8 initializers + DequantizeLinear')."""
+    return Finding(FEATURE, Status.REPACKED, f"{layer.quantization_summary()}: the integers kept exactly, as {how}")
+
+
+def dequantized(layer: RecurrentLayer, target: str, reason: str | None = "") -> Finding:
+    """``target`` cannot hold the integers (``reason``, default: its format has no quantized weights) or the user
+    asked for floats (``reason`` None): written as float weights only with ``--dequantize``; ``lossy`` either way
+    (the report and ``convert`` agree), refused unless the user passed the option (``refuses``)."""
+    dynamic = any(r is not None and r.dynamic_activations for p in layer.directions for r in (p.Wq, p.Rq))
+    arithmetic = (
+        "; and the float layer computes X and h in float where the source quantizes them to uint8 at run time "
+        "(proven exact against the source with dequantized weights, its error against the quantized source "
+        "measured and bounded by --max-error or the source's own quantization noise)"
+        if dynamic
+        else " (the numbers the source computes on, stored in float: 4x larger for 8 bits)"
+    )
+    holders = [h for h in HOLDERS if h != target]
+    keep = f", or convert to {' or '.join(holders)}, which keeps the integers" if holders else ""
+    why = "as asked (--dequantize)" if reason is None else f"{reason or target + ' holds no quantized weights'}: "
+    return Finding(
+        FEATURE,
+        Status.LOSSY,
+        f"{layer.quantization_summary()}: written as float weights W = (q - zero_point) * scale "
+        + (why if reason is None else f"only with --dequantize ({why.rstrip(': ')})")
+        + arithmetic,
+        alternative=f"pass {DEQUANTIZE_OPTION} to write float weights{keep}",
+    )
+
+
+def with_finding(layer: RecurrentLayer, target: str, found: list, asked: bool) -> list:
+    """A format's findings ``found`` (None entries allowed) with the quantization finding every quantized layer
+    gets: the format's own (it holds the integers), else ``dequantized``; when the user ``asked`` for float
+    weights (``--dequantize``), ``dequantized`` in place of the format's."""
+    if not layer.is_quantized:
+        return found
+    own = [f for f in found if f is not None and f.feature == FEATURE]
+    if own and not asked:
+        return found
+    kept = [f for f in found if f is None or f.feature != FEATURE]
+    return kept + [dequantized(layer, target, None if asked and own else "")]
+
+
+def refuses(finding: Finding, dequantize: bool) -> bool | None:
+    """Whether ``finding`` blocks a conversion: a ``lossy`` quantization finding does unless ``dequantize`` (and
+    ``--allow-lossy`` does not accept it); None for every other finding (the general rule decides)."""
+    if finding.feature != FEATURE or finding.status is not Status.LOSSY:
+        return None
+    return not dequantize

@@ -1,0 +1,124 @@
+"""Quantized weights held exactly: the integers a source stores for a layer's W or R, with their scale and zero
+point, never replaced by floats.
+
+A ``QuantizedWeights`` describes one direction's W ``[G*H, I]`` or R ``[G*H, H]`` in the canonical layout
+(``schemas.layer``; a format storing the transpose is transposed when read, the integers unchanged)::
+
+    W[j, k] = (values[j, k] - zero_point[g]) * scale[g]
+
+where ``g`` is the record's granularity: one pair for the whole tensor (``axis`` None), one per output row
+(``axis`` 0: per channel, ``scale`` and ``zero_point`` of shape [G*H]) or one per block of ``block_size``
+consecutive columns of a row (``axis`` 1, shape [G*H, K / block_size]). The difference ``values -
+zero_point`` is exact in float32 for every width up to 16 bits, so ``dequantized`` rounds once, as
+ONNX's ``DequantizeLinear`` and onnxruntime's kernels do: the float view every executor and float writer uses.
+
+``dynamic_activations`` records a semantic of the source operator rather than of the weights: onnxruntime's
+``DynamicQuantizeLSTM`` also quantizes its GEMMs' left operands (X, h) to uint8 at run time
+(docs/conventions.md §9), an arithmetic a float layer does not reproduce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+GRANULARITIES = ("per tensor", "per channel", "per block")
+
+
+class QuantizationError(ValueError):
+    """A quantized record that contradicts itself; the message names the field and the value."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class QuantizedWeights:
+    """One direction's quantized W or R (module docstring): integers, scale, zero point and their granularity."""
+
+    values: np.ndarray  # integers [rows, cols] (int8, uint8, int16, uint16), canonical layout
+    scale: np.ndarray  # float32: [] per tensor, [rows] per channel, [rows, cols / block_size] per block
+    zero_point: np.ndarray  # the values' dtype, the scale's shape
+    axis: int | None = None  # None: per tensor; 0: per output row (channel); 1: per block along the row
+    block_size: int | None = None  # axis 1 only
+    bits: int = 8
+    signed: bool = True
+    dynamic_activations: bool = False  # the source quantizes X and h to uint8 at run time (DynamicQuantizeLSTM)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def __repr__(self) -> str:
+        return f"QuantizedWeights({self.describe()}, {list(self.values.shape)})"
+
+    @property
+    def granularity(self) -> str:
+        """'per tensor', 'per channel' or 'per block'."""
+        return GRANULARITIES[0 if self.axis is None else self.axis + 1]
+
+    def describe(self) -> str:
+        """E.g. 'int8 per channel, symmetric' or 'uint8 per tensor, zero point 128'."""
+        kind = f"{'' if self.signed else 'u'}int{self.bits}"
+        granularity = self.granularity + (f" of {self.block_size}" if self.block_size else "")
+        zeros = np.unique(self.zero_point)
+        zero = (
+            "symmetric"
+            if zeros.size == 1 and zeros[0] == 0
+            else "zero point " + (str(int(zeros[0])) if zeros.size == 1 else f"{int(zeros.min())}..{int(zeros.max())}")
+        )
+        return f"{kind} {granularity}, {zero}"
+
+    def broadcast(self, array: np.ndarray) -> np.ndarray:
+        """``array`` (the scale or zero point) spread over the values' shape."""
+        if self.axis is None:
+            return array.reshape(1, 1)
+        if self.axis == 0:
+            return array.reshape(-1, 1)
+        assert self.block_size is not None  # (validated)
+        return np.repeat(array, self.block_size, axis=1)
+
+    def dequantized(self, dtype: "np.dtype | type | str" = np.float32) -> np.ndarray:
+        """``(values - zero_point) * scale`` in float32 (one rounding), then cast to ``dtype``."""
+        steps = self.values.astype(np.float32) - self.broadcast(self.zero_point).astype(np.float32)
+        return (steps * self.broadcast(self.scale)).astype(dtype, copy=False)
+
+    def with_values(self, values: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> "QuantizedWeights":
+        """The same scheme on other arrays (rows reordered by a writer, e.g. gate blocks)."""
+        return QuantizedWeights(
+            values, scale, zero_point, self.axis, self.block_size, self.bits, self.signed, self.dynamic_activations
+        )
+
+    def validate(self) -> None:
+        """Types, shapes and ranges consistent, else QuantizationError naming the field."""
+        values, scale, zero = self.values, self.scale, self.zero_point
+        if not isinstance(values, np.ndarray) or values.ndim != 2 or values.dtype.kind not in "iu":
+            raise QuantizationError(f"values {getattr(values, 'dtype', values)!r} are not a 2-D integer array")
+        if values.dtype.itemsize > 2:
+            raise QuantizationError(f"values are {values.dtype}; quantized weights are at most 16 bits")
+        if self.signed != (values.dtype.kind == "i"):
+            raise QuantizationError(f"signed={self.signed} but the values are {values.dtype}")
+        if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 2 <= self.bits <= 8 * values.itemsize:
+            raise QuantizationError(f"bits {self.bits!r} do not fit {values.dtype}")
+        if not isinstance(scale, np.ndarray) or scale.dtype != np.float32:
+            raise QuantizationError(f"scale is {getattr(scale, 'dtype', type(scale).__name__)}, expected float32")
+        if not isinstance(zero, np.ndarray) or zero.dtype != values.dtype or zero.shape != scale.shape:
+            raise QuantizationError(
+                f"zero point {getattr(zero, 'dtype', None)} {list(getattr(zero, 'shape', ()))} must be "
+                f"{values.dtype} {list(scale.shape)} (the values' type, the scale's shape)"
+            )
+        rows, cols = values.shape
+        expected = {None: (), 0: (rows,)}
+        if self.axis == 1:
+            if not isinstance(self.block_size, int) or self.block_size < 1 or cols % self.block_size:
+                raise QuantizationError(f"block_size {self.block_size!r} does not divide the {cols} columns")
+            expected[1] = (rows, cols // self.block_size)
+        elif self.block_size is not None:
+            raise QuantizationError(f"block_size {self.block_size} needs axis 1, got axis {self.axis!r}")
+        if self.axis not in expected:
+            raise QuantizationError(f"axis {self.axis!r} is not None, 0 (per channel) or 1 (per block)")
+        if scale.shape != expected[self.axis]:
+            raise QuantizationError(f"scale has shape {list(scale.shape)}, expected {list(expected[self.axis])}")
+        if not np.isfinite(scale).all():
+            raise QuantizationError("scale holds a value that is not finite")
+        low, high = (-(2 ** (self.bits - 1)), 2 ** (self.bits - 1) - 1) if self.signed else (0, 2**self.bits - 1)
+        for label, array in (("values", values), ("zero point", zero)):
+            if array.size and (int(array.min()) < low or int(array.max()) > high):
+                raise QuantizationError(f"{label} span {int(array.min())}..{int(array.max())}, beyond {self.bits} bits")
