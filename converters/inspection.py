@@ -37,6 +37,8 @@ def _tensors(layer: RecurrentLayer) -> list[tuple[str, str, list[str]]]:
     return [(role, name, shapes[role]) for role, name in roles if name]
 
 
+# an optional input the layer holds as a constant: named (the artifact's constant tensor), never fed
+HELD_TEXT = " (a constant of the layer, not an input)"
 COMPACT_ABOVE = 8  # layers: above this, inspect groups identical layer kinds and lists one line per layer
 
 
@@ -85,9 +87,10 @@ def describe_text(model: Model) -> str:
             itf = layer.interface
             lines.append(f"{layer.name}: {_attributes(layer)}")
             lines.append(f"  activations: {layer.activation_summary()}")
+            held = {ROLE_LABELS[role] for role in layer.constants}
             for role, name, shape in _tensors(layer):
                 dtype = "int32" if role == "sequence_lens" else itf.dtype
-                lines.append(f"  {role:<13} {name} [{', '.join(shape)}] {dtype}")
+                lines.append(f"  {role:<13} {name} [{', '.join(shape)}] {dtype}" + HELD_TEXT * (role in held))
             lines.append(f"  parameters: {layer.parameter_count():,}" + ("" if layer.has_bias else " (no bias)"))
             for note in model.notes_for(layer):
                 lines.append(f"  note: {note.detail}" + (f" [warning: {note.warning}]" if note.warning else ""))
@@ -169,7 +172,11 @@ def describe_json(model: Model) -> dict:
                     for p in layer.directions
                 ],
                 "tensors": {
-                    role: {"name": name, "shape": [int(d) if d.isdigit() else d for d in shape]}
+                    role: {
+                        "name": name,
+                        "shape": [int(d) if d.isdigit() else d for d in shape],
+                        **({"constant": True} if role in {ROLE_LABELS[r] for r in layer.constants} else {}),
+                    }
                     for role, name, shape in _tensors(layer)
                 },
                 "parameters": layer.parameter_count(),
