@@ -528,7 +528,14 @@ def run(artifact, inputs_path, output, engine, directml_shapes, from_format, as_
     from gatepack.converters.fileio import atomic_path, load_npz, prepare_output, write_npz
 
     prepare_output(output, NPZ_OUTPUT, [Path(artifact), Path(inputs_path)])
-    inputs = load_npz(inputs_path, allowed=gp.input_names(artifact, format=from_format))
+    # other arrays beside the inputs (expected outputs) are left unread; a state a layer holds as a constant is read,
+    # so that run refuses it on every format (it names no input)
+    try:
+        layers = gp.load(artifact, format=from_format).layers
+    except gp.NoRecurrentLayerError:  # a program a format's own interpreter runs
+        layers = []
+    held = [getattr(lay.interface, role) for lay in layers for role in lay.constants]
+    inputs = load_npz(inputs_path, allowed=gp.input_names(artifact, format=from_format) + held)
     if engine == "auto":
         from gatepack.converters import engine_for
         from gatepack.converters.registry import detect

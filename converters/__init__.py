@@ -766,7 +766,8 @@ def engine_for(format: str) -> str:
 
 
 def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
-    """The names of the tensors ``run`` takes for ``artifact`` (its graph inputs)."""
+    """The names of the tensors ``run`` takes for ``artifact`` (its graph inputs; for an artifact of layers alone, each
+    layer's X and the optional inputs it does not hold as constants), alike for every format."""
     from gatepack.converters import registry
 
     artifact = registry.as_source(artifact)
@@ -774,10 +775,12 @@ def input_names(artifact: str | Path, format: str | None = None) -> list[str]:
     graph_inputs = registry.reader(fmt).graph_inputs
     if graph_inputs is not None:
         return [name for name, _, _ in graph_inputs(artifact)]
-    from gatepack.schemas.layer import INPUT_ROLES
-
-    itf = [layer.interface for layer in load(artifact, fmt).layers]
-    return list(dict.fromkeys(n for i in itf for n in (getattr(i, role) for role in INPUT_ROLES) if n))
+    # X and the optional inputs each layer takes from its user: never an input it holds as a constant (named in its
+    # interface for the artifact's constant tensor), which no format's run takes
+    layers = load(artifact, fmt).layers
+    return list(
+        dict.fromkeys(n for lay in layers for role in ("x", *lay.fed_roles()) if (n := getattr(lay.interface, role)))
+    )
 
 
 def run(

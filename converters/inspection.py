@@ -38,6 +38,8 @@ def _tensors(layer: RecurrentLayer) -> list[tuple[str, str, list[str]]]:
     return [(role, name, shapes[role]) for role, name in roles if name]
 
 
+# an optional input the layer holds as a constant: named (the artifact's constant tensor), never fed
+HELD_TEXT = " (a constant of the layer, not an input)"
 COMPACT_ABOVE = 8  # layers: above this, inspect groups identical layer kinds and lists one line per layer
 
 
@@ -88,9 +90,10 @@ def describe_text(model: Model) -> str:
             itf = layer.interface
             lines.append(f"{layer.name}: {_attributes(layer)}")
             lines.append(f"  activations: {layer.activation_summary()}")
+            held = {ROLE_LABELS[role] for role in layer.constants}
             for role, name, shape in _tensors(layer):
                 dtype = {"sequence_lens": "int32", "mask": "per-step hold (Keras masking)"}.get(role, itf.dtype)
-                lines.append(f"  {role:<13} {name} [{', '.join(shape)}] {dtype}")
+                lines.append(f"  {role:<13} {name} [{', '.join(shape)}] {dtype}" + HELD_TEXT * (role in held))
             lines.append(f"  parameters: {layer.parameter_count():,}" + ("" if layer.has_bias else " (no bias)"))
             if layer.is_quantized:
                 lines.append(f"  quantized: {layer.quantization_summary()}")
@@ -194,7 +197,11 @@ def describe_json(model: Model) -> dict:
                     for p in layer.directions
                 ],
                 "tensors": {
-                    role: {"name": name, "shape": [int(d) if d.isdigit() else d for d in shape]}
+                    role: {
+                        "name": name,
+                        "shape": [int(d) if d.isdigit() else d for d in shape],
+                        **({"constant": True} if role in {ROLE_LABELS[r] for r in layer.constants} else {}),
+                    }
                     for role, name, shape in _tensors(layer)
                 },
                 "parameters": layer.parameter_count(),

@@ -241,6 +241,11 @@ class FormatImplementation:
       ``run_whole``/``run_native`` use, for many calls in a row (streaming verification; None: each call
       loads it). A stateful artifact's session holds its states across calls and returns them under their
       state outputs' names.
+    * ``runnable_twin(model, path) -> layers``: where the runtime refuses a whole model as it is, its exact twin
+      written to ``path`` (NAME plus the format's suffix), each node it refuses rewritten as nodes it runs (ONNX: a
+      ``layout = 1`` node as a layout-0 node between Transposes), returning the layers rewritten ([]: none needed,
+      nothing written; None: the format has no twin). Verification proves each rewritten layer against gatepack's
+      executor of the original and runs the twin in the source's place, saying so.
     * ``settle_options(model, write_options) -> write_options``: the options with what the format settles for the
       whole artifact when the user leaves it out (Core ML: the lowest deployment target that expresses the model),
       so that every layer's findings and the writer see one value (default: as given).
@@ -260,6 +265,7 @@ class FormatImplementation:
     run_onnx_node: Callable[["RecurrentLayer", dict], dict] | None = None
     open_session: Callable[[Any], Callable[[dict], dict]] | None = None
     settle_options: Callable[["Model", dict], dict] = _as_given
+    runnable_twin: Callable[["Model", Path], "list[RecurrentLayer]"] | None = None
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ def sample_inputs(
     layer: RecurrentLayer, rng: np.random.Generator, sizes: tuple[int, int] | None = None
 ) -> dict[str, np.ndarray]:
     """Random inputs for ``layer`` in layout 0, keyed by role: X, and sequence_lens, initial_h, initial_c where
-    the layer takes them (never for an input it holds as a constant)."""
+    the layer takes them (never for an input it holds as a constant); initial_c equal to initial_h where the layer
+    reads one tensor as both."""
     s, n = sizes or sample_sizes(layer)
     check_sample_size(layer, s, n)
     dtype = layer.dtype
@@ -60,4 +61,8 @@ def sample_inputs(
     for role in ("initial_h", "initial_c"):
         if role in fed:
             inputs[role] = rng.uniform(-1, 1, (layer.num_directions, n, layer.hidden_size)).astype(dtype)
+    if "initial_c" in inputs and layer.interface.initial_c == layer.interface.initial_h:
+        # one tensor the layer reads as both states (tf2onnx's zero state of a stacked Keras LSTM) is one value: the
+        # source runs it once for both, so a target taking them apart is fed the same
+        inputs["initial_c"] = inputs["initial_h"]
     return inputs

@@ -157,6 +157,40 @@ def test_held_state_is_not_an_input_of_the_layer(tmp_path):
         run_layer(layer, np.zeros((S, N, I), np.float32), None, np.zeros((1, N, H), np.float32))
 
 
+@pytest.mark.parametrize("target", registry.writers())
+def test_a_held_state_is_named_as_no_input_by_any_format(tmp_path, target):
+    """One behaviour on every format for a state the layer holds: ``input_names`` leaves it out (the layers-alone
+    formats once listed it), ``inspect`` says it is a constant, ``run`` refuses it when given (API and CLI, exit 3,
+    one line) and runs on X alone to onnxruntime's outputs of the source."""
+    from click.testing import CliRunner
+
+    from gatepack.cli import main
+
+    if target == "openvino":
+        pytest.importorskip("openvino")
+    if target == "coreml":
+        pytest.importorskip("coremltools")
+    src, held = _source(tmp_path, "GRU", "initializer")
+    out = str(tmp_path / artifact_name(target, "o"))
+    assert gp.convert(src, out, to=target).passed
+    layer = gp.load(out).layers[0]
+    assert list(layer.constants) == ["initial_h"] and layer.fed_roles() == ()
+    assert gp.input_names(out) == ["X"]
+    text = CliRunner().invoke(main, ["inspect", out]).output
+    assert "(a constant of the layer, not an input)" in next(line for line in text.splitlines() if "initial_h" in line)
+    x = np.random.default_rng(3).uniform(-1, 1, (S, N, I)).astype(np.float32)
+    state = {layer.interface.initial_h: held["h0"]}
+    with pytest.raises(gp.InputError, match="initial_h is a constant of the layer, not an input"):
+        gp.run(out, {"X": x, **state})
+    feed = tmp_path / "feed.npz"
+    np.savez(feed, X=x, **state)
+    result = CliRunner().invoke(main, ["run", out, "--inputs", str(feed), "-o", str(tmp_path / "y.npz")])
+    assert result.exit_code == 3 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "not an input" in result.output and not (tmp_path / "y.npz").exists()
+    for name, value in _onnxruntime(src, x).items():
+        np.testing.assert_allclose(_run_artifact(target, out, x)[name], value, atol=2e-5, rtol=1e-4)
+
+
 def _state_from_shape(tmp_path, fill: np.ndarray, tag: str) -> str:
     """A GRU whose initial_h is ``fill`` ([1, 1, H], or a scalar) expanded to [1, N, H], N read from X's shape, as
     exporters write a zero state for a dynamic batch, and a learned state repeated along the batch."""

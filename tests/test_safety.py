@@ -415,6 +415,42 @@ def test_onnx_external_data_never_leads_outside(tmp_path, location):
     assert "outside" in result.output or "absolute" in result.output
 
 
+def _external_outside(tmp_path, tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """``tensor`` stored as external data in a file beside the model's folder (``../outside.bin``)."""
+    data = numpy_helper.to_array(tensor)
+    (tmp_path / "outside.bin").write_bytes(data.tobytes())
+    moved = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    moved.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", "../outside.bin"), ("offset", "0"), ("length", str(data.nbytes))):
+        moved.external_data.add(key=key, value=value)
+    return moved
+
+
+@pytest.mark.parametrize("held_by", ["the layer", "an operator around it"])
+def test_verify_refuses_a_constant_whose_external_data_leads_outside(tmp_path, held_by):
+    """Every external tensor is checked when the model is read, not only the weights gatepack reads: a state the layer
+    holds (once read from outside the folder, and verification passed) or a constant of another operator (once left
+    to onnxruntime, which refused it: verification incomplete, exit 5) is a one-line error, exit 3."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    proto = onnx.load(str(SOURCE))
+    h = next(t for t in proto.graph.initializer if t.name == "R").dims[2]
+    if held_by == "the layer":
+        graph_input = next(i for i in proto.graph.input if i.name == "initial_h")
+        state = np.full([d.dim_value for d in graph_input.type.tensor_type.shape.dim], 0.5, np.float32)
+        proto.graph.input.remove(graph_input)
+        proto.graph.initializer.append(_external_outside(tmp_path, numpy_helper.from_array(state, "initial_h")))
+    else:
+        bias = numpy_helper.from_array(np.arange(h, dtype=np.float32), "bias")
+        proto.graph.initializer.append(_external_outside(tmp_path, bias))
+        proto.graph.node.append(helper.make_node("Add", [proto.graph.output[1].name, "bias"], ["shifted"]))
+        proto.graph.output.append(helper.make_tensor_value_info("shifted", TensorProto.FLOAT, None))
+    model = folder / "m.onnx"
+    model.write_bytes(proto.SerializeToString())
+    for args in (["verify", model, model], ["inspect", model]):
+        one_line_error(cli(*args), 3, "'../outside.bin' leads outside the artifact")
+
+
 # ------------------------------------------------------------------- 3. reading never writes
 
 

@@ -6,6 +6,7 @@ the original model, and models built independently here."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -38,21 +39,26 @@ def _real_feed(path, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return feed
 
 
-def _relu_gru_relu(layout: int, rng: np.random.Generator) -> onnx.ModelProto:
-    """x -> Relu -> GRU (layout given) -> Relu on Y and on Y_h; layout 0 here is wrapped in the
-    Transposes that make it the same computation as layout 1 (the ONNX operator's definition)."""
-    s, n, i, h = 5, 2, 3, 4
-    w, r = rng.standard_normal((1, 3 * h, i)), rng.standard_normal((1, 3 * h, h))
-    b = rng.standard_normal((1, 6 * h))
-    attrs = {"hidden_size": h, "linear_before_reset": 1}
+GATES = {"GRU": 3, "LSTM": 4, "RNN": 1}
+
+
+def _relu_gru_relu(layout: int, rng: np.random.Generator, cell: str = "GRU") -> onnx.ModelProto:
+    """x -> Relu -> GRU, LSTM or RNN (layout given) -> Relu on Y and on Y_h (an LSTM's Y_c an output as it is);
+    layout 0 here is wrapped in the Transposes that make it the same computation as layout 1 (the ONNX operator's
+    definition)."""
+    s, n, i, h, g = 5, 2, 3, 4, GATES[cell]
+    w, r = rng.standard_normal((1, g * h, i)), rng.standard_normal((1, g * h, h))
+    b = rng.standard_normal((1, 2 * g * h))
+    attrs = {"hidden_size": h, **({"linear_before_reset": 1} if cell == "GRU" else {})}
+    states = ["y_h", "y_c"] if cell == "LSTM" else ["y_h"]
     if layout == 1:
-        nodes = [helper.make_node("GRU", ["r", "W", "R", "B"], ["y", "y_h"], name="gru", layout=1, **attrs)]
+        nodes = [helper.make_node(cell, ["r", "W", "R", "B"], ["y", *states], name="gru", layout=1, **attrs)]
     else:
         nodes = [
             helper.make_node("Transpose", ["r"], ["r_t"], perm=[1, 0, 2]),
-            helper.make_node("GRU", ["r_t", "W", "R", "B"], ["y_t", "y_h_t"], **attrs),
+            helper.make_node(cell, ["r_t", "W", "R", "B"], ["y_t", *(f"{st}_t" for st in states)], **attrs),
             helper.make_node("Transpose", ["y_t"], ["y"], perm=[2, 0, 1, 3]),
-            helper.make_node("Transpose", ["y_h_t"], ["y_h"], perm=[1, 0, 2]),
+            *(helper.make_node("Transpose", [f"{st}_t"], [st], perm=[1, 0, 2]) for st in states),
         ]
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["r"], name="relu_in")]
@@ -63,6 +69,7 @@ def _relu_gru_relu(layout: int, rng: np.random.Generator) -> onnx.ModelProto:
         [
             helper.make_tensor_value_info("out", TensorProto.FLOAT, [n, s, 1, h]),
             helper.make_tensor_value_info("out_h", TensorProto.FLOAT, [n, 1, h]),
+            *([helper.make_tensor_value_info("y_c", TensorProto.FLOAT, [n, 1, h])] if cell == "LSTM" else []),
         ],
         [numpy_helper.from_array(a.astype(np.float32), k) for a, k in ((w, "W"), (r, "R"), (b, "B"))],
     )
@@ -75,16 +82,11 @@ def _relu_gru_relu(layout: int, rng: np.random.Generator) -> onnx.ModelProto:
 def test_relu_gru_relu_keeps_its_relus_names_and_interface(tmp_path):
     """The quick start's case inside a model: the layout-1 GRU (which onnxruntime cannot run) is
     rewritten in place; the Relus, x, the outputs and the metadata stay; the result matches
-    onnxruntime on the equivalent layout-0 model. Verification cannot run the source whole (onnxruntime
-    refuses it), so it is incomplete: convert refuses, saying so, and writes only with verify=False."""
+    onnxruntime on the equivalent layout-0 model."""
     src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
     onnx.save(_relu_gru_relu(1, np.random.default_rng(0)), src)
-    with pytest.raises(gp.VerificationError, match="verification incomplete: the whole model was not run") as err:
-        gp.convert(src, out)
-    assert "layout == 1" in str(err.value) and not out.exists()
-    assert err.value.verification.outputs and all(o.passed for o in err.value.verification.outputs)  # its layers
-    result = gp.convert(src, out, verify=False)
-    assert result.whole
+    result = gp.convert(src, out)
+    assert result.whole and result.verification.passed
     written = onnx.load(str(out))
     onnx.checker.check_model(written)
     relus = [(n.name, list(n.input), list(n.output)) for n in written.graph.node if n.op_type == "Relu"]
@@ -99,6 +101,65 @@ def test_relu_gru_relu_keeps_its_relus_names_and_interface(tmp_path):
     got = _session(str(out)).run(None, feed)
     for e, g in zip(expected, got):
         np.testing.assert_allclose(g, e, atol=1e-6, rtol=1e-5)
+
+
+LAYOUT1_TARGETS = {
+    "onnx": ("out.onnx", {}),
+    "onnx for directml": ("out.onnx", {"runtime": "directml"}),
+    "openvino": ("out.xml", {}),
+    "coreml": ("out.mlpackage", {}),
+}
+
+
+@pytest.mark.parametrize("cell", sorted(GATES))
+@pytest.mark.parametrize("target", sorted(LAYOUT1_TARGETS))
+def test_a_layout1_whole_model_converts_and_verifies_through_its_twin(target, cell, tmp_path):
+    """onnxruntime refuses layout=1, so the source is run as its exact twin (the node as layout 0 between
+    Transposes, proven equal to gatepack's executor of the node): the model converts and verifies whole to every
+    target that keeps a whole model, saying so, and the artifact gives onnxruntime's outputs of the layout-0 model
+    built independently above."""
+    if target == "openvino":
+        pytest.importorskip("openvino")
+    if target == "coreml":
+        pytest.importorskip("coremltools")
+    name, options = LAYOUT1_TARGETS[target]
+    src, out = tmp_path / "m.onnx", tmp_path / name
+    onnx.save(_relu_gru_relu(1, np.random.default_rng(3), cell), src)
+    result = gp.convert(src, out, to=target.split()[0], **options)
+    check = result.verification
+    assert result.whole and check.passed and not check.incomplete, check.to_text()
+    assert {o.output for o in check.outputs if o.layer == "gru [twin vs executor]"} >= {"Y", "Y_h"}
+    assert any("run as its exact twin" in n and "never ran the original" in n for n in check.notes)
+    feed = {"x": np.random.default_rng(4).standard_normal((2, 5, 3)).astype(np.float32)}
+    expected = _session(_relu_gru_relu(0, np.random.default_rng(3), cell)).run(None, feed)
+    got = gp.run(out, feed)
+    for output, value in zip(("out", "out_h", "y_c"), expected):
+        np.testing.assert_allclose(got[output], value, atol=1e-5, rtol=1e-4)
+
+
+def test_a_twin_that_differs_from_the_node_fails_verification(tmp_path, monkeypatch):
+    """The twin is judged, not trusted: a twin whose rewritten node computes something else (its weights scaled)
+    fails the verification on the [twin vs executor] outputs."""
+    import gatepack.converters.registry as registry
+    from gatepack.converters.formats import onnx as onnx_format
+
+    def wrong_twin(model, path):
+        rewritten = onnx_format.write_runnable_twin(model, path)
+        proto = onnx.load(str(path))
+        for tensor in proto.graph.initializer:
+            if tensor.name.endswith("W"):
+                tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor) * 1.5, tensor.name))
+        onnx.save(proto, str(path))
+        return rewritten
+
+    implementation = registry.implementation("onnx")
+    monkeypatch.setattr(registry, "reader", lambda name: replace(implementation, runnable_twin=wrong_twin))
+    src = tmp_path / "m.onnx"
+    onnx.save(_relu_gru_relu(1, np.random.default_rng(0)), src)
+    with pytest.raises(gp.VerificationError) as err:
+        gp.convert(src, tmp_path / "out.onnx")
+    failed = [o for o in err.value.verification.outputs if not o.passed]
+    assert {o.output for o in failed if o.layer == "gru [twin vs executor]"} == {"Y", "Y_h"}
 
 
 @pytest.mark.parametrize("name", ["gtcrn_stream_simple.onnx", "ulunas_stream_simple.onnx", "dfn3_erb_dec.onnx"])

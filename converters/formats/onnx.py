@@ -23,6 +23,7 @@ and ``onnx_lifted``), ``onnx_writer`` (a layer as nodes), ``onnx_rewrite`` (a wh
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import onnx
@@ -196,6 +197,23 @@ def _write_whole(
         check_written(tmp, Path(model.path))
 
 
+def write_runnable_twin(model: Model, path: Path) -> list[RecurrentLayer]:
+    """The whole model as onnxruntime runs it, written to ``path`` (``NAME.onnx``), when onnxruntime refuses it as it
+    is: each recurrent node with ``layout = 1`` (which onnxruntime rejects) rewritten as a layout-0 node between
+    Transposes, as ``write`` writes it (the transpose encoding), every other node as it was. Returns the layers so
+    rewritten ([]: the model has no such node, and nothing is written). Verification proves each rewritten node
+    equal to gatepack's executor of the original layer and judges the source by its twin."""
+    batch_major = [
+        layer
+        for layer in model.layers
+        if layer.provenance is not None and layer.provenance.kind == "node" and layer.provenance.layout == 1
+    ]
+    if not batch_major or not is_whole_model(model):
+        return []
+    _write_whole(replace(model, layers=batch_major), path, "transpose", None)
+    return batch_major
+
+
 def check_written(path: Path, source: Path | None) -> None:
     """``onnx.checker``'s full check (with strict shape inference) of the file just written, as a runtime
     would load it (only the structural check when the source model it was rewritten from fails the full one).
@@ -294,4 +312,5 @@ IMPLEMENTATION = FormatImplementation(
     graph_outputs=graph_outputs,
     compute_dtype=onnx_quantized.compute_dtype,
     open_session=open_session,
+    runnable_twin=write_runnable_twin,
 )

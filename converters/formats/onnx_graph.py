@@ -88,6 +88,19 @@ def external_file(tensor: onnx.TensorProto, base_dir: Path) -> Path:
     return contained_file(base_dir, location, f"{base_dir}: tensor {tensor.name!r}: external data location")
 
 
+def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
+    """InputError naming the first tensor (an initializer or a Constant node's value, in any graph) whose external
+    data is not a regular file inside ``base_dir``: every one is checked when the model is read, not only those
+    gatepack reads (a runtime would refuse the others, or read outside the model's folder)."""
+    for graph in all_graphs(proto):
+        tensors = list(graph.initializer) + [
+            a.t for node in graph.node for a in node.attribute if a.type == onnx.AttributeProto.TENSOR
+        ]
+        for tensor in tensors:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                external_file(tensor, base_dir)
+
+
 @dataclass
 class Isolated:
     """What it takes to run one layer's original node(s) alone on onnxruntime."""

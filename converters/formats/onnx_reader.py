@@ -26,6 +26,7 @@ from gatepack.converters.formats.onnx_constants import ModelConstants, constant_
 from gatepack.converters.formats.onnx_graph import (
     FORMAT,
     ONNX_DOMAINS,
+    check_external_data,
     isolated_record,
     load_proto,
     value_types,
@@ -43,6 +44,7 @@ def read(path: str | Path, *, defaults: DefaultsPolicy = DefaultsPolicy.ONNXRUNT
     """Read every GRU, RNN and LSTM node of the ONNX model at ``path`` into canonical layers."""
     path = Path(path)
     proto = load_proto(path)
+    check_external_data(proto, path.parent)
     return _Reader(path, proto, DefaultsPolicy(defaults)).read()
 
 

@@ -88,7 +88,10 @@ def read(path: str | Path, **_options) -> Model:
     loops that are no GRU/RNN/LSTM, and why)."""
     path = Path(path)
     ov_model = read_ir(path)
-    ops_by_name = {op.get_friendly_name(): op for op in all_ops(ov_model)}
+    # a sequence op keeps its name over another op that OpenVINO's passes named alike (converting a whole ONNX model,
+    # the frontend's Transpose of an LSTM's Y merged with the model's own, batch-major, takes the node's name)
+    ops = sorted(all_ops(ov_model), key=lambda op: op.get_type_name() in SEQUENCE_OPS)
+    ops_by_name = {op.get_friendly_name(): op for op in ops}
     if ov_model.has_rt_info(RT_INFO_PATH):
         entries = parse_json(
             ov_model.get_rt_info(RT_INFO_PATH).astype(str), f"{path}: rt_info {'/'.join(RT_INFO_PATH)}"

@@ -380,11 +380,14 @@ def _scatter_nd(t: Translation, node) -> list:
 
 def _expand(t: Translation, node) -> list:
     """ONNX Expand: ``x`` broadcast numpy-style with ``shape`` (the result has the larger rank; a 1 in
-    ``shape`` keeps x's dimension). MIL has no broadcast_to: ``select(fill(shape, true), x, x)`` broadcasts
-    the three operands the same way and holds every element type."""
+    ``shape`` keeps x's dimension). MIL has no broadcast_to: ``select(fill(shape, true), x, fill(shape, 0))``
+    picks x everywhere, broadcast, and holds every element type; the zeros give the result its declared shape
+    (MIL's select types its result by ``a`` and ``b`` alone: ``select(mask, x, x)`` of a scalar x would be declared
+    a scalar, and ops after it, a Concat of such, typed wrongly)."""
     x, shape = t.value(node, 0), t.value(node, 1)
     mask = t.mb.fill(shape=t.as_var(shape), value=True)
-    return [t.mb.select(cond=mask, a=t.as_var(x), b=t.as_var(x))]
+    zeros = t.mb.fill(shape=t.as_var(shape), value=np.zeros((), _dtype(x))[()])
+    return [t.mb.select(cond=mask, a=t.as_var(x), b=zeros)]
 
 
 def _tile(t: Translation, node) -> list:
