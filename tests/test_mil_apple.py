@@ -6,6 +6,7 @@ program the interpreter ran and the outcome; this module asserts on those record
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,10 +19,28 @@ from apple_mil_plugin import (
     APPLE_TESTS,
     BLOCK_OPS,
     CASES_VARIABLE,
+    DEFAULT_CASES,
     RECORD_VARIABLE,
     UNRUN_OP,
     interpreted_op_types,
 )
+
+pytestmark = pytest.mark.coreml_proof
+
+# Every sampled case's outcome, pinned: one line per Apple test function, one letter per case (its parametrizations
+# in sorted order). Rewritten by GATEPACK_APPLE_BASELINE=write (then review the diff).
+BASELINE = Path(__file__).parent / "expected" / "apple_mil_baseline.txt"
+BASELINE_VARIABLE = "GATEPACK_APPLE_BASELINE"
+LETTERS = {
+    "P": "passed, compared on the interpreter",
+    "p": "passed without reaching the interpreter's comparison (a case checking types only)",
+    "T": "skipped: its expected outputs come from torch or TensorFlow, which are not installed",
+    "S": "skipped for another reason (an op the interpreter does not run, Apple's own skip)",
+    "X": "xfailed (Apple's known Core ML bug, or a refusal or unreadable package listed in the plugin)",
+    "U": "xpassed",
+    "F": "failed",
+}
+PRODUCER_ABSENT = ("PyTorch not found", "TensorFlow 2.x not found", "the case uses torch.", "No module named 'torch'")
 
 # Apple's op test modules (one per topic and iOS directory, where the wheel has one) whose ops overlap
 # the interpreter's.
@@ -137,6 +156,67 @@ def summary(run: dict) -> str:
     lines += [f"  skipped {n:4}: {reason}" for reason, n in reasons.most_common()]
     lines += [f"  not importable: {e['collect_error']} ({e['reason']})" for e in run["collect_errors"]]
     return "\n".join(lines)
+
+
+def letter(case: dict) -> str:
+    """The case's outcome as one of ``LETTERS``."""
+    outcome = case["outcome"]
+    if outcome == "passed":
+        return "P" if case["compared"] else "p"
+    if outcome == "skipped":
+        return "T" if any(text in case["reason"] for text in PRODUCER_ABSENT) else "S"
+    return {"xfailed": "X", "xpassed": "U"}.get(outcome, "F")
+
+
+def baseline_text(run: dict) -> str:
+    """The run's outcomes in the baseline's form: a header naming the configuration, then per test function its
+    letters in the sorted order of its case names."""
+    tests: dict[str, list[tuple[str, str]]] = {}
+    for case in run["cases"]:
+        function = case["case"].split("[")[0]
+        tests.setdefault(function, []).append((case["case"], letter(case)))
+    legend = [f"# {key} {meaning}" for key, meaning in LETTERS.items()]
+    head = [
+        f"# Apple's MIL op cases (coremltools {run['version']}, {CASES_VARIABLE}={DEFAULT_CASES}) on gatepack's "
+        "MIL interpreter: one line per test function, one letter per case in the sorted order of its ids",
+        *legend,
+    ]
+    rows = [f"{name} {''.join(k for _, k in sorted(cases))}" for name, cases in sorted(tests.items())]
+    return "\n".join(head + rows) + "\n"
+
+
+def baseline_cases(text: str) -> dict[str, str]:
+    """{test function: letters} from the baseline's text."""
+    return dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def test_every_case_keeps_its_pinned_outcome(apple_run):
+    """A case whose outcome differs from the baseline fails the test, a pass turning into a skip or an xfail
+    included. Outside the default configuration (another sample, torch installed) the cases both hold are compared
+    and a torch/TensorFlow skip may pass."""
+    now = baseline_text(apple_run)
+    if os.environ.get(BASELINE_VARIABLE) == "write":
+        BASELINE.write_text(now)
+    pinned = baseline_cases(BASELINE.read_text())
+    if f"coremltools {apple_run['version']}," not in BASELINE.read_text().splitlines()[0]:
+        pytest.skip(f"the baseline pins coremltools 9.0's cases, not {apple_run['version']}'s")
+    torch_absent = importlib.util.find_spec("torch") is None
+    default = os.environ.get(CASES_VARIABLE, str(DEFAULT_CASES)) == str(DEFAULT_CASES) and torch_absent
+    changed = []
+    for function, letters in baseline_cases(now).items():
+        before = pinned.get(function)
+        if before is None:
+            changed += [f"{function}: not in the baseline"] if default else []
+        elif before != letters and (default or len(before) == len(letters)):
+            pairs = zip(before, letters) if len(before) == len(letters) else [(before, letters)]
+            if not all(b == n or (b == "T" and not default) for b, n in pairs):
+                changed.append(f"{function}: pinned {before}, now {letters}")
+    if default:
+        changed += [
+            f"{function}: pinned {pinned[function]}, not run" for function in pinned.keys() - baseline_cases(now).keys()
+        ]
+    legend = "; ".join(f"{k} {v}" for k, v in LETTERS.items())
+    assert not changed, f"outcomes differ from {BASELINE.name} ({legend}):\n" + "\n".join(changed)
 
 
 def test_apple_cases_agree_with_the_interpreter(apple_run):
