@@ -10,10 +10,13 @@ from typing import Callable
 import numpy as np
 
 
-def run_mil(tmp_path: Path, build: Callable, inputs: dict[str, np.ndarray], target: str = "iOS18") -> list:
+def run_mil(
+    tmp_path: Path, build: Callable, inputs: dict[str, np.ndarray], target: str = "iOS18", states: dict | None = None
+) -> list:
     """``build(**placeholders)`` (returning a var or a list of vars) as a MIL program with one input per entry of
-    ``inputs`` (their shapes and dtypes), converted to ``tmp_path``/p.mlpackage for ``target`` without any
-    optimisation pass, and run on the interpreter: the outputs in ``build``'s order."""
+    ``inputs`` (their shapes and dtypes; ``states``: those that are states, with their MIL dtype), converted to
+    ``tmp_path``/p.mlpackage for ``target`` without any optimisation pass, and run on the interpreter: the outputs
+    in ``build``'s order."""
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, Program, types
 
@@ -21,8 +24,11 @@ def run_mil(tmp_path: Path, build: Callable, inputs: dict[str, np.ndarray], targ
     from gatepack.converters.runtimes import coremltools
 
     ct = coremltools()
+    states = states or {}
     placeholders = {
-        name: mb.placeholder(shape=value.shape, dtype=types.numpy_type_to_builtin_type(value.dtype))
+        name: mb.state_tensor_placeholder(shape=value.shape, dtype=states[name])
+        if name in states
+        else mb.placeholder(shape=value.shape, dtype=types.numpy_type_to_builtin_type(value.dtype))
         for name, value in inputs.items()
     }
     with Function(placeholders, opset_version=getattr(ct.target, target)) as function:

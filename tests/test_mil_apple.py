@@ -24,8 +24,11 @@ from apple_mil_plugin import (
     UNRUN_OP,
     interpreted_op_types,
 )
+from mil_coverage import APPLE_FP16, ROWS, emitted, proof_of, table
 
 pytestmark = pytest.mark.coreml_proof
+COVERAGE_DOC = Path(__file__).resolve().parent.parent / "docs" / "mil_coverage.md"
+COVERAGE_VARIABLE = "GATEPACK_MIL_COVERAGE"
 
 # Every sampled case's outcome, pinned: one line per Apple test function, one letter per case (its parametrizations
 # in sorted order). Rewritten by GATEPACK_APPLE_BASELINE=write (then review the diff).
@@ -239,6 +242,38 @@ def test_every_op_the_interpreter_runs_passes_an_apple_case(apple_run):
     required = interpreted_op_types() | BLOCK_OPS
     missing = sorted(op for op in required if not passes[op] and op not in WITHOUT_APPLE_CASE)
     assert not missing, f"ops without a passed Apple case: {missing}\n{summary(apple_run)}"
+
+
+def proof_failures(run: dict, rows: set[tuple[str, str, str]]) -> list[str]:
+    """The coverage rows whose proof does not hold: no passed Apple case holding the op (on an fp16 backend for an
+    ``apple:fp16`` row), or no ``coreml_proof`` test of that name in tests/test_mil_proof.py."""
+    import test_mil_proof
+
+    passed = [c for c in run["cases"] if c["outcome"] == "passed" and c["compared"]]
+    on_fp16 = Counter(op for c in passed if c["precision"] == "fp16" for op in c["ops"])
+    everywhere = interpreter_passes(run["cases"])
+    failures = []
+    for row in sorted(rows):
+        proof = proof_of(row)
+        if proof.startswith("test:"):
+            holds = callable(getattr(test_mil_proof, proof.removeprefix("test:"), None))
+        else:
+            holds = bool((on_fp16 if proof == APPLE_FP16 else everywhere)[row[0]])
+        failures += [] if holds else [f"{' '.join(v for v in row if v)}: {proof} does not hold"]
+    return failures
+
+
+def test_every_op_and_value_gatepack_writes_has_a_proof(apple_run):
+    """The coverage table (tests/mil_coverage.py, generated into docs/mil_coverage.md): every MIL op and behaviour
+    value gatepack's writers emit has a case comparing the interpreter with a source other than itself."""
+    rows = emitted(interpreted_op_types() | BLOCK_OPS)
+    text = table(rows)
+    if os.environ.get(COVERAGE_VARIABLE) == "write":
+        COVERAGE_DOC.write_text(text)
+    assert not proof_failures(apple_run, rows), "\n".join(proof_failures(apple_run, rows))
+    stale = sorted(set(ROWS) - rows)
+    assert not stale, f"rows for what gatepack no longer writes: {stale}"
+    assert COVERAGE_DOC.read_text() == text, f"{COVERAGE_DOC} is stale: run with {COVERAGE_VARIABLE}=write"
 
 
 def test_the_sample_is_bounded_and_configurable():

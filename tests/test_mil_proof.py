@@ -415,3 +415,129 @@ def test_layer_norm(tmp_path, axes, epsilon):
         "LayerNormalization", {"x": x}, {"axis": axes[0], "epsilon": epsilon}, constants={"g": gamma, "b": beta}
     )
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_rounding_in_fp16(tmp_path):
+    """MIL ceil / floor / round on an fp16 program against ONNX Ceil / Floor / Round in float16."""
+    mb = _mb()
+    x = np.array([[-2.5, -1.2, -0.5, 0.0], [0.5, 1.5, 2.4, 3.7]], np.float16)
+    got = run_mil(tmp_path, lambda x: [mb.ceil(x=x), mb.floor(x=x), mb.round(x=x)], {"x": x})
+    for value, op in zip(got, ("Ceil", "Floor", "Round")):
+        (want,) = run_onnx(op, {"x": x})
+        assert value.dtype == np.float16
+        np.testing.assert_array_equal(value, want)
+
+
+def test_state_read_and_update(tmp_path):
+    """MIL read_state / coreml_update_state (iOS18: "read_state returns the state's value"; "coreml_update_state
+    writes value into the state and returns it"): NumPy's reference of one call, the state's new value returned
+    under its input's name."""
+    from coremltools.converters.mil.mil import types
+
+    mb = _mb()
+    state = np.array([[1.0, -2.0, 0.5]], np.float16)
+    x = np.array([[0.25, 0.5, 4.0]], np.float16)
+
+    def build(x, s):
+        new = mb.add(x=mb.read_state(input=s), y=x)
+        return mb.coreml_update_state(state=s, value=new)
+
+    (got,) = run_mil(tmp_path, build, {"x": x, "s": state}, states={"s": types.fp16})
+    np.testing.assert_array_equal(got, state + x)
+
+
+def test_common_ops_against_onnxruntime(tmp_path):
+    """One program of the ops most programs hold, each output against its ONNX operator: exp, add, reduce_mean
+    (keep_dims), softmax (axis), matmul (transpose_y: "transpose the last two dimensions of y"), select (Where),
+    cast to int32 (truncation), max_pool, batch_norm (epsilon), pad (reflect), scatter (add: ScatterND with reduction
+    add along axis 0), reverse_sequence (ReverseSequence), and concat with interleave against NumPy (Apple:
+    "interleave ... the values are interleaved along axis": a0, b0, a1, b1, ...)."""
+    mb = _mb()
+    x, y = _random(2, 3, 4, seed=31), _random(2, 3, 4, seed=32)
+    image = _random(1, 2, 5, 5, seed=33)
+    mean, variance = _random(2, seed=34), np.abs(_random(2, seed=35))
+    indices, updates = np.array([1, 0, 1], np.int32), _random(3, 3, 4, seed=36)
+    lengths = np.array([2, 4], np.int32)
+
+    def build(x, y, image):
+        return [
+            mb.exp(x=x),
+            mb.add(x=x, y=y),
+            mb.reduce_mean(x=x, axes=[1], keep_dims=True),
+            mb.softmax(x=x, axis=1),
+            mb.matmul(x=x, y=y, transpose_y=True),
+            mb.select(cond=mb.greater(x=x, y=0.0), a=x, b=y),
+            mb.cast(x=mb.mul(x=x, y=3.0), dtype="int32"),
+            mb.max_pool(x=image, kernel_sizes=[2, 3], strides=[2, 1], pad_type="valid"),
+            mb.batch_norm(x=image, mean=mean, variance=variance, epsilon=0.5),
+            mb.pad(x=x, pad=[0, 0, 1, 2], mode="reflect"),
+            mb.scatter(data=x, indices=indices, updates=updates, axis=0, mode="add"),
+            mb.reverse_sequence(x=x, lengths=lengths, seq_axis=2, batch_axis=0),
+            mb.concat(values=[x, y], axis=1, interleave=True),
+        ]
+
+    got = run_mil(tmp_path, build, {"x": x, "y": y, "image": image}, target="iOS17")
+    xy, ones = {"x": x, "y": y}, np.ones(2, np.float32)
+    want = [
+        run_onnx("Exp", {"x": x})[0],
+        run_onnx("Add", xy)[0],
+        run_onnx("ReduceMean", {"x": x}, {"axes": [1], "keepdims": 1}, opset=13)[0],
+        run_onnx("Softmax", {"x": x}, {"axis": 1})[0],
+        run_onnx("MatMul", {"x": x, "yt": np.swapaxes(y, -1, -2).copy()})[0],
+        run_onnx("Where", {"c": x > 0, "x": x, "y": y})[0],
+        run_onnx("Cast", {"x": x * np.float32(3)}, {"to": 6})[0],
+        run_onnx("MaxPool", {"image": image}, {"kernel_shape": [2, 3], "strides": [2, 1]})[0],
+        run_onnx(
+            "BatchNormalization",
+            {"image": image},
+            {"epsilon": 0.5},
+            constants={"s": ones, "b": 0 * ones, "m": mean, "v": variance},
+        )[0],
+        run_onnx("Pad", {"x": x}, {"mode": "reflect"}, constants={"p": np.array([0, 0, 1, 0, 0, 2], np.int64)})[0],
+        run_onnx(
+            "ScatterND",
+            {"x": x},
+            {"reduction": "add"},
+            opset=16,
+            constants={"i": indices.astype(np.int64)[:, None], "u": updates},
+        )[0],
+        run_onnx(
+            "ReverseSequence",
+            {"x": np.transpose(x, (2, 0, 1)).copy()},
+            {"time_axis": 0, "batch_axis": 1},
+            constants={"l": lengths.astype(np.int64)},
+        )[0].transpose(1, 2, 0),
+        np.stack([x, y], axis=2).reshape(2, 6, 4),
+    ]
+    for k, (value, expected) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(value, expected, atol=1e-5, rtol=1e-5, err_msg=f"output {k}")
+
+
+def test_control_flow(tmp_path):
+    """MIL while_loop ("loop_vars are carried through _body while _cond holds") and cond ("_true_fn when pred holds,
+    else _false_fn") against NumPy: three doublings and a branch each way."""
+    mb = _mb()
+    x = _random(2, 3, seed=37)
+
+    def build(x):
+        def keep_going(i, acc):
+            return mb.less(x=i, y=np.int32(3))
+
+        def step(i, acc):
+            return mb.add(x=i, y=np.int32(1)), mb.mul(x=acc, y=2.0)
+
+        _, doubled = mb.while_loop(_cond=keep_going, _body=step, loop_vars=(np.int32(0), x))
+        branches = [
+            mb.cond(
+                pred=mb.greater(x=mb.reduce_sum(x=x), y=float(limit)),
+                _true_fn=lambda: mb.add(x=x, y=1.0),
+                _false_fn=lambda: mb.sub(x=x, y=1.0),
+            )
+            for limit in (-100, 100)
+        ]
+        return [doubled, *branches]
+
+    doubled, taken, other = run_mil(tmp_path, build, {"x": x})
+    np.testing.assert_allclose(doubled, x * 8, rtol=1e-6)
+    np.testing.assert_allclose(taken, x + 1, rtol=1e-6)
+    np.testing.assert_allclose(other, x - 1, rtol=1e-6)
