@@ -133,28 +133,20 @@ def _test(name: str) -> str:
     return f"test:{name}"
 
 
+def _every_value(op: str, test: str) -> dict[tuple[str, str, str], str]:
+    """The op's row and a row per value of each of its ``DOMAINS`` attributes, all proved by ``test``."""
+    rows = {(op, a, v): _test(test) for (o, a), (values, _) in DOMAINS.items() if o == op for v in values}
+    return {(op, "", ""): _test(test), **rows}
+
+
 # (op, attribute, value) -> proof, where Apple's cases alone do not suffice (an Apple row is found from the records)
 ROWS: dict[tuple[str, str, str], str] = {
-    **{("gru", "", ""): _test("test_gru")},
-    **{("gru", a, v): _test("test_gru") for (op, a), (vs, _) in DOMAINS.items() if op == "gru" for v in vs},
-    **{("rnn", "", ""): _test("test_rnn")},
-    **{("rnn", a, v): _test("test_rnn") for (op, a), (vs, _) in DOMAINS.items() if op == "rnn" for v in vs},
-    **{("lstm", "", ""): _test("test_lstm")},
-    **{("lstm", a, v): _test("test_lstm") for (op, a), (vs, _) in DOMAINS.items() if op == "lstm" for v in vs},
-    **{("conv", a, v): _test("test_conv") for (op, a), (vs, _) in DOMAINS.items() if op == "conv" for v in vs},
-    **{
-        ("conv_transpose", a, v): _test("test_conv_transpose")
-        for (op, a), (vs, _) in DOMAINS.items()
-        if op == "conv_transpose"
-        for v in vs
-    },
-    ("conv_transpose", "", ""): _test("test_conv_transpose"),
-    **{
-        ("slice_by_index", a, v): _test("test_slice_by_index")
-        for (op, a), (vs, _) in DOMAINS.items()
-        if op == "slice_by_index"
-        for v in vs
-    },
+    **_every_value("gru", "test_gru"),
+    **_every_value("rnn", "test_rnn"),
+    **_every_value("lstm", "test_lstm"),
+    **_every_value("conv", "test_conv"),
+    **_every_value("conv_transpose", "test_conv_transpose"),
+    **_every_value("slice_by_index", "test_slice_by_index"),
     ("layer_norm", "epsilon", "any"): _test("test_layer_norm"),
     ("real_div", "dtype", "int32"): _test("test_integer_real_div_truncates"),
     ("reshape", "shape with 0", "rank of x"): APPLE,

@@ -67,23 +67,27 @@ TOPICS = (
 WITHOUT_APPLE_CASE = {
     "fill": "Apple's fill cases either give it a constant shape, which the conversion folds into a constant, or a "
     "dynamic one, which makes the output's rank unknown: coremltools' reader of saved programs refuses those "
-    "('Variadic dimensions not yet implemented')",
+    "('Variadic dimensions not yet implemented'); tests/test_mil_proof.py::test_fill_from_a_run_time_shape checks "
+    "it as gatepack writes it",
     "lstm": "every Apple lstm case sets clip (which the interpreter refuses, docs/conventions.md §8) or takes its "
     "expected outputs from torch, not a test dependency (those run when torch is installed); "
-    "tests/test_coreml.py checks the op against onnxruntime",
+    "tests/test_mil_proof.py::test_lstm checks the op against onnxruntime",
     "rnn": "Apple's rnn cases take their expected outputs from torch, not a test dependency (they run when torch "
-    "is installed); tests/test_coreml.py checks the op against coremltools' reference",
+    "is installed); tests/test_mil_proof.py::test_rnn checks the op against onnxruntime",
     "conv_transpose": "Apple's conv_transpose cases are skipped without torch, which gives their expected outputs "
-    "(they run when torch is installed); tests/test_onnx_to_mil_nn.py checks the op against onnxruntime",
+    "(they run when torch is installed); tests/test_mil_proof.py::test_conv_transpose checks the op against "
+    "onnxruntime",
     "ceil": "coremltools 9.0's unary smoke test handles mode 'ceil' but leaves it out of its parameter list; its one "
-    "ceil case evaluates the builder without a backend; tests/test_onnx_to_mil_elementwise.py checks Ceil",
-    "logical_and": "no Apple op test builds logical_and/or/xor/not (coremltools 9.0); tests/test_onnx_to_mil_"
-    "elementwise.py checks And/Or/Xor/Not against onnxruntime",
+    "ceil case evaluates the builder without a backend; tests/test_mil_proof.py checks it against onnxruntime "
+    "in fp32 and fp16",
+    "logical_and": "no Apple op test builds logical_and/or/xor/not (coremltools 9.0); tests/test_mil_proof.py checks "
+    "them against onnxruntime's And/Or/Xor/Not",
     "logical_or": "as logical_and",
     "logical_xor": "as logical_and",
     "logical_not": "as logical_and",
     "read_state": "Apple's state cases (iOS18/test_states.py) raise in coremltools itself off macOS 15 ('State "
-    "functionality is only supported on macOS 15+') before their comparison; tests/test_streaming.py checks "
+    "functionality is only supported on macOS 15+') before their comparison; tests/test_mil_proof.py and "
+    "tests/test_streaming.py check "
     "read_state and coreml_update_state in stateful packages against onnxruntime over 100 calls",
     "coreml_update_state": "as read_state",
 }

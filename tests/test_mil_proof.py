@@ -41,6 +41,29 @@ def _time_order(y: np.ndarray, direction: str) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------- recurrent ops
 
+
+def _recurrent_against_onnx(tmp_path, mil_op: str, mil: dict, onnx: tuple[str, dict, dict], states: dict) -> None:
+    """MIL ``mil_op`` with inputs ``mil`` (weights and options; ``x`` and the ``states`` [N, H] are program inputs)
+    against the ONNX operator ``onnx`` = (type, constants W/R/B[/P], attributes): the sequence (a reverse op's in
+    processing order, ONNX's in input time) and each final state compared on its own."""
+    mb = _mb()
+    x = mil.pop("x")
+    feeds = {"x": x, **states}
+
+    def build(x, **initial):
+        ends = {"h0": "initial_h", "c0": "initial_c"}
+        return getattr(mb, mil_op)(x=x, output_sequence=True, **{ends[k]: v for k, v in initial.items()}, **mil)
+
+    y, *finals = run_mil(tmp_path, build, feeds)
+    op_type, constants, attributes = onnx
+    order = ["X", "W", "R", "B", "", *(f"initial_{k[0]}" for k in states), *(["P"] if "P" in constants else [])]
+    inputs = {"X": x, **{f"initial_{k[0]}": v[None] for k, v in states.items()}}
+    want = run_onnx(op_type, inputs, attributes, constants=constants, order=order, outputs=1 + len(states))
+    np.testing.assert_allclose(_time_order(y, attributes["direction"]), want[0][:, 0], atol=1e-5, rtol=1e-5)
+    for name, value, expected in zip(states, finals, want[1:]):
+        np.testing.assert_allclose(value, expected[0], atol=1e-5, rtol=1e-5, err_msg=f"final state {name}")
+
+
 # MIL gru gate blocks r, o, z ("weight_ih = [W_ir | W_io | W_iz]"); ONNX GRU z, r, h: ONNX block k is MIL block
 # GRU_TO_ONNX[k].
 GRU_TO_ONNX = [2, 0, 1]
@@ -56,27 +79,19 @@ GRU_CASES = [  # reset_after, direction, recurrent_activation, activation
 def test_gru(tmp_path, reset_after, direction, recurrent_activation, activation):
     """MIL gru (iOS18: reset_after, input_bias) against ONNX GRU: reset_after true is linear_before_reset = 1 with
     ``bias`` the hidden biases and ``input_bias`` the input ones; false is reset-before with one summed bias."""
-    mb = _mb()
-    x, h0 = _random(S, N, I, seed=1), _random(N, H, seed=2)
     w, r = _random(3 * H, I, seed=3, scale=0.6), _random(3 * H, H, seed=4, scale=0.6)
     bias, input_bias = _random(3 * H, seed=5, scale=0.5), _random(3 * H, seed=6, scale=0.5)
     extra = {"reset_after": True, "input_bias": input_bias} if reset_after else {}
-
-    def build(x, h0):
-        return mb.gru(
-            x=x,
-            initial_h=h0,
-            weight_ih=w,
-            weight_hh=r,
-            bias=bias,
-            direction=direction,
-            output_sequence=True,
-            recurrent_activation=recurrent_activation,
-            activation=activation,
-            **extra,
-        )
-
-    y, y_h = run_mil(tmp_path, build, {"x": x, "h0": h0})
+    mil = dict(
+        x=_random(S, N, I, seed=1),
+        weight_ih=w,
+        weight_hh=r,
+        bias=bias,
+        direction=direction,
+        recurrent_activation=recurrent_activation,
+        activation=activation,
+        **extra,
+    )
     onnx_bias = [input_bias, bias] if reset_after else [bias, np.zeros_like(bias)]
     constants = {
         "W": _blocks(w, GRU_TO_ONNX, H)[None],
@@ -89,50 +104,19 @@ def test_gru(tmp_path, reset_after, direction, recurrent_activation, activation)
         "linear_before_reset": int(reset_after),
         "activations": [ONNX_ACTIVATIONS[recurrent_activation], ONNX_ACTIVATIONS[activation]],
     }
-    want_y, want_h = run_onnx(
-        "GRU",
-        {"X": x, "initial_h": h0[None]},
-        attributes,
-        constants=constants,
-        order=["X", "W", "R", "B", "", "initial_h"],
-        outputs=2,
-    )
-    np.testing.assert_allclose(_time_order(y, direction), want_y[:, 0], atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(y_h, want_h[0], atol=1e-5, rtol=1e-5)
+    _recurrent_against_onnx(tmp_path, "gru", mil, ("GRU", constants, attributes), {"h0": _random(N, H, seed=2)})
 
 
 @pytest.mark.parametrize("direction, activation", [("forward", "tanh"), ("reverse", "relu"), ("forward", "sigmoid")])
 def test_rnn(tmp_path, direction, activation):
     """MIL rnn ("h_t = activation(W_ih x_t + b_ih + W_hh h_t-1 + b_hh)", one summed bias) against ONNX RNN."""
-    mb = _mb()
-    x, h0 = _random(S, N, I, seed=7), _random(N, H, seed=8)
     w, r, bias = _random(H, I, seed=9, scale=0.7), _random(H, H, seed=10, scale=0.7), _random(H, seed=11)
-
-    def build(x, h0):
-        return mb.rnn(
-            x=x,
-            initial_h=h0,
-            weight_ih=w,
-            weight_hh=r,
-            bias=bias,
-            direction=direction,
-            output_sequence=True,
-            activation=activation,
-        )
-
-    y, y_h = run_mil(tmp_path, build, {"x": x, "h0": h0})
+    mil = dict(
+        x=_random(S, N, I, seed=7), weight_ih=w, weight_hh=r, bias=bias, direction=direction, activation=activation
+    )
     constants = {"W": w[None], "R": r[None], "B": np.concatenate([bias, np.zeros_like(bias)])[None]}
     attributes = {"hidden_size": H, "direction": direction, "activations": [ONNX_ACTIVATIONS[activation]]}
-    want_y, want_h = run_onnx(
-        "RNN",
-        {"X": x, "initial_h": h0[None]},
-        attributes,
-        constants=constants,
-        order=["X", "W", "R", "B", "", "initial_h"],
-        outputs=2,
-    )
-    np.testing.assert_allclose(_time_order(y, direction), want_y[:, 0], atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(y_h, want_h[0], atol=1e-5, rtol=1e-5)
+    _recurrent_against_onnx(tmp_path, "rnn", mil, ("RNN", constants, attributes), {"h0": _random(N, H, seed=8)})
 
 
 # MIL lstm gates "[input_gate, forget_gate, output_gate, cell_gate]", peephole "[input_gate, forget_gate,
@@ -149,29 +133,19 @@ LSTM_CASES = [  # direction, recurrent_activation, cell_activation, activation, 
 @pytest.mark.parametrize("direction, recurrent_activation, cell_activation, activation, peephole", LSTM_CASES)
 def test_lstm(tmp_path, direction, recurrent_activation, cell_activation, activation, peephole):
     """MIL lstm against ONNX LSTM: its three outputs (sequence, final h, final c) each compared on their own."""
-    mb = _mb()
-    x, h0, c0 = _random(S, N, I, seed=12), _random(N, H, seed=13), _random(N, H, seed=14)
     w, r = _random(4 * H, I, seed=15, scale=0.6), _random(4 * H, H, seed=16, scale=0.6)
     bias, p = _random(4 * H, seed=17, scale=0.5), _random(3 * H, seed=18, scale=0.5)
-    extra = {"peephole": p} if peephole else {}
-
-    def build(x, h0, c0):
-        return mb.lstm(
-            x=x,
-            initial_h=h0,
-            initial_c=c0,
-            weight_ih=w,
-            weight_hh=r,
-            bias=bias,
-            direction=direction,
-            output_sequence=True,
-            recurrent_activation=recurrent_activation,
-            cell_activation=cell_activation,
-            activation=activation,
-            **extra,
-        )
-
-    y, y_h, y_c = run_mil(tmp_path, build, {"x": x, "h0": h0, "c0": c0})
+    mil = dict(
+        x=_random(S, N, I, seed=12),
+        weight_ih=w,
+        weight_hh=r,
+        bias=bias,
+        direction=direction,
+        recurrent_activation=recurrent_activation,
+        cell_activation=cell_activation,
+        activation=activation,
+        **({"peephole": p} if peephole else {}),
+    )
     constants = {
         "W": _blocks(w, LSTM_TO_ONNX, H)[None],
         "R": _blocks(r, LSTM_TO_ONNX, H)[None],
@@ -179,17 +153,9 @@ def test_lstm(tmp_path, direction, recurrent_activation, cell_activation, activa
         "P": (_blocks(p, PEEPHOLE_TO_ONNX, H) if peephole else np.zeros(3 * H, np.float32))[None],
     }
     names = [ONNX_ACTIVATIONS[a] for a in (recurrent_activation, cell_activation, activation)]
-    want_y, want_h, want_c = run_onnx(
-        "LSTM",
-        {"X": x, "initial_h": h0[None], "initial_c": c0[None]},
-        {"hidden_size": H, "direction": direction, "activations": names},
-        constants=constants,
-        order=["X", "W", "R", "B", "", "initial_h", "initial_c", "P"],
-        outputs=3,
-    )
-    np.testing.assert_allclose(_time_order(y, direction), want_y[:, 0], atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(y_h, want_h[0], atol=1e-5, rtol=1e-5, err_msg="final h")
-    np.testing.assert_allclose(y_c, want_c[0], atol=1e-5, rtol=1e-5, err_msg="final c")
+    attributes = {"hidden_size": H, "direction": direction, "activations": names}
+    states = {"h0": _random(N, H, seed=13), "c0": _random(N, H, seed=14)}
+    _recurrent_against_onnx(tmp_path, "lstm", mil, ("LSTM", constants, attributes), states)
 
 
 # ------------------------------------------------------------------------------------------------- convolutions
