@@ -507,3 +507,30 @@ def test_control_flow(tmp_path):
     np.testing.assert_allclose(doubled, x * 8, rtol=1e-6)
     np.testing.assert_allclose(taken, x + 1, rtol=1e-6)
     np.testing.assert_allclose(other, x - 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("pad_type, pad", [("custom", (1, 0, 2, 1)), ("custom", (0, 1, 1, 0)), ("valid", None)])
+def test_conv_transpose_with_an_output_shape(tmp_path, pad_type, pad):
+    """MIL conv_transpose with ``output_shape`` ("the output shape of conv_transpose is underdetermined in general
+    ... Hence we need output_shape") and a custom ``pad``: the pad still says where the output begins, the output
+    shape where it ends (torch's ConvTranspose with padding and Apple's own stress case with output_shape compute
+    it so): ONNX ConvTranspose with pads [begin, full - begin - out] (explicit, as ONNX ignores pads when given
+    output_shape)."""
+    mb = _mb()
+    x = _random(1, 2, 3, 4, seed=38)
+    weight = _random(2, 3, 3, 2, seed=39)
+    strides, sizes = [2, 2], [3, 4]
+    full = [(d - 1) * s + k for d, s, k in zip(sizes, strides, weight.shape[2:])]
+    begins = list(pad[0::2]) if pad else [0, 0]
+    outs = [f - b - 1 for f, b in zip(full, begins)]  # one short of the full size at the end
+    options = {"pad": list(pad)} if pad else {}
+
+    def build(x):
+        return mb.conv_transpose(
+            x=x, weight=weight, strides=strides, pad_type=pad_type, output_shape=[1, 3, *outs], **options
+        )
+
+    (got,) = run_mil(tmp_path, build, {"x": x})
+    ends = [f - b - o for f, b, o in zip(full, begins, outs)]
+    (want,) = run_onnx("ConvTranspose", {"x": x}, {"strides": strides, "pads": begins + ends}, constants={"w": weight})
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
