@@ -75,6 +75,13 @@ FP16_VALUE_CASES = {
     "(3.2 -> 3.1992) or an fp16 output, the expected values from the unrounded fp32 numbers",
     "TestGRU::test_builder_to_backend_smoke": "an fp16 program (dtype=float16): eight fp16 roundings per step, the "
     "expected values from fp64",
+    # with torch installed (bench/apple_mil_torch.py): expected values from torch in fp32
+    "TestConv::test_builder_to_backend_stress": "x or weights fp16 (x_weight_dtype), torch's output from fp32 ones",
+    "TestConvTranspose::test_builder_to_backend_stress": "x or weights fp16 (x_weight_dtype), torch's output from "
+    "fp32 ones",
+    "TestLSTM::test_builder_to_backend_smoke_unilstm": "an fp16 program (dtype=float16), torch's output in fp32",
+    "TestLSTM::test_builder_to_backend_smoke_bidirlstm": "an fp16 program (dtype=float16), torch's output in fp32",
+    "TestRNN::test_builder_to_backend_smoke": "an fp16 program (dtype=float16), torch's output in fp32",
 }
 
 _RECORDS: dict[str, dict] = {}
