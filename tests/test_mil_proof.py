@@ -160,6 +160,14 @@ def test_lstm(tmp_path, direction, recurrent_activation, cell_activation, activa
 
 # ------------------------------------------------------------------------------------------------- convolutions
 
+
+def _convolution(tmp_path, op: str, x: np.ndarray, **arguments) -> np.ndarray:
+    """MIL ``op`` (conv, conv_transpose) of the program input ``x`` with constant ``arguments``, on the interpreter."""
+    mb = _mb()
+    (got,) = run_mil(tmp_path, lambda x: getattr(mb, op)(x=x, **arguments), {"x": x})
+    return got
+
+
 CONV_CASES = [  # spatial size, kernel, strides, dilations, groups, pad_type, pad (MIL: begin_0, end_0, ...)
     ((7, 6), (3, 2), (2, 1), (2, 1), 2, "custom", (1, 2, 0, 1)),
     ((7, 6), (3, 3), (1, 2), (1, 2), 1, "valid", None),
@@ -175,25 +183,23 @@ def test_conv(tmp_path, sizes, kernel, strides, dilations, groups, pad_type, pad
     """MIL conv against ONNX Conv: the same weight layout [C_out, C_in / groups, *K]; MIL's pad
     [begin_0, end_0, begin_1, end_1] is ONNX's pads [begin_0, begin_1, end_0, end_1]; same / same_lower are
     SAME_UPPER / SAME_LOWER."""
-    mb = _mb()
     c_in, c_out = 4, 4
     x = _random(2, c_in, *sizes, seed=19)
     weight, bias = _random(c_out, c_in // groups, *kernel, seed=20), _random(c_out, seed=21)
     options = {"pad": list(pad)} if pad else {}
 
-    def build(x):
-        return mb.conv(
-            x=x,
-            weight=weight,
-            bias=bias,
-            strides=list(strides),
-            dilations=list(dilations),
-            groups=groups,
-            pad_type=pad_type,
-            **options,
-        )
-
-    (got,) = run_mil(tmp_path, build, {"x": x})
+    got = _convolution(
+        tmp_path,
+        "conv",
+        x,
+        weight=weight,
+        bias=bias,
+        strides=list(strides),
+        dilations=list(dilations),
+        groups=groups,
+        pad_type=pad_type,
+        **options,
+    )
     attributes = {"strides": list(strides), "dilations": list(dilations), "group": groups}
     if pad_type == "custom":
         attributes["pads"] = list(pad[0::2]) + list(pad[1::2])
@@ -214,24 +220,22 @@ CONV_TRANSPOSE_CASES = [  # spatial size, kernel, strides, dilations, groups, pa
 def test_conv_transpose(tmp_path, sizes, kernel, strides, dilations, groups, pad):
     """MIL conv_transpose against ONNX ConvTranspose: weight [C_in, C_out / groups, *K] in both; MIL's custom pad
     [begin_0, end_0, ...] is ONNX's pads [begin_0, ..., end_0, ...]."""
-    mb = _mb()
     c_in, c_out_group = 4, 3
     x = _random(2, c_in, *sizes, seed=22)
     weight, bias = _random(c_in, c_out_group, *kernel, seed=23), _random(c_out_group * groups, seed=24)
 
-    def build(x):
-        return mb.conv_transpose(
-            x=x,
-            weight=weight,
-            bias=bias,
-            strides=list(strides),
-            dilations=list(dilations),
-            groups=groups,
-            pad_type="custom",
-            pad=list(pad),
-        )
-
-    (got,) = run_mil(tmp_path, build, {"x": x})
+    got = _convolution(
+        tmp_path,
+        "conv_transpose",
+        x,
+        weight=weight,
+        bias=bias,
+        strides=list(strides),
+        dilations=list(dilations),
+        groups=groups,
+        pad_type="custom",
+        pad=list(pad),
+    )
     attributes = {
         "strides": list(strides),
         "dilations": list(dilations),
