@@ -7,10 +7,12 @@ inputs and the expected outputs (computed by the case with NumPy, SciPy or torch
 ``-p apple_mil_plugin`` into a pytest run over those modules, this plugin
 
 * replaces ``compare_backend`` by :func:`compare_on_interpreter`: the saved package is run with
-  ``running.run_numpy`` and compared at Apple's tolerances (widened for fp16 as Apple widens them);
+  ``running.run_numpy`` and compared at Apple's tolerances, widened only where Apple's ``compare_backend``
+  widens them (an fp16 backend, a compute unit other than the CPU);
 * skips a case whose program holds an op the interpreter does not run (checked on the built program
-  before the conversion, which is the slow part) or that the interpreter refuses (its ``UsageError``),
-  with the reason; any other difference or error fails the case;
+  before the conversion, which is the slow part); a case the interpreter refuses (its ``UsageError``) or
+  whose saved package cannot be read back FAILS, unless the refusal or the reader's message is in
+  ``REFUSALS`` / ``UNREADABLE`` with the reason (then it is an xfail naming that reason, never a pass);
 * keeps a deterministic sample of each test function's parametrizations (:func:`sample`, at most
   ``GATEPACK_APPLE_CASES`` per function, default 6, 0 = all);
 * writes one record per case (the op types of the programs the case built and of those the interpreter
@@ -44,6 +46,42 @@ UNRUN_OP = "not one gatepack's MIL interpreter runs (seen before conversion)"
 RUNTIME_FAILURE_TESTS = {
     "test_ios17_invalid_indices": "checks how Core ML's runtime fails on out-of-range indices (an error, or values "
     "that differ), not what the op computes",
+}
+
+# The interpreter's refusals Apple's cases may meet, by the start of the refusal's message (which names the op),
+# with the reason; any other refusal fails the case.
+REFUSALS = {
+    "lstm op with clip": "MIL lstm's clip bounds the cell state after each update; gatepack never writes it (ONNX's "
+    "clip bounds the gates' inputs, a different equation) and its interpreter refuses it rather than guess",
+}
+
+# coremltools' own reader of saved programs (which gatepack uses) stops short of some programs its writer saves,
+# by the start of the reader's message, with the reason; any other unreadable package fails the case.
+UNREADABLE = {
+    "Variadic dimensions not yet implemented": "fill with a shape computed at run time has an output of unknown rank, "
+    "which coremltools 9.0's reader of saved programs does not implement (gatepack never writes it)",
+    "In op, of type batch_norm": "a batch_norm whose mean/variance/epsilon are fp16 in an fp32 program (Apple's "
+    "mixed-precision case): coremltools 9.0's reader rejects the saved program's input types",
+}
+
+# Apple's fp32-backend test functions some of whose cases type the program's values fp16 (input, weights) while their
+# expected values come from the unrounded fp32 numbers, with why no correct interpreter meets Apple's fp32 tolerance
+# there. Such a case missing the tolerance is an xfail when its program holds an fp16 value (the same function's
+# fp32 cases are compared at the tight tolerance); any other miss fails.
+FP16_VALUE_CASES = {
+    "TestNormalizationInstanceNorm::test_builder_to_backend_smoke": "an fp16 output: even the expected value "
+    "rounded to fp16 (-1.71525 -> -1.71484) misses atol 1e-4",
+    "TestNormalizationInstanceNorm::test_builder_to_backend_smoke_with_gamma_and_beta": "gamma and beta fp16 "
+    "(3.2 -> 3.1992) or an fp16 output, the expected values from the unrounded fp32 numbers",
+    "TestGRU::test_builder_to_backend_smoke": "an fp16 program (dtype=float16): eight fp16 roundings per step, the "
+    "expected values from fp64",
+    # with torch installed (bench/apple_mil_torch.py): expected values from torch in fp32
+    "TestConv::test_builder_to_backend_stress": "x or weights fp16 (x_weight_dtype), torch's output from fp32 ones",
+    "TestConvTranspose::test_builder_to_backend_stress": "x or weights fp16 (x_weight_dtype), torch's output from "
+    "fp32 ones",
+    "TestLSTM::test_builder_to_backend_smoke_unilstm": "an fp16 program (dtype=float16), torch's output in fp32",
+    "TestLSTM::test_builder_to_backend_smoke_bidirlstm": "an fp16 program (dtype=float16), torch's output in fp32",
+    "TestRNN::test_builder_to_backend_smoke": "an fp16 program (dtype=float16), torch's output in fp32",
 }
 
 _RECORDS: dict[str, dict] = {}
@@ -276,6 +314,26 @@ def _output(produced: dict, name: str):
     raise AssertionError(f"output {name!r} was not produced by the interpreter (it produced {sorted(produced)})")
 
 
+def _known_or_fail(known: dict[str, str], what: str, message: str, path: Path) -> None:
+    """A refusal or an unreadable package: an xfail naming the committed reason when ``known`` lists the start of
+    its message, else a failure of the case."""
+    message = message.replace(f"{path}: ", "")
+    for start, reason in known.items():
+        if start in message:
+            pytest.xfail(f"{what}: {message[:160]} (listed: {reason})")
+    pytest.fail(f"{what}, and the plugin does not list why: {message}", pytrace=False)
+
+
+def _fp16_valued(function) -> str | None:
+    """The reason in ``FP16_VALUE_CASES`` when the current case is listed and its program holds an fp16 value."""
+    from gatepack.converters.formats.coreml.common import _mil_types, _ops
+
+    case = _CURRENT["case"]
+    reason = FP16_VALUE_CASES.get(case["test"]) if case is not None else None
+    fp16 = any(v.dtype == _mil_types().fp16 for op in _ops(function) for v in op.outputs)
+    return reason if fp16 else None
+
+
 def compare_on_interpreter(
     mlmodel,
     input_key_values,
@@ -289,12 +347,10 @@ def compare_on_interpreter(
 ):
     """``compare_backend`` with gatepack's interpreter as the backend: the same checks (shapes, a
     scalar output may come as one element) and the same tolerances (``atol = max(100 atol, 0.5)``,
-    ``rtol = max(100 rtol, 0.05)`` for fp16 or a compute unit other than the CPU; also for an fp16
-    output of an fp32 case)."""
+    ``rtol = max(100 rtol, 0.05)`` for fp16 or a compute unit other than the CPU, as Apple's; nothing wider)."""
     import coremltools as ct
 
     from gatepack.converters.errors import InputError, UsageError
-    from gatepack.converters.formats.coreml.common import _mil_types, _ops
     from gatepack.converters.formats.coreml.package import _load_program
     from gatepack.converters.formats.coreml.running import run_numpy
 
@@ -306,7 +362,7 @@ def compare_on_interpreter(
     try:
         function, _ = _load_program(path)
     except InputError as err:  # coremltools' own reader of saved programs stops short of some of them
-        pytest.skip(f"gatepack cannot read the saved program back: {err.one_line().replace(f'{path}: ', '')}")
+        _known_or_fail(UNREADABLE, "gatepack cannot read the saved program back", err.one_line(), path)
     case = _CURRENT["case"]
     if case is not None:
         case["ops"] = sorted(set(case["ops"]) | _program_op_types(function))
@@ -315,24 +371,21 @@ def compare_on_interpreter(
     try:
         produced = run_numpy(path, _feed(input_key_values))
     except UsageError as err:
-        pytest.skip(err.one_line().replace(f"{path}: ", ""))
-    fp16_atol, fp16_rtol = max(atol * 100.0, 5e-1), max(rtol * 100.0, 5e-2)
-    # a program holding fp16 values (inputs, weights) computes with their rounding, whatever its outputs' type
-    fp16_program = any(v.dtype == _mil_types().fp16 for op in _ops(function) for v in op.outputs)
-    if mlmodel.compute_unit != ct.ComputeUnit.CPU_ONLY or dtype == "fp16":
-        atol, rtol = fp16_atol, fp16_rtol
+        _known_or_fail(REFUSALS, "the interpreter refuses the program", err.one_line(), path)
+    if mlmodel.compute_unit != ct.ComputeUnit.CPU_ONLY or dtype == "fp16":  # Apple's rule, and nothing wider
+        atol, rtol = max(atol * 100.0, 5e-1), max(rtol * 100.0, 5e-2)
     for name, expected in expected_outputs.items():
         got = _output(produced, name)
         expected = np.asarray(expected)
-        # An fp32 case whose program the case itself types fp16 (fp16 inputs and weights, expected outputs
-        # from the unrounded weights) computes in fp16: Apple's fp16 tolerance (Apple's own runs use fp16
-        # backends unless fp32 ones are asked for).
-        output_atol, output_rtol = (fp16_atol, fp16_rtol) if got.dtype == np.float16 or fp16_program else (atol, rtol)
         if also_compare_shapes and not (expected.shape == () and got.shape == (1,)):
             assert got.shape == expected.shape, f"output {name}: expected shape {expected.shape}, got {got.shape}"
-        close = np.isclose(got, expected, atol=output_atol, rtol=output_rtol)
+        close = np.isclose(got, expected, atol=atol, rtol=rtol)
+        if not close.all() and (fp16_reason := _fp16_valued(function)):
+            pytest.xfail(
+                f"output {name} misses Apple's fp32 tolerance in an fp16-valued program (listed: {fp16_reason})"
+            )
         if not close.all() and (~close).sum() / max(expected.size, 1) > allow_mismatch_ratio:
-            np.testing.assert_allclose(got, expected, atol=output_atol, rtol=output_rtol, err_msg=f"output {name}")
+            np.testing.assert_allclose(got, expected, atol=atol, rtol=rtol, err_msg=f"output {name}")
     if case is not None:
         case["compared"] += 1
     return produced
@@ -348,6 +401,9 @@ def pytest_configure(config) -> None:
     from gatepack.converters.runtimes import coremltools
 
     coremltools()  # imported quietly first
+    from mil_mutations import apply_from_environment
+
+    apply_from_environment()  # bench/mil_mutations.py's deliberate interpreter bug, in this subprocess too
     import coremltools.converters.mil.mil.ops.tests.testing_utils as op_testing
     import coremltools.converters.mil.testing_utils as testing
 

@@ -49,6 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from mil_mutations import apply_from_environment
+
+    apply_from_environment()  # bench/mil_mutations.py: one deliberate interpreter bug for the whole session
     if config.getoption("--sixth-format"):
         import sixth_format
 

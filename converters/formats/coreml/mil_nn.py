@@ -86,7 +86,8 @@ def _conv_transpose(
 ):
     """MIL conv_transpose (weight ``[C_in, C_out / groups, *K]``): every input element scatters
     ``x[n, c, i] * weight[c, o, k]`` to ``full[n, g*Og + o, i*s + k*d]``; the result is ``full`` without
-    ``pad`` (begin, end) per spatial dimension, or cut to ``output_shape``."""
+    ``pad`` (begin, end) per spatial dimension; with ``output_shape``, ``full[begin : begin + out]`` (a custom pad's
+    begin, else 0)."""
     rank = x.ndim - 2
     strides, dilations = _ints(strides, rank, 1), _ints(dilations, rank, 1)
     kernel = weight.shape[2:]
@@ -104,7 +105,8 @@ def _conv_transpose(
     full = full.reshape(n, groups * c_og, *full_sizes)
     if output_shape is not None:
         outs = [int(v) for v in np.asarray(output_shape).reshape(-1)[2:]]
-        pads = [v for f, o in zip(full_sizes, outs) for v in (0, f - o)]
+        begins = _ints(pad, 2 * rank, 0)[0::2] if str(pad_type) == "custom" else [0] * rank
+        pads = [v for f, o, b in zip(full_sizes, outs, begins) for v in (b, f - o - b)]
     elif str(pad_type) == "same":
         outs = [d * s for d, s in zip(sizes, strides)]
         pads = [v for f, o in zip(full_sizes, outs) for v in ((f - o) // 2, f - o - (f - o) // 2)]

@@ -16,12 +16,12 @@ from gatepack.converters.errors import UsageError
 
 
 def _reshape(x, shape, **_):
-    """MIL reshape: a -1 is inferred; a 0 copies x's dimension at that index (only when ``shape`` has x's rank)."""
+    """MIL reshape: a -1 is inferred; a 0 copies the dimension of x it lines up with counting from the right, or is 1
+    where x has none (iOS17's rule, ``shape[i] = x.shape[i - len(shape) + rank]``; iOS15 allows a 0 only when the
+    ranks are equal, where both rules agree)."""
     target = [int(v) for v in np.asarray(shape).reshape(-1)]
-    if 0 in target:
-        if len(target) != x.ndim:
-            raise UsageError(f"reshape: a 0 in shape {target} needs a rank-{x.ndim} shape (that of x)")
-        target = [x.shape[k] if v == 0 else v for k, v in enumerate(target)]
+    offset = x.ndim - len(target)
+    target = [(x.shape[offset + k] if offset + k >= 0 else 1) if v == 0 else v for k, v in enumerate(target)]
     return np.reshape(x, target)
 
 
