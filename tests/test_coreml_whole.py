@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnxruntime as ort
 import onnx
 import pytest
 from click.testing import CliRunner
@@ -176,3 +177,60 @@ def test_recurrent_attributes_end_to_end_in_a_whole_model(tmp_path, op, attribut
     result = gp.convert(src, tmp_path / "m.mlpackage")
     assert result.whole and result.verification.passed, result.verification.to_text()
     assert max(o.max_abs_error for o in result.verification.outputs) <= TOLERANCE
+
+
+def _masked_encoder() -> onnx.ModelProto:
+    """x [S, N, I] times Cast(mask [S, N] bool) -> GRU -> y, and a bool output Greater(y_h, 0): an encoder with an
+    attention-style bool mask (issue 41, item 3)."""
+    rng = np.random.default_rng(5)
+    s, n, i, h = 5, 2, 3, 4
+    inits = [
+        helper.make_tensor("W", TensorProto.FLOAT, [1, 3 * h, i], rng.standard_normal(3 * h * i)),
+        helper.make_tensor("R", TensorProto.FLOAT, [1, 3 * h, h], rng.standard_normal(3 * h * h)),
+        helper.make_tensor("B", TensorProto.FLOAT, [1, 6 * h], rng.standard_normal(6 * h)),
+        helper.make_tensor("axes", TensorProto.INT64, [1], [2]),
+        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["mask"], ["mask_f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask_f", "axes"], ["mask_3d"]),
+        helper.make_node("Mul", ["x", "mask_3d"], ["x_masked"]),
+        helper.make_node("GRU", ["x_masked", "W", "R", "B"], ["y", "y_h"], hidden_size=h, name="gru"),
+        helper.make_node("Greater", ["y_h", "zero"], ["active"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [s, n, i]),
+        helper.make_tensor_value_info("mask", TensorProto.BOOL, [s, n]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [s, 1, n, h]),
+        helper.make_tensor_value_info("active", TensorProto.BOOL, [1, n, h]),
+    ]
+    graph = helper.make_graph(nodes, "encoder", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def test_a_bool_mask_input_and_a_bool_output_are_carried_as_int32_and_said_so(tmp_path):
+    src, out = tmp_path / "enc.onnx", tmp_path / "enc.mlpackage"
+    onnx.save(_masked_encoder(), src)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (5, 2, 3)).astype(np.float32)
+    mask = np.array([[1, 1], [1, 1], [1, 0], [0, 1], [1, 0]], bool)  # both values, in both sequences
+    result = gp.convert(src, out, inputs={"x": x, "mask": mask})
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    model = next(f for fs in result.findings.values() for f in fs if f.feature == "model")
+    assert model.status.value == "repacked", model.detail
+    assert "input 'mask': bool -> int32" in model.detail and "output 'active': bool -> int32" in model.detail
+    assert gp.report(src, "coreml").to_json()["model"]["coreml"]["detail"] == model.detail
+    coreml = registry.reader("coreml")
+    assert [(n, str(d)) for n, d, _ in coreml.graph_inputs(out)] == [("x", "float32"), ("mask", "int32")]
+    assert dict((n, str(d)) for n, d, _ in coreml.graph_outputs(out))["active"] == "int32"
+    # the package as written, fed int32 0/1 as Core ML takes it, against onnxruntime on the source
+    session = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    for fed in (mask, ~mask, np.ones_like(mask)):
+        y, active = session.run(["y", "active"], {"x": x, "mask": fed})
+        got = coreml.run_numpy(out, {"x": x, "mask": fed.astype(np.int32)})
+        np.testing.assert_allclose(got["y"], y, atol=TOLERANCE)
+        assert got["active"].dtype == np.int32 and np.array_equal(got["active"], active.astype(np.int32))
+    masked_out = session.run(["y"], {"x": x, "mask": mask})[0]
+    assert not np.allclose(masked_out, session.run(["y"], {"x": x, "mask": ~mask})[0])  # the mask matters

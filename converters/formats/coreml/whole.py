@@ -32,9 +32,14 @@ from gatepack.converters.model import Model
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
 # ONNX element types (TensorProto.DataType) a package's inputs and outputs can carry, as MIL types' names
-_IO_TYPES = {1: "fp32", 10: "fp16", 6: "int32", 7: "int32", 11: "fp32"}  # int64 -> int32, double -> fp32
+_IO_TYPES = {1: "fp32", 10: "fp16", 6: "int32", 7: "int32", 9: "int32", 11: "fp32"}  # int64, bool -> int32
 # what an input or output whose type changes in the package becomes (float64 loses precision: lossy)
-_IO_CHANGES = {7: "int64 -> int32 (values must fit)", 11: "float64 -> float32"}
+_IO_CHANGES = {
+    7: "int64 -> int32 (values must fit)",
+    9: "bool -> int32 (0 or 1; cast to bool inside the program)",
+    11: "float64 -> float32",
+}
+_BOOL = 9  # a bool input is fed as int32 and cast to bool inside the program; a bool output leaves it as int32
 # nodes never evaluated at conversion time though their inputs are constant (values that must differ per run)
 _NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
@@ -153,38 +158,18 @@ def translate_proto(
     changes += [
         f"output {o.name!r}: {_IO_CHANGES[o.type.tensor_type.elem_type]}"
         for o in graph.output
-        if o.type.tensor_type.elem_type in _IO_CHANGES
+        if o.type.tensor_type.elem_type in _IO_CHANGES and o.type.tensor_type.elem_type != _BOOL
     ]
     t = Translation(mb, prepared.opset)
     described: list[dict] = []
     failures: list[Untranslatable] = []
     with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
         t.values.update(_initializers(path, graph))
-        for onnx_name, mil_name in names.items():
-            given = function.inputs[mil_name]
-            if onnx_name in states:  # the state as stored (fp16), read and widened for the model's fp32 arithmetic
-                given = mb.cast(x=mb.read_state(input=given), dtype="fp32")
-            t.values[onnx_name] = mb.squeeze(x=given, axes=[0]) if onnx_name in scalars else given
+        _bind_inputs(t, graph, function, names, scalars, states)
         _translate_graph(t, graph, prepared, strategy, target, described, failures)
         if failures:
             refuse_untranslatable(path, failures, _symbolic_inputs(function))
-        outputs = []
-        written_back = {output: state_input for state_input, output in states.items()}
-        for out in graph.output:
-            value = t.values[out.name]
-            if out.name in written_back:  # the new state, stored back in fp16 for the next call
-                state = function.inputs[names[written_back[out.name]]]
-                mb.coreml_update_state(state=state, value=mb.cast(x=t.as_var(value), dtype="fp16"))
-                continue
-            names[out.name] = safe_name(out.name)
-            if isinstance(value, Squeezed):
-                raise RefusedError(
-                    f"{path}: output {out.name!r} has rank {len(value.shape)}; Core ML holds tensors of rank <= "
-                    f"{MAX_RANK}",
-                    hint=ALTERNATIVES,
-                )
-            outputs.append(mb.identity(x=t.as_var(value), name=names[out.name]))
-        function.set_outputs(outputs)
+        function.set_outputs(_program_outputs(t, path, graph, function, names, states, changes))
     check_sanitised_names(path, names)
     program = Program()
     program.add_function("main", function)
@@ -200,6 +185,46 @@ def translate_proto(
         "interface_changes": changes,
         **({"states": states} if states else {}),
     }
+
+
+def _bind_inputs(t: Translation, graph, function, names: dict, scalars: list, states: dict) -> None:
+    """Each graph input's value in the program: a state read from its store and widened to fp32, a bool input (fed
+    as int32 0/1) cast to bool, a scalar input (``[1]`` in the package) squeezed."""
+    bools = {value.name for value in graph.input if value.type.tensor_type.elem_type == _BOOL}
+    for onnx_name, mil_name in names.items():
+        given = function.inputs[mil_name]
+        if onnx_name in states:  # the state as stored (fp16), read and widened for the model's fp32 arithmetic
+            given = t.mb.cast(x=t.mb.read_state(input=given), dtype="fp32")
+        elif onnx_name in bools:
+            given = t.mb.cast(x=given, dtype="bool")
+        t.values[onnx_name] = t.mb.squeeze(x=given, axes=[0]) if onnx_name in scalars else given
+
+
+def _program_outputs(t: Translation, path: Path, graph, function, names: dict, states: dict, changes: list) -> list:
+    """The program's outputs: an ``identity`` per graph output under its own (sanitised) name; a bool output cast to
+    int32 (Core ML outputs carry no bools; noted in ``changes``); a state's new value stored back (fp16) instead."""
+    from coremltools.converters.mil.mil import types
+
+    outputs = []
+    written_back = {output: state_input for state_input, output in states.items()}
+    for out in graph.output:
+        value = t.values[out.name]
+        if out.name in written_back:  # the new state, stored back in fp16 for the next call
+            state = function.inputs[names[written_back[out.name]]]
+            t.mb.coreml_update_state(state=state, value=t.mb.cast(x=t.as_var(value), dtype="fp16"))
+            continue
+        names[out.name] = safe_name(out.name)
+        if isinstance(value, Squeezed):
+            raise RefusedError(
+                f"{path}: output {out.name!r} has rank {len(value.shape)}; Core ML holds tensors of rank <= {MAX_RANK}",
+                hint=ALTERNATIVES,
+            )
+        var = t.as_var(value)
+        if types.is_bool(var.dtype):
+            var = t.mb.cast(x=var, dtype="int32")
+            changes.append(f"output {out.name!r}: bool -> int32 (0 or 1)")
+        outputs.append(t.mb.identity(x=var, name=names[out.name]))
+    return outputs
 
 
 def carry_metadata(model: Model, mlmodel) -> None:
