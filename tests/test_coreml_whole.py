@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import onnxruntime as ort
 import onnx
+import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from helpers import REALMODELS, artifact_name
@@ -234,3 +234,87 @@ def test_a_bool_mask_input_and_a_bool_output_are_carried_as_int32_and_said_so(tm
         assert got["active"].dtype == np.int32 and np.array_equal(got["active"], active.astype(np.int32))
     masked_out = session.run(["y"], {"x": x, "mask": mask})[0]
     assert not np.allclose(masked_out, session.run(["y"], {"x": x, "mask": ~mask})[0])  # the mask matters
+
+
+PRODUCERS = REALMODELS.parent / "producers"
+
+
+def test_a_keras2_gru_stack_with_initial_states_converts_whole_to_kerass_outputs(tmp_path):
+    """Issue 41, item 4: Keras 2 GRU(x, initial_state=h0a) -> GRU(., initial_state=h0b) through tf2onnx, to Core ML
+    and to ONNX for DirectML; the package, read back and run on gatepack's MIL interpreter, gives Keras's outputs."""
+    src = PRODUCERS / "tf2onnx_keras2_gru_stack_initial_states.onnx"
+    truth = dict(np.load(src.with_suffix(".truth.npz")))
+    feed = {name: truth[name] for name in ("x", "h0a", "h0b")}
+    out = tmp_path / "stack.mlpackage"
+    result = gp.convert(src, out, inputs=feed)
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    assert len(gp.load(out).layers) == 2
+    got = registry.reader("coreml").run_numpy(out, feed)
+    np.testing.assert_allclose(got["second"], truth["second"], atol=1e-5, rtol=1e-4)
+    done = gp.convert(src, tmp_path / "stack.onnx", to="onnx", runtime="directml", inputs=feed)
+    assert done.whole and done.verification.passed, done.verification.to_text()
+
+
+def test_a_stack_whose_second_loop_is_not_lifted_is_refused_naming_the_loop_never_a_crash(tmp_path):
+    """Keras 2 GRUs with reset_after=False and a fixed batch: two Loops, the second reading the first's output; the
+    reader lifts the first only. Core ML refuses the Loop by name (it crashed inside the translation before); ONNX
+    for DirectML keeps it and converts."""
+    src = PRODUCERS / "tf2onnx_keras2_gru_stack_initial_states_reset_before.onnx"
+    runner = CliRunner()
+    out = tmp_path / "stack.mlpackage"
+    refused = runner.invoke(main, ["convert", str(src), "--to", "coreml", "-o", str(out), "--json"])
+    assert refused.exit_code == 4, refused.output
+    error = json.loads(refused.stdout)["error"]
+    assert "Loop" in error and "'model_1/second/while_loop'" in error, error
+    assert not out.exists()
+    args = ["convert", str(src), "--to", "onnx", "--for", "directml", "-o", str(tmp_path / "stack.onnx")]
+    assert runner.invoke(main, args).exit_code == 0
+
+
+def _vector_matmul_model() -> onnx.ModelProto:
+    """x -> GRU -> Y_h [1, N, H] -> MatMul(Y_h, v [H]) -> out [1, N]: numpy's matmul by a vector."""
+    rng = np.random.default_rng(8)
+    w = helper.make_tensor("W", TensorProto.FLOAT, [1, 12, 3], rng.standard_normal(36))
+    r = helper.make_tensor("R", TensorProto.FLOAT, [1, 12, 4], rng.standard_normal(48))
+    v = helper.make_tensor("v", TensorProto.FLOAT, [4], rng.standard_normal(4))
+    nodes = [
+        helper.make_node("GRU", ["x", "W", "R"], ["y", "y_h"], hidden_size=4, name="gru"),
+        helper.make_node("MatMul", ["y_h", "v"], ["out"], name="score"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 3])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2])],
+        [w, r, v],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def test_matmul_by_a_vector_is_translated_as_numpy_computes_it(tmp_path):
+    """MIL's matmul takes B of rank >= 2 (coremltools' builder failed with an IndexError on a vector B)."""
+    src = tmp_path / "vec.onnx"
+    onnx.save(_vector_matmul_model(), src)
+    result = gp.convert(src, tmp_path / "vec.mlpackage")
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    assert max(o.max_abs_error for o in result.verification.outputs) <= TOLERANCE
+
+
+def test_what_the_mil_builder_still_raises_is_a_refusal_naming_the_node(tmp_path, monkeypatch):
+    """An operator whose translation fails inside coremltools' builder: exit 4 naming the node and its inputs, in the
+    report as in convert; never the builder's own text, never exit 1."""
+    from gatepack.converters.formats.coreml import onnx_ops
+    from gatepack.converters.formats.coreml.translate import OnnxOp
+
+    def fails_inside_the_builder(t, node):
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setitem(onnx_ops.OPERATORS, "Tanh", OnnxOp(fails_inside_the_builder))
+    src, out = tmp_path / "odd.onnx", tmp_path / "odd.mlpackage"
+    onnx.save(_model_with("Tanh"), src)
+    refused = CliRunner().invoke(main, ["convert", str(src), "--to", "coreml", "-o", str(out), "--json"])
+    assert refused.exit_code == 4, refused.output
+    error = json.loads(refused.stdout)["error"]
+    assert "'the_odd_one'" in error and "'y' [5, 1, 2, 4] fp32" in error, error
+    assert "tuple index" not in error
+    assert not out.exists()

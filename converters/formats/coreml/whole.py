@@ -13,7 +13,6 @@ from typing import NoReturn, Sequence
 
 import numpy as np
 
-from gatepack.converters.description import describe
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
@@ -27,7 +26,7 @@ from gatepack.converters.formats.coreml.common import (
     safe_name,
 )
 from gatepack.converters.formats.coreml.translate import MAX_RANK, Squeezed, Translation, Untranslatable
-from gatepack.converters.formats.coreml.writer import emit_layer
+from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
 from gatepack.converters.model import Model
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
@@ -57,36 +56,59 @@ def is_whole_model(model: Model) -> bool:
 
 
 class _Prepared:
-    """The source rewritten for translation: its proto (layers as plain nodes), the layers read from it, the
-    ids of the nodes a layer stands for (``skip``) and the anchor node of each layer (id -> layer)."""
+    """The source as it is translated: its proto, the layers in it, the ids of the nodes the layers stand for and of
+    the constants only they read (``skip``: never translated on their own), and each layer's nodes (``members``: id ->
+    layer; the layer is emitted at the first of them where its inputs are computed, at the last one at the latest)."""
 
     def __init__(self, proto, layers: list[RecurrentLayer]) -> None:
         from gatepack.converters.formats.onnx_constants import constant_feeders
-        from gatepack.converters.formats.onnx_graph import isolated_record
+        from gatepack.converters.formats.onnx_graph import isolated_record, walk_nodes
 
         self.proto = proto
         self.layers = layers
-        self.anchors: dict[int, RecurrentLayer] = {}
-        self.skip: set[int] = set()
-        for layer in layers:
-            nodes = isolated_record(layer).nodes
-            self.skip |= {id(n) for n in nodes}
-            anchor = next(n for n in nodes if n.op_type == layer.cell.spec.onnx_op)
-            self.anchors[id(anchor)] = layer
+        # every node held here: protobuf's Python objects for them, and so their ids, last only while referenced
+        self.nodes = [node for node, _, _, _ in walk_nodes(proto.graph)]
+        by_outputs = {tuple(node.output): node for node in self.nodes}
+        self.members: dict[int, RecurrentLayer] = {}
+        self.last: dict[int, int] = {}  # id(layer) -> id of its last node in graph order
+        for layer in layers:  # a node is known by its outputs (the reader's record may hold another copy)
+            keys = (tuple(n.output) for n in isolated_record(layer).nodes)
+            nodes = [by_outputs[key] for key in keys if key in by_outputs]
+            self.members.update((id(n), layer) for n in nodes)
+        for node in self.nodes:
+            if id(node) in self.members:
+                self.last[id(self.members[id(node)])] = id(node)
+        self.skip: set[int] = set(self.members)
         if layers:
             fed = {getattr(lay.interface, r) for lay in layers for r in ("x", *lay.fed_roles())}
             self.skip |= constant_feeders(proto.graph, set(self.skip), fed)
         self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.emitted: set[int] = set()  # id(layer) of the layers written so far
 
     @classmethod
     def of(cls, model: Model) -> "_Prepared":
-        """``model``'s source with every layer rewritten in place, read again."""
+        """``model``'s source as read: its layers straight from the arrays the reader holds (the weights' external
+        data memory-mapped, never copied into a proto). A model with lifted layers (Loops, unrolled cells) is
+        rewritten in place first (each lifted region becomes one node and the adapters the rest of the graph reads)
+        and read again; a loop that only that second reading lifts stays a Loop (the source's reading refused it)."""
+        from gatepack.converters.formats.onnx_graph import load_proto
         from gatepack.converters.formats.onnx_reader import reread
-        from gatepack.converters.formats.onnx_rewrite import in_place
+        from gatepack.converters.formats.onnx_rewrite import in_place, lifted_layers
 
         assert model.path is not None  # (a whole model read from its file)
+        if not lifted_layers(model):
+            return cls(load_proto(Path(model.path)), list(model.layers))
         proto = in_place(model)
-        return cls(proto, reread(model.path, proto).layers)
+        layers = reread(model.path, proto).layers
+        return cls(proto, [lay for lay in layers if lay.provenance is not None and lay.provenance.kind != "lifted"])
+
+    def ready(self, layer: RecurrentLayer, values: dict, node) -> bool:
+        """Whether ``layer`` is emitted at its member ``node``: every input it takes is computed, or ``node`` is
+        its last (emitting then names what is missing)."""
+        if id(layer) in self.emitted:
+            return False
+        taken = [getattr(layer.interface, role) for role in ("x", *layer.fed_roles())]
+        return all(name in values for name in taken) or self.last.get(id(layer)) == id(node)
 
 
 def build_whole(model: Model, *, strategy: str = "auto", target: str = NEWEST_TARGET, states: dict | None = None):
@@ -164,7 +186,7 @@ def translate_proto(
     described: list[dict] = []
     failures: list[Untranslatable] = []
     with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
-        t.values.update(_initializers(path, graph))
+        t.values.update(_initializers(path, prepared))
         _bind_inputs(t, graph, function, names, scalars, states)
         _translate_graph(t, graph, prepared, strategy, target, described, failures)
         if failures:
@@ -312,10 +334,24 @@ def _state_inputs(path: Path, placeholders: dict, names: dict, states: dict[str,
         placeholders[mil_name] = mb.state_tensor_placeholder(shape=tuple(shape), dtype=types.fp16)
 
 
-def _initializers(path: Path, graph) -> dict[str, np.ndarray]:
+def _initializers(path: Path, prepared: _Prepared) -> dict[str, np.ndarray]:
+    """The main graph's initializers that a node translated on its own reads (in any subgraph) or that are graph
+    outputs: the layers' weights are written from the layers' own arrays, never loaded again. External data is
+    memory-mapped."""
     from onnx import numpy_helper
 
-    return {t.name: numpy_helper.to_array(t, base_dir=str(path.parent)) for t in graph.initializer}
+    from gatepack.converters.formats.onnx_graph import map_external
+
+    graph = prepared.proto.graph
+    read = {o.name for o in graph.output}
+    read.update(i for node in prepared.nodes if id(node) not in prepared.skip for i in node.input)
+    loaded = {}
+    for tensor in graph.initializer:
+        if tensor.name in read:
+            external = tensor.data_location == tensor.EXTERNAL
+            mapped = map_external(tensor, path.parent) if external else None
+            loaded[tensor.name] = mapped if mapped is not None else numpy_helper.to_array(tensor, str(path.parent))
+    return loaded
 
 
 def _translate_graph(
@@ -326,8 +362,9 @@ def _translate_graph(
 
     for node in graph.node:
         if id(node) in prepared.skip:
-            layer = prepared.anchors.get(id(node))
-            if layer is not None:
+            layer = prepared.members.get(id(node))
+            if layer is not None and prepared.ready(layer, t.values, node):
+                prepared.emitted.add(id(layer))
                 _emit_layer(t, node, layer, strategy, target, described, failures)
             continue
         try:
@@ -360,10 +397,35 @@ def _translate_graph(
             extra = sorted({a.name for a in node.attribute} - entry.attributes)
             if extra:
                 t.refuse(node, f"attribute{'s' if len(extra) > 1 else ''} {', '.join(extra)} not honoured")
-            outputs = entry.emit(t, node)
-            t.values.update((name, value) for name, value in zip(node.output, outputs) if name)
+            t.values.update((name, value) for name, value in zip(node.output, _emitted(t, node, entry)) if name)
         except Untranslatable as err:
             failures.append(err)
+
+
+def _emitted(t: Translation, node, entry) -> Sequence:
+    """``entry``'s MIL values for ``node``; whatever coremltools' builder still raises (its type inference on inputs the
+    entry's own checks let through) is a refusal naming the node and its inputs, never the builder's text."""
+    try:
+        return entry.emit(t, node)
+    except Untranslatable:
+        raise
+    except Exception as err:
+        raise Untranslatable(node, _rejected(t, node)) from err
+
+
+def _rejected(t: Translation, node) -> str:
+    """'coremltools' MIL builder rejects its inputs ('a' [?, 5, 3] fp32; 'b' [3] fp32)': the inputs as the translation
+    holds them (the builder's own message names its internals, not the model)."""
+    from gatepack.converters.formats.coreml.onnx_ops.elementwise import mil_dtype
+
+    held = []
+    for name in node.input:
+        value = t.values.get(name) if name else None
+        if value is None or isinstance(value, Squeezed):
+            continue
+        shape = ", ".join(str(d) if isinstance(d, (int, np.integer)) else "?" for d in Translation.shape(value))
+        held.append(f"{name!r} [{shape}] {mil_dtype(value)}")
+    return f"coremltools' MIL builder rejects its inputs ({'; '.join(held) or 'none'})"
 
 
 def _translate_if(
@@ -449,7 +511,10 @@ def _emit_layer(
                 if isinstance(value, np.ndarray)
                 else value
             )
-        results, chosen = emit_layer(t.mb, layer, given, strategy, target)
+        try:
+            results, chosen = emit_layer(t.mb, layer, given, strategy, target)
+        except Exception as err:  # coremltools' type inference, on what the checks above did not foresee
+            raise Untranslatable(node, f"layer {layer.name!r}: {_rejected(t, node)}") from err
     except Untranslatable as err:
         failures.append(err)
         return
@@ -457,9 +522,7 @@ def _emit_layer(
         name = getattr(itf, role)
         if name:
             t.values[name] = value
-    description = describe(layer)
-    description["interface"]["dtype"] = "float32"
-    described.append({"name": layer.name, "strategy": chosen, "target": target, **description})
+    described.append(description_entry(layer, chosen, target))
 
 
 def refusal_summary(failures: list[Untranslatable]) -> str:
