@@ -5,6 +5,7 @@ interpreter against onnxruntime on the source) against the conversion itself.
 
     python bench/coreml_whole.py            # the real models and the 277 MB stacked GRU model
     python bench/coreml_whole.py --quick    # the real models only, one repetition
+    python bench/coreml_whole.py --stack    # the 277 MB stacked GRU model only
 
 Goals (issue 30; read from the table, never asserted): conversion <= 1.5x OpenVINO's time, peak RSS <= 2x the
 weights, verification <= 1.0x the conversion.
@@ -62,6 +63,7 @@ def _row(name: str, src: Path, tmp: str, repeat: int, weights_mb: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--stack", action="store_true", help="the stacked GRU model only")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     repeat = 1 if args.quick else args.repeat
@@ -71,7 +73,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in MODELS:
+        for name in [] if args.stack else MODELS:
             src = ROOT / "fixtures" / "realmodels" / name
             print(_row(name, src, tmp, repeat, src.stat().st_size / 1e6), flush=True)
         if not args.quick:

@@ -520,6 +520,31 @@ def test_lstm_round_trip_to_onnx_keeps_every_weight(cfg: Config, tmp_path):
     assert_round_trip_keeps_every_weight(cfg, tmp_path, "coreml", "m.mlpackage")
 
 
+def test_packages_holding_the_decomposed_weights_transposed_still_read(tmp_path):
+    """gatepack's decomposed cell stores W [G*H, I] and R [G*H, H] as the layer holds them ('weights': 'rows' in its
+    description; the package verifies); packages written before held W^T and R^T without the field, and read the
+    same (the reader's constants given as such a package held them)."""
+    from types import SimpleNamespace
+
+    from gatepack.converters.formats.coreml import reader, writer
+
+    cfg = next(c for c in MATRIX if c.dtype == "float32" and c.I != c.H and c.direction == "forward")
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    (source,) = gp.load(tmp_path / "m.onnx").layers
+    rows = tmp_path / "rows.mlpackage"
+    assert gp.convert(tmp_path / "m.onnx", rows, to="coreml", strategy="decomposed").verification.passed
+    (read,) = gp.load(rows).layers
+    entry = {k: v for k, v in writer.description_entry(source, "decomposed", "iOS15").items() if k != "weights"}
+    prefix = coreml.safe_name(source.name)
+    (p,) = source.directions
+    held = {"W": p.W.T, "R": p.R.T, "Wb": p.Wb, "Rb": p.Rb}
+    constants = {f"{prefix}_{key}0": SimpleNamespace(val=np.ascontiguousarray(v)) for key, v in held.items()}
+    before, _ = reader._read_described(tmp_path / "old.mlpackage", entry, {}, constants)
+    for layer in (read, before):
+        np.testing.assert_array_equal(layer.directions[0].W, p.W)
+        np.testing.assert_array_equal(layer.directions[0].R, p.R)
+
+
 REAL = sorted(p.name for p in REALMODELS.glob("*.onnx") if "lstm" not in p.name and p.name != "gtcrn_stream.onnx")
 
 

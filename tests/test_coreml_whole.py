@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from helpers import REALMODELS, artifact_name
@@ -176,3 +177,148 @@ def test_recurrent_attributes_end_to_end_in_a_whole_model(tmp_path, op, attribut
     result = gp.convert(src, tmp_path / "m.mlpackage")
     assert result.whole and result.verification.passed, result.verification.to_text()
     assert max(o.max_abs_error for o in result.verification.outputs) <= TOLERANCE
+
+
+def _masked_encoder() -> onnx.ModelProto:
+    """x [S, N, I] times Cast(mask [S, N] bool) -> GRU -> y, and a bool output Greater(y_h, 0): an encoder with an
+    attention-style bool mask (issue 41, item 3)."""
+    rng = np.random.default_rng(5)
+    s, n, i, h = 5, 2, 3, 4
+    inits = [
+        helper.make_tensor("W", TensorProto.FLOAT, [1, 3 * h, i], rng.standard_normal(3 * h * i)),
+        helper.make_tensor("R", TensorProto.FLOAT, [1, 3 * h, h], rng.standard_normal(3 * h * h)),
+        helper.make_tensor("B", TensorProto.FLOAT, [1, 6 * h], rng.standard_normal(6 * h)),
+        helper.make_tensor("axes", TensorProto.INT64, [1], [2]),
+        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["mask"], ["mask_f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask_f", "axes"], ["mask_3d"]),
+        helper.make_node("Mul", ["x", "mask_3d"], ["x_masked"]),
+        helper.make_node("GRU", ["x_masked", "W", "R", "B"], ["y", "y_h"], hidden_size=h, name="gru"),
+        helper.make_node("Greater", ["y_h", "zero"], ["active"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [s, n, i]),
+        helper.make_tensor_value_info("mask", TensorProto.BOOL, [s, n]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [s, 1, n, h]),
+        helper.make_tensor_value_info("active", TensorProto.BOOL, [1, n, h]),
+    ]
+    graph = helper.make_graph(nodes, "encoder", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def test_a_bool_mask_input_and_a_bool_output_are_carried_as_int32_and_said_so(tmp_path):
+    src, out = tmp_path / "enc.onnx", tmp_path / "enc.mlpackage"
+    onnx.save(_masked_encoder(), src)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (5, 2, 3)).astype(np.float32)
+    mask = np.array([[1, 1], [1, 1], [1, 0], [0, 1], [1, 0]], bool)  # both values, in both sequences
+    result = gp.convert(src, out, inputs={"x": x, "mask": mask})
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    model = next(f for fs in result.findings.values() for f in fs if f.feature == "model")
+    assert model.status.value == "repacked", model.detail
+    assert "input 'mask': bool -> int32" in model.detail and "output 'active': bool -> int32" in model.detail
+    assert gp.report(src, "coreml").to_json()["model"]["coreml"]["detail"] == model.detail
+    coreml = registry.reader("coreml")
+    assert [(n, str(d)) for n, d, _ in coreml.graph_inputs(out)] == [("x", "float32"), ("mask", "int32")]
+    assert dict((n, str(d)) for n, d, _ in coreml.graph_outputs(out))["active"] == "int32"
+    # the package as written, fed int32 0/1 as Core ML takes it, against onnxruntime on the source
+    session = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    for fed in (mask, ~mask, np.ones_like(mask)):
+        y, active = session.run(["y", "active"], {"x": x, "mask": fed})
+        got = coreml.run_numpy(out, {"x": x, "mask": fed.astype(np.int32)})
+        np.testing.assert_allclose(got["y"], y, atol=TOLERANCE)
+        assert got["active"].dtype == np.int32 and np.array_equal(got["active"], active.astype(np.int32))
+    masked_out = session.run(["y"], {"x": x, "mask": mask})[0]
+    assert not np.allclose(masked_out, session.run(["y"], {"x": x, "mask": ~mask})[0])  # the mask matters
+
+
+PRODUCERS = REALMODELS.parent / "producers"
+
+
+@pytest.mark.parametrize("stem", ["gru_stack_initial_states", "gru_stack_initial_states_reset_before"])
+def test_a_keras2_gru_stack_with_initial_states_converts_whole_to_kerass_outputs(stem, tmp_path):
+    """Issue 41, item 4: Keras 2 GRU(x, initial_state=h0a) -> GRU(., initial_state=h0b) through tf2onnx, to Core ML
+    and to ONNX for DirectML; the package, read back and run on gatepack's MIL interpreter, gives Keras's outputs.
+    With reset_after=False and a fixed batch both layers are Loops, the second reading the first's output, whose
+    length no shape tells: its condition does (bound 5 from a counter at 0). Before, only the first was lifted and
+    the Core ML translation crashed (StopIteration) on the second, which a rewritten model's reading lifted."""
+    src = PRODUCERS / f"tf2onnx_keras2_{stem}.onnx"
+    assert len(gp.load(src).layers) == 2
+    truth = dict(np.load(src.with_suffix(".truth.npz")))
+    feed = {name: truth[name] for name in ("x", "h0a", "h0b")}
+    out = tmp_path / "stack.mlpackage"
+    result = gp.convert(src, out, inputs=feed)
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    assert len(gp.load(out).layers) == 2
+    got = registry.reader("coreml").run_numpy(out, feed)
+    np.testing.assert_allclose(got["second"], truth["second"], atol=1e-5, rtol=1e-4)
+    done = gp.convert(src, tmp_path / "stack.onnx", to="onnx", runtime="directml", inputs=feed)
+    assert done.whole and done.verification.passed, done.verification.to_text()
+
+
+def test_a_loop_only_the_rewritten_model_lifts_is_refused_by_name_never_a_crash(tmp_path, monkeypatch):
+    """When the source's reading leaves a Loop that the reading of the model rewritten in place lifts, the Core ML
+    translation keeps the source's layers: the Loop is refused by name (exit 4), as the report says."""
+    from gatepack.converters.formats import onnx_lifting
+
+    monkeypatch.setattr(onnx_lifting.Finder, "_steps_by_condition", lambda *_: None)  # as before
+    src = PRODUCERS / "tf2onnx_keras2_gru_stack_initial_states_reset_before.onnx"
+    out = tmp_path / "stack.mlpackage"
+    refused = CliRunner().invoke(main, ["convert", str(src), "--to", "coreml", "-o", str(out), "--json"])
+    assert refused.exit_code == 4, refused.output
+    error = json.loads(refused.stdout)["error"]
+    assert "Loop" in error and "'model_1/second/while_loop'" in error, error
+    assert not out.exists()
+
+
+def _vector_matmul_model() -> onnx.ModelProto:
+    """x -> GRU -> Y_h [1, N, H] -> MatMul(Y_h, v [H]) -> out [1, N]: numpy's matmul by a vector."""
+    rng = np.random.default_rng(8)
+    w = helper.make_tensor("W", TensorProto.FLOAT, [1, 12, 3], rng.standard_normal(36))
+    r = helper.make_tensor("R", TensorProto.FLOAT, [1, 12, 4], rng.standard_normal(48))
+    v = helper.make_tensor("v", TensorProto.FLOAT, [4], rng.standard_normal(4))
+    nodes = [
+        helper.make_node("GRU", ["x", "W", "R"], ["y", "y_h"], hidden_size=4, name="gru"),
+        helper.make_node("MatMul", ["y_h", "v"], ["out"], name="score"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 3])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2])],
+        [w, r, v],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def test_matmul_by_a_vector_is_translated_as_numpy_computes_it(tmp_path):
+    """MIL's matmul takes B of rank >= 2 (coremltools' builder failed with an IndexError on a vector B)."""
+    src = tmp_path / "vec.onnx"
+    onnx.save(_vector_matmul_model(), src)
+    result = gp.convert(src, tmp_path / "vec.mlpackage")
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    assert max(o.max_abs_error for o in result.verification.outputs) <= TOLERANCE
+
+
+def test_what_the_mil_builder_still_raises_is_a_refusal_naming_the_node(tmp_path, monkeypatch):
+    """An operator whose translation fails inside coremltools' builder: exit 4 naming the node and its inputs, in the
+    report as in convert; never the builder's own text, never exit 1."""
+    from gatepack.converters.formats.coreml import onnx_ops
+    from gatepack.converters.formats.coreml.translate import OnnxOp
+
+    def fails_inside_the_builder(t, node):
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setitem(onnx_ops.OPERATORS, "Tanh", OnnxOp(fails_inside_the_builder))
+    src, out = tmp_path / "odd.onnx", tmp_path / "odd.mlpackage"
+    onnx.save(_model_with("Tanh"), src)
+    refused = CliRunner().invoke(main, ["convert", str(src), "--to", "coreml", "-o", str(out), "--json"])
+    assert refused.exit_code == 4, refused.output
+    error = json.loads(refused.stdout)["error"]
+    assert "'the_odd_one'" in error and "'y' [5, 1, 2, 4] fp32" in error, error
+    assert "tuple index" not in error
+    assert not out.exists()

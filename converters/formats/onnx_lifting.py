@@ -278,6 +278,8 @@ class Finder:
             hidden = self._hidden_from_weights(node, x_dims[2], what)
         trip = self._constant(node.input[0]) if node.input[0] else None
         steps = int(trip.reshape(-1)[0]) if trip is not None and trip.size == 1 else None
+        if steps is None and not (len(x_dims) == 3 and isinstance(x_dims[0], int)):  # S known nowhere else
+            steps = self._steps_by_condition(node, body, carried_in, carried_out)
         found = (
             f"an ONNX Loop{f' of {steps} steps' if steps else ''} over a {'/'.join(sorted(activations))} cell "
             "(as tf2onnx writes Keras recurrent layers)"
@@ -312,6 +314,35 @@ class Finder:
                    "a held step keeps Keras's last output, which starts at zero, not at the initial state")
                 + ", so it is not lifted"
             )  # fmt: skip
+
+    def _steps_by_condition(
+        self, node: onnx.NodeProto, body: onnx.GraphProto, carried_in: list[str], carried_out: list[str]
+    ) -> int | None:
+        """The steps of a Loop without a trip count that its condition ends (tf2onnx's Keras loops over a sequence
+        whose length no shape tells, e.g. another loop's output): the body's condition ``Less(counter + step, bound)``
+        (through Casts and Identities), ``bound`` a loop-carried value passed through unchanged from a constant,
+        ``counter`` one starting from a constant: bound - start steps. A reading the lifting's proof then checks (a
+        wrong one lifts nothing); None where the loop is not so."""
+        producers = {o: n for n in body.node for o in n.output}
+
+        def traced(name: str) -> str:
+            while name in producers and producers[name].op_type in ("Cast", "Identity"):
+                name = producers[name].input[0]
+            return name
+
+        less = producers.get(traced(body.output[0].name))
+        if less is None or less.op_type != "Less" or len(less.input) != 2:
+            return None
+        counter, bound = (producers.get(traced(less.input[0])), traced(less.input[1]))
+        if bound not in carried_in or carried_out[carried_in.index(bound)] != bound:
+            return None
+        if counter is None or counter.op_type != "Add" or not set(counter.input) & set(carried_in):
+            return None
+        start = next(i for i in counter.input if i in carried_in)
+        limit, first = (self._constant(node.input[2 + carried_in.index(n)]) for n in (bound, start))
+        if limit is None or first is None or limit.size != 1 or first.size != 1:
+            return None
+        return int(limit.reshape(-1)[0]) - int(first.reshape(-1)[0])
 
     def _stepped(self, body: onnx.GraphProto) -> tuple[list[str], list[str]]:
         """The outer tensors the body gathers step ``t`` of (axis 0): float sequences, and boolean masks

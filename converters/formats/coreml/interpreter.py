@@ -68,6 +68,17 @@ def _select(cond, a, b, **_):
     return np.where(cond, a, b).astype(np.result_type(a, b))
 
 
+def _matmul(x, y, transpose_x=False, transpose_y=False) -> np.ndarray:
+    """MIL matmul: numpy.matmul of x and y, each with its last two axes swapped when asked. A stack of rows times one
+    matrix (every step's input projection, [S, N, I] x [I, G*H]) is one 2-D product: numpy's stacked matmul does not
+    reach BLAS there (several times slower on the weights of a large layer, transposed or not)."""
+    x = np.swapaxes(x, -1, -2) if transpose_x else np.asarray(x)
+    y = np.swapaxes(y, -1, -2) if transpose_y else np.asarray(y)
+    if x.ndim > 2 and y.ndim == 2:
+        return np.matmul(x.reshape(-1, x.shape[-1]), y).reshape(*x.shape[:-1], y.shape[-1])
+    return np.matmul(x, y)
+
+
 def _reverse_sequence(x, lengths, seq_axis=0, batch_axis=0, **_):
     out = np.array(x)
     moved = np.moveaxis(out, (int(batch_axis), int(seq_axis)), (0, 1))
@@ -212,9 +223,7 @@ _CORE_OPS = {
     "expand_dims": lambda x, axes, **_: np.expand_dims(x, tuple(int(a) for a in axes)),
     "reverse": lambda x, axes=None, **_: np.flip(x, _axes(axes)),
     "reverse_sequence": _reverse_sequence,
-    "matmul": lambda x, y, transpose_x=False, transpose_y=False, **_: np.matmul(
-        np.swapaxes(x, -1, -2) if transpose_x else x, np.swapaxes(y, -1, -2) if transpose_y else y
-    ),
+    "matmul": lambda x, y, transpose_x=False, transpose_y=False, **_: _matmul(x, y, transpose_x, transpose_y),
     "add": lambda x, y, **_: np.add(x, y),
     "sub": lambda x, y, **_: np.subtract(x, y),
     "mul": lambda x, y, **_: np.multiply(x, y),

@@ -134,10 +134,11 @@ def _read_described(
                 return np.asarray(var.val, np.float32)  # fp16 packages: the fp16 values, widened exactly
 
             peephole = _named(vars_by_name, f"{prefix}_P{k}")
+            rows = entry.get("weights") == "rows"  # W, R as the layer holds them (earlier packages: W^T, R^T)
             directions.append(
                 DirectionParams(
-                    const("W").T,
-                    const("R").T,
+                    const("W") if rows else const("W").T,
+                    const("R") if rows else const("R").T,
                     const("Wb"),
                     const("Rb"),
                     acts,

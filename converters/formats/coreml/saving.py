@@ -24,6 +24,7 @@ from gatepack.converters.formats.coreml.common import (
     _target_rank,
     settle_options,
 )
+from gatepack.converters.formats.coreml.package import _package_files
 from gatepack.converters.formats.coreml.whole import build_whole, carry_metadata, is_whole_model
 from gatepack.converters.formats.coreml.writer import build
 from gatepack.converters.model import Model
@@ -98,7 +99,10 @@ def save_package(
         mlmodel.short_description = "recurrent layers written by gatepack"
         if described.get("whole") and carry is not None:
             carry_metadata(carry, mlmodel)
-        mlmodel.save(str(staging / "model.mlpackage"))
+        # the specification (metadata included) written into the package coremltools made, which then moves into
+        # place: ``MLModel.save`` would copy the whole package, weights and all, to write that one small file
+        converted = staging / "converted.mlpackage"
+        _package_files(converted).model.write_bytes(mlmodel.get_spec().SerializeToString())
         if path.is_dir():
             shutil.rmtree(path)
-        os.replace(staging / "model.mlpackage", path)
+        os.replace(converted, path)

@@ -13,7 +13,6 @@ from typing import NoReturn, Sequence
 
 import numpy as np
 
-from gatepack.converters.description import describe
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
@@ -27,14 +26,19 @@ from gatepack.converters.formats.coreml.common import (
     safe_name,
 )
 from gatepack.converters.formats.coreml.translate import MAX_RANK, Squeezed, Translation, Untranslatable
-from gatepack.converters.formats.coreml.writer import emit_layer
+from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
 from gatepack.converters.model import Model
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
 # ONNX element types (TensorProto.DataType) a package's inputs and outputs can carry, as MIL types' names
-_IO_TYPES = {1: "fp32", 10: "fp16", 6: "int32", 7: "int32", 11: "fp32"}  # int64 -> int32, double -> fp32
+_IO_TYPES = {1: "fp32", 10: "fp16", 6: "int32", 7: "int32", 9: "int32", 11: "fp32"}  # int64, bool -> int32
 # what an input or output whose type changes in the package becomes (float64 loses precision: lossy)
-_IO_CHANGES = {7: "int64 -> int32 (values must fit)", 11: "float64 -> float32"}
+_IO_CHANGES = {
+    7: "int64 -> int32 (values must fit)",
+    9: "bool -> int32 (0 or 1; cast to bool inside the program)",
+    11: "float64 -> float32",
+}
+_BOOL = 9  # a bool input is fed as int32 and cast to bool inside the program; a bool output leaves it as int32
 # nodes never evaluated at conversion time though their inputs are constant (values that must differ per run)
 _NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
@@ -52,36 +56,59 @@ def is_whole_model(model: Model) -> bool:
 
 
 class _Prepared:
-    """The source rewritten for translation: its proto (layers as plain nodes), the layers read from it, the
-    ids of the nodes a layer stands for (``skip``) and the anchor node of each layer (id -> layer)."""
+    """The source as it is translated: its proto, the layers in it, the ids of the nodes the layers stand for and of
+    the constants only they read (``skip``: never translated on their own), and each layer's nodes (``members``: id ->
+    layer; the layer is emitted at the first of them where its inputs are computed, at the last one at the latest)."""
 
     def __init__(self, proto, layers: list[RecurrentLayer]) -> None:
         from gatepack.converters.formats.onnx_constants import constant_feeders
-        from gatepack.converters.formats.onnx_graph import isolated_record
+        from gatepack.converters.formats.onnx_graph import isolated_record, walk_nodes
 
         self.proto = proto
         self.layers = layers
-        self.anchors: dict[int, RecurrentLayer] = {}
-        self.skip: set[int] = set()
-        for layer in layers:
-            nodes = isolated_record(layer).nodes
-            self.skip |= {id(n) for n in nodes}
-            anchor = next(n for n in nodes if n.op_type == layer.cell.spec.onnx_op)
-            self.anchors[id(anchor)] = layer
+        # every node held here: protobuf's Python objects for them, and so their ids, last only while referenced
+        self.nodes = [node for node, _, _, _ in walk_nodes(proto.graph)]
+        by_outputs = {tuple(node.output): node for node in self.nodes}
+        self.members: dict[int, RecurrentLayer] = {}
+        self.last: dict[int, int] = {}  # id(layer) -> id of its last node in graph order
+        for layer in layers:  # a node is known by its outputs (the reader's record may hold another copy)
+            keys = (tuple(n.output) for n in isolated_record(layer).nodes)
+            nodes = [by_outputs[key] for key in keys if key in by_outputs]
+            self.members.update((id(n), layer) for n in nodes)
+        for node in self.nodes:
+            if id(node) in self.members:
+                self.last[id(self.members[id(node)])] = id(node)
+        self.skip: set[int] = set(self.members)
         if layers:
             fed = {getattr(lay.interface, r) for lay in layers for r in ("x", *lay.fed_roles())}
             self.skip |= constant_feeders(proto.graph, set(self.skip), fed)
         self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.emitted: set[int] = set()  # id(layer) of the layers written so far
 
     @classmethod
     def of(cls, model: Model) -> "_Prepared":
-        """``model``'s source with every layer rewritten in place, read again."""
+        """``model``'s source as read: its layers straight from the arrays the reader holds (the weights' external
+        data memory-mapped, never copied into a proto). A model with lifted layers (Loops, unrolled cells) is
+        rewritten in place first (each lifted region becomes one node and the adapters the rest of the graph reads)
+        and read again; a loop that only that second reading lifts stays a Loop (the source's reading refused it)."""
+        from gatepack.converters.formats.onnx_graph import load_proto
         from gatepack.converters.formats.onnx_reader import reread
-        from gatepack.converters.formats.onnx_rewrite import in_place
+        from gatepack.converters.formats.onnx_rewrite import in_place, lifted_layers
 
         assert model.path is not None  # (a whole model read from its file)
+        if not lifted_layers(model):
+            return cls(load_proto(Path(model.path)), list(model.layers))
         proto = in_place(model)
-        return cls(proto, reread(model.path, proto).layers)
+        layers = reread(model.path, proto).layers
+        return cls(proto, [lay for lay in layers if lay.provenance is not None and lay.provenance.kind != "lifted"])
+
+    def ready(self, layer: RecurrentLayer, values: dict, node) -> bool:
+        """Whether ``layer`` is emitted at its member ``node``: every input it takes is computed, or ``node`` is
+        its last (emitting then names what is missing)."""
+        if id(layer) in self.emitted:
+            return False
+        taken = [getattr(layer.interface, role) for role in ("x", *layer.fed_roles())]
+        return all(name in values for name in taken) or self.last.get(id(layer)) == id(node)
 
 
 def build_whole(model: Model, *, strategy: str = "auto", target: str = NEWEST_TARGET, states: dict | None = None):
@@ -153,38 +180,18 @@ def translate_proto(
     changes += [
         f"output {o.name!r}: {_IO_CHANGES[o.type.tensor_type.elem_type]}"
         for o in graph.output
-        if o.type.tensor_type.elem_type in _IO_CHANGES
+        if o.type.tensor_type.elem_type in _IO_CHANGES and o.type.tensor_type.elem_type != _BOOL
     ]
     t = Translation(mb, prepared.opset)
     described: list[dict] = []
     failures: list[Untranslatable] = []
     with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
-        t.values.update(_initializers(path, graph))
-        for onnx_name, mil_name in names.items():
-            given = function.inputs[mil_name]
-            if onnx_name in states:  # the state as stored (fp16), read and widened for the model's fp32 arithmetic
-                given = mb.cast(x=mb.read_state(input=given), dtype="fp32")
-            t.values[onnx_name] = mb.squeeze(x=given, axes=[0]) if onnx_name in scalars else given
+        t.values.update(_initializers(path, prepared))
+        _bind_inputs(t, graph, function, names, scalars, states)
         _translate_graph(t, graph, prepared, strategy, target, described, failures)
         if failures:
             refuse_untranslatable(path, failures, _symbolic_inputs(function))
-        outputs = []
-        written_back = {output: state_input for state_input, output in states.items()}
-        for out in graph.output:
-            value = t.values[out.name]
-            if out.name in written_back:  # the new state, stored back in fp16 for the next call
-                state = function.inputs[names[written_back[out.name]]]
-                mb.coreml_update_state(state=state, value=mb.cast(x=t.as_var(value), dtype="fp16"))
-                continue
-            names[out.name] = safe_name(out.name)
-            if isinstance(value, Squeezed):
-                raise RefusedError(
-                    f"{path}: output {out.name!r} has rank {len(value.shape)}; Core ML holds tensors of rank <= "
-                    f"{MAX_RANK}",
-                    hint=ALTERNATIVES,
-                )
-            outputs.append(mb.identity(x=t.as_var(value), name=names[out.name]))
-        function.set_outputs(outputs)
+        function.set_outputs(_program_outputs(t, path, graph, function, names, states, changes))
     check_sanitised_names(path, names)
     program = Program()
     program.add_function("main", function)
@@ -200,6 +207,46 @@ def translate_proto(
         "interface_changes": changes,
         **({"states": states} if states else {}),
     }
+
+
+def _bind_inputs(t: Translation, graph, function, names: dict, scalars: list, states: dict) -> None:
+    """Each graph input's value in the program: a state read from its store and widened to fp32, a bool input (fed
+    as int32 0/1) cast to bool, a scalar input (``[1]`` in the package) squeezed."""
+    bools = {value.name for value in graph.input if value.type.tensor_type.elem_type == _BOOL}
+    for onnx_name, mil_name in names.items():
+        given = function.inputs[mil_name]
+        if onnx_name in states:  # the state as stored (fp16), read and widened for the model's fp32 arithmetic
+            given = t.mb.cast(x=t.mb.read_state(input=given), dtype="fp32")
+        elif onnx_name in bools:
+            given = t.mb.cast(x=given, dtype="bool")
+        t.values[onnx_name] = t.mb.squeeze(x=given, axes=[0]) if onnx_name in scalars else given
+
+
+def _program_outputs(t: Translation, path: Path, graph, function, names: dict, states: dict, changes: list) -> list:
+    """The program's outputs: an ``identity`` per graph output under its own (sanitised) name; a bool output cast to
+    int32 (Core ML outputs carry no bools; noted in ``changes``); a state's new value stored back (fp16) instead."""
+    from coremltools.converters.mil.mil import types
+
+    outputs = []
+    written_back = {output: state_input for state_input, output in states.items()}
+    for out in graph.output:
+        value = t.values[out.name]
+        if out.name in written_back:  # the new state, stored back in fp16 for the next call
+            state = function.inputs[names[written_back[out.name]]]
+            t.mb.coreml_update_state(state=state, value=t.mb.cast(x=t.as_var(value), dtype="fp16"))
+            continue
+        names[out.name] = safe_name(out.name)
+        if isinstance(value, Squeezed):
+            raise RefusedError(
+                f"{path}: output {out.name!r} has rank {len(value.shape)}; Core ML holds tensors of rank <= {MAX_RANK}",
+                hint=ALTERNATIVES,
+            )
+        var = t.as_var(value)
+        if types.is_bool(var.dtype):
+            var = t.mb.cast(x=var, dtype="int32")
+            changes.append(f"output {out.name!r}: bool -> int32 (0 or 1)")
+        outputs.append(t.mb.identity(x=var, name=names[out.name]))
+    return outputs
 
 
 def carry_metadata(model: Model, mlmodel) -> None:
@@ -287,10 +334,24 @@ def _state_inputs(path: Path, placeholders: dict, names: dict, states: dict[str,
         placeholders[mil_name] = mb.state_tensor_placeholder(shape=tuple(shape), dtype=types.fp16)
 
 
-def _initializers(path: Path, graph) -> dict[str, np.ndarray]:
+def _initializers(path: Path, prepared: _Prepared) -> dict[str, np.ndarray]:
+    """The main graph's initializers that a node translated on its own reads (in any subgraph) or that are graph
+    outputs: the layers' weights are written from the layers' own arrays, never loaded again. External data is
+    memory-mapped."""
     from onnx import numpy_helper
 
-    return {t.name: numpy_helper.to_array(t, base_dir=str(path.parent)) for t in graph.initializer}
+    from gatepack.converters.formats.onnx_graph import map_external
+
+    graph = prepared.proto.graph
+    read = {o.name for o in graph.output}
+    read.update(i for node in prepared.nodes if id(node) not in prepared.skip for i in node.input)
+    loaded = {}
+    for tensor in graph.initializer:
+        if tensor.name in read:
+            external = tensor.data_location == tensor.EXTERNAL
+            mapped = map_external(tensor, path.parent) if external else None
+            loaded[tensor.name] = mapped if mapped is not None else numpy_helper.to_array(tensor, str(path.parent))
+    return loaded
 
 
 def _translate_graph(
@@ -301,8 +362,9 @@ def _translate_graph(
 
     for node in graph.node:
         if id(node) in prepared.skip:
-            layer = prepared.anchors.get(id(node))
-            if layer is not None:
+            layer = prepared.members.get(id(node))
+            if layer is not None and prepared.ready(layer, t.values, node):
+                prepared.emitted.add(id(layer))
                 _emit_layer(t, node, layer, strategy, target, described, failures)
             continue
         try:
@@ -335,10 +397,35 @@ def _translate_graph(
             extra = sorted({a.name for a in node.attribute} - entry.attributes)
             if extra:
                 t.refuse(node, f"attribute{'s' if len(extra) > 1 else ''} {', '.join(extra)} not honoured")
-            outputs = entry.emit(t, node)
-            t.values.update((name, value) for name, value in zip(node.output, outputs) if name)
+            t.values.update((name, value) for name, value in zip(node.output, _emitted(t, node, entry)) if name)
         except Untranslatable as err:
             failures.append(err)
+
+
+def _emitted(t: Translation, node, entry) -> Sequence:
+    """``entry``'s MIL values for ``node``; whatever coremltools' builder still raises (its type inference on inputs the
+    entry's own checks let through) is a refusal naming the node and its inputs, never the builder's text."""
+    try:
+        return entry.emit(t, node)
+    except Untranslatable:
+        raise
+    except Exception as err:
+        raise Untranslatable(node, _rejected(t, node)) from err
+
+
+def _rejected(t: Translation, node) -> str:
+    """'coremltools' MIL builder rejects its inputs ('a' [?, 5, 3] fp32; 'b' [3] fp32)': the inputs as the translation
+    holds them (the builder's own message names its internals, not the model)."""
+    from gatepack.converters.formats.coreml.onnx_ops.elementwise import mil_dtype
+
+    held = []
+    for name in node.input:
+        value = t.values.get(name) if name else None
+        if value is None or isinstance(value, Squeezed):
+            continue
+        shape = ", ".join(str(d) if isinstance(d, (int, np.integer)) else "?" for d in Translation.shape(value))
+        held.append(f"{name!r} [{shape}] {mil_dtype(value)}")
+    return f"coremltools' MIL builder rejects its inputs ({'; '.join(held) or 'none'})"
 
 
 def _translate_if(
@@ -424,7 +511,10 @@ def _emit_layer(
                 if isinstance(value, np.ndarray)
                 else value
             )
-        results, chosen = emit_layer(t.mb, layer, given, strategy, target)
+        try:
+            results, chosen = emit_layer(t.mb, layer, given, strategy, target)
+        except Exception as err:  # coremltools' type inference, on what the checks above did not foresee
+            raise Untranslatable(node, f"layer {layer.name!r}: {_rejected(t, node)}") from err
     except Untranslatable as err:
         failures.append(err)
         return
@@ -432,9 +522,7 @@ def _emit_layer(
         name = getattr(itf, role)
         if name:
             t.values[name] = value
-    description = describe(layer)
-    description["interface"]["dtype"] = "float32"
-    described.append({"name": layer.name, "strategy": chosen, "target": target, **description})
+    described.append(description_entry(layer, chosen, target))
 
 
 def refusal_summary(failures: list[Untranslatable]) -> str:

@@ -104,14 +104,24 @@ def build(model: Model, *, strategy: str = "auto", target: str = NEWEST_TARGET):
                 if name:
                     names[name] = safe_name(name)
                     outputs.append(mb.identity(x=value, name=names[name]))
-            description = describe(layer)
-            description["interface"]["dtype"] = "float32"  # the package's interface and weights, whatever the source's
-            described.append({"name": layer.name, "strategy": chosen, "target": target, **description})
+            described.append(description_entry(layer, chosen, target))
         function.set_outputs(outputs)
     check_sanitised_names(model.path, names)
     program = Program()
     program.add_function("main", function)
     return program, {"layers": described, "names": names}
+
+
+def description_entry(layer: RecurrentLayer, chosen: str, target: str) -> dict:
+    """gatepack's description of ``layer`` as written in a package (fp32 interface and weights, whatever the source's).
+    ``"weights": "rows"``: the decomposed cell's W and R constants are stored as the layer holds them, [G*H, I] and
+    [G*H, H] (its ``matmul``s transpose them); packages written before held W^T and R^T and lack the field."""
+    description = describe(layer)
+    description["interface"]["dtype"] = "float32"
+    entry = {"name": layer.name, "strategy": chosen, "target": target, **description}
+    if chosen == "decomposed":
+        entry["weights"] = "rows"
+    return entry
 
 
 def emit_layer(mb, layer: RecurrentLayer, given: dict, strategy: str, target: str) -> tuple[tuple, str]:
@@ -217,7 +227,7 @@ class _MilOps:
     def __init__(self, mb, layer: RecurrentLayer, params: DirectionParams, k: int) -> None:
         self.mb, self.hidden, self.gates = mb, layer.hidden_size, layer.gates
         prefix = safe_name(layer.name)
-        self.r_t = mb.const(val=np.ascontiguousarray(params.R.T, np.float32), name=f"{prefix}_R{k}")  # [H, G*H]
+        self.r = mb.const(val=_stored(params.R), name=f"{prefix}_R{k}")  # [G*H, H], as the layer holds it
         self.rb = mb.const(val=np.asarray(params.Rb, np.float32), name=f"{prefix}_Rb{k}")
         self.p = None if params.P is None else mb.const(val=np.asarray(params.P, np.float32), name=f"{prefix}_P{k}")
 
@@ -229,18 +239,18 @@ class _MilOps:
         return self.mb.minimum(x=self.mb.maximum(x=x, y=np.float32(-bound)), y=np.float32(bound))
 
     def recurrent(self, x, first: int, stop: int):
-        """Gates from the first: the whole ``x R^T + Rb``, sliced. The reader finds R^T and Rb by their names,
+        """Gates from the first: the whole ``x R^T + Rb``, sliced. The reader finds R and Rb by their names,
         and coremltools' fp16 passes fold a slice of a const into a new const: a program reading them only
         through slices would lose them (GRU's z and r are projected this way). Later gates: slices of both."""
         mb, h = self.mb, self.hidden
         if first == 0:
-            projected = mb.add(x=mb.matmul(x=x, y=self.r_t), y=self.rb)
+            projected = mb.add(x=mb.matmul(x=x, y=self.r, transpose_y=True), y=self.rb)
             if stop == self.gates:
                 return projected
             return mb.slice_by_index(x=projected, begin=[0, 0], end=[0, stop * h], end_mask=[True, False])
-        r_t = mb.slice_by_index(x=self.r_t, begin=[0, first * h], end=[h, stop * h])
+        r = mb.slice_by_index(x=self.r, begin=[first * h, 0], end=[stop * h, h])
         rb = mb.slice_by_index(x=self.rb, begin=[first * h], end=[stop * h])
-        return mb.add(x=mb.matmul(x=x, y=r_t), y=rb)
+        return mb.add(x=mb.matmul(x=x, y=r, transpose_y=True), y=rb)
 
     def peepholes(self):
         return self.p
@@ -335,10 +345,10 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
             if reverse
             else x_sm
         )
-        w_t = mb.const(val=np.ascontiguousarray(p.W.T, np.float32), name=f"{prefix}_W{k}")
+        w = mb.const(val=_stored(p.W), name=f"{prefix}_W{k}")  # [G*H, I]
         wb = mb.const(val=np.asarray(p.Wb, np.float32), name=f"{prefix}_Wb{k}")
         step_ops = _MilOps(mb, layer, p, k)
-        xw = mb.add(x=mb.matmul(x=x_d, y=w_t), y=wb)  # [S,N,G*H]: every step's input projection at once
+        xw = mb.add(x=mb.matmul(x=x_d, y=w, transpose_y=True), y=wb)  # [S,N,G*H]: every step's input projection
         start = [mb.gather(x=initial[role], indices=k, axis=0) if role in initial else zeros for role in roles]
         if one_step:  # one frame: the step straight-line, no loop (a loop keeps a model off the Neural Engine)
             new = step(step_ops, layer, p, mb.squeeze(x=xw, axes=[0]), start)
@@ -383,6 +393,12 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
         for values, value in zip(finals, _zero_when_empty(mb, lens, last)):
             values.append(value)
     return _stack_directions(mb, layer, ys, *finals)
+
+
+def _stored(weights: np.ndarray) -> np.ndarray:
+    """A weight matrix as a const holds it: the layer's own array when it is contiguous fp32 (a view of the source's
+    memory-mapped weights: no copy here; coremltools copies it once into its weight file), else a contiguous copy."""
+    return np.ascontiguousarray(weights, np.float32)
 
 
 def _zero_when_empty(mb, lens, last: list) -> list:

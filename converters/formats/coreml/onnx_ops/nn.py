@@ -12,26 +12,47 @@ from typing import Any, Callable
 
 import numpy as np
 
+from gatepack.converters.formats.coreml.onnx_ops.elementwise import mil_dtype, typed
 from gatepack.converters.formats.coreml.translate import OnnxOp, Translation
 
 _AUTO_PADS = {"SAME_UPPER": "same", "SAME_LOWER": "same_lower", "VALID": "valid"}
 
 
+def _product_operands(t: Translation, node, ranks: tuple[int, int], transposed: tuple[bool, bool] = (False, False)):
+    """A and B of a matrix product as MIL vars, checked before coremltools' builder sees them (it fails inside
+    otherwise): each of a rank in ``ranks`` (inclusive), one element type MIL's ``matmul`` takes (fp16, fp32, int32),
+    and A's last dimension equal to B's contracted one (``transposed``: transA, transB) where both are known. A
+    vector B contracts its only dimension."""
+    a, b = (typed(t, node, k, ("fp16", "fp32", "int32")) for k in (0, 1))
+    for k, value in enumerate((a, b)):
+        if not ranks[0] <= t.rank(value) <= ranks[1]:
+            t.refuse(node, f"input {node.input[k]!r} has rank {t.rank(value)}; {node.op_type} takes rank {ranks}")
+    if mil_dtype(a) != mil_dtype(b):
+        t.refuse(node, f"its operands mix element types {mil_dtype(a)} and {mil_dtype(b)}")
+    shape_a, shape_b = t.shape(a), t.shape(b)
+    inner_a = shape_a[-2] if transposed[0] else shape_a[-1]
+    inner_b = shape_b[0] if len(shape_b) == 1 else shape_b[-1] if transposed[1] else shape_b[-2]
+    if all(isinstance(d, (int, np.integer)) for d in (inner_a, inner_b)) and inner_a != inner_b:
+        t.refuse(node, f"its operands {list(shape_a)} and {list(shape_b)} do not chain ({inner_a} vs {inner_b})")
+    return a, b
+
+
 def _matmul(t: Translation, node) -> list:
-    """ONNX MatMul is numpy.matmul (1-D operands promoted and the added axis removed), as MIL's matmul."""
-    return [t.mb.matmul(x=t.var(node, 0), y=t.var(node, 1))]
+    """ONNX MatMul is numpy.matmul: a 1-D A is promoted to [1, K] and a 1-D B to [K, 1], the added axis removed
+    after. MIL's ``matmul`` promotes A so but takes B of rank >= 2: a vector B is expanded and the axis squeezed."""
+    a, b = _product_operands(t, node, (1, 5))
+    if t.rank(b) == 1:
+        return [t.mb.squeeze(x=t.mb.matmul(x=a, y=t.mb.expand_dims(x=b, axes=[-1])), axes=[-1])]
+    return [t.mb.matmul(x=a, y=b)]
 
 
 def _gemm(t: Translation, node) -> list:
     """``Y = alpha * A' @ B' + beta * C`` (``A'`` = A^T with transA, ``B'`` = B^T with transB; C broadcast
-    unidirectionally to ``Y``)."""
+    unidirectionally to ``Y``). A and B are matrices."""
     alpha, beta = float(t.attr(node, "alpha", 1.0)), float(t.attr(node, "beta", 1.0))
-    y = t.mb.matmul(
-        x=t.var(node, 0),
-        y=t.var(node, 1),
-        transpose_x=bool(t.attr(node, "transA", 0)),
-        transpose_y=bool(t.attr(node, "transB", 0)),
-    )
+    transposed = (bool(t.attr(node, "transA", 0)), bool(t.attr(node, "transB", 0)))
+    a, b = _product_operands(t, node, (2, 2), transposed)
+    y = t.mb.matmul(x=a, y=b, transpose_x=transposed[0], transpose_y=transposed[1])
     if alpha != 1.0:
         y = t.mb.mul(x=y, y=np.float32(alpha))
     if t.has(node, 2) and beta != 0.0:
