@@ -314,6 +314,21 @@ def _streaming_request(states, frames) -> tuple[list[tuple[str, str]], int | Non
     return pairs, frames
 
 
+def _runnable_given(model: "Model", source: "Model", given, seed: int) -> tuple:
+    """``given`` with input shapes the whole ``source`` runs on where its own drawn sizes fail
+    (``verification.runnable_shapes``), and that rule in words; unchanged when ``model`` (what is written) is
+    compared layer by layer."""
+    from gatepack.converters import registry
+    from gatepack.converters.verification import runnable_shapes
+
+    if not model.keeps_whole or source.path is None or registry.reader(source.format).graph_inputs is None:
+        return given, ""
+    try:
+        return runnable_shapes(source, given, seed)
+    except InputError:
+        return given, ""  # inputs it cannot draw: the verification says so
+
+
 def _state_pairs(model: "Model", write_options: dict, stream, given, seed: int, verify: bool) -> list:
     """The source's state pairs when they matter: asked for (``--state``, ``--stateful``) or for verifying a
     whole streaming model; [] for a model without whole-model inputs, or whose source cannot run here."""
@@ -384,6 +399,7 @@ def _convert(
                 hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
             )
         model = with_layout(model, layout)
+    given, drawn = _runnable_given(model, source, given, seed) if verify else (given, "")
     pairs = _state_pairs(model, write_options, stream, given, seed, verify)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
@@ -408,6 +424,7 @@ def _convert(
             result.verification = _verify_written(
                 source, written, tmp, pairs, bool(write_options.get("stateful")), stream[1], seed, progress, given
             )
+            result.verification.notes += [drawn] if drawn else []
             runtime = write_options.get("runtime")
             if runtime is not None and registry.runtime_name(runtime) != "onnxruntime":
                 verify_provider_nodes(written, registry.runtime_name(runtime), result.verification, seed=seed)

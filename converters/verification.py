@@ -411,6 +411,36 @@ def sample_graph_inputs(
     return feed, "; ".join(words)
 
 
+def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[GivenInputs, str]:
+    """``given`` with shapes for the whole ``model``'s inputs that have symbolic dimensions, at the first size of
+    ``samples.dim_size_candidates`` the source runs on (the default first, then the sizes its graph implies, then
+    larger), and that rule in words; ``given`` unchanged ('') when the default runs, every dimension is given or
+    static, or no candidate runs (the verification then says the source fails on the inputs drawn)."""
+    from gatepack.converters.formats.onnx_graph import load_proto
+    from gatepack.converters.samples import dim_size_candidates, implied_sizes
+
+    declared = _graph_inputs(model)
+    open_inputs = [n for n, _, dims in declared if n not in given.shapes and n not in given.values]
+    if not any(not isinstance(d, int) for n, _, dims in declared if n in open_inputs for d in dims):
+        return given, ""
+    implied = implied_sizes(load_proto(model.path)) if model.format == "onnx" else []
+    run = registry.reader(model.format).run_native
+    for size in dim_size_candidates(implied):
+        feed, _ = sample_graph_inputs(model, np.random.default_rng(seed), size, given)
+        try:
+            run(model.path, feed)
+        except (RuntimeFailure, UsageError):
+            continue
+        if size == DEFAULT_SEQ_LENGTH:
+            return given, ""
+        shapes = {**given.shapes, **{n: list(feed[n].shape) for n in open_inputs}}
+        return GivenInputs(shapes, given.values), (
+            f"symbolic dimensions drawn as {size}: the source fails at {DEFAULT_SEQ_LENGTH}; the first size it runs "
+            f"on among those its graph implies ({', '.join(map(str, implied)) or 'none'}), then larger"
+        )
+    return given, ""
+
+
 _PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Transpose", "Expand", "Flatten", "Slice"}
 _ORDERINGS = {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
 
