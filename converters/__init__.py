@@ -255,6 +255,7 @@ def convert(
     inputs: "dict[str, np.ndarray] | None" = None,
     states: "Sequence[tuple[str, str] | str]" = (),
     frames: int | None = None,
+    input_values: "dict[str, object] | None" = None,
     **options,
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
@@ -273,6 +274,9 @@ def convert(
     array) verifies it on the user's own data (other inputs are drawn). A streaming model (state outputs fed
     back as inputs on the next call: ``gatepack.converters.streaming``) is also verified over ``frames``
     consecutive calls; ``states`` gives or corrects its state pairs (``(input, output)`` or ``"IN=OUT"``).
+    ``input_values`` (input name -> a number, list or array) specialises an ONNX model: each input becomes a
+    constant of that value and what depends on it is folded (an ``If`` it decides replaced by its branch); the
+    artifact no longer takes it (an ``interface`` finding, ``repacked``), and verification feeds the source that value.
     ``options``: ``activation_defaults`` (reading) and the target's write options (``strategy``,
     ``opset``, ``compress_to_fp16`` ...: ``gatepack formats`` lists them); an unknown option, one the
     target does not take, or a value of the wrong type raises UsageError naming it.
@@ -284,10 +288,9 @@ def convert(
     from gatepack.converters.progress import Silent
 
     progress = progress or Silent()
-    from gatepack.converters.verification import GivenInputs
 
     src = registry.as_source(src)
-    given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
+    given = _given(input_shapes, inputs, input_values)
     stream = _streaming_request(states, frames)
     try:
         return _convert(
@@ -295,6 +298,53 @@ def convert(
         )
     finally:
         progress.close()
+
+
+def _given(input_shapes, inputs, input_values) -> "GivenInputs":
+    """The user's input shapes, values (``--inputs``) and fixed values (``--input-value``) as ``GivenInputs``."""
+    import numpy as np
+
+    from gatepack.converters.verification import GivenInputs
+
+    values = {**dict(inputs or {}), **{name: np.asarray(v) for name, v in dict(input_values or {}).items()}}
+    return GivenInputs(dict(input_shapes or {}), values, tuple(input_values or ()))
+
+
+def _unfixed(given: "GivenInputs") -> "GivenInputs":
+    """``given`` without the values the artifact holds (``--input-value``): what a specialised model is fed."""
+    values = {name: value for name, value in given.values.items() if name not in given.fixed}
+    return replace(given, values=values, fixed=())
+
+
+def specialised(source: "Model", given: "GivenInputs", read_options: dict | None = None) -> "Model":
+    """``source`` with the inputs ``given.fixed`` names held as constants of their given values and what depends on
+    them folded (``onnx_folding.specialise``), read back from a private temporary file; each layer carries an
+    ``interface`` finding (``repacked``) saying the artifact no longer takes them. ``source`` when none is fixed."""
+    if not given.fixed:
+        return source
+    from gatepack.converters import registry
+    from gatepack.converters.findings import Finding, Status
+
+    if source.format != "onnx" or source.path is None or not source.other_ops:
+        raise UsageError(
+            f"{source.path}: --input-value (input_values=) fixes inputs of whole ONNX models, and this is "
+            f"{'a model of layers alone' if source.format == 'onnx' else registry.check_name(source.format).title}"
+        )
+    from gatepack.converters.formats.onnx_folding import specialise
+    from gatepack.converters.formats.onnx_graph import load_proto
+
+    values = {name: given.values[name] for name in given.fixed}
+    model = load(registry.as_source(specialise(load_proto(Path(source.path)), values)), "onnx", **(read_options or {}))
+    words = ", ".join(f"{name}={value.tolist()}" for name, value in values.items())
+    finding = Finding(
+        "interface",
+        Status.REPACKED,
+        f"input(s) {words} fixed as asked (--input-value): held as constants, what depends on them folded; the "
+        f"artifact no longer takes {', '.join(given.fixed)}",
+        warning=f"an app feeds it without {', '.join(given.fixed)}",
+    )
+    notes = {layer.name: [*model.notes_for(layer), finding] for layer in model.layers}
+    return replace(model, notes=notes, meta={**model.meta, "input_values": {n: v.tolist() for n, v in values.items()}})
 
 
 def _streaming_request(states, frames) -> tuple[list[tuple[str, str]], int | None]:
@@ -390,7 +440,8 @@ def _convert(
         source, label = load(src, source_format, **read_options), str(src)
     prepare_output(dst, info.output_kind, _inputs_of(source))  # and every file the source was read from
     registry.check_output_name(dst, info)
-    model = with_input_shapes(as_layers_only(source) if layers_only else source, given.shapes)
+    base = specialised(source, given, read_options)
+    model = with_input_shapes(as_layers_only(base) if layers_only else base, given.shapes)
     if layout is not None and any(layer.interface.layout != layout for layer in model.layers):
         if model.keeps_whole and implementation.whole_model_finding(model) is not None:
             raise UsageError(
@@ -400,7 +451,7 @@ def _convert(
             )
         model = with_layout(model, layout)
     given, drawn = _runnable_given(model, source, given, seed) if verify else (given, "")
-    pairs = _state_pairs(model, write_options, stream, given, seed, verify)
+    pairs = _state_pairs(model, write_options, stream, _unfixed(given), seed, verify)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
     findings = _findings(model, info.name, write_options)
@@ -650,6 +701,7 @@ def report(
     format: str | None = None,
     layers_only: bool = False,
     states: "Sequence[tuple[str, str] | str]" = (),
+    input_values: "dict[str, object] | None" = None,
     **options,
 ) -> "Report":
     """Per layer and target, what every feature becomes (exact, repacked, folded, decomposed, lossy,
@@ -660,7 +712,7 @@ def report(
     alone (a model with other operators); ``options``: ``activation_defaults`` and write options,
     each applied to the targets that take it (one no target takes raises UsageError naming it). A whole
     streaming model is run once to find its state pairs (``states``: given or corrected, as ``convert``'s), and
-    each target says what becomes of them (``--stateful`` included).
+    each target says what becomes of them (``--stateful`` included); ``input_values``: as ``convert``'s.
     """
     from gatepack.converters import registry
     from gatepack.converters.model import Model
@@ -677,8 +729,11 @@ def report(
     from gatepack.converters.model import as_layers_only
     from gatepack.converters.verification import GivenInputs
 
+    given = _given(None, None, input_values)
+    source, model = model, specialised(model, given, read_options)
     model = as_layers_only(model) if layers_only else model
-    pairs = _state_pairs(model, write_options, _streaming_request(states, None), GivenInputs(), 0, verify=True)
+    given, _ = _runnable_given(model, source, given, 0)
+    pairs = _state_pairs(model, write_options, _streaming_request(states, None), _unfixed(given), 0, verify=True)
     if pairs:  # a streaming model: each target's ``state`` finding, as convert would write it
         model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
     return build_report(model, targets, write_options)

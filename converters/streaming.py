@@ -372,7 +372,7 @@ def verify_streaming(
     frame = feeds.frames(state_inputs, seed)
     calls = zip(
         run_frames(run_source, frame, pairs, initial, count),
-        run_frames(open_runner(target, target_path), frame, pairs, initial, count, state_inputs=not stateful),
+        run_frames(_fed(given, open_runner(target, target_path)), frame, pairs, initial, count, not stateful),
     )
     streaming = StreamingResult(count, pairs)
     comparisons = _compare_calls(calls, streaming, _precisions(source, target, stateful), tolerance, target)
@@ -388,6 +388,11 @@ def verify_streaming(
     )
     result.streaming = streaming
     return result
+
+
+def _fed(given: "GivenInputs", run: Callable[[dict], dict]) -> Callable[[dict], dict]:
+    """``run`` fed without the inputs the artifact holds as constants (``--input-value``)."""
+    return (lambda feed: run(given.for_target(feed))) if given.fixed else run
 
 
 def _path(model: Model) -> Path:

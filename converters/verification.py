@@ -346,10 +346,16 @@ def _graph_inputs(model: Model) -> list[tuple[str, np.dtype, list]]:
 @dataclass(frozen=True)
 class GivenInputs:
     """What the user fixes of verification's inputs: ``shapes`` (input name -> dims, for its symbolic
-    dimensions: ``--input-shape``) and ``values`` (input name -> array: ``--inputs``)."""
+    dimensions: ``--input-shape``) and ``values`` (input name -> array: ``--inputs``); ``fixed``: the inputs among
+    ``values`` the artifact holds as constants (``--input-value``), fed to the source only."""
 
     shapes: dict = field(default_factory=dict)
     values: dict = field(default_factory=dict)
+    fixed: tuple[str, ...] = ()
+
+    def for_target(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``feed`` without the inputs the artifact holds as constants."""
+        return {name: value for name, value in feed.items() if name not in self.fixed}
 
     def __post_init__(self) -> None:
         for name, dims in self.shapes.items():
@@ -434,7 +440,7 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
         if size == DEFAULT_SEQ_LENGTH:
             return given, ""
         shapes = {**given.shapes, **{n: list(feed[n].shape) for n in open_inputs}}
-        return GivenInputs(shapes, given.values), (
+        return GivenInputs(shapes, given.values, given.fixed), (
             f"symbolic dimensions drawn as {size}: the source fails at {DEFAULT_SEQ_LENGTH}; the first size it runs "
             f"on among those its graph implies ({', '.join(map(str, implied)) or 'none'}), then larger"
         )
@@ -519,7 +525,7 @@ def verify_whole(
         raise SourceDoesNotRun(f"{err.one_line()} (inputs: {result.inputs_used})") from None
     try:
         runs = registry.reader(target.format)
-        actual = (runs.run_whole or runs.run_native)(target_file, feed)
+        actual = (runs.run_whole or runs.run_native)(target_file, (given or GivenInputs()).for_target(feed))
     except GatepackError as err:  # named by where the artifact lands, never by the staging path
         err.message = err.message.replace(str(target_file), str(target.path))
         raise

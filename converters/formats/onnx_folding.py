@@ -65,6 +65,37 @@ def fold(proto: onnx.ModelProto, input_shapes: dict[str, list[int]] | None = Non
     return _with_value_info(model, declared)
 
 
+def specialise(
+    proto: onnx.ModelProto, values: Mapping[str, object], input_shapes: dict[str, list[int]] | None = None
+) -> onnx.ModelProto:
+    """A copy of ``proto`` in which each input ``values`` names (input name -> a number, a list or an array) is a
+    constant of that value (an initializer of the input's declared type, no longer a graph input), then folded
+    (``fold``: an ``If`` it decides is replaced by its branch). UsageError (one line) for an unknown input, a value
+    of another shape than the declared one or one its type changes (16000.5 for an int64)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    inputs = {i.name: i for i in graph.input if i.name not in initializers}
+    for name, given in values.items():
+        if name not in inputs:
+            raise UsageError(f"--input-value: the model has no input {name!r}", hint=f"its inputs: {list(inputs)}")
+        declared = inputs[name]
+        dtype = helper.tensor_dtype_to_np_dtype(declared.type.tensor_type.elem_type)
+        value = np.asarray(given)
+        dims = _dims_text(declared)
+        if value.dtype.kind not in "biuf" or value.ndim != len(dims) or any(
+            isinstance(d, int) and d != v for d, v in zip(dims, value.shape)
+        ):
+            raise UsageError(f"--input-value: input {name!r} is declared {dims}, given {given!r}")
+        typed = value.astype(dtype)
+        if not np.array_equal(typed, value):
+            raise UsageError(f"--input-value: {name}={given!r} is not a value of its type {dtype}")
+        graph.input.remove(declared)
+        graph.initializer.append(numpy_helper.from_array(typed, name))
+    return fold(model, input_shapes)
+
+
 # ------------------------------------------------------------------------------------------ input shapes
 
 
