@@ -96,6 +96,54 @@ def specialise(
     return fold(model, input_shapes)
 
 
+def if_deciders(proto: onnx.ModelProto, condition: str | None = None) -> tuple[dict[str, int | None], bool]:
+    """What the condition of an ``If`` (``condition``: its tensor name; None: every ``If`` of the model) is computed
+    from: the graph inputs whose values it reads, each with the constant scalar an ``Equal`` compares it with (None
+    when none does), and whether it reads a tensor's shape (``Shape``/``Size``: fixing the input shapes decides it)."""
+    producers = {out: node for graph in subgraphs_of(proto.graph) for node in graph.node for out in node.output}
+    constants = {t.name: numpy_helper.to_array(t) for graph in subgraphs_of(proto.graph) for t in graph.initializer}
+    constants.update(
+        (n.output[0], numpy_helper.to_array(n.attribute[0].t))
+        for n in producers.values()
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"
+    )
+    inputs = {i.name for i in proto.graph.input} - set(constants)
+    ifs = [n for n in producers.values() if n.op_type == "If"]
+    pending = [(n.input[0], None) for n in ifs if condition is None or n.input[0] == condition]
+    values: dict[str, int | None] = {}
+    shapes, seen = False, set()
+    while pending:
+        name, compared = pending.pop()
+        if name in seen or name in constants:
+            continue
+        seen.add(name)
+        if name in inputs:
+            values[name] = compared if values.get(name) is None else values[name]
+            continue
+        node = producers.get(name)
+        if node is None or node.op_type in ("Shape", "Size"):
+            shapes = shapes or node is not None
+            continue
+        scalars = [constants[i] for i in node.input if i in constants and constants[i].size == 1]
+        if node.op_type == "Equal" and scalars and scalars[0].dtype.kind in "iu":
+            compared = int(scalars[0].reshape(-1)[0])
+        pending += [(i, compared) for i in node.input if i]
+    return values, shapes
+
+
+def specialisation_hint(proto: onnx.ModelProto, condition: str | None = None) -> str:
+    """'fix input sr with --input-value sr=16000 (the value the model compares it with), ' where an ``If``'s
+    condition (``if_deciders``) reads an input's value; '' otherwise."""
+    values, _ = if_deciders(proto, condition)
+    fixes = [f"{name}={value if value is not None else 'VALUE'}" for name, value in values.items()]
+    if not fixes:
+        return ""
+    return (
+        f"specialise the model with --input-value {' --input-value '.join(fixes)} (API: input_values=; the Ifs "
+        "it decides become their branch, the artifact no longer takes it), "
+    )
+
+
 # ------------------------------------------------------------------------------------------ input shapes
 
 
