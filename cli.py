@@ -481,7 +481,9 @@ def report(
     if stateful:
         options["stateful"] = True
         report_targets = report_targets or registry.takers("stateful")
-    found = gp.report(loaded, report_targets, layers_only=layers_only, states=states, input_values=input_values, **options)
+    found = gp.report(
+        loaded, report_targets, layers_only=layers_only, states=states, input_values=input_values, **options
+    )
     text = found.render(fmt)
     if output:
         with atomic_path(Path(output)) as tmp:

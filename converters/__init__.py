@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from gatepack.converters.progress import Progress
     from gatepack.converters.reporting import Report
     from gatepack.converters.streaming import StatePair
-    from gatepack.converters.verification import Verification
+    from gatepack.converters.verification import GivenInputs, Verification
 
 __all__ = ["load", "save", "convert", "verify", "report", "run", "input_names", "Result"]
 
@@ -727,7 +727,6 @@ def report(
     targets = [to] if isinstance(to, str) else list(to) if to else registry.writers()
     registry.check_options(write_options, [registry.writer(target)[0] for target in targets])
     from gatepack.converters.model import as_layers_only
-    from gatepack.converters.verification import GivenInputs
 
     given = _given(None, None, input_values)
     source, model = model, specialised(model, given, read_options)

@@ -203,7 +203,9 @@ def test_report_agrees_with_convert_on_input_values(tmp_path):
     for target, name in (("onnx", "o.onnx"), ("openvino", "o.xml")):
         found = gp.report(src, target, input_values={"sr": 16000})
         converted = gp.convert(src, tmp_path / name, input_values={"sr": 16000})
-        reported = {lay.layer.name: [(f.feature, f.status) for f in lay.targets[target].findings] for lay in found.layers}
+        reported = {
+            lay.layer.name: [(f.feature, f.status) for f in lay.targets[target].findings] for lay in found.layers
+        }
         assert reported == {k: [(f.feature, f.status) for f in fs] for k, fs in converted.findings.items()}
         assert ("interface", Status.REPACKED) in next(iter(reported.values()))
 

@@ -84,8 +84,10 @@ def specialise(
         dtype = helper.tensor_dtype_to_np_dtype(declared.type.tensor_type.elem_type)
         value = np.asarray(given)
         dims = _dims_text(declared)
-        if value.dtype.kind not in "biuf" or value.ndim != len(dims) or any(
-            isinstance(d, int) and d != v for d, v in zip(dims, value.shape)
+        if (
+            value.dtype.kind not in "biuf"
+            or value.ndim != len(dims)
+            or any(isinstance(d, int) and d != v for d, v in zip(dims, value.shape))
         ):
             raise UsageError(f"--input-value: input {name!r} is declared {dims}, given {given!r}")
         typed = value.astype(dtype)

@@ -144,7 +144,11 @@ def whole_model_finding(model: Model) -> Finding | None:
             Status.UNSUPPORTED,
             f"OpenVINO's ONNX frontend cannot convert the model's {model.other_ops_text()}: {verdict.refusal}",
             alternative=_specialisation_hint(model)
-            + (f"pass --input-shape for {verdict.symbolic} to fold the model for those shapes, " if verdict.symbolic else "")
+            + (
+                f"pass --input-shape for {verdict.symbolic} to fold the model for those shapes, "
+                if verdict.symbolic
+                else ""
+            )
             + "convert to onnx, which keeps the whole model, or pass --layers-only for the layers alone",
         )
     if verdict.folded_for is not None:
