@@ -202,15 +202,21 @@ def _parse_input_value(ctx, param, values: tuple[str, ...]) -> dict[str, object]
     return fixed
 
 
-_input_value_option = click.option(
-    "--input-value",
-    "input_values",
-    multiple=True,
-    callback=_parse_input_value,
-    metavar="NAME=VALUE",
-    help="Specialise the model: input NAME becomes a constant of VALUE (a number, or v1,v2,... for a 1-D input) and "
+def _input_value_flag(help: str):
+    return click.option(
+        "--input-value",
+        "input_values",
+        multiple=True,
+        callback=_parse_input_value,
+        metavar="NAME=VALUE",
+        help=help,
+    )
+
+
+_input_value_option = _input_value_flag(
+    "Specialise the model: input NAME becomes a constant of VALUE (a number, or v1,v2,... for a 1-D input) and "
     "what depends on it is folded (an If it decides becomes its branch); the artifact no longer takes NAME "
-    "(repeatable; ONNX whole models).",
+    "(repeatable; ONNX whole models)."
 )
 
 
@@ -508,9 +514,13 @@ def report(
     "float64 1e-6).",
 )
 @_verification_inputs_options
+@_input_value_flag(
+    "An input TARGET holds as a constant (convert --input-value): SOURCE is fed VALUE, TARGET is not fed it "
+    "(repeatable)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
-def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, states, frames, as_json) -> None:
+def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, states, frames, input_values, as_json) -> None:
     """Run SOURCE and TARGET on the same inputs and compare (exit 5 when they differ or the check is incomplete)."""
     result = gp.verify(
         source,
@@ -523,6 +533,7 @@ def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, states, 
         inputs=_given_inputs(inputs_path),
         states=states,
         frames=frames,
+        input_values=input_values,
     )
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())
     if not result.passed:

@@ -628,6 +628,7 @@ def verify(
     inputs: "dict[str, np.ndarray] | None" = None,
     frames: int | None = None,
     states: "Sequence[tuple[str, str] | str]" = (),
+    input_values: "dict[str, object] | None" = None,
     **options,
 ) -> "Verification":
     """Run the artifacts ``src`` and ``dst`` on the same random inputs and compare their outputs,
@@ -640,14 +641,16 @@ def verify(
     (``passed``, per-output errors, ``incomplete``); it does not raise when the outputs differ.
     ``frames`` (or ``states``): compare a streaming model over that many consecutive calls (default
     ``streaming.DEFAULT_FRAMES``), each side feeding its state outputs back (``states``: pairs given or corrected,
-    as ``convert``'s); ``inputs`` may then hold a sequence of frames (one more leading axis).
+    as ``convert``'s); ``inputs`` may then hold a sequence of frames (one more leading axis). ``input_values``: the
+    inputs ``dst`` holds as constants (``convert --input-value``), fed to ``src`` only. A whole source that fails on
+    its drawn sizes is run at sizes it runs on, as ``convert`` draws them.
     """
     from gatepack.converters import registry
     from gatepack.converters.progress import Silent
-    from gatepack.converters.verification import GivenInputs, Tolerance, verify_models
+    from gatepack.converters.verification import Tolerance, verify_models
 
     src, dst = registry.as_source(src), registry.as_source(dst)
-    given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
+    given = _given(input_shapes, inputs, input_values)
     _check_seed(seed)
     tolerance = Tolerance(atol, rtol)
     progress = progress or Silent()
@@ -655,14 +658,18 @@ def verify(
     try:
         source = load(src, format, **options)
         target = load(dst, to, **options)
+        given, drawn = _runnable_given(target, source, given, seed) if source.keeps_whole else (given, "")
         if frames is not None or pairs or (given.values and _holds_frames(source, given)):
             from gatepack.converters.streaming import verify_streaming
 
             progress.step("verifying consecutive calls, states fed back")
-            return verify_streaming(
+            result = verify_streaming(
                 source, target, frames=frames, states=pairs, seed=seed, tolerance=tolerance, given=given
             )
-        return verify_models(source, target, seed=seed, progress=progress, tolerance=tolerance, given=given)
+        else:
+            result = verify_models(source, target, seed=seed, progress=progress, tolerance=tolerance, given=given)
+        result.notes += [drawn] if drawn else []
+        return result
     finally:
         progress.close()
 

@@ -13,6 +13,7 @@ pass when ``|a - b| <= atol + rtol * |b|`` everywhere.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -429,7 +430,7 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
     open_inputs = [n for n, _, dims in declared if n not in given.shapes and n not in given.values]
     if not any(not isinstance(d, int) for n, _, dims in declared if n in open_inputs for d in dims):
         return given, ""
-    implied = implied_sizes(load_proto(model.path)) if model.format == "onnx" else []
+    implied = implied_sizes(load_proto(Path(str(model.path)))) if model.format == "onnx" else []
     run = registry.reader(model.format).run_native
     for size in dim_size_candidates(implied):
         feed, _ = sample_graph_inputs(model, np.random.default_rng(seed), size, given)

@@ -228,6 +228,8 @@ def test_cli_input_value(tmp_path):
     done = runner.invoke(main, ["convert", str(src), "-o", str(tmp_path / "o.onnx"), "--input-value", "sr=16000"])
     assert done.exit_code == 0, done.output
     assert "repacked: interface" in done.output
+    done = runner.invoke(main, ["verify", str(src), str(tmp_path / "o.onnx"), "--input-value", "sr=16000"])
+    assert done.exit_code == 0 and "verification passed" in done.output, done.output
     done = runner.invoke(main, ["report", str(src), "--to", "onnx", "--input-value", "sr=16000"])
     assert done.exit_code == 0 and "no longer takes sr" in done.output, done.output
     done = runner.invoke(main, ["convert", str(src), "-o", str(tmp_path / "p.onnx"), "--input-value", "sr=fast"])

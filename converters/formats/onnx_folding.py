@@ -111,7 +111,7 @@ def if_deciders(proto: onnx.ModelProto, condition: str | None = None) -> tuple[d
     )
     inputs = {i.name for i in proto.graph.input} - set(constants)
     ifs = [n for n in producers.values() if n.op_type == "If"]
-    pending = [(n.input[0], None) for n in ifs if condition is None or n.input[0] == condition]
+    pending: list[tuple[str, int | None]] = [(n.input[0], None) for n in ifs if condition in (None, n.input[0])]
     values: dict[str, int | None] = {}
     shapes, seen = False, set()
     while pending:
