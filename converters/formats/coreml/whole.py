@@ -366,6 +366,7 @@ def _translate_if(
             _translate_graph(t, branch, prepared, strategy, target, described, failures)
             if len(failures) > before:  # cannot finish the block: end it with stand-ins, the refusal names why
                 outputs = tuple(t.mb.const(val=np.zeros(1, np.float32)) for _ in branch.output)
+                built.setdefault("failed", []).append(which)
             else:
                 outputs = tuple(t.mb.identity(x=t.as_var(t.values[o.name])) for o in branch.output)
                 built[which] = [tuple(v.shape) for v in outputs]
@@ -400,12 +401,15 @@ def _cond_refusal(node, built: dict[str, list], proto) -> str:
         for name, a, b in zip(node.output, built.get("then", []), built.get("else", []))
         if len(a) != len(b) or any(isinstance(x, int) and isinstance(y, int) and x != y for x, y in zip(a, b))
     ]
-    why = (
-        f"its branches give {'; '.join(differing)}; MIL's cond holds branches whose outputs agree in rank, sizes that "
-        "differ being symbolic"
-        if differing
-        else "MIL refuses an operator inside its branches"
-    )
+    if built.get("failed"):
+        why = f"a node of its {' and '.join(built['failed'])} branch cannot be held (named with it)"
+    elif differing:
+        why = (
+            f"its branches give {'; '.join(differing)}; MIL's cond holds branches whose outputs agree in rank, sizes "
+            "that differ being symbolic"
+        )
+    else:
+        why = "MIL's cond refuses its branches' outputs"
     values, shapes = if_deciders(proto, node.input[0])
     decided = [f"the value of input {name!r}" for name in values] + (["input shapes"] if shapes else [])
     fixes = specialisation_hint(proto, node.input[0]) + ("fixing the input shapes (--input-shape) " if shapes else "")
@@ -456,6 +460,9 @@ def _emit_layer(
                 if isinstance(value, np.ndarray)
                 else value
             )
+        if t.rank(given["x"]) != 3:  # (a branch of an If taken only for other shapes: the source fails there too)
+            shape = ", ".join(str(d) if isinstance(d, (int, np.integer)) else "?" for d in t.shape(given["x"]))
+            t.refuse(node, f"its X {itf.x!r} has rank {t.rank(given['x'])} [{shape}] here; a {node.op_type} takes 3")
         results, chosen = emit_layer(t.mb, layer, given, strategy, target)
     except Untranslatable as err:
         failures.append(err)
