@@ -13,9 +13,10 @@ them, never by ``import gatepack``.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from gatepack.converters.errors import (  # noqa: F401  (re-exported)
     GatepackError,
@@ -454,33 +455,67 @@ def _convert(
     pairs = _state_pairs(model, write_options, stream, _unfixed(given), seed, verify)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
-    findings = _findings(model, info.name, write_options)
-    _refuse_blocking(label, findings, allow_lossy, layers_only)
-    result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
     staging = (
         atomic_files(Path(dst), info.companions)
         if info.companions
         else atomic_path(Path(dst), directory=info.is_directory)
     )
-    with staging as tmp:
-        progress.step(f"writing {len(model.layers)} layer(s) as {info.name}")
-        assert implementation.write is not None  # registry.writer returns formats that write
-        implementation.write(model, tmp, **write_options)
-        if verify:
-            progress.step(f"reading back {dst}")
-            written = _read_back(implementation, tmp, source, info.name)
-            written.path = Path(dst)
-            from gatepack.converters.verification import verify_provider_nodes
-
-            result.verification = _verify_written(
-                source, written, tmp, pairs, bool(write_options.get("stateful")), stream[1], seed, progress, given
-            )
-            result.verification.notes += [drawn] if drawn else []
-            runtime = write_options.get("runtime")
-            if runtime is not None and registry.runtime_name(runtime) != "onnxruntime":
-                verify_provider_nodes(written, registry.runtime_name(runtime), result.verification, seed=seed)
-            _refuse_unverified(dst, result.verification)
+    with _named_as(label, base.path if base is not source else None):
+        findings = _findings(model, info.name, write_options)
+        _refuse_blocking(label, findings, allow_lossy, layers_only)
+        result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
+        with staging as tmp:
+            progress.step(f"writing {len(model.layers)} layer(s) as {info.name}")
+            assert implementation.write is not None  # registry.writer returns formats that write
+            implementation.write(model, tmp, **write_options)
+            if verify:
+                checks = (pairs, write_options, stream[1], seed, progress, given, drawn)
+                result.verification = _verified(implementation, tmp, source, Path(dst), info.name, *checks)
     return result
+
+
+@contextlib.contextmanager
+def _named_as(label: str, private: "Path | None") -> Iterator[None]:
+    """Errors that name ``private`` (a specialised model's temporary file) name the user's ``label`` instead."""
+    try:
+        yield
+    except GatepackError as err:
+        if private is not None:
+            err.message = err.message.replace(str(private), label)
+        raise
+
+
+def _verified(
+    implementation,
+    tmp: Path,
+    source: "Model",
+    dst: Path,
+    target: str,
+    pairs,
+    write_options,
+    frames,
+    seed,
+    progress,
+    given,
+    drawn: str,
+) -> "Verification":
+    """The artifact written at ``tmp`` read back and verified against ``source`` (one call, the consecutive calls of
+    a streaming model, a provider's nodes for ``--for``; ``drawn``: how the sizes were drawn, noted); VerificationError
+    (nothing is written) unless it passed."""
+    from gatepack.converters import registry
+    from gatepack.converters.verification import verify_provider_nodes
+
+    progress.step(f"reading back {dst}")
+    written = _read_back(implementation, tmp, source, target)
+    written.path = dst
+    stateful = bool(write_options.get("stateful"))
+    verification = _verify_written(source, written, tmp, pairs, stateful, frames, seed, progress, given)
+    verification.notes += [drawn] if drawn else []
+    runtime = write_options.get("runtime")
+    if runtime is not None and registry.runtime_name(runtime) != "onnxruntime":
+        verify_provider_nodes(written, registry.runtime_name(runtime), verification, seed=seed)
+    _refuse_unverified(dst, verification)
+    return verification
 
 
 def _refuse_unverified(dst, verification: "Verification") -> None:
@@ -742,7 +777,8 @@ def report(
     pairs = _state_pairs(model, write_options, _streaming_request(states, None), _unfixed(given), 0, verify=True)
     if pairs:  # a streaming model: each target's ``state`` finding, as convert would write it
         model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
-    return build_report(model, targets, write_options)
+    found = build_report(model, targets, write_options)
+    return replace(found, source=str(source.path)) if given.fixed else found
 
 
 def engine_for(format: str) -> str:

@@ -202,6 +202,7 @@ def test_report_agrees_with_convert_on_input_values(tmp_path):
     sample_rate_gru(src)
     for target, name in (("onnx", "o.onnx"), ("openvino", "o.xml")):
         found = gp.report(src, target, input_values={"sr": 16000})
+        assert found.source == str(src)  # not the specialised model's temporary file
         converted = gp.convert(src, tmp_path / name, input_values={"sr": 16000})
         reported = {
             lay.layer.name: [(f.feature, f.status) for f in lay.targets[target].findings] for lay in found.layers
