@@ -12,6 +12,7 @@ pass when ``|a - b| <= atol + rtol * |b|`` everywhere.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -421,30 +422,42 @@ def sample_graph_inputs(
 def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[GivenInputs, str]:
     """``given`` with shapes for the whole ``model``'s inputs that have symbolic dimensions, at the first size of
     ``samples.dim_size_candidates`` the source runs on (the default first, then the sizes its graph implies, then
-    larger), and that rule in words; ``given`` unchanged ('') when the default runs, every dimension is given or
-    static, or no candidate runs (the verification then says the source fails on the inputs drawn)."""
+    larger; at each size first only the symbols one input alone has, a batch shared by several inputs staying at
+    the default, then every symbol), and that rule in words; ``given`` unchanged ('') when the default runs, every
+    dimension is given or static, or no candidate runs (the verification then says the source fails on the inputs
+    drawn)."""
     from gatepack.converters.formats.onnx_graph import load_proto
     from gatepack.converters.samples import dim_size_candidates, implied_sizes
 
-    declared = _graph_inputs(model)
-    open_inputs = [n for n, _, dims in declared if n not in given.shapes and n not in given.values]
-    if not any(not isinstance(d, int) for n, _, dims in declared if n in open_inputs for d in dims):
+    declared = [(n, dims) for n, _, dims in _graph_inputs(model) if n not in given.shapes and n not in given.values]
+    if all(isinstance(d, int) for _, dims in declared for d in dims):
         return given, ""
     implied = implied_sizes(load_proto(Path(str(model.path)))) if model.format == "onnx" else []
+    shared = {
+        d for d, k in Counter(d for _, dims in declared for d in set(dims) if isinstance(d, str)).items() if k > 1
+    }
     run = registry.reader(model.format).run_native
     for size in dim_size_candidates(implied):
-        feed, _ = sample_graph_inputs(model, np.random.default_rng(seed), size, given)
-        try:
-            run(model.path, feed)
-        except (RuntimeFailure, UsageError):
-            continue
-        if size == DEFAULT_SEQ_LENGTH:
-            return given, ""
-        shapes = {**given.shapes, **{n: list(feed[n].shape) for n in open_inputs}}
-        return GivenInputs(shapes, given.values, given.fixed), (
-            f"symbolic dimensions drawn as {size}: the source fails at {DEFAULT_SEQ_LENGTH}; the first size it runs "
-            f"on among those its graph implies ({', '.join(map(str, implied)) or 'none'}), then larger"
-        )
+        for keep_shared in (True, False) if shared and size != DEFAULT_SEQ_LENGTH else (False,):
+            fixed = {
+                d: DEFAULT_SEQ_LENGTH if keep_shared and d in shared else size for _, dims in declared for d in dims
+            }
+            trial = GivenInputs(
+                {**given.shapes, **{n: [d if isinstance(d, int) else fixed[d] for d in dims] for n, dims in declared}},
+                given.values,
+                given.fixed,
+            )
+            try:
+                run(model.path, sample_graph_inputs(model, np.random.default_rng(seed), size, trial)[0])
+            except (RuntimeFailure, UsageError):
+                continue
+            if size == DEFAULT_SEQ_LENGTH:
+                return given, ""
+            return trial, (
+                f"symbolic dimensions drawn as {size}{' (those of one input; shared ones 7)' if keep_shared else ''}: "
+                f"the source fails at {DEFAULT_SEQ_LENGTH}; the first size it runs on among those its graph implies "
+                f"({', '.join(map(str, implied)) or 'none'}), then larger"
+            )
     return given, ""
 
 

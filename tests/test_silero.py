@@ -125,6 +125,8 @@ def test_silero_converts_whole_to_onnx_without_options(tmp_path):
     result = gp.convert(SILERO, out)
     assert result.whole and result.verification.passed, result.verification.to_text()
     assert result.verification.streaming is not None  # state -> stateN over consecutive calls
+    # the Pad needs 65 samples, the STFT's Conv 256; the batch, shared by input and state, stays 7
+    assert "input [7, 256]; state [2, 7, 128]" in result.verification.inputs_used
     feed = silero_feed()
     for got, want in zip(ort_run(out, feed), ort_run(SILERO, feed)):
         np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-5)
