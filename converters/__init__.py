@@ -380,9 +380,11 @@ def _runnable_given(model: "Model", source: "Model", given, seed: int) -> tuple:
         return given, ""  # inputs it cannot draw: the verification says so
 
 
-def _state_pairs(model: "Model", write_options: dict, stream, given, seed: int, verify: bool) -> list:
+def _state_pairs(model: "Model", source: "Model", write_options: dict, stream, given, seed: int, verify: bool) -> tuple:
     """The source's state pairs when they matter: asked for (``--state``, ``--stateful``) or for verifying a
-    whole streaming model; [] for a model without whole-model inputs, or whose source cannot run here."""
+    whole streaming model; [] for a model without whole-model inputs, or whose source cannot run here. With them
+    ``given``: where the whole ``source`` fails on its drawn sizes, with the sizes it runs on and that rule in words
+    (``_runnable_given``; ``model``, what is written, is run fed without its fixed inputs)."""
     from gatepack.converters import registry
     from gatepack.converters.streaming import source_state_pairs
 
@@ -391,15 +393,21 @@ def _state_pairs(model: "Model", write_options: dict, stream, given, seed: int, 
     if not (asked or verify) or not model.keeps_whole or model.path is None:
         if asked:
             raise UsageError(f"{model.path}: state pairs (--state, --stateful) apply to whole models")
-        return []
+        return [], given, ""
     if registry.reader(model.format).graph_inputs is None:
-        return []
+        return [], given, ""
     try:
-        return source_state_pairs(model, given_pairs, given, seed)
+        return source_state_pairs(model, given_pairs, _unfixed(given), seed), given, ""
     except (RuntimeFailure, InputError):
+        redrawn, drawn = _runnable_given(model, source, given, seed)
+        if drawn:
+            try:
+                return source_state_pairs(model, given_pairs, _unfixed(redrawn), seed), redrawn, drawn
+            except (RuntimeFailure, InputError):
+                pass
         if asked:
             raise
-        return []  # the source does not run on drawn inputs: single-call verification says so
+        return [], redrawn, drawn  # the source does not run on drawn inputs: single-call verification says so
 
 
 def _convert(
@@ -451,8 +459,7 @@ def _convert(
                 hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
             )
         model = with_layout(model, layout)
-    given, drawn = _runnable_given(model, source, given, seed) if verify else (given, "")
-    pairs = _state_pairs(model, write_options, stream, _unfixed(given), seed, verify)
+    pairs, given, drawn = _state_pairs(model, source, write_options, stream, given, seed, verify)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
     staging = (
@@ -693,17 +700,31 @@ def verify(
     try:
         source = load(src, format, **options)
         target = load(dst, to, **options)
-        given, drawn = _runnable_given(target, source, given, seed) if source.keeps_whole else (given, "")
-        if frames is not None or pairs or (given.values and _holds_frames(source, given)):
-            from gatepack.converters.streaming import verify_streaming
 
-            progress.step("verifying consecutive calls, states fed back")
-            result = verify_streaming(
-                source, target, frames=frames, states=pairs, seed=seed, tolerance=tolerance, given=given
-            )
-        else:
-            result = verify_models(source, target, seed=seed, progress=progress, tolerance=tolerance, given=given)
-        result.notes += [drawn] if drawn else []
+        def check(given) -> "Verification":
+            if frames is not None or pairs or (given.values and _holds_frames(source, given)):
+                from gatepack.converters.streaming import verify_streaming
+
+                progress.step("verifying consecutive calls, states fed back")
+                return verify_streaming(
+                    source, target, frames=frames, states=pairs, seed=seed, tolerance=tolerance, given=given
+                )
+            return verify_models(source, target, seed=seed, progress=progress, tolerance=tolerance, given=given)
+
+        first: "Verification | RuntimeFailure"
+        try:
+            first = check(given)
+            if not first.incomplete:
+                return first
+        except RuntimeFailure as err:  # (a streaming check runs the source first)
+            first = err
+        redrawn, drawn = _runnable_given(target, source, given, seed)  # where the source fails on the sizes drawn
+        if not drawn:
+            if isinstance(first, RuntimeFailure):
+                raise first
+            return first
+        result = check(redrawn)
+        result.notes.append(drawn)
         return result
     finally:
         progress.close()
@@ -725,7 +746,7 @@ def state_pairs(
 
     loaded = model if isinstance(model, Model) else load(model, format)
     given = GivenInputs(dict(input_shapes or {}), {})
-    return _state_pairs(loaded, {}, _streaming_request(states, None), given, 0, verify=True)
+    return _state_pairs(loaded, loaded, {}, _streaming_request(states, None), given, 0, verify=True)[0]
 
 
 def _holds_frames(source: "Model", given) -> bool:
@@ -773,8 +794,7 @@ def report(
     given = _given(None, None, input_values)
     source, model = model, specialised(model, given, read_options)
     model = as_layers_only(model) if layers_only else model
-    given, _ = _runnable_given(model, source, given, 0)
-    pairs = _state_pairs(model, write_options, _streaming_request(states, None), _unfixed(given), 0, verify=True)
+    pairs, _, _ = _state_pairs(model, source, write_options, _streaming_request(states, None), given, 0, verify=True)
     if pairs:  # a streaming model: each target's ``state`` finding, as convert would write it
         model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
     found = build_report(model, targets, write_options)

@@ -420,12 +420,12 @@ def sample_graph_inputs(
 
 
 def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[GivenInputs, str]:
-    """``given`` with shapes for the whole ``model``'s inputs that have symbolic dimensions, at the first size of
-    ``samples.dim_size_candidates`` the source runs on (the default first, then the sizes its graph implies, then
-    larger; at each size first only the symbols one input alone has, a batch shared by several inputs staying at
-    the default, then every symbol), and that rule in words; ``given`` unchanged ('') when the default runs, every
-    dimension is given or static, or no candidate runs (the verification then says the source fails on the inputs
-    drawn)."""
+    """For a whole ``model`` whose source fails on the inputs drawn at the default size: ``given`` with shapes for
+    its inputs that have symbolic dimensions, at the first size of ``samples.dim_size_candidates`` after the default
+    the source runs on (the sizes its graph implies, then larger; at each size first only the symbols one input
+    alone has, a batch shared by several inputs staying at the default, then every symbol), and that rule in words;
+    ``given`` unchanged ('') when every dimension is given or static, or no candidate runs (the verification then
+    says the source fails on the inputs drawn)."""
     from gatepack.converters.formats.onnx_graph import load_proto
     from gatepack.converters.samples import dim_size_candidates, implied_sizes
 
@@ -437,8 +437,8 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
         d for d, k in Counter(d for _, dims in declared for d in set(dims) if isinstance(d, str)).items() if k > 1
     }
     run = registry.reader(model.format).run_native
-    for size in dim_size_candidates(implied):
-        for keep_shared in (True, False) if shared and size != DEFAULT_SEQ_LENGTH else (False,):
+    for size in dim_size_candidates(implied)[1:]:
+        for keep_shared in (True, False) if shared else (False,):
             fixed = {
                 d: DEFAULT_SEQ_LENGTH if keep_shared and d in shared else size for _, dims in declared for d in dims
             }
@@ -451,8 +451,6 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
                 run(model.path, sample_graph_inputs(model, np.random.default_rng(seed), size, trial)[0])
             except (RuntimeFailure, UsageError):
                 continue
-            if size == DEFAULT_SEQ_LENGTH:
-                return given, ""
             return trial, (
                 f"symbolic dimensions drawn as {size}{' (those of one input; shared ones 7)' if keep_shared else ''}: "
                 f"the source fails at {DEFAULT_SEQ_LENGTH}; the first size it runs on among those its graph implies "
