@@ -127,6 +127,11 @@ def test_silero_converts_whole_to_onnx_without_options(tmp_path):
     assert result.verification.streaming is not None  # state -> stateN over consecutive calls
     # the Pad needs 65 samples, the STFT's Conv 256; the batch, shared by input and state, stays 7
     assert "input [7, 256]; state [2, 7, 128]" in result.verification.inputs_used
+    reported = gp.report(SILERO, "onnx")  # found the state pair on the same sizes: agrees with convert
+    assert {
+        lay.layer.name: [(f.feature, f.status) for f in lay.targets["onnx"].findings] for lay in reported.layers
+    } == {name: [(f.feature, f.status) for f in found] for name, found in result.findings.items()}
+    assert any(f.feature == "state" for found in result.findings.values() for f in found)
     feed = silero_feed()
     for got, want in zip(ort_run(out, feed), ort_run(SILERO, feed)):
         np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-5)
