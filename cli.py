@@ -187,6 +187,39 @@ def _parse_input_shape(ctx, param, values: tuple[str, ...]) -> dict[str, tuple[i
     return shapes
 
 
+def _parse_input_value(ctx, param, values: tuple[str, ...]) -> dict[str, object]:
+    """``NAME=16000`` or ``NAME=1,2,3`` (repeatable) -> {NAME: 16000} / {NAME: [1, 2, 3]}; integers stay integers."""
+    fixed: dict[str, object] = {}
+    for text in values:
+        name, _, numbers = text.partition("=")
+        try:
+            parsed = [float(n) if any(c in n.lower() for c in ".e") else int(n) for n in numbers.split(",")]
+        except ValueError:
+            parsed = []
+        if not name or not parsed:
+            raise click.BadParameter(f"{text!r} is not NAME=VALUE or NAME=v1,v2,... with numbers (e.g. sr=16000)")
+        fixed[name] = parsed[0] if len(parsed) == 1 else parsed
+    return fixed
+
+
+def _input_value_flag(help: str):
+    return click.option(
+        "--input-value",
+        "input_values",
+        multiple=True,
+        callback=_parse_input_value,
+        metavar="NAME=VALUE",
+        help=help,
+    )
+
+
+_input_value_option = _input_value_flag(
+    "Specialise the model: input NAME becomes a constant of VALUE (a number, or v1,v2,... for a 1-D input) and "
+    "what depends on it is folded (an If it decides becomes its branch); the artifact no longer takes NAME "
+    "(repeatable; ONNX whole models)."
+)
+
+
 def _verification_inputs_options(fn):
     """--input-shape (repeatable), --inputs, --state (repeatable) and --frames: the whole-model verification
     inputs a user fixes, and a streaming model's consecutive calls."""
@@ -337,6 +370,7 @@ def _check_flags_apply(target, given: dict) -> None:
     "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the verification's random inputs."
 )
 @_verification_inputs_options
+@_input_value_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result (or the error) as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @handle_errors
@@ -358,6 +392,7 @@ def convert(
     inputs_path,
     states,
     frames,
+    input_values,
     as_json,
     quiet,
     **write_options,
@@ -395,6 +430,7 @@ def convert(
         inputs=_given_inputs(inputs_path),
         states=states,
         frames=frames,
+        input_values=input_values,
         progress=None if quiet else Progress("gatepack convert"),
         activation_defaults=activation_defaults,
         **given,
@@ -432,10 +468,22 @@ def convert(
 )
 @click.option("--stateful", is_flag=True, help=all_write_options()["stateful"].help)
 @click.option("--state", "states", multiple=True, metavar="IN=OUT", help="A streaming model's state pair (repeatable).")
+@_input_value_option
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON (same as --format json; errors too).")
 @handle_errors
 def report(
-    model, targets, fmt, output, from_format, layers_only, activation_defaults, runtime, stateful, states, as_json
+    model,
+    targets,
+    fmt,
+    output,
+    from_format,
+    layers_only,
+    activation_defaults,
+    runtime,
+    stateful,
+    states,
+    input_values,
+    as_json,
 ) -> None:
     """Per layer and target: what is exact, repacked, folded, decomposed, lossy or unsupported."""
     if as_json and fmt not in (None, "json"):
@@ -455,7 +503,10 @@ def report(
     if stateful:
         options["stateful"] = True
         report_targets = report_targets or registry.takers("stateful")
-    text = gp.report(loaded, report_targets, layers_only=layers_only, states=states, **options).render(fmt)
+    found = gp.report(
+        loaded, report_targets, layers_only=layers_only, states=states, input_values=input_values, **options
+    )
+    text = found.render(fmt)
     if output:
         with atomic_path(Path(output)) as tmp:
             tmp.write_text(text if text.endswith("\n") else text + "\n")
@@ -479,9 +530,13 @@ def report(
     "float64 1e-6).",
 )
 @_verification_inputs_options
+@_input_value_flag(
+    "An input TARGET holds as a constant (convert --input-value): SOURCE is fed VALUE, TARGET is not fed it "
+    "(repeatable)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
 @handle_errors
-def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, states, frames, as_json) -> None:
+def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, states, frames, input_values, as_json) -> None:
     """Run SOURCE and TARGET on the same inputs and compare (exit 5 when they differ or the check is incomplete)."""
     result = gp.verify(
         source,
@@ -494,6 +549,7 @@ def verify(source, target, seed, atol, rtol, input_shapes, inputs_path, states, 
         inputs=_given_inputs(inputs_path),
         states=states,
         frames=frames,
+        input_values=input_values,
     )
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())
     if not result.passed:

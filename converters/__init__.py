@@ -13,9 +13,10 @@ them, never by ``import gatepack``.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from gatepack.converters.errors import (  # noqa: F401  (re-exported)
     GatepackError,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from gatepack.converters.progress import Progress
     from gatepack.converters.reporting import Report
     from gatepack.converters.streaming import StatePair
-    from gatepack.converters.verification import Verification
+    from gatepack.converters.verification import GivenInputs, Verification
 
 __all__ = ["load", "save", "convert", "verify", "report", "run", "input_names", "Result"]
 
@@ -281,6 +282,7 @@ def convert(
     frames: int | None = None,
     dequantize: bool = False,
     max_error: float | None = None,
+    input_values: "dict[str, object] | None" = None,
     **options,
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
@@ -303,6 +305,9 @@ def convert(
     integers (``lossy``; refused otherwise, whatever ``allow_lossy`` says), the artifact then proven exact against
     the source with dequantized weights and its error against the quantized source bounded by ``max_error`` (by
     default: the source's own quantization noise; ``converters.accuracy``).
+    ``input_values`` (input name -> a number, list or array) specialises an ONNX model: each input becomes a
+    constant of that value and what depends on it is folded (an ``If`` it decides replaced by its branch); the
+    artifact no longer takes it (an ``interface`` finding, ``repacked``), and verification feeds the source that value.
     ``options``: ``activation_defaults`` (reading) and the target's write options (``strategy``,
     ``opset``, ``compress_to_fp16`` ...: ``gatepack formats`` lists them); an unknown option, one the
     target does not take, or a value of the wrong type raises UsageError naming it.
@@ -314,10 +319,9 @@ def convert(
     from gatepack.converters.progress import Silent
 
     progress = progress or Silent()
-    from gatepack.converters.verification import GivenInputs
 
     src = registry.as_source(src)
-    given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
+    given = _given(input_shapes, inputs, input_values)
     stream = _streaming_request(states, frames)
     if not isinstance(dequantize, bool):
         raise UsageError(f"dequantize {dequantize!r} is not true or false")
@@ -354,6 +358,53 @@ class Acceptance:
         return replace(model, meta={**model.meta, quantization.ASKED: True}) if self.dequantize else model
 
 
+def _given(input_shapes, inputs, input_values) -> "GivenInputs":
+    """The user's input shapes, values (``--inputs``) and fixed values (``--input-value``) as ``GivenInputs``."""
+    import numpy as np
+
+    from gatepack.converters.verification import GivenInputs
+
+    values = {**dict(inputs or {}), **{name: np.asarray(v) for name, v in dict(input_values or {}).items()}}
+    return GivenInputs(dict(input_shapes or {}), values, tuple(input_values or ()))
+
+
+def _unfixed(given: "GivenInputs") -> "GivenInputs":
+    """``given`` without the values the artifact holds (``--input-value``): what a specialised model is fed."""
+    values = {name: value for name, value in given.values.items() if name not in given.fixed}
+    return replace(given, values=values, fixed=())
+
+
+def specialised(source: "Model", given: "GivenInputs", read_options: dict | None = None) -> "Model":
+    """``source`` with the inputs ``given.fixed`` names held as constants of their given values and what depends on
+    them folded (``onnx_folding.specialise``), read back from a private temporary file; each layer carries an
+    ``interface`` finding (``repacked``) saying the artifact no longer takes them. ``source`` when none is fixed."""
+    if not given.fixed:
+        return source
+    from gatepack.converters import registry
+    from gatepack.converters.findings import Finding, Status
+
+    if source.format != "onnx" or source.path is None or not source.other_ops:
+        raise UsageError(
+            f"{source.path}: --input-value (input_values=) fixes inputs of whole ONNX models, and this is "
+            f"{'a model of layers alone' if source.format == 'onnx' else registry.check_name(source.format).title}"
+        )
+    from gatepack.converters.formats.onnx_folding import specialise
+    from gatepack.converters.formats.onnx_graph import load_proto
+
+    values = {name: given.values[name] for name in given.fixed}
+    model = load(registry.as_source(specialise(load_proto(Path(source.path)), values)), "onnx", **(read_options or {}))
+    words = ", ".join(f"{name}={value.tolist()}" for name, value in values.items())
+    finding = Finding(
+        "interface",
+        Status.REPACKED,
+        f"input(s) {words} fixed as asked (--input-value): held as constants, what depends on them folded; the "
+        f"artifact no longer takes {', '.join(given.fixed)}",
+        warning=f"an app feeds it without {', '.join(given.fixed)}",
+    )
+    notes = {layer.name: [*model.notes_for(layer), finding] for layer in model.layers}
+    return replace(model, notes=notes, meta={**model.meta, "input_values": {n: v.tolist() for n, v in values.items()}})
+
+
 def _streaming_request(states, frames) -> tuple[list[tuple[str, str]], int | None]:
     """``states`` as (input, output) pairs and ``frames`` checked (UsageError naming a bad value)."""
     from gatepack.converters.streaming import parse_state_option
@@ -371,12 +422,36 @@ def _streaming_request(states, frames) -> tuple[list[tuple[str, str]], int | Non
     return pairs, frames
 
 
+def _runnable_given(model: "Model", source: "Model", given, seed: int) -> tuple:
+    """``given`` with input shapes the whole ``source`` runs on where its own drawn sizes fail
+    (``verification.runnable_shapes``), and that rule in words; unchanged when ``model`` (what is written) is
+    compared layer by layer."""
+    from gatepack.converters import registry
+    from gatepack.converters.verification import runnable_shapes
+
+    if not model.keeps_whole or source.path is None or registry.reader(source.format).graph_inputs is None:
+        return given, ""
+    try:
+        return runnable_shapes(source, given, seed)
+    except InputError:
+        return given, ""  # inputs it cannot draw: the verification says so
+
+
 def _state_pairs(
-    model: "Model", write_options: dict, stream, given, seed: int, verify: bool, stateful_layers: bool = False
-) -> list:
+    model: "Model",
+    source: "Model",
+    write_options: dict,
+    stream,
+    given,
+    seed: int,
+    verify: bool,
+    stateful_layers: bool = False,
+) -> tuple:
     """The source's state pairs when they matter: asked for (``--state``, ``--stateful``) or for verifying a
-    whole streaming model; [] for a model without whole-model inputs, or whose source cannot run here.
-    ``stateful_layers``: the target holds a layers-only model's states too (``FormatInfo.stateful_layers``)."""
+    whole streaming model; [] for a model without whole-model inputs, or whose source cannot run here. With them
+    ``given``: where the whole ``source`` fails on its drawn sizes, with the sizes it runs on and that rule in words
+    (``_runnable_given``; ``model``, what is written, is run fed without its fixed inputs). ``stateful_layers``: the
+    target holds a layers-only model's states too (``FormatInfo.stateful_layers``)."""
     from gatepack.converters import registry
     from gatepack.converters.streaming import source_state_pairs
 
@@ -389,15 +464,21 @@ def _state_pairs(
                 f"{model.path}: state pairs (--state, --stateful) apply to whole models (and --stateful to layers "
                 "written as litert)"
             )
-        return []
+        return [], given, ""
     if registry.reader(model.format).graph_inputs is None:
-        return []
+        return [], given, ""
     try:
-        return source_state_pairs(model, given_pairs, given, seed)
+        return source_state_pairs(model, given_pairs, _unfixed(given), seed), given, ""
     except (RuntimeFailure, InputError):
+        redrawn, drawn = _runnable_given(model, source, given, seed)
+        if drawn:
+            try:
+                return source_state_pairs(model, given_pairs, _unfixed(redrawn), seed), redrawn, drawn
+            except (RuntimeFailure, InputError):
+                pass
         if asked:
             raise
-        return []  # the source does not run on drawn inputs: single-call verification says so
+        return [], redrawn, drawn  # the source does not run on drawn inputs: single-call verification says so
 
 
 def _convert(
@@ -439,7 +520,8 @@ def _convert(
         source, label = load(src, source_format, **read_options), str(src)
     prepare_output(dst, info.output_kind, _inputs_of(source))  # and every file the source was read from
     registry.check_output_name(dst, info)
-    model = with_input_shapes(as_layers_only(source) if layers_only else source, given.shapes)
+    base = specialised(source, given, read_options)
+    model = with_input_shapes(as_layers_only(base) if layers_only else base, given.shapes)
     if layout is not None and any(layer.interface.layout != layout for layer in model.layers):
         if model.keeps_whole and implementation.whole_model_finding(model) is not None:
             raise UsageError(
@@ -449,35 +531,70 @@ def _convert(
             )
         model = with_layout(model, layout)
     model = accepted.marked(model)
-    pairs = _state_pairs(model, write_options, stream, given, seed, verify, info.stateful_layers)
+    pairs, given, drawn = _state_pairs(model, source, write_options, stream, given, seed, verify, info.stateful_layers)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
-    findings = _findings(model, info.name, write_options)
-    _refuse_blocking(label, findings, accepted, layers_only)
-    result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
     staging = (
         atomic_files(Path(dst), info.companions)
         if info.companions
         else atomic_path(Path(dst), directory=info.is_directory)
     )
-    with staging as tmp:
-        progress.step(f"writing {len(model.layers)} layer(s) as {info.name}")
-        assert implementation.write is not None  # registry.writer returns formats that write
-        implementation.write(model, tmp, **write_options)
-        if verify:
-            progress.step(f"reading back {dst}")
-            written = _read_back(implementation, tmp, source, info.name)
-            written.path = Path(dst)
-            from gatepack.converters.verification import verify_provider_nodes
-
-            result.verification = _verify_written(
-                source, written, tmp, pairs, write_options, stream[1], seed, progress, given, accepted
-            )
-            runtime = write_options.get("runtime")
-            if runtime is not None and registry.runtime_name(runtime) != "onnxruntime":
-                verify_provider_nodes(written, registry.runtime_name(runtime), result.verification, seed=seed)
-            _refuse_unverified(dst, result.verification)
+    with _named_as(label, base.path if base is not source else None):
+        findings = _findings(model, info.name, write_options)
+        _refuse_blocking(label, findings, accepted, layers_only)
+        result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
+        with staging as tmp:
+            progress.step(f"writing {len(model.layers)} layer(s) as {info.name}")
+            assert implementation.write is not None  # registry.writer returns formats that write
+            implementation.write(model, tmp, **write_options)
+            if verify:
+                checks = (pairs, write_options, stream[1], seed, progress, given, drawn, accepted)
+                result.verification = _verified(implementation, tmp, source, Path(dst), info.name, *checks)
     return result
+
+
+@contextlib.contextmanager
+def _named_as(label: str, private: "Path | None") -> Iterator[None]:
+    """Errors that name ``private`` (a specialised model's temporary file) name the user's ``label`` instead."""
+    try:
+        yield
+    except GatepackError as err:
+        if private is not None:
+            err.message = err.message.replace(str(private), label)
+        raise
+
+
+def _verified(
+    implementation,
+    tmp: Path,
+    source: "Model",
+    dst: Path,
+    target: str,
+    pairs,
+    write_options,
+    frames,
+    seed,
+    progress,
+    given,
+    drawn: str,
+    accepted: Acceptance = Acceptance(),
+) -> "Verification":
+    """The artifact written at ``tmp`` read back and verified against ``source`` (one call, the consecutive calls of
+    a streaming model, a provider's nodes for ``--for``; ``drawn``: how the sizes were drawn, noted); VerificationError
+    (nothing is written) unless it passed."""
+    from gatepack.converters import registry
+    from gatepack.converters.verification import verify_provider_nodes
+
+    progress.step(f"reading back {dst}")
+    written = _read_back(implementation, tmp, source, target)
+    written.path = dst
+    verification = _verify_written(source, written, tmp, pairs, write_options, frames, seed, progress, given, accepted)
+    verification.notes += [drawn] if drawn else []
+    runtime = write_options.get("runtime")
+    if runtime is not None and registry.runtime_name(runtime) != "onnxruntime":
+        verify_provider_nodes(written, registry.runtime_name(runtime), verification, seed=seed)
+    _refuse_unverified(dst, verification)
+    return verification
 
 
 def _refuse_unverified(dst, verification: "Verification") -> None:
@@ -639,6 +756,7 @@ def verify(
     inputs: "dict[str, np.ndarray] | None" = None,
     frames: int | None = None,
     states: "Sequence[tuple[str, str] | str]" = (),
+    input_values: "dict[str, object] | None" = None,
     **options,
 ) -> "Verification":
     """Run the artifacts ``src`` and ``dst`` on the same random inputs and compare their outputs,
@@ -651,14 +769,16 @@ def verify(
     (``passed``, per-output errors, ``incomplete``); it does not raise when the outputs differ.
     ``frames`` (or ``states``): compare a streaming model over that many consecutive calls (default
     ``streaming.DEFAULT_FRAMES``), each side feeding its state outputs back (``states``: pairs given or corrected,
-    as ``convert``'s); ``inputs`` may then hold a sequence of frames (one more leading axis).
+    as ``convert``'s); ``inputs`` may then hold a sequence of frames (one more leading axis). ``input_values``: the
+    inputs ``dst`` holds as constants (``convert --input-value``), fed to ``src`` only. A whole source that fails on
+    its drawn sizes is run at sizes it runs on, as ``convert`` draws them.
     """
     from gatepack.converters import registry
     from gatepack.converters.progress import Silent
-    from gatepack.converters.verification import GivenInputs, Tolerance, verify_models
+    from gatepack.converters.verification import Tolerance, verify_models
 
     src, dst = registry.as_source(src), registry.as_source(dst)
-    given = GivenInputs(dict(input_shapes or {}), dict(inputs or {}))
+    given = _given(input_shapes, inputs, input_values)
     _check_seed(seed)
     tolerance = Tolerance(atol, rtol)
     progress = progress or Silent()
@@ -666,14 +786,32 @@ def verify(
     try:
         source = load(src, format, **options)
         target = load(dst, to, **options)
-        if frames is not None or pairs or (given.values and _holds_frames(source, given)):
-            from gatepack.converters.streaming import verify_streaming
 
-            progress.step("verifying consecutive calls, states fed back")
-            return verify_streaming(
-                source, target, frames=frames, states=pairs, seed=seed, tolerance=tolerance, given=given
-            )
-        return verify_models(source, target, seed=seed, progress=progress, tolerance=tolerance, given=given)
+        def check(given) -> "Verification":
+            if frames is not None or pairs or (given.values and _holds_frames(source, given)):
+                from gatepack.converters.streaming import verify_streaming
+
+                progress.step("verifying consecutive calls, states fed back")
+                return verify_streaming(
+                    source, target, frames=frames, states=pairs, seed=seed, tolerance=tolerance, given=given
+                )
+            return verify_models(source, target, seed=seed, progress=progress, tolerance=tolerance, given=given)
+
+        first: "Verification | RuntimeFailure"
+        try:
+            first = check(given)
+            if not first.incomplete:
+                return first
+        except RuntimeFailure as err:  # (a streaming check runs the source first)
+            first = err
+        redrawn, drawn = _runnable_given(target, source, given, seed)  # where the source fails on the sizes drawn
+        if not drawn:
+            if isinstance(first, RuntimeFailure):
+                raise first
+            return first
+        result = check(redrawn)
+        result.notes.append(drawn)
+        return result
     finally:
         progress.close()
 
@@ -694,7 +832,7 @@ def state_pairs(
 
     loaded = model if isinstance(model, Model) else load(model, format)
     given = GivenInputs(dict(input_shapes or {}), {})
-    return _state_pairs(loaded, {}, _streaming_request(states, None), given, 0, verify=True)
+    return _state_pairs(loaded, loaded, {}, _streaming_request(states, None), given, 0, verify=True)[0]
 
 
 def _holds_frames(source: "Model", given) -> bool:
@@ -712,6 +850,7 @@ def report(
     format: str | None = None,
     layers_only: bool = False,
     states: "Sequence[tuple[str, str] | str]" = (),
+    input_values: "dict[str, object] | None" = None,
     **options,
 ) -> "Report":
     """Per layer and target, what every feature becomes (exact, repacked, folded, decomposed, lossy,
@@ -722,7 +861,7 @@ def report(
     alone (a model with other operators); ``options``: ``activation_defaults`` and write options,
     each applied to the targets that take it (one no target takes raises UsageError naming it). A whole
     streaming model is run once to find its state pairs (``states``: given or corrected, as ``convert``'s), and
-    each target says what becomes of them (``--stateful`` included).
+    each target says what becomes of them (``--stateful`` included); ``input_values``: as ``convert``'s.
     """
     from gatepack.converters import registry
     from gatepack.converters.model import Model
@@ -737,24 +876,25 @@ def report(
     targets = [to] if isinstance(to, str) else list(to) if to else registry.writers()
     registry.check_options(write_options, [registry.writer(target)[0] for target in targets])
     from gatepack.converters.model import as_layers_only
-    from gatepack.converters.verification import GivenInputs
 
+    given = _given(None, None, input_values)
+    source, model = model, specialised(model, given, read_options)
     model = as_layers_only(model) if layers_only else model
-    layer_states = any(
-        registry.writer(target)[0].stateful_layers for target in targets
-    )  # --stateful on layers (LiteRT)
-    pairs = _state_pairs(
+    layer_states = any(registry.writer(target)[0].stateful_layers for target in targets)  # --stateful on layers
+    pairs, _, _ = _state_pairs(
         model,
+        source,
         write_options,
         _streaming_request(states, None),
-        GivenInputs(),
+        given,
         0,
         verify=True,
         stateful_layers=layer_states,
     )
     if pairs:  # a streaming model: each target's ``state`` finding, as convert would write it
         model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
-    return build_report(model, targets, write_options)
+    found = build_report(model, targets, write_options)
+    return replace(found, source=str(source.path)) if given.fixed else found
 
 
 def engine_for(format: str) -> str:

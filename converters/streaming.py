@@ -372,7 +372,7 @@ def verify_streaming(
     frame = feeds.frames(state_inputs, seed)
     calls = zip(
         run_frames(run_source, frame, pairs, initial, count),
-        run_frames(open_runner(target, target_path), frame, pairs, initial, count, state_inputs=not stateful),
+        run_frames(_fed(given, open_runner(target, target_path)), frame, pairs, initial, count, not stateful),
     )
     streaming = StreamingResult(count, pairs)
     comparisons = _compare_calls(calls, streaming, _precisions(source, target, stateful), tolerance, target)
@@ -402,6 +402,11 @@ def _artifact_inputs(model: Model) -> set[str]:
         for layer in model.layers
         for name in (layer.interface.x, *(getattr(layer.interface, role) for role in layer.fed_roles()))
     }
+
+
+def _fed(given: "GivenInputs", run: Callable[[dict], dict]) -> Callable[[dict], dict]:
+    """``run`` fed without the inputs the artifact holds as constants (``--input-value``)."""
+    return (lambda feed: run(given.for_target(feed))) if given.fixed else run
 
 
 def _path(model: Model) -> Path:

@@ -12,7 +12,9 @@ pass when ``|a - b| <= atol + rtol * |b|`` everywhere.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -348,10 +350,16 @@ def _graph_inputs(model: Model) -> list[tuple[str, np.dtype, list]]:
 @dataclass(frozen=True)
 class GivenInputs:
     """What the user fixes of verification's inputs: ``shapes`` (input name -> dims, for its symbolic
-    dimensions: ``--input-shape``) and ``values`` (input name -> array: ``--inputs``)."""
+    dimensions: ``--input-shape``) and ``values`` (input name -> array: ``--inputs``); ``fixed``: the inputs among
+    ``values`` the artifact holds as constants (``--input-value``), fed to the source only."""
 
     shapes: dict = field(default_factory=dict)
     values: dict = field(default_factory=dict)
+    fixed: tuple[str, ...] = ()
+
+    def for_target(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``feed`` without the inputs the artifact holds as constants."""
+        return {name: value for name, value in feed.items() if name not in self.fixed}
 
     def __post_init__(self) -> None:
         for name, dims in self.shapes.items():
@@ -411,6 +419,46 @@ def sample_graph_inputs(
             feed[name] = np.zeros(shape, dtype)
         words.append(f"{name} {list(shape)}")
     return feed, "; ".join(words)
+
+
+def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[GivenInputs, str]:
+    """For a whole ``model`` whose source fails on the inputs drawn at the default size: ``given`` with shapes for
+    its inputs that have symbolic dimensions, at the first size of ``samples.dim_size_candidates`` after the default
+    the source runs on (the sizes its graph implies, then larger; at each size first only the symbols one input
+    alone has, a batch shared by several inputs staying at the default, then every symbol), and that rule in words;
+    ``given`` unchanged ('') when every dimension is given or static, or no candidate runs (the verification then
+    says the source fails on the inputs drawn)."""
+    from gatepack.converters.formats.onnx_graph import load_proto
+    from gatepack.converters.samples import dim_size_candidates, implied_sizes
+
+    declared = [(n, dims) for n, _, dims in _graph_inputs(model) if n not in given.shapes and n not in given.values]
+    if all(isinstance(d, int) for _, dims in declared for d in dims):
+        return given, ""
+    implied = implied_sizes(load_proto(Path(str(model.path)))) if model.format == "onnx" else []
+    shared = {
+        d for d, k in Counter(d for _, dims in declared for d in set(dims) if isinstance(d, str)).items() if k > 1
+    }
+    run = registry.reader(model.format).run_native
+    for size in dim_size_candidates(implied)[1:]:
+        for keep_shared in (True, False) if shared else (False,):
+            fixed = {
+                d: DEFAULT_SEQ_LENGTH if keep_shared and d in shared else size for _, dims in declared for d in dims
+            }
+            trial = GivenInputs(
+                {**given.shapes, **{n: [d if isinstance(d, int) else fixed[d] for d in dims] for n, dims in declared}},
+                given.values,
+                given.fixed,
+            )
+            try:
+                run(model.path, sample_graph_inputs(model, np.random.default_rng(seed), size, trial)[0])
+            except (RuntimeFailure, UsageError):
+                continue
+            return trial, (
+                f"symbolic dimensions drawn as {size}{' (those of one input; shared ones 7)' if keep_shared else ''}: "
+                f"the source fails at {DEFAULT_SEQ_LENGTH}; the first size it runs on among those its graph implies "
+                f"({', '.join(map(str, implied)) or 'none'}), then larger"
+            )
+    return given, ""
 
 
 _PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Transpose", "Expand", "Flatten", "Slice"}
@@ -494,7 +542,7 @@ def verify_whole(
         expected = twin_run
     try:
         runs = registry.reader(target.format)
-        actual = (runs.run_whole or runs.run_native)(target_file, feed)
+        actual = (runs.run_whole or runs.run_native)(target_file, (given or GivenInputs()).for_target(feed))
     except GatepackError as err:  # named by where the artifact lands, never by the staging path
         err.message = err.message.replace(str(target_file), str(target.path))
         raise

@@ -65,6 +65,87 @@ def fold(proto: onnx.ModelProto, input_shapes: dict[str, list[int]] | None = Non
     return _with_value_info(model, declared)
 
 
+def specialise(
+    proto: onnx.ModelProto, values: Mapping[str, object], input_shapes: dict[str, list[int]] | None = None
+) -> onnx.ModelProto:
+    """A copy of ``proto`` in which each input ``values`` names (input name -> a number, a list or an array) is a
+    constant of that value (an initializer of the input's declared type, no longer a graph input), then folded
+    (``fold``: an ``If`` it decides is replaced by its branch). UsageError (one line) for an unknown input, a value
+    of another shape than the declared one or one its type changes (16000.5 for an int64)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    inputs = {i.name: i for i in graph.input if i.name not in initializers}
+    for name, given in values.items():
+        if name not in inputs:
+            raise UsageError(f"--input-value: the model has no input {name!r}", hint=f"its inputs: {list(inputs)}")
+        declared = inputs[name]
+        dtype = helper.tensor_dtype_to_np_dtype(declared.type.tensor_type.elem_type)
+        value = np.asarray(given)
+        dims = _dims_text(declared)
+        if (
+            value.dtype.kind not in "biuf"
+            or value.ndim != len(dims)
+            or any(isinstance(d, int) and d != v for d, v in zip(dims, value.shape))
+        ):
+            raise UsageError(f"--input-value: input {name!r} is declared {dims}, given {given!r}")
+        typed = value.astype(dtype)
+        if not np.array_equal(typed, value):
+            raise UsageError(f"--input-value: {name}={given!r} is not a value of its type {dtype}")
+        graph.input.remove(declared)
+        graph.initializer.append(numpy_helper.from_array(typed, name))
+    return fold(model, input_shapes)
+
+
+def if_deciders(proto: onnx.ModelProto, condition: str | None = None) -> tuple[dict[str, int | None], bool]:
+    """What the condition of an ``If`` (``condition``: its tensor name; None: every ``If`` of the model) is computed
+    from: the graph inputs whose values it reads, each with the constant scalar an ``Equal`` compares it with (None
+    when none does), and whether it reads a tensor's shape (``Shape``/``Size``: fixing the input shapes decides it)."""
+    producers = {out: node for graph in subgraphs_of(proto.graph) for node in graph.node for out in node.output}
+    constants = {t.name: numpy_helper.to_array(t) for graph in subgraphs_of(proto.graph) for t in graph.initializer}
+    constants.update(
+        (n.output[0], numpy_helper.to_array(n.attribute[0].t))
+        for n in producers.values()
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"
+    )
+    inputs = {i.name for i in proto.graph.input} - set(constants)
+    ifs = [n for n in producers.values() if n.op_type == "If"]
+    pending: list[tuple[str, int | None]] = [(n.input[0], None) for n in ifs if condition in (None, n.input[0])]
+    values: dict[str, int | None] = {}
+    shapes, seen = False, set()
+    while pending:
+        name, compared = pending.pop()
+        if name in seen or name in constants:
+            continue
+        seen.add(name)
+        if name in inputs:
+            values[name] = compared if values.get(name) is None else values[name]
+            continue
+        node = producers.get(name)
+        if node is None or node.op_type in ("Shape", "Size"):
+            shapes = shapes or node is not None
+            continue
+        scalars = [constants[i] for i in node.input if i in constants and constants[i].size == 1]
+        if node.op_type == "Equal" and scalars and scalars[0].dtype.kind in "iu":
+            compared = int(scalars[0].reshape(-1)[0])
+        pending += [(i, compared) for i in node.input if i]
+    return values, shapes
+
+
+def specialisation_hint(proto: onnx.ModelProto, condition: str | None = None) -> str:
+    """'fix input sr with --input-value sr=16000 (the value the model compares it with), ' where an ``If``'s
+    condition (``if_deciders``) reads an input's value; '' otherwise."""
+    values, _ = if_deciders(proto, condition)
+    fixes = [f"{name}={value if value is not None else 'VALUE'}" for name, value in values.items()]
+    if not fixes:
+        return ""
+    return (
+        f"specialise the model with --input-value {' --input-value '.join(fixes)} (API: input_values=; the Ifs "
+        "it decides become their branch, the artifact no longer takes it), "
+    )
+
+
 # ------------------------------------------------------------------------------------------ input shapes
 
 

@@ -143,7 +143,8 @@ def whole_model_finding(model: Model) -> Finding | None:
             "model",
             Status.UNSUPPORTED,
             f"OpenVINO's ONNX frontend cannot convert the model's {model.other_ops_text()}: {verdict.refusal}",
-            alternative=(
+            alternative=_specialisation_hint(model)
+            + (
                 f"pass --input-shape for {verdict.symbolic} to fold the model for those shapes, "
                 if verdict.symbolic
                 else ""
@@ -168,6 +169,14 @@ def whole_model_finding(model: Model) -> Finding | None:
         f"whole model in one artifact: OpenVINO's ONNX frontend converts the model's {model.other_ops_text()}; "
         "gatepack translates every recurrent node",
     )
+
+
+def _specialisation_hint(model: Model) -> str:
+    """``onnx_folding.specialisation_hint`` for the model's file: the ``--input-value`` that decides its Ifs."""
+    from gatepack.converters.formats.onnx_folding import specialisation_hint
+    from gatepack.converters.formats.onnx_graph import load_proto
+
+    return specialisation_hint(load_proto(Path(str(model.path))))
 
 
 @dataclass(frozen=True)

@@ -443,7 +443,9 @@ def _translate_if(
                 t.values[outer] = t.values[inner.name]
         return
 
-    def block(branch):
+    built: dict[str, list] = {}  # each branch's outputs as MIL typed them
+
+    def block(branch, which: str):
         def translate() -> tuple:
             outer = dict(t.values)  # a block's values stay in the block
             t.values.update(_branch_constants(branch))
@@ -451,8 +453,10 @@ def _translate_if(
             _translate_graph(t, branch, prepared, strategy, target, described, failures)
             if len(failures) > before:  # cannot finish the block: end it with stand-ins, the refusal names why
                 outputs = tuple(t.mb.const(val=np.zeros(1, np.float32)) for _ in branch.output)
+                built.setdefault("failed", []).append(which)
             else:
                 outputs = tuple(t.mb.identity(x=t.as_var(t.values[o.name])) for o in branch.output)
+                built[which] = [tuple(v.shape) for v in outputs]
             t.values = outer
             return outputs
 
@@ -460,14 +464,46 @@ def _translate_if(
 
     pred = condition if t.rank(condition) == 0 else t.mb.reshape(x=condition, shape=np.zeros(0, np.int32))
     try:
-        then, other = block(t.attr(node, "then_branch")), block(t.attr(node, "else_branch"))
+        then, other = block(t.attr(node, "then_branch"), "then"), block(t.attr(node, "else_branch"), "else")
         results = t.mb.cond(pred=pred, _true_fn=then, _false_fn=other)
     except Untranslatable:
         raise
-    except Exception as err:  # coremltools' type checks: the branches' outputs differ in type or shape
-        t.refuse(node, f"MIL's cond cannot hold its branches: {' '.join(str(err).split())[:200]}")
+    except Exception:  # noqa: BLE001 - coremltools' type checks: said in words below
+        t.refuse(node, _cond_refusal(node, built, prepared.proto))
     results = results if isinstance(results, (list, tuple)) else [results]
     t.values.update(zip(node.output, results))
+
+
+def _cond_refusal(node, built: dict[str, list], proto) -> str:
+    """Why MIL's ``cond`` cannot hold an ``If`` decided at run time, in words: an output whose branches differ in
+    rank (``cond`` types each output once: the ranks must agree, and a size that differs must be symbolic), or
+    a branch MIL refuses; and what decides the condition (``onnx_folding.if_deciders``), which fixing folds."""
+    from gatepack.converters.formats.onnx_folding import if_deciders, specialisation_hint
+
+    def text(shape: tuple) -> str:
+        return f"rank {len(shape)} [{', '.join(str(d) if isinstance(d, (int, np.integer)) else '?' for d in shape)}]"
+
+    differing = [
+        f"{name!r}: {text(a)} (then) and {text(b)} (else)"
+        for name, a, b in zip(node.output, built.get("then", []), built.get("else", []))
+        if len(a) != len(b) or any(isinstance(x, int) and isinstance(y, int) and x != y for x, y in zip(a, b))
+    ]
+    if built.get("failed"):
+        why = f"a node of its {' and '.join(built['failed'])} branch cannot be held (named with it)"
+    elif differing:
+        why = (
+            f"its branches give {'; '.join(differing)}; MIL's cond holds branches whose outputs agree in rank, sizes "
+            "that differ being symbolic"
+        )
+    else:
+        why = "MIL's cond refuses its branches' outputs"
+    values, shapes = if_deciders(proto, node.input[0])
+    decided = [f"the value of input {name!r}" for name in values] + (["input shapes"] if shapes else [])
+    fixes = specialisation_hint(proto, node.input[0]) + ("fixing the input shapes (--input-shape) " if shapes else "")
+    if decided:
+        why += f"; its condition depends on {' and '.join(decided)}, known only at run time ({fixes.strip(', ')} "
+        why += "decides it before)"
+    return why
 
 
 def _branch_constants(branch) -> dict[str, np.ndarray]:
@@ -511,6 +547,9 @@ def _emit_layer(
                 if isinstance(value, np.ndarray)
                 else value
             )
+        if t.rank(given["x"]) != 3:  # (a branch of an If taken only for other shapes: the source fails there too)
+            shape = ", ".join(str(d) if isinstance(d, (int, np.integer)) else "?" for d in t.shape(given["x"]))
+            t.refuse(node, f"its X {itf.x!r} has rank {t.rank(given['x'])} [{shape}] here; a {node.op_type} takes 3")
         try:
             results, chosen = emit_layer(t.mb, layer, given, strategy, target)
         except Exception as err:  # coremltools' type inference, on what the checks above did not foresee

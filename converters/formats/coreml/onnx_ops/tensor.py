@@ -126,7 +126,15 @@ def _squeeze(t: Translation, node) -> list:
         if not all(_static(d) for d in shape):
             t.refuse(node, "no axes and a symbolic input shape: which axes are 1 is known only at run time")
         axes = [k for k, d in enumerate(shape) if d == 1]
-    return [t.mb.squeeze(x=t.as_var(x), axes=axes) if axes else t.as_var(x)]
+    if not axes:
+        return [t.as_var(x)]
+    if all(_static(t.shape(x)[a]) for a in axes):
+        return [t.mb.squeeze(x=t.as_var(x), axes=axes)]
+    # An axis of symbolic size (ONNX requires it to be 1): MIL's squeeze types its result dropping only the axes
+    # known to be 1, so its rank would be wrong; a reshape to the input's shape without those axes has the right one.
+    kept = np.asarray([k for k in range(t.rank(x)) if k not in axes], np.int32)
+    dims = t.mb.gather(x=t.mb.shape(x=t.as_var(x)), indices=kept, axis=0) if kept.size else np.zeros(0, np.int32)
+    return [t.mb.reshape(x=t.as_var(x), shape=dims)]
 
 
 def _unsqueeze(t: Translation, node) -> list:
