@@ -429,7 +429,7 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
     ``given`` unchanged ('') when every dimension is given or static, or no candidate runs (the verification then
     says the source fails on the inputs drawn)."""
     from gatepack.converters.formats.onnx_graph import load_proto
-    from gatepack.converters.samples import dim_size_candidates, implied_sizes
+    from gatepack.converters.samples import MAX_SAMPLE_VALUES, dim_size_candidates, implied_sizes
 
     declared = [(n, dims) for n, _, dims in _graph_inputs(model) if n not in given.shapes and n not in given.values]
     if all(isinstance(d, int) for _, dims in declared for d in dims):
@@ -449,6 +449,8 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
                 given.values,
                 given.fixed,
             )
+            if any(int(np.prod(shape, dtype=np.int64)) > MAX_SAMPLE_VALUES for shape in trial.shapes.values()):
+                continue  # a tensor past the sample limit: never drawn (3 symbols at 1792 would be 43 GB)
             try:
                 run(model.path, sample_graph_inputs(model, np.random.default_rng(seed), size, trial)[0])
             except (RuntimeFailure, UsageError):
