@@ -355,13 +355,13 @@ def test_core_ml_conversions_leave_no_temporary_package(tmp_path, monkeypatch):
 
 KILLED_DURING_SAVE = """
 import os, signal, sys
-import coremltools as ct
 import gatepack as gp
+from gatepack.converters.formats.coreml import saving
 
-def killed(self, path):
+def killed(package):
     os.kill(os.getpid(), signal.SIGKILL)  # the package is converted, in gatepack's staging folder
 
-ct.models.MLModel.save = killed
+saving._package_files = killed  # called once coremltools has converted, to write the specification into it
 gp.convert(sys.argv[1], sys.argv[2], to="coreml", verify=False)
 """
 

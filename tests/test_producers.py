@@ -391,7 +391,7 @@ def test_a_learned_initial_state_is_held_by_the_lifted_layer(artifact):
     assert not np.allclose(torch_outputs(zero_start)[1], truth["h"], **_tolerance(artifact))
 
 
-STACKS = sorted(a for a in MANIFEST if "_stack" in a)
+STACKS = sorted(a for a in MANIFEST if "_lstm2_" in a and "_stack" in a)  # the GRU stacks: test_coreml_whole
 
 
 @pytest.mark.parametrize("artifact", STACKS)

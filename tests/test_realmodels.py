@@ -102,10 +102,10 @@ def test_lstm_model_converts_whole_and_matches_onnxruntime(name, tmp_path):
     accepts (silero v4 needs a 512-sample chunk at 16 kHz and [2, 1, 64] states)."""
     out = tmp_path / name
     feed = real_feed(name)
-    if name == SILERO_V4:  # on random chunks of 7 samples its own Pad fails: verification needs a real chunk size
-        with pytest.raises(gp.VerificationError, match="verification incomplete: the whole model was not run"):
-            gp.convert(REALMODELS / name, out, to="onnx")
-        assert not out.exists()
+    if name == SILERO_V4:  # on random chunks of 7 samples its own Pad fails: the sizes its graph implies are drawn
+        drawn = gp.convert(REALMODELS / name, out, to="onnx")
+        assert drawn.verification.passed and not drawn.verification.incomplete
+        assert any("the source fails at 7" in note for note in drawn.verification.notes), drawn.verification.notes
     shapes = {"input": feed["input"].shape} if name == SILERO_V4 else None
     result = gp.convert(REALMODELS / name, out, to="onnx", input_shapes=shapes)
     assert result.whole and result.verification.passed
