@@ -40,6 +40,7 @@ from gatepack.converters.formats.litert.common import (
     METADATA_KEY,
     schema,
 )
+from gatepack.converters.formats.litert.loops import lift_loops
 from gatepack.converters.model import Model
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell
@@ -86,6 +87,7 @@ class OpHandle:
     states: tuple[tuple[str, tuple[str, ...]], ...]
 
 
+_NO_OUTPUTS = {"CALL_ONCE", "ASSIGN_VARIABLE"}  # operators that write no tensor (a resource variable's init, its write)
 _NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT32": np.int32}
 
 
@@ -133,7 +135,10 @@ class _File:
             if not 0 <= op.opcodeIndex < len(self.op_names):
                 raise InputError(f"{self.path}: operator {n} names operator code {op.opcodeIndex}")
             inputs, outputs = op.inputs if op.inputs is not None else [], op.outputs if op.outputs is not None else []
-            if not len(outputs) or any(not -1 <= int(k) < tensors for k in (*inputs, *outputs)) or min(outputs) < 0:
+            silent = self.op_names[op.opcodeIndex] in _NO_OUTPUTS
+            if not (len(outputs) or silent) or any(not -1 <= int(k) < tensors for k in (*inputs, *outputs)):
+                raise InputError(f"{self.path}: operator {n} ({self.op_names[op.opcodeIndex]}) names a missing tensor")
+            if len(outputs) and min(outputs) < 0:
                 raise InputError(f"{self.path}: operator {n} ({self.op_names[op.opcodeIndex]}) names a missing tensor")
 
     def name(self, index: int) -> str:
@@ -200,13 +205,20 @@ def read(path: str | Path, **_options: Any) -> Model:
                 notes[layer.name] = found
         elif kind in UNREAD_OPS:
             skipped.append((file.name(op.outputs[0]), f"{kind} is not read yet"))
+    lifted, found_notes, refused = lift_loops(file)
+    layers += lifted
+    notes.update(found_notes)
     if not layers:
         held = sorted({file.op_name(op) for op in file.graph.operators or []})
+        if refused:
+            raise NoRecurrentLayerError(refused[0][1])
         raise NoRecurrentLayerError(
-            f"{path}: no (UNI|BI)DIRECTIONAL_SEQUENCE_LSTM or _RNN operator (it holds "
-            f"{', '.join(held[:8]) or 'none'}; a WHILE loop or unrolled cell is not lifted into a layer yet)"
+            f"{path}: no (UNI|BI)DIRECTIONAL_SEQUENCE_LSTM or _RNN operator and no WHILE loop (it holds "
+            f"{', '.join(held[:8]) or 'none'}; an unrolled cell is not lifted into a layer yet)"
         )
-    others = sorted({file.op_name(op) for op in file.graph.operators or []} - set(SEQUENCE_OPS))
+    skipped += refused
+    lifted_kinds = {"WHILE"} if lifted else set()
+    others = sorted({file.op_name(op) for op in file.graph.operators or []} - set(SEQUENCE_OPS) - lifted_kinds)
     meta = {"other_ops": others} if others else {}
     return Model(path, FORMAT, layers, notes=notes, skipped=skipped, meta=meta)
 
