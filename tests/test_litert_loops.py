@@ -1,0 +1,153 @@
+"""Keras's ``WHILE`` loops in LiteRT files (fixtures/producers/litert) lifted into canonical layers
+(converters/formats/litert/loops.py, docs/conventions.md §11).
+
+The oracle is the framework: each fixture's truth holds Keras's own outputs for its inputs. The lifted layers
+are composed here as the file composes its loops, independently of the reader (time-major X, a go_backwards or
+backward layer on X reversed in time, a Bidirectional's backward Y reversed back and concatenated after the
+forward one, Keras's outputs in order: the sequence or last step, then each direction's h and c), and run on
+gatepack's executor and, written with ``--to onnx --layers-only``, on onnxruntime.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gatepack as gp
+from gatepack.converters.errors import InputError
+
+LITERT = Path(__file__).resolve().parent.parent / "fixtures" / "producers" / "litert"
+MANIFEST = json.loads((LITERT / "manifest.json").read_text())
+# every loop the converter wrote in float32 (the fused Keras 2 LSTMs are read as ops: tests/test_litert.py)
+LIFTED = {
+    "litert_keras3_gru_reset_after": ("GRU", "reset after"),
+    "litert_keras3_gru_reset_before": ("GRU", "reset before"),
+    "litert_keras3_gru_dynamic_batch": ("GRU", "reset after"),
+    "litert_keras3_lstm": ("LSTM", "gate order i, f, c, o"),
+    "litert_keras3_lstm_last": ("LSTM", "gate order i, f, c, o"),
+    "litert_keras3_lstm_go_backwards": ("LSTM", "gate order i, f, c, o"),
+    "litert_keras3_lstm_bidirectional": ("LSTM", "gate order i, f, c, o"),
+    "litert_keras3_lstm_nobias": ("LSTM", "no bias"),
+    "litert_keras3_lstm_initial_state": ("LSTM", "gate order i, f, c, o"),
+    "litert_keras3_lstm_hard_sigmoid": ("LSTM", "HardSigmoid(alpha=0.166667, beta=0.5)"),
+    "litert_keras3_simple_rnn": ("RNN", "Tanh"),
+    "litert_keras3_simple_rnn_relu": ("RNN", "Relu"),
+    "litert_keras3_simple_rnn_bidirectional": ("RNN", "Tanh"),
+    "litert_keras2_lstm_return_state": ("LSTM", "gate order i, f, c, o"),
+    "litert_keras2_lstm_nobias": ("LSTM", "no bias"),
+    "litert_keras2_lstm_hard_sigmoid": ("LSTM", "HardSigmoid(alpha=0.2, beta=0.5)"),
+    "litert_keras2_simple_rnn_relu_bidirectional": ("RNN", "Relu"),
+}
+REFUSED = {
+    "litert_keras3_lstm_int8": "are INT8 (dynamic-range quantized",
+    "litert_keras3_lstm_stateful": "READ_VARIABLE op (a stateful layer's resource variable",
+    "litert_keras2_lstm_stateful": "READ_VARIABLE op (a stateful layer's resource variable",
+}
+TARGETS = {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage", "directml": "directml", "bnns": "bnns"}
+
+
+def _truth(name: str) -> dict[str, np.ndarray]:
+    return dict(np.load(LITERT / f"{name}.truth.npz"))
+
+
+def _input(truth: dict[str, np.ndarray], key: str) -> np.ndarray | None:
+    found = [k for k in truth if k.startswith(f"serving_default_{key}")]
+    return truth[found[0]] if found else None
+
+
+def _keras_outputs(name: str, layers: list, run) -> list[np.ndarray]:
+    """Keras's outputs in order from the lifted layers, each run by ``run(layer, x [S,N,I], h0, c0)`` -> (Y [S,N,H]
+    or None, h [N,H], c [N,H] or None)."""
+    config, truth = MANIFEST[f"{name}.tflite"]["config"], _truth(name)
+    x = _input(truth, "x").transpose(1, 0, 2)
+    h0, c0 = _input(truth, "h0"), _input(truth, "c0")
+    by_direction = {("backward" in layer.name): layer for layer in layers}
+    assert len(by_direction) == len(layers) == (2 if config["bidirectional"] else 1)
+    results = {}
+    for backward, layer in by_direction.items():
+        reverse = backward or config.get("go_backwards", False)
+        y, h, c = run(layer, np.ascontiguousarray(x[::-1] if reverse else x), h0, c0)
+        results[backward] = (None if y is None else (y[::-1] if backward else y).transpose(1, 0, 2), h, c)
+    directions = [results[False]] + ([results[True]] if True in results else [])
+    if config["return_sequences"]:
+        first = np.concatenate([y for y, _, _ in directions], axis=-1)
+    else:
+        first = np.concatenate([h for _, h, _ in directions], axis=-1)
+    states = [s for _, h, c in directions for s in (h, c) if s is not None] if config["return_state"] else []
+    return [first, *states]
+
+
+def _truth_outputs(name: str) -> list[np.ndarray]:
+    truth = _truth(name)
+    keys = sorted((k for k in truth if not k.startswith(("serving_default", "litert:"))), key=lambda k: k[-1])
+    return [truth[k] for k in keys]
+
+
+def _on_executor(layer, x, h0, c0):
+    from gatepack.converters.executor import run_layer
+
+    y, h, *c = run_layer(layer, x, None, None if h0 is None else h0[None], None if c0 is None else c0[None])
+    return (None if layer.interface.y is None else y[:, 0]), h[0], (c[0][0] if c else None)
+
+
+@pytest.mark.parametrize("name", sorted(LIFTED))
+def test_every_keras_loop_is_lifted_and_gives_keras_s_outputs_on_the_executor(name):
+    model = gp.load(LITERT / f"{name}.tflite")
+    cell, words = LIFTED[name]
+    for layer in model.layers:
+        (finding,) = model.notes[layer.name]
+        assert layer.cell.name == cell and finding.feature == "lifted" and words in finding.detail, finding.detail
+    expected = _truth_outputs(name)
+    actual = _keras_outputs(name, model.layers, _on_executor)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        np.testing.assert_allclose(a, e, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "name", ["litert_keras3_gru_reset_before", "litert_keras3_lstm_bidirectional", "litert_keras3_lstm_initial_state"]
+)
+def test_a_lifted_loop_written_as_onnx_gives_keras_s_outputs_on_onnxruntime(name, tmp_path):
+    import onnxruntime as ort
+
+    model = gp.load(LITERT / f"{name}.tflite")
+    sessions = {}
+    for k, layer in enumerate(model.layers):
+        lone = gp.Model(model.path, model.format, [layer], notes=model.notes)
+        result = gp.convert(lone, tmp_path / f"{k}.onnx", layers_only=True)
+        assert result.verification.passed
+        sessions[layer.name] = ort.InferenceSession(str(tmp_path / f"{k}.onnx"))
+
+    def on_onnxruntime(layer, x, h0, c0):
+        itf = layer.interface
+        feed = {itf.x: x, **({itf.initial_h: h0[None], itf.initial_c: c0[None]} if itf.initial_h else {})}
+        names = [n for n in (itf.y, itf.y_h, itf.y_c)]
+        found = dict(zip([n for n in names if n], sessions[layer.name].run([n for n in names if n], feed)))
+        y = found.get(itf.y)
+        return (None if y is None else y[:, 0]), found[itf.y_h][0], (found[itf.y_c][0] if itf.y_c else None)
+
+    for a, e in zip(_keras_outputs(name, model.layers, on_onnxruntime), _truth_outputs(name), strict=True):
+        np.testing.assert_allclose(a, e, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("name", ["litert_keras3_gru_reset_after", "litert_keras3_lstm_go_backwards"])
+def test_a_lifted_loop_converts_to_every_target_verified(name, target, tmp_path):
+    result = gp.convert(LITERT / f"{name}.tflite", tmp_path / f"out.{TARGETS[target]}", to=target, layers_only=True)
+    assert result.verification.passed and result.verification.outputs
+
+
+def test_a_file_holding_other_operators_is_converted_only_with_layers_only(tmp_path):
+    with pytest.raises(gp.GatepackError) as err:
+        gp.convert(LITERT / "litert_keras3_lstm.tflite", tmp_path / "out.onnx")
+    assert "TRANSPOSE" in str(err.value)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_loop_that_cannot_be_lifted_is_refused_naming_the_while_and_why(name):
+    with pytest.raises(InputError) as err:
+        gp.load(LITERT / f"{name}.tflite")
+    assert "WHILE" in err.value.one_line() and REFUSED[name] in err.value.one_line()
