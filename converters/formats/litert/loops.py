@@ -43,12 +43,15 @@ _HARD_SIGMOID_OPS = {"MINIMUM"}  # Keras 2's min(max(0.2 x + 0.5, 0), 1): a MINI
 
 @dataclass(frozen=True)
 class LoopHandle:
-    """A lifted ``WHILE`` as its layer's provenance handle: the model holding the loop alone, and the names of its
-    state inputs fed from the interface and its outputs (interface role -> tensor: y the buffer, y_h, y_c)."""
+    """A lifted recurrence as its layer's provenance handle: the model to run (a ``WHILE`` alone, or the whole file
+    of an unrolled one), the names of its state inputs fed from the interface and its outputs (interface role ->
+    tensor), and whether they lack the direction axis (a loop's states [N, H] and buffer [S, N, H]) or hold it
+    (an unrolled module's states [D, N, H] and Y [S, N, D*H], the directions on its last axis)."""
 
     content: bytes
     states: tuple[tuple[str, str], ...]
     outputs: tuple[tuple[str, str], ...]
+    squeezed: bool = True
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def _variables(file: Any, op: Any, body: Any) -> _Variables:
     return _Variables(xs[0], buffers[0], hs[0], c)
 
 
-def _body_constants(file: Any, body: Any, where: str) -> dict[str, np.ndarray]:
+def body_constants(file: Any, body: Any, where: str) -> dict[str, np.ndarray]:
     """The body's float constants by name (int8 weights refused), with each [2H, d] + [H, d] pair stacked."""
     found: dict[str, np.ndarray] = {}
     kinds = {v: k for k, v in vars(file.s.TensorType).items() if not k.startswith("_")}
@@ -135,7 +138,7 @@ def _body_constants(file: Any, body: Any, where: str) -> dict[str, np.ndarray]:
     return found
 
 
-def _activations(file: Any, body: Any) -> frozenset[str]:
+def body_activations(file: Any, body: Any) -> frozenset[str]:
     """The activations the body applies (lower-case, as ``converters.lifting`` names them)."""
     fused_names = {v: k for k, v in vars(file.s.ActivationFunctionType).items() if not k.startswith("_")}
     found = set()
@@ -206,19 +209,27 @@ def loop_alone(file: Any, op: Any, outputs: list[int]) -> bytes:
 
 
 def run_loop(handle: LoopHandle, itf: Interface, feed: dict[str, np.ndarray], label: object) -> dict[str, np.ndarray]:
-    """The loop alone on the interpreter: X [S, N, I] and the states [1, N, H] from ``feed`` (by interface name),
-    its buffer as Y [S, 1, N, H] and its final states as [1, N, H]."""
+    """The handle's model on the interpreter: X [S, N, I] and the states [D, N, H] from ``feed`` (by interface name),
+    its outputs as Y [S, D, N, H] and final states [D, N, H] (a loop's: D = 1 added; an unrolled module's Y
+    [S, N, D*H] split on its last axis)."""
     from gatepack.converters.formats.litert.running import _interpreter, _session
 
     run = _session(_interpreter(handle.content, label), label)
     inputs = {itf.x: feed[itf.x]}
     for role, tensor in handle.states:
-        inputs[tensor] = np.reshape(feed[getattr(itf, role)], np.shape(feed[getattr(itf, role)])[1:])
+        state = np.asarray(feed[getattr(itf, role)])
+        inputs[tensor] = state[0] if handle.squeezed else state
     outputs = run(inputs)
-    return {
-        getattr(itf, role): outputs[name][:, None] if role == "y" else outputs[name][None]
-        for role, name in handle.outputs
-    }
+    found = {}
+    for role, name in handle.outputs:
+        value = outputs[name]
+        if handle.squeezed:
+            value = value[:, None] if role == "y" else value[None]
+        elif role == "y":  # [S, N, D*H] -> [S, D, N, H], H from the final h [D, N, H]
+            hidden = outputs[dict(handle.outputs)["y_h"]].shape[-1]
+            value = value.reshape(*value.shape[:2], -1, hidden).transpose(0, 2, 1, 3)
+        found[getattr(itf, role)] = value
+    return found
 
 
 def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
@@ -264,8 +275,8 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
         interface=itf,
         input_size=shape[2],
         hidden_size=hidden,
-        candidates=candidates_from_constants(_body_constants(file, body, where), shape[2], hidden),
-        activations=_activations(file, body),
+        candidates=candidates_from_constants(body_constants(file, body, where), shape[2], hidden),
+        activations=body_activations(file, body),
         run_original=lambda feed: run_loop(handle, itf, feed, where),
         constants=constants,
     )

@@ -41,6 +41,8 @@ from gatepack.converters.formats.litert.common import (
     schema,
 )
 from gatepack.converters.formats.litert.loops import lift_loops
+from gatepack.converters.formats.litert.unrolled import lift_unrolled
+from gatepack.converters.lifting import LiftRefused
 from gatepack.converters.model import Model
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell
@@ -208,13 +210,19 @@ def read(path: str | Path, **_options: Any) -> Model:
     lifted, found_notes, refused = lift_loops(file)
     layers += lifted
     notes.update(found_notes)
+    if not layers and not refused and "WHILE" not in {file.op_name(op) for op in file.graph.operators or []}:
+        try:
+            layer, finding = lift_unrolled(file)
+            return Model(path, FORMAT, [layer], notes={layer.name: [finding]})
+        except LiftRefused as err:
+            refused.append(("main", str(err)))
     if not layers:
         held = sorted({file.op_name(op) for op in file.graph.operators or []})
         if refused:
             raise NoRecurrentLayerError(refused[0][1])
         raise NoRecurrentLayerError(
             f"{path}: no (UNI|BI)DIRECTIONAL_SEQUENCE_LSTM or _RNN operator and no WHILE loop (it holds "
-            f"{', '.join(held[:8]) or 'none'}; an unrolled cell is not lifted into a layer yet)"
+            f"{', '.join(held[:8]) or 'none'})"
         )
     skipped += refused
     lifted_kinds = {"WHILE"} if lifted else set()
