@@ -46,7 +46,7 @@ REFUSED = {
     "litert_keras3_lstm_stateful": "READ_VARIABLE op (a stateful layer's resource variable",
     "litert_keras2_lstm_stateful": "READ_VARIABLE op (a stateful layer's resource variable",
 }
-TARGETS = {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage", "directml": "directml", "bnns": "bnns"}
+TARGETS = {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage", "directml": "directml", "bnns": "bnns", "litert": "tflite"}
 
 
 def _truth(name: str) -> dict[str, np.ndarray]:
@@ -151,3 +151,69 @@ def test_a_loop_that_cannot_be_lifted_is_refused_naming_the_while_and_why(name):
     with pytest.raises(InputError) as err:
         gp.load(LITERT / f"{name}.tflite")
     assert "WHILE" in err.value.one_line() and REFUSED[name] in err.value.one_line()
+
+
+# ----------------------------------------------------------------------------------------- litert-torch's unrolled steps
+
+TORCH = {
+    "litert_torch_gru": ("GRU", "gate order r, z, h; reset after the matmul"),
+    "litert_torch_gru_nobias_h0": ("GRU", "gate order r, z, h; reset after the matmul"),
+    "litert_torch_lstm": ("LSTM", "gate order i, f, c, o"),
+    "litert_torch_lstm_nobias_h0": ("LSTM", "gate order i, f, c, o"),
+    "litert_torch_rnn_tanh": ("RNN", "Tanh"),
+    "litert_torch_rnn_relu_bidirectional": ("RNN", "Relu"),
+}
+
+
+def _torch_feed_and_truth(name: str) -> tuple[list, list[np.ndarray]]:
+    """torch's inputs (x, h0, c0 as given) and outputs (Y [S, N, D*H], h_n, c_n) in order."""
+    truth = _truth(name)
+    ordered = sorted((k for k in truth if not k.startswith("litert:")), key=lambda k: (k.count("output"), k))
+    inputs = [truth[k] for k in ordered if k.startswith("serving_default_args")]
+    return inputs, [truth[k] for k in ordered if "output" in k]
+
+
+def _as_torch(y: np.ndarray) -> np.ndarray:
+    """Canonical Y [S, D, N, H] -> torch's [S, N, D*H]."""
+    s, d, n, h = y.shape
+    return y.transpose(0, 2, 1, 3).reshape(s, n, d * h)
+
+
+@pytest.mark.parametrize("name", sorted(TORCH))
+def test_every_litert_torch_module_is_lifted_whole_and_gives_torch_s_outputs(name, tmp_path):
+    import onnxruntime as ort
+
+    from gatepack.converters.executor import run_layer
+
+    model = gp.load(LITERT / f"{name}.tflite")
+    (layer,) = model.layers
+    (finding,) = model.notes[layer.name]
+    cell, words = TORCH[name]
+    assert layer.cell.name == cell and words in finding.detail and not model.other_ops, finding.detail
+    assert layer.direction.count == (2 if "bidirectional" in name else 1)
+    inputs, expected = _torch_feed_and_truth(name)
+    y, *states = run_layer(layer, inputs[0], None, *inputs[1:])
+    for a, e in zip([_as_torch(y), *states], expected, strict=True):
+        np.testing.assert_allclose(a, e, atol=1e-5, rtol=1e-5)
+    assert gp.convert(LITERT / f"{name}.tflite", tmp_path / "m.onnx").verification.passed
+    itf = layer.interface
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"))
+    names = [n for n in (itf.y, itf.y_h, itf.y_c) if n]
+    y, *states = session.run(names, dict(zip([n for n in (itf.x, itf.initial_h, itf.initial_c) if n], inputs)))
+    for a, e in zip([_as_torch(y), *states], expected, strict=True):
+        np.testing.assert_allclose(a, e, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("name", ["litert_torch_lstm_nobias_h0", "litert_torch_rnn_relu_bidirectional"])
+def test_a_lifted_torch_module_converts_to_every_target_verified(name, target, tmp_path):
+    result = gp.convert(LITERT / f"{name}.tflite", tmp_path / f"out.{TARGETS[target]}", to=target)
+    assert result.verification.passed and result.verification.outputs
+
+
+def test_keras_s_unrolled_layer_is_refused_naming_what_its_interface_is():
+    """Keras's unroll=True writes the steps batch-major with a TRANSPOSE around them: not a torch module's
+    interface, so it is refused (exit 3) rather than guessed."""
+    with pytest.raises(InputError) as err:
+        gp.load(LITERT / "litert_keras3_lstm_unroll.tflite")
+    assert "is not a recurrent module's" in err.value.one_line() and err.value.exit_code == 3
