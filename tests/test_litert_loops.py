@@ -46,7 +46,14 @@ REFUSED = {
     "litert_keras3_lstm_stateful": "READ_VARIABLE op (a stateful layer's resource variable",
     "litert_keras2_lstm_stateful": "READ_VARIABLE op (a stateful layer's resource variable",
 }
-TARGETS = {"onnx": "onnx", "openvino": "xml", "coreml": "mlpackage", "directml": "directml", "bnns": "bnns", "litert": "tflite"}
+TARGETS = {
+    "onnx": "onnx",
+    "openvino": "xml",
+    "coreml": "mlpackage",
+    "directml": "directml",
+    "bnns": "bnns",
+    "litert": "tflite",
+}
 
 
 def _truth(name: str) -> dict[str, np.ndarray]:
@@ -153,7 +160,7 @@ def test_a_loop_that_cannot_be_lifted_is_refused_naming_the_while_and_why(name):
     assert "WHILE" in err.value.one_line() and REFUSED[name] in err.value.one_line()
 
 
-# ----------------------------------------------------------------------------------------- litert-torch's unrolled steps
+# ---------------------------------------------------------------------------- litert-torch's unrolled steps
 
 TORCH = {
     "litert_torch_gru": ("GRU", "gate order r, z, h; reset after the matmul"),

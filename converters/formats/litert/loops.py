@@ -121,7 +121,7 @@ def body_constants(file: Any, body: Any, where: str) -> dict[str, np.ndarray]:
         kind = kinds.get(t.type, str(t.type))
         if kind in ("INT8", "UINT8", "INT16") and len(t.shape if t.shape is not None else []) == 2:
             raise LiftRefused(
-                f"{where}: its step's weights {file._decoded(t.name, 'a tensor name')!r} are {kind} (dynamic-range "
+                f"{where}: its step's weights {file.decoded(t.name, 'a tensor name')!r} are {kind} (dynamic-range "
                 "quantized: the interpreter quantizes the step's inputs too, which no float layer reproduces)"
             )
         if kind != "FLOAT32":
@@ -130,7 +130,7 @@ def body_constants(file: Any, body: Any, where: str) -> dict[str, np.ndarray]:
         raw = bytes(np.asarray(buffer.data, np.uint8))
         if int(np.prod(shape)) * 4 != len(raw):
             raise InputError(f"{where}: body tensor {k} of shape {shape} holds {len(raw)} bytes of FLOAT32")
-        found[file._decoded(t.name, "a tensor name") or f"tensor {k}"] = np.frombuffer(raw, np.float32).reshape(shape)
+        found[file.decoded(t.name, "a tensor name") or f"tensor {k}"] = np.frombuffer(raw, np.float32).reshape(shape)
     matrices = {n: v for n, v in found.items() if v.ndim == 2}
     for (na, a), (nb, b) in ((x, y) for x in matrices.items() for y in matrices.items()):
         if a.shape[1] == b.shape[1] and a.shape[0] == 2 * b.shape[0]:

@@ -114,10 +114,10 @@ class _File:
         self.op_names = [
             codes.get(max(c.builtinCode, c.deprecatedBuiltinCode), "CUSTOM") for c in self.model.operatorCodes or []
         ]
-        self.names = [self._decoded(t.name, f"tensor {k}'s name") for k, t in enumerate(self.tensors)]
+        self.names = [self.decoded(t.name, f"tensor {k}'s name") for k, t in enumerate(self.tensors)]
         self._check_references()
 
-    def _decoded(self, value: object, what: str) -> str:
+    def decoded(self, value: object, what: str) -> str:
         try:
             return value.decode() if isinstance(value, bytes) else str(value or "")
         except UnicodeDecodeError:
@@ -173,7 +173,7 @@ class _File:
 
     def metadata(self) -> dict | None:
         for entry in self.model.metadata or []:
-            name = self._decoded(entry.name, "a metadata entry's name")
+            name = self.decoded(entry.name, "a metadata entry's name")
             if name == METADATA_KEY:
                 if not 0 <= entry.buffer < len(self.model.buffers) or self.model.buffers[entry.buffer].data is None:
                     raise InputError(f"{self.path}: its gatepack metadata names no buffer that holds it")
