@@ -223,4 +223,26 @@ def test_keras_s_unrolled_layer_is_refused_naming_what_its_interface_is():
     interface, so it is refused (exit 3) rather than guessed."""
     with pytest.raises(InputError) as err:
         gp.load(LITERT / "litert_keras3_lstm_unroll.tflite")
+    assert "no sequence op or WHILE loop" in err.value.one_line()
     assert "is not a recurrent module's" in err.value.one_line() and err.value.exit_code == 3
+
+
+def test_a_loop_whose_step_is_no_cell_is_refused_after_every_reading_fails(tmp_path):
+    """The proof, not the pattern, decides: the Keras 3 LSTM's cell-output TANH made a LOGISTIC still looks like an
+    LSTM body (sigmoid and tanh both there) but no reading of its constants reproduces it."""
+    import flatbuffers
+
+    from gatepack.converters.formats.litert.common import FILE_IDENTIFIER, schema
+
+    s = schema()
+    model = s.ModelT.InitFromPackedBuf((LITERT / "litert_keras3_lstm.tflite").read_bytes(), 0)
+    codes = [max(c.builtinCode, c.deprecatedBuiltinCode) for c in model.operatorCodes]
+    body = model.subgraphs[2]
+    tanh = [op for op in body.operators if codes[op.opcodeIndex] == s.BuiltinOperator.TANH]
+    tanh[-1].opcodeIndex = codes.index(s.BuiltinOperator.LOGISTIC)  # h = o * sigmoid(c) instead of o * tanh(c)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    (tmp_path / "m.tflite").write_bytes(bytes(builder.Output()))
+    with pytest.raises(InputError) as err:
+        gp.load(tmp_path / "m.tflite")
+    assert "WHILE 'functional_1/lstm_1/while'" in err.value.one_line() and "reproduces it" in err.value.one_line()

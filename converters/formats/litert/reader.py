@@ -210,7 +210,8 @@ def read(path: str | Path, **_options: Any) -> Model:
     lifted, found_notes, refused = lift_loops(file)
     layers += lifted
     notes.update(found_notes)
-    if not layers and not refused and "WHILE" not in {file.op_name(op) for op in file.graph.operators or []}:
+    held_ops = {file.op_name(op) for op in file.graph.operators or []}
+    if not layers and not refused and "WHILE" not in held_ops and "FULLY_CONNECTED" in held_ops:
         try:
             layer, finding = lift_unrolled(file)
             return Model(path, FORMAT, [layer], notes={layer.name: [finding]})

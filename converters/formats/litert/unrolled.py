@@ -34,7 +34,7 @@ _ARITIES = {(1, 2), (2, 2), (1, 3), (3, 3)}  # (inputs, outputs): GRU/RNN withou
 def lift_unrolled(file: Any) -> tuple[RecurrentLayer, Finding]:
     """The whole file as one layer (LiftRefused when its interface is not a recurrent module's or no reading of
     its constants reproduces it)."""
-    where = f"{file.path}: the main subgraph's unrolled steps"
+    where = f"{file.path}: no sequence op or WHILE loop; its main subgraph, read as a module's unrolled steps"
     itf, sizes = _interface(file, where)
     s, n, i, d, h = sizes
     handle = LoopHandle(
