@@ -9,7 +9,9 @@ CIFG (no input-gate tensors: i = 1 - f) as input_forget with ONNX's input gate =
 the fused activation as g and h (gates Sigmoid), ``time_major`` as the layout; a state variable that is a
 subgraph input is the layer's initial state, one with data a held (learned) initial state. What a canonical
 layer cannot hold is refused naming the file, the op and the field: projection, layer norm, cell_clip (it
-bounds the cell state, ONNX's clip the gates' inputs), quantized weights, other fused activations.
+bounds the cell state, ONNX's clip the gates' inputs), quantized weights, other fused activations. A file
+without such ops has its ``WHILE`` loops lifted (``loops``), or, holding none, is lifted whole as an unrolled
+module (``unrolled``); what neither lifts is refused with the reason.
 """
 
 from __future__ import annotations
