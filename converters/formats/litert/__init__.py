@@ -5,6 +5,8 @@
 * ``checks`` — the findings for writing a layer;
 * ``writer`` — layers written as sequence ops or unrolled elementary ops, with gatepack's description;
 * ``reader`` — gatepack's own files and other producers' sequence ops read into canonical layers;
+* ``loops`` — a producer's ``WHILE`` loop over a recurrent step lifted into a layer, proven on the interpreter;
+* ``unrolled`` — a file that is one unrolled torch module (litert-torch) lifted into a layer, proven likewise;
 * ``running`` — the file on ai-edge-litert's interpreter, called as an app calls it (no reset between calls).
 """
 

@@ -9,7 +9,9 @@ CIFG (no input-gate tensors: i = 1 - f) as input_forget with ONNX's input gate =
 the fused activation as g and h (gates Sigmoid), ``time_major`` as the layout; a state variable that is a
 subgraph input is the layer's initial state, one with data a held (learned) initial state. What a canonical
 layer cannot hold is refused naming the file, the op and the field: projection, layer norm, cell_clip (it
-bounds the cell state, ONNX's clip the gates' inputs), quantized weights, other fused activations.
+bounds the cell state, ONNX's clip the gates' inputs), quantized weights, other fused activations. A file
+without such ops has its ``WHILE`` loops lifted (``loops``), or, holding none, is lifted whole as an unrolled
+module (``unrolled``); what neither lifts is refused with the reason.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from gatepack.converters.formats.litert.common import (
     METADATA_KEY,
     schema,
 )
+from gatepack.converters.formats.litert.loops import lift_loops
+from gatepack.converters.formats.litert.unrolled import lift_unrolled
+from gatepack.converters.lifting import LiftRefused
 from gatepack.converters.model import Model
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell
@@ -86,6 +91,7 @@ class OpHandle:
     states: tuple[tuple[str, tuple[str, ...]], ...]
 
 
+_NO_OUTPUTS = {"CALL_ONCE", "ASSIGN_VARIABLE"}  # operators that write no tensor (a resource variable's init, its write)
 _NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT32": np.int32}
 
 
@@ -110,10 +116,10 @@ class _File:
         self.op_names = [
             codes.get(max(c.builtinCode, c.deprecatedBuiltinCode), "CUSTOM") for c in self.model.operatorCodes or []
         ]
-        self.names = [self._decoded(t.name, f"tensor {k}'s name") for k, t in enumerate(self.tensors)]
+        self.names = [self.decoded(t.name, f"tensor {k}'s name") for k, t in enumerate(self.tensors)]
         self._check_references()
 
-    def _decoded(self, value: object, what: str) -> str:
+    def decoded(self, value: object, what: str) -> str:
         try:
             return value.decode() if isinstance(value, bytes) else str(value or "")
         except UnicodeDecodeError:
@@ -133,7 +139,10 @@ class _File:
             if not 0 <= op.opcodeIndex < len(self.op_names):
                 raise InputError(f"{self.path}: operator {n} names operator code {op.opcodeIndex}")
             inputs, outputs = op.inputs if op.inputs is not None else [], op.outputs if op.outputs is not None else []
-            if not len(outputs) or any(not -1 <= int(k) < tensors for k in (*inputs, *outputs)) or min(outputs) < 0:
+            silent = self.op_names[op.opcodeIndex] in _NO_OUTPUTS
+            if not (len(outputs) or silent) or any(not -1 <= int(k) < tensors for k in (*inputs, *outputs)):
+                raise InputError(f"{self.path}: operator {n} ({self.op_names[op.opcodeIndex]}) names a missing tensor")
+            if len(outputs) and min(outputs) < 0:
                 raise InputError(f"{self.path}: operator {n} ({self.op_names[op.opcodeIndex]}) names a missing tensor")
 
     def name(self, index: int) -> str:
@@ -166,7 +175,7 @@ class _File:
 
     def metadata(self) -> dict | None:
         for entry in self.model.metadata or []:
-            name = self._decoded(entry.name, "a metadata entry's name")
+            name = self.decoded(entry.name, "a metadata entry's name")
             if name == METADATA_KEY:
                 if not 0 <= entry.buffer < len(self.model.buffers) or self.model.buffers[entry.buffer].data is None:
                     raise InputError(f"{self.path}: its gatepack metadata names no buffer that holds it")
@@ -200,13 +209,27 @@ def read(path: str | Path, **_options: Any) -> Model:
                 notes[layer.name] = found
         elif kind in UNREAD_OPS:
             skipped.append((file.name(op.outputs[0]), f"{kind} is not read yet"))
+    lifted, found_notes, refused = lift_loops(file)
+    layers += lifted
+    notes.update(found_notes)
+    held_ops = {file.op_name(op) for op in file.graph.operators or []}
+    if not layers and not refused and "WHILE" not in held_ops and "FULLY_CONNECTED" in held_ops:
+        try:
+            layer, finding = lift_unrolled(file)
+            return Model(path, FORMAT, [layer], notes={layer.name: [finding]})
+        except LiftRefused as err:
+            refused.append(("main", str(err)))
     if not layers:
         held = sorted({file.op_name(op) for op in file.graph.operators or []})
+        if refused:
+            raise NoRecurrentLayerError(refused[0][1])
         raise NoRecurrentLayerError(
-            f"{path}: no (UNI|BI)DIRECTIONAL_SEQUENCE_LSTM or _RNN operator (it holds "
-            f"{', '.join(held[:8]) or 'none'}; a WHILE loop or unrolled cell is not lifted into a layer yet)"
+            f"{path}: no (UNI|BI)DIRECTIONAL_SEQUENCE_LSTM or _RNN operator and no WHILE loop (it holds "
+            f"{', '.join(held[:8]) or 'none'})"
         )
-    others = sorted({file.op_name(op) for op in file.graph.operators or []} - set(SEQUENCE_OPS))
+    skipped += refused
+    lifted_kinds = {"WHILE"} if lifted else set()
+    others = sorted({file.op_name(op) for op in file.graph.operators or []} - set(SEQUENCE_OPS) - lifted_kinds)
     meta = {"other_ops": others} if others else {}
     return Model(path, FORMAT, layers, notes=notes, skipped=skipped, meta=meta)
 

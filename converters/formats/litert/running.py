@@ -156,6 +156,11 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     found = layer.provenance
     if found is None or not found.of(FORMAT):
         raise UsageError(f"layer {layer.name!r} was not read from a LiteRT file")
+    if found.kind == "lifted":
+        from gatepack.converters.formats.litert.loops import LoopHandle, run_loop
+
+        assert isinstance(found.handle, LoopHandle)  # the loop reader's record
+        return run_loop(found.handle, layer.interface, feed, found.artifact)
     if found.kind != "node":
         return run_native(found.artifact, feed)
     from gatepack.converters.formats.litert.reader import OpHandle

@@ -1,0 +1,301 @@
+"""LiteRT: a producer's ``WHILE`` loop over a recurrent step, lifted into a canonical layer.
+
+The TFLite converter writes every Keras 3 recurrent layer (and Keras 2's unfused ones) as a ``WHILE`` in the
+main subgraph whose loop variables are two step counters, the output buffer [S, N, H] the body writes step t
+into, the state(s) [N, H] and the time-major input X [S, N, I] the body ``GATHER``s step t from
+(docs/conventions.md §11). The loop variables are told apart by what the body does with them: X is passed
+through and gathered, the buffer is the other rank-3 variable, h is the state a ``FULLY_CONNECTED`` multiplies
+(R) and c the other state.
+
+What the step computes is then proven, never read off the pattern (``converters.lifting``): the body's float
+constants are every candidate W, R and bias (Keras's reset-before GRU keeps R's z, r rows [2H, H] apart from
+its h rows [H, H], so each such pair is also tried stacked), the body's activations (``LOGISTIC``, ``TANH``,
+``RELU``, or fused into an ``ADD``; a ``RELU6`` fused into an ``ADD`` or a ``MINIMUM`` is a hard sigmoid) say
+which cells to try, and each hypothesis runs on gatepack's executor against the LiteRT interpreter running the
+``WHILE`` alone (``loop_alone``: the file with its main subgraph cut to that one operator, its non-constant
+inputs the model's inputs, its buffer and final states the outputs). The lifted layer is forward and
+time-major: X is the loop's input (a go_backwards layer's reversed X, in the file a ``REVERSE_V2`` in front),
+Y the loop's buffer in processing order, Y_h and Y_c its final states; the ops around the loop (``TRANSPOSE``,
+``REVERSE_V2``, ``CONCATENATION`` ...) stay other operators.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from gatepack.converters.errors import InputError
+from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.litert.common import FORMAT
+from gatepack.converters.lifting import LiftRefused, Recurrence, candidates_from_constants, lift
+from gatepack.schemas.layer import Direction, Interface, Provenance, RecurrentLayer
+
+# an activation the body applies: its operator, or fused into an operator (ActivationFunctionType names)
+_ACTIVATION_OPS = {"LOGISTIC": "sigmoid", "TANH": "tanh", "RELU": "relu"}
+_FUSED_ACTIVATIONS = {"RELU": "relu", "TANH": "tanh", "RELU6": "hardsigmoid"}
+# what writes a loop's initial state, when not a constant, a graph input or a FILL of zeros
+_COMPUTED_STATES = {"READ_VARIABLE": "a stateful layer's resource variable, carried across invokes"}
+_HARD_SIGMOID_OPS = {"MINIMUM"}  # Keras 2's min(max(0.2 x + 0.5, 0), 1): a MINIMUM, then a RELU
+
+
+@dataclass(frozen=True)
+class LoopHandle:
+    """A lifted recurrence as its layer's provenance handle: the model to run (a ``WHILE`` alone, or the whole file
+    of an unrolled one), the names of its state inputs fed from the interface and its outputs (interface role ->
+    tensor), and whether they lack the direction axis (a loop's states [N, H] and buffer [S, N, H]) or hold it
+    (an unrolled module's states [D, N, H] and Y [S, N, D*H], the directions on its last axis)."""
+
+    content: bytes
+    states: tuple[tuple[str, str], ...]
+    outputs: tuple[tuple[str, str], ...]
+    squeezed: bool = True
+
+
+@dataclass(frozen=True)
+class _Variables:
+    """The loop variables' positions: X, the output buffer, h and c (-1: none)."""
+
+    x: int
+    buffer: int
+    h: int
+    c: int
+
+
+def lift_loops(file: Any) -> tuple[list[RecurrentLayer], dict[str, list[Finding]], list[tuple[str, str]]]:
+    """Every ``WHILE`` of the main subgraph lifted into a layer, with its ``lifted`` finding; (name, reason) for
+    each one not lifted."""
+    layers, notes, refused = [], {}, []
+    for op in file.graph.operators or []:
+        if file.op_name(op) != "WHILE":
+            continue
+        name = file.name(int(op.outputs[0]))
+        try:
+            layer, finding = _lifted(file, op)
+        except LiftRefused as err:
+            refused.append((name, str(err)))
+            continue
+        layers.append(layer)
+        notes[layer.name] = [finding]
+    return layers, notes, refused
+
+
+def _where(file: Any, op: Any) -> str:
+    return f"{file.path}: WHILE {file.name(int(op.outputs[0]))!r}"
+
+
+def _variables(file: Any, op: Any, body: Any) -> _Variables:
+    """Which loop variable is X, the buffer, h and c (LiftRefused when they are not a recurrence's)."""
+    tensors = body.tensors
+    inputs, outputs = [int(k) for k in body.inputs], [int(k) for k in body.outputs]
+    consumers: dict[int, set[str]] = {}
+    for step_op in body.operators or []:
+        kind = file.op_name(step_op)
+        for position, k in enumerate(int(j) for j in step_op.inputs):
+            consumers.setdefault(k, set()).add(f"{kind}:{position}")
+    rank = [len(tensors[k].shape if tensors[k].shape is not None else []) for k in inputs]
+    xs = [j for j, k in enumerate(inputs) if rank[j] == 3 and outputs[j] == k and "GATHER:0" in consumers.get(k, ())]
+    buffers = [j for j, k in enumerate(inputs) if rank[j] == 3 and outputs[j] != k]
+    states = [j for j, k in enumerate(inputs) if rank[j] == 2]
+    hs = [j for j in states if "FULLY_CONNECTED:0" in consumers.get(inputs[j], ())]
+    if len(xs) != 1 or len(buffers) != 1 or len(states) not in (1, 2) or len(hs) != 1:
+        raise LiftRefused(
+            f"{_where(file, op)}: its loop variables (ranks {rank}) are not one gathered input [S, N, I], one output "
+            "buffer [S, N, H] and one or two states [N, H] of which a FULLY_CONNECTED multiplies one, as a "
+            "recurrent layer's loop has"
+        )
+    c = next((j for j in states if j != hs[0]), -1)
+    return _Variables(xs[0], buffers[0], hs[0], c)
+
+
+def body_constants(file: Any, body: Any, where: str) -> dict[str, np.ndarray]:
+    """The body's float constants by name (int8 weights refused), with each [2H, d] + [H, d] pair stacked."""
+    found: dict[str, np.ndarray] = {}
+    kinds = {v: k for k, v in vars(file.s.TensorType).items() if not k.startswith("_")}
+    for k, t in enumerate(body.tensors):
+        buffer = file.model.buffers[t.buffer] if 0 <= t.buffer < len(file.model.buffers) else None
+        if buffer is None or buffer.data is None or not len(buffer.data):
+            continue
+        kind = kinds.get(t.type, str(t.type))
+        if kind in ("INT8", "UINT8", "INT16") and len(t.shape if t.shape is not None else []) == 2:
+            raise LiftRefused(
+                f"{where}: its step's weights {file.decoded(t.name, 'a tensor name')!r} are {kind} (dynamic-range "
+                "quantized: the interpreter quantizes the step's inputs too, which no float layer reproduces)"
+            )
+        if kind != "FLOAT32":
+            continue
+        shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+        raw = bytes(np.asarray(buffer.data, np.uint8))
+        if int(np.prod(shape)) * 4 != len(raw):
+            raise InputError(f"{where}: body tensor {k} of shape {shape} holds {len(raw)} bytes of FLOAT32")
+        found[file.decoded(t.name, "a tensor name") or f"tensor {k}"] = np.frombuffer(raw, np.float32).reshape(shape)
+    matrices = {n: v for n, v in found.items() if v.ndim == 2}
+    for (na, a), (nb, b) in ((x, y) for x in matrices.items() for y in matrices.items()):
+        if a.shape[1] == b.shape[1] and a.shape[0] == 2 * b.shape[0]:
+            found[f"{na} stacked on {nb}"] = np.concatenate([a, b])
+    return found
+
+
+def body_activations(file: Any, body: Any) -> frozenset[str]:
+    """The activations the body applies (lower-case, as ``converters.lifting`` names them)."""
+    fused_names = {v: k for k, v in vars(file.s.ActivationFunctionType).items() if not k.startswith("_")}
+    found = set()
+    for step_op in body.operators or []:
+        kind = file.op_name(step_op)
+        if kind in _ACTIVATION_OPS:
+            found.add(_ACTIVATION_OPS[kind])
+        if kind in _HARD_SIGMOID_OPS:
+            found.add("hardsigmoid")
+        fused = getattr(step_op.builtinOptions, "fusedActivationFunction", 0) or 0
+        if fused_names.get(fused) in _FUSED_ACTIVATIONS:
+            found.add(_FUSED_ACTIVATIONS[fused_names[fused]])
+    return frozenset(found)
+
+
+def _producers(file: Any) -> dict[int, str]:
+    """Main subgraph tensor -> the operator writing it."""
+    return {int(k): file.op_name(o) for o in file.graph.operators or [] for k in o.outputs}
+
+
+def _state_roles(
+    file: Any, op: Any, found: _Variables, hidden: int
+) -> tuple[dict[str, str], dict[str, np.ndarray], str]:
+    """Each state's role: an input the interface names (role -> tensor), a learned constant (role -> [1, N, H]), or
+    zeros (a zero constant, or a FILL the interpreter's zero input stands for); and what they are, in words."""
+    names, constants, words = {}, {}, []
+    written = _producers(file)
+    for state, position in (("h", found.h), ("c", found.c)):
+        if position < 0:
+            continue
+        index = int(op.inputs[position])
+        value = file.array(index, _where(file, op))
+        if value is not None:
+            if np.any(value):
+                constants[f"initial_{state}"] = value.reshape(1, -1, hidden).astype(np.float32)
+                names[f"initial_{state}"] = file.name(index)
+                words.append(f"a learned initial {state}")
+        elif written.get(index) == "FILL":
+            words.append(f"{state} from a FILL (zeros)")
+        elif index in written:
+            why = _COMPUTED_STATES.get(written[index], "an initial state computed in the graph")
+            raise LiftRefused(
+                f"{_where(file, op)}: its initial {state} is written by a {written[index]} op ({why}), which a layer "
+                "read from the loop alone would not hold"
+            )
+        else:
+            names[f"initial_{state}"] = file.name(index)
+    return names, constants, ", ".join(words)
+
+
+def loop_alone(file: Any, op: Any, outputs: list[int]) -> bytes:
+    """The file with its main subgraph cut to ``op`` alone: its non-constant inputs the model's inputs, ``outputs``
+    the model's outputs (the cond and body subgraphs and every buffer kept as written)."""
+    import flatbuffers
+
+    from gatepack.converters.formats.litert.common import FILE_IDENTIFIER
+
+    model = copy.deepcopy(file.model)
+    graph = model.subgraphs[0]
+    graph.operators = [copy.deepcopy(op)]
+    fed = [int(k) for k in op.inputs if file.array(int(k), _where(file, op)) is None]
+    graph.inputs = list(dict.fromkeys(fed))
+    graph.outputs = outputs
+    model.signatureDefs = []
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+def run_loop(handle: LoopHandle, itf: Interface, feed: dict[str, np.ndarray], label: object) -> dict[str, np.ndarray]:
+    """The handle's model on the interpreter: X [S, N, I] and the states [D, N, H] from ``feed`` (by interface name),
+    its outputs as Y [S, D, N, H] and final states [D, N, H] (a loop's: D = 1 added; an unrolled module's Y
+    [S, N, D*H] split on its last axis)."""
+    from gatepack.converters.formats.litert.running import _interpreter, _session
+
+    run = _session(_interpreter(handle.content, label), label)
+    inputs = {itf.x: feed[itf.x]}
+    for role, tensor in handle.states:
+        state = np.asarray(feed[getattr(itf, role)])
+        inputs[tensor] = state[0] if handle.squeezed else state
+    outputs = run(inputs)
+    found = {}
+    for role, name in handle.outputs:
+        value = outputs[name]
+        if handle.squeezed:
+            value = value[:, None] if role == "y" else value[None]
+        elif role == "y":  # [S, N, D*H] -> [S, D, N, H], H from the final h [D, N, H]
+            hidden = outputs[dict(handle.outputs)["y_h"]].shape[-1]
+            value = value.reshape(*value.shape[:2], -1, hidden).transpose(0, 2, 1, 3)
+        found[getattr(itf, role)] = value
+    return found
+
+
+def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
+    where = _where(file, op)
+    options = op.builtinOptions
+    subgraphs = file.model.subgraphs
+    body_index = getattr(options, "bodySubgraphIndex", -1)
+    if not 0 < body_index < len(subgraphs):
+        raise InputError(f"{where}: its body subgraph {body_index} is missing")
+    body = subgraphs[body_index]
+    found = _variables(file, op, body)
+    x = int(op.inputs[found.x])
+    shape = [int(d) for d in file.tensors[x].shape]
+    signature = [
+        int(d) for d in (file.tensors[x].shapeSignature if file.tensors[x].shapeSignature is not None else shape)
+    ]
+    hidden = int(body.tensors[int(body.inputs[found.h])].shape[-1])
+    roles, constants, states_text = _state_roles(file, op, found, hidden)
+    loop_outputs = (("y", found.buffer), ("y_h", found.h), ("y_c", found.c))
+    indices = {role: int(op.outputs[j]) for role, j in loop_outputs if j >= 0}
+    if file.tensors[indices["y"]].shape[0] != shape[0]:  # return_sequences=False: the buffer holds the last step
+        del indices["y"]
+    written = {role: file.name(k) for role, k in indices.items()}
+    name = file.name(int(op.outputs[0])).removesuffix("/while")
+    itf = Interface(
+        x=file.name(x),
+        y=written.get("y"),
+        y_h=written["y_h"],
+        y_c=written.get("y_c"),
+        initial_h=roles.get("initial_h"),
+        initial_c=roles.get("initial_c"),
+        layout=0,
+        seq_length=shape[0],
+        batch_size=shape[1],  # a dynamic batch runs at the stored one only (docs/conventions.md §11)
+        dtype="float32",
+    )
+    fed = tuple((role, tensor) for role, tensor in roles.items() if role not in constants)
+    handle = LoopHandle(loop_alone(file, op, list(indices.values())), fed, tuple(written.items()))
+    rec = Recurrence(
+        name=name,
+        found=where,
+        direction=Direction.FORWARD,
+        interface=itf,
+        input_size=shape[2],
+        hidden_size=hidden,
+        candidates=candidates_from_constants(body_constants(file, body, where), shape[2], hidden),
+        activations=body_activations(file, body),
+        run_original=lambda feed: run_loop(handle, itf, feed, where),
+        constants=constants,
+    )
+    lifted = lift(rec)
+    dynamic = " (its batch dynamic in the file, proven at the stored batch)" if signature[1] < 0 else ""
+    finding = Finding(
+        "lifted",
+        Status.REPACKED,
+        f"lifted from a WHILE loop: {lifted.description}; proven against the LiteRT interpreter running the loop "
+        f"alone on random inputs ({lifted.tried} reading(s) tried){dynamic}. The layer is the loop itself: X "
+        f"{itf.x!r} time-major, "
+        + (
+            f"Y the loop's output buffer {itf.y!r} in processing order, "
+            if itf.y
+            else "no Y (the loop keeps the last step only), "
+        )
+        + f"Y_h {itf.y_h!r}"
+        + (f", Y_c {itf.y_c!r}" if itf.y_c else "")
+        + (f"; states: {states_text}" if states_text else ""),
+    )
+    provenance = Provenance(FORMAT, file.path, name, "lifted", "WHILE", inputs=(itf.x,), layout=0, handle=handle)
+    return replace(lifted.layer, provenance=provenance), finding
