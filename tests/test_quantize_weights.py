@@ -1,0 +1,139 @@
+"""``--quantize-weights int8`` (API ``quantize_weights=``, converters/weight_quantization.py): real float models'
+recurrent W and R quantized per output channel, stored as int8 in the artifact, run by onnxruntime and judged by
+the accuracy gate against the float source (over consecutive calls for a streaming model).
+
+Oracles: the float source run by onnxruntime; the per-row symmetric scheme transcribed here from the source's own
+initializers (scale = max |row| / 127, q = round(W / scale)); an independent float twin built here (the source's W
+and R replaced by ``q * scale``) run by onnxruntime, which bounds the artifact's error against the source.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+import gatepack.converters as gp
+from gatepack.converters.errors import RefusedError, UsageError, VerificationError
+from gatepack.converters.formats import onnx_qdq
+
+REAL = Path(__file__).resolve().parent.parent / "fixtures/realmodels"
+GRU = REAL / "burn_gru_bidirectional.onnx"  # opset 14, a GRU alone
+SILERO = REAL / "silero_vad_openvino_16k_lstm.onnx"  # opset 16, a streaming LSTM model (state -> stateN)
+DTLN = REAL / "dtln_model_1_lstm.onnx"  # opset 11: whole, its QDQ would need opset 13
+
+
+def _initializers(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+
+
+def _transcribed(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The per-row symmetric int8 scheme written out here: (integers, scale per row) of a [rows, cols] matrix."""
+    scale = (np.abs(weights).max(axis=1) / 127).astype(np.float32)
+    return np.clip(np.rint(weights / scale[:, None]), -127, 127).astype(np.int8), scale
+
+
+def _weights_of(proto: onnx.ModelProto, op_type: str) -> tuple[str, str]:
+    (node,) = [n for n in proto.graph.node if n.op_type == op_type]
+    return node.input[1], node.input[2]
+
+
+def _run(proto_or_path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    source = proto_or_path.SerializeToString() if isinstance(proto_or_path, onnx.ModelProto) else str(proto_or_path)
+    return ort.InferenceSession(source, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_a_gru_is_written_with_int8_weights_as_transcribed_and_within_its_float_twin(tmp_path):
+    out = tmp_path / "gru_int8.onnx"
+    result = gp.convert(GRU, out, quantize_weights="int8")
+    assert result.passed, result.to_text()
+    source, written = onnx.load(str(GRU)), onnx.load(str(out))
+    stored = _initializers(written)
+    for role, name in zip(("W", "R"), _weights_of(source, "GRU")):
+        floats = _initializers(source)[name]
+        for d in range(floats.shape[0]):
+            suffix = f"_d{d}" if floats.shape[0] > 1 else ""
+            integers = [v for k, v in stored.items() if k.endswith(f".{role}_quantized{suffix}")]
+            scales = [v for k, v in stored.items() if k.endswith(f".{role}_scale{suffix}")]
+            assert len(integers) == 1 and integers[0].dtype == np.int8, sorted(stored)
+            expected, scale = _transcribed(floats[d])
+            np.testing.assert_array_equal(integers[0][0], expected)
+            np.testing.assert_allclose(scales[0], scale, rtol=1e-6)
+    assert {n.op_type for n in written.graph.node} >= {"DequantizeLinear", "GRU"}
+    twin = onnx.load(str(GRU))
+    for t in twin.graph.initializer:
+        if t.name in _weights_of(source, "GRU"):
+            floats = numpy_helper.to_array(t)
+            view = np.stack([q.astype(np.float32) * scale[:, None] for q, scale in map(_transcribed, floats)])
+            t.CopyFrom(numpy_helper.from_array(view.astype(np.float32), t.name))
+    (x,) = [i for i in source.graph.input if i.name not in _initializers(source)]
+    dims = [d.dim_value or 2 for d in x.type.tensor_type.shape.dim]
+    feeds = {x.name: np.random.default_rng(3).standard_normal(dims).astype(np.float32)}
+    artifact, float_twin, float_source = _run(out, feeds), _run(twin, feeds), _run(GRU, feeds)
+    for a, t, s in zip(artifact, float_twin, float_source):
+        np.testing.assert_allclose(a, t, atol=1e-6)
+        assert np.abs(a - s).max() <= np.abs(t - s).max() + 1e-5
+        assert np.abs(a - s).max() > 0  # quantized: not the float source
+    (finding,) = [f for lay in result.findings.values() for f in lay if f.status.value == "lossy"]
+    assert "8 bits per weight" in finding.detail and "2,304 -> 1,056 bytes" in finding.detail
+
+
+def test_a_streaming_model_is_gated_over_consecutive_calls(tmp_path):
+    out = tmp_path / "silero_int8.onnx"
+    result = gp.convert(SILERO, out, quantize_weights="int8", frames=4)
+    assert result.passed, result.to_text()
+    streamed = [o for o in result.verification.outputs if o.output.startswith("stateN vs the float source")]
+    assert any(o.layer == "streamed" for o in streamed), [(o.layer, o.output) for o in result.verification.outputs]
+    assert result.verification.streaming is not None and result.verification.streaming.frames == 4
+    integers = [v for k, v in _initializers(onnx.load(str(out))).items() if k.endswith("_quantized")]
+    assert len(integers) == 2 and all(v.dtype == np.int8 for v in integers)
+
+
+def test_a_perturbed_scale_fails_the_gate(tmp_path, monkeypatch):
+    """The writer's scale off by 2%: the artifact leaves its int8 twin and the gate fails (exit 5), nothing written."""
+    original = onnx_qdq.dequantize_nodes
+
+    def perturbed(name, records, fresh, constant):
+        off = np.float32(1.02)
+        wrong = [r.with_values(r.values, (r.scale * off).astype(np.float32), r.zero_point) for r in records]
+        return original(name, wrong, fresh, constant)
+
+    monkeypatch.setattr(onnx_qdq, "dequantize_nodes", perturbed)
+    with pytest.raises(VerificationError):
+        gp.convert(GRU, tmp_path / "wrong.onnx", quantize_weights="int8")
+    assert not (tmp_path / "wrong.onnx").exists()
+
+
+def test_targets_that_hold_no_quantized_weights_are_refused_naming_onnx(tmp_path):
+    with pytest.raises(RefusedError, match="coreml holds no quantized recurrent weights.*onnx"):
+        gp.convert(GRU, tmp_path / "gru.mlpackage", quantize_weights="int8")
+    with pytest.raises(RefusedError, match="opset 11 has no DequantizeLinear"):
+        gp.convert(DTLN, tmp_path / "dtln.onnx", quantize_weights="int8")
+
+
+def test_bad_schemes_and_quantized_sources_are_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="int4"):
+        gp.convert(GRU, tmp_path / "gru.onnx", quantize_weights="int4")
+    quantized = tmp_path / "gru_int8.onnx"
+    gp.convert(GRU, quantized, quantize_weights="int8")
+    with pytest.raises(UsageError, match="holds quantized weights already"):
+        gp.convert(quantized, tmp_path / "again.onnx", quantize_weights="int8")
+
+
+def test_cli_quantize_weights(tmp_path):
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "gatepack", "convert", str(GRU), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+    done = cli("-o", str(tmp_path / "gru.onnx"), "--quantize-weights", "int8")
+    assert done.returncode == 0, done.stderr
+    assert "vs the float source" in done.stdout and "lossy quantization" in done.stdout
+    refused = cli("-o", str(tmp_path / "gru.xml"), "--quantize-weights", "int8")
+    assert refused.returncode == 4 and "onnx" in refused.stderr and "Traceback" not in refused.stderr
+    assert cli("-o", str(tmp_path / "g.onnx"), "--quantize-weights", "int4").returncode == 2
