@@ -12,7 +12,7 @@ from gatepack.schemas.layer import RecurrentLayer
 
 FEATURE = "quantization"
 DEQUANTIZE_OPTION = "--dequantize (API: dequantize=True)"
-HOLDERS = ("onnx",)  # the formats whose writer keeps quantized weights as integers
+HOLDERS = ("onnx", "openvino")  # the formats whose writer keeps quantized weights as integers
 ASKED = "dequantize"  # Model.meta key: the user asked for float weights everywhere (``--dequantize``)
 
 

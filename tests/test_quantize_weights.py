@@ -111,7 +111,7 @@ def test_a_perturbed_scale_fails_the_gate(tmp_path, monkeypatch):
 
 
 def test_targets_that_hold_no_quantized_weights_are_refused_naming_onnx(tmp_path):
-    with pytest.raises(RefusedError, match="coreml holds no quantized recurrent weights.*onnx"):
+    with pytest.raises(RefusedError, match="coreml holds no quantized recurrent weights.*onnx or openvino"):
         gp.convert(GRU, tmp_path / "gru.mlpackage", quantize_weights="int8")
     with pytest.raises(RefusedError, match="opset 11 has no DequantizeLinear"):
         gp.convert(DTLN, tmp_path / "dtln.onnx", quantize_weights="int8")
@@ -134,6 +134,81 @@ def test_cli_quantize_weights(tmp_path):
     done = cli("-o", str(tmp_path / "gru.onnx"), "--quantize-weights", "int8")
     assert done.returncode == 0, done.stderr
     assert "vs the float source" in done.stdout and "lossy quantization" in done.stdout
-    refused = cli("-o", str(tmp_path / "gru.xml"), "--quantize-weights", "int8")
+    refused = cli("-o", str(tmp_path / "gru.mlpackage"), "--quantize-weights", "int8")
     assert refused.returncode == 4 and "onnx" in refused.stderr and "Traceback" not in refused.stderr
     assert cli("-o", str(tmp_path / "g.onnx"), "--quantize-weights", "int4").returncode == 2
+
+
+GTCRN = REAL / "gtcrn_stream_simple.onnx"  # opset 11, 14 GRUs, a streaming model (three caches)
+
+
+def _ir_constants(xml: Path) -> dict[str, tuple[str, np.ndarray]]:
+    """Each Const layer of the IR: name -> (element type, its bytes in the .bin as int8), read from the files."""
+    import xml.etree.ElementTree as ElementTree
+
+    blob = xml.with_suffix(".bin").read_bytes()
+    found = {}
+    for layer in ElementTree.parse(xml).getroot().iter("layer"):
+        data = layer.find("data")
+        if layer.get("type") == "Const" and data is not None:
+            offset, size = int(data.get("offset")), int(data.get("size"))
+            found[layer.get("name")] = (data.get("element_type"), np.frombuffer(blob[offset : offset + size], np.int8))
+    return found
+
+
+def test_gtcrn_to_openvino_holds_int8_in_the_bin_and_passes_the_gate_over_frames(tmp_path):
+    out = tmp_path / "gtcrn_int8.xml"
+    result = gp.convert(GTCRN, out, quantize_weights="int8", frames=3)
+    assert result.passed, result.to_text()
+    assert any(o.layer == "streamed" and "vs the float source" in o.output for o in result.verification.outputs)
+    source = onnx.load(str(GTCRN))
+    initial = _initializers(source)
+    (node,) = [n for n in source.graph.node if n.name == "GRU_153"]
+    stored = _ir_constants(out)
+    for role, name in zip(("W", "R"), node.input[1:3]):
+        element, data = stored[f"GRU_153/{role}/quantized"]
+        assert element == "i8"
+        expected = np.stack([_transcribed(w)[0] for w in initial[name]])  # ONNX's and OpenVINO's GRU: gates z, r, h
+        np.testing.assert_array_equal(data, expected.ravel())
+        assert stored[f"GRU_153/{role}/scale"][0] == "f32"
+    read = gp.load(out)
+    (layer,) = [lay for lay in read.layers if lay.name == "GRU_153"]
+    np.testing.assert_array_equal(layer.directions[0].Wq.values, _transcribed(initial[node.input[1]][0])[0])
+    assert layer.directions[0].Wq.granularity == "per channel"
+
+
+def test_an_nncf_style_asymmetric_ir_reads_its_integers_exactly(tmp_path):
+    """A GRUSequence whose W and R are u8 -> Convert(f32) -> Subtract(Convert(u8 zero point)) -> Multiply(scale),
+    built here with OpenVINO's own ops: read back as records with the same integers, zero points and scales."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    rng = np.random.default_rng(5)
+    h, i = 3, 2
+    arrays = {}
+
+    def compressed(role: str, cols: int):
+        q = rng.integers(0, 256, (1, 3 * h, cols)).astype(np.uint8)
+        zero = rng.integers(100, 156, (1, 3 * h, 1)).astype(np.uint8)
+        scale = rng.uniform(0.001, 0.01, (1, 3 * h, 1)).astype(np.float32)
+        arrays[role] = (q, zero, scale)
+        steps = ops.subtract(ops.convert(ops.constant(q), "f32"), ops.convert(ops.constant(zero), "f32"))
+        return ops.multiply(steps, ops.constant(scale))
+
+    x = ops.parameter([1, 4, i], np.float32, name="X")
+    h0 = ops.constant(np.zeros((1, 1, h), np.float32))
+    lens = ops.constant(np.array([4], np.int64))
+    b = ops.constant(np.zeros((1, 3 * h), np.float32))
+    gru = ops.gru_sequence(x, h0, lens, compressed("W", i), compressed("R", h), b, h, "forward")
+    gru.set_friendly_name("gru")
+    model = ov.Model([gru.output(0), gru.output(1)], [x], "nncf_style")
+    path = tmp_path / "nncf_style.xml"
+    ov.save_model(model, str(path), compress_to_fp16=False)
+    (layer,) = gp.load(path).layers
+    for role in ("W", "R"):
+        record = getattr(layer.directions[0], f"{role}q")
+        q, zero, scale = arrays[role]
+        np.testing.assert_array_equal(record.values, q[0])
+        np.testing.assert_array_equal(record.zero_point, zero[0, :, 0])
+        np.testing.assert_array_equal(record.scale, scale[0, :, 0])
+        assert record.values.dtype == np.uint8 and "zero point" in record.describe()
