@@ -596,7 +596,7 @@ def _refuse_unheld(label: str, findings: dict[str, list["Finding"]], target: str
                 f"{label}: layer {name!r}: --quantize-weights: {target} would not keep the integers: {why}",
                 findings=own,
                 hint=f"write it where the integers are kept ({' or '.join(quantizing.HOLDERS)}; ONNX at opset 13 "
-                "or later), or leave out --quantize-weights",
+                "or later: --layers-only writes a whole model's layers at opset 14), or leave out --quantize-weights",
             )
 
 
@@ -715,7 +715,7 @@ def _verify_written(
         gate = accuracy.Gate(accepted.max_error, accepted.quantize)
         twin_pairs = pairs if streams else ()
         return accuracy.verify_dequantized(
-            source, written, tmp, gate, seed=seed, given=given, pairs=twin_pairs, frames=frames
+            source, written, tmp, gate, seed=seed, given=given, pairs=twin_pairs, frames=frames, stateful=stateful
         )
     streamed = None
     if streams:

@@ -76,18 +76,19 @@ def verify_dequantized(
     given: "GivenInputs | None" = None,
     pairs: "Sequence[StatePair]" = (),
     frames: int | None = None,
+    stateful: bool = False,
 ) -> Verification:
     """The artifact (``written``, being written at ``target_file``) exact against the source's twin, and measured
     against the source (module docstring): on one call, and for a streaming model (``pairs``) over ``frames``
     consecutive calls, states fed back, each side its own. The twin is the source with its weights dequantized,
     or, when ``gate.quantize``, with them quantized as asked (the same integers as the artifact's), run in float
-    by the source's own runtime."""
+    by the source's own runtime. A ``stateful`` artifact (no state inputs) is compared over the calls alone."""
     twin_words, source_words, noise_words = gate.words
     with tempfile.TemporaryDirectory(prefix="gatepack-twin-") as scratch:
         twin = _twin(source if gate.quantize is None else quantized_model(source, gate.quantize), Path(scratch))
         alike = twin if written.meta.get("other_ops") else replace(twin, meta={**twin.meta, "other_ops": None})
         streamed = [_Call(verify_streaming, {"pairs": pairs, "frames": frames})] if pairs else []
-        calls = [_Call(verify_models, {}), *streamed]
+        calls = ([] if stateful and streamed else [_Call(verify_models, {})]) + streamed
         exact = [c.run(twin, written, seed, given, target_file) for c in calls]
         noise = [c.run(source, alike, seed, given, None, UNBOUNDED) for c in calls]  # compared as ``measured``
     measured = [c.run(source, written, seed, given, target_file, UNBOUNDED) for c in calls]

@@ -212,3 +212,13 @@ def test_an_nncf_style_asymmetric_ir_reads_its_integers_exactly(tmp_path):
         np.testing.assert_array_equal(record.zero_point, zero[0, :, 0])
         np.testing.assert_array_equal(record.scale, scale[0, :, 0])
         assert record.values.dtype == np.uint8 and "zero point" in record.describe()
+
+
+def test_a_stateful_ir_is_gated_over_its_calls_alone(tmp_path):
+    """A stateful IR takes no state inputs: the gate compares it over consecutive calls only (with the int8 twin
+    and the float source), where a single call fed random states could not be made."""
+    result = gp.convert(GTCRN, tmp_path / "gtcrn_stateful.xml", quantize_weights="int8", stateful=True, frames=2)
+    assert result.passed, result.to_text()
+    outputs = result.verification.outputs
+    assert outputs and all(o.layer == "streamed" for o in outputs)
+    assert any("vs the float source" in o.output for o in outputs) and any("int8 twin" in o.output for o in outputs)
