@@ -354,7 +354,13 @@ def _check_flags_apply(target, given: dict) -> None:
     type=click.FloatRange(min=0),
     default=None,
     help="With --dequantize: the largest error accepted against the quantized source (default: the source's own "
-    "quantization noise).",
+    "quantization noise); with --quantize-weights: against the float source (default: the quantization's own error).",
+)
+@click.option(
+    "--quantize-weights",
+    type=_Choice(["int8"]),
+    default=None,
+    help="Quantize the recurrent layers' W and R per output channel (lossy, accepted by this option; onnx, openvino).",
 )
 @_write_option_flags
 @click.option(
@@ -384,6 +390,7 @@ def convert(
     allow_lossy,
     dequantize,
     max_error,
+    quantize_weights,
     layout,
     layers_only,
     activation_defaults,
@@ -423,6 +430,7 @@ def convert(
         allow_lossy=allow_lossy,
         dequantize=dequantize,
         max_error=max_error,
+        quantize_weights=quantize_weights,
         layout=None if layout == "keep" else int(layout),
         layers_only=layers_only,
         seed=seed,

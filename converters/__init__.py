@@ -283,6 +283,7 @@ def convert(
     dequantize: bool = False,
     max_error: float | None = None,
     input_values: "dict[str, object] | None" = None,
+    quantize_weights: str | None = None,
     **options,
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
@@ -305,6 +306,10 @@ def convert(
     integers (``lossy``; refused otherwise, whatever ``allow_lossy`` says), the artifact then proven exact against
     the source with dequantized weights and its error against the quantized source bounded by ``max_error`` (by
     default: the source's own quantization noise; ``converters.accuracy``).
+    ``quantize_weights``: "int8" quantizes the recurrent layers' W and R per output channel
+    (``converters.weight_quantization``), held as integers by ONNX and OpenVINO (other targets refused); the option
+    accepts that ``lossy`` change, and the artifact is judged against the float source within ``max_error`` (by
+    default: the float source's distance to its twin with the same quantized weights run in float, + float32's atol).
     ``input_values`` (input name -> a number, list or array) specialises an ONNX model: each input becomes a
     constant of that value and what depends on it is folded (an ``If`` it decides replaced by its branch); the
     artifact no longer takes it (an ``interface`` finding, ``repacked``), and verification feeds the source that value.
@@ -325,7 +330,10 @@ def convert(
     stream = _streaming_request(states, frames)
     if not isinstance(dequantize, bool):
         raise UsageError(f"dequantize {dequantize!r} is not true or false")
-    accepted = Acceptance(allow_lossy, dequantize, max_error)
+    from gatepack.converters.weight_quantization import check_scheme
+
+    check_scheme(quantize_weights)
+    accepted = Acceptance(allow_lossy, dequantize, max_error, quantize_weights)
     try:
         return _convert(
             src, dst, to, format, verify, accepted, layout, layers_only, seed, progress, options, given, stream
@@ -342,6 +350,7 @@ class Acceptance:
     lossy: bool = False
     dequantize: bool = False
     max_error: float | None = None  # the accuracy gate's bound (``converters.accuracy``)
+    quantize: str | None = None  # quantize float weights (``--quantize-weights``): this accepts that lossy change
 
     def marked(self, model: "Model") -> "Model":
         """``model`` with ``dequantize`` in its meta, where the findings and the writers read it; UsageError for a
@@ -349,10 +358,10 @@ class Acceptance:
         from gatepack.converters import accuracy, quantization
 
         accuracy.Gate(self.max_error)  # (checks the value)
-        if self.max_error is not None and not accuracy.applies(model, self.dequantize):
+        if self.max_error is not None and not accuracy.applies(model, self.dequantize) and not self.quantize:
             raise UsageError(
-                f"{model.path}: --max-error bounds a quantized model written with float weights (--dequantize); "
-                "this conversion has none",
+                f"{model.path}: --max-error bounds a quantized model written with float weights (--dequantize) "
+                "or weights quantized as asked (--quantize-weights); this conversion has neither",
                 hint="leave out --max-error (verify --atol/--rtol set a verification's tolerances)",
             )
         return replace(model, meta={**model.meta, quantization.ASKED: True}) if self.dequantize else model
@@ -530,7 +539,7 @@ def _convert(
                 hint="leave out --layout, or pass --layers-only to write the layers alone in a new layout",
             )
         model = with_layout(model, layout)
-    model = accepted.marked(model)
+    model = _quantized(accepted.marked(model), label, info.name, accepted.quantize)
     pairs, given, drawn = _state_pairs(model, source, write_options, stream, given, seed, verify, info.stateful_layers)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
@@ -541,6 +550,7 @@ def _convert(
     )
     with _named_as(label, base.path if base is not source else None):
         findings = _findings(model, info.name, write_options)
+        _refuse_unheld(label, findings, info.name, accepted.quantize)
         _refuse_blocking(label, findings, accepted, layers_only)
         result = Result(label, str(dst), info.name, findings, layers_only=model.layers_only, whole=model.keeps_whole)
         with staging as tmp:
@@ -551,6 +561,43 @@ def _convert(
                 checks = (pairs, write_options, stream[1], seed, progress, given, drawn, accepted)
                 result.verification = _verified(implementation, tmp, source, Path(dst), info.name, *checks)
     return result
+
+
+def _quantized(model: "Model", label: str, target: str, scheme: str | None) -> "Model":
+    """``model`` with its recurrent weights quantized as asked (``converters.weight_quantization``; each layer
+    noted with the ``lossy`` finding), RefusedError for a target that holds no quantized weights; ``model`` when
+    nothing is asked."""
+    from gatepack.converters import weight_quantization as quantizing
+
+    if scheme is None:
+        return model
+    if target not in quantizing.HOLDERS:
+        raise RefusedError(
+            f"{label}: {quantizing.refusal_detail(target)}",
+            hint=f"convert to {' or '.join(quantizing.HOLDERS)}, or leave out --quantize-weights",
+        )
+    notes = {lay.name: [*model.notes_for(lay), quantizing.finding(lay, scheme)] for lay in model.layers}
+    return replace(quantizing.quantized_model(model, scheme), notes=notes)
+
+
+def _refuse_unheld(label: str, findings: dict[str, list["Finding"]], target: str, scheme: str | None) -> None:
+    """RefusedError when weights quantized as asked would not be kept as integers by ``target`` as written (e.g.
+    ONNX below opset 13): its own ``quantization`` finding is not ``repacked``."""
+    from gatepack.converters import weight_quantization as quantizing
+    from gatepack.converters.findings import Status
+
+    if scheme is None:
+        return
+    for name, found in findings.items():
+        own = [f for f in found if f.feature == "quantization" and not quantizing.is_asked(f)]
+        if not any(f.status is Status.REPACKED for f in own):
+            why = "; ".join(f.detail for f in own) or quantizing.refusal_detail(target)
+            raise RefusedError(
+                f"{label}: layer {name!r}: --quantize-weights: {target} would not keep the integers: {why}",
+                findings=own,
+                hint=f"write it where the integers are kept ({' or '.join(quantizing.HOLDERS)}; ONNX at opset 13 "
+                "or later: --layers-only writes a whole model's layers at opset 14), or leave out --quantize-weights",
+            )
 
 
 @contextlib.contextmanager
@@ -661,21 +708,24 @@ def _verify_written(
     from gatepack.converters.streaming import verify_streaming
     from gatepack.converters.verification import verify_models
 
-    streamed = None
     stateful = bool(write_options.get("stateful"))
-    if pairs and (written.keeps_whole or stateful):
+    streams = bool(pairs) and (written.keeps_whole or stateful)
+    if accuracy.applies(source, accepted.dequantize) or accepted.quantize is not None:
+        progress.step("verifying against the source and its twin" + (", over consecutive calls" if streams else ""))
+        gate = accuracy.Gate(accepted.max_error, accepted.quantize)
+        twin_pairs = pairs if streams else ()
+        return accuracy.verify_dequantized(
+            source, written, tmp, gate, seed=seed, given=given, pairs=twin_pairs, frames=frames, stateful=stateful
+        )
+    streamed = None
+    if streams:
         progress.step(f"verifying {frames or 'the default number of'} consecutive calls, states fed back")
         streamed = verify_streaming(
             source, written, frames=frames, pairs=pairs, seed=seed, target_file=tmp, given=given
         )
         if stateful:
             return streamed
-    if accuracy.applies(source, accepted.dequantize):
-        progress.step("verifying against the source and its dequantized twin")
-        gate = accuracy.Gate(accepted.max_error)
-        result = accuracy.verify_dequantized(source, written, tmp, gate, seed=seed, given=given)
-    else:
-        result = verify_models(source, written, seed=seed, target_file=tmp, progress=progress, given=given)
+    result = verify_models(source, written, seed=seed, target_file=tmp, progress=progress, given=given)
     if streamed is not None:
         result.outputs += streamed.outputs
         result.notes += streamed.notes
@@ -715,7 +765,7 @@ def _refuse_blocking(
     from gatepack.converters.findings import Status
 
     def blocks(f: "Finding") -> bool:
-        dequantized = quantization.refuses(f, accepted.dequantize)
+        dequantized = quantization.refuses(f, accepted.dequantize or accepted.quantize is not None)
         if dequantized is not None:
             return dequantized
         return (f.status is Status.UNSUPPORTED and not (f.feature == "model" and layers_only)) or (

@@ -21,16 +21,19 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import gatepack.converters.quantization as quantization
 import gatepack.converters.registry as registry
 from gatepack.converters.errors import UsageError
 from gatepack.converters.samples import TOLERANCES
+from gatepack.converters.streaming import verify_streaming
 from gatepack.converters.verification import WHOLE_MODEL, OutputComparison, Tolerance, Verification, verify_models
+from gatepack.converters.weight_quantization import quantized_model
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
+    from gatepack.converters.streaming import StatePair
     from gatepack.converters.verification import GivenInputs
 
 VS_SOURCE = "vs the quantized source"
@@ -39,14 +42,23 @@ UNBOUNDED = Tolerance(1e300, 0.0)  # a comparison that only measures (judged aft
 
 @dataclass(frozen=True)
 class Gate:
-    """The user's bound on a lossy conversion's error (``max_error``; None: the source's quantization noise)."""
+    """The user's bound on a lossy conversion's error (``max_error``; None: the source's quantization noise), and
+    the weights quantized as asked (``quantize``: a ``weight_quantization`` scheme, None: the source's own)."""
 
     max_error: float | None = None
+    quantize: str | None = None
 
     def __post_init__(self) -> None:
         value = self.max_error
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0):
             raise UsageError(f"max_error {value!r} is not a number >= 0")
+
+    @property
+    def words(self) -> tuple[str, str, str]:
+        """What the twin is, what the source is, and what their distance is, in the verification's words."""
+        if self.quantize is None:
+            return "the dequantized source", "the quantized source", "the source's own quantization noise"
+        return f"the {self.quantize} twin", "the float source", "the quantization's own error"
 
 
 def applies(source: "Model", dequantized: bool) -> bool:
@@ -55,50 +67,84 @@ def applies(source: "Model", dequantized: bool) -> bool:
 
 
 def verify_dequantized(
-    source: "Model", written: "Model", target_file, gate: Gate, *, seed: int = 0, given: "GivenInputs | None" = None
+    source: "Model",
+    written: "Model",
+    target_file,
+    gate: Gate,
+    *,
+    seed: int = 0,
+    given: "GivenInputs | None" = None,
+    pairs: "Sequence[StatePair]" = (),
+    frames: int | None = None,
+    stateful: bool = False,
 ) -> Verification:
-    """The artifact (``written``, being written at ``target_file``) exact against the source's dequantized twin,
-    and measured against the source (module docstring)."""
+    """The artifact (``written``, being written at ``target_file``) exact against the source's twin, and measured
+    against the source (module docstring): on one call, and for a streaming model (``pairs``) over ``frames``
+    consecutive calls, states fed back, each side its own. The twin is the source with its weights dequantized,
+    or, when ``gate.quantize``, with them quantized as asked (the same integers as the artifact's), run in float
+    by the source's own runtime. A ``stateful`` artifact (no state inputs) is compared over the calls alone."""
+    twin_words, source_words, noise_words = gate.words
     with tempfile.TemporaryDirectory(prefix="gatepack-twin-") as scratch:
-        twin = _twin(source, Path(scratch))
-        exact = verify_models(twin, written, seed=seed, target_file=target_file, given=given)
+        twin = _twin(source if gate.quantize is None else quantized_model(source, gate.quantize), Path(scratch))
         alike = twin if written.meta.get("other_ops") else replace(twin, meta={**twin.meta, "other_ops": None})
-        noise = verify_models(source, alike, seed=seed, given=given, tolerance=UNBOUNDED)  # compared as ``measured``
-    measured = verify_models(source, written, seed=seed, target_file=target_file, given=given, tolerance=UNBOUNDED)
-    result = Verification(str(source.path), str(written.path), seed, inputs_used=exact.inputs_used)
-    result.incomplete = exact.incomplete or measured.incomplete
-    result.outputs = [replace(o, layer=o.layer, output=f"{o.output} vs the dequantized source") for o in exact.outputs]
+        streamed = [_Call(verify_streaming, {"pairs": pairs, "frames": frames})] if pairs else []
+        calls = ([] if stateful and streamed else [_Call(verify_models, {})]) + streamed
+        exact = [c.run(twin, written, seed, given, target_file) for c in calls]
+        noise = [c.run(source, alike, seed, given, None, UNBOUNDED) for c in calls]  # compared as ``measured``
+    measured = [c.run(source, written, seed, given, target_file, UNBOUNDED) for c in calls]
+    result = Verification(str(source.path), str(written.path), seed, inputs_used=exact[0].inputs_used)
+    result.incomplete = next((v.incomplete for v in exact + measured if v.incomplete), None)
+    result.streaming = measured[-1].streaming if pairs else None
+    result.outputs = [replace(o, output=f"{o.output} vs {twin_words}") for v in exact for o in v.outputs]
     floor = TOLERANCES["float32"][0]
-    own = {(o.layer, o.output): o.max_abs_error for o in noise.outputs}
-    for o in measured.outputs:
+    own = {(o.layer, o.output): o.max_abs_error for v in noise for o in v.outputs}
+    for o in (o for v in measured for o in v.outputs):
         bound = gate.max_error if gate.max_error is not None else own.get((o.layer, o.output), 0.0) + floor
-        result.outputs.append(_judged(o, bound))
-    result.notes += exact.notes + [
-        "a quantized source written with float weights is proven twice on the same inputs: exact against the "
-        "source with its weights dequantized (float tolerances), and measured against the quantized source, "
+        result.outputs.append(_judged(o, bound, source_words))
+    result.notes += [n for v in exact for n in v.notes] + [
+        f"the artifact is proven twice on the same inputs: exact against {twin_words} (float tolerances), and "
+        f"measured against {source_words}, "
         + (
             f"within --max-error {gate.max_error:g}"
             if gate.max_error is not None
-            else f"within the source's own quantization noise (its distance to the dequantized source, + {floor:g})"
+            else f"within {noise_words} (the source's distance to {twin_words}, + {floor:g})"
         ),
-        "the source's own quantization noise (quantized source vs dequantized source): "
-        + ", ".join(f"{o.output} {o.max_abs_error:.3g}" for o in noise.outputs),
-        f"measured {VS_SOURCE}: " + "; ".join(_measurement(o) for o in measured.outputs),
+        f"{noise_words} ({source_words} vs {twin_words}): "
+        + ", ".join(f"{_where(o)} {o.max_abs_error:.3g}" for v in noise for o in v.outputs),
+        f"measured vs {source_words}: " + "; ".join(_measurement(o) for v in measured for o in v.outputs),
     ]
     return result
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One comparison of two models (``verify_models``: one call; ``verify_streaming``: consecutive calls)."""
+
+    compare: Callable[..., Verification]
+    options: dict
+
+    def run(self, source, target, seed, given, target_file, tolerance: Tolerance | None = None) -> Verification:
+        return self.compare(
+            source, target, seed=seed, given=given, target_file=target_file, tolerance=tolerance, **self.options
+        )
+
+
+def _where(comparison: OutputComparison) -> str:
+    """The output's name, with its layer unless the model is compared whole."""
+    return comparison.output if comparison.layer == WHOLE_MODEL else f"{comparison.layer} {comparison.output}"
+
+
 def _measurement(comparison: OutputComparison) -> str:
     """'Y max 0.00061, mean 2.1e-04, argmax 100%, threshold 0: 99.8%' (one output)."""
-    where = comparison.output if comparison.layer == WHOLE_MODEL else f"{comparison.layer} {comparison.output}"
+    where = _where(comparison)
     agreed = f", {comparison.agreement.text()}" if comparison.agreement is not None else ""
     return f"{where} max {comparison.max_abs_error:.2g}{agreed}"
 
 
-def _judged(comparison: OutputComparison, bound: float) -> OutputComparison:
+def _judged(comparison: OutputComparison, bound: float, source_words: str) -> OutputComparison:
     """``comparison`` (made with an infinite atol) judged against ``bound`` on its largest absolute error."""
     passed = comparison.passed and comparison.max_abs_error <= bound
-    return replace(comparison, output=f"{comparison.output} {VS_SOURCE}", atol=bound, rtol=0.0, passed=passed)
+    return replace(comparison, output=f"{comparison.output} vs {source_words}", atol=bound, rtol=0.0, passed=passed)
 
 
 def _twin(source: "Model", scratch: Path) -> "Model":

@@ -12,7 +12,8 @@ from gatepack.schemas.layer import RecurrentLayer
 
 FEATURE = "quantization"
 DEQUANTIZE_OPTION = "--dequantize (API: dequantize=True)"
-HOLDERS = ("onnx",)  # the formats whose writer keeps quantized weights as integers
+HOLDERS = ("onnx", "openvino")  # the formats whose writer keeps quantized weights as integers
+DYNAMIC_HOLDERS = ("onnx",)  # ... of a source that quantizes its activations at run time (DynamicQuantizeLSTM)
 ASKED = "dequantize"  # Model.meta key: the user asked for float weights everywhere (``--dequantize``)
 
 
@@ -33,7 +34,7 @@ def dequantized(layer: RecurrentLayer, target: str, reason: str | None = "") -> 
         if dynamic
         else " (the numbers the source computes on, stored in float: 4x larger for 8 bits)"
     )
-    holders = [h for h in HOLDERS if h != target]
+    holders = [h for h in (DYNAMIC_HOLDERS if dynamic else HOLDERS) if h != target]
     keep = f", or convert to {' or '.join(holders)}, which keeps the integers" if holders else ""
     why = "as asked (--dequantize)" if reason is None else f"{reason or target + ' holds no quantized weights'}: "
     return Finding(

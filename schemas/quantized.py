@@ -122,3 +122,22 @@ class QuantizedWeights:
         for label, array in (("values", values), ("zero point", zero)):
             if array.size and (int(array.min()) < low or int(array.max()) > high):
                 raise QuantizationError(f"{label} span {int(array.min())}..{int(array.max())}, beyond {self.bits} bits")
+
+
+def compacted(values: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> QuantizedWeights:
+    """The record of one direction's integers [rows, cols] with their spread parameters: per tensor, per channel
+    or per block along the row (the longest block dividing the row that holds them), whichever is exact."""
+    bits, signed = 8 * values.itemsize, values.dtype.kind == "i"
+    if (scale == scale.flat[0]).all() and (zero == zero.flat[0]).all():
+        return QuantizedWeights(values, np.asarray(scale.flat[0]), np.asarray(zero.flat[0]), None, None, bits, signed)
+    if (scale == scale[:, :1]).all() and (zero == zero[:, :1]).all():
+        return QuantizedWeights(
+            values, np.ascontiguousarray(scale[:, 0]), np.ascontiguousarray(zero[:, 0]), 0, None, bits, signed
+        )
+    cols = values.shape[1]
+    for block in (b for b in range(cols, 0, -1) if cols % b == 0):
+        scales, zeros = (a.reshape(a.shape[0], cols // block, block) for a in (scale, zero))
+        if (scales == scales[:, :, :1]).all() and (zeros == zeros[:, :, :1]).all():
+            first = (np.ascontiguousarray(scales[:, :, 0]), np.ascontiguousarray(zeros[:, :, 0]))
+            return QuantizedWeights(values, *first, 1, block, bits, signed)
+    raise AssertionError("a block of 1 always holds the parameters")

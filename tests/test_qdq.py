@@ -106,7 +106,7 @@ def test_onnx_writes_the_integers_back_as_qdq_and_gives_the_sources_outputs(arti
         np.testing.assert_allclose(value, truth[name], atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("target", [t for t in registry.writers() if t != "onnx"])
+@pytest.mark.parametrize("target", [t for t in registry.writers() if t not in ("onnx", "openvino")])
 def test_other_targets_take_float_weights_only_when_asked(target, tmp_path):
     """A target without quantized weights refuses them, even with --allow-lossy, naming --dequantize; with it the
     float layer is written, ``lossy``, and verified against onnxruntime running the QDQ source."""
@@ -119,6 +119,23 @@ def test_other_targets_take_float_weights_only_when_asked(target, tmp_path):
     assert result.passed, result.to_text()
     found = {f.feature: f for fs in result.findings.values() for f in fs}
     assert found["quantization"].status.value == "lossy" and "--dequantize" in found["quantization"].detail
+
+
+def test_openvino_keeps_the_integers_as_compressed_constants(tmp_path):
+    """OpenVINO holds QDQ's per-channel int8 as NNCF's compressed form (i8 Constants in the IR), read back exactly and
+    verified against onnxruntime running the QDQ source; with dequantize=True it writes float weights instead."""
+    artifact = QDQ / "qdq_gru_int8_per_channel.onnx"
+    result = gp.convert(artifact, tmp_path / "out.xml")
+    assert result.passed, result.to_text()
+    found = {f.feature: f for fs in result.findings.values() for f in fs}
+    assert found["quantization"].status.value == "repacked"
+    assert 'element_type="i8"' in (tmp_path / "out.xml").read_text()
+    source, written = gp.load(artifact).layers[0], gp.load(tmp_path / "out.xml").layers[0]
+    for a, b in zip(source.directions, written.directions):
+        np.testing.assert_array_equal(a.Wq.values, b.Wq.values)
+        np.testing.assert_array_equal(a.Rq.scale, b.Rq.scale)
+    assert gp.convert(artifact, tmp_path / "floats.xml", dequantize=True).passed
+    assert 'element_type="i8"' not in (tmp_path / "floats.xml").read_text()
 
 
 def test_onnx_at_opset_7_cannot_hold_them(tmp_path):
@@ -147,7 +164,7 @@ def test_the_report_and_inspect_say_a_layer_is_quantized():
         t: {f.feature: f.status.value for f in r.findings}
         for t, r in gp.report(path, to=["onnx", "openvino"]).layers[0].targets.items()
     }
-    assert found["onnx"]["quantization"] == "repacked" and found["openvino"]["quantization"] == "lossy"
+    assert found["onnx"]["quantization"] == "repacked" and found["openvino"]["quantization"] == "repacked"
 
 
 def test_a_record_that_contradicts_itself_is_refused():
@@ -164,8 +181,8 @@ def test_save_refuses_float_weights_unless_asked(tmp_path):
     """``save`` (no verification) follows ``convert``: a target without quantized weights needs dequantize=True."""
     model = gp.load(QDQ / "qdq_gru_int8_per_channel.onnx")
     with pytest.raises(gp.RefusedError, match="quantization") as err:
-        gp.save(model, tmp_path / "out.xml")
-    assert "--dequantize" in (err.value.hint or "") and not (tmp_path / "out.xml").exists()
-    gp.save(model, tmp_path / "out.xml", dequantize=True)
+        gp.save(model, tmp_path / "out.mlpackage")
+    assert "--dequantize" in (err.value.hint or "") and not (tmp_path / "out.mlpackage").exists()
+    gp.save(model, tmp_path / "out.mlpackage", dequantize=True)
     gp.save(model, tmp_path / "out.onnx")
     assert [n.op_type for n in onnx.load(str(tmp_path / "out.onnx")).graph.node].count("DequantizeLinear") == 4

@@ -26,7 +26,7 @@ from onnx import helper
 
 from gatepack.converters.formats.onnx_constants import ModelConstants
 from gatepack.converters.formats.onnx_graph import ONNX_DOMAINS, Scope
-from gatepack.schemas.quantized import QuantizationError, QuantizedWeights
+from gatepack.schemas.quantized import QuantizationError, QuantizedWeights, compacted
 
 OP_TYPE = "DequantizeLinear"
 MINIMUM_OPSET = 13  # per-axis DequantizeLinear
@@ -92,7 +92,7 @@ def _decoded(
     if values.ndim != 3:
         return floats, None
     try:
-        return floats, [_compact(values[d], full_scale[d], full_zero[d]) for d in range(values.shape[0])]
+        return floats, [compacted(values[d], full_scale[d], full_zero[d]) for d in range(values.shape[0])]
     except QuantizationError:
         return floats, None
 
@@ -120,25 +120,6 @@ def _spread(
         index = tuple(slice(0, n) for n in shape)
         return spread[0][index], spread[1][index]
     return None, None
-
-
-def _compact(values: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> QuantizedWeights:
-    """The record of one direction's integers [rows, cols] with their spread parameters: per tensor, per channel
-    or per block along the row (the longest block dividing the row that holds them), whichever is exact."""
-    bits, signed = 8 * values.itemsize, values.dtype.kind == "i"
-    if (scale == scale.flat[0]).all() and (zero == zero.flat[0]).all():
-        return QuantizedWeights(values, np.asarray(scale.flat[0]), np.asarray(zero.flat[0]), None, None, bits, signed)
-    if (scale == scale[:, :1]).all() and (zero == zero[:, :1]).all():
-        return QuantizedWeights(
-            values, np.ascontiguousarray(scale[:, 0]), np.ascontiguousarray(zero[:, 0]), 0, None, bits, signed
-        )
-    cols = values.shape[1]
-    for block in (b for b in range(cols, 0, -1) if cols % b == 0):
-        scales, zeros = (a.reshape(a.shape[0], cols // block, block) for a in (scale, zero))
-        if (scales == scales[:, :, :1]).all() and (zeros == zeros[:, :, :1]).all():
-            first = (np.ascontiguousarray(scales[:, :, 0]), np.ascontiguousarray(zeros[:, :, 0]))
-            return QuantizedWeights(values, *first, 1, block, bits, signed)
-    raise AssertionError("a block of 1 always holds the parameters")
 
 
 def writable(records: list[QuantizedWeights], opset: int) -> bool:

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+import gatepack.converters.quantization as quantization
 from gatepack.converters.capabilities import OPENVINO, lacks
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
@@ -55,7 +56,7 @@ from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure
 from gatepack.converters.feature_findings import findings, form_of
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats import openvino_stateful
+from gatepack.converters.formats import openvino_compressed, openvino_stateful
 from gatepack.converters.formats.openvino_ir import OV_GATES, RT_INFO_OTHER_OPS, RT_INFO_PATH, ov_message
 from gatepack.converters.formats.openvino_reader import read
 from gatepack.converters.formats.openvino_running import graph_inputs, graph_outputs, run_layer_native, run_native
@@ -75,6 +76,7 @@ from gatepack.schemas.layer import (
     stack_directions,
     state_roles,
 )
+from gatepack.schemas.quantized import QuantizedWeights
 
 
 def _ov():
@@ -109,6 +111,8 @@ def write(
     path = Path(path)
     if path.suffix.lower() != ".xml":
         raise UsageError(f"{path}: an OpenVINO IR path ends in .xml")
+    if model.meta.get(quantization.ASKED):  # float weights, as asked (--dequantize)
+        model = replace(model, layers=[without_records(layer) for layer in model.layers])
     ov_model = build_whole(model, strategy=strategy) if is_whole_model(model) else build(model, strategy=strategy)
     if stateful:
         pairs = model.meta.get("state_pairs")
@@ -510,8 +514,7 @@ def _emit_native(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
         for role, _ in state_roles(layer.cell)
     ]  # each [N,D,H]
     seq = ops.convert(lens, "i64") if lens is not None else ops.broadcast(ops.squeeze(s_dim, [0]), n_dim)
-    w = _const(ops, stack_directions([_ov_gates(layer.cell, p.W) for p in layer.directions]), f"{layer.name}/W")
-    r = _const(ops, stack_directions([_ov_gates(layer.cell, p.R) for p in layer.directions]), f"{layer.name}/R")
+    w, r = (_weight(ops, layer, role) for role in ("W", "R"))
     b = _const(ops, folded_bias(layer), f"{layer.name}/B")
     acts = [a.name.lower() for a in layer.directions[0].activations]
     common = dict(
@@ -530,6 +533,31 @@ def _emit_native(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
         for k in range(1, 1 + len(initial))
     ]
     return (y.output(0), *finals)
+
+
+def _weight(ops, layer: RecurrentLayer, role: str):
+    """The sequence op's W or R [D, G*H, K], gates in its order: NNCF's compressed form when the layer holds
+    quantized weights it writes exactly (``openvino_compressed``), else a float Constant."""
+    records = held_records(layer, role)
+    name = f"{layer.name}/{role}"
+    if records is None:
+        return _const(ops, stack_directions([_ov_gates(layer.cell, getattr(p, role)) for p in layer.directions]), name)
+    ordered = [
+        r.with_values(
+            _ov_gates(layer.cell, r.values),
+            *(a if r.axis is None else _ov_gates(layer.cell, a) for a in (r.scale, r.zero_point)),
+        )
+        for r in records
+    ]
+    return openvino_compressed.emit(ops, ordered, name)
+
+
+def held_records(layer: RecurrentLayer, role: str) -> list[QuantizedWeights] | None:
+    """The records of ``layer``'s ``role`` (W or R) when every direction has one that the compressed form holds."""
+    records = [getattr(p, f"{role}q") for p in layer.directions]
+    if any(r is None for r in records) or not openvino_compressed.holdable(records):
+        return None
+    return records
 
 
 def _seq_major_y(ops, y_native, num_directions: int):
@@ -712,10 +740,24 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
 # ---------------------------------------------------------------------------------------- findings
 
 
+COMPRESSED_FORM = (
+    "compressed constants as NNCF writes them: the integers, Convert to f32, minus the zero point (none when "
+    "symmetric), times the scale, feeding the sequence op's W and R"
+)
+
+
+def without_records(layer: RecurrentLayer) -> RecurrentLayer:
+    """``layer`` with float weights only (its quantized records dropped; W and R are their float view)."""
+    return replace(layer, directions=tuple(replace(p, Wq=None, Rq=None) for p in layer.directions))
+
+
 def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bool = False) -> list[Finding]:
     """Findings for writing ``layer`` as OpenVINO IR with ``strategy`` (``capabilities.OPENVINO``): the shared
     features, and what only OpenVINO has: fp16 weight compression and the CPU plugin's inference precision."""
     found = findings(layer, form_of(layer, OPENVINO, strategy))
+    if layer.is_quantized and all(held_records(layer, role) for role in ("W", "R")):
+        if choose_strategy(layer, strategy)[0] == "native":
+            found.append(quantization.held(layer, COMPRESSED_FORM))
     if compress_to_fp16 and layer.dtype != np.float16:
         found.append(
             Finding(

@@ -5,7 +5,7 @@ evaluated for two shapes), and its Loops/TensorIterators lifted (``openvino_lift
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +14,7 @@ from gatepack.converters.description import build_layer, constant_from_layout, h
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.fileio import parse_json
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats import openvino_compressed
 from gatepack.converters.formats.openvino_ir import (
     FORMAT,
     FP16_SOURCE,
@@ -49,6 +50,7 @@ from gatepack.schemas.layer import (
     reorder_gates,
     state_roles,
 )
+from gatepack.schemas.quantized import QuantizedWeights, compacted
 
 
 def _constant(node, index: int, path: Path, layer: str, role: str) -> tuple[np.ndarray, bool]:
@@ -309,6 +311,33 @@ def _check_sequence_weights(
         )
 
 
+Spread = tuple[np.ndarray, np.ndarray, np.ndarray]  # integers, scale, zero point, each [D, G*H, K]
+
+
+def _weight(op, index: int, path: Path, layer: str, role: str) -> tuple[np.ndarray, bool, Spread | None]:
+    """W or R of a sequence op: (value, fp16-compressed?, the integers' spread record or None). A compressed
+    weight (``openvino_compressed``, NNCF's form) gives its float values and, when held exactly, its integers."""
+    compressed = openvino_compressed.read(op.input_value(index).get_node())
+    if compressed is None:
+        return (*_constant(op, index, path, layer, role), None)
+    return compressed.floats, compressed.spread is None, compressed.spread
+
+
+def _with_records(
+    cell: Cell, directions: tuple[DirectionParams, ...], wq: Spread | None, rq: Spread | None
+) -> tuple[DirectionParams, ...]:
+    """``directions`` with the records of their compressed W and R (``wq``/``rq``: integers, scale and zero point
+    spread over [D, G*H, K], in the op's gate order, put back in ONNX's as the floats were)."""
+
+    def record(spread: Spread | None, k: int) -> QuantizedWeights | None:
+        if spread is None:
+            return None
+        values, scale, zero = (reorder_gates(a[k], OV_GATES[cell], cell.gate_names) for a in spread)
+        return compacted(values, scale, zero)
+
+    return tuple(replace(p, Wq=record(wq, k), Rq=record(rq, k)) for k, p in enumerate(directions))
+
+
 def _onnx_directions(
     cell: Cell, attrs: _SequenceAttributes, w: np.ndarray, r: np.ndarray, b: np.ndarray
 ) -> tuple[DirectionParams, ...]:
@@ -360,8 +389,7 @@ def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, li
     name = op.get_friendly_name()
     cell = SEQUENCE_OPS[op.get_type_name()]
     index = sequence_inputs(cell)
-    w, cw = _constant(op, index["W"], path, name, "W")
-    r, cr = _constant(op, index["R"], path, name, "R")
+    (w, cw, wq), (r, cr, rq) = (_weight(op, index[role], path, name, role) for role in ("W", "R"))
     b, cb = _constant(op, index["B"], path, name, "B")
     attrs = _sequence_attributes(path, op, name)
     _check_sequence_weights(path, op, name, cell, attrs, w, r, b)
@@ -389,7 +417,7 @@ def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, li
             int(w.shape[2]),
             attrs.hidden,
             attrs.direction,
-            _onnx_directions(cell, attrs, w, r, b),
+            _with_records(cell, _onnx_directions(cell, attrs, w, r, b), wq, rq),
             _sequence_interface(op, name, cell, has_lens, has_state, w.dtype),
             attrs.linear_before_reset,
             attrs.clip if attrs.clip > 0 else None,
@@ -464,7 +492,7 @@ def _read_described(path: Path, entry: dict, ops_by_name: dict) -> tuple[Recurre
                 f"{path}: layer {name!r}: its rt_info activations {[[a.name for a in per] for per in acts]} "
                 f"contradict the graph's {in_graph}"
             )
-        directions = [DirectionParams(p.W, p.R, p.Wb, p.Rb, acts[k]) for k, p in enumerate(layer.directions)]
+        directions = [replace(p, activations=acts[k], P=None) for k, p in enumerate(layer.directions)]
     elif strategy == "held":
         directions = _held_directions(info, ops_by_name, const)
     else:

@@ -1,0 +1,224 @@
+"""``--quantize-weights int8`` (API ``quantize_weights=``, converters/weight_quantization.py): real float models'
+recurrent W and R quantized per output channel, stored as int8 in the artifact, run by onnxruntime and judged by
+the accuracy gate against the float source (over consecutive calls for a streaming model).
+
+Oracles: the float source run by onnxruntime; the per-row symmetric scheme transcribed here from the source's own
+initializers (scale = max |row| / 127, q = round(W / scale)); an independent float twin built here (the source's W
+and R replaced by ``q * scale``) run by onnxruntime, which bounds the artifact's error against the source.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+import gatepack.converters as gp
+from gatepack.converters.errors import RefusedError, UsageError, VerificationError
+from gatepack.converters.formats import onnx_qdq
+
+REAL = Path(__file__).resolve().parent.parent / "fixtures/realmodels"
+GRU = REAL / "burn_gru_bidirectional.onnx"  # opset 14, a GRU alone
+SILERO = REAL / "silero_vad_openvino_16k_lstm.onnx"  # opset 16, a streaming LSTM model (state -> stateN)
+DTLN = REAL / "dtln_model_1_lstm.onnx"  # opset 11: whole, its QDQ would need opset 13
+
+
+def _initializers(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+
+
+def _transcribed(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The per-row symmetric int8 scheme written out here: (integers, scale per row) of a [rows, cols] matrix."""
+    scale = (np.abs(weights).max(axis=1) / 127).astype(np.float32)
+    return np.clip(np.rint(weights / scale[:, None]), -127, 127).astype(np.int8), scale
+
+
+def _weights_of(proto: onnx.ModelProto, op_type: str) -> tuple[str, str]:
+    (node,) = [n for n in proto.graph.node if n.op_type == op_type]
+    return node.input[1], node.input[2]
+
+
+def _run(proto_or_path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    source = proto_or_path.SerializeToString() if isinstance(proto_or_path, onnx.ModelProto) else str(proto_or_path)
+    return ort.InferenceSession(source, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_a_gru_is_written_with_int8_weights_as_transcribed_and_within_its_float_twin(tmp_path):
+    out = tmp_path / "gru_int8.onnx"
+    result = gp.convert(GRU, out, quantize_weights="int8")
+    assert result.passed, result.to_text()
+    source, written = onnx.load(str(GRU)), onnx.load(str(out))
+    stored = _initializers(written)
+    for role, name in zip(("W", "R"), _weights_of(source, "GRU")):
+        floats = _initializers(source)[name]
+        for d in range(floats.shape[0]):
+            suffix = f"_d{d}" if floats.shape[0] > 1 else ""
+            integers = [v for k, v in stored.items() if k.endswith(f".{role}_quantized{suffix}")]
+            scales = [v for k, v in stored.items() if k.endswith(f".{role}_scale{suffix}")]
+            assert len(integers) == 1 and integers[0].dtype == np.int8, sorted(stored)
+            expected, scale = _transcribed(floats[d])
+            np.testing.assert_array_equal(integers[0][0], expected)
+            np.testing.assert_allclose(scales[0], scale, rtol=1e-6)
+    assert {n.op_type for n in written.graph.node} >= {"DequantizeLinear", "GRU"}
+    twin = onnx.load(str(GRU))
+    for t in twin.graph.initializer:
+        if t.name in _weights_of(source, "GRU"):
+            floats = numpy_helper.to_array(t)
+            view = np.stack([q.astype(np.float32) * scale[:, None] for q, scale in map(_transcribed, floats)])
+            t.CopyFrom(numpy_helper.from_array(view.astype(np.float32), t.name))
+    (x,) = [i for i in source.graph.input if i.name not in _initializers(source)]
+    dims = [d.dim_value or 2 for d in x.type.tensor_type.shape.dim]
+    feeds = {x.name: np.random.default_rng(3).standard_normal(dims).astype(np.float32)}
+    artifact, float_twin, float_source = _run(out, feeds), _run(twin, feeds), _run(GRU, feeds)
+    for a, t, s in zip(artifact, float_twin, float_source):
+        np.testing.assert_allclose(a, t, atol=1e-6)
+        assert np.abs(a - s).max() <= np.abs(t - s).max() + 1e-5
+        assert np.abs(a - s).max() > 0  # quantized: not the float source
+    (finding,) = [f for lay in result.findings.values() for f in lay if f.status.value == "lossy"]
+    assert "8 bits per weight" in finding.detail and "2,304 -> 1,056 bytes" in finding.detail
+
+
+def test_a_streaming_model_is_gated_over_consecutive_calls(tmp_path):
+    out = tmp_path / "silero_int8.onnx"
+    result = gp.convert(SILERO, out, quantize_weights="int8", frames=4)
+    assert result.passed, result.to_text()
+    streamed = [o for o in result.verification.outputs if o.output.startswith("stateN vs the float source")]
+    assert any(o.layer == "streamed" for o in streamed), [(o.layer, o.output) for o in result.verification.outputs]
+    assert result.verification.streaming is not None and result.verification.streaming.frames == 4
+    integers = [v for k, v in _initializers(onnx.load(str(out))).items() if k.endswith("_quantized")]
+    assert len(integers) == 2 and all(v.dtype == np.int8 for v in integers)
+
+
+def test_a_perturbed_scale_fails_the_gate(tmp_path, monkeypatch):
+    """The writer's scale off by 2%: the artifact leaves its int8 twin and the gate fails (exit 5), nothing written."""
+    original = onnx_qdq.dequantize_nodes
+
+    def perturbed(name, records, fresh, constant):
+        off = np.float32(1.02)
+        wrong = [r.with_values(r.values, (r.scale * off).astype(np.float32), r.zero_point) for r in records]
+        return original(name, wrong, fresh, constant)
+
+    monkeypatch.setattr(onnx_qdq, "dequantize_nodes", perturbed)
+    with pytest.raises(VerificationError):
+        gp.convert(GRU, tmp_path / "wrong.onnx", quantize_weights="int8")
+    assert not (tmp_path / "wrong.onnx").exists()
+
+
+def test_targets_that_hold_no_quantized_weights_are_refused_naming_onnx(tmp_path):
+    with pytest.raises(RefusedError, match="coreml holds no quantized recurrent weights.*onnx or openvino"):
+        gp.convert(GRU, tmp_path / "gru.mlpackage", quantize_weights="int8")
+    with pytest.raises(RefusedError, match="opset 11 has no DequantizeLinear"):
+        gp.convert(DTLN, tmp_path / "dtln.onnx", quantize_weights="int8")
+
+
+def test_bad_schemes_and_quantized_sources_are_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="int4"):
+        gp.convert(GRU, tmp_path / "gru.onnx", quantize_weights="int4")
+    quantized = tmp_path / "gru_int8.onnx"
+    gp.convert(GRU, quantized, quantize_weights="int8")
+    with pytest.raises(UsageError, match="holds quantized weights already"):
+        gp.convert(quantized, tmp_path / "again.onnx", quantize_weights="int8")
+
+
+def test_cli_quantize_weights(tmp_path):
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "gatepack", "convert", str(GRU), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+    done = cli("-o", str(tmp_path / "gru.onnx"), "--quantize-weights", "int8")
+    assert done.returncode == 0, done.stderr
+    assert "vs the float source" in done.stdout and "lossy quantization" in done.stdout
+    refused = cli("-o", str(tmp_path / "gru.mlpackage"), "--quantize-weights", "int8")
+    assert refused.returncode == 4 and "onnx" in refused.stderr and "Traceback" not in refused.stderr
+    assert cli("-o", str(tmp_path / "g.onnx"), "--quantize-weights", "int4").returncode == 2
+
+
+GTCRN = REAL / "gtcrn_stream_simple.onnx"  # opset 11, 14 GRUs, a streaming model (three caches)
+
+
+def _ir_constants(xml: Path) -> dict[str, tuple[str, np.ndarray]]:
+    """Each Const layer of the IR: name -> (element type, its bytes in the .bin as int8), read from the files."""
+    import xml.etree.ElementTree as ElementTree
+
+    blob = xml.with_suffix(".bin").read_bytes()
+    found = {}
+    for layer in ElementTree.parse(xml).getroot().iter("layer"):
+        data = layer.find("data")
+        if layer.get("type") == "Const" and data is not None:
+            offset, size = int(data.get("offset")), int(data.get("size"))
+            found[layer.get("name")] = (data.get("element_type"), np.frombuffer(blob[offset : offset + size], np.int8))
+    return found
+
+
+def test_gtcrn_to_openvino_holds_int8_in_the_bin_and_passes_the_gate_over_frames(tmp_path):
+    out = tmp_path / "gtcrn_int8.xml"
+    result = gp.convert(GTCRN, out, quantize_weights="int8", frames=3)
+    assert result.passed, result.to_text()
+    assert any(o.layer == "streamed" and "vs the float source" in o.output for o in result.verification.outputs)
+    source = onnx.load(str(GTCRN))
+    initial = _initializers(source)
+    (node,) = [n for n in source.graph.node if n.name == "GRU_153"]
+    stored = _ir_constants(out)
+    for role, name in zip(("W", "R"), node.input[1:3]):
+        element, data = stored[f"GRU_153/{role}/quantized"]
+        assert element == "i8"
+        expected = np.stack([_transcribed(w)[0] for w in initial[name]])  # ONNX's and OpenVINO's GRU: gates z, r, h
+        np.testing.assert_array_equal(data, expected.ravel())
+        assert stored[f"GRU_153/{role}/scale"][0] == "f32"
+    read = gp.load(out)
+    (layer,) = [lay for lay in read.layers if lay.name == "GRU_153"]
+    np.testing.assert_array_equal(layer.directions[0].Wq.values, _transcribed(initial[node.input[1]][0])[0])
+    assert layer.directions[0].Wq.granularity == "per channel"
+
+
+def test_an_nncf_style_asymmetric_ir_reads_its_integers_exactly(tmp_path):
+    """A GRUSequence whose W and R are u8 -> Convert(f32) -> Subtract(Convert(u8 zero point)) -> Multiply(scale),
+    built here with OpenVINO's own ops: read back as records with the same integers, zero points and scales."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    rng = np.random.default_rng(5)
+    h, i = 3, 2
+    arrays = {}
+
+    def compressed(role: str, cols: int):
+        q = rng.integers(0, 256, (1, 3 * h, cols)).astype(np.uint8)
+        zero = rng.integers(100, 156, (1, 3 * h, 1)).astype(np.uint8)
+        scale = rng.uniform(0.001, 0.01, (1, 3 * h, 1)).astype(np.float32)
+        arrays[role] = (q, zero, scale)
+        steps = ops.subtract(ops.convert(ops.constant(q), "f32"), ops.convert(ops.constant(zero), "f32"))
+        return ops.multiply(steps, ops.constant(scale))
+
+    x = ops.parameter([1, 4, i], np.float32, name="X")
+    h0 = ops.constant(np.zeros((1, 1, h), np.float32))
+    lens = ops.constant(np.array([4], np.int64))
+    b = ops.constant(np.zeros((1, 3 * h), np.float32))
+    gru = ops.gru_sequence(x, h0, lens, compressed("W", i), compressed("R", h), b, h, "forward")
+    gru.set_friendly_name("gru")
+    model = ov.Model([gru.output(0), gru.output(1)], [x], "nncf_style")
+    path = tmp_path / "nncf_style.xml"
+    ov.save_model(model, str(path), compress_to_fp16=False)
+    (layer,) = gp.load(path).layers
+    for role in ("W", "R"):
+        record = getattr(layer.directions[0], f"{role}q")
+        q, zero, scale = arrays[role]
+        np.testing.assert_array_equal(record.values, q[0])
+        np.testing.assert_array_equal(record.zero_point, zero[0, :, 0])
+        np.testing.assert_array_equal(record.scale, scale[0, :, 0])
+        assert record.values.dtype == np.uint8 and "zero point" in record.describe()
+
+
+def test_a_stateful_ir_is_gated_over_its_calls_alone(tmp_path):
+    """A stateful IR takes no state inputs: the gate compares it over consecutive calls only (with the int8 twin
+    and the float source), where a single call fed random states could not be made."""
+    result = gp.convert(GTCRN, tmp_path / "gtcrn_stateful.xml", quantize_weights="int8", stateful=True, frames=2)
+    assert result.passed, result.to_text()
+    outputs = result.verification.outputs
+    assert outputs and all(o.layer == "streamed" for o in outputs)
+    assert any("vs the float source" in o.output for o in outputs) and any("int8 twin" in o.output for o in outputs)
