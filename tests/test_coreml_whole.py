@@ -322,3 +322,22 @@ def test_what_the_mil_builder_still_raises_is_a_refusal_naming_the_node(tmp_path
     assert "'the_odd_one'" in error and "'y' [5, 1, 2, 4] fp32" in error, error
     assert "tuple index" not in error
     assert not out.exists()
+
+
+def test_what_fails_outside_an_entry_is_a_refusal_naming_the_node(tmp_path, monkeypatch):
+    """A failure around an entry rather than inside it (coremltools raising as its concat does on mismatched
+    dimensions): exit 4 naming the node and its inputs, never exit 1 with the library's text."""
+    from gatepack.converters.formats.coreml import whole
+
+    def fails(t, node, entry):
+        raise ValueError('Dimension mismatch in concat ("c"): shapes (1,) vs. (2,)')
+
+    monkeypatch.setattr(whole, "_emitted", fails)
+    src, out = tmp_path / "odd.onnx", tmp_path / "odd.mlpackage"
+    onnx.save(_model_with("Tanh"), src)
+    refused = CliRunner().invoke(main, ["convert", str(src), "--to", "coreml", "-o", str(out), "--json"])
+    assert refused.exit_code == 4, refused.output
+    error = json.loads(refused.stdout)["error"]
+    assert "'the_odd_one'" in error and "'y' [5, 1, 2, 4] fp32" in error, error
+    assert "Dimension mismatch" not in error
+    assert not out.exists()

@@ -403,6 +403,8 @@ def _translate_graph(
             t.values.update((name, value) for name, value in zip(node.output, _emitted(t, node, entry)) if name)
         except Untranslatable as err:
             failures.append(err)
+        except Exception:  # noqa: BLE001 - folding, a shape, a cond: refused naming the node, never a crash
+            failures.append(Untranslatable(node, _rejected(t, node, "its translation fails on its inputs")))
 
 
 def _emitted(t: Translation, node, entry) -> Sequence:
@@ -416,7 +418,7 @@ def _emitted(t: Translation, node, entry) -> Sequence:
         raise Untranslatable(node, _rejected(t, node)) from err
 
 
-def _rejected(t: Translation, node) -> str:
+def _rejected(t: Translation, node, what: str = "coremltools' MIL builder rejects its inputs") -> str:
     """'coremltools' MIL builder rejects its inputs ('a' [?, 5, 3] fp32; 'b' [3] fp32)': the inputs as the translation
     holds them (the builder's own message names its internals, not the model)."""
     from gatepack.converters.formats.coreml.onnx_ops.elementwise import mil_dtype
@@ -429,7 +431,7 @@ def _rejected(t: Translation, node) -> str:
         value = value.var if isinstance(value, Narrow) else value
         shape = ", ".join(str(d) if isinstance(d, (int, np.integer)) else "?" for d in Translation.shape(value))
         held.append(f"{name!r} [{shape}] {mil_dtype(value)}")
-    return f"coremltools' MIL builder rejects its inputs ({'; '.join(held) or 'none'})"
+    return f"{what} ({'; '.join(held) or 'none'})"
 
 
 def _translate_if(
