@@ -101,21 +101,30 @@ def test_dequantize_linear_per_axis_of_a_run_time_input(tmp_path):
     )
 
 
-@pytest.mark.parametrize("b, b_zero_point", [(_i8(6, 5), np.int8(0)), (_u8(6, 5), np.arange(5).astype(np.uint8) * 40)])
-def test_matmul_integer_after_dynamic_quantization(tmp_path, b, b_zero_point):
-    """quantize_dynamic's MatMul: DynamicQuantizeLinear(x) -> MatMulInteger(x_q, B, x_zp, B_zp), exactly."""
+def _after_dynamic_quantization(tmp_path, op_type: str, x, attributes: dict, constants: dict) -> None:
+    """``op_type`` reading DynamicQuantizeLinear(x) and its zero point, then the constant operand and its zero point
+    (quantize_dynamic's pattern), against onnxruntime exactly."""
     quantize = helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "zq"])
+    operand, zero_point = constants
+    order = ["q", operand, "zq", zero_point]
     check_operator(
         tmp_path,
-        "MatMulInteger",
-        {"x": _f(2, 3, 6)},
-        constants={"b": b, "zb": b_zero_point},
-        order=["q", "b", "zq", "zb"],
+        op_type,
+        {"x": x},
+        attributes,
+        constants=constants,
+        order=order,
         before=[quantize],
         opset=11,
         atol=0,
         rtol=0,
     )
+
+
+@pytest.mark.parametrize("b, b_zero_point", [(_i8(6, 5), np.int8(0)), (_u8(6, 5), np.arange(5).astype(np.uint8) * 40)])
+def test_matmul_integer_after_dynamic_quantization(tmp_path, b, b_zero_point):
+    """quantize_dynamic's MatMul: DynamicQuantizeLinear(x) -> MatMulInteger(x_q, B, x_zp, B_zp), exactly."""
+    _after_dynamic_quantization(tmp_path, "MatMulInteger", _f(2, 3, 6), {}, {"b": b, "zb": b_zero_point})
 
 
 def test_matmul_integer_per_row_zero_point_against_the_spec(tmp_path):
@@ -145,19 +154,8 @@ def test_conv_integer_pads_with_the_zero_point(tmp_path, attributes):
     point's (0 once it is taken off)."""
     group = attributes.get("group", 1)
     weight = _u8(4, 4 // group, 3, 3)
-    quantize = helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "zq"])
-    check_operator(
-        tmp_path,
-        "ConvInteger",
-        {"x": _f(1, 4, 6, 7)},
-        attributes,
-        constants={"w": weight, "zw": np.uint8(17)},  # onnxruntime takes one W zero point
-        order=["q", "w", "zq", "zw"],
-        before=[quantize],
-        opset=11,
-        atol=0,
-        rtol=0,
-    )
+    constants = {"w": weight, "zw": np.uint8(17)}  # onnxruntime takes one W zero point
+    _after_dynamic_quantization(tmp_path, "ConvInteger", _f(1, 4, 6, 7), attributes, constants)
 
 
 def test_an_eight_bit_tensor_read_as_numbers_elsewhere_is_refused_naming_it(tmp_path):
