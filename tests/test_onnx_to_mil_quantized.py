@@ -170,3 +170,11 @@ def test_an_eight_bit_tensor_read_as_numbers_elsewhere_is_refused_naming_it(tmp_
         opset=11,
         match="Add .*'q' is uint8",
     )
+
+
+@pytest.mark.parametrize("to", [1, 6])  # FLOAT, INT32
+def test_cast_of_an_eight_bit_tensor_keeps_its_values(tmp_path, to):
+    table = np.concatenate([_u8(3, 4), np.array([[0, 1, 254, 255]], np.uint8)])
+    gather = helper.make_node("Gather", ["table", "ids"], ["q"], axis=0)
+    ids = {"ids": np.array([3, 0, 3, 2], np.int64)}
+    check_operator(tmp_path, "Cast", ids, {"to": to}, constants={"table": table}, order=["q"], before=[gather])
