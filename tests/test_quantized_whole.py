@@ -61,6 +61,8 @@ def test_a_quantized_whole_model_converts_whole_gated_and_runs_on_its_runtime(ta
     if options.get("dequantize"):  # exact against the dequantized twin, within the noise of the quantized source
         twin = [o for o in frames if "dequantized" in o.output]
         assert twin and max(o.max_abs_error for o in twin) <= 1e-5
+    said = any("quantizes activations at run time" in note for note in verification.notes)
+    assert said == (not name.endswith(".onnx"))  # another runtime than the source's
     got = gp.run(out, {"ids": TRUTH["ids"]})["frames"]
     assert np.abs(got - TRUTH["torch:frames"]).max() <= QUANTIZATION_NOISE
     assert np.abs(got - TRUTH["frames"]).max() <= SATURATION_GAP
