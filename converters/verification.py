@@ -569,7 +569,25 @@ def verify_whole(
         result.outputs.append(compare(WHOLE_MODEL, name, actual[name], value, dtypes, tolerance=tolerance))
     result.notes.append("whole models compared end to end, the target loaded from the written file")
     result.notes += [_mask_note(layer) for layer in source.layers if layer.interface.mask]
+    result.notes += _quantizer_notes(source, target)
     return result
+
+
+# operators that quantize a tensor computed at run time: the model's output is piecewise constant in their inputs
+RUN_TIME_QUANTIZERS = ("DynamicQuantizeLinear", "QuantizeLinear")
+
+
+def _quantizer_notes(source: Model, target: Model) -> list[str]:
+    """Where the source quantizes activations at run time and the target runs on another runtime: why a difference
+    beyond float tolerances need not be a misconversion (docs/conventions.md, ONNX operators in Core ML, quantized)."""
+    quantizers = [op for op in RUN_TIME_QUANTIZERS if op in source.other_ops]
+    if not quantizers or target.format == source.format:
+        return []
+    return [
+        f"the model quantizes activations at run time ({', '.join(quantizers)}): one float32 step of difference before "
+        "a quantizer (another runtime's Sigmoid or summation order) moves a value by a whole quantization step, so "
+        f"{target.format} can differ from the source by more than float tolerances without a misconversion"
+    ]
 
 
 def _mask_note(layer: RecurrentLayer) -> str:

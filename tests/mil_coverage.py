@@ -26,6 +26,7 @@ WRITERS = (
     "onnx_ops/elementwise.py",
     "onnx_ops/nn.py",
     "onnx_ops/tensor.py",
+    "onnx_ops/quantized.py",
 )
 # builder calls that make inputs, states and constants rather than ops the interpreter computes
 NOT_OPS = {"const", "placeholder", "state_tensor_placeholder"}

@@ -304,9 +304,8 @@ def test_matmul_by_a_vector_is_translated_as_numpy_computes_it(tmp_path):
     assert max(o.max_abs_error for o in result.verification.outputs) <= TOLERANCE
 
 
-def test_what_the_mil_builder_still_raises_is_a_refusal_naming_the_node(tmp_path, monkeypatch):
-    """An operator whose translation fails inside coremltools' builder: exit 4 naming the node and its inputs, in the
-    report as in convert; never the builder's own text, never exit 1."""
+def _inside_the_builder(monkeypatch) -> str:
+    """The Tanh entry fails inside coremltools' builder."""
     from gatepack.converters.formats.coreml import onnx_ops
     from gatepack.converters.formats.coreml.translate import OnnxOp
 
@@ -314,11 +313,31 @@ def test_what_the_mil_builder_still_raises_is_a_refusal_naming_the_node(tmp_path
         raise IndexError("tuple index out of range")
 
     monkeypatch.setitem(onnx_ops.OPERATORS, "Tanh", OnnxOp(fails_inside_the_builder))
+    return "tuple index"
+
+
+def _around_the_entry(monkeypatch) -> str:
+    """A failure around an entry rather than inside it (coremltools raising as its concat does on mismatched
+    dimensions)."""
+    from gatepack.converters.formats.coreml import whole
+
+    def fails(t, node, entry):
+        raise ValueError('Dimension mismatch in concat ("c"): shapes (1,) vs. (2,)')
+
+    monkeypatch.setattr(whole, "_emitted", fails)
+    return "Dimension mismatch"
+
+
+@pytest.mark.parametrize("breaking", [_inside_the_builder, _around_the_entry])
+def test_what_the_mil_builder_still_raises_is_a_refusal_naming_the_node(tmp_path, monkeypatch, breaking):
+    """An operator whose translation fails inside coremltools' builder or around the entry: exit 4 naming the node
+    and its inputs, in the report as in convert; never the library's own text, never exit 1."""
+    library_text = breaking(monkeypatch)
     src, out = tmp_path / "odd.onnx", tmp_path / "odd.mlpackage"
     onnx.save(_model_with("Tanh"), src)
     refused = CliRunner().invoke(main, ["convert", str(src), "--to", "coreml", "-o", str(out), "--json"])
     assert refused.exit_code == 4, refused.output
     error = json.loads(refused.stdout)["error"]
     assert "'the_odd_one'" in error and "'y' [5, 1, 2, 4] fp32" in error, error
-    assert "tuple index" not in error
+    assert library_text not in error
     assert not out.exists()

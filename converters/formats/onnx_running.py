@@ -58,9 +58,11 @@ def run_original_nodes(isolated: Isolated, itf: Interface, inputs: dict[str, np.
     graph_inputs = [helper.make_tensor_value_info(itf.x, elem, None)]
     if itf.sequence_lens and itf.sequence_lens not in isolated.constants:
         graph_inputs.append(helper.make_tensor_value_info(itf.sequence_lens, onnx.TensorProto.INT32, None))
-    for role in ("initial_h", "initial_c"):
-        if getattr(itf, role) and getattr(itf, role) not in {**isolated.constants, **isolated.broadcast}:
-            graph_inputs.append(helper.make_tensor_value_info(getattr(itf, role), elem, None))
+    # one tensor read as both initial states (tf2onnx's and torch.onnx's zero state of a stacked LSTM) is one input
+    states = dict.fromkeys(getattr(itf, role) for role in ("initial_h", "initial_c") if getattr(itf, role))
+    for name in states:
+        if name not in {**isolated.constants, **isolated.broadcast}:
+            graph_inputs.append(helper.make_tensor_value_info(name, elem, None))
     if itf.mask and itf.mask in inputs:  # a per-step hold: its own type (bool, or the numbers it was cast to)
         mask_type = helper.np_dtype_to_tensor_dtype(np.asarray(inputs[itf.mask]).dtype)
         graph_inputs.append(helper.make_tensor_value_info(itf.mask, mask_type, None))

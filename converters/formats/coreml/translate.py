@@ -64,6 +64,24 @@ class Squeezed:
     shape: tuple[int, ...]
 
 
+# An ONNX int8/uint8 tensor computed at run time (DynamicQuantizeLinear's and QuantizeLinear's outputs, a Gather of
+# quantized constants) is held as ``Narrow``: an int32 MIL var with the same values (MIL computes in int32). Only the
+# operators that read such a tensor as the numbers it holds take it; any other would have to wrap around at 8 bits.
+TAKES_NARROW = frozenset({"ConvInteger", "MatMulInteger", "DequantizeLinear", "Cast"})
+
+
+@dataclass(frozen=True)
+class Narrow:
+    """An ONNX ``dtype`` (int8 or uint8) tensor held as ``var``, an int32 MIL var with exactly its values."""
+
+    var: Any
+    dtype: np.dtype
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.var.shape)
+
+
 @dataclass
 class Translation:
     """The state of one graph's translation: ``values`` maps each ONNX tensor name to its MIL var or, when it is
@@ -89,6 +107,12 @@ class Translation:
             self.refuse(
                 node, f"input {name!r} has rank {len(value.shape)} {list(value.shape)}; Core ML holds rank <= 5"
             )
+        if isinstance(value, Narrow) and node.op_type not in TAKES_NARROW:
+            self.refuse(
+                node,
+                f"input {name!r} is {value.dtype} (held as int32 for {', '.join(sorted(TAKES_NARROW))} only: "
+                f"{node.op_type} would wrap around at 8 bits)",
+            )
         return value
 
     def var(self, node, k: int):
@@ -96,8 +120,8 @@ class Translation:
         return self.as_var(self.value(node, k))
 
     def as_var(self, value):
-        if isinstance(value, Squeezed):
-            raise ValueError("a tensor of rank > 5 reached a translation that does not take it")
+        if isinstance(value, (Squeezed, Narrow)):
+            raise ValueError(f"a {type(value).__name__} tensor reached a translation that does not take it")
         return self.mb.const(val=mil_constant(value)) if isinstance(value, np.ndarray) else value
 
     def constant(self, node, k: int, what: str) -> np.ndarray:

@@ -25,7 +25,7 @@ from gatepack.converters.formats.coreml.common import (
     lowest_target,
     safe_name,
 )
-from gatepack.converters.formats.coreml.translate import MAX_RANK, Squeezed, Translation, Untranslatable
+from gatepack.converters.formats.coreml.translate import MAX_RANK, Narrow, Squeezed, Translation, Untranslatable
 from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
 from gatepack.converters.model import Model
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
@@ -241,6 +241,9 @@ def _program_outputs(t: Translation, path: Path, graph, function, names: dict, s
                 f"{path}: output {out.name!r} has rank {len(value.shape)}; Core ML holds tensors of rank <= {MAX_RANK}",
                 hint=ALTERNATIVES,
             )
+        if isinstance(value, Narrow):
+            value = value.var
+            changes.append(f"output {out.name!r}: {t.values[out.name].dtype} -> int32 (the same values)")
         var = t.as_var(value)
         if types.is_bool(var.dtype):
             var = t.mb.cast(x=var, dtype="int32")
@@ -400,6 +403,8 @@ def _translate_graph(
             t.values.update((name, value) for name, value in zip(node.output, _emitted(t, node, entry)) if name)
         except Untranslatable as err:
             failures.append(err)
+        except Exception:  # noqa: BLE001 - folding, a shape, a cond: refused naming the node, never a crash
+            failures.append(Untranslatable(node, _rejected(t, node, "its translation fails on its inputs")))
 
 
 def _emitted(t: Translation, node, entry) -> Sequence:
@@ -413,7 +418,7 @@ def _emitted(t: Translation, node, entry) -> Sequence:
         raise Untranslatable(node, _rejected(t, node)) from err
 
 
-def _rejected(t: Translation, node) -> str:
+def _rejected(t: Translation, node, what: str = "coremltools' MIL builder rejects its inputs") -> str:
     """'coremltools' MIL builder rejects its inputs ('a' [?, 5, 3] fp32; 'b' [3] fp32)': the inputs as the translation
     holds them (the builder's own message names its internals, not the model)."""
     from gatepack.converters.formats.coreml.onnx_ops.elementwise import mil_dtype
@@ -423,9 +428,10 @@ def _rejected(t: Translation, node) -> str:
         value = t.values.get(name) if name else None
         if value is None or isinstance(value, Squeezed):
             continue
+        value = value.var if isinstance(value, Narrow) else value
         shape = ", ".join(str(d) if isinstance(d, (int, np.integer)) else "?" for d in Translation.shape(value))
         held.append(f"{name!r} [{shape}] {mil_dtype(value)}")
-    return f"coremltools' MIL builder rejects its inputs ({'; '.join(held) or 'none'})"
+    return f"{what} ({'; '.join(held) or 'none'})"
 
 
 def _translate_if(
@@ -540,8 +546,8 @@ def _emit_layer(
                     return  # computed by a node that could not be translated: that node is named
                 t.refuse(node, f"its {role} {name!r} is not computed before it")
             value = t.values[name]
-            if isinstance(value, Squeezed):
-                t.refuse(node, f"its {role} {name!r} has rank {len(value.shape)}")
+            if isinstance(value, (Squeezed, Narrow)):
+                t.refuse(node, f"its {role} {name!r} is held as {type(value).__name__} (rank > 5 or 8-bit)")
             given[role] = (
                 t.as_var(value.astype(np.float32) if role != "sequence_lens" else value)
                 if isinstance(value, np.ndarray)

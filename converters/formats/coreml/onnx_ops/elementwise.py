@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from gatepack.converters.formats.coreml.translate import OnnxOp, Translation, mil_constant
+from gatepack.converters.formats.coreml.translate import Narrow, OnnxOp, Translation, mil_constant
 
 FLOATS = ("fp16", "fp32")
 NUMBERS = ("fp16", "fp32", "int32")
@@ -182,7 +182,8 @@ def _cast(t: Translation, node) -> list:
     to = t.attr(node, "to")
     if to not in _CAST_TARGETS:
         t.refuse(node, f"cast to ONNX element type {to}, which MIL does not compute with")
-    x = typed(t, node, 0, (*NUMBERS, "bool"))
+    held = t.value(node, 0)
+    x = held.var if isinstance(held, Narrow) else typed(t, node, 0, (*NUMBERS, "bool"))  # 8-bit: its int32 values
     target = _CAST_TARGETS[to]
     return [x if mil_dtype(x) == target else t.mb.cast(x=x, dtype=target)]
 

@@ -90,9 +90,14 @@ def _window_options(t: Translation, node, spatial: int) -> dict:
 
 
 def _conv(t: Translation, node) -> list:
-    """ONNX Conv as MIL conv (1 to 3 spatial dimensions, groups, dilations; W ``[C_out, C_in / group, *K]`` in
-    both). MIL needs the bias constant, and W constant when dilated."""
-    x, weight = t.value(node, 0), t.value(node, 1)
+    """ONNX Conv as MIL conv (``convolution``); MIL needs the bias constant."""
+    bias = t.constant(node, 2, "bias") if t.has(node, 2) else None
+    return [convolution(t, node, t.value(node, 0), t.value(node, 1), bias)]
+
+
+def convolution(t: Translation, node, x, weight, bias: np.ndarray | None = None):
+    """MIL conv of ``x`` by ``weight`` under ``node``'s window attributes (1 to 3 spatial dimensions, groups,
+    dilations; W ``[C_out, C_in / group, *K]`` in both). MIL needs W constant when dilated."""
     spatial = t.rank(x) - 2
     if not 1 <= spatial <= 3:
         t.refuse(node, f"a rank-{t.rank(x)} input: MIL's conv has 1 to 3 spatial dimensions")
@@ -101,10 +106,10 @@ def _conv(t: Translation, node) -> list:
     if any(d != 1 for d in dilations) and not isinstance(weight, np.ndarray):
         t.refuse(node, f"dilations {dilations} with a weight computed at run time (MIL needs it constant)")
     options = _window_options(t, node, spatial)
-    if t.has(node, 2):
-        options["bias"] = t.constant(node, 2, "bias")
+    if bias is not None:
+        options["bias"] = bias
     group = int(t.attr(node, "group", 1))
-    return [t.mb.conv(x=t.as_var(x), weight=t.as_var(weight), dilations=dilations, groups=group, **options)]
+    return t.mb.conv(x=t.as_var(x), weight=t.as_var(weight), dilations=dilations, groups=group, **options)
 
 
 def _transpose_pads(t: Translation, node, x, kernel: list[int], spatial: int) -> list[int]:

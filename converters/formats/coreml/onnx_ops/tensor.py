@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from gatepack.converters.formats.coreml.translate import MAX_RANK, OnnxOp, Squeezed, Translation, mil_constant
+from gatepack.converters.formats.coreml.translate import (
+    MAX_RANK,
+    Narrow,
+    OnnxOp,
+    Squeezed,
+    Translation,
+    mil_constant,
+)
 
 _INT32_MIN, _INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 # the element types MIL's gather, scatter_nd and pad take (int64 arrives as int32)
 _NUMERIC = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int32)}
 _FLOAT = {np.dtype(np.float32), np.dtype(np.float16)}
+_EIGHT_BITS = {np.dtype(np.int8), np.dtype(np.uint8)}
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -320,10 +328,19 @@ def _split(t: Translation, node) -> list:
 # ------------------------------------------------------------------------------------------------ indexing
 
 
-def _gather(t: Translation, node) -> list:
+def _take(t: Translation, node) -> list:
     """ONNX Gather (numpy.take): out = x[..., indices, ...] at ``axis``; scalar indices remove the axis.
-    MIL's gather with the indices made non-negative."""
+    MIL's gather with the indices made non-negative. Quantized constants (int8, uint8: an embedding table that
+    DequantizeLinear reads next) are gathered from their int32 copy and held ``Narrow``."""
     x, indices = t.value(node, 0), t.value(node, 1)
+    narrow = isinstance(x, np.ndarray) and x.dtype in _EIGHT_BITS
+    if narrow:
+        return [Narrow(_gather(t, node, x.astype(np.int32), indices), x.dtype)]
+    return [_gather(t, node, x, indices)]
+
+
+def _gather(t: Translation, node, x, indices):
+    """``x`` gathered at ``indices`` along the node's axis (rank > 5 held ``Squeezed``)."""
     _require(t, node, x, _NUMERIC)
     axis = int(t.attr(node, "axis", 0)) % t.rank(x)
     index = _nonnegative(t, indices, [_dim(t, x, axis)])
@@ -335,8 +352,8 @@ def _gather(t: Translation, node) -> list:
             x=t.as_var(index), shape=np.asarray([d for d in t.shape(indices) if d != 1] or [1], np.int32)
         )
         gathered = t.mb.gather(x=low, indices=flat, axis=axis - sum(a < axis for a in units))
-        return [_elide_units(t, node, gathered, shape)]
-    return [t.mb.gather(x=t.as_var(x), indices=t.as_var(index), axis=axis)]
+        return _elide_units(t, node, gathered, shape)
+    return t.mb.gather(x=t.as_var(x), indices=t.as_var(index), axis=axis)
 
 
 def _gather_elements(t: Translation, node) -> list:
@@ -568,7 +585,7 @@ TABLE: dict[str, OnnxOp] = {
     "Reshape": OnnxOp(_reshape, frozenset({"allowzero"}), opsets=(5, 10_000)),
     "Slice": OnnxOp(_slice, frozenset({"starts", "ends", "axes"})),
     "Split": OnnxOp(_split, frozenset({"axis", "split", "num_outputs"})),
-    "Gather": OnnxOp(_gather, frozenset({"axis"})),
+    "Gather": OnnxOp(_take, frozenset({"axis"})),
     "GatherElements": OnnxOp(_gather_elements, frozenset({"axis"})),
     "ScatterND": OnnxOp(_scatter_nd, frozenset({"reduction"})),
     "Expand": OnnxOp(_expand),
