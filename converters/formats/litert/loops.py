@@ -30,6 +30,7 @@ import numpy as np
 from gatepack.converters.errors import InputError
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.litert.common import FORMAT
+from gatepack.converters.formats.litert.interpreter import interpreter, session
 from gatepack.converters.lifting import LiftRefused, Recurrence, candidates_from_constants, lift
 from gatepack.schemas.layer import Direction, Interface, Provenance, RecurrentLayer
 
@@ -212,9 +213,7 @@ def run_loop(handle: LoopHandle, itf: Interface, feed: dict[str, np.ndarray], la
     """The handle's model on the interpreter: X [S, N, I] and the states [D, N, H] from ``feed`` (by interface name),
     its outputs as Y [S, D, N, H] and final states [D, N, H] (a loop's: D = 1 added; an unrolled module's Y
     [S, N, D*H] split on its last axis)."""
-    from gatepack.converters.formats.litert.running import _interpreter, _session
-
-    run = _session(_interpreter(handle.content, label), label)
+    run = session(interpreter(handle.content, label), label)
     inputs = {itf.x: feed[itf.x]}
     for role, tensor in handle.states:
         state = np.asarray(feed[getattr(itf, role)])

@@ -1,6 +1,6 @@
 """LiteRT: a ``.tflite`` file on ai-edge-litert's interpreter, by its tensor names.
 
-The interpreter runs the builtin kernels without the default XNNPACK delegate
+The interpreter (``interpreter``) runs the builtin kernels without the default XNNPACK delegate
 (``BUILTIN_WITHOUT_DEFAULT_DELEGATES``: no delegate takes the sequence ops, and the delegate's "INFO: Created
 TensorFlow Lite XNNPACK delegate" would be printed into gatepack's output). A call sets the inputs and invokes,
 as an app does, and never resets the variable tensors: gatepack's files write each sequence op's state variable
@@ -12,90 +12,21 @@ state in a variable across invokes (another producer's fused op) is run as it is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
+from gatepack.converters.errors import InputError, UsageError
 from gatepack.converters.fileio import read_bytes
 from gatepack.converters.formats.litert.common import FORMAT, Graph, schema
+from gatepack.converters.formats.litert.interpreter import interpreter, session
 from gatepack.schemas.layer import RecurrentLayer
-
-
-def _interpreter(content: bytes, label: object) -> Any:
-    from gatepack.converters.runtimes import litert
-
-    _, module = litert()
-    try:
-        return module.Interpreter(
-            model_content=content,
-            experimental_op_resolver_type=module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-        )
-    except (ValueError, RuntimeError) as err:
-        raise RuntimeFailure(f"{label}: the LiteRT interpreter refuses it ({_squash(err)})") from None
 
 
 def open_session(path: str | Path) -> Callable[[dict], dict]:
     """The file loaded once; each call sets ``inputs`` (by tensor name; an input not given is zeros), invokes it (its
     variable tensors as the previous call left them) and returns every output by name."""
-    return _session(_interpreter(read_bytes(path), path), Path(path))
-
-
-def _session(interpreter: Any, label: object) -> Callable[[dict], dict]:
-    run_once = _runner(interpreter, label)
-
-    def run(inputs: dict) -> dict:
-        try:
-            return run_once(inputs)
-        except (RuntimeError, ValueError, UnicodeDecodeError) as err:  # the interpreter on a file it cannot run
-            raise RuntimeFailure(f"{label}: the LiteRT interpreter cannot run it ({_squash(err)})") from None
-
-    return run
-
-
-def _runner(interpreter: Any, label: object) -> Callable[[dict], dict]:
-    shapes: dict[str, tuple] = {}
-
-    def run(inputs: dict) -> dict:
-        details = interpreter.get_input_details()
-        names = {d["name"] for d in details}
-        unknown = sorted(set(inputs) - names)
-        if unknown:
-            raise InputError(f"{label}: no input named {unknown}", hint=f"the model takes {sorted(names)}")
-        wanted = {d["name"]: tuple(np.shape(inputs[d["name"]])) for d in details if d["name"] in inputs}
-        if not shapes or wanted != {k: v for k, v in shapes.items() if k in wanted}:
-            for d in details:
-                if d["name"] in wanted and tuple(d["shape"]) != wanted[d["name"]]:
-                    _resize(label, interpreter, d, wanted[d["name"]])
-            try:
-                interpreter.allocate_tensors()
-            except RuntimeError as err:
-                raise RuntimeFailure(f"{label}: the LiteRT interpreter cannot run it ({_squash(err)})") from None
-            shapes.clear()
-            shapes.update(wanted)
-        for d in interpreter.get_input_details():
-            value = inputs.get(d["name"])
-            value = np.zeros(d["shape"], d["dtype"]) if value is None else np.asarray(value, d["dtype"])
-            interpreter.set_tensor(d["index"], np.ascontiguousarray(value))
-        try:
-            interpreter.invoke()
-        except RuntimeError as err:
-            raise RuntimeFailure(f"{label}: the LiteRT interpreter failed ({_squash(err)})") from None
-        return {d["name"]: np.array(interpreter.get_tensor(d["index"])) for d in interpreter.get_output_details()}
-
-    return run
-
-
-def _resize(label: object, interpreter: Any, detail: dict, shape: tuple) -> None:
-    signature = tuple(detail["shape_signature"])
-    if len(signature) != len(shape) or any(s >= 0 and s != g for s, g in zip(signature, shape)):
-        declared = [int(s) if s >= 0 else "?" for s in signature]
-        raise InputError(f"{label}: input {detail['name']!r} has shape {list(shape)}, expected {declared}")
-    interpreter.resize_tensor_input(detail["index"], list(shape), strict=True)
-
-
-def _squash(err: object) -> str:
-    return " ".join(str(err).split())[:200]
+    return session(interpreter(read_bytes(path), path), Path(path))
 
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -176,7 +107,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
         value = layer.constant_state(role, n) if value is None and name else value
         if value is not None:  # one direction (the reader refuses two state inputs)
             states[name] = np.reshape(value, (-1, h))
-    run = _session(_interpreter(op_alone(found.artifact, found.node), found.artifact), found.artifact)
+    run = session(interpreter(op_alone(found.artifact, found.node), found.artifact), found.artifact)
     outputs = run({itf.x: feed[itf.x], **states})
     if handle.merged:  # [S, N, 2H] / [N, S, 2H]: the directions on the last axis
         both = outputs[handle.outputs[0]]
