@@ -385,7 +385,7 @@ def _unfixed(given: "GivenInputs") -> "GivenInputs":
 
 def specialised(source: "Model", given: "GivenInputs", read_options: dict | None = None) -> "Model":
     """``source`` with the inputs ``given.fixed`` names held as constants of their given values and what depends on
-    them folded (``onnx_folding.specialise``), read back from a private temporary file; each layer carries an
+    them folded (``onnx.folding.specialise``), read back from a private temporary file; each layer carries an
     ``interface`` finding (``repacked``) saying the artifact no longer takes them. ``source`` when none is fixed."""
     if not given.fixed:
         return source
@@ -397,8 +397,8 @@ def specialised(source: "Model", given: "GivenInputs", read_options: dict | None
             f"{source.path}: --input-value (input_values=) fixes inputs of whole ONNX models, and this is "
             f"{'a model of layers alone' if source.format == 'onnx' else registry.check_name(source.format).title}"
         )
-    from gatepack.converters.formats.onnx_folding import specialise
-    from gatepack.converters.formats.onnx_graph import load_proto
+    from gatepack.converters.formats.onnx.folding import specialise
+    from gatepack.converters.formats.onnx.graph import load_proto
 
     values = {name: given.values[name] for name in given.fixed}
     model = load(registry.as_source(specialise(load_proto(Path(source.path)), values)), "onnx", **(read_options or {}))

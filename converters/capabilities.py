@@ -650,7 +650,7 @@ def alternative(caps: Capabilities, layer: "RecurrentLayer", feature: str) -> st
 
 # The formats that hold a layer's per-step mask (``Interface.mask``, Keras masking), by what writes it; no sequence
 # op of any format has such a mask, so it is held only where gatepack rewrites the whole model around an elementary
-# ONNX Loop (onnx_elementary: s_t = Where(m_t, step, s_{t-1}), Y_t = h_t), and nowhere for layers alone, whose
+# ONNX Loop (onnx.elementary: s_t = Where(m_t, step, s_{t-1}), Y_t = h_t), and nowhere for layers alone, whose
 # mask the model's other operators compute.
 MASK_HOLDERS = MappingProxyType(
     {

@@ -127,7 +127,7 @@ STRATEGIES = ("native", "decomposed", "held")
 
 
 def held_weight_name(layer: str, weight: str) -> str:
-    """The initializer name of a held layer's weight ``weight`` (``onnx_elementary``'s: ``d0.WT``, ``d0.Wb``,
+    """The initializer name of a held layer's weight ``weight`` (``onnx.elementary``'s: ``d0.WT``, ``d0.Wb``,
     ``d0.R_<gates>T``, ``d0.Rb_<gates>``, ``d0.P``), which OpenVINO's ONNX frontend keeps as its constant's name."""
     return f"{layer}/held.{weight}"
 

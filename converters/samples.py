@@ -77,11 +77,11 @@ def implied_sizes(proto) -> list[int]:
     """The sizes an ONNX model's graph (every subgraph included) implies its inputs' symbolic dimensions may need:
     a reflect/edge ``Pad``'s pad ``p`` needs a dimension longer than ``p`` (``p + 1``), a convolution or pooling
     kernel ``k`` an input at least ``k`` long, a ``Reshape``'s constant target sizes, a ``Conv`` weight's kernel
-    dimensions. Read from ``proto`` folded for its declared shapes (``onnx_folding.fold``: pads computed from
+    dimensions. Read from ``proto`` folded for its declared shapes (``onnx.folding.fold``: pads computed from
     constants become constants), so only what is constant counts. Sorted, each once, sizes >= 2."""
     from onnx import numpy_helper
 
-    from gatepack.converters.formats.onnx_folding import fold, subgraphs_of
+    from gatepack.converters.formats.onnx.folding import fold, subgraphs_of
 
     try:
         proto = fold(proto)

@@ -94,7 +94,7 @@ def names_pair(input_name: str, output_name: str) -> bool:
 def _recurrent_wiring(path: Path) -> set[tuple[str, str]]:
     """(graph input, graph output) pairs an ONNX graph's recurrent nodes wire: a node's initial state reached
     from the input and its final state reaching the output, through state plumbing only."""
-    from gatepack.converters.formats.onnx_graph import load_proto
+    from gatepack.converters.formats.onnx.graph import load_proto
 
     graph = load_proto(path).graph
     producer = {out: node for node in graph.node for out in node.output}

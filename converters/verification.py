@@ -428,7 +428,7 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
     alone has, a batch shared by several inputs staying at the default, then every symbol), and that rule in words;
     ``given`` unchanged ('') when every dimension is given or static, or no candidate runs (the verification then
     says the source fails on the inputs drawn)."""
-    from gatepack.converters.formats.onnx_graph import load_proto
+    from gatepack.converters.formats.onnx.graph import load_proto
     from gatepack.converters.samples import MAX_SAMPLE_VALUES, dim_size_candidates, implied_sizes
 
     declared = [(n, dims) for n, _, dims in _graph_inputs(model) if n not in given.shapes and n not in given.values]
@@ -477,7 +477,7 @@ def _integer_draws(model: Model, dim_size: int) -> dict[str, tuple[int, int, str
         return {}
     from onnx import numpy_helper
 
-    from gatepack.converters.formats.onnx_graph import load_proto
+    from gatepack.converters.formats.onnx.graph import load_proto
 
     graph = load_proto(model.path).graph
     constants = {t.name: t for t in graph.initializer}

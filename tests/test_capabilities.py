@@ -15,11 +15,12 @@ from click.testing import CliRunner
 from helpers import Config, build_model, lstm_matrix, matrix, static_model
 
 import gatepack as gp
+import gatepack.converters.formats.directml.desc as directml_desc
 from gatepack.cli import main
 from gatepack.converters import capabilities, registry
 from gatepack.converters.capabilities import BNNS, COREML, DIRECTML, ONNX_FOR_DIRECTML, OPENVINO, RECORDS, doubts, lacks
 from gatepack.converters.findings import Status
-from gatepack.converters.formats import bnns, directml, directml_desc, openvino
+from gatepack.converters.formats import bnns, directml, openvino
 from gatepack.converters.formats.coreml import native_blockers as coreml_blockers
 
 ROOT = Path(__file__).resolve().parents[1]

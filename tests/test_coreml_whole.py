@@ -263,7 +263,7 @@ def test_a_keras2_gru_stack_with_initial_states_converts_whole_to_kerass_outputs
 def test_a_loop_only_the_rewritten_model_lifts_is_refused_by_name_never_a_crash(tmp_path, monkeypatch):
     """When the source's reading leaves a Loop that the reading of the model rewritten in place lifts, the Core ML
     translation keeps the source's layers: the Loop is refused by name (exit 4), as the report says."""
-    from gatepack.converters.formats import onnx_lifting
+    import gatepack.converters.formats.onnx.lifting as onnx_lifting
 
     monkeypatch.setattr(onnx_lifting.Finder, "_steps_by_condition", lambda *_: None)  # as before
     src = PRODUCERS / "tf2onnx_keras2_gru_stack_initial_states_reset_before.onnx"

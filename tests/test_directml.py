@@ -31,7 +31,7 @@ from oracle import assert_close, expected_outputs
 import gatepack as gp
 from gatepack.converters.errors import RefusedError
 from gatepack.converters.formats import directml
-from gatepack.converters.formats.directml_cpp import struct_name
+from gatepack.converters.formats.directml.cpp import struct_name
 
 MATRIX = matrix()
 LSTM_MATRIX = lstm_matrix()

@@ -1,4 +1,4 @@
-"""``onnx_folding.fold``: the folded model against the original on onnxruntime (the oracle), on the real models
+"""``onnx.folding.fold``: the folded model against the original on onnxruntime (the oracle), on the real models
 and on small hand-built graphs (an If on a constant condition, one on an input, a large constant kept as its node,
 bad shapes)."""
 
@@ -14,7 +14,7 @@ from helpers import REALMODELS
 from onnx import TensorProto, helper, numpy_helper
 
 from gatepack.converters.errors import UsageError
-from gatepack.converters.formats.onnx_folding import LARGE_ELEMENTS, fold, subgraphs_of
+from gatepack.converters.formats.onnx.folding import LARGE_ELEMENTS, fold, subgraphs_of
 
 SILERO_V4_SHAPES = {"input": [1, 512], "h": [2, 1, 64], "c": [2, 1, 64]}
 # model, the shapes given, the nodes expected to fold away entirely (their counts go to 0)

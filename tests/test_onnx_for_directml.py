@@ -14,8 +14,9 @@ from click.testing import CliRunner
 from helpers import REALMODELS, Config, build_model, inputs, ort_run
 
 import gatepack as gp
+import gatepack.converters.formats.onnx.running as onnx_running
 from gatepack.cli import main
-from gatepack.converters.formats import directml, onnx_running
+from gatepack.converters.formats import directml
 from gatepack.converters.samples import sample_inputs, sample_sizes
 from gatepack.converters.verification import from_interface, to_interface
 

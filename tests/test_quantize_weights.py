@@ -20,8 +20,8 @@ import pytest
 from onnx import numpy_helper
 
 import gatepack.converters as gp
+import gatepack.converters.formats.onnx.qdq as onnx_qdq
 from gatepack.converters.errors import RefusedError, UsageError, VerificationError
-from gatepack.converters.formats import onnx_qdq
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures/realmodels"
 GRU = REAL / "burn_gru_bidirectional.onnx"  # opset 14, a GRU alone

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import gatepack as gp
 from gatepack.cli import main
 from gatepack.converters.findings import Status
-from gatepack.converters.formats.onnx_folding import specialisation_hint
+from gatepack.converters.formats.onnx.folding import specialisation_hint
 from gatepack.converters.runtimes import openvino
 from gatepack.converters.samples import dim_size_candidates, implied_sizes
 

@@ -2,7 +2,7 @@
 
 How a whole model is translated (``whole``):
 
-1. ``onnx_rewrite.in_place``: every recurrent layer rewritten as one plain GRU/RNN/LSTM node with every attribute
+1. ``onnx.rewrite.in_place``: every recurrent layer rewritten as one plain GRU/RNN/LSTM node with every attribute
    explicit (lifted ``Loop``s and unrolled cells replaced, quantized LSTMs dequantized);
 2. gatepack's ONNX reader reads that model again: each layer, the Transposes it absorbed and the constant cones
    it holds (``skip``: translated as part of the layer, never on their own);

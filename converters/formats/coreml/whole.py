@@ -61,8 +61,8 @@ class _Prepared:
     layer; the layer is emitted at the first of them where its inputs are computed, at the last one at the latest)."""
 
     def __init__(self, proto, layers: list[RecurrentLayer]) -> None:
-        from gatepack.converters.formats.onnx_constants import constant_feeders
-        from gatepack.converters.formats.onnx_graph import isolated_record, walk_nodes
+        from gatepack.converters.formats.onnx.constants import constant_feeders
+        from gatepack.converters.formats.onnx.graph import isolated_record, walk_nodes
 
         self.proto = proto
         self.layers = layers
@@ -91,9 +91,9 @@ class _Prepared:
         data memory-mapped, never copied into a proto). A model with lifted layers (Loops, unrolled cells) is
         rewritten in place first (each lifted region becomes one node and the adapters the rest of the graph reads)
         and read again; a loop that only that second reading lifts stays a Loop (the source's reading refused it)."""
-        from gatepack.converters.formats.onnx_graph import load_proto
-        from gatepack.converters.formats.onnx_reader import reread
-        from gatepack.converters.formats.onnx_rewrite import in_place, lifted_layers
+        from gatepack.converters.formats.onnx.graph import load_proto
+        from gatepack.converters.formats.onnx.reader import reread
+        from gatepack.converters.formats.onnx.rewrite import in_place, lifted_layers
 
         assert model.path is not None  # (a whole model read from its file)
         if not lifted_layers(model):
@@ -255,7 +255,7 @@ def _program_outputs(t: Translation, path: Path, graph, function, names: dict, s
 def carry_metadata(model: Model, mlmodel) -> None:
     """The source ONNX model's own metadata on the package: its doc string as the description, its producer and
     metadata properties as user-defined metadata (gatepack's own key apart)."""
-    from gatepack.converters.formats.onnx_graph import load_proto
+    from gatepack.converters.formats.onnx.graph import load_proto
 
     assert model.path is not None  # (a whole model read from its file)
     proto = load_proto(Path(model.path))
@@ -343,7 +343,7 @@ def _initializers(path: Path, prepared: _Prepared) -> dict[str, np.ndarray]:
     memory-mapped."""
     from onnx import numpy_helper
 
-    from gatepack.converters.formats.onnx_graph import map_external
+    from gatepack.converters.formats.onnx.graph import map_external
 
     graph = prepared.proto.graph
     read = {o.name for o in graph.output}
@@ -388,7 +388,7 @@ def _translate_graph(
                 t.values.update(zip(node.output, _evaluate(t, node, inputs)))
                 continue
             if node.op_type in ("Shape", "Size") and _static(t.values.get(node.input[0])):
-                from gatepack.converters.formats.onnx_folding import shape_value
+                from gatepack.converters.formats.onnx.folding import shape_value
 
                 t.values[node.output[0]] = shape_value(node, Translation.shape(t.values[node.input[0]]))
                 continue
@@ -483,8 +483,8 @@ def _translate_if(
 def _cond_refusal(node, built: dict[str, list], proto) -> str:
     """Why MIL's ``cond`` cannot hold an ``If`` decided at run time, in words: an output whose branches differ in
     rank (``cond`` types each output once: the ranks must agree, and a size that differs must be symbolic), or
-    a branch MIL refuses; and what decides the condition (``onnx_folding.if_deciders``), which fixing folds."""
-    from gatepack.converters.formats.onnx_folding import if_deciders, specialisation_hint
+    a branch MIL refuses; and what decides the condition (``onnx.folding.if_deciders``), which fixing folds."""
+    from gatepack.converters.formats.onnx.folding import if_deciders, specialisation_hint
 
     def text(shape: tuple) -> str:
         return f"rank {len(shape)} [{', '.join(str(d) if isinstance(d, (int, np.integer)) else '?' for d in shape)}]"
@@ -524,7 +524,7 @@ def _static(value) -> bool:
 
 def _evaluate(t: Translation, node, inputs: list) -> list[np.ndarray]:
     """A node whose inputs are all constants, evaluated by onnx's reference implementation."""
-    from gatepack.converters.formats.onnx_folding import evaluate_node
+    from gatepack.converters.formats.onnx.folding import evaluate_node
 
     known = {name: value for name, value in zip(node.input, inputs) if name}
     outputs = evaluate_node(node, known, {"": t.opset})

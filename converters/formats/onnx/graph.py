@@ -2,7 +2,7 @@
 the names it sees), static shapes, and the handle that runs a layer's original nodes alone (``Isolated``).
 
 Shared by the reader, the writer, the in-place rewrite and running (each in its own module), and by the
-readers of other producers' ONNX (``onnx_quantized``); it imports none of them.
+readers of other producers' ONNX (``onnx.quantized``); it imports none of them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gatepack.converters.fileio import contained_file, read_bytes
 from gatepack.schemas.layer import PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, RecurrentLayer
 
 if TYPE_CHECKING:
-    from gatepack.converters.formats.onnx_lifting import Region
+    from gatepack.converters.formats.onnx.lifting import Region
 
 FORMAT = "onnx"
 DEFAULT_OPSET = 14
@@ -115,7 +115,7 @@ class Isolated:
 
 
 def isolated_record(layer: RecurrentLayer) -> Isolated:
-    """The record the ONNX reader (``onnx_reader``) keeps of a layer it read (its ``Provenance.handle``): the
+    """The record the ONNX reader (``onnx.reader``) keeps of a layer it read (its ``Provenance.handle``): the
     node(s) the layer stands for, which a whole-model translation of the same file (Core ML) skips too."""
     handle = None if layer.provenance is None else layer.provenance.handle
     assert isinstance(handle, Isolated), f"layer {layer.name!r} was not read by the ONNX reader"

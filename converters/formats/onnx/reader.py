@@ -1,13 +1,13 @@
 """ONNX reading: every GRU/RNN/LSTM node of a model (in any subgraph) into a canonical layer, and the main
 graph's Loops and unrolled cells lifted into layers. By role:
 
-* ``onnx_graph``: the walk of every (sub)graph, each node with its ``Scope`` (the names it sees);
-* ``onnx_node``: one GRU/RNN/LSTM node (attributes, weights, activations, clip, layout) as a layer, with its
-  interface and held inputs from ``onnx_interface`` (Transposes around a layout-0 node read as one batch-major
-  layer) and its constants from ``onnx_constants`` (initializers, ``Constant`` nodes, folded cones);
-* ``onnx_quantized``: DynamicQuantizeLSTM, dequantized and read as an LSTM node;
-* ``onnx_lifted``: Loops and unrolled cells lifted (``onnx_lifting`` finds them), each lift proven on onnxruntime
-  against the original nodes (``onnx_running``); and why a model yields no layer.
+* ``onnx.graph``: the walk of every (sub)graph, each node with its ``Scope`` (the names it sees);
+* ``onnx.node``: one GRU/RNN/LSTM node (attributes, weights, activations, clip, layout) as a layer, with its
+  interface and held inputs from ``onnx.interface`` (Transposes around a layout-0 node read as one batch-major
+  layer) and its constants from ``onnx.constants`` (initializers, ``Constant`` nodes, folded cones);
+* ``onnx.quantized``: DynamicQuantizeLSTM, dequantized and read as an LSTM node;
+* ``onnx.lifted``: Loops and unrolled cells lifted (``onnx.lifting`` finds them), each lift proven on onnxruntime
+  against the original nodes (``onnx.running``); and why a model yields no layer.
 
 This module holds the reading's entry: the model's opset checked, the nodes dispatched, the ``Model`` assembled
 (its other operators: those around the layers, not the constants feeding them).
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import onnx
 
+import gatepack.converters.formats.onnx.quantized as onnx_quantized
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.findings import Finding
-from gatepack.converters.formats import onnx_quantized
-from gatepack.converters.formats.onnx_constants import ModelConstants, constant_feeders
-from gatepack.converters.formats.onnx_graph import (
+from gatepack.converters.formats.onnx.constants import ModelConstants, constant_feeders
+from gatepack.converters.formats.onnx.graph import (
     FORMAT,
     ONNX_DOMAINS,
     check_external_data,
@@ -32,8 +32,8 @@ from gatepack.converters.formats.onnx_graph import (
     value_types,
     walk_scopes,
 )
-from gatepack.converters.formats.onnx_lifted import census, lift_regions, why_none
-from gatepack.converters.formats.onnx_node import NodeReader
+from gatepack.converters.formats.onnx.lifted import census, lift_regions, why_none
+from gatepack.converters.formats.onnx.node import NodeReader
 from gatepack.converters.model import Model
 from gatepack.schemas.activations import DefaultsPolicy
 from gatepack.schemas.cells import cell_of_op

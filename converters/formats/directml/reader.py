@@ -13,7 +13,7 @@ import numpy as np
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.fileio import contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.directml_desc import (
+from gatepack.converters.formats.directml.desc import (
     ACTIVATION_OF_OPERATOR,
     ACTIVATIONS,
     DATA_TYPES,

@@ -43,7 +43,7 @@ len-1). The LSTM desc maps one to one onto the ONNX node (onnxruntime's DirectML
 ONNX tensors, reshaped to 4-D, ``clip`` and ``input_forget`` straight into it: docs/conventions.md §8).
 
 This module is the format's entry (writing, ``check``, ``IMPLEMENTATION``); the descs' conventions are
-``directml_desc``, reading ``directml_reader``, running ``directml_running``, the C++ emitter ``directml_cpp``.
+``directml.desc``, reading ``directml.reader``, running ``directml.running``, the C++ emitter ``directml.cpp``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_path
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.directml_desc import (
+from gatepack.converters.formats.directml.desc import (
     ACTIVATIONS,
     CPP_FILE,
     DATA_TYPES,
@@ -73,8 +73,8 @@ from gatepack.converters.formats.directml_desc import (
     ROLE_FIELDS,
     SEQUENCE_LENGTHS_NOTE,
 )
-from gatepack.converters.formats.directml_reader import read
-from gatepack.converters.formats.directml_running import run_layer_native, run_native, run_numpy, run_onnx_node
+from gatepack.converters.formats.directml.reader import read
+from gatepack.converters.formats.directml.running import run_layer_native, run_native, run_numpy, run_onnx_node
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.activations import Activation
@@ -119,7 +119,7 @@ def write(
             + "\n"
         )
         if emit_cpp:
-            from gatepack.converters.formats.directml_cpp import emit
+            from gatepack.converters.formats.directml.cpp import emit
 
             (tmp / CPP_FILE).write_text(emit(writer.document(), str(model.path or "")))
 

@@ -1,6 +1,6 @@
 """ONNX writing: a model holding the layers alone (``build``), and the nodes that compute one layer
 (``layer_nodes``: a recurrent node with Transposes for a batch-major interface, or elementary ops), shared with
-the in-place rewrite of a whole model (``onnx_rewrite``)."""
+the in-place rewrite of a whole model (``onnx.rewrite``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+import gatepack.converters.formats.onnx.elementary as onnx_elementary
+import gatepack.converters.formats.onnx.qdq as onnx_qdq
+import gatepack.converters.formats.onnx.quantized as onnx_quantized
 from gatepack.converters.capabilities import ONNX_FOR_DIRECTML
 from gatepack.converters.description import constant_in_layout
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import form_of
-from gatepack.converters.formats import onnx_elementary, onnx_qdq, onnx_quantized
-from gatepack.converters.formats.onnx_graph import DEFAULT_OPSET, PERM_IN, PERM_Y, PERM_YH, broadcast_state_nodes
+from gatepack.converters.formats.onnx.graph import DEFAULT_OPSET, PERM_IN, PERM_Y, PERM_YH, broadcast_state_nodes
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.schemas.layer import INPUT_ROLES, RecurrentLayer, stack_directions
 
@@ -190,7 +192,7 @@ class WriteForm:
 def quantized_form(layer: RecurrentLayer, opset: int, runtime: str, encoding: str) -> str | None:
     """``dynamic`` for an LSTM whose source quantizes X and h at run time (``DynamicQuantizeLSTM``: onnxruntime's
     CPU contrib operator, no layout attribute), ``qdq`` for weights ``DequantizeLinear`` holds at ``opset``
-    (``onnx_qdq.writable``), None where ONNX written for ``runtime`` keeps float weights (DirectML's provider, a
+    (``onnx.qdq.writable``), None where ONNX written for ``runtime`` keeps float weights (DirectML's provider, a
     per-block record, an opset before 13)."""
     records = [r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None]
     if not records or runtime != "onnxruntime":
@@ -216,7 +218,7 @@ def layer_nodes(
     """The nodes computing ``layer`` from the tensors ``inputs`` names per interface role (x,
     sequence_lens, initial_h, initial_c; in the layer's layout) into those ``outputs`` names (y, y_h,
     y_c): one GRU/RNN/LSTM node with every attribute explicit (or, where ``form``'s runtime would compute
-    that node otherwise, ``onnx_elementary``'s operators), inside Transposes for a batch-major layer
+    that node otherwise, ``onnx.elementary``'s operators), inside Transposes for a batch-major layer
     under the ``transpose`` encoding. Its weights are appended to ``inits``, named ``weight_names`` (W, R,
     B, P) where those are free, else after the layer; the node is named ``node_name`` (default: the layer's
     name); the roles ``in_node_layout`` names are already in the node's own layout (constants written for

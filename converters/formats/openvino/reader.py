@@ -1,6 +1,6 @@
 """OpenVINO IR reading: gatepack's own IR from its ``rt_info`` description, any other IR's
 GRUSequence/RNNSequence/LSTMSequence nodes from the graph (the inputs a producer computes rather than takes
-evaluated for two shapes), and its Loops/TensorIterators lifted (``openvino_lifting``).
+evaluated for two shapes), and its Loops/TensorIterators lifted (``openvino.lifting``).
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
+import gatepack.converters.formats.openvino.compressed as openvino_compressed
 from gatepack.converters.description import build_layer, constant_from_layout, held_weight_name, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.fileio import parse_json
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats import openvino_compressed
-from gatepack.converters.formats.openvino_ir import (
+from gatepack.converters.formats.openvino.ir import (
     FORMAT,
     FP16_SOURCE,
     OV_GATES,
@@ -27,13 +27,13 @@ from gatepack.converters.formats.openvino_ir import (
     read_ir,
     sequence_inputs,
 )
-from gatepack.converters.formats.openvino_lifting import LOOP_OPS, STATE_INPUTS, lift_loops
-from gatepack.converters.formats.openvino_shapes import (
+from gatepack.converters.formats.openvino.lifting import LOOP_OPS, STATE_INPUTS, lift_loops
+from gatepack.converters.formats.openvino.shapes import (
     evaluate_for_two_shapes,
     from_shapes_only,
     zeros_whatever_the_shape,
 )
-from gatepack.converters.formats.openvino_stateful import held_states
+from gatepack.converters.formats.openvino.stateful import held_states
 from gatepack.converters.model import Model
 from gatepack.converters.runtimes import openvino
 from gatepack.schemas.activations import Activation, canonical_name
@@ -316,7 +316,7 @@ Spread = tuple[np.ndarray, np.ndarray, np.ndarray]  # integers, scale, zero poin
 
 def _weight(op, index: int, path: Path, layer: str, role: str) -> tuple[np.ndarray, bool, Spread | None]:
     """W or R of a sequence op: (value, fp16-compressed?, the integers' spread record or None). A compressed
-    weight (``openvino_compressed``, NNCF's form) gives its float values and, when held exactly, its integers."""
+    weight (``openvino.compressed``, NNCF's form) gives its float values and, when held exactly, its integers."""
     compressed = openvino_compressed.read(op.input_value(index).get_node())
     if compressed is None:
         return (*_constant(op, index, path, layer, role), None)
@@ -431,7 +431,7 @@ def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, li
 
 
 def _held_directions(info, ops_by_name: dict, const) -> list[DirectionParams]:
-    """The weights of a layer held by the elementary ONNX Loop gatepack wrote in place (``onnx_elementary``:
+    """The weights of a layer held by the elementary ONNX Loop gatepack wrote in place (``onnx.elementary``:
     W^T and Wb whole, R^T and Rb in blocks of gates, named ``description.held_weight_name``), in ONNX gate order."""
     gates = info.cell.spec.gates
     directions = []

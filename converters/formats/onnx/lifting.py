@@ -28,8 +28,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from gatepack.converters.formats.onnx_folding import node_subgraphs
-from gatepack.converters.formats.onnx_graph import Scope
+from gatepack.converters.formats.onnx.folding import node_subgraphs
+from gatepack.converters.formats.onnx.graph import Scope
 from gatepack.converters.lifting import hidden_sizes
 from gatepack.schemas.layer import Direction
 

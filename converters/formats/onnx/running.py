@@ -11,9 +11,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+import gatepack.converters.formats.onnx.quantized as onnx_quantized
 from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
-from gatepack.converters.formats import onnx_quantized
-from gatepack.converters.formats.onnx_graph import (
+from gatepack.converters.formats.onnx.graph import (
     FORMAT,
     ONNX_DOMAINS,
     Isolated,
@@ -28,7 +28,7 @@ from gatepack.schemas.layer import OUTPUT_ROLES, Interface, RecurrentLayer
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the ONNX file at ``path`` on onnxruntime (CPU); a DynamicQuantizeLSTM's int8 weights run as the
-    equal uint8 ones (``onnx_quantized.exact_kernel_source``)."""
+    equal uint8 ones (``onnx.quantized.exact_kernel_source``)."""
     return _run_session(_session(onnx_quantized.exact_kernel_source(Path(path)), str(path)), inputs, str(path))
 
 

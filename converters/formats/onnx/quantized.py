@@ -42,13 +42,13 @@ from onnx import helper, numpy_helper
 from gatepack.converters.errors import InputError, where
 from gatepack.converters.fileio import open_regular
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.onnx_graph import Scope, external_file, isolated_record, walk_nodes
+from gatepack.converters.formats.onnx.graph import Scope, external_file, isolated_record, walk_nodes
 from gatepack.converters.samples import DYNAMIC_INT8
 from gatepack.schemas.layer import QUANTIZED_ROLES, RecurrentLayer
 from gatepack.schemas.quantized import QuantizedWeights
 
-if TYPE_CHECKING:  # onnx_node imports what imports this module
-    from gatepack.converters.formats.onnx_node import NodeReader
+if TYPE_CHECKING:  # onnx.node imports what imports this module
+    from gatepack.converters.formats.onnx.node import NodeReader
 
 OP_TYPE = "DynamicQuantizeLSTM"
 DOMAIN = "com.microsoft"

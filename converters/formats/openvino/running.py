@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from gatepack.converters.errors import RuntimeFailure, UsageError
-from gatepack.converters.formats.openvino_ir import FORMAT, SEQUENCE_OPS, all_ops, read_ir, run_model, sequence_inputs
-from gatepack.converters.formats.openvino_lifting import STATE_INPUTS, LoopHandle, run_lifted
+from gatepack.converters.formats.openvino.ir import FORMAT, SEQUENCE_OPS, all_ops, read_ir, run_model, sequence_inputs
+from gatepack.converters.formats.openvino.lifting import STATE_INPUTS, LoopHandle, run_lifted
 from gatepack.converters.runtimes import openvino
 from gatepack.schemas.layer import OUTPUT_ROLES, PERM_SWAP_01, ROLE_LABELS, RecurrentLayer, state_roles
 
@@ -73,7 +73,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     label = f"{path}: layer {name!r}"
     if kind == "lifted":
         handle = layer.provenance.handle
-        assert isinstance(handle, LoopHandle)  # openvino_lifting's record of the loop
+        assert isinstance(handle, LoopHandle)  # openvino.lifting's record of the loop
         return run_lifted(path, handle, layer.interface, feed, (ov, ops))
     ov_model = read_ir(path)
     itf = layer.interface

@@ -1,6 +1,6 @@
-"""The main graph's Loops and unrolled cells lifted into layers: ``onnx_lifting``'s ``Finder`` gives each
+"""The main graph's Loops and unrolled cells lifted into layers: ``onnx.lifting``'s ``Finder`` gives each
 recurrence's readings (regions) to try in order, ``converters.lifting`` proves a reading on onnxruntime running the
-original nodes (``onnx_running``), and the first proven becomes the layer (with a ``lifted`` finding saying how the
+original nodes (``onnx.running``), and the first proven becomes the layer (with a ``lifted`` finding saying how the
 source's tensors relate to its canonical Y and Y_h). When no layer is found at all, ``census`` and ``why_none``
 word what the graph holds and why none of it was read.
 """
@@ -13,12 +13,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
+import gatepack.converters.formats.onnx.quantized as onnx_quantized
 from gatepack.converters.findings import Finding, Status, operator_list
-from gatepack.converters.formats import onnx_quantized
-from gatepack.converters.formats.onnx_constants import ModelConstants
-from gatepack.converters.formats.onnx_graph import FORMAT, ONNX_DOMAINS, Isolated, Scope, isolated_record, walk_nodes
-from gatepack.converters.formats.onnx_lifting import Finder, Region, node_inputs
-from gatepack.converters.formats.onnx_running import run_original_nodes
+from gatepack.converters.formats.onnx.constants import ModelConstants
+from gatepack.converters.formats.onnx.graph import FORMAT, ONNX_DOMAINS, Isolated, Scope, isolated_record, walk_nodes
+from gatepack.converters.formats.onnx.lifting import Finder, Region, node_inputs
+from gatepack.converters.formats.onnx.running import run_original_nodes
 from gatepack.converters.lifting import LiftRefused, Recurrence, candidates_from_constants, lift
 from gatepack.schemas.layer import Interface, Provenance, RecurrentLayer
 

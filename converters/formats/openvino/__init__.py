@@ -32,11 +32,11 @@ Strategies (docs/conventions.md §3 and §8 say where OpenVINO's CPU plugin is e
 
 gatepack's IR carries its layers' description in ``rt_info`` (``gatepack/layers``), so it reads
 back whole; any other IR's GRUSequence/RNNSequence/LSTMSequence nodes are read from the graph, and
-its Loops/TensorIterators that step a GRU, RNN or LSTM are lifted (``openvino_lifting``).
+its Loops/TensorIterators that step a GRU, RNN or LSTM are lifted (``openvino.lifting``).
 
 This module is the format's entry: the strategy, writing (layers alone, or a whole ONNX model through
-OpenVINO's ONNX frontend), the decomposed cells and ``check``. Reading is ``openvino_reader``, running
-``openvino_running``, the IR files and the CPU plugin ``openvino_ir``.
+OpenVINO's ONNX frontend), the decomposed cells and ``check``. Reading is ``openvino.reader``, running
+``openvino.running``, the IR files and the CPU plugin ``openvino.ir``.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+import gatepack.converters.formats.openvino.compressed as openvino_compressed
+import gatepack.converters.formats.openvino.stateful as openvino_stateful
 import gatepack.converters.quantization as quantization
 from gatepack.converters.capabilities import OPENVINO, lacks
 from gatepack.converters.cell_steps import step_of
@@ -56,10 +58,9 @@ from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure
 from gatepack.converters.feature_findings import findings, form_of
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats import openvino_compressed, openvino_stateful
-from gatepack.converters.formats.openvino_ir import OV_GATES, RT_INFO_OTHER_OPS, RT_INFO_PATH, ov_message
-from gatepack.converters.formats.openvino_reader import read
-from gatepack.converters.formats.openvino_running import graph_inputs, graph_outputs, run_layer_native, run_native
+from gatepack.converters.formats.openvino.ir import OV_GATES, RT_INFO_OTHER_OPS, RT_INFO_PATH, ov_message
+from gatepack.converters.formats.openvino.reader import read
+from gatepack.converters.formats.openvino.running import graph_inputs, graph_outputs, run_layer_native, run_native
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation
 from gatepack.converters.strategy import choose
@@ -106,7 +107,7 @@ def write(
     model: Model, path: str | Path, *, strategy: str = "auto", compress_to_fp16: bool = False, stateful: bool = False
 ) -> None:
     """Write ``model``'s layers as one IR (``path`` = NAME.xml, with NAME.bin beside it), atomically;
-    ``stateful``: its state pairs (``Model.meta['state_pairs']``) as OpenVINO variables (``openvino_stateful``)."""
+    ``stateful``: its state pairs (``Model.meta['state_pairs']``) as OpenVINO variables (``openvino.stateful``)."""
     ov, _ = _ov()
     path = Path(path)
     if path.suffix.lower() != ".xml":
@@ -138,7 +139,7 @@ def whole_model_finding(model: Model) -> Finding | None:
     """The report's ``model`` finding when the whole ONNX model goes into the IR (None otherwise): from the same
     import by OpenVINO's ONNX frontend that ``convert`` runs, so the report never calls exact a model that the
     frontend refuses. A model the frontend refuses as it is but takes once folded for its input shapes
-    (``onnx_folding``: the user's ``--input-shape``s, else the declared ones) is ``folded``."""
+    (``onnx.folding``: the user's ``--input-shape``s, else the declared ones) is ``folded``."""
     if not is_whole_model(model):
         return None
     verdict = _frontend_verdict(model)
@@ -176,9 +177,9 @@ def whole_model_finding(model: Model) -> Finding | None:
 
 
 def _specialisation_hint(model: Model) -> str:
-    """``onnx_folding.specialisation_hint`` for the model's file: the ``--input-value`` that decides its Ifs."""
-    from gatepack.converters.formats.onnx_folding import specialisation_hint
-    from gatepack.converters.formats.onnx_graph import load_proto
+    """``onnx.folding.specialisation_hint`` for the model's file: the ``--input-value`` that decides its Ifs."""
+    from gatepack.converters.formats.onnx.folding import specialisation_hint
+    from gatepack.converters.formats.onnx.graph import load_proto
 
     return specialisation_hint(load_proto(Path(str(model.path))))
 
@@ -417,9 +418,9 @@ def _proto_to_read(model: Model, *, always: bool = False):
     """The ONNX model OpenVINO reads in place of the file (its external data embedded): the source with its
     lifted or dequantized layers replaced in place by their nodes; None when the file is read as it is (unless
     ``always``: then the source itself)."""
-    from gatepack.converters.formats.onnx_graph import load_proto
-    from gatepack.converters.formats.onnx_quantized import is_quantized_layer
-    from gatepack.converters.formats.onnx_rewrite import embed_external_data, in_place, lifted_layers
+    from gatepack.converters.formats.onnx.graph import load_proto
+    from gatepack.converters.formats.onnx.quantized import is_quantized_layer
+    from gatepack.converters.formats.onnx.rewrite import embed_external_data, in_place, lifted_layers
 
     if lifted_layers(model) or any(map(is_quantized_layer, model.layers)):
         return in_place(model)
@@ -433,7 +434,7 @@ def _proto_to_read(model: Model, *, always: bool = False):
 
 def _folded(model: Model, proto):
     """``proto`` (the model OpenVINO reads) folded for the user's input shapes, else its declared ones."""
-    from gatepack.converters.formats.onnx_folding import fold
+    from gatepack.converters.formats.onnx.folding import fold
 
     try:
         return fold(proto, model.meta.get("input_shapes"))
@@ -537,7 +538,7 @@ def _emit_native(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
 
 def _weight(ops, layer: RecurrentLayer, role: str):
     """The sequence op's W or R [D, G*H, K], gates in its order: NNCF's compressed form when the layer holds
-    quantized weights it writes exactly (``openvino_compressed``), else a float Constant."""
+    quantized weights it writes exactly (``openvino.compressed``), else a float Constant."""
     records = held_records(layer, role)
     name = f"{layer.name}/{role}"
     if records is None:

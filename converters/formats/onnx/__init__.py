@@ -15,10 +15,10 @@ initializers (embedded or external data), ``Constant`` nodes, or cones of operat
 they are named by their path (``If_0/then_branch/GRU_3``).
 
 This module is the format's entry (``write``, ``check``, ``IMPLEMENTATION``); the rest, one module per role:
-``onnx_graph`` (loading, external data, the walk of every graph, the handle that runs a node alone),
-``onnx_reader`` (the reading's entry, with ``onnx_node``, ``onnx_interface``, ``onnx_constants``, ``onnx_quantized``
-and ``onnx_lifted``), ``onnx_writer`` (a layer as nodes), ``onnx_rewrite`` (a whole model rewritten in place) and
-``onnx_running`` (onnxruntime sessions).
+``onnx.graph`` (loading, external data, the walk of every graph, the handle that runs a node alone),
+``onnx.reader`` (the reading's entry, with ``onnx.node``, ``onnx.interface``, ``onnx.constants``, ``onnx.quantized``
+and ``onnx.lifted``), ``onnx.writer`` (a layer as nodes), ``onnx.rewrite`` (a whole model rewritten in place) and
+``onnx.running`` (onnxruntime sessions).
 """
 
 from __future__ import annotations
@@ -28,24 +28,26 @@ from pathlib import Path
 
 import onnx
 
+import gatepack.converters.formats.onnx.elementary as onnx_elementary
+import gatepack.converters.formats.onnx.qdq as onnx_qdq
+import gatepack.converters.formats.onnx.quantized as onnx_quantized
 import gatepack.converters.quantization as quantization
 from gatepack.converters.capabilities import ONNX, ONNX_FOR_DIRECTML
 from gatepack.converters.errors import GatepackError, RefusedError, UsageError
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats import onnx_elementary, onnx_qdq, onnx_quantized
-from gatepack.converters.formats.onnx_graph import DEFAULT_OPSET
-from gatepack.converters.formats.onnx_reader import read
-from gatepack.converters.formats.onnx_rewrite import in_place, is_whole_model, whole_model_finding
-from gatepack.converters.formats.onnx_running import (
+from gatepack.converters.formats.onnx.graph import DEFAULT_OPSET
+from gatepack.converters.formats.onnx.reader import read
+from gatepack.converters.formats.onnx.rewrite import in_place, is_whole_model, whole_model_finding
+from gatepack.converters.formats.onnx.running import (
     graph_inputs,
     graph_outputs,
     open_session,
     run_layer_native,
     run_native,
 )
-from gatepack.converters.formats.onnx_writer import build, quantized_form
+from gatepack.converters.formats.onnx.writer import build, quantized_form
 from gatepack.converters.model import Model
 from gatepack.converters.registry import FormatImplementation, runtime_name
 from gatepack.schemas.layer import RecurrentLayer

@@ -40,8 +40,8 @@ import numpy as np
 
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.openvino_ir import read_ir, run_model
-from gatepack.converters.formats.openvino_shapes import (
+from gatepack.converters.formats.openvino.ir import read_ir, run_model
+from gatepack.converters.formats.openvino.shapes import (
     Sizing,
     evaluate_for_two_shapes,
     from_shapes_only,

@@ -6,7 +6,7 @@ to X's batch, as exporters write them) is folded for two sizings of the symbolic
 one batch-1 state repeated along the batch. ``constant_feeders``: the nodes computing only a layer's constants,
 part of the layer rather than operators around it.
 
-(``onnx_folding`` is another pass: a whole model's constants and shapes folded for given input shapes.)
+(``onnx.folding`` is another pass: a whole model's constants and shapes folded for given input shapes.)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from gatepack.converters.errors import InputError, where
-from gatepack.converters.formats.onnx_graph import ONNX_DOMAINS, Scope, external_file, map_external, type_dims
+from gatepack.converters.formats.onnx.graph import ONNX_DOMAINS, Scope, external_file, map_external, type_dims
 
 NONDETERMINISTIC = {
     "RandomNormal",

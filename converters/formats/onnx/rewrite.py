@@ -1,5 +1,5 @@
 """A whole ONNX model rewritten in place: each recurrent node (or lifted region) replaced by the nodes
-``onnx_writer`` emits for its canonical layer, the dead constants dropped, external data relocated or
+``onnx.writer`` emits for its canonical layer, the dead constants dropped, external data relocated or
 embedded. Written by the ONNX format and imported by the OpenVINO and Core ML whole-model paths."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
+import gatepack.converters.formats.onnx.elementary as onnx_elementary
+import gatepack.converters.formats.onnx.quantized as onnx_quantized
 from gatepack.converters.description import held_weight_name
 from gatepack.converters.errors import InputError, UsageError
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats import onnx_elementary, onnx_quantized
-from gatepack.converters.formats.onnx_graph import (
+from gatepack.converters.formats.onnx.graph import (
     DEFAULT_OPSET,
     FORMAT,
     ONNX_DOMAINS,
@@ -25,8 +26,8 @@ from gatepack.converters.formats.onnx_graph import (
     load_proto,
     walk_nodes,
 )
-from gatepack.converters.formats.onnx_lifting import Region, Replacement, node_inputs, replace_in_place
-from gatepack.converters.formats.onnx_writer import NameBook, Stacked, WriteForm, layer_nodes, recurrent_attributes
+from gatepack.converters.formats.onnx.lifting import Region, Replacement, node_inputs, replace_in_place
+from gatepack.converters.formats.onnx.writer import NameBook, Stacked, WriteForm, layer_nodes, recurrent_attributes
 from gatepack.converters.model import Model
 from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, RecurrentLayer, stack_directions, state_roles
@@ -58,7 +59,7 @@ def in_place(
     A GRU/RNN node (with the Transposes gatepack absorbed around it) becomes ``layer_nodes``: every
     attribute explicit, the layout per ``layout_encoding``, the weights as new initializers of its own
     (sub)graph, reading and producing the same tensor names. A lifted Loop or unrolled chain becomes one
-    node (``onnx_lifting.replace_in_place``). Every other node, initializer, input, output, name and the
+    node (``onnx.lifting.replace_in_place``). Every other node, initializer, input, output, name and the
     model's metadata stay as they were; weights and the constant nodes that computed them are removed
     when nothing else reads them. The model keeps its opset.
 
@@ -253,7 +254,7 @@ def _drop_dead_constants(graph: onnx.GraphProto, gone: list[onnx.NodeProto], rea
 
 def _lifted_replacement(layer: RecurrentLayer, opset: int) -> tuple[Region, Replacement]:
     """What replaces a lifted layer's loop or unrolled steps (``replace_in_place``): its GRU/RNN/LSTM node, or for
-    a layer with a per-step hold (which no such node has) ``onnx_elementary``'s Loop reading the source's mask."""
+    a layer with a per-step hold (which no such node has) ``onnx.elementary``'s Loop reading the source's mask."""
     region = isolated_record(layer).region
     assert region is not None  # (a lifted layer's)
     return region, _replacement(layer, region, opset)
@@ -280,7 +281,7 @@ def _replacement(layer: RecurrentLayer, region: Region, opset: int) -> Replaceme
 
 
 def _held_replacement(layer: RecurrentLayer, opset: int, inputs: list[str], outputs: list[str]) -> Replacement:
-    """A masked lifted layer as ``onnx_elementary``'s Loop (sequence-major, reading the source's own mask)."""
+    """A masked lifted layer as ``onnx.elementary``'s Loop (sequence-major, reading the source's own mask)."""
     weights: dict[str, np.ndarray] = {}
     counter = iter(range(1 << 30))
     base = layer.name.replace("/", ".")

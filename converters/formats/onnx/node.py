@@ -3,7 +3,7 @@
 the input half Wb and the recurrent half Rb) and P [D, peepholes*H] checked and split per direction, its activations
 (in gatepack's canonical spelling, with the alpha/beta defaults runtimes disagree on filled by the reader's
 ``DefaultsPolicy`` and noted), clip (for RNN, clip < 0 means none, as onnxruntime has it) and layout; its interface
-and held inputs (``onnx_interface``); the weights and held inputs folded when computed (``onnx_constants``).
+and held inputs (``onnx.interface``); the weights and held inputs folded when computed (``onnx.constants``).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from onnx import helper
 
 from gatepack.converters.errors import InputError, where
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.onnx_constants import ModelConstants
-from gatepack.converters.formats.onnx_graph import FORMAT, Isolated, Scope
-from gatepack.converters.formats.onnx_interface import (
+from gatepack.converters.formats.onnx.constants import ModelConstants
+from gatepack.converters.formats.onnx.graph import FORMAT, Isolated, Scope
+from gatepack.converters.formats.onnx.interface import (
     computed_inputs,
     held_constants,
     node_interface,
     without_zero_states,
 )
-from gatepack.converters.formats.onnx_qdq import dequantize_linear_weight
+from gatepack.converters.formats.onnx.qdq import dequantize_linear_weight
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, ResolvedDefault, canonical_name, resolve_activations
 from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import Cell, Direction, DirectionParams, Provenance, RecurrentLayer, SpecError

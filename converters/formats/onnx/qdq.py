@@ -24,8 +24,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from gatepack.converters.formats.onnx_constants import ModelConstants
-from gatepack.converters.formats.onnx_graph import ONNX_DOMAINS, Scope
+from gatepack.converters.formats.onnx.constants import ModelConstants
+from gatepack.converters.formats.onnx.graph import ONNX_DOMAINS, Scope
 from gatepack.schemas.quantized import QuantizationError, QuantizedWeights, compacted
 
 OP_TYPE = "DequantizeLinear"

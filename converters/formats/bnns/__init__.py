@@ -225,7 +225,7 @@ def describe_bundle(model: Model) -> tuple[dict, dict[str, Callable[[], np.ndarr
 
 def write(model: Model, path: str | Path, **_options) -> None:
     """Write ``model``'s layers as a BNNS bundle directory at ``path`` (atomically)."""
-    from gatepack.converters.formats.bnns_swift import emit
+    from gatepack.converters.formats.bnns.swift import emit
 
     document, arrays = describe_bundle(with_separate_inputs(model))
     with atomic_path(Path(path), directory=True) as tmp:

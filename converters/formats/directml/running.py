@@ -10,7 +10,7 @@ import numpy as np
 
 from gatepack.converters.errors import InputError, NoRecurrentLayerError, RuntimeFailure, UsageError
 from gatepack.converters.executor import CellOptions
-from gatepack.converters.formats.directml_desc import (
+from gatepack.converters.formats.directml.desc import (
     ACTIVATIONS,
     EP_ACTIVATIONS,
     EP_DEFAULT_PARAMETERS,
@@ -20,7 +20,7 @@ from gatepack.converters.formats.directml_desc import (
     OUTPUT_FIELDS,
     dml_activation,
 )
-from gatepack.converters.formats.directml_reader import DescRecurrence, Dispatch, Document, load_recurrence
+from gatepack.converters.formats.directml.reader import DescRecurrence, Dispatch, Document, load_recurrence
 from gatepack.schemas.layer import OUTPUT_ROLES, PERM_SWAP_01, PERM_Y_TO_BATCH_MAJOR, Cell, Direction, RecurrentLayer
 
 

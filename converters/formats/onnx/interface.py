@@ -23,9 +23,9 @@ import onnx
 from gatepack.converters.description import constant_from_layout
 from gatepack.converters.errors import InputError
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.onnx_constants import ModelConstants
-from gatepack.converters.formats.onnx_graph import PERM_IN, PERM_Y, PERM_YH, Isolated, Scope, type_dims
-from gatepack.converters.formats.onnx_lifting import perm_of
+from gatepack.converters.formats.onnx.constants import ModelConstants
+from gatepack.converters.formats.onnx.graph import PERM_IN, PERM_Y, PERM_YH, Isolated, Scope, type_dims
+from gatepack.converters.formats.onnx.lifting import perm_of
 from gatepack.schemas.layer import CONSTANT_ROLES, OUTPUT_ROLES, ROLE_LABELS, Interface, SpecError
 
 
