@@ -237,16 +237,13 @@ def save(
     from gatepack.converters import registry
     from gatepack.converters.fileio import prepare_output
     from gatepack.converters.model import as_layers_only
-    from gatepack.converters.reporting import model_finding
 
     info, implementation = registry.writer(to or registry.detect(path, writing=True))
     assert implementation.write is not None  # registry.writer returns formats that write
     info.check_options(options)
     model = as_layers_only(model) if layers_only else model
-    whole = model_finding(model, info.name)
     label = str(model.path or "(in-memory model)")
-    if whole is not None:
-        _refuse_blocking(label, {"(model)": [whole]}, Acceptance(), layers_only)
+    whole = _refuse_partial_model(model, label, info.name, layers_only)
     refused = {layer.name: [f] for layer in model.layers if (f := registry.cell_refusal(info, layer)) is not None}
     _refuse_blocking(label, refused, Acceptance())
     model = _refuse_dequantizing(model, label, info.name, options, whole, dequantize)
@@ -540,6 +537,7 @@ def _convert(
             )
         model = with_layout(model, layout)
     model = _quantized(accepted.marked(model), label, info.name, accepted.quantize)
+    _refuse_partial_model(model, label, info.name, layers_only)  # before the source is run for its states
     pairs, given, drawn = _state_pairs(model, source, write_options, stream, given, seed, verify, info.stateful_layers)
     model = _with_state_pairs(model, label, pairs, bool(write_options.get("stateful")))
     write_options = implementation.settle_options(model, write_options)  # one value for the findings and the writer
@@ -745,6 +743,17 @@ def _read_back(implementation, tmp: Path, source: "Model", target: str) -> "Mode
         if source.format != target or source.path is None:
             raise
         return Model(tmp, target, [], meta={"other_ops": source.meta.get("other_ops"), "elementary": True})
+
+
+def _refuse_partial_model(model: "Model", label: str, target: str, layers_only: bool) -> "Finding | None":
+    """RefusedError when ``target`` would hold a whole ``model``'s recurrent layers only and ``layers_only`` did not
+    ask for that, decided before anything runs the source; else the ``model`` finding (None: nothing to say)."""
+    from gatepack.converters.reporting import model_finding
+
+    whole = model_finding(model, target)
+    if whole is not None:
+        _refuse_blocking(label, {"(model)": [whole]}, Acceptance(), layers_only)
+    return whole
 
 
 def _findings(model: "Model", target: str, write_options: dict) -> dict[str, list["Finding"]]:

@@ -423,11 +423,12 @@ def sample_graph_inputs(
 
 def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[GivenInputs, str]:
     """For a whole ``model`` whose source fails on the inputs drawn at the default size: ``given`` with shapes for
-    its inputs that have symbolic dimensions, at the first size of ``samples.dim_size_candidates`` after the default
-    the source runs on (the sizes its graph implies, then larger; at each size first only the symbols one input
-    alone has, a batch shared by several inputs staying at the default, then every symbol), and that rule in words;
-    ``given`` unchanged ('') when every dimension is given or static, or no candidate runs (the verification then
-    says the source fails on the inputs drawn)."""
+    its inputs that have symbolic dimensions at the first size the source runs on, and that rule in words. Sizes
+    tried: the static sizes of its inputs (a batch another input fixes, as an IR's state [1, 2, H] fixes X's
+    batch), then ``samples.dim_size_candidates`` after the default (the sizes its graph implies, then larger);
+    at each size first only the symbols one input alone has (a batch shared by several inputs staying at the
+    default), then every symbol. ``given`` unchanged ('') when every dimension is given or static, or no
+    candidate runs (the verification then says the source fails on the inputs drawn)."""
     from gatepack.converters.formats.onnx.graph import load_proto
     from gatepack.converters.samples import MAX_SAMPLE_VALUES, dim_size_candidates, implied_sizes
 
@@ -435,11 +436,12 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
     if all(isinstance(d, int) for _, dims in declared for d in dims):
         return given, ""
     implied = implied_sizes(load_proto(Path(str(model.path)))) if model.format == "onnx" else []
+    static = sorted({d for _, _, dims in _graph_inputs(model) for d in dims if isinstance(d, int) and d >= 2})
     shared = {
         d for d, k in Counter(d for _, dims in declared for d in set(dims) if isinstance(d, str)).items() if k > 1
     }
     run = registry.reader(model.format).run_native
-    for size in dim_size_candidates(implied)[1:]:
+    for size in dict.fromkeys([*static, *dim_size_candidates(implied)[1:]]):
         for keep_shared in (True, False) if shared else (False,):
             fixed = {
                 d: DEFAULT_SEQ_LENGTH if keep_shared and d in shared else size for _, dims in declared for d in dims
@@ -457,7 +459,8 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
                 continue
             return trial, (
                 f"symbolic dimensions drawn as {size}{' (those of one input; shared ones 7)' if keep_shared else ''}: "
-                f"the source fails at {DEFAULT_SEQ_LENGTH}; the first size it runs on among those its graph implies "
+                f"the source fails at {DEFAULT_SEQ_LENGTH}; the first size it runs on among its inputs' static sizes "
+                f"({', '.join(map(str, static)) or 'none'}), those its graph implies "
                 f"({', '.join(map(str, implied)) or 'none'}), then larger"
             )
     return given, ""
