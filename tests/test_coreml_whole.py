@@ -306,25 +306,25 @@ def test_matmul_by_a_vector_is_translated_as_numpy_computes_it(tmp_path):
 
 def _inside_the_builder(monkeypatch) -> str:
     """The Tanh entry fails inside coremltools' builder."""
-    from gatepack.converters.formats.coreml import onnx_ops
-    from gatepack.converters.formats.coreml.translate import OnnxOp
+    import gatepack.converters.formats.coreml.onnx_ops  # noqa: F401 - Core ML's column of the table
+    from gatepack.converters.operators.table import OPERATORS, OnnxOp
 
     def fails_inside_the_builder(t, node):
         raise IndexError("tuple index out of range")
 
-    monkeypatch.setitem(onnx_ops.OPERATORS, "Tanh", OnnxOp(fails_inside_the_builder))
+    monkeypatch.setitem(OPERATORS["Tanh"], "coreml", OnnxOp(fails_inside_the_builder))
     return "tuple index"
 
 
 def _around_the_entry(monkeypatch) -> str:
     """A failure around an entry rather than inside it (coremltools raising as its concat does on mismatched
     dimensions)."""
-    from gatepack.converters.formats.coreml import whole
+    from gatepack.converters.operators import translation
 
-    def fails(t, node, entry):
+    def fails(t, node):
         raise ValueError('Dimension mismatch in concat ("c"): shapes (1,) vs. (2,)')
 
-    monkeypatch.setattr(whole, "_emitted", fails)
+    monkeypatch.setattr(translation, "entry", fails)
     return "Dimension mismatch"
 
 

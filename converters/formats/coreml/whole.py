@@ -25,9 +25,10 @@ from gatepack.converters.formats.coreml.common import (
     lowest_target,
     safe_name,
 )
-from gatepack.converters.formats.coreml.translate import MAX_RANK, Narrow, Squeezed, Translation, Untranslatable
+from gatepack.converters.formats.coreml.translate import MAX_RANK, MilTranslation, Narrow, Squeezed
 from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
 from gatepack.converters.model import Model
+from gatepack.converters.operators.translation import Untranslatable, translate_nodes
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
 # ONNX element types (TensorProto.DataType) a package's inputs and outputs can carry, as MIL types' names
@@ -40,7 +41,6 @@ _IO_CHANGES = {
 }
 _BOOL = 9  # a bool input is fed as int32 and cast to bool inside the program; a bool output leaves it as int32
 # nodes never evaluated at conversion time though their inputs are constant (values that must differ per run)
-_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
 # what a user whose model Core ML cannot hold whole can do instead
@@ -182,7 +182,7 @@ def translate_proto(
         for o in graph.output
         if o.type.tensor_type.elem_type in _IO_CHANGES and o.type.tensor_type.elem_type != _BOOL
     ]
-    t = Translation(mb, prepared.opset)
+    t = MilTranslation(prepared.opset, mb=mb)
     described: list[dict] = []
     failures: list[Untranslatable] = []
     with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
@@ -209,7 +209,7 @@ def translate_proto(
     }
 
 
-def _bind_inputs(t: Translation, graph, function, names: dict, scalars: list, states: dict) -> None:
+def _bind_inputs(t: MilTranslation, graph, function, names: dict, scalars: list, states: dict) -> None:
     """Each graph input's value in the program: a state read from its store and widened to fp32, a bool input (fed
     as int32 0/1) cast to bool, a scalar input (``[1]`` in the package) squeezed."""
     bools = {value.name for value in graph.input if value.type.tensor_type.elem_type == _BOOL}
@@ -222,7 +222,7 @@ def _bind_inputs(t: Translation, graph, function, names: dict, scalars: list, st
         t.values[onnx_name] = t.mb.squeeze(x=given, axes=[0]) if onnx_name in scalars else given
 
 
-def _program_outputs(t: Translation, path: Path, graph, function, names: dict, states: dict, changes: list) -> list:
+def _program_outputs(t: MilTranslation, path: Path, graph, function, names: dict, states: dict, changes: list) -> list:
     """The program's outputs: an ``identity`` per graph output under its own (sanitised) name; a bool output cast to
     int32 (Core ML outputs carry no bools; noted in ``changes``); a state's new value stored back (fp16) instead."""
     from coremltools.converters.mil.mil import types
@@ -358,84 +358,30 @@ def _initializers(path: Path, prepared: _Prepared) -> dict[str, np.ndarray]:
 
 
 def _translate_graph(
-    t: Translation, graph, prepared: _Prepared, strategy: str, target: str, described: list, failures: list
+    t: MilTranslation, graph, prepared: _Prepared, strategy: str, target: str, described: list, failures: list
 ) -> None:
-    """Translate ``graph``'s nodes in order into ``t``; collect what cannot be translated in ``failures``."""
-    from gatepack.converters.formats.coreml.onnx_ops import OPERATORS
+    """Translate ``graph``'s nodes in order into ``t`` (``operators.translation.translate_nodes``): a recurrent
+    layer's nodes by the layer writer, an ``If`` by ``_translate_if``, every other node by the operator table;
+    collect what cannot be translated in ``failures``."""
+    import gatepack.converters.formats.coreml.onnx_ops  # noqa: F401 - registers Core ML's column of the table
 
-    for node in graph.node:
-        if id(node) in prepared.skip:
-            layer = prepared.members.get(id(node))
-            if layer is not None and prepared.ready(layer, t.values, node):
-                prepared.emitted.add(id(layer))
-                _emit_layer(t, node, layer, strategy, target, described, failures)
-            continue
-        try:
-            if node.domain not in ("", "ai.onnx"):
-                t.refuse(node, f"an operator of domain {node.domain!r}")
-            if any(name and name not in t.values for name in node.input):
-                if failures:
-                    continue  # it reads what a node that could not be translated computes: that node is named
-                t.refuse(
-                    node, f"it reads {[n for n in node.input if n and n not in t.values]}, computed nowhere before"
-                )
-            if node.op_type == "If":
-                _translate_if(t, node, prepared, strategy, target, described, failures)
-                continue
-            inputs = [t.values[name] if name else None for name in node.input]
-            constant_inputs = all(v is None or isinstance(v, np.ndarray) for v in inputs)
-            if node.op_type == "Constant" or (node.input and constant_inputs and node.op_type not in _NOT_FOLDED):
-                t.values.update(zip(node.output, _evaluate(t, node, inputs)))
-                continue
-            if node.op_type in ("Shape", "Size") and _static(t.values.get(node.input[0])):
-                from gatepack.converters.formats.onnx.folding import shape_value
+    def layer_node(node) -> bool:
+        if id(node) not in prepared.skip:
+            return False
+        layer = prepared.members.get(id(node))
+        if layer is not None and prepared.ready(layer, t.values, node):
+            prepared.emitted.add(id(layer))
+            _emit_layer(t, node, layer, strategy, target, described, failures)
+        return True
 
-                t.values[node.output[0]] = shape_value(node, Translation.shape(t.values[node.input[0]]))
-                continue
-            entry = OPERATORS.get(node.op_type)
-            if entry is None:
-                t.refuse(node, "no translation to MIL")
-            if not entry.opsets[0] <= t.opset <= entry.opsets[1]:
-                t.refuse(node, f"its translation covers opsets {entry.opsets[0]}..{entry.opsets[1]}, not {t.opset}")
-            extra = sorted({a.name for a in node.attribute} - entry.attributes)
-            if extra:
-                t.refuse(node, f"attribute{'s' if len(extra) > 1 else ''} {', '.join(extra)} not honoured")
-            t.values.update((name, value) for name, value in zip(node.output, _emitted(t, node, entry)) if name)
-        except Untranslatable as err:
-            failures.append(err)
-        except Exception:  # noqa: BLE001 - folding, a shape, a cond: refused naming the node, never a crash
-            failures.append(Untranslatable(node, _rejected(t, node, "its translation fails on its inputs")))
+    def if_node(node) -> None:
+        _translate_if(t, node, prepared, strategy, target, described, failures)
 
-
-def _emitted(t: Translation, node, entry) -> Sequence:
-    """``entry``'s MIL values for ``node``; whatever coremltools' builder still raises (its type inference on inputs the
-    entry's own checks let through) is a refusal naming the node and its inputs, never the builder's text."""
-    try:
-        return entry.emit(t, node)
-    except Untranslatable:
-        raise
-    except Exception as err:
-        raise Untranslatable(node, _rejected(t, node)) from err
-
-
-def _rejected(t: Translation, node, what: str = "coremltools' MIL builder rejects its inputs") -> str:
-    """'coremltools' MIL builder rejects its inputs ('a' [?, 5, 3] fp32; 'b' [3] fp32)': the inputs as the translation
-    holds them (the builder's own message names its internals, not the model)."""
-    from gatepack.converters.formats.coreml.onnx_ops.elementwise import mil_dtype
-
-    held = []
-    for name in node.input:
-        value = t.values.get(name) if name else None
-        if value is None or isinstance(value, Squeezed):
-            continue
-        value = value.var if isinstance(value, Narrow) else value
-        shape = ", ".join(str(d) if isinstance(d, (int, np.integer)) else "?" for d in Translation.shape(value))
-        held.append(f"{name!r} [{shape}] {mil_dtype(value)}")
-    return f"{what} ({'; '.join(held) or 'none'})"
+    translate_nodes(t, graph.node, failures, claims=layer_node, special={"If": if_node})
 
 
 def _translate_if(
-    t: Translation, node, prepared: _Prepared, strategy: str, target: str, described: list, failures: list
+    t: MilTranslation, node, prepared: _Prepared, strategy: str, target: str, described: list, failures: list
 ) -> None:
     """An ``If``: when its condition is known at conversion time, the chosen branch translated in place (it reads
     the outer graph's values; its outputs become the node's); else MIL's ``cond`` holding both branches."""
@@ -518,23 +464,8 @@ def _branch_constants(branch) -> dict[str, np.ndarray]:
     return {init.name: numpy_helper.to_array(init) for init in branch.initializer}
 
 
-def _static(value) -> bool:
-    return value is not None and all(isinstance(d, (int, np.integer)) for d in Translation.shape(value))
-
-
-def _evaluate(t: Translation, node, inputs: list) -> list[np.ndarray]:
-    """A node whose inputs are all constants, evaluated by onnx's reference implementation."""
-    from gatepack.converters.formats.onnx.folding import evaluate_node
-
-    known = {name: value for name, value in zip(node.input, inputs) if name}
-    outputs = evaluate_node(node, known, {"": t.opset})
-    if outputs is None:
-        t.refuse(node, "onnx's reference implementation cannot evaluate it on its constant inputs")
-    return outputs
-
-
 def _emit_layer(
-    t: Translation, node, layer: RecurrentLayer, strategy: str, target: str, described: list, failures: list
+    t: MilTranslation, node, layer: RecurrentLayer, strategy: str, target: str, described: list, failures: list
 ) -> None:
     itf = layer.interface
     try:
@@ -559,7 +490,7 @@ def _emit_layer(
         try:
             results, chosen = emit_layer(t.mb, layer, given, strategy, target)
         except Exception as err:  # coremltools' type inference, on what the checks above did not foresee
-            raise Untranslatable(node, f"layer {layer.name!r}: {_rejected(t, node)}") from err
+            raise Untranslatable(node, f"layer {layer.name!r}: {t.rejected(node)}") from err
     except Untranslatable as err:
         failures.append(err)
         return

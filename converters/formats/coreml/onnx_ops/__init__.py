@@ -1,4 +1,5 @@
-"""The ONNX operator table: one ``OnnxOp`` per ONNX operator type (``translate`` defines the interface).
+"""Core ML's column of the operator table (``converters/operators``): one ``OnnxOp`` per ONNX operator type,
+registered under ``coreml`` when this package is imported (``translate`` defines the interface).
 
 A new operator is one entry in the module of its kind: ``elementwise`` (arithmetic, comparisons, activations,
 casts), ``nn`` (matrix products, convolutions, pooling, normalisation, resizing), ``tensor`` (shapes,
@@ -7,6 +8,8 @@ is tested against onnxruntime on the operator alone.
 """
 
 from gatepack.converters.formats.coreml.onnx_ops import elementwise, nn, quantized, tensor
-from gatepack.converters.formats.coreml.translate import OnnxOp
+from gatepack.converters.formats.coreml.translate import MilTranslation
+from gatepack.converters.operators.table import register
 
-OPERATORS: dict[str, OnnxOp] = {**elementwise.TABLE, **nn.TABLE, **tensor.TABLE, **quantized.TABLE}
+for _module in (elementwise, nn, tensor, quantized):
+    register(MilTranslation.target, _module.TABLE)

@@ -12,27 +12,16 @@ from typing import Callable
 
 import numpy as np
 
-from gatepack.converters.formats.coreml.translate import Narrow, OnnxOp, Translation, mil_constant
+from gatepack.converters.formats.coreml.translate import MIL_NUMPY, MilTranslation, Narrow, mil_dtype
+from gatepack.converters.operators.table import OnnxOp
 
 FLOATS = ("fp16", "fp32")
 NUMBERS = ("fp16", "fp32", "int32")
-_NUMPY = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}
-_MIL_NAMES = {np.dtype(v): k for k, v in _NUMPY.items()}
 # ONNX TensorProto element types a Cast can produce, as MIL types (int64 is int32, double fp32 in MIL)
 _CAST_TARGETS = {1: "fp32", 10: "fp16", 6: "int32", 7: "int32", 9: "bool", 11: "fp32"}
 
 
-def mil_dtype(value) -> str:
-    """The MIL element type name of a MIL var or NumPy value as MIL holds it ('fp32', 'int32', 'bool'...)."""
-    if isinstance(value, np.ndarray):
-        dtype = mil_constant(value).dtype
-        return _MIL_NAMES.get(dtype, str(dtype))
-    from coremltools.converters.mil.mil import types
-
-    return types.builtin_to_string(value.dtype)
-
-
-def typed(t: Translation, node, k: int, allowed: tuple[str, ...]):
+def typed(t: MilTranslation, node, k: int, allowed: tuple[str, ...]):
     """Input ``k`` as a MIL var whose element type is one of ``allowed``; refused otherwise."""
     value = t.value(node, k)
     dtype = mil_dtype(value)
@@ -41,7 +30,7 @@ def typed(t: Translation, node, k: int, allowed: tuple[str, ...]):
     return t.as_var(value)
 
 
-def _same_types(t: Translation, node, allowed: tuple[str, ...]) -> list:
+def _same_types(t: MilTranslation, node, allowed: tuple[str, ...]) -> list:
     """Every given input as a MIL var, all of one element type among ``allowed``."""
     values = [typed(t, node, k, allowed) for k in range(len(node.input)) if t.has(node, k)]
     if len({mil_dtype(v) for v in values}) > 1:
@@ -51,11 +40,11 @@ def _same_types(t: Translation, node, allowed: tuple[str, ...]) -> list:
 
 def like(number, reference) -> np.ndarray:
     """``number`` as a constant of ``reference``'s MIL element type."""
-    return np.asarray(number, _NUMPY[mil_dtype(reference)])
+    return np.asarray(number, MIL_NUMPY[mil_dtype(reference)])
 
 
 def _binary(mil_op: str, allowed: tuple[str, ...] = NUMBERS) -> OnnxOp:
-    def emit(t: Translation, node) -> list:
+    def emit(t: MilTranslation, node) -> list:
         x, y = _same_types(t, node, allowed)
         return [getattr(t.mb, mil_op)(x=x, y=y)]
 
@@ -65,14 +54,14 @@ def _binary(mil_op: str, allowed: tuple[str, ...] = NUMBERS) -> OnnxOp:
 def _unary(mil_op: str, allowed: tuple[str, ...] = FLOATS, first: int = 6, **parameters) -> OnnxOp:
     """``mil_op(x, **parameters)``; ``first``: the first opset without the legacy ``consumed_inputs``."""
 
-    def emit(t: Translation, node) -> list:
+    def emit(t: MilTranslation, node) -> list:
         x = typed(t, node, 0, allowed)
         return [getattr(t.mb, mil_op)(x=x, **{k: like(v, x) for k, v in parameters.items()})]
 
     return OnnxOp(emit, opsets=(first, 10_000))
 
 
-def _div(t: Translation, node) -> list:
+def _div(t: MilTranslation, node) -> list:
     """Floats: real_div. Integers: ONNX truncates toward zero, MIL's floor_div rounds down, so
     ``x / y = sign(x) * sign(y) * floor_div(|x|, |y|)``."""
     x, y = _same_types(t, node, NUMBERS)
@@ -83,7 +72,7 @@ def _div(t: Translation, node) -> list:
     return [mb.mul(x=magnitude, y=mb.mul(x=mb.sign(x=x), y=mb.sign(x=y)))]
 
 
-def _mod(t: Translation, node) -> list:
+def _mod(t: MilTranslation, node) -> list:
     """``fmod`` 0 (integers): MIL's ``mod``, the remainder with the divisor's sign, as ONNX. ``fmod`` 1: C's fmod,
     the remainder with the dividend's sign: ``sign(x) * mod(|x|, |y|)``."""
     x, y = _same_types(t, node, NUMBERS)
@@ -96,7 +85,7 @@ def _mod(t: Translation, node) -> list:
     return [mb.mul(x=mb.sign(x=x), y=mb.mod(x=mb.abs(x=x), y=mb.abs(x=y)))]
 
 
-def _pow(t: Translation, node) -> list:
+def _pow(t: MilTranslation, node) -> list:
     """x ** y. A one-element constant exponent that does not widen x: 1 is x, 2 is ``mul(x, x)``, 0.5 of a float
     is ``sqrt``; otherwise MIL's ``pow`` with the exponent in x's type (opset 12+ lets it differ: an integer
     exponent of a float base is converted; a float exponent of an integer base is refused)."""
@@ -120,13 +109,13 @@ def _pow(t: Translation, node) -> list:
     return [t.mb.pow(x=x, y=exponent)]
 
 
-def _neg(t: Translation, node) -> list:
+def _neg(t: MilTranslation, node) -> list:
     """-x as ``x * -1`` (integers too; -0.0 as ONNX gives it)."""
     x = typed(t, node, 0, NUMBERS)
     return [t.mb.mul(x=x, y=like(-1, x))]
 
 
-def _relu(t: Translation, node) -> list:
+def _relu(t: MilTranslation, node) -> list:
     """Floats: relu; integers (opset 14+): maximum(x, 0)."""
     x = typed(t, node, 0, NUMBERS)
     return [t.mb.relu(x=x) if mil_dtype(x) in FLOATS else t.mb.maximum(x=x, y=like(0, x))]
@@ -135,7 +124,7 @@ def _relu(t: Translation, node) -> list:
 def _compare(mil_op: str) -> OnnxOp:
     """A comparison (bool result). Equal also takes bools: ``not(x xor y)``."""
 
-    def emit(t: Translation, node) -> list:
+    def emit(t: MilTranslation, node) -> list:
         x, y = _same_types(t, node, (*NUMBERS, "bool") if mil_op == "equal" else NUMBERS)
         if mil_dtype(x) == "bool":
             return [t.mb.logical_not(x=t.mb.logical_xor(x=x, y=y))]
@@ -144,13 +133,13 @@ def _compare(mil_op: str) -> OnnxOp:
     return OnnxOp(emit, opsets=(7, 10_000))
 
 
-def _is_nan(t: Translation, node) -> list:
+def _is_nan(t: MilTranslation, node) -> list:
     """NaN is the one value not equal to itself: ``not_equal(x, x)``."""
     x = typed(t, node, 0, FLOATS)
     return [t.mb.not_equal(x=x, y=x)]
 
 
-def _is_inf(t: Translation, node) -> list:
+def _is_inf(t: MilTranslation, node) -> list:
     """``equal`` to +inf and/or -inf (``detect_positive``, ``detect_negative``); neither: ``greater(x, x)``, false
     everywhere."""
     x = typed(t, node, 0, FLOATS)
@@ -162,11 +151,11 @@ def _is_inf(t: Translation, node) -> list:
     return [t.mb.greater(x=x, y=x)]
 
 
-def _not(t: Translation, node) -> list:
+def _not(t: MilTranslation, node) -> list:
     return [t.mb.logical_not(x=typed(t, node, 0, ("bool",)))]
 
 
-def _where(t: Translation, node) -> list:
+def _where(t: MilTranslation, node) -> list:
     """select(cond, a, b), broadcasting the three."""
     cond = typed(t, node, 0, ("bool",))
     a, b = (typed(t, node, k, (*NUMBERS, "bool")) for k in (1, 2))
@@ -175,7 +164,7 @@ def _where(t: Translation, node) -> list:
     return [t.mb.select(cond=cond, a=a, b=b)]
 
 
-def _cast(t: Translation, node) -> list:
+def _cast(t: MilTranslation, node) -> list:
     """cast to ``to`` as MIL holds it: FLOAT fp32, FLOAT16 fp16, INT32 and INT64 int32, BOOL bool, DOUBLE fp32 (MIL
     has no float64; the package holds every float64 as fp32). Floats to integers truncate toward zero, non-zero is
     true, as in ONNX. ``saturate`` only concerns float8 targets, which are refused like every other type."""
@@ -188,7 +177,7 @@ def _cast(t: Translation, node) -> list:
     return [x if mil_dtype(x) == target else t.mb.cast(x=x, dtype=target)]
 
 
-def _clip_bound(t: Translation, node, k: int, name: str, x):
+def _clip_bound(t: MilTranslation, node, k: int, name: str, x):
     """Clip's lower (k=1, ``min``) or upper (k=2, ``max``) bound in x's type, or None when it is absent: an
     attribute before opset 11, an optional input from 11."""
     if t.opset < 11:
@@ -202,7 +191,7 @@ def _clip_bound(t: Translation, node, k: int, name: str, x):
     return typed(t, node, k, (mil_dtype(x),))
 
 
-def _clip(t: Translation, node) -> list:
+def _clip(t: MilTranslation, node) -> list:
     """min(max(x, lo), hi) (all ``hi`` where lo >= hi, as ONNX says): MIL's clip for floats with both bounds
     constant and lo < hi (iOS17+ refuses the others), maximum/minimum otherwise (integers, one bound, bounds
     computed at run time)."""
@@ -218,7 +207,7 @@ def _clip(t: Translation, node) -> list:
 def _variadic(mil_op: str, allowed: tuple[str, ...] = NUMBERS, mean: bool = False) -> OnnxOp:
     """Max/Min/Sum (and Mean: the sum divided by the count) of one or more inputs, broadcast."""
 
-    def emit(t: Translation, node) -> list:
+    def emit(t: MilTranslation, node) -> list:
         values = _same_types(t, node, allowed)
         out = values[0]
         for value in values[1:]:
@@ -231,7 +220,7 @@ def _variadic(mil_op: str, allowed: tuple[str, ...] = NUMBERS, mean: bool = Fals
 def _activation(build: Callable, defaults: dict, first: int = 6) -> OnnxOp:
     """A float activation ``build(mb, x, **attributes)`` with the ONNX attributes' ``defaults``."""
 
-    def emit(t: Translation, node) -> list:
+    def emit(t: MilTranslation, node) -> list:
         x = typed(t, node, 0, FLOATS)
         values = {name: like(t.attr(node, name, default), x) for name, default in defaults.items()}
         return [build(t.mb, x, **values)]
@@ -264,7 +253,7 @@ def _mish(mb, x):
     return mb.mul(x=x, y=mb.tanh(x=mb.softplus(x=x)))
 
 
-def _gelu(t: Translation, node) -> list:
+def _gelu(t: MilTranslation, node) -> list:
     """gelu: ``approximate`` 'none' is MIL's EXACT mode, 'tanh' its TANH_APPROXIMATION (the same formula)."""
     approximate = t.attr(node, "approximate", "none")
     modes = {"none": "EXACT", "tanh": "TANH_APPROXIMATION"}
@@ -281,7 +270,7 @@ def _per_channel(slope: np.ndarray, shape: tuple) -> bool:
     )
 
 
-def _prelu(t: Translation, node) -> list:
+def _prelu(t: MilTranslation, node) -> list:
     """x if x >= 0 else slope * x, the slope broadcast to x (unidirectionally). A one-value constant slope is MIL's
     leaky_relu; a constant slope of one value per channel of a rank-4 x is MIL's prelu (which holds no other
     shape: rank 3 and 5 only with equal values); any other slope, or integers: ``select(x < 0, x * slope, x)``."""

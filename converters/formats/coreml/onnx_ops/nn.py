@@ -13,12 +13,13 @@ from typing import Any, Callable
 import numpy as np
 
 from gatepack.converters.formats.coreml.onnx_ops.elementwise import mil_dtype, typed
-from gatepack.converters.formats.coreml.translate import OnnxOp, Translation
+from gatepack.converters.formats.coreml.translate import MilTranslation
+from gatepack.converters.operators.table import OnnxOp
 
 _AUTO_PADS = {"SAME_UPPER": "same", "SAME_LOWER": "same_lower", "VALID": "valid"}
 
 
-def _product_operands(t: Translation, node, ranks: tuple[int, int], transposed: tuple[bool, bool] = (False, False)):
+def _product_operands(t: MilTranslation, node, ranks: tuple[int, int], transposed: tuple[bool, bool] = (False, False)):
     """A and B of a matrix product as MIL vars, checked before coremltools' builder sees them (it fails inside
     otherwise): each of a rank in ``ranks`` (inclusive), one element type MIL's ``matmul`` takes (fp16, fp32, int32),
     and A's last dimension equal to B's contracted one (``transposed``: transA, transB) where both are known. A
@@ -37,7 +38,7 @@ def _product_operands(t: Translation, node, ranks: tuple[int, int], transposed: 
     return a, b
 
 
-def _matmul(t: Translation, node) -> list:
+def _matmul(t: MilTranslation, node) -> list:
     """ONNX MatMul is numpy.matmul: a 1-D A is promoted to [1, K] and a 1-D B to [K, 1], the added axis removed
     after. MIL's ``matmul`` promotes A so but takes B of rank >= 2: a vector B is expanded and the axis squeezed."""
     a, b = _product_operands(t, node, (1, 5))
@@ -46,7 +47,7 @@ def _matmul(t: Translation, node) -> list:
     return [t.mb.matmul(x=a, y=b)]
 
 
-def _gemm(t: Translation, node) -> list:
+def _gemm(t: MilTranslation, node) -> list:
     """``Y = alpha * A' @ B' + beta * C`` (``A'`` = A^T with transA, ``B'`` = B^T with transB; C broadcast
     unidirectionally to ``Y``). A and B are matrices."""
     alpha, beta = float(t.attr(node, "alpha", 1.0)), float(t.attr(node, "beta", 1.0))
@@ -65,7 +66,7 @@ def _gemm(t: Translation, node) -> list:
     return [y]
 
 
-def _kernel(t: Translation, node, weight_shape: tuple) -> list[int]:
+def _kernel(t: MilTranslation, node, weight_shape: tuple) -> list[int]:
     """The kernel's spatial shape from W; a ``kernel_shape`` attribute must agree with it."""
     kernel = [int(k) for k in weight_shape[2:]]
     given = t.attr(node, "kernel_shape")
@@ -74,7 +75,7 @@ def _kernel(t: Translation, node, weight_shape: tuple) -> list[int]:
     return kernel
 
 
-def _window_options(t: Translation, node, spatial: int) -> dict:
+def _window_options(t: MilTranslation, node, spatial: int) -> dict:
     """MIL's ``strides``, ``pad_type`` and ``pad`` from ONNX's ``strides``, ``auto_pad`` and ``pads``."""
     strides = [int(s) for s in t.attr(node, "strides", [1] * spatial)]
     auto_pad = t.attr(node, "auto_pad", "NOTSET")
@@ -89,13 +90,13 @@ def _window_options(t: Translation, node, spatial: int) -> dict:
     return {"strides": strides, "pad_type": _AUTO_PADS[auto_pad]}
 
 
-def _conv(t: Translation, node) -> list:
+def _conv(t: MilTranslation, node) -> list:
     """ONNX Conv as MIL conv (``convolution``); MIL needs the bias constant."""
     bias = t.constant(node, 2, "bias") if t.has(node, 2) else None
     return [convolution(t, node, t.value(node, 0), t.value(node, 1), bias)]
 
 
-def convolution(t: Translation, node, x, weight, bias: np.ndarray | None = None):
+def convolution(t: MilTranslation, node, x, weight, bias: np.ndarray | None = None):
     """MIL conv of ``x`` by ``weight`` under ``node``'s window attributes (1 to 3 spatial dimensions, groups,
     dilations; W ``[C_out, C_in / group, *K]`` in both). MIL needs W constant when dilated."""
     spatial = t.rank(x) - 2
@@ -112,7 +113,7 @@ def convolution(t: Translation, node, x, weight, bias: np.ndarray | None = None)
     return t.mb.conv(x=t.as_var(x), weight=t.as_var(weight), dilations=dilations, groups=group, **options)
 
 
-def _transpose_pads(t: Translation, node, x, kernel: list[int], spatial: int) -> list[int]:
+def _transpose_pads(t: MilTranslation, node, x, kernel: list[int], spatial: int) -> list[int]:
     """ConvTranspose's ``[begin, end]`` pads per spatial dimension (ONNX's order). From ``output_shape`` or
     auto_pad SAME_*: ``total = s * (d - 1) + output_padding + (k - 1) * dilation + 1 - out`` split in halves; an odd
     total is refused (ONNX's definition and onnxruntime put its odd element on different sides)."""
@@ -142,7 +143,7 @@ def _transpose_pads(t: Translation, node, x, kernel: list[int], spatial: int) ->
     return [total // 2 for total in totals] * 2
 
 
-def _conv_transpose(t: Translation, node) -> list:
+def _conv_transpose(t: MilTranslation, node) -> list:
     """ONNX ConvTranspose as MIL conv_transpose: W ``[C_in, C_out / group, *K]`` in both (MIL needs it constant);
     ``output_padding`` extends the output's end, i.e. it is taken off the end padding (refused when larger)."""
     x = t.value(node, 0)
@@ -168,7 +169,7 @@ def _conv_transpose(t: Translation, node) -> list:
     return [t.mb.conv_transpose(x=t.as_var(x), weight=weight, **options)]
 
 
-def _pool_options(t: Translation, node, x) -> dict:
+def _pool_options(t: MilTranslation, node, x) -> dict:
     """MIL pool parameters; ``ceil_mode`` is honoured where it gives floor's output sizes (ONNX and MIL size a
     window hanging past the input differently), ``dilations`` when all 1 (MIL's pools have none)."""
     spatial = t.rank(x) - 2
@@ -190,14 +191,14 @@ def _pool_options(t: Translation, node, x) -> dict:
     return options
 
 
-def _max_pool(t: Translation, node) -> list:
+def _max_pool(t: MilTranslation, node) -> list:
     if len(node.output) > 1 and node.output[1]:
         t.refuse(node, "its Indices output: MIL's max_pool has none")
     x = t.value(node, 0)
     return [t.mb.max_pool(x=t.as_var(x), **_pool_options(t, node, x))]
 
 
-def _average_pool(t: Translation, node) -> list:
+def _average_pool(t: MilTranslation, node) -> list:
     x = t.value(node, 0)
     exclude = not int(t.attr(node, "count_include_pad", 0))
     return [t.mb.avg_pool(x=t.as_var(x), exclude_padding_from_average=exclude, **_pool_options(t, node, x))]
@@ -206,7 +207,7 @@ def _average_pool(t: Translation, node) -> list:
 def _global_pool(mil_op: str) -> OnnxOp:
     """GlobalAveragePool / GlobalMaxPool: the reduction over every spatial axis, kept as size 1."""
 
-    def emit(t: Translation, node) -> list:
+    def emit(t: MilTranslation, node) -> list:
         x = t.value(node, 0)
         axes = list(range(2, t.rank(x)))
         return [getattr(t.mb, mil_op)(x=t.as_var(x), axes=axes, keep_dims=True)]
@@ -214,11 +215,11 @@ def _global_pool(mil_op: str) -> OnnxOp:
     return OnnxOp(emit)
 
 
-def _channel_constants(t: Translation, node, first: int, names: tuple[str, ...]) -> list[np.ndarray]:
+def _channel_constants(t: MilTranslation, node, first: int, names: tuple[str, ...]) -> list[np.ndarray]:
     return [t.constant(node, first + k, name).astype(np.float32) for k, name in enumerate(names)]
 
 
-def _batch_norm(t: Translation, node) -> list:
+def _batch_norm(t: MilTranslation, node) -> list:
     """Inference BatchNormalization as MIL batch_norm (statistics constant); a rank-2 input gets a spatial axis
     around it. Training (training_mode 1, or the running statistics' outputs read) is refused."""
     if int(t.attr(node, "training_mode", 0)) or any(node.output[1:]):
@@ -233,7 +234,7 @@ def _batch_norm(t: Translation, node) -> list:
     return [t.mb.squeeze(x=y, axes=[2]) if flat else y]
 
 
-def _instance_norm(t: Translation, node) -> list:
+def _instance_norm(t: MilTranslation, node) -> list:
     x = t.var(node, 0)
     if t.rank(x) not in (3, 4):
         t.refuse(node, f"a rank-{t.rank(x)} input: MIL's instance_norm takes rank 3 or 4")
@@ -242,7 +243,7 @@ def _instance_norm(t: Translation, node) -> list:
     return [t.mb.instance_norm(x=x, gamma=gamma, beta=beta, epsilon=epsilon)]
 
 
-def _layer_norm(t: Translation, node) -> list:
+def _layer_norm(t: MilTranslation, node) -> list:
     """LayerNormalization over axes ``axis..rank-1`` as MIL layer_norm; Scale and B (broadcast to the normalised
     shape) as its gamma/beta when constant and static, applied after it otherwise. Its Mean/InvStdDev outputs and
     a stash_type other than float are refused."""
@@ -279,12 +280,12 @@ def _softmax(log: bool):
     -1); before 13 over the input flattened to 2-D at ``axis`` (default 1): the trailing axes are merged into one
     (a reshape, back after)."""
 
-    def along_last(t: Translation, x):
+    def along_last(t: MilTranslation, x):
         if log:
             return t.mb.sub(x=x, y=t.mb.reduce_log_sum_exp(x=x, axes=[-1], keep_dims=True))
         return t.mb.softmax(x=x, axis=-1)
 
-    def emit(t: Translation, node) -> list:
+    def emit(t: MilTranslation, node) -> list:
         x = t.var(node, 0)
         rank = t.rank(x)
         axis = int(t.attr(node, "axis", -1 if t.opset >= 13 else 1)) % rank
@@ -323,7 +324,7 @@ def _reduce(onnx_op: str) -> OnnxOp:
     which must be constant; no axes reduces every axis unless ``noop_with_empty_axes`` (then the identity)."""
     mil_op, axes_input_from = _REDUCTIONS[onnx_op]
 
-    def emit(t: Translation, node) -> list:
+    def emit(t: MilTranslation, node) -> list:
         x = t.var(node, 0)
         if t.opset >= axes_input_from:
             given = t.constant(node, 1, "axes") if t.has(node, 1) else None
@@ -337,7 +338,7 @@ def _reduce(onnx_op: str) -> OnnxOp:
     return OnnxOp(emit, frozenset({"axes", "keepdims", "noop_with_empty_axes"}))
 
 
-def _flatten(t: Translation, node) -> list:
+def _flatten(t: MilTranslation, node) -> list:
     """Flatten to ``[prod(shape[:axis]), prod(shape[axis:])]``: one side may be symbolic (-1), not both."""
     x = t.var(node, 0)
     shape = t.shape(x)
@@ -351,7 +352,7 @@ def _flatten(t: Translation, node) -> list:
     return [t.mb.reshape(x=x, shape=target)]
 
 
-def _einsum_terms(t: Translation, node, count: int) -> tuple[list[str], str]:
+def _einsum_terms(t: MilTranslation, node, count: int) -> tuple[list[str], str]:
     """An Einsum equation's operand terms and output term (implicit mode: the letters used once, sorted).
     Ellipses and a letter repeated within one term (diagonals, traces) are refused naming the equation."""
     equation = str(t.attr(node, "equation")).replace(" ", "")
@@ -367,7 +368,7 @@ def _einsum_terms(t: Translation, node, count: int) -> tuple[list[str], str]:
     return terms, right
 
 
-def _grouped_shape(t: Translation, node, sizes: dict, where: dict, groups: list[str]):
+def _grouped_shape(t: MilTranslation, node, sizes: dict, where: dict, groups: list[str]):
     """The reshape target merging each group of letters into one axis: a list (-1 for one symbolic group), or,
     with more symbolic groups, a shape computed at run time (``where``: letter -> (operand, axis))."""
     merged = [math.prod(sizes[c] for c in g) if all(isinstance(sizes[c], int) for c in g) else -1 for g in groups]
@@ -382,7 +383,7 @@ def _grouped_shape(t: Translation, node, sizes: dict, where: dict, groups: list[
     return t.mb.concat(values=pieces, axis=0)
 
 
-def _einsum_operand(t: Translation, x, term: str, keep: str, order: list[str]):
+def _einsum_operand(t: MilTranslation, x, term: str, keep: str, order: list[str]):
     """``x`` (letters ``term``) summed over the letters not in ``keep`` and transposed to the groups' ``order``."""
     summed = [k for k, c in enumerate(term) if c not in keep]
     if summed:
@@ -392,7 +393,7 @@ def _einsum_operand(t: Translation, x, term: str, keep: str, order: list[str]):
     return t.mb.transpose(x=x, perm=perm) if perm != sorted(perm) else x
 
 
-def _einsum(t: Translation, node) -> list:
+def _einsum(t: MilTranslation, node) -> list:
     """Einsum of one or two operands without repeated letters: each operand summed over its own letters that
     are nowhere else, then ``[batch, free, contracted]`` x ``[batch, contracted, free]`` as transposes, reshapes
     and one MIL matmul, the result transposed to the output's order."""
@@ -440,7 +441,7 @@ _NEAREST: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def _resize_plan(t: Translation, node, shape: tuple) -> list[tuple[int, int, float]]:
+def _resize_plan(t: MilTranslation, node, shape: tuple) -> list[tuple[int, int, float]]:
     """(axis, output size, scale) of each axis Resize changes, from constant scales or sizes (opset 10: scales
     as the second input; 11+: roi, scales, sizes; 18+: ``axes``)."""
     scales_at = 1 if t.opset < 11 else 2
@@ -464,7 +465,7 @@ def _resize_plan(t: Translation, node, shape: tuple) -> list[tuple[int, int, flo
     ]
 
 
-def _resize(t: Translation, node) -> list:
+def _resize(t: MilTranslation, node) -> list:
     """ONNX Resize, nearest or linear, as one ``gather`` (nearest) or two gathers blended (linear) per resized
     axis, with the source indices and weights computed at conversion time by ONNX's coordinate transformation
     and nearest rounding: exact for every size, scale and mode. Refused: cubic, antialias, tf_crop_and_resize,

@@ -25,7 +25,8 @@ import numpy as np
 
 from gatepack.converters.formats.coreml.onnx_ops.elementwise import typed
 from gatepack.converters.formats.coreml.onnx_ops.nn import convolution
-from gatepack.converters.formats.coreml.translate import Narrow, OnnxOp, Translation
+from gatepack.converters.formats.coreml.translate import MilTranslation, Narrow
+from gatepack.converters.operators.table import OnnxOp
 
 _RANGES = {np.dtype(np.uint8): (0.0, 255.0), np.dtype(np.int8): (-128.0, 127.0)}
 _UINT8 = np.dtype(np.uint8)
@@ -41,14 +42,14 @@ def _round_half_to_even(mb, v):
     return mb.add(x=f, y=mb.add(x=up, y=tie))
 
 
-def _saturated(t: Translation, scaled, zero_point, dtype: np.dtype) -> Narrow:
+def _saturated(t: MilTranslation, scaled, zero_point, dtype: np.dtype) -> Narrow:
     """``saturate(round(scaled) + zero_point)`` in ``dtype`` (``zero_point`` a float holding an integer)."""
     low, high = _RANGES[dtype]
     q = t.mb.add(x=_round_half_to_even(t.mb, scaled), y=zero_point)
     return Narrow(t.mb.cast(x=t.mb.clip(x=q, alpha=np.float32(low), beta=np.float32(high)), dtype="int32"), dtype)
 
 
-def _as_float(t: Translation, node, k: int):
+def _as_float(t: MilTranslation, node, k: int):
     """Input ``k`` (8-bit, int32 or float) as float32 numbers: a NumPy array when constant, else a MIL var."""
     value = t.value(node, k)
     if isinstance(value, np.ndarray):
@@ -57,7 +58,7 @@ def _as_float(t: Translation, node, k: int):
     return var if str(var.dtype).endswith("fp32") else t.mb.cast(x=var, dtype="fp32")
 
 
-def _along(t: Translation, value, axis: int, rank: int):
+def _along(t: MilTranslation, value, axis: int, rank: int):
     """A per-axis parameter (1-D, several elements) shaped to broadcast along ``axis`` of a rank-``rank`` tensor;
     a per-tensor one (one element) as it is."""
     if t.rank(value) != 1 or t.shape(value)[0] == 1:
@@ -69,7 +70,7 @@ def _along(t: Translation, value, axis: int, rank: int):
     return t.mb.reshape(x=value, shape=np.asarray(shape, np.int32))
 
 
-def _centred(t: Translation, node, k: int, zero_point_k: int, axis: int):
+def _centred(t: MilTranslation, node, k: int, zero_point_k: int, axis: int):
     """Input ``k`` minus its zero point (input ``zero_point_k``, per tensor or along ``axis``), as float32."""
     value = _as_float(t, node, k)
     if not t.has(node, zero_point_k):
@@ -80,7 +81,7 @@ def _centred(t: Translation, node, k: int, zero_point_k: int, axis: int):
     return t.mb.sub(x=t.as_var(value), y=zero_point)
 
 
-def _dynamic_quantize_linear(t: Translation, node) -> list:
+def _dynamic_quantize_linear(t: MilTranslation, node) -> list:
     """x (float32) -> y (uint8), y_scale, y_zero_point (uint8), computed from x's range (module docstring)."""
     x = typed(t, node, 0, ("fp32",))
     mb = t.mb
@@ -96,7 +97,7 @@ def _dynamic_quantize_linear(t: Translation, node) -> list:
     return [y, scale, Narrow(mb.cast(x=zero_point, dtype="int32"), _UINT8)]
 
 
-def _quantize_linear(t: Translation, node) -> list:
+def _quantize_linear(t: MilTranslation, node) -> list:
     """``y = saturate(round(x / y_scale) + y_zero_point)``, per tensor or along ``axis`` (default 1); y's type is
     the zero point's (uint8 without one)."""
     x = typed(t, node, 0, ("fp32",))
@@ -110,14 +111,14 @@ def _quantize_linear(t: Translation, node) -> list:
     return [_saturated(t, t.mb.real_div(x=x, y=scale), t.as_var(np.asarray(zero_point, np.float32)), dtype)]
 
 
-def _dequantize_linear(t: Translation, node) -> list:
+def _dequantize_linear(t: MilTranslation, node) -> list:
     """``y = (x - x_zero_point) * x_scale`` in float32, per tensor or along ``axis`` (default 1)."""
     x = _centred(t, node, 0, 2, int(t.attr(node, "axis", 1)))
     scale = _along(t, _as_float(t, node, 1), int(t.attr(node, "axis", 1)), t.rank(x))
     return [t.mb.mul(x=t.as_var(x), y=scale)]
 
 
-def _matmul_integer(t: Translation, node) -> list:
+def _matmul_integer(t: MilTranslation, node) -> list:
     """``(A - a_zero_point) @ (B - b_zero_point)`` as int32: A's zero point per tensor or per row, B's per tensor or
     per column; both operands of rank >= 2 (a vector is refused)."""
     for k in (0, 1):
@@ -127,7 +128,7 @@ def _matmul_integer(t: Translation, node) -> list:
     return [t.mb.cast(x=t.mb.matmul(x=t.as_var(a), y=t.as_var(b)), dtype="int32")]
 
 
-def _conv_integer(t: Translation, node) -> list:
+def _conv_integer(t: MilTranslation, node) -> list:
     """``conv(x - x_zero_point, w - w_zero_point)`` as int32 (w's zero point per tensor or per output channel)."""
     x, weight = _centred(t, node, 0, 2, 1), _centred(t, node, 1, 3, 0)
     return [t.mb.cast(x=convolution(t, node, x, weight), dtype="int32")]

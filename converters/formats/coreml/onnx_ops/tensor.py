@@ -12,14 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gatepack.converters.formats.coreml.translate import (
-    MAX_RANK,
-    Narrow,
-    OnnxOp,
-    Squeezed,
-    Translation,
-    mil_constant,
-)
+from gatepack.converters.formats.coreml.translate import MAX_RANK, MilTranslation, Narrow, Squeezed, mil_constant
+from gatepack.converters.operators.table import OnnxOp
 
 _INT32_MIN, _INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 # the element types MIL's gather, scatter_nd and pad take (int64 arrives as int32)
@@ -31,7 +25,7 @@ _EIGHT_BITS = {np.dtype(np.int8), np.dtype(np.uint8)}
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _axes(t: Translation, node, rank: int) -> list[int] | None:
+def _axes(t: MilTranslation, node, rank: int) -> list[int] | None:
     """Squeeze/Unsqueeze axes: the ``axes`` attribute before opset 13, the second input from 13; negative
     axes counted from the end of ``rank``."""
     if t.opset >= 13:
@@ -58,14 +52,14 @@ def _dtype(value) -> np.dtype:
     return np.dtype(types.nptype_from_builtin(value.dtype))
 
 
-def _require(t: Translation, node, value, types: set, what: str = "data") -> None:
+def _require(t: MilTranslation, node, value, types: set, what: str = "data") -> None:
     """Refuse ``value`` unless its element type is one of ``types`` (what the MIL op takes)."""
     if _dtype(value) not in types:
         names = ", ".join(sorted(str(d) for d in types))
         t.refuse(node, f"its {what} is {_dtype(value)}; the MIL op takes {names}")
 
 
-def _dim(t: Translation, x, axis: int):
+def _dim(t: MilTranslation, x, axis: int):
     """Dimension ``axis`` of ``x``: an int when static, else a scalar int32 MIL var computed at run time."""
     d = t.shape(x)[axis]
     if _static(d):
@@ -73,7 +67,7 @@ def _dim(t: Translation, x, axis: int):
     return t.mb.gather(x=t.mb.shape(x=t.as_var(x)), indices=np.int32(axis), axis=0)
 
 
-def _dims_vector(t: Translation, dims: list):
+def _dims_vector(t: MilTranslation, dims: list):
     """A list of dimensions (ints or scalar vars) as one int32 MIL vector (a constant when all are ints)."""
     if all(_static(d) for d in dims):
         return np.asarray(dims, np.int32)
@@ -81,7 +75,7 @@ def _dims_vector(t: Translation, dims: list):
     return t.mb.concat(values=[t.as_var(p) for p in parts], axis=0)
 
 
-def _nonnegative(t: Translation, indices, dims: list):
+def _nonnegative(t: MilTranslation, indices, dims: list):
     """``indices`` with each negative index ``i`` replaced by ``i + dim`` (``dims``: one dimension, or one per
     entry of the last axis of ``indices`` as ScatterND's). Constant indices on static dims stay constants;
     otherwise ``select(i < 0, i + dim, i)`` at run time."""
@@ -98,7 +92,7 @@ def _nonnegative(t: Translation, indices, dims: list):
 # ------------------------------------------------------------------------------------------------ layout
 
 
-def _transpose(t: Translation, node) -> list:
+def _transpose(t: MilTranslation, node) -> list:
     x = t.value(node, 0)
     rank = len(x.shape) if isinstance(x, Squeezed) else t.rank(x)
     perm = [int(p) for p in t.attr(node, "perm", list(range(rank))[::-1])]
@@ -110,7 +104,7 @@ def _transpose(t: Translation, node) -> list:
     return [t.mb.transpose(x=t.as_var(x), perm=perm)]
 
 
-def _held_at_rank(t: Translation, var, shape: tuple) -> object:
+def _held_at_rank(t: MilTranslation, var, shape: tuple) -> object:
     """``var`` (the tensor of static ``shape`` with its size-1 axes left out) as ONNX's tensor: reshaped to ``shape``
     when Core ML holds that rank, else ``Squeezed``."""
     if len(shape) <= MAX_RANK:
@@ -118,7 +112,7 @@ def _held_at_rank(t: Translation, var, shape: tuple) -> object:
     return Squeezed(var, tuple(int(d) for d in shape))
 
 
-def _elide_units(t: Translation, node, x, shape: tuple) -> object:
+def _elide_units(t: MilTranslation, node, x, shape: tuple) -> object:
     """A tensor of rank > 5 and static ``shape`` that ``x`` holds, as ``Squeezed`` (``x`` reshaped to its
     non-unit sizes); refused when its non-unit axes are more than Core ML's rank."""
     if not all(_static(d) for d in shape) or sum(d != 1 for d in shape) > MAX_RANK:
@@ -126,7 +120,7 @@ def _elide_units(t: Translation, node, x, shape: tuple) -> object:
     return Squeezed(t.mb.reshape(x=x, shape=np.asarray([d for d in shape if d != 1] or [1], np.int32)), shape)
 
 
-def _squeeze(t: Translation, node) -> list:
+def _squeeze(t: MilTranslation, node) -> list:
     x = t.value(node, 0)
     axes = _axes(t, node, t.rank(x))
     if axes is None:
@@ -145,7 +139,7 @@ def _squeeze(t: Translation, node) -> list:
     return [t.mb.reshape(x=t.as_var(x), shape=dims)]
 
 
-def _unsqueeze(t: Translation, node) -> list:
+def _unsqueeze(t: MilTranslation, node) -> list:
     x = t.value(node, 0)
     count = len(np.asarray(t.constant(node, 1, "axes") if t.opset >= 13 else t.attr(node, "axes")).reshape(-1))
     given = _axes(t, node, t.rank(x) + count)
@@ -159,11 +153,11 @@ def _unsqueeze(t: Translation, node) -> list:
     return [t.mb.expand_dims(x=t.as_var(x), axes=axes)]
 
 
-def _identity(t: Translation, node) -> list:
+def _identity(t: MilTranslation, node) -> list:
     return [t.value(node, 0)]
 
 
-def _reshape(t: Translation, node) -> list:
+def _reshape(t: MilTranslation, node) -> list:
     """ONNX Reshape: a 0 in the shape copies the input's dimension at that index (unless ``allowzero``), one -1 is
     inferred. MIL's reshape infers -1 but copies a 0 only when the shape has the input's rank, so 0s are resolved
     here: from the static dimension, else at run time as ``select(shape == 0, shape(x)[:K], shape)``."""
@@ -191,7 +185,7 @@ def _reshape(t: Translation, node) -> list:
     return [t.mb.reshape(x=t.as_var(x), shape=_zeros_copied(t, x, t.as_var(shape), int(count)))]
 
 
-def _reshape_high_rank(t: Translation, node, x, shape: np.ndarray, allowzero: int) -> object:
+def _reshape_high_rank(t: MilTranslation, node, x, shape: np.ndarray, allowzero: int) -> object:
     """Reshape from or to a rank above Core ML's: the element order is the layout, so the tensor without its unit
     axes reshapes straight to the target (0s copied from the input's ONNX shape, one -1 inferred)."""
     dims = x.shape if isinstance(x, Squeezed) else t.shape(x)
@@ -208,7 +202,7 @@ def _reshape_high_rank(t: Translation, node, x, shape: np.ndarray, allowzero: in
     return _elide_units(t, node, var, tuple(target))
 
 
-def _zeros_copied(t: Translation, x, shape, count: int):
+def _zeros_copied(t: MilTranslation, x, shape, count: int):
     """``shape`` (an int32 vector of ``count`` entries) with each 0 replaced by ``x``'s dimension at that index."""
     mb, rank = t.mb, t.rank(x)
     dims = mb.shape(x=t.as_var(x))
@@ -219,7 +213,7 @@ def _zeros_copied(t: Translation, x, shape, count: int):
     return mb.select(cond=mb.equal(x=shape, y=np.int32(0)), a=dims, b=shape)
 
 
-def _concat(t: Translation, node) -> list:
+def _concat(t: MilTranslation, node) -> list:
     values = [t.value(node, k) for k in range(len(node.input))]
     axis = int(t.attr(node, "axis")) % t.rank(values[0])
     if len(values) == 1:
@@ -230,7 +224,7 @@ def _concat(t: Translation, node) -> list:
 # ------------------------------------------------------------------------------------------------ slicing
 
 
-def _slice_operands(t: Translation, node, rank: int):
+def _slice_operands(t: MilTranslation, node, rank: int):
     """Slice's starts, ends (arrays or run-time vars), axes and steps (ints): attributes before opset 10,
     inputs from 10 (axes and steps optional; steps must be constant: MIL's stride is a ``const``)."""
     if t.opset < 10:
@@ -244,7 +238,7 @@ def _slice_operands(t: Translation, node, rank: int):
     return starts, ends, [a % rank for a in axes], steps
 
 
-def _slice(t: Translation, node) -> list:
+def _slice(t: MilTranslation, node) -> list:
     """ONNX Slice is Python's slicing per axis (negative starts/ends count from the end, out-of-range values
     clamp; INT64_MAX/INT64_MIN mean 'to the end'), as MIL's ``slice_by_index``. Constant starts/ends are
     resolved here (masks for the ends of the axis); ones computed at run time are placed at their axes with
@@ -274,7 +268,7 @@ def _slice(t: Translation, node) -> list:
     return [out]
 
 
-def _slice_bounds(t: Translation, node, dim, start: int, end: int, step: int) -> tuple:
+def _slice_bounds(t: MilTranslation, node, dim, start: int, end: int, step: int) -> tuple:
     """One axis's constant (begin, end) for slice_by_index, None where the mask stands for it (from the
     start / to the end in the step's direction). A static ``dim`` resolves them fully (``slice.indices``); a
     symbolic one keeps Python's relative values, the INT64 sentinels becoming masks."""
@@ -291,7 +285,7 @@ def _slice_bounds(t: Translation, node, dim, start: int, end: int, step: int) ->
     return first, last
 
 
-def _placed(t: Translation, values, axes: list[int], rank: int):
+def _placed(t: MilTranslation, values, axes: list[int], rank: int):
     """Starts or ends given for ``axes`` as a full vector of ``rank`` entries (0 where a mask stands):
     ``gather(concat([values, [0]]), where)`` with ``where[axis]`` the position of ``axis`` in ``axes``."""
     where = np.asarray([axes.index(a) if a in axes else len(axes) for a in range(rank)], np.int32)
@@ -299,7 +293,7 @@ def _placed(t: Translation, values, axes: list[int], rank: int):
     return t.mb.gather(x=padded, indices=where, axis=0)
 
 
-def _split(t: Translation, node) -> list:
+def _split(t: MilTranslation, node) -> list:
     """ONNX Split along ``axis``: sizes from the ``split`` attribute (before opset 13) or input (from 13), else
     equal parts, or from opset 18 ``num_outputs`` parts of ceil(dim / n) with a smaller last one. MIL's split
     takes ``split_sizes`` or ``num_splits`` (equal parts)."""
@@ -328,7 +322,7 @@ def _split(t: Translation, node) -> list:
 # ------------------------------------------------------------------------------------------------ indexing
 
 
-def _take(t: Translation, node) -> list:
+def _take(t: MilTranslation, node) -> list:
     """ONNX Gather (numpy.take): out = x[..., indices, ...] at ``axis``; scalar indices remove the axis.
     MIL's gather with the indices made non-negative. Quantized constants (int8, uint8: an embedding table that
     DequantizeLinear reads next) are gathered from their int32 copy and held ``Narrow``."""
@@ -339,7 +333,7 @@ def _take(t: Translation, node) -> list:
     return [_gather(t, node, x, indices)]
 
 
-def _gather(t: Translation, node, x, indices):
+def _gather(t: MilTranslation, node, x, indices):
     """``x`` gathered at ``indices`` along the node's axis (rank > 5 held ``Squeezed``)."""
     _require(t, node, x, _NUMERIC)
     axis = int(t.attr(node, "axis", 0)) % t.rank(x)
@@ -356,7 +350,7 @@ def _gather(t: Translation, node, x, indices):
     return t.mb.gather(x=t.as_var(x), indices=t.as_var(index), axis=axis)
 
 
-def _gather_elements(t: Translation, node) -> list:
+def _gather_elements(t: MilTranslation, node) -> list:
     """ONNX GatherElements: out[i][j][k] = x[index[i][j][k]][j][k] at axis 0 (so for each ``axis``), as MIL's
     gather_along_axis with the indices made non-negative."""
     x, indices = t.value(node, 0), t.value(node, 1)
@@ -368,7 +362,7 @@ def _gather_elements(t: Translation, node) -> list:
     return [t.mb.gather_along_axis(x=t.as_var(x), indices=t.as_var(index), axis=axis)]
 
 
-def _cut_to(t: Translation, x, indices, axis: int):
+def _cut_to(t: MilTranslation, x, indices, axis: int):
     """``x`` cut to the shape of ``indices`` on every axis but ``axis`` (at run time where a shape is symbolic)."""
     rank, shape = t.rank(x), t.shape(indices)
     end = np.asarray([d if _static(d) else 0 for d in shape], np.int32)
@@ -381,7 +375,7 @@ def _cut_to(t: Translation, x, indices, axis: int):
 _SCATTER_MODES = {"none": "update", "add": "add", "mul": "mul", "max": "max", "min": "min"}
 
 
-def _scatter_nd(t: Translation, node) -> list:
+def _scatter_nd(t: MilTranslation, node) -> list:
     """ONNX ScatterND: out = data; out[indices[i..., :]] (op)= updates[i..., ...], with the last axis of
     ``indices`` (K entries) indexing data's first K axes: MIL's scatter_nd, ``reduction`` as its mode."""
     data, indices, updates = (t.value(node, k) for k in range(3))
@@ -403,7 +397,7 @@ def _scatter_nd(t: Translation, node) -> list:
 # ------------------------------------------------------------------------------------------------ broadcasting
 
 
-def _expand(t: Translation, node) -> list:
+def _expand(t: MilTranslation, node) -> list:
     """ONNX Expand: ``x`` broadcast numpy-style with ``shape`` (the result has the larger rank; a 1 in
     ``shape`` keeps x's dimension). MIL has no broadcast_to: ``select(fill(shape, true), x, fill(shape, 0))``
     picks x everywhere, broadcast, and holds every element type; the zeros give the result its declared shape
@@ -415,12 +409,12 @@ def _expand(t: Translation, node) -> list:
     return [t.mb.select(cond=mask, a=t.as_var(x), b=zeros)]
 
 
-def _tile(t: Translation, node) -> list:
+def _tile(t: MilTranslation, node) -> list:
     x, repeats = t.value(node, 0), t.value(node, 1)
     return [t.mb.tile(x=t.as_var(x), reps=t.as_var(repeats))]
 
 
-def _constant_of_shape(t: Translation, node) -> list:
+def _constant_of_shape(t: MilTranslation, node) -> list:
     """ONNX ConstantOfShape: a tensor of ``shape`` (computed at run time) filled with ``value`` (a one-element
     tensor attribute, float32 0 by default), as MIL's fill."""
     value = t.attr(node, "value")
@@ -432,18 +426,18 @@ def _constant_of_shape(t: Translation, node) -> list:
     return [t.mb.fill(shape=t.var(node, 0), value=mil_constant(value.reshape(())))]
 
 
-def _range(t: Translation, node) -> list:
+def _range(t: MilTranslation, node) -> list:
     """ONNX Range: start + k * delta for k < max(ceil((limit - start) / delta), 0), as MIL's range_1d."""
     start, limit, delta = (_scalar(t, t.var(node, k)) for k in range(3))
     return [t.mb.range_1d(start=start, end=limit, step=delta)]
 
 
-def _scalar(t: Translation, value):
+def _scalar(t: MilTranslation, value):
     """A one-element operand ONNX declares a scalar as a MIL scalar (a model's scalar inputs are [1] in Core ML)."""
     return t.mb.reshape(x=value, shape=np.zeros(0, np.int32)) if t.shape(value) == (1,) else value
 
 
-def _shape(t: Translation, node) -> list:
+def _shape(t: MilTranslation, node) -> list:
     """ONNX Shape of a tensor whose shape is known only at run time: MIL's shape, sliced to [start:end]
     (opset 15's attributes, Python's clamping)."""
     x = t.value(node, 0)
@@ -456,14 +450,14 @@ def _shape(t: Translation, node) -> list:
     return [t.mb.slice_by_index(x=dims, begin=[begin], end=[end])]
 
 
-def _size(t: Translation, node) -> list:
+def _size(t: MilTranslation, node) -> list:
     """ONNX Size (the element count, a scalar): the one dimension of x flattened, ``shape(reshape(x, [-1]))``."""
     flat = t.mb.reshape(x=t.var(node, 0), shape=np.asarray([-1], np.int32))
     return [t.mb.squeeze(x=t.mb.shape(x=flat), axes=[0])]
 
 
 def _refused(reason: str):
-    def emit(t: Translation, node) -> list:
+    def emit(t: MilTranslation, node) -> list:
         t.refuse(node, reason)
 
     return emit
@@ -474,7 +468,7 @@ def _refused(reason: str):
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
 
 
-def _pad_operands(t: Translation, node, rank: int) -> tuple[list[int], list[int], object]:
+def _pad_operands(t: MilTranslation, node, rank: int) -> tuple[list[int], list[int], object]:
     """Pad's amounts before and after each axis (ints, negative crops) and its constant value: attributes
     ``pads``/``value`` before opset 11; inputs ``pads``, ``constant_value`` from 11 and ``axes`` from 18."""
     if t.opset < 11:
@@ -492,7 +486,7 @@ def _pad_operands(t: Translation, node, rank: int) -> tuple[list[int], list[int]
     return before, after, value
 
 
-def _pad(t: Translation, node) -> list:
+def _pad(t: MilTranslation, node) -> list:
     """ONNX Pad (modes constant, reflect, edge): positive amounts by MIL's pad (edge is its ``replicate``),
     negative ones crop afterwards with slice_by_index. MIL's pad takes [before, after] per axis of the last
     axes; reflect and replicate pad only the last two axes on Core ML, so other axes are moved there and back."""
@@ -516,7 +510,7 @@ def _pad(t: Translation, node) -> list:
     return [out]
 
 
-def _pad_last_two(t: Translation, x, axes: list[int], before: list[int], after: list[int], mode: str):
+def _pad_last_two(t: MilTranslation, x, axes: list[int], before: list[int], after: list[int], mode: str):
     """Pad ``axes`` (one or two) of ``x`` by ``mode``, moved to the last axes for MIL's pad and back. MIL's
     replicate pads at most the dimension per side: larger edge pads of a static dimension take several pads."""
     rank = t.rank(x)
@@ -533,7 +527,7 @@ def _pad_last_two(t: Translation, x, axes: list[int], before: list[int], after: 
     return out if perm == list(range(rank)) else t.mb.transpose(x=out, perm=[perm.index(a) for a in range(rank)])
 
 
-def _crop(t: Translation, x, before: list[int], after: list[int]):
+def _crop(t: MilTranslation, x, before: list[int], after: list[int]):
     """Negative pads: ``x[-before : dim + after]`` on each axis where they are negative."""
     begin = [max(-b, 0) for b in before]
     end = [a if a < 0 else 0 for a in after]
@@ -548,7 +542,7 @@ def _crop(t: Translation, x, before: list[int], after: list[int]):
 # ------------------------------------------------------------------------------------------------ blocks
 
 
-def _depth_to_space(t: Translation, node) -> list:
+def _depth_to_space(t: MilTranslation, node) -> list:
     """ONNX DepthToSpace on [N, C, H, W]: mode DCR (depth-column-row, the default) is MIL's depth_to_space,
     CRD (column-row-depth) is MIL's pixel_shuffle."""
     x = t.var(node, 0)
@@ -559,14 +553,14 @@ def _depth_to_space(t: Translation, node) -> list:
     return [t.mb.depth_to_space(x=x, block_size=block)]
 
 
-def _space_to_depth(t: Translation, node) -> list:
+def _space_to_depth(t: MilTranslation, node) -> list:
     """ONNX SpaceToDepth on [N, C, H, W] (the inverse of DCR DepthToSpace), as MIL's space_to_depth."""
     x = t.var(node, 0)
     _require(t, node, x, _FLOAT)
     return [t.mb.space_to_depth(x=x, block_size=int(t.attr(node, "blocksize")))]
 
 
-def _reverse_sequence(t: Translation, node) -> list:
+def _reverse_sequence(t: MilTranslation, node) -> list:
     """ONNX ReverseSequence (opset 10): along ``time_axis``, the first ``sequence_lens[b]`` steps of each batch entry
     reversed (the rest kept), as MIL's reverse_sequence with lengths as int32."""
     x = t.value(node, 0)
