@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+import gatepack.converters.quantizer_steps as quantizer_steps
 import gatepack.converters.registry as registry
-from gatepack.converters import quantizer_steps
 from gatepack.converters.agreement import Agreement, agreement
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
 from gatepack.converters.findings import FP16_SOURCE_WARNING
