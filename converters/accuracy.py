@@ -98,8 +98,11 @@ def verify_dequantized(
     result.outputs = [replace(o, output=f"{o.output} vs {twin_words}") for v in exact for o in v.outputs]
     floor = TOLERANCES["float32"][0]
     own = {(o.layer, o.output): o.max_abs_error for v in noise for o in v.outputs}
+    # an output judged against the twin in quantization steps: |artifact - source| <= |artifact - twin| + own noise
+    steps = {(o.layer, o.output): o.atol for v in exact for o in v.outputs if o.judgement}
     for o in (o for v in measured for o in v.outputs):
-        bound = gate.max_error if gate.max_error is not None else own.get((o.layer, o.output), 0.0) + floor
+        key = (o.layer, o.output)
+        bound = gate.max_error if gate.max_error is not None else own.get(key, 0.0) + steps.get(key, floor)
         result.outputs.append(_judged(o, bound, source_words))
     result.notes += [n for v in exact for n in v.notes] + [
         f"the artifact is proven twice on the same inputs: exact against {twin_words} (float tolerances), and "
@@ -107,7 +110,8 @@ def verify_dequantized(
         + (
             f"within --max-error {gate.max_error:g}"
             if gate.max_error is not None
-            else f"within {noise_words} (the source's distance to {twin_words}, + {floor:g})"
+            else f"within {noise_words} (the source's distance to {twin_words}, + {floor:g}, or + the bound in "
+            "quantization steps the artifact met against the twin)"
         ),
         f"{noise_words} ({source_words} vs {twin_words}): "
         + ", ".join(f"{_where(o)} {o.max_abs_error:.3g}" for v in noise for o in v.outputs),

@@ -169,6 +169,10 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
         for (_, role), end in zip(state_roles(layer.cell), ends):
             outputs[getattr(itf, role)] = end.reshape(n, d, h).transpose(1, 0, 2)
         return outputs
+    if (meta or {}).get("whole"):  # its tensors are named by the whole program's own values, not the layer's
+        raise RuntimeFailure(
+            f"layer {layer.name!r}: {path} holds it inside a whole program, which gatepack's MIL executor runs whole"
+        )
     wanted = {names.get(k, k): v for k, v in feed.items()}
     executed = execute(function, wanted, path)
     return {_original(names, k): v for k, v in executed.items()}

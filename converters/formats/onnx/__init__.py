@@ -38,6 +38,7 @@ from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.onnx.graph import DEFAULT_OPSET
+from gatepack.converters.formats.onnx.jitter import jittered_copy
 from gatepack.converters.formats.onnx.reader import read
 from gatepack.converters.formats.onnx.rewrite import in_place, is_whole_model, whole_model_finding
 from gatepack.converters.formats.onnx.running import (
@@ -315,4 +316,5 @@ IMPLEMENTATION = FormatImplementation(
     compute_dtype=onnx_quantized.compute_dtype,
     open_session=open_session,
     runnable_twin=write_runnable_twin,
+    jittered=jittered_copy,
 )

@@ -235,29 +235,32 @@ def _records(stored: dict[str, np.ndarray], role: str, hidden: int, at: str) -> 
     ]
 
 
+# the integer products onnxruntime computes with its uint8 x int8 kernel: operator -> the inputs holding the int8
+# operand and its zero point (DynamicQuantizeLSTM: W, R and theirs; MatMulInteger, ConvInteger: B/w and its)
+EXACT_KERNEL_INPUTS = {OP_TYPE: (1, 2, 9, 11), "MatMulInteger": (1, 3), "ConvInteger": (1, 3)}
+INTEGER_PRODUCTS = ("MatMulInteger", "ConvInteger")
+INT8 = onnx.TensorProto.INT8
+
+
 def exact_kernel_source(path: Path) -> str | bytes:
     """What onnxruntime should load to run the model at ``path`` as its operators define it: the path
-    itself, or, when a ``DynamicQuantizeLSTM`` has int8 weights, the serialised model with those weights
-    and zero points re-encoded as uint8 (``_exact_kernel``; external data read from regular files inside
-    the model's directory, as the reader reads it)."""
+    itself, or, when a ``DynamicQuantizeLSTM`` has int8 weights, or a ``MatMulInteger``/``ConvInteger`` multiplies
+    a run-time uint8 tensor by an int8 constant with an int8 zero point, the serialised model with those constants
+    and zero points re-encoded as uint8 (``_exact_kernel``; external data read from regular files inside the model's
+    directory, as the reader reads it)."""
     with open_regular(path) as file:
         if os.fstat(file.fileno()).st_size == 0:
             return str(path)
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            if data.find(OP_TYPE.encode()) < 0:
+            if all(data.find(op.encode()) < 0 for op in EXACT_KERNEL_INPUTS):
                 return str(path)
     proto = onnx.load_model(str(path), load_external_data=False)
     graphs = list({id(graph): graph for _, graph, _, _ in walk_nodes(proto.graph)}.values())  # with nodes
-    weights = [
-        (init, k)
-        for graph in graphs
-        for node in graph.node
-        if is_quantized_lstm(node)
-        for k, init in enumerate(node.input)
-        if k in (1, 2, 9, 11) and init
-    ]
     tensors = {t.name: t for graph in graphs for t in graph.initializer}
-    int8 = [tensors[n] for n, _ in weights if n in tensors and tensors[n].data_type == onnx.TensorProto.INT8]
+    weights = [name for graph in graphs for node in graph.node for name in _int8_operands(node, graph, tensors)]
+    int8 = [
+        tensors[n] for n in dict.fromkeys(weights) if n in tensors and tensors[n].data_type == onnx.TensorProto.INT8
+    ]
     if not int8:
         return str(path)
     for tensor in tensors.values():
@@ -267,6 +270,24 @@ def exact_kernel_source(path: Path) -> str | bytes:
     for tensor in int8:
         tensor.CopyFrom(numpy_helper.from_array(_exact_kernel(numpy_helper.to_array(tensor)), tensor.name))
     return proto.SerializeToString()
+
+
+def _int8_operands(node: onnx.NodeProto, graph: onnx.GraphProto, tensors: dict) -> list[str]:
+    """The constants of ``node`` to re-encode as uint8: a quantized LSTM's weights and zero points; an integer
+    product's int8 constant operand and its int8 zero point when its other operand is a ``DynamicQuantizeLinear``'s
+    uint8 output (another pairing would leave onnxruntime a kernel it lacks) and the zero point is given."""
+    if is_quantized_lstm(node):
+        return [name for k, name in enumerate(node.input) if k in EXACT_KERNEL_INPUTS[OP_TYPE] and name]
+    if (
+        node.op_type not in ("MatMulInteger", "ConvInteger")
+        or node.domain not in ("", "ai.onnx")
+        or len(node.input) < 4
+    ):
+        return []
+    operand, zero_point = node.input[1], node.input[3]
+    dynamic = any(n.op_type == "DynamicQuantizeLinear" and node.input[0] == n.output[0] for n in graph.node)
+    int8 = all(name in tensors and tensors[name].data_type == INT8 for name in (operand, zero_point))
+    return [operand, zero_point] if dynamic and int8 else []
 
 
 def _exact_kernel(array: np.ndarray) -> np.ndarray:
