@@ -66,3 +66,16 @@ def refuses(finding: Finding, dequantize: bool) -> bool | None:
     if finding.feature != FEATURE or finding.status is not Status.LOSSY:
         return None
     return not dequantize
+
+
+def compressed_source(forms: list[str]) -> Finding:
+    """A source whose W or R is stored compressed in a form no quantized record holds (``forms``, e.g. a Core ML
+    lookup table): read as the float values the source computes on, which a target writes only with
+    ``--dequantize`` (``lossy`` as ``dequantized``: the integers' form is lost, never silently)."""
+    return Finding(
+        FEATURE,
+        Status.LOSSY,
+        f"{'; '.join(forms)}; read as the float values the source decompresses them to (what it computes on), "
+        "written as float weights only with --dequantize",
+        alternative=f"pass {DEQUANTIZE_OPTION} to write float weights",
+    )

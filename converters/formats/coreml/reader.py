@@ -94,7 +94,9 @@ def _other_ops(function, layers: list[RecurrentLayer]) -> dict:
     other = [
         op.op_type
         for op in function.operations
-        if op.op_type not in ("const", *NATIVE_OPS) and not (op.op_type == "while_loop" and op.name in lifted)
+        if op.op_type not in ("const", *NATIVE_OPS)
+        and not op.op_type.startswith("constexpr_")  # a weight's decompression, part of its layer
+        and not (op.op_type == "while_loop" and op.name in lifted)
     ]
     return {"other_ops": sorted(set(other)), "other_op_count": len(other)} if other else {}
 
