@@ -7,12 +7,14 @@ option. A format that holds quantized weights words its own ``held`` finding; ev
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gatepack.converters.findings import Finding, Status
 from gatepack.schemas.layer import RecurrentLayer
 
 FEATURE = "quantization"
 DEQUANTIZE_OPTION = "--dequantize (API: dequantize=True)"
-HOLDERS = ("onnx", "openvino")  # the formats whose writer keeps quantized weights as integers
+HOLDERS = ("onnx", "openvino", "coreml")  # the formats whose writer keeps quantized weights as integers
 DYNAMIC_HOLDERS = ("onnx",)  # ... of a source that quantizes its activations at run time (DynamicQuantizeLSTM)
 ASKED = "dequantize"  # Model.meta key: the user asked for float weights everywhere (``--dequantize``)
 
@@ -79,3 +81,9 @@ def compressed_source(forms: list[str]) -> Finding:
         "written as float weights only with --dequantize",
         alternative=f"pass {DEQUANTIZE_OPTION} to write float weights",
     )
+
+
+def floats_only(layer: RecurrentLayer) -> RecurrentLayer:
+    """``layer`` with float weights only (its quantized records dropped; W and R are their float view): what a
+    writer writes when the user asked for float weights (``ASKED``)."""
+    return replace(layer, directions=tuple(replace(p, Wq=None, Rq=None) for p in layer.directions))

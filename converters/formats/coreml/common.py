@@ -17,6 +17,7 @@ from gatepack.converters.capabilities import COREML, lacks
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import Form, form_of
 from gatepack.converters.findings import fp16_source
+from gatepack.converters.quantization import ASKED as DEQUANTIZE_ASKED
 from gatepack.converters.registry import CORE_ML_TARGETS
 from gatepack.schemas.layer import (
     RecurrentLayer,
@@ -112,16 +113,30 @@ class ChosenTarget(str):
 
 
 def lowest_target(
-    layers: Sequence[RecurrentLayer], strategy: str = "auto", compress_to_fp16: bool = False, stateful: bool = False
+    layers: Sequence[RecurrentLayer],
+    strategy: str = "auto",
+    compress_to_fp16: bool = False,
+    stateful: bool = False,
+    quantized: bool = True,
 ) -> ChosenTarget:
     """The lowest deployment target at which every layer is written in the form it takes at the newest target,
     its op (if used) lacking nothing more there (``capabilities.COREML``), and which holds what the options need
-    (fp16 packages: ``FP16_TARGET``; Core ML states: ``STATE_TARGET``); with what sets it."""
+    (fp16 packages: ``FP16_TARGET``; Core ML states: ``STATE_TARGET``) and, unless ``quantized`` is false (float
+    weights asked for), the constexpr op of each layer's quantized weights (``compressed.lowest_target``); with what
+    sets it."""
+    from gatepack.converters.formats.coreml import compressed
+
     needs = {TARGETS[0]: "the oldest ML Program target; nothing written needs a later one"}
     for layer in layers:
         newest = _written_as(form_of(layer, COREML, strategy, TARGETS[-1]))
         target = next(t for t in TARGETS if _written_as(form_of(layer, COREML, strategy, t)) == newest)
         needs.setdefault(target, f"layer {layer.name!r} needs it: the {_needed_feature(layer)}")
+        records = [r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None]
+        if quantized and records and not compress_to_fp16:
+            op_target = compressed.lowest_target(records)
+            needs.setdefault(
+                op_target, f"layer {layer.name!r}'s quantized weights need {compressed.op_name(op_target)}"
+            )
     if compress_to_fp16:
         needs.setdefault(FP16_TARGET, "fp16 packages (--compress-to-fp16) need it")
     if stateful:
@@ -140,6 +155,7 @@ def settle_options(model: "Model", options: dict) -> dict:
         options.get("strategy", "auto"),
         bool(options.get("compress_to_fp16")),
         bool(options.get("stateful")),
+        quantized=not model.meta.get(DEQUANTIZE_ASKED),
     )
     return {**options, "minimum_deployment_target": chosen}
 

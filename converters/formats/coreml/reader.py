@@ -11,6 +11,7 @@ import numpy as np
 from gatepack.converters.description import build_layer, constant_from_layout, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.findings import Finding
+from gatepack.converters.formats.coreml import compressed
 from gatepack.converters.formats.coreml.common import (
     FORMAT,
     FP16_SOURCE,
@@ -35,6 +36,7 @@ from gatepack.schemas.layer import (
     Provenance,
     RecurrentLayer,
 )
+from gatepack.schemas.quantized import QuantizedWeights
 
 # ----------------------------------------------------------------------------------------- reading
 
@@ -127,16 +129,18 @@ def _read_described(
         else:
 
             def const(label: str) -> np.ndarray:
-                var = _named(vars_by_name, f"{prefix}_{label}{k}")
-                if var is None or var.val is None:
+                value, found = compressed.weight(_named(vars_by_name, f"{prefix}_{label}{k}"))
+                if value is None:
                     raise InputError(
                         f"{path}: layer {info.name!r}: the program has no constant {prefix}_{label}{k} that its "
                         "metadata describes"
                     )
-                return np.asarray(var.val, np.float32)  # fp16 packages: the fp16 values, widened exactly
+                records[label] = compressed.record(found)
+                return np.asarray(value, np.float32)  # fp16 packages: the fp16 values, widened exactly
 
             peephole = _named(vars_by_name, f"{prefix}_P{k}")
             rows = entry.get("weights") == "rows"  # W, R as the layer holds them (earlier packages: W^T, R^T)
+            records: dict[str, QuantizedWeights | None] = {}
             directions.append(
                 DirectionParams(
                     const("W") if rows else const("W").T,
@@ -145,6 +149,8 @@ def _read_described(
                     const("Rb"),
                     acts,
                     P=None if peephole is None else const("P"),
+                    Wq=records["W"],
+                    Rq=records["R"],
                 )
             )
     constants = {}
