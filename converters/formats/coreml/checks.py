@@ -6,14 +6,15 @@ import gatepack.converters.quantization as quantization
 from gatepack.converters.capabilities import COREML
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.coreml import compressed
 from gatepack.converters.formats.coreml.common import (
     FORMAT,
     TARGETS,
     ChosenTarget,
     _target_rank,
+    constexpr_op,
     lowest_target,
     safe_name,
+    unholdable,
     written_straight,
 )
 from gatepack.schemas.layer import (
@@ -52,13 +53,13 @@ def _quantized(layer: RecurrentLayer, target: str, chosen: str, compress_to_fp16
     records = [r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None]
     if not records:
         return []
-    why = compressed.unholdable(records, target, compress_to_fp16)
+    why = unholdable(records, target, compress_to_fp16)
     if why is not None:
         return [quantization.dequantized(layer, FORMAT, f"Core ML holds no such quantized weights: {why}")]
     consumer = (
         f"the {COREML.ops[layer.cell].name} op's weights" if chosen == "native" else "the while_loop cell's matmuls"
     )
-    how = f"{compressed.op_name(target)} ops ({target}) feeding {consumer}, the integers in the package's weight file"
+    how = f"{constexpr_op(target)} ops ({target}) feeding {consumer}, the integers in the package's weight file"
     return [quantization.held(layer, how)]
 
 

@@ -23,12 +23,11 @@ from typing import Sequence
 
 import numpy as np
 
-from gatepack.converters.formats.coreml.common import TARGETS, _mil_types, _target_rank, _value
+from gatepack.converters.formats.coreml.common import AFFINE, BLOCKWISE, _mil_types, _value, constexpr_op
 from gatepack.converters.formats.coreml.mil_constexpr import _along, decompressed, spread_blocks
 from gatepack.schemas.quantized import QuantizedWeights, compacted
 
-AFFINE, BLOCKWISE, LUT = "constexpr_affine_dequantize", "constexpr_blockwise_shift_scale", "constexpr_lut_to_dense"
-AFFINE_TARGET, BLOCKWISE_TARGET = "iOS16", "iOS18"  # the first targets whose opsets hold each op
+LUT = "constexpr_lut_to_dense"
 
 
 @dataclass(frozen=True)
@@ -121,36 +120,10 @@ def _form(op) -> str:
 # ------------------------------------------------------------------------------------------------ writing
 
 
-def unholdable(records: Sequence[QuantizedWeights], target: str, compress_to_fp16: bool = False) -> str | None:
-    """Why ``records`` cannot be written as constexpr ops at ``target`` (None: they can)."""
-    if compress_to_fp16:
-        return "an fp16 package (--compress-to-fp16) computes the weights in fp16, not the integers' float32 view"
-    if any(r.dynamic_activations for r in records):
-        return "the source quantizes X and h at run time (DynamicQuantizeLSTM), which no Core ML op does"
-    if any(r.values.dtype not in (np.int8, np.uint8) for r in records):
-        return f"{sorted({str(r.values.dtype) for r in records})} integers: Core ML's constexpr ops take 4 or 8 bits"
-    rank = _target_rank(target)
-    if rank < TARGETS.index(AFFINE_TARGET):
-        return f"constexpr ops need {AFFINE_TARGET} or later (the target is {target})"
-    if rank < TARGETS.index(BLOCKWISE_TARGET) and any(r.bits != 8 or r.axis == 1 for r in records):
-        return f"{BLOCKWISE} (4-bit or per-block weights) needs {BLOCKWISE_TARGET} (the target is {target})"
-    return None
-
-
-def lowest_target(records: Sequence[QuantizedWeights]) -> str:
-    """The lowest target whose constexpr op writes ``records``."""
-    return next((t for t in (AFFINE_TARGET, BLOCKWISE_TARGET) if unholdable(records, t) is None), BLOCKWISE_TARGET)
-
-
-def op_name(target: str) -> str:
-    """The constexpr op written at ``target``."""
-    return BLOCKWISE if _target_rank(target) >= TARGETS.index(BLOCKWISE_TARGET) else AFFINE
-
-
 def emit(mb, record: QuantizedWeights, name: str, target: str):
     """``record`` ([rows, cols], rows in the op's order) as the constexpr op of ``target``, named ``name``."""
     per_row = record.axis is not None
-    if op_name(target) == AFFINE:
+    if constexpr_op(target) == AFFINE:
         scale = record.scale if per_row else np.float32(record.scale)
         zero = record.zero_point if per_row else record.zero_point.reshape(()).astype(record.values.dtype)
         return mb.constexpr_affine_dequantize(

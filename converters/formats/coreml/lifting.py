@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+import gatepack.converters.formats.coreml.compressed as compressed
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.coreml import compressed
 from gatepack.converters.formats.coreml.common import (
     FORMAT,
     FP16_SOURCE,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+import gatepack.converters.formats.coreml.compressed as compressed
 from gatepack.converters.apple import (
     activation_of,
     gate_order,
@@ -15,7 +16,6 @@ from gatepack.converters.apple import (
 )
 from gatepack.converters.errors import InputError, where
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.coreml import compressed
 from gatepack.converters.formats.coreml.common import (
     FORMAT,
     FP16_SOURCE,

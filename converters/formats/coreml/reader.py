@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+import gatepack.converters.formats.coreml.compressed as compressed
 from gatepack.converters.description import build_layer, constant_from_layout, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.findings import Finding
-from gatepack.converters.formats.coreml import compressed
 from gatepack.converters.formats.coreml.common import (
     FORMAT,
     FP16_SOURCE,

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+import gatepack.converters.formats.coreml.compressed as compressed
 from gatepack.converters.apple import (
     NATIVE_ACTIVATIONS,
     apple_peephole,
@@ -40,7 +41,6 @@ from gatepack.converters.apple import (
 )
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
-from gatepack.converters.formats.coreml import compressed
 from gatepack.converters.formats.coreml.common import (
     NEWEST_TARGET,
     TARGETS,
@@ -49,6 +49,7 @@ from gatepack.converters.formats.coreml.common import (
     check_sanitised_names,
     choose_strategy,
     safe_name,
+    unholdable,
     written_straight,
 )
 from gatepack.converters.model import Model, with_separate_inputs
@@ -147,7 +148,7 @@ def emit_layer(mb, layer: RecurrentLayer, given: dict, strategy: str, target: st
 def _records_unheld(layer: RecurrentLayer, target: str) -> str | None:
     """Why ``layer``'s quantized records cannot be written as constexpr ops at ``target`` (None: they can)."""
     records = [r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None]
-    return compressed.unholdable(records, target)
+    return unholdable(records, target)
 
 
 def _weight(mb, layer: RecurrentLayer, k: int, role: str, name: str, target: str, native_key: str | None = None):
