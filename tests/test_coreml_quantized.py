@@ -64,12 +64,8 @@ def _spec(package: Path):
 
 
 def _operations(block) -> list:
-    found = []
-    for op in block.operations:
-        found.append(op)
-        for inner in op.blocks:
-            found += _operations(inner)
-    return found
+    """The block's operations, each followed by those of the blocks it holds."""
+    return [o for op in block.operations for o in (op, *[i for inner in op.blocks for i in _operations(inner)])]
 
 
 def _main_ops(package: Path) -> list:

@@ -165,6 +165,6 @@ def joined(found: Sequence[Compressed | None]) -> Compressed | None:
     spreads = [c.spread for c in found if c is not None and c.spread is not None]
     if not found or len(spreads) != len(found) or len({(s.values.dtype, s.bits) for s in spreads}) != 1:
         return None
-    stacked = (np.concatenate([getattr(s, key) for s in spreads]) for key in ("values", "scale", "zero"))
+    values, scale, zero = (np.concatenate([getattr(s, key) for s in spreads]) for key in ("values", "scale", "zero"))
     floats = np.concatenate([c.floats for c in found if c is not None])
-    return Compressed(floats, Spread(*stacked, bits=spreads[0].bits), found[0].form if found[0] else "", None)
+    return Compressed(floats, Spread(values, scale, zero, spreads[0].bits), found[0].form if found[0] else "", None)

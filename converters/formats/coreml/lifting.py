@@ -30,6 +30,7 @@ from gatepack.schemas.layer import (
     Provenance,
     RecurrentLayer,
 )
+from gatepack.schemas.quantized import QuantizedWeights
 
 # -------------------------------------------------------------------------------- lifting loops
 
@@ -229,13 +230,15 @@ def _loop_weights(op, body_ops: list, gather):
     from gatepack.converters.lifting import WeightCandidate
 
     from_x, from_h = _linear_groups(op, body_ops, gather)
-    parts, records, unheld = {}, {}, []
+    parts: dict[str, np.ndarray] = {}
+    records: dict[str, QuantizedWeights | None] = {}
+    unheld: list[str] = []
     for key, group in (("W", from_x), ("R", from_h)):
         found = [compressed.weight(o.inputs["weight"]) for o in group]
-        weights = [w for w, _ in found]
         unheld += compressed.unheld_forms([c for _, c in found], [f"linear op {o.name!r}'s weight" for o in group])
         biases = [_value(o.inputs["bias"]) if "bias" in o.inputs else None for o in group]
-        if any(w is None for w in weights):
+        weights = [np.asarray(w) for w, _ in found if w is not None]
+        if len(weights) != len(found):
             raise _NotALayer(f"while_loop {op.name!r}: a linear op's weight is not a constant")
         parts[key] = np.concatenate(weights)
         records[key] = compressed.record(compressed.joined([c for _, c in found]))

@@ -80,7 +80,7 @@ def _lut_to_dense(indices, lut, shape=None, vector_axis=None, **_) -> np.ndarray
     index = indices.astype(np.int64)
     blocks = [n // g for n, g in zip(index.shape, lut.shape[:-2])]
     group = tuple(position // block for position, block in zip(np.indices(index.shape, sparse=True), blocks))
-    values = lut[(*group, index)]  # index.shape + [V]
+    values = lut[group + (index,)]  # index.shape + [V]
     if lut.shape[-1] == 1:
         return values[..., 0]
     axis = int(vector_axis) % index.ndim
