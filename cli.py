@@ -360,7 +360,8 @@ def _check_flags_apply(target, given: dict) -> None:
     "--quantize-weights",
     type=_Choice(["int8"]),
     default=None,
-    help="Quantize the recurrent layers' W and R per output channel (lossy, accepted by this option; onnx, openvino).",
+    help="Quantize the recurrent layers' W and R per output channel (lossy, accepted by this option; onnx, openvino, "
+    "coreml).",
 )
 @_write_option_flags
 @click.option(

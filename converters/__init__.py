@@ -304,8 +304,8 @@ def convert(
     the source with dequantized weights and its error against the quantized source bounded by ``max_error`` (by
     default: the source's own quantization noise; ``converters.accuracy``).
     ``quantize_weights``: "int8" quantizes the recurrent layers' W and R per output channel
-    (``converters.weight_quantization``), held as integers by ONNX and OpenVINO (other targets refused); the option
-    accepts that ``lossy`` change, and the artifact is judged against the float source within ``max_error`` (by
+    (``converters.weight_quantization``), held as integers by ONNX, OpenVINO and Core ML (other targets refused); the
+    option accepts that ``lossy`` change, and the artifact is judged against the float source within ``max_error`` (by
     default: the float source's distance to its twin with the same quantized weights run in float, + float32's atol).
     ``input_values`` (input name -> a number, list or array) specialises an ONNX model: each input becomes a
     constant of that value and what depends on it is folded (an ``If`` it decides replaced by its branch); the

@@ -47,6 +47,7 @@ from gatepack.schemas.layer import (
     Interface,
     RecurrentLayer,
 )
+from gatepack.schemas.quantized import QuantizedWeights
 
 ACTIVATION_OPS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}  # lower-case op name -> canonical
 # A gate activation a step may apply: a Sigmoid op, or a hard sigmoid min(max(alpha*x + beta, 0), 1) written
@@ -73,6 +74,9 @@ class WeightCandidate:
     R: np.ndarray
     biases: tuple[tuple[np.ndarray | None, np.ndarray | None, str], ...]
     label: str
+    # the integers the source stores for W and R (``schemas.quantized``, rows in the source's order), None for floats
+    Wq: QuantizedWeights | None = None
+    Rq: QuantizedWeights | None = None
 
     @property
     def gates(self) -> int:
@@ -186,6 +190,8 @@ def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
                 Wb=_reorder(_or_zeros(wb, cand), blocks),
                 Rb=_reorder(_or_zeros(rb, cand), blocks),
                 activations=acts,
+                Wq=_reorder_record(cand.Wq, blocks),
+                Rq=_reorder_record(cand.Rq, blocks),
             )
             layer = RecurrentLayer(
                 name=rec.name,
@@ -215,6 +221,14 @@ def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
 def _reorder(array: np.ndarray, blocks: list[int]) -> np.ndarray:
     size = array.shape[0] // len(blocks)
     return np.ascontiguousarray(np.concatenate([array[b * size : (b + 1) * size] for b in blocks]))
+
+
+def _reorder_record(record: QuantizedWeights | None, blocks: list[int]) -> QuantizedWeights | None:
+    """A quantized record's gate blocks reordered as ``_reorder`` does its float view (its rows' parameters too)."""
+    if record is None:
+        return None
+    spread = (a if record.axis is None else _reorder(a, blocks) for a in (record.scale, record.zero_point))
+    return record.with_values(_reorder(record.values, blocks), *spread)
 
 
 def _or_zeros(bias: np.ndarray | None, cand: WeightCandidate) -> np.ndarray:

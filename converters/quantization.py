@@ -7,12 +7,14 @@ option. A format that holds quantized weights words its own ``held`` finding; ev
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gatepack.converters.findings import Finding, Status
 from gatepack.schemas.layer import RecurrentLayer
 
 FEATURE = "quantization"
 DEQUANTIZE_OPTION = "--dequantize (API: dequantize=True)"
-HOLDERS = ("onnx", "openvino")  # the formats whose writer keeps quantized weights as integers
+HOLDERS = ("onnx", "openvino", "coreml")  # the formats whose writer keeps quantized weights as integers
 DYNAMIC_HOLDERS = ("onnx",)  # ... of a source that quantizes its activations at run time (DynamicQuantizeLSTM)
 ASKED = "dequantize"  # Model.meta key: the user asked for float weights everywhere (``--dequantize``)
 
@@ -66,3 +68,22 @@ def refuses(finding: Finding, dequantize: bool) -> bool | None:
     if finding.feature != FEATURE or finding.status is not Status.LOSSY:
         return None
     return not dequantize
+
+
+def compressed_source(forms: list[str]) -> Finding:
+    """A source whose W or R is stored compressed in a form no quantized record holds (``forms``, e.g. a Core ML
+    lookup table): read as the float values the source computes on, which a target writes only with
+    ``--dequantize`` (``lossy`` as ``dequantized``: the integers' form is lost, never silently)."""
+    return Finding(
+        FEATURE,
+        Status.LOSSY,
+        f"{'; '.join(forms)}; read as the float values the source decompresses them to (what it computes on), "
+        "written as float weights only with --dequantize",
+        alternative=f"pass {DEQUANTIZE_OPTION} to write float weights",
+    )
+
+
+def floats_only(layer: RecurrentLayer) -> RecurrentLayer:
+    """``layer`` with float weights only (its quantized records dropped; W and R are their float view): what a
+    writer writes when the user asked for float weights (``ASKED``)."""
+    return replace(layer, directions=tuple(replace(p, Wq=None, Rq=None) for p in layer.directions))

@@ -7,7 +7,8 @@ channel (one row of the canonical layout), symmetric::
 
 so the float view the layer then computes on is ``q * scale`` (``schemas.quantized``): the layer carries
 ``Wq``/``Rq`` and W, R become that view, exactly. A target that holds quantized weights writes the integers
-(ONNX: QDQ; OpenVINO: NNCF's compressed constants); every other target is refused, naming those that hold them.
+(ONNX: QDQ; OpenVINO: NNCF's compressed constants; Core ML: constexpr ops); every other target is refused, naming
+those that hold them.
 The change is ``lossy`` by construction; the option is the user's acceptance of it, and the artifact is judged
 by the accuracy gate (``converters.accuracy``) against the float source.
 """
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 OPTION = "--quantize-weights (API: quantize_weights=)"
 SCHEMES = {"int8": (8, np.int8)}  # name -> (bits, storage type); the integers are symmetric, per output channel
-HOLDERS = ("onnx", "openvino")  # the targets whose writer keeps these integers
+HOLDERS = ("onnx", "openvino", "coreml")  # the targets whose writer keeps these integers
 ASKED_DETAIL = "W and R quantized as asked"  # how the finding below begins (told from a target's own)
 
 

@@ -27,6 +27,7 @@ WRITERS = (
     "onnx_ops/nn.py",
     "onnx_ops/tensor.py",
     "onnx_ops/quantized.py",
+    "compressed.py",
 )
 # builder calls that make inputs, states and constants rather than ops the interpreter computes
 NOT_OPS = {"const", "placeholder", "state_tensor_placeholder"}
@@ -67,6 +68,13 @@ DOMAINS: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {
     ("reshape", "shape with 0"): (("rank of x", "another rank"), "onnx_ops.tensor: resolved 0s; iOS17 programs"),
     ("fill", "value"): (("0", "other"), "zero states; ConstantOfShape"),
     ("gather", "indices"): (("negative",), "iOS15/16 programs keep ONNX's negative indices"),
+    ("constexpr_affine_dequantize", "scale"): (("scalar", "per row"), "compressed.emit: per tensor, per channel"),
+    ("constexpr_affine_dequantize", "zero_point"): (("0", "other"), "compressed.emit: symmetric or a source's"),
+    ("constexpr_blockwise_shift_scale", "scale"): (
+        ("[1, 1]", "[rows, 1]", "[rows, blocks]"),
+        "compressed.emit: per tensor, channel, block",
+    ),
+    ("constexpr_blockwise_shift_scale", "offset"): (("absent", "given"), "compressed.emit: a non-zero zero point"),
 }
 
 # elementwise and reduction ops on floats: in fp32 programs, and in fp16 ones (compress_to_fp16)

@@ -62,6 +62,8 @@ TOPICS = (
     "tensor_transformation",
     "control_flow",
     "recurrent",
+    "constexpr_ops",  # iOS16: constexpr_affine_dequantize, constexpr_lut_to_dense (compressed weights)
+    "compression",  # iOS18: constexpr_blockwise_shift_scale, constexpr_lut_to_dense
 )
 
 # Op types the interpreter is expected to run (or to refuse: cond) without a passed Apple case, and why.

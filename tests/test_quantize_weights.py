@@ -111,8 +111,8 @@ def test_a_perturbed_scale_fails_the_gate(tmp_path, monkeypatch):
 
 
 def test_targets_that_hold_no_quantized_weights_are_refused_naming_onnx(tmp_path):
-    with pytest.raises(RefusedError, match="coreml holds no quantized recurrent weights.*onnx or openvino"):
-        gp.convert(GRU, tmp_path / "gru.mlpackage", quantize_weights="int8")
+    with pytest.raises(RefusedError, match="bnns holds no quantized recurrent weights.*onnx or openvino or coreml"):
+        gp.convert(GRU, tmp_path / "gru_bnns", to="bnns", quantize_weights="int8")
     with pytest.raises(RefusedError, match="opset 11 has no DequantizeLinear"):
         gp.convert(DTLN, tmp_path / "dtln.onnx", quantize_weights="int8")
 
@@ -134,7 +134,7 @@ def test_cli_quantize_weights(tmp_path):
     done = cli("-o", str(tmp_path / "gru.onnx"), "--quantize-weights", "int8")
     assert done.returncode == 0, done.stderr
     assert "vs the float source" in done.stdout and "lossy quantization" in done.stdout
-    refused = cli("-o", str(tmp_path / "gru.mlpackage"), "--quantize-weights", "int8")
+    refused = cli("-o", str(tmp_path / "gru_bnns"), "--to", "bnns", "--quantize-weights", "int8")
     assert refused.returncode == 4 and "onnx" in refused.stderr and "Traceback" not in refused.stderr
     assert cli("-o", str(tmp_path / "g.onnx"), "--quantize-weights", "int4").returncode == 2
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import gatepack.converters.quantization as quantization
 from gatepack.converters.capabilities import COREML
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
+    FORMAT,
     TARGETS,
     ChosenTarget,
     _target_rank,
+    constexpr_op,
     lowest_target,
     safe_name,
+    unholdable,
     written_straight,
 )
 from gatepack.schemas.layer import (
@@ -40,7 +44,23 @@ def check(
     deployment = Finding(
         "deployment target", Status.EXACT, _deployment(target), chosen=isinstance(target, ChosenTarget)
     )
-    return [*found, *_sanitised_names(layer), deployment]
+    return [*found, *_quantized(layer, target, form.chosen, compress_to_fp16), *_sanitised_names(layer), deployment]
+
+
+def _quantized(layer: RecurrentLayer, target: str, chosen: str, compress_to_fp16: bool) -> list[Finding]:
+    """A quantized layer's ``quantization`` finding: its integers kept as constexpr ops, or why they cannot be
+    (``dequantized``, refused unless --dequantize)."""
+    records = [r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None]
+    if not records:
+        return []
+    why = unholdable(records, target, compress_to_fp16)
+    if why is not None:
+        return [quantization.dequantized(layer, FORMAT, f"Core ML holds no such quantized weights: {why}")]
+    consumer = (
+        f"the {COREML.ops[layer.cell].name} op's weights" if chosen == "native" else "the while_loop cell's matmuls"
+    )
+    how = f"{constexpr_op(target)} ops ({target}) feeding {consumer}, the integers in the package's weight file"
+    return [quantization.held(layer, how)]
 
 
 def _deployment(target: str) -> str:

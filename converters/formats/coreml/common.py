@@ -17,10 +17,12 @@ from gatepack.converters.capabilities import COREML, lacks
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import Form, form_of
 from gatepack.converters.findings import fp16_source
+from gatepack.converters.quantization import ASKED as DEQUANTIZE_ASKED
 from gatepack.converters.registry import CORE_ML_TARGETS
 from gatepack.schemas.layer import (
     RecurrentLayer,
 )
+from gatepack.schemas.quantized import QuantizedWeights
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
@@ -112,16 +114,26 @@ class ChosenTarget(str):
 
 
 def lowest_target(
-    layers: Sequence[RecurrentLayer], strategy: str = "auto", compress_to_fp16: bool = False, stateful: bool = False
+    layers: Sequence[RecurrentLayer],
+    strategy: str = "auto",
+    compress_to_fp16: bool = False,
+    stateful: bool = False,
+    quantized: bool = True,
 ) -> ChosenTarget:
     """The lowest deployment target at which every layer is written in the form it takes at the newest target,
     its op (if used) lacking nothing more there (``capabilities.COREML``), and which holds what the options need
-    (fp16 packages: ``FP16_TARGET``; Core ML states: ``STATE_TARGET``); with what sets it."""
+    (fp16 packages: ``FP16_TARGET``; Core ML states: ``STATE_TARGET``) and, unless ``quantized`` is false (float
+    weights asked for), the constexpr op of each layer's quantized weights (``constexpr_target``); with what
+    sets it."""
     needs = {TARGETS[0]: "the oldest ML Program target; nothing written needs a later one"}
     for layer in layers:
         newest = _written_as(form_of(layer, COREML, strategy, TARGETS[-1]))
         target = next(t for t in TARGETS if _written_as(form_of(layer, COREML, strategy, t)) == newest)
         needs.setdefault(target, f"layer {layer.name!r} needs it: the {_needed_feature(layer)}")
+        records = [r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None]
+        if quantized and records and not compress_to_fp16:
+            op_target = constexpr_target(records)
+            needs.setdefault(op_target, f"layer {layer.name!r}'s quantized weights need {constexpr_op(op_target)}")
     if compress_to_fp16:
         needs.setdefault(FP16_TARGET, "fp16 packages (--compress-to-fp16) need it")
     if stateful:
@@ -140,8 +152,41 @@ def settle_options(model: "Model", options: dict) -> dict:
         options.get("strategy", "auto"),
         bool(options.get("compress_to_fp16")),
         bool(options.get("stateful")),
+        quantized=not model.meta.get(DEQUANTIZE_ASKED),
     )
     return {**options, "minimum_deployment_target": chosen}
+
+
+# ------------------------------------------------------------------------- quantized weights (constexpr ops)
+
+AFFINE, BLOCKWISE = "constexpr_affine_dequantize", "constexpr_blockwise_shift_scale"
+AFFINE_TARGET, BLOCKWISE_TARGET = "iOS16", "iOS18"  # the first targets whose opsets hold each op (§5c)
+
+
+def unholdable(records: Sequence[QuantizedWeights], target: str, compress_to_fp16: bool = False) -> str | None:
+    """Why ``records`` cannot be written as constexpr ops at ``target`` (None: they can)."""
+    if compress_to_fp16:
+        return "an fp16 package (--compress-to-fp16) computes the weights in fp16, not the integers' float32 view"
+    if any(r.dynamic_activations for r in records):
+        return "the source quantizes X and h at run time (DynamicQuantizeLSTM), which no Core ML op does"
+    if any(r.values.dtype not in (np.int8, np.uint8) for r in records):
+        return f"{sorted({str(r.values.dtype) for r in records})} integers: Core ML's constexpr ops take 4 or 8 bits"
+    rank = _target_rank(target)
+    if rank < TARGETS.index(AFFINE_TARGET):
+        return f"constexpr ops need {AFFINE_TARGET} or later (the target is {target})"
+    if rank < TARGETS.index(BLOCKWISE_TARGET) and any(r.bits != 8 or r.axis == 1 for r in records):
+        return f"{BLOCKWISE} (4-bit or per-block weights) needs {BLOCKWISE_TARGET} (the target is {target})"
+    return None
+
+
+def constexpr_target(records: Sequence[QuantizedWeights]) -> str:
+    """The lowest target whose constexpr op writes ``records``."""
+    return next((t for t in (AFFINE_TARGET, BLOCKWISE_TARGET) if unholdable(records, t) is None), BLOCKWISE_TARGET)
+
+
+def constexpr_op(target: str) -> str:
+    """The constexpr op written at ``target``."""
+    return BLOCKWISE if _target_rank(target) >= TARGETS.index(BLOCKWISE_TARGET) else AFFINE
 
 
 def _written_as(form: Form) -> tuple:

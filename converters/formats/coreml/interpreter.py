@@ -19,6 +19,8 @@ from gatepack.converters.formats.coreml.common import (
     _value,
     state_inputs,
 )
+from gatepack.converters.formats.coreml.mil_constexpr import OPS as CONSTEXPR_OPS
+from gatepack.converters.formats.coreml.mil_constexpr import decompressed
 from gatepack.converters.formats.coreml.mil_elementwise import OPS as ELEMENTWISE_OPS
 from gatepack.converters.formats.coreml.mil_nn import OPS as NN_OPS
 from gatepack.converters.formats.coreml.mil_tensor import OPS as TENSOR_OPS
@@ -254,7 +256,7 @@ _CORE_OPS = {
 }
 
 # with the ops the ONNX operator table emits, each group in its own module (tests check no op is defined twice)
-OP_GROUPS = (_CORE_OPS, ELEMENTWISE_OPS, NN_OPS, TENSOR_OPS)
+OP_GROUPS = (_CORE_OPS, ELEMENTWISE_OPS, NN_OPS, TENSOR_OPS, CONSTEXPR_OPS)
 _MIL_OPS = {name: fn for group in OP_GROUPS for name, fn in group.items()}
 
 
@@ -267,6 +269,9 @@ def _run_block(block, env: dict, path: Path) -> None:
         try:
             if op.op_type == "const":
                 env[op.outputs[0].name] = _value(op.outputs[0])
+                continue
+            if op.op_type in CONSTEXPR_OPS:  # constant: decompressed once, however often its block runs
+                env[op.outputs[0].name] = decompressed(op)
                 continue
             args = {key: _lookup(var, env) for key, var in op.inputs.items()}
         except _Missing:
@@ -295,6 +300,8 @@ def _lookup(var, env: dict):
         return env[var.name]
     if var.val is not None:
         return _value(var)
+    if var.op is not None and var.op.op_type in CONSTEXPR_OPS:  # a compressed weight read outside its block's run
+        return decompressed(var.op)
     raise _Missing(var.name)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+import gatepack.converters.formats.coreml.compressed as compressed
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
@@ -20,6 +21,7 @@ from gatepack.converters.formats.coreml.common import (
 )
 from gatepack.converters.formats.coreml.interpreter import _run_block
 from gatepack.converters.formats.coreml.package import _load_program
+from gatepack.converters.quantization import compressed_source
 from gatepack.schemas.layer import (
     PERM_SWAP_01,
     PERM_Y_TO_BATCH_MAJOR,
@@ -28,6 +30,7 @@ from gatepack.schemas.layer import (
     Provenance,
     RecurrentLayer,
 )
+from gatepack.schemas.quantized import QuantizedWeights
 
 # -------------------------------------------------------------------------------- lifting loops
 
@@ -57,7 +60,7 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
         if op.op_type != "while_loop":
             continue
         try:
-            handle, candidate, itf, activations, held = _loop_structure(op, path)
+            handle, candidate, itf, activations, held, unheld = _loop_structure(op, path)
         except _NotALayer as err:
             refused.append((op.name, str(err)))
             continue
@@ -69,6 +72,8 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
             candidate.R.astype(np.float32),
             tuple((_float32(a), _float32(b), t) for a, b, t in candidate.biases),
             candidate.label,
+            candidate.Wq,
+            candidate.Rq,
         )
         rec = Recurrence(
             name=op.name,
@@ -91,19 +96,27 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
         handle = replace(handle, fp16=fp16)
         layer = replace(lifted.layer, provenance=Provenance(FORMAT, path, op.name, "lifted", handle=handle))
         layers.append(layer)
-        notes[layer.name] = [
-            Finding(
-                "lifted",
-                Status.REPACKED,
-                f"lifted from a while_loop of elementary ops (as coremltools writes nn.GRU): {lifted.description}; "
-                f"proven against gatepack's MIL interpreter running the original ops on random inputs "
-                f"({lifted.tried} reading(s) tried)"
-                + (". It starts from a constant initial state (a learned one), which the layer holds" if held else "")
-                + f". Its outputs are canonical tensors {itf.y!r} and {itf.y_h!r}; in "
-                f"the source, loop output {handle.buffer!r} holds the initial state and then Y "
-                f"{'in processing order' if handle.reverse else 'in time order'}",
-            )
-        ] + ([FP16_SOURCE] if fp16 else [])
+        notes[layer.name] = (
+            [
+                Finding(
+                    "lifted",
+                    Status.REPACKED,
+                    f"lifted from a while_loop of elementary ops (as coremltools writes nn.GRU): {lifted.description}; "
+                    f"proven against gatepack's MIL interpreter running the original ops on random inputs "
+                    f"({lifted.tried} reading(s) tried)"
+                    + (
+                        ". It starts from a constant initial state (a learned one), which the layer holds"
+                        if held
+                        else ""
+                    )
+                    + f". Its outputs are canonical tensors {itf.y!r} and {itf.y_h!r}; in "
+                    f"the source, loop output {handle.buffer!r} holds the initial state and then Y "
+                    f"{'in processing order' if handle.reverse else 'in time order'}",
+                )
+            ]
+            + ([FP16_SOURCE] if fp16 else [])
+            + unheld
+        )
     return layers, notes, refused
 
 
@@ -142,7 +155,7 @@ def _loop_structure(op, path: Path):
             + (f" and initial state {initial.name!r}" if initial is not None else "")
             + ", which a GRU/RNN layer does not take"
         )
-    candidate = _loop_weights(op, body_ops, gathers[0])
+    candidate, unheld = _loop_weights(op, body_ops, gathers[0])
     activations = frozenset(o.op_type for o in body_ops if o.op_type in ("sigmoid", "tanh", "relu"))
     shape = x_var.shape
     s, n = (shape[1], shape[0]) if layout else (shape[0], shape[1])
@@ -157,7 +170,7 @@ def _loop_structure(op, path: Path):
         dtype="float32",
     )
     held = {} if learned is None else {"initial_h": learned}
-    return _LoopHandle(x_var.name, op.name, buffers[0].name, reverse), candidate, itf, activations, held
+    return _LoopHandle(x_var.name, op.name, buffers[0].name, reverse), candidate, itf, activations, held, unheld
 
 
 def _initial_state(op, start) -> tuple:
@@ -172,8 +185,9 @@ def _initial_state(op, start) -> tuple:
     to fp32. A constant start whose later rows are not zeros is no initial state followed by zeros."""
     while start.val is None and start.op is not None and start.op.op_type == "cast":
         start = start.op.inputs["x"]
-    if start.val is not None:
-        value = np.asarray(start.val)
+    constant, _ = compressed.weight(start)  # coremltools.optimize compresses a large zero buffer too
+    if constant is not None:
+        value = np.asarray(constant)
         if value.ndim != 3 or np.any(value[1:] != 0):
             raise _NotALayer(
                 f"while_loop {op.name!r}: its state buffer starts as a constant {list(value.shape)} that is not "
@@ -211,21 +225,25 @@ def _loop_x(var, has_initial: bool) -> tuple:
 def _loop_weights(op, body_ops: list, gather):
     """The loop's linear ops as one weight candidate: those reading the gathered X step are W's gate
     blocks, the others R's, in program order, with their biases (zeros where a linear op has none; no
-    bias when all are zeros)."""
+    bias when all are zeros) and, where constexpr ops compute the weights, their integers
+    (``compressed.joined``)."""
     from gatepack.converters.lifting import WeightCandidate
 
-    linears = [o for o in body_ops if o.op_type == "linear"]
-    from_x = [o for o in linears if _reads(o.inputs["x"], gather)]
-    from_h = [o for o in linears if o not in from_x]
-    if not from_x or len(from_x) != len(from_h):
-        raise _NotALayer(f"while_loop {op.name!r} has {len(from_x)} linear ops of X and {len(from_h)} of its state")
-    parts = {}
+    from_x, from_h = _linear_groups(op, body_ops, gather)
+    parts: dict[str, np.ndarray] = {}
+    records: dict[str, QuantizedWeights | None] = {}
+    unheld: list[str] = []
     for key, group in (("W", from_x), ("R", from_h)):
-        weights = [_value(o.inputs["weight"]) for o in group]
+        found = [compressed.weight(o.inputs["weight"]) for o in group]
+        unheld += compressed.unheld_forms([c for _, c in found], [f"linear op {o.name!r}'s weight" for o in group])
         biases = [_value(o.inputs["bias"]) if "bias" in o.inputs else None for o in group]
-        if any(w is None for w in weights):
+        weights = [np.asarray(w) for w, _ in found if w is not None]
+        if len(weights) != len(found):
             raise _NotALayer(f"while_loop {op.name!r}: a linear op's weight is not a constant")
         parts[key] = np.concatenate(weights)
+        records[key] = compressed.record(compressed.joined([c for _, c in found]))
+        if records[key] is None and any(c is not None and c.spread is not None for _, c in found):
+            unheld.append(f"{key}: gate blocks compressed in different forms or partly, which one record does not hold")
         parts[key + "b"] = np.concatenate(
             [b if b is not None else np.zeros(len(w), w.dtype) for b, w in zip(biases, weights)]
         )
@@ -236,10 +254,22 @@ def _loop_weights(op, body_ops: list, gather):
     )
     if not (np.any(parts["Wb"]) or np.any(parts["Rb"])):  # coremltools' nn.GRU(bias=False): zero bias constants
         reading = (None, None, "no bias (the linear ops' biases are zeros)")
-    return WeightCandidate(
+    candidate = WeightCandidate(
         parts["W"], parts["R"], (reading,),
         f"W from linear ops {[o.name for o in from_x]}, R from {[o.name for o in from_h]}",
+        records["W"], records["R"],
     )  # fmt: skip
+    return candidate, ([compressed_source(unheld)] if unheld else [])
+
+
+def _linear_groups(op, body_ops: list, gather) -> tuple[list, list]:
+    """The loop's linear ops of X (W's gate blocks) and of its state (R's), in program order."""
+    linears = [o for o in body_ops if o.op_type == "linear"]
+    from_x = [o for o in linears if _reads(o.inputs["x"], gather)]
+    from_h = [o for o in linears if o not in from_x]
+    if not from_x or len(from_x) != len(from_h):
+        raise _NotALayer(f"while_loop {op.name!r} has {len(from_x)} linear ops of X and {len(from_h)} of its state")
+    return from_x, from_h
 
 
 def _outer_inputs(op, given: set[str]) -> set[str]:

@@ -6,18 +6,23 @@ from pathlib import Path
 
 import numpy as np
 
+import gatepack.converters.formats.coreml.compressed as compressed
 from gatepack.converters.apple import (
     activation_of,
+    gate_order,
     onnx_peephole,
     onnx_weights,
+    rows,
 )
 from gatepack.converters.errors import InputError, where
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
     FORMAT,
     FP16_SOURCE,
+    _mil_types,
     _value,
 )
+from gatepack.converters.quantization import compressed_source
 from gatepack.schemas.layer import (
     Cell,
     Direction,
@@ -33,7 +38,7 @@ from gatepack.schemas.layer import (
 def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Finding]]:
     """A native gru/rnn op's constants back in ONNX order: W, R, Wb, Rb, lbr, activations, reverse."""
     at = where(path, layer)
-    w, r = _value(op.inputs.get("weight_ih")), _value(op.inputs.get("weight_hh"))
+    (w, w_found), (r, r_found) = (compressed.weight(op.inputs.get(key)) for key in ("weight_ih", "weight_hh"))
     if w is None or r is None or w.ndim != 2 or r.ndim != 2:
         raise InputError(f"{at}{op.op_type} op {op.name!r}: weight_ih/weight_hh are not constant matrices")
     h = r.shape[1]
@@ -64,13 +69,24 @@ def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Find
         if cell is Cell.GRU
         else [_value(op.inputs.get("activation")) or "tanh"]
     )
+    order = gate_order(cell, to_apple=False)
     return {
         **onnx_weights(cell, w, r, bias, input_bias, reset_after),
+        **_records(w_found, r_found, lambda array: rows(array, order, h), found),
         "lbr": reset_after,
         "activations": tuple(activation_of(a, at) for a in acts),
         "reverse": (_value(op.inputs.get("direction")) or "forward") == "reverse",
         "has_bias": bias is not None or input_bias is not None,
     }, found
+
+
+def _records(w_found, r_found, pick, found: list[Finding], suffix: str = "") -> dict:
+    """``Wq`` and ``Rq``, the exact records of weight_ih and weight_hh where constexpr ops compute them (rows in
+    ONNX's gate order by ``pick``); a note appended to ``found`` for a compressed form no record holds."""
+    unheld = compressed.unheld_forms([w_found, r_found], [f"weight_ih{suffix}", f"weight_hh{suffix}"])
+    if unheld:
+        found.append(compressed_source(unheld))
+    return {"Wq": compressed.record(w_found, pick), "Rq": compressed.record(r_found, pick)}
 
 
 NATIVE_OPS = {"gru": Cell.GRU, "rnn": Cell.RNN, "lstm": Cell.LSTM}
@@ -102,9 +118,10 @@ def _lstm_op_weights(op, path: Path) -> tuple[list[DirectionParams], Direction, 
         activation_of(str(_value(op.inputs.get(key)) or default), at)
         for key, default in (("recurrent_activation", "sigmoid"), ("cell_activation", "tanh"), ("activation", "tanh"))
     )
-    params = []
+    params: list[DirectionParams] = []
+    notes: list[Finding] = []
     for suffix in ("", "_back") if direction == "bidirectional" else ("",):
-        w, r = _value(op.inputs.get("weight_ih" + suffix)), _value(op.inputs.get("weight_hh" + suffix))
+        (w, w_found), (r, r_found) = (compressed.weight(op.inputs.get(k + suffix)) for k in ("weight_ih", "weight_hh"))
         if w is None or r is None or w.ndim != 2 or r.ndim != 2 or r.shape[0] != 4 * r.shape[1] or len(w) != len(r):
             shapes = [None if v is None else list(v.shape) for v in (w, r)]
             raise InputError(
@@ -124,11 +141,14 @@ def _lstm_op_weights(op, path: Path) -> tuple[list[DirectionParams], Direction, 
                 *_float32_weights(got),
                 activations=acts,
                 P=None if peephole is None else onnx_peephole(peephole),
+                **_records(
+                    w_found, r_found, lambda array, h=h: rows(array, gate_order(Cell.LSTM, False), h), notes, suffix
+                ),
             )
         )
     has_bias = any(_value(op.inputs.get(key)) is not None for key in ("bias", "bias_back"))
     folded = [Finding("bias", Status.FOLDED, "Core ML stores Wb + Rb summed; read back as Wb = sum, Rb = 0")]
-    return params, Direction(direction), has_bias, folded if has_bias else []
+    return params, Direction(direction), has_bias, (folded if has_bias else []) + notes
 
 
 # What reading a foreign op's direction does (status, detail).
@@ -158,6 +178,8 @@ def _op_directions(
     params = DirectionParams(
         *_float32_weights(got),
         activations=got["activations"][: cell.activation_count],
+        Wq=got["Wq"],
+        Rq=got["Rq"],
     )
     direction = Direction.REVERSE if got["reverse"] else Direction.FORWARD
     return [params], direction, got["lbr"], got["has_bias"], found
@@ -167,7 +189,7 @@ def _read_op(op, path: Path) -> tuple[RecurrentLayer, list[Finding]]:
     """Another producer's native gru, rnn or lstm op as a layer (states [N, D*H] read as [D,N,H])."""
     cell = NATIVE_OPS[op.op_type]
     directions, direction, lbr, has_bias, found = _op_directions(op, cell, path, op.name)
-    if np.asarray(op.inputs["weight_ih"].val).dtype == np.float16:
+    if op.inputs["weight_ih"].dtype == _mil_types().fp16:
         found.append(FP16_SOURCE)
     x_shape = op.inputs["x"].shape
     states = {role: op.inputs[role].name for role, _ in state_roles(cell)}

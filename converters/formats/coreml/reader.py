@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+import gatepack.converters.formats.coreml.compressed as compressed
 from gatepack.converters.description import build_layer, constant_from_layout, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.findings import Finding
@@ -35,6 +36,7 @@ from gatepack.schemas.layer import (
     Provenance,
     RecurrentLayer,
 )
+from gatepack.schemas.quantized import QuantizedWeights
 
 # ----------------------------------------------------------------------------------------- reading
 
@@ -94,7 +96,9 @@ def _other_ops(function, layers: list[RecurrentLayer]) -> dict:
     other = [
         op.op_type
         for op in function.operations
-        if op.op_type not in ("const", *NATIVE_OPS) and not (op.op_type == "while_loop" and op.name in lifted)
+        if op.op_type not in ("const", *NATIVE_OPS)
+        and not op.op_type.startswith("constexpr_")  # a weight's decompression, part of its layer
+        and not (op.op_type == "while_loop" and op.name in lifted)
     ]
     return {"other_ops": sorted(set(other)), "other_op_count": len(other)} if other else {}
 
@@ -125,16 +129,18 @@ def _read_described(
         else:
 
             def const(label: str) -> np.ndarray:
-                var = _named(vars_by_name, f"{prefix}_{label}{k}")
-                if var is None or var.val is None:
+                value, found = compressed.weight(_named(vars_by_name, f"{prefix}_{label}{k}"))
+                if value is None:
                     raise InputError(
                         f"{path}: layer {info.name!r}: the program has no constant {prefix}_{label}{k} that its "
                         "metadata describes"
                     )
-                return np.asarray(var.val, np.float32)  # fp16 packages: the fp16 values, widened exactly
+                records[label] = compressed.record(found)
+                return np.asarray(value, np.float32)  # fp16 packages: the fp16 values, widened exactly
 
             peephole = _named(vars_by_name, f"{prefix}_P{k}")
             rows = entry.get("weights") == "rows"  # W, R as the layer holds them (earlier packages: W^T, R^T)
+            records: dict[str, QuantizedWeights | None] = {}
             directions.append(
                 DirectionParams(
                     const("W") if rows else const("W").T,
@@ -143,6 +149,8 @@ def _read_described(
                     const("Rb"),
                     acts,
                     P=None if peephole is None else const("P"),
+                    Wq=records["W"],
+                    Rq=records["R"],
                 )
             )
     constants = {}

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
+import gatepack.converters.quantization as quantization
 from gatepack.converters.errors import RuntimeFailure, UsageError
 from gatepack.converters.fileio import staging_directory
 from gatepack.converters.formats.coreml.common import (
@@ -46,6 +48,8 @@ def write(
     (``model.meta['state_pairs']``) as Core ML states (fp16, iOS18). ``minimum_deployment_target`` None: the
     lowest that expresses the model (``common.lowest_target``)."""
     path = Path(path)
+    if model.meta.get(quantization.ASKED):  # float weights, as asked (--dequantize)
+        model = replace(model, layers=[quantization.floats_only(layer) for layer in model.layers])
     asked = dict(strategy=strategy, minimum_deployment_target=minimum_deployment_target, stateful=stateful)
     target = settle_options(model, asked | {"compress_to_fp16": compress_to_fp16})["minimum_deployment_target"]
     if _target_rank(target) < TARGETS.index(FP16_TARGET) and compress_to_fp16:

@@ -31,10 +31,13 @@ from typing import Any
 
 import numpy as np
 
+import gatepack.converters.formats.coreml.compressed as compressed
 from gatepack.converters.apple import (
     NATIVE_ACTIVATIONS,
     apple_peephole,
-    apple_weights,
+    apple_tensor,
+    gate_order,
+    rows,
 )
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
@@ -46,9 +49,11 @@ from gatepack.converters.formats.coreml.common import (
     check_sanitised_names,
     choose_strategy,
     safe_name,
+    unholdable,
     written_straight,
 )
 from gatepack.converters.model import Model, with_separate_inputs
+from gatepack.converters.quantization import floats_only
 from gatepack.schemas.layer import (
     OUTPUT_ROLES,
     Cell,
@@ -129,13 +134,38 @@ def emit_layer(mb, layer: RecurrentLayer, given: dict, strategy: str, target: st
     every role the layer does not hold as a constant); return (Y, Y_h[, Y_c]) in that layout and the strategy
     chosen (native op where it is exact, else the ``while_loop`` decomposition)."""
     chosen, _ = choose_strategy(layer, strategy, target)
+    if layer.is_quantized and _records_unheld(layer, target):  # (the findings refuse it unless --dequantize)
+        layer = floats_only(layer)
     x = given["x"]
     held = _held_constants(mb, layer, x)
     lens = given.get("sequence_lens", held.get("sequence_lens"))
     states = {role: given.get(role, held.get(role)) for role, _ in state_roles(layer.cell)}
     if chosen == "native":
         return _emit_native(mb, layer, x, states, target), chosen
-    return _emit_decomposed(mb, layer, x, lens, states), chosen
+    return _emit_decomposed(mb, layer, x, lens, states, target), chosen
+
+
+def _records_unheld(layer: RecurrentLayer, target: str) -> str | None:
+    """Why ``layer``'s quantized records cannot be written as constexpr ops at ``target`` (None: they can)."""
+    records = [r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None]
+    return unholdable(records, target)
+
+
+def _weight(mb, layer: RecurrentLayer, k: int, role: str, name: str, target: str, native_key: str | None = None):
+    """Direction ``k``'s W or R as a const op named ``name``, or, when the layer holds its integers, the constexpr
+    op decompressing them (``compressed.emit``); ``native_key``: as the native op's ``weight_ih`` / ``weight_hh``,
+    rows in its gate order."""
+    record = layer.directions[k].quantized(role)
+    if record is None:
+        value = apple_tensor(layer, k, native_key) if native_key else _stored(getattr(layer.directions[k], role))
+        return mb.const(val=value, name=name)
+    if native_key:
+        order = gate_order(layer.cell, to_apple=True)
+        spread = (
+            a if record.axis is None else rows(a, order, layer.hidden_size) for a in (record.scale, record.zero_point)
+        )
+        record = record.with_values(rows(record.values, order, layer.hidden_size), *spread)
+    return compressed.emit(mb, record, name, target)
 
 
 def _held_constants(mb, layer: RecurrentLayer, x) -> dict:
@@ -191,7 +221,12 @@ def _emit_native(mb, layer: RecurrentLayer, x, states: dict, target: str):
     for k, params in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
         start = {role: mb.gather(x=initial[role], indices=k, axis=0) if role in initial else zeros for role in states}
-        args = {key: mb.const(val=value, name=f"{prefix}_{key}_{k}") for key, value in apple_weights(layer, k).items()}
+        biases = {key: apple_tensor(layer, k, key) for key in ("bias", "input_bias")}
+        args = {
+            key: mb.const(val=value, name=f"{prefix}_{key}_{k}") for key, value in biases.items() if value is not None
+        }
+        for key, role in (("weight_ih", "W"), ("weight_hh", "R")):
+            args[key] = _weight(mb, layer, k, role, f"{prefix}_{key}_{k}", target, native_key=key)
         acts = [NATIVE_ACTIVATIONS[a.name] for a in params.activations]
         common = dict(
             x=x_sm,
@@ -224,10 +259,10 @@ class _MilOps:
 
     builder = "MIL"
 
-    def __init__(self, mb, layer: RecurrentLayer, params: DirectionParams, k: int) -> None:
+    def __init__(self, mb, layer: RecurrentLayer, params: DirectionParams, k: int, target: str) -> None:
         self.mb, self.hidden, self.gates = mb, layer.hidden_size, layer.gates
         prefix = safe_name(layer.name)
-        self.r = mb.const(val=_stored(params.R), name=f"{prefix}_R{k}")  # [G*H, H], as the layer holds it
+        self.r = _weight(mb, layer, k, "R", f"{prefix}_R{k}", target)  # [G*H, H], as the layer holds it
         self.rb = mb.const(val=np.asarray(params.Rb, np.float32), name=f"{prefix}_Rb{k}")
         self.p = None if params.P is None else mb.const(val=np.asarray(params.P, np.float32), name=f"{prefix}_P{k}")
 
@@ -313,7 +348,7 @@ class _MilOps:
         return self.mb.relu(x=x)
 
 
-def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
+def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict, target: str) -> tuple:
     """The layer from elementary MIL ops: per direction a ``while_loop`` carrying the cell's states
     (h; LSTM: h and c) and the output sequence, or, for an input of one static step (a streaming model's
     frame), that step straight-line without a loop; returns Y and each final state in the layout."""
@@ -345,9 +380,9 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
             if reverse
             else x_sm
         )
-        w = mb.const(val=_stored(p.W), name=f"{prefix}_W{k}")  # [G*H, I]
+        w = _weight(mb, layer, k, "W", f"{prefix}_W{k}", target)  # [G*H, I]
         wb = mb.const(val=np.asarray(p.Wb, np.float32), name=f"{prefix}_Wb{k}")
-        step_ops = _MilOps(mb, layer, p, k)
+        step_ops = _MilOps(mb, layer, p, k, target)
         xw = mb.add(x=mb.matmul(x=x_d, y=w, transpose_y=True), y=wb)  # [S,N,G*H]: every step's input projection
         start = [mb.gather(x=initial[role], indices=k, axis=0) if role in initial else zeros for role in roles]
         if one_step:  # one frame: the step straight-line, no loop (a loop keeps a model off the Neural Engine)

@@ -113,7 +113,7 @@ def write(
     if path.suffix.lower() != ".xml":
         raise UsageError(f"{path}: an OpenVINO IR path ends in .xml")
     if model.meta.get(quantization.ASKED):  # float weights, as asked (--dequantize)
-        model = replace(model, layers=[without_records(layer) for layer in model.layers])
+        model = replace(model, layers=[quantization.floats_only(layer) for layer in model.layers])
     ov_model = build_whole(model, strategy=strategy) if is_whole_model(model) else build(model, strategy=strategy)
     if stateful:
         pairs = model.meta.get("state_pairs")
@@ -745,11 +745,6 @@ COMPRESSED_FORM = (
     "compressed constants as NNCF writes them: the integers, Convert to f32, minus the zero point (none when "
     "symmetric), times the scale, feeding the sequence op's W and R"
 )
-
-
-def without_records(layer: RecurrentLayer) -> RecurrentLayer:
-    """``layer`` with float weights only (its quantized records dropped; W and R are their float view)."""
-    return replace(layer, directions=tuple(replace(p, Wq=None, Rq=None) for p in layer.directions))
 
 
 def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bool = False) -> list[Finding]:
