@@ -178,3 +178,21 @@ def test_cast_of_an_eight_bit_tensor_keeps_its_values(tmp_path, to):
     gather = helper.make_node("Gather", ["table", "ids"], ["q"], axis=0)
     ids = {"ids": np.array([3, 0, 3, 2], np.int64)}
     check_operator(tmp_path, "Cast", ids, {"to": to}, constants={"table": table}, order=["q"], before=[gather])
+
+
+def test_transpose_moves_an_eight_bit_tensor_unchanged(tmp_path):
+    """A quantized embedding's rows transposed before DequantizeLinear (a shipped diacritizer's pattern): the 8-bit
+    values are moved, never computed on, so Transpose takes them (exact against onnxruntime)."""
+    gather = helper.make_node("Gather", ["table", "ids"], ["q"], axis=0)
+    transpose = helper.make_node("Transpose", ["q"], ["qt"], perm=[2, 0, 1])
+    check_operator(
+        tmp_path,
+        "DequantizeLinear",
+        {"ids": np.array([[1, 9, 0], [3, 3, 7]], np.int64)},
+        constants={"table": _u8(10, 4), "s": np.float32(0.25), "z": np.uint8(131)},
+        order=["qt", "s", "z"],
+        before=[gather, transpose],
+        opset=13,
+        atol=0,
+        rtol=0,
+    )

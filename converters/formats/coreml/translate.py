@@ -46,7 +46,7 @@ class Squeezed:
 # An ONNX int8/uint8 tensor computed at run time (DynamicQuantizeLinear's and QuantizeLinear's outputs, a Gather of
 # quantized constants) is held as ``Narrow``: an int32 MIL var with the same values (MIL computes in int32). Only the
 # operators that read such a tensor as the numbers it holds take it; any other would have to wrap around at 8 bits.
-TAKES_NARROW = frozenset({"ConvInteger", "MatMulInteger", "DequantizeLinear", "Cast"})
+TAKES_NARROW = frozenset({"ConvInteger", "MatMulInteger", "DequantizeLinear", "Cast", "Transpose"})
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,8 @@ def _transpose(t: MilTranslation, node) -> list:
         moved = [kept.index(p) for p in perm if x.shape[p] != 1]
         var = t.mb.transpose(x=x.var, perm=moved) if moved != sorted(moved) else x.var
         return [_held_at_rank(t, var, tuple(x.shape[p] for p in perm))]
+    if isinstance(x, Narrow):  # 8-bit values held as int32: moved, never computed on
+        return [Narrow(t.mb.transpose(x=x.var, perm=perm), x.dtype)]
     return [t.mb.transpose(x=t.as_var(x), perm=perm)]
 
 
