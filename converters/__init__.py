@@ -574,8 +574,8 @@ def _quantized(model: "Model", label: str, target: str, scheme: str | None) -> "
             f"{label}: {quantizing.refusal_detail(target)}",
             hint=f"convert to {' or '.join(quantizing.HOLDERS)}, or leave out --quantize-weights",
         )
-    notes = {lay.name: [*model.notes_for(lay), quantizing.finding(lay, scheme)] for lay in model.layers}
-    return replace(quantizing.quantized_model(model, scheme), notes=notes)
+    notes = {lay.name: [*model.notes_for(lay), quantizing.finding(lay, scheme, target)] for lay in model.layers}
+    return replace(quantizing.quantized_model(model, scheme, target), notes=notes)
 
 
 def _refuse_unheld(label: str, findings: dict[str, list["Finding"]], target: str, scheme: str | None) -> None:

@@ -85,7 +85,8 @@ def verify_dequantized(
     by the source's own runtime. A ``stateful`` artifact (no state inputs) is compared over the calls alone."""
     twin_words, source_words, noise_words = gate.words
     with tempfile.TemporaryDirectory(prefix="gatepack-twin-") as scratch:
-        twin = _twin(source if gate.quantize is None else quantized_model(source, gate.quantize), Path(scratch))
+        quantized = source if gate.quantize is None else quantized_model(source, gate.quantize, written.format)
+        twin = _twin(quantized, Path(scratch))
         alike = twin if written.meta.get("other_ops") else replace(twin, meta={**twin.meta, "other_ops": None})
         streamed = [_Call(verify_streaming, {"pairs": pairs, "frames": frames})] if pairs else []
         calls = ([] if stateful and streamed else [_Call(verify_models, {})]) + streamed
@@ -96,7 +97,7 @@ def verify_dequantized(
     result.incomplete = next((v.incomplete for v in exact + measured if v.incomplete), None)
     result.streaming = measured[-1].streaming if pairs else None
     result.outputs = [replace(o, output=f"{o.output} vs {twin_words}") for v in exact for o in v.outputs]
-    floor = TOLERANCES["float32"][0]
+    floor = _floor(written)
     own = {(o.layer, o.output): o.max_abs_error for v in noise for o in v.outputs}
     # an output judged against the twin in quantization steps: |artifact - source| <= |artifact - twin| + own noise
     steps = {(o.layer, o.output): o.atol for v in exact for o in v.outputs if o.judgement}
@@ -118,6 +119,14 @@ def verify_dequantized(
         f"measured vs {source_words}: " + "; ".join(_measurement(o) for v in measured for o in v.outputs),
     ]
     return result
+
+
+def _floor(written: "Model") -> float:
+    """The atol of the precision the artifact computes in (float32's; LiteRT's hybrid kernels, which quantize X and
+    h at run time: ``DYNAMIC_INT8``'s), added to the default bound: the part of the error that is the target's own
+    arithmetic rather than the weights'."""
+    computes = registry.reader(written.format).compute_dtype
+    return max([TOLERANCES["float32"][0], *(TOLERANCES.get(computes(layer), (0.0,))[0] for layer in written.layers)])
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,35 @@ the same integers, scale and zero point, moved), or written as their float view 
 only when the user asks (``--dequantize``, API ``dequantize=True``): ``lossy``, refused otherwise, naming the
 option. A format that holds quantized weights words its own ``held`` finding; every other one gets
 ``dequantized`` from the report (``reporting.target_findings``), so no format can drop the integers silently.
+Which formats hold them depends on the source operator's run-time arithmetic (``HOLDERS``): integers with float
+activations go to ONNX, OpenVINO and Core ML, onnxruntime's uint8-activation LSTM to ONNX, LiteRT's hybrid kernels
+(X and h quantized per row) to LiteRT alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from gatepack.converters.findings import Finding, Status
 from gatepack.schemas.layer import RecurrentLayer
+from gatepack.schemas.quantized import LITERT_ASYMMETRIC, LITERT_SYMMETRIC, ORT_DYNAMIC, RUN_TIME_SCHEMES
+
+if TYPE_CHECKING:
+    from gatepack.converters.model import Model
 
 FEATURE = "quantization"
 DEQUANTIZE_OPTION = "--dequantize (API: dequantize=True)"
-HOLDERS = ("onnx", "openvino", "coreml")  # the formats whose writer keeps quantized weights as integers
-DYNAMIC_HOLDERS = ("onnx",)  # ... of a source that quantizes its activations at run time (DynamicQuantizeLSTM)
+# The formats whose writer keeps quantized weights as integers, by the run-time arithmetic of the source's operator
+# (``QuantizedWeights.dynamic_activations``): float activations ('') in ONNX (QDQ), OpenVINO (compressed constants)
+# and Core ML (constexpr ops); onnxruntime's uint8 activations in ONNX (DynamicQuantizeLSTM); LiteRT's hybrid int8
+# ones in LiteRT.
+HOLDERS = {
+    "": ("onnx", "openvino", "coreml"),
+    ORT_DYNAMIC: ("onnx",),
+    LITERT_ASYMMETRIC: ("litert",),
+    LITERT_SYMMETRIC: ("litert",),
+}
 ASKED = "dequantize"  # Model.meta key: the user asked for float weights everywhere (``--dequantize``)
 
 
@@ -28,17 +44,18 @@ def dequantized(layer: RecurrentLayer, target: str, reason: str | None = "") -> 
     """``target`` cannot hold the integers (``reason``, default: its format has no quantized weights) or the user
     asked for floats (``reason`` None): written as float weights only with ``--dequantize``; ``lossy`` either way
     (the report and ``convert`` agree), refused unless the user passed the option (``refuses``)."""
-    dynamic = any(r is not None and r.dynamic_activations for p in layer.directions for r in (p.Wq, p.Rq))
+    dynamic = run_time_scheme(layer)
     arithmetic = (
-        "; and the float layer computes X and h in float where the source quantizes them to uint8 at run time "
-        "(proven exact against the source with dequantized weights, its error against the quantized source "
-        "measured and bounded by --max-error or the source's own quantization noise)"
+        "; and the float layer computes X and h in float where the source has "
+        f"{RUN_TIME_SCHEMES[dynamic]} (proven exact against the source with dequantized weights, its error against "
+        "the quantized source measured and bounded by --max-error or the source's own quantization noise)"
         if dynamic
         else " (the numbers the source computes on, stored in float: 4x larger for 8 bits)"
     )
-    holders = [h for h in (DYNAMIC_HOLDERS if dynamic else HOLDERS) if h != target]
+    holders = [h for h in HOLDERS[dynamic] if h != target]
     keep = f", or convert to {' or '.join(holders)}, which keeps the integers" if holders else ""
-    why = "as asked (--dequantize)" if reason is None else f"{reason or target + ' holds no quantized weights'}: "
+    own = f"{target} has no kernel that computes it" if dynamic and target not in HOLDERS[""] else ""
+    why = "as asked (--dequantize)" if reason is None else f"{reason or own or target + ' holds no quantized weights'}: "
     return Finding(
         FEATURE,
         Status.LOSSY,
@@ -47,6 +64,19 @@ def dequantized(layer: RecurrentLayer, target: str, reason: str | None = "") -> 
         + arithmetic,
         alternative=f"pass {DEQUANTIZE_OPTION} to write float weights{keep}",
     )
+
+
+def floats_asked(model: "Model") -> "Model":
+    """``model`` as a writer writes it: its layers without records when the user asked for float weights
+    (``--dequantize``: ``ASKED``), else unchanged."""
+    if not model.meta.get(ASKED):
+        return model
+    return replace(model, layers=[floats_only(layer) for layer in model.layers])
+
+
+def run_time_scheme(layer: RecurrentLayer) -> str:
+    """The run-time quantization of X and h of ``layer``'s source operator (``RUN_TIME_SCHEMES``; '': none)."""
+    return next((r.dynamic_activations for p in layer.directions for r in (p.Wq, p.Rq) if r is not None), "")
 
 
 def with_finding(layer: RecurrentLayer, target: str, found: list, asked: bool) -> list:

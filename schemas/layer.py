@@ -49,7 +49,7 @@ import numpy as np
 
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell, spec_of
-from gatepack.schemas.quantized import QuantizationError, QuantizedWeights
+from gatepack.schemas.quantized import RUN_TIME_SCHEMES, QuantizationError, QuantizedWeights
 
 Dim = Union[int, str, None]  # static size, symbolic name, or unknown
 
@@ -394,13 +394,13 @@ class RecurrentLayer:
 
     def quantization_summary(self) -> str:
         """E.g. 'W int8 per channel, symmetric; R int8 per channel, symmetric' ('' when not quantized)."""
-        parts, dynamic = [], False
+        parts, schemes = [], set()
         for role in QUANTIZED_ROLES:
             records = [r for r in (p.quantized(role) for p in self.directions) if r is not None]
-            dynamic |= any(r.dynamic_activations for r in records)
+            schemes |= {r.dynamic_activations for r in records if r.dynamic_activations}
             if records:
                 parts.append(f"{role} {' | '.join(sorted({r.describe() for r in records}))}")
-        return "; ".join(parts) + ("; X and h quantized to uint8 at run time" if dynamic else "")
+        return "; ".join([*parts, *(RUN_TIME_SCHEMES[s] for s in sorted(schemes))])
 
     def _validate_quantized(self) -> None:
         """Every direction quantizes W (and R) alike or not at all, each record shaped as its float view and

@@ -12,9 +12,10 @@ consecutive columns of a row (``axis`` 1, shape [G*H, K / block_size]). The diff
 zero_point`` is exact in float32 for every width up to 16 bits, so ``dequantized`` rounds once, as
 ONNX's ``DequantizeLinear`` and onnxruntime's kernels do: the float view every executor and float writer uses.
 
-``dynamic_activations`` records a semantic of the source operator rather than of the weights: onnxruntime's
-``DynamicQuantizeLSTM`` also quantizes its GEMMs' left operands (X, h) to uint8 at run time
-(docs/conventions.md §9), an arithmetic a float layer does not reproduce.
+``dynamic_activations`` records a semantic of the source operator rather than of the weights: the name of the
+run-time arithmetic (``RUN_TIME_SCHEMES``) by which it also quantizes its matrix products' float operands (X, h):
+onnxruntime's ``DynamicQuantizeLSTM`` to uint8 per tensor (docs/conventions.md §9), LiteRT's hybrid kernels to
+int8 per batch row at every step (§11), an arithmetic a float layer does not reproduce; '' for none.
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 
 GRANULARITIES = ("per tensor", "per channel", "per block")
+# The run-time arithmetic of an operator that quantizes its matrix products' float operands itself
+# (``QuantizedWeights.dynamic_activations``): name -> what it does, in the findings' words.
+ORT_DYNAMIC = "onnxruntime uint8"
+LITERT_ASYMMETRIC, LITERT_SYMMETRIC = "litert int8 asymmetric", "litert int8 symmetric"
+RUN_TIME_SCHEMES = {
+    ORT_DYNAMIC: "X and h quantized to uint8 at run time",
+    LITERT_ASYMMETRIC: "X and h quantized to int8 per batch row at every step, asymmetric (LiteRT's hybrid kernels)",
+    LITERT_SYMMETRIC: "X and h quantized to int8 per batch row at every step, symmetric (LiteRT's hybrid kernels)",
+}
 
 
 class QuantizationError(ValueError):
@@ -41,7 +51,7 @@ class QuantizedWeights:
     block_size: int | None = None  # axis 1 only
     bits: int = 8
     signed: bool = True
-    dynamic_activations: bool = False  # the source quantizes X and h to uint8 at run time (DynamicQuantizeLSTM)
+    dynamic_activations: str = ""  # the source's run-time quantization of X and h (RUN_TIME_SCHEMES; '': none)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -89,6 +99,10 @@ class QuantizedWeights:
     def validate(self) -> None:
         """Types, shapes and ranges consistent, else QuantizationError naming the field."""
         values, scale, zero = self.values, self.scale, self.zero_point
+        if self.dynamic_activations and self.dynamic_activations not in RUN_TIME_SCHEMES:
+            raise QuantizationError(
+                f"dynamic_activations {self.dynamic_activations!r} is not one of {list(RUN_TIME_SCHEMES)}"
+            )
         if not isinstance(values, np.ndarray) or values.ndim != 2 or values.dtype.kind not in "iu":
             raise QuantizationError(f"values {getattr(values, 'dtype', values)!r} are not a 2-D integer array")
         if values.dtype.itemsize > 2:

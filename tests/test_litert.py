@@ -410,7 +410,7 @@ def _first_op_input(position: int):
 @pytest.mark.parametrize(
     ("change", "needle"),
     [
-        (lambda model: setattr(_first_op_tensor(model, 2), "type", 9), "is INT8 (quantized weights are not read"),
+        (lambda model: setattr(_first_op_tensor(model, 2), "type", 9), "INT8 tensor"),
         (_first_op_input(16), "a projection input"),
         (_first_op_input(21), "a layer norm input"),
     ],

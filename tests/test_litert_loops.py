@@ -42,7 +42,6 @@ LIFTED = {
     "litert_keras2_simple_rnn_relu_bidirectional": ("RNN", "Relu"),
 }
 REFUSED = {
-    "litert_keras3_lstm_int8": "are INT8 (dynamic-range quantized",
     "litert_keras3_lstm_stateful": "READ_VARIABLE op (a stateful layer's resource variable",
     "litert_keras2_lstm_stateful": "READ_VARIABLE op (a stateful layer's resource variable",
 }

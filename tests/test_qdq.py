@@ -158,7 +158,7 @@ def test_the_report_and_inspect_say_a_layer_is_quantized():
         "granularity": "per tensor",
         "block_size": None,
         "symmetric": False,
-        "dynamic_activations": False,
+        "dynamic_activations": "",
     }
     found = {
         t: {f.feature: f.status.value for f in r.findings}

@@ -1,12 +1,15 @@
 """Findings for writing a layer as LiteRT: the shared features from ``capabilities.LITERT`` and what only LiteRT
-has (no GRU builtin, states as variable tensors written on every invoke, a static N, the elementary form's static S)."""
+has (no GRU builtin, states as variable tensors written on every invoke, a static N, the elementary form's static S,
+int8 weights its hybrid kernels hold)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gatepack.converters import quantization
 from gatepack.converters.feature_findings import findings, replacing
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.litert.quantized import HELD, holds
 from gatepack.converters.formats.litert.strategy import form, streamed_roles
 from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
 from gatepack.schemas.cells import Cell
@@ -48,7 +51,8 @@ def check(
         )
     extra = [_shapes(layer, chosen.native, seq_length, batch_size), *_unrolled(layer, chosen.native)]
     held = streamed_roles(layer, state_pairs) if stateful else {}
-    return replacing(found, *extra, *_states(layer, chosen.native, held))
+    kept = [quantization.held(layer, HELD)] if holds(layer) else []
+    return replacing(found, *extra, *_states(layer, chosen.native, held), *kept)
 
 
 def _unrolled(layer: RecurrentLayer, native: bool) -> list[Finding]:

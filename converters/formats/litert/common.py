@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from gatepack.converters.formats.litert.quantized import parameters
+
 FORMAT = "litert"
 METADATA_KEY = "gatepack"  # the model's metadata entry holding gatepack's description of its layers
 FILE_IDENTIFIER = b"TFL3"
@@ -101,6 +103,13 @@ class Graph:
         value = np.ascontiguousarray(value)
         dtype = {"float32": "FLOAT32", "int32": "INT32"}[value.dtype.name]
         return self.tensor(name, list(value.shape), dtype, value)
+
+    def int8(self, name: str, values: np.ndarray, scale: np.ndarray) -> int:
+        """An INT8 weight tensor [rows, cols] with one scale per row, stored as one per tensor when they agree
+        (zero points 0): what the hybrid kernels take (``quantized``)."""
+        index = self.tensor(name, list(values.shape), "INT8", np.ascontiguousarray(values, np.int8))
+        self.graph.tensors[index].quantization = parameters(self.s, scale)
+        return index
 
     def shape_of(self, index: int) -> list:
         t = self.graph.tensors[index]

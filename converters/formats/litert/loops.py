@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,11 @@ from gatepack.converters.errors import InputError
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.litert.common import FORMAT
 from gatepack.converters.formats.litert.interpreter import interpreter, session
+from gatepack.converters.formats.litert.quantized import int8_record
 from gatepack.converters.lifting import LiftRefused, Recurrence, candidates_from_constants, lift
+from gatepack.converters.samples import DYNAMIC_INT8, TOLERANCES
 from gatepack.schemas.layer import Direction, Interface, Provenance, RecurrentLayer
+from gatepack.schemas.quantized import QuantizationError, QuantizedWeights, compacted
 
 # an activation the body applies: its operator, or fused into an operator (ActivationFunctionType names)
 _ACTIVATION_OPS = {"LOGISTIC": "sigmoid", "TANH": "tanh", "RELU": "relu"}
@@ -111,32 +115,107 @@ def _variables(file: Any, op: Any, body: Any) -> _Variables:
     return _Variables(xs[0], buffers[0], hs[0], c)
 
 
-def body_constants(file: Any, body: Any, where: str) -> dict[str, np.ndarray]:
-    """The body's float constants by name (int8 weights refused), with each [2H, d] + [H, d] pair stacked."""
+def body_constants(
+    file: Any, body: Any, where: str, records: dict[str, QuantizedWeights] | None = None
+) -> dict[str, np.ndarray]:
+    """The body's float constants by name, with each [2H, d] + [H, d] pair stacked. An INT8 weight of a hybrid
+    ``FULLY_CONNECTED`` (``quantized``) is there as its float view, its record put into ``records`` by name."""
     found: dict[str, np.ndarray] = {}
     kinds = {v: k for k, v in vars(file.s.TensorType).items() if not k.startswith("_")}
+    asymmetric = _asymmetric_inputs(file, body)
     for k, t in enumerate(body.tensors):
         buffer = file.model.buffers[t.buffer] if 0 <= t.buffer < len(file.model.buffers) else None
         if buffer is None or buffer.data is None or not len(buffer.data):
             continue
         kind = kinds.get(t.type, str(t.type))
-        if kind in ("INT8", "UINT8", "INT16") and len(t.shape if t.shape is not None else []) == 2:
-            raise LiftRefused(
-                f"{where}: its step's weights {file.decoded(t.name, 'a tensor name')!r} are {kind} (dynamic-range "
-                "quantized: the interpreter quantizes the step's inputs too, which no float layer reproduces)"
-            )
-        if kind != "FLOAT32":
-            continue
+        name = file.decoded(t.name, "a tensor name") or f"tensor {k}"
         shape = [int(d) for d in (t.shape if t.shape is not None else [])]
         raw = bytes(np.asarray(buffer.data, np.uint8))
+        if kind in ("UINT8", "INT16") and len(shape) == 2:
+            raise LiftRefused(f"{where}: its step's weights {name!r} are {kind}, which no hybrid kernel here reads")
+        if kind == "INT8" and len(shape) == 2 and records is not None and k in asymmetric:
+            try:
+                records[name] = int8_record(t, np.frombuffer(raw, np.int8).reshape(shape), asymmetric[k])
+            except (ValueError, QuantizationError) as err:
+                raise InputError(f"{where}: INT8 weight {name!r}: {err}") from None
+            found[name] = records[name].dequantized()
+        if kind != "FLOAT32":
+            continue
         if int(np.prod(shape)) * 4 != len(raw):
             raise InputError(f"{where}: body tensor {k} of shape {shape} holds {len(raw)} bytes of FLOAT32")
-        found[file.decoded(t.name, "a tensor name") or f"tensor {k}"] = np.frombuffer(raw, np.float32).reshape(shape)
+        found[name] = np.frombuffer(raw, np.float32).reshape(shape)
     matrices = {n: v for n, v in found.items() if v.ndim == 2}
     for (na, a), (nb, b) in ((x, y) for x in matrices.items() for y in matrices.items()):
         if a.shape[1] == b.shape[1] and a.shape[0] == 2 * b.shape[0]:
             found[f"{na} stacked on {nb}"] = np.concatenate([a, b])
     return found
+
+
+def _asymmetric_inputs(file: Any, body: Any) -> dict[int, bool]:
+    """Each tensor a ``FULLY_CONNECTED`` of the body takes as its weights -> that op's ``asymmetric_quantize_inputs``
+    (how its hybrid kernel quantizes its input, when the weights are INT8)."""
+    found = {}
+    for step_op in body.operators or []:
+        if file.op_name(step_op) == "FULLY_CONNECTED" and len(step_op.inputs) > 1:
+            found[int(step_op.inputs[1])] = bool(getattr(step_op.builtinOptions, "asymmetricQuantizeInputs", False))
+    return found
+
+
+def with_records(layer: RecurrentLayer, records: dict[str, QuantizedWeights], where: str) -> RecurrentLayer:
+    """``layer`` lifted from float views of INT8 weights, with their records: each canonical row of W and R found,
+    bit for bit, among the records' rows (so gate blocks reordered and R's stacked parts are followed). LiftRefused
+    when W and R are not both made of them (a step multiplying float and INT8 weights alike has no record)."""
+    if not records:
+        return layer
+    rows = {}
+    for record in records.values():
+        floats = record.dequantized()
+        scale = np.broadcast_to(record.broadcast(record.scale)[:, :1], (floats.shape[0], 1)).reshape(-1)
+        for j in range(floats.shape[0]):
+            rows.setdefault(floats[j].tobytes(), (record.values[j], scale[j], record.dynamic_activations))
+    directions = []
+    for p in layer.directions:
+        found = {}
+        for role, matrix in (("W", p.W), ("R", p.R)):
+            picked = [rows.get(np.ascontiguousarray(row, np.float32).tobytes()) for row in matrix]
+            if any(entry is None for entry in picked):
+                raise LiftRefused(f"{where}: its step's {role} is not made of its INT8 weights' rows alone")
+            values = np.stack([e[0] for e in picked])  # type: ignore[index]
+            spread = np.repeat(np.array([e[1] for e in picked], np.float32)[:, None], values.shape[1], axis=1)  # type: ignore[index]
+            record = compacted(values, spread, np.zeros_like(values))
+            found[role] = replace(record, dynamic_activations=picked[0][2])  # type: ignore[index]
+        directions.append(replace(p, Wq=found["W"], Rq=found["R"]))
+    return replace(layer, directions=tuple(directions))
+
+
+def _prove_hybrid(layer: RecurrentLayer, rec: Recurrence, where: str, seed: int = 1) -> None:
+    """The lifted layer with its INT8 records, written by gatepack (hybrid ``FULLY_CONNECTED``s) and run on the
+    interpreter, against the loop on random inputs at float32's tolerance: the lift above compared a float layer
+    with the hybrid loop within the run-time quantization's tolerance only. LiftRefused when they differ."""
+    import tempfile
+
+    from gatepack.converters.formats.litert.running import run_native
+    from gatepack.converters.formats.litert.writer import write
+    from gatepack.converters.model import Model
+
+    itf, rng = layer.interface, np.random.default_rng(seed)
+    s, n = itf.seq_length, itf.batch_size
+    feed = {itf.x: rng.uniform(-1, 1, (s, n, layer.input_size)).astype(np.float32)}
+    for role in layer.fed_roles():
+        if role != "sequence_lens" and getattr(itf, role):
+            feed[getattr(itf, role)] = rng.uniform(-1, 1, (1, n, layer.hidden_size)).astype(np.float32)
+    expected = rec.run_original(feed)
+    with tempfile.TemporaryDirectory(prefix="gatepack-hybrid-") as scratch:
+        path = Path(scratch) / "lifted.tflite"
+        write(Model(path, FORMAT, [layer]), path)
+        actual = run_native(path, feed)
+    atol, rtol = TOLERANCES["float32"]
+    for name, value in expected.items():
+        if not np.allclose(actual[name], value, atol=atol, rtol=rtol):
+            error = float(np.abs(actual[name] - value).max())
+            raise LiftRefused(
+                f"{where}: the lifted layer's hybrid kernels differ from the loop by {error:.3g} on {name}"
+            )
 
 
 def body_activations(file: Any, body: Any) -> frozenset[str]:
@@ -267,6 +346,8 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
     )
     fed = tuple((role, tensor) for role, tensor in roles.items() if role not in constants)
     handle = LoopHandle(loop_alone(file, op, list(indices.values())), fed, tuple(written.items()))
+    records: dict[str, QuantizedWeights] = {}
+    weights = body_constants(file, body, where, records)
     rec = Recurrence(
         name=name,
         found=where,
@@ -274,13 +355,22 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
         interface=itf,
         input_size=shape[2],
         hidden_size=hidden,
-        candidates=candidates_from_constants(body_constants(file, body, where), shape[2], hidden),
+        candidates=candidates_from_constants(weights, shape[2], hidden),
         activations=body_activations(file, body),
         run_original=lambda feed: run_loop(handle, itf, feed, where),
+        tolerance=DYNAMIC_INT8 if records else None,  # the hybrid kernels quantize X and h at run time
         constants=constants,
     )
     lifted = lift(rec)
+    layer = with_records(lifted.layer, records, where)
+    if records:
+        _prove_hybrid(replace(layer, name=f"{name}_hybrid"), rec, where)
     dynamic = " (its batch dynamic in the file, proven at the stored batch)" if signature[1] < 0 else ""
+    if records:
+        dynamic += (
+            f" within {DYNAMIC_INT8}'s tolerance (its INT8 weights quantize X and h at run time); the layer with those "
+            "integers, written as gatepack's hybrid FULLY_CONNECTEDs, agrees with the loop at float32's tolerance"
+        )
     finding = Finding(
         "lifted",
         Status.REPACKED,
@@ -297,4 +387,4 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
         + (f"; states: {states_text}" if states_text else ""),
     )
     provenance = Provenance(FORMAT, file.path, name, "lifted", "WHILE", inputs=(itf.x,), layout=0, handle=handle)
-    return replace(lifted.layer, provenance=provenance), finding
+    return replace(layer, provenance=provenance), finding

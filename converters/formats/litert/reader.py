@@ -17,7 +17,7 @@ module (``unrolled``); what neither lifts is refused with the reason.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +43,14 @@ from gatepack.converters.formats.litert.common import (
     schema,
 )
 from gatepack.converters.formats.litert.loops import lift_loops
+from gatepack.converters.formats.litert.quantized import int8_record, negated, stacked
 from gatepack.converters.formats.litert.unrolled import lift_unrolled
 from gatepack.converters.lifting import LiftRefused
 from gatepack.converters.model import Model
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell
 from gatepack.schemas.layer import Direction, DirectionParams, Interface, Provenance, RecurrentLayer, SpecError
+from gatepack.schemas.quantized import QuantizationError, QuantizedWeights
 
 SEQUENCE_OPS = {
     "UNIDIRECTIONAL_SEQUENCE_LSTM": Cell.LSTM,
@@ -173,6 +175,24 @@ class _File:
             )
         return np.frombuffer(raw, _NUMPY[kind]).reshape(shape)
 
+    def weight(self, index: int, where: str, asymmetric: bool) -> tuple[np.ndarray | None, QuantizedWeights | None]:
+        """A weight tensor's float values, and for an INT8 one (a hybrid kernel's) its record, the values its exact
+        float view (``quantized.int8_record``; ``asymmetric``: the op's ``asymmetric_quantize_inputs``)."""
+        if index < 0 or self.tensors[index].type != self.s.TensorType.INT8:
+            return self.array(index, where), None
+        t = self.tensors[index]
+        raw = bytes(np.asarray(self.model.buffers[t.buffer].data, np.uint8))
+        shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+        if len(shape) != 2 or int(np.prod(shape)) != len(raw):
+            raise InputError(
+                f"{self.path}: {where}: INT8 tensor {self.name(index)!r} of shape {shape} holds {len(raw)} bytes"
+            )
+        try:
+            record = int8_record(t, np.frombuffer(raw, np.int8).reshape(shape), asymmetric)
+        except (ValueError, QuantizationError) as err:
+            raise InputError(f"{self.path}: {where}: INT8 tensor {self.name(index)!r}: {err}") from None
+        return record.dequantized(), record
+
     def metadata(self) -> dict | None:
         for entry in self.model.metadata or []:
             name = self.decoded(entry.name, "a metadata entry's name")
@@ -272,17 +292,33 @@ def _op_params(
     activation = next((name for name, value in FUSED.items() if value == fused), None)
     if activation is None:
         raise InputError(f"{file.path}: {where}: fused_activation_function {fused} has no ONNX activation here")
+    asymmetric = bool(getattr(options, "asymmetricQuantizeInputs", False))
     if cell is Cell.RNN:
-        w, r, b = (file.array(inputs[j], where) for j in (1, 2, 3))
+        (w, wq), (r, rq) = (file.weight(inputs[j], where, asymmetric) for j in (1, 2))
+        b = file.array(inputs[3], where)
         if w is None or r is None or w.ndim != 2 or r.ndim != 2:
             raise InputError(f"{file.path}: {where}: its weights are not 2-D constant tensors")
+        _refuse_mixed(file, where, {"input_weights": wq, "recurrent_weights": rq})
         h = w.shape[0]
         bias = np.zeros(h, np.float32) if b is None else b.astype(np.float32)
+        acts = (Activation(activation),)
         params = DirectionParams(
-            w.astype(np.float32), r.astype(np.float32), bias, np.zeros(h, np.float32), (Activation(activation),)
+            w.astype(np.float32), r.astype(np.float32), bias, np.zeros(h, np.float32), acts, Wq=wq, Rq=rq
         )
         return params, {"time_major": options.timeMajor, "has_bias": b is not None, "states": inputs[4:5]}
     return _lstm_params(file, inputs, options, activation, where)
+
+
+def _refuse_mixed(file: _File, where: str, records: dict[str, QuantizedWeights | None]) -> None:
+    """InputError when some of an op's weight tensors are INT8 and others float: a canonical layer quantizes W and
+    R as a whole (the converter quantizes tensors of 1024 elements or more only, so a small one stays float)."""
+    kinds = {name: record is not None for name, record in records.items()}
+    if len(set(kinds.values())) > 1:
+        floats = sorted(name for name, held in kinds.items() if not held)
+        raise InputError(
+            f"{file.path}: {where}: its weights are partly INT8 ({', '.join(floats[:3])} float): gatepack reads "
+            "a layer's W and R quantized as a whole or not at all"
+        )
 
 
 def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, where: str) -> tuple:
@@ -297,16 +333,19 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
         found = file.array(inputs[index], where) if present(index) else None
         return None if found is None else found.astype(np.float32)
 
-    def required(index: int) -> np.ndarray:
-        found = get(index)
+    records: dict[str, QuantizedWeights | None] = {}
+
+    def required(index: int, label: str) -> np.ndarray:
+        found, records[label] = file.weight(inputs[index], where, options.asymmetricQuantizeInputs)
         if found is None or found.ndim != 2:
             raise InputError(f"{file.path}: {where}: its gate weights are not 2-D constant tensors")
-        return found
+        return found.astype(np.float32)
 
     cifg = not present(LSTM_INPUT_WEIGHTS["i"])
     gates = "fco" if cifg else "ifco"
-    w = {g: required(LSTM_INPUT_WEIGHTS[g]) for g in gates}
-    r = {g: required(LSTM_RECURRENT_WEIGHTS[g]) for g in gates}
+    w = {g: required(LSTM_INPUT_WEIGHTS[g], f"input_to_{g}") for g in gates}
+    r = {g: required(LSTM_RECURRENT_WEIGHTS[g], f"recurrent_to_{g}") for g in gates}
+    _refuse_mixed(file, where, records)
     b = {g: get(j) for g, j in LSTM_BIASES.items()}
     p = {g: get(j) for g, j in LSTM_PEEPHOLES.items()}
     h, i = w["f"].shape[0], w["f"].shape[-1]
@@ -327,13 +366,16 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
         w["f"], r["f"], b["f"], p["f"] = np.zeros_like(w["f"]), np.zeros_like(r["f"]), None, None
     has_peepholes = any(p[g] is not None for g in "iof")
     peepholes = np.concatenate([zero if p[g] is None else p[g] for g in "iof"]) if has_peepholes else None
+    wq, rq = (_gate_records(file, records, kind, cifg, where) for kind in ("input", "recurrent"))
     params = DirectionParams(
-        np.concatenate([w[g] for g in "iofc"]),
-        np.concatenate([r[g] for g in "iofc"]),
+        np.concatenate([w[g] for g in "iofc"]) if wq is None else wq.dequantized(),
+        np.concatenate([r[g] for g in "iofc"]) if rq is None else rq.dequantized(),
         np.concatenate([zero if b[g] is None else b[g] for g in "iofc"]),
         np.zeros(4 * h, np.float32),
         (Activation("Sigmoid"), Activation(activation), Activation(activation)),
         peepholes,
+        wq,
+        rq,
     )
     found = {
         "time_major": options.timeMajor,
@@ -343,6 +385,23 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
         "states": [inputs[LSTM_OUTPUT_STATE], inputs[LSTM_CELL_STATE]],
     }
     return params, found
+
+
+def _gate_records(
+    file: _File, records: dict[str, QuantizedWeights | None], kind: str, cifg: bool, where: str
+) -> QuantizedWeights | None:
+    """The ``kind`` (input or recurrent) per-gate INT8 records as one canonical record [4H, K], gates i, o, f, c
+    (CIFG: i the forget gate's integers negated, f zeros, as the float weights are read); None for float ones."""
+    found = {g: records.get(f"{kind}_to_{g}") for g in "ifco"}
+    if found["f"] is None:
+        return None
+    if cifg:
+        forget = found["f"]
+        found["i"] = negated(forget)
+        if found["i"] is None:
+            raise InputError(f"{file.path}: {where}: CIFG {kind}_to_forget holds -128, whose negation int8 has not")
+        found["f"] = forget.with_values(np.zeros_like(forget.values), forget.scale, forget.zero_point)
+    return stacked([found[g] for g in "iofc"])  # type: ignore[misc]
 
 
 def _signature(tensor: Any) -> list:
@@ -496,7 +555,7 @@ def _described_layer(file: _File, entry: object) -> RecurrentLayer:
             params, _ = _op_params(file, op, info.cell, where)
         else:
             params = _elementary_params(file, by_name, names, info.activations[k], where)
-        directions.append(DirectionParams(params.W, params.R, params.Wb, params.Rb, info.activations[k], params.P))
+        directions.append(replace(params, activations=info.activations[k]))
     constants = {}
     for role in info.constant_roles:
         index = by_name.get(f"{info.name}/{role}")
@@ -515,11 +574,17 @@ def _elementary_params(file: _File, by_name: dict, names: object, activations: t
     if not isinstance(names, dict) or not all(isinstance(names.get(key), str) for key in ("W", "R", "Wb", "Rb")):
         raise InputError(f"{file.path}: {where}: its description does not name W, R, Wb and Rb")
 
+    asymmetric = names.get("quantized_inputs") == "asymmetric"  # the hybrid FULLY_CONNECTEDs' arithmetic
+    records: dict[str, QuantizedWeights | None] = {}
+
     def get(key: str) -> np.ndarray:
         index = by_name.get(names[key])
-        value = None if index is None else file.array(index, where)
+        value, records[key] = (None, None) if index is None else file.weight(index, where, asymmetric)
         if value is None:
             raise InputError(f"{file.path}: {where}: constant {names[key]!r} is missing")
         return value.astype(np.float32)
 
-    return DirectionParams(get("W"), get("R"), get("Wb"), get("Rb"), activations, get("P") if "P" in names else None)
+    w, r, wb, rb = (get(key) for key in ("W", "R", "Wb", "Rb"))
+    _refuse_mixed(file, where, {"W": records["W"], "R": records["R"]})
+    peepholes = get("P") if "P" in names else None
+    return DirectionParams(w, r, wb, rb, activations, peepholes, records["W"], records["R"])

@@ -3,6 +3,8 @@ sequence), from ``capabilities.LITERT`` plus what only LiteRT's ops impose (docs
 
 * there is no GRU builtin: a GRU is always elementary;
 * the LSTM's one fused activation is both its candidate's (g) and its cell output's (h) activation;
+* int8 weights (``quantized``) go to the op's hybrid kernel only with one scale per gate, float peepholes beside
+  them never (the kernel reads them as int8): the elementary form's FULLY_CONNECTED takes a scale per row;
 * a state is a variable tensor [N, H] per direction, which the writer fills before the op on every invoke (from
   the initial-state input's direction, or zeros); a variable tensor cannot hold data (the interpreter refuses "a
   variable tensor with buffer"), so a held non-zero initial state has no native form.
@@ -15,6 +17,7 @@ import numpy as np
 from gatepack.converters.capabilities import LITERT, doubts, lacks
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import Form
+from gatepack.converters.formats.litert.quantized import holds, per_gate
 from gatepack.converters.model import Model
 from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import Cell
@@ -38,7 +41,21 @@ def native_blockers(layer: RecurrentLayer) -> dict[str, str]:
         held = layer.constant(role)
         if held is not None and held.any():
             found[role] = f"a held non-zero {role}: a variable tensor cannot hold data (the interpreter refuses it)"
-    return found
+    return {**found, **_hybrid_blockers(layer)}
+
+
+def _hybrid_blockers(layer: RecurrentLayer) -> dict[str, str]:
+    """Why the sequence op's hybrid kernel would not take the layer's int8 weights (``quantized``): it reads one
+    scale per weight tensor, and its peepholes as int8 too; CIFG negates an integer that -128 has no negation of."""
+    if not holds(layer):
+        return {}
+    if not per_gate(layer):
+        return {"quantization scales": "int8 scales per output row: the sequence op's hybrid kernel takes one per gate"}
+    if any(p.P is not None for p in layer.directions):
+        return {"peepholes": "float peepholes beside int8 weights: the hybrid kernel reads its peepholes as int8"}
+    if layer.input_forget and any((p.Wq.values == -128).any() or (p.Rq.values == -128).any() for p in layer.directions):  # type: ignore[union-attr]
+        return {"input_forget": "CIFG negates the input gate's integers, and -128 has no int8 negation"}
+    return {}
 
 
 def form(layer: RecurrentLayer, strategy: str = "auto") -> Form:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from gatepack.converters import quantization
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
 from gatepack.converters.fileio import atomic_path
@@ -42,6 +43,7 @@ from gatepack.converters.formats.litert.common import (
     Graph,
     schema,
 )
+from gatepack.converters.formats.litert.quantized import asymmetric, held_records, holds, row_block
 from gatepack.converters.formats.litert.strategy import form, held_state, streamed_roles
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
@@ -74,6 +76,7 @@ def write(
     graph = Graph(schema())
     described = []
     pairs = model.meta.get("state_pairs") if stateful else None
+    model = quantization.floats_asked(model)  # float weights, as asked (--dequantize)
     for layer in with_separate_inputs(model).layers:
         itf = layer.interface
         n = itf.batch_size if isinstance(itf.batch_size, int) else _size(batch_size, layer, DEFAULT_BATCH)
@@ -100,6 +103,20 @@ class _LayerWriter:
         self.layout = self.itf.layout
         self.weights: list[dict[str, str]] = []  # per direction: role -> tensor name (for the reader)
         self.zeros: int | None = None  # the native form's scalar zero, made once per layer
+        # W and R as int8 for the hybrid kernels (``quantized``): per role, one record per direction
+        self.records = {role: held_records(layer, role) for role in ("W", "R")} if holds(layer) else {}
+        self.asymmetric = asymmetric(layer)
+
+    def matrix(self, role: str, k: int, which: str, first: int, stop: int, sign: int = 1) -> int:
+        """Rows ``first:stop`` of direction ``k``'s W or R (``which``) times ``sign``, as tensor ``role``: INT8 with
+        its scales where the layer's records are held, else float32."""
+        records = self.records.get(which)
+        if records is None:
+            params = self.layer.directions[k]
+            floats = (params.W if which == "W" else params.R)[first:stop]
+            return self.weight(role, k, sign * floats)
+        values, scale = row_block(records[k], first, stop)
+        return self.g.int8(self.name(f"{role}_{k}"), (sign * values.astype(np.int16)).astype(np.int8), scale)
 
     def name(self, role: str) -> str:
         return f"{self.layer.name}/{role}"
@@ -288,17 +305,18 @@ class _LayerWriter:
         """UNIDIRECTIONAL_SEQUENCE_LSTM: ONNX's i, o, f, c blocks into per-gate tensors; input_forget as CIFG."""
         h, layer = self.layer.hidden_size, self.layer
         blocks = dict(zip("iofc", range(4)))
-        w, r, b = params.W, params.R, params.Wb + params.Rb
+        b = params.Wb + params.Rb
         inputs = [-1] * LSTM_INPUTS
         inputs[0] = x
         cifg = layer.input_forget
         for gate in "ifco":
             j = blocks["i" if cifg and gate == "f" else gate]
-            sign = -1.0 if cifg and gate == "f" else 1.0  # CIFG: i = 1 - f, so f takes ONNX's i negated
+            sign = -1 if cifg and gate == "f" else 1  # CIFG: i = 1 - f, so f takes ONNX's i negated
             if cifg and gate == "i":
                 continue
-            inputs[LSTM_INPUT_WEIGHTS[gate]] = self.weight(f"input_to_{gate}", k, sign * w[j * h : (j + 1) * h])
-            inputs[LSTM_RECURRENT_WEIGHTS[gate]] = self.weight(f"recurrent_to_{gate}", k, sign * r[j * h : (j + 1) * h])
+            rows_of = (j * h, (j + 1) * h)
+            inputs[LSTM_INPUT_WEIGHTS[gate]] = self.matrix(f"input_to_{gate}", k, "W", *rows_of, sign)
+            inputs[LSTM_RECURRENT_WEIGHTS[gate]] = self.matrix(f"recurrent_to_{gate}", k, "R", *rows_of, sign)
             inputs[LSTM_BIASES[gate]] = self.weight(f"{gate}_gate_bias", k, sign * b[j * h : (j + 1) * h])
         if params.P is not None:
             p = dict(zip("iof", np.split(params.P, 3)))
@@ -312,15 +330,17 @@ class _LayerWriter:
             "UnidirectionalSequenceLSTMOptions",
             fusedActivationFunction=self.fused(params.activations[1].name),
             timeMajor=not self.layout,
+            asymmetricQuantizeInputs=self.asymmetric,
         )
         self.g.op("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, [y], options)
         self.weights.append({"op_output": self.g.graph.tensors[y].name})
 
     def rnn_op(self, x: int, params: DirectionParams, state: int, y: int, k: int) -> None:
+        h = self.layer.hidden_size
         inputs = [
             x,
-            self.weight("input_weights", k, params.W),
-            self.weight("recurrent_weights", k, params.R),
+            self.matrix("input_weights", k, "W", 0, h),
+            self.matrix("recurrent_weights", k, "R", 0, h),
             self.weight("bias", k, params.Wb + params.Rb),
             state,
         ]
@@ -328,6 +348,7 @@ class _LayerWriter:
             "SequenceRNNOptions",
             fusedActivationFunction=self.fused(params.activations[0].name),
             timeMajor=not self.layout,
+            asymmetricQuantizeInputs=self.asymmetric,
         )
         self.g.op("UNIDIRECTIONAL_SEQUENCE_RNN", inputs, [y], options)
         self.weights.append({"op_output": self.g.graph.tensors[y].name})
@@ -350,11 +371,14 @@ class _LayerWriter:
         ys, finals = [], []
         for k, params in enumerate(layer.directions):
             ops = _Ops(self, k, params)
-            names = {"W": ops.const_tensor("W", params.W), "Wb": ops.const_tensor("Wb", params.Wb)}
+            names = {"W": self.matrix("W", k, "W", 0, params.W.shape[0]), "Wb": ops.const_tensor("Wb", params.Wb)}
             names.update(R=ops.r_name, Rb=ops.rb_name)
             if params.P is not None:
                 names["P"] = ops.p_tensor = ops.const_tensor("P", params.P)
-            self.weights.append({key: g.graph.tensors[v].name for key, v in names.items()})
+            described = {key: g.graph.tensors[v].name for key, v in names.items()}
+            if self.records:  # the hybrid kernels' arithmetic, for the reader's records
+                described["quantized_inputs"] = "asymmetric" if self.asymmetric else "symmetric"
+            self.weights.append(described)
             reverse = layer.direction is Direction.REVERSE or k == 1
             state = [per[k] for per in initial]
             outs: list[int] = [0] * s
@@ -438,7 +462,7 @@ class _Ops:
         self.scalars: dict[float, int] = {}
         h = writer.layer.hidden_size
         self.h = h
-        self.r_name = self.const_tensor("R", params.R)
+        self.r_name = writer.matrix("R", k, "R", 0, params.R.shape[0])
         self.rb_name = self.const_tensor("Rb", params.Rb)
         self.r_blocks: dict[tuple[int, int], tuple[int, int]] = {}
         self.p_tensor: int | None = None
@@ -465,9 +489,11 @@ class _Ops:
         return out
 
     def fully_connected(self, x: int, weights: int, bias: int) -> int:
+        """``x weights^T + bias``; INT8 weights run the hybrid kernel, which quantizes ``x`` per row at run time."""
         rows = self.g.shape_of(weights)[0]
         out = self.fresh([self.g.shape_of(x)[0], rows])
-        self.g.op("FULLY_CONNECTED", [x, weights, bias], [out], self.g.options("FullyConnectedOptions"))
+        options = self.g.options("FullyConnectedOptions", asymmetricQuantizeInputs=self.w.asymmetric)
+        self.g.op("FULLY_CONNECTED", [x, weights, bias], [out], options)
         return out
 
     # ElementaryOps
@@ -555,7 +581,7 @@ class _Ops:
                 self.r_blocks[key] = (self.r_name, self.rb_name)
             else:
                 self.r_blocks[key] = (
-                    self.const_tensor(f"R_{first}_{stop}", self.params.R[rows]),
+                    self.w.matrix(f"R_{first}_{stop}", self.k, "R", rows.start, rows.stop),
                     self.const_tensor(f"Rb_{first}_{stop}", self.params.Rb[rows]),
                 )
         weights, bias = self.r_blocks[key]

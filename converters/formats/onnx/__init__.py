@@ -52,6 +52,7 @@ from gatepack.converters.formats.onnx.writer import build, quantized_form
 from gatepack.converters.model import Model
 from gatepack.converters.registry import FormatImplementation, runtime_name
 from gatepack.schemas.layer import RecurrentLayer
+from gatepack.schemas.quantized import ORT_DYNAMIC
 
 # ----------------------------------------------------------------------------------------- writing
 
@@ -295,9 +296,13 @@ def _quantization(layer: RecurrentLayer, opset: int | None, runtime: str | None,
     form = quantized_form(layer, opset, runtime_name(runtime), encoding)
     if form is not None:
         return [quantization.held(layer, _QUANTIZED_FORMS[form])]
+    foreign = quantization.run_time_scheme(layer) not in ("", ORT_DYNAMIC)
     reason = (
         "onnxruntime's DirectML provider runs no quantized recurrent weights here"
         if runtime_name(runtime) == "directml"
+        else "ONNX has no operator that computes it (QDQ computes X and h in float, DynamicQuantizeLSTM quantizes "
+        "them per tensor to uint8)"
+        if foreign
         else f"ONNX at opset {opset} has no DequantizeLinear for them (per-axis needs opset "
         f"{onnx_qdq.MINIMUM_OPSET}, per-block 21; DynamicQuantizeLSTM has no layout attribute)"
     )

@@ -45,7 +45,7 @@ from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.onnx.graph import Scope, external_file, isolated_record, walk_nodes
 from gatepack.converters.samples import DYNAMIC_INT8
 from gatepack.schemas.layer import QUANTIZED_ROLES, RecurrentLayer
-from gatepack.schemas.quantized import QuantizedWeights
+from gatepack.schemas.quantized import ORT_DYNAMIC, QuantizedWeights
 
 if TYPE_CHECKING:  # onnx.node imports what imports this module
     from gatepack.converters.formats.onnx.node import NodeReader
@@ -229,7 +229,7 @@ def _records(stored: dict[str, np.ndarray], role: str, hidden: int, at: str) -> 
             axis=0 if per_channel else None,
             bits=8,
             signed=q.dtype == np.int8,
-            dynamic_activations=True,
+            dynamic_activations=ORT_DYNAMIC,
         )
         for d in range(directions)
     ]

@@ -21,6 +21,7 @@ from gatepack.converters.feature_findings import form_of
 from gatepack.converters.formats.onnx.graph import DEFAULT_OPSET, PERM_IN, PERM_Y, PERM_YH, broadcast_state_nodes
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.schemas.layer import INPUT_ROLES, RecurrentLayer, stack_directions
+from gatepack.schemas.quantized import ORT_DYNAMIC
 
 WRITABLE_OPSETS = (7, 14)
 
@@ -198,6 +199,8 @@ def quantized_form(layer: RecurrentLayer, opset: int, runtime: str, encoding: st
     if not records or runtime != "onnxruntime":
         return None
     if any(r.dynamic_activations for r in records):
+        if any(r.dynamic_activations != ORT_DYNAMIC for r in records):  # another runtime's arithmetic (LiteRT's)
+            return None
         keeps_layout = layer.interface.layout == 0 or encoding == "transpose"
         return "dynamic" if layer.cell.spec.onnx_op == "LSTM" and keeps_layout else None
     return "qdq" if onnx_qdq.writable(records, opset) else None

@@ -112,8 +112,7 @@ def write(
     path = Path(path)
     if path.suffix.lower() != ".xml":
         raise UsageError(f"{path}: an OpenVINO IR path ends in .xml")
-    if model.meta.get(quantization.ASKED):  # float weights, as asked (--dequantize)
-        model = replace(model, layers=[quantization.floats_only(layer) for layer in model.layers])
+    model = quantization.floats_asked(model)  # float weights, as asked (--dequantize)
     ov_model = build_whole(model, strategy=strategy) if is_whole_model(model) else build(model, strategy=strategy)
     if stateful:
         pairs = model.meta.get("state_pairs")
