@@ -14,6 +14,10 @@ same drawn inputs:
    arithmetic rather than the conversion's.
 
 The twin's distance to the source is printed either way, so a user sees what the quantized arithmetic costs.
+A target whose kernels themselves quantize X and h at run time (LiteRT's hybrid int8, ``--quantize-weights int8
+--to litert``) cannot match a float twin: its int8 twin is the quantized source run on gatepack's executor, which
+computes LiteRT's hybrid products as its kernels do (``converters.hybrid``), so part 1 stays at float tolerances
+and the quantization's own error (part 2's default bound) includes the activations' run-time quantization.
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ def verify_dequantized(
     twin_words, source_words, noise_words = gate.words
     with tempfile.TemporaryDirectory(prefix="gatepack-twin-") as scratch:
         quantized = source if gate.quantize is None else quantized_model(source, gate.quantize, written.format)
-        twin = _twin(quantized, Path(scratch))
+        twin = _executed(quantized) if gate.quantize and _run_time(quantized) else _twin(quantized, Path(scratch))
         alike = twin if written.meta.get("other_ops") else replace(twin, meta={**twin.meta, "other_ops": None})
         streamed = [_Call(verify_streaming, {"pairs": pairs, "frames": frames})] if pairs else []
         calls = ([] if stateful and streamed else [_Call(verify_models, {})]) + streamed
@@ -97,7 +101,7 @@ def verify_dequantized(
     result.incomplete = next((v.incomplete for v in exact + measured if v.incomplete), None)
     result.streaming = measured[-1].streaming if pairs else None
     result.outputs = [replace(o, output=f"{o.output} vs {twin_words}") for v in exact for o in v.outputs]
-    floor = _floor(written)
+    floor = TOLERANCES["float32"][0]
     own = {(o.layer, o.output): o.max_abs_error for v in noise for o in v.outputs}
     # an output judged against the twin in quantization steps: |artifact - source| <= |artifact - twin| + own noise
     steps = {(o.layer, o.output): o.atol for v in exact for o in v.outputs if o.judgement}
@@ -121,12 +125,17 @@ def verify_dequantized(
     return result
 
 
-def _floor(written: "Model") -> float:
-    """The atol of the precision the artifact computes in (float32's; LiteRT's hybrid kernels, which quantize X and
-    h at run time: ``DYNAMIC_INT8``'s), added to the default bound: the part of the error that is the target's own
-    arithmetic rather than the weights'."""
-    computes = registry.reader(written.format).compute_dtype
-    return max([TOLERANCES["float32"][0], *(TOLERANCES.get(computes(layer), (0.0,))[0] for layer in written.layers)])
+def _run_time(model: "Model") -> bool:
+    """Whether ``model``'s layers were quantized for kernels that also quantize X and h at run time (LiteRT's
+    hybrid ones), which only gatepack's executor computes besides the target (``converters.hybrid``)."""
+    return any(quantization.run_time_scheme(layer) for layer in model.layers)
+
+
+def _executed(model: "Model") -> "Model":
+    """``model``'s layers in memory, verification running them on gatepack's executor, which computes LiteRT's
+    hybrid products exactly as its kernels do: the int8 twin of an artifact with run-time quantized activations."""
+    layers = [replace(layer, provenance=None) for layer in model.layers]
+    return replace(model, layers=layers, path=Path(f"{model.path} quantized (gatepack's executor)"), meta={})
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ onnxruntime wherever the ONNX specification leaves room (docs/conventions.md §2
 * the reverse direction's Y is aligned to input time (Y[t] is the state after consuming x[t]);
 * layout 0: X [S,N,I], initial_h / Y_h [D,N,H], Y [S,D,N,H];
   layout 1: X [N,S,I], initial_h / Y_h [N,D,H], Y [N,S,D,H];
-* float16 is computed in float32 and rounded once at the end; float32 and float64 in their own type.
+* float16 is computed in float32 and rounded once at the end; float32 and float64 in their own type;
+* a layer whose W and R are LiteRT's hybrid int8 records (``converters.hybrid``) multiplies them as LiteRT's
+  kernels do, X and h quantized per row at run time; every other quantized layer runs its float view.
 
 Cost: one matmul per direction projects every time step's input (``X @ W^T``); each step does one
 recurrent matmul (two for GRU with reset-before, whose candidate needs ``r * h`` first; one [N, 4H]
@@ -31,6 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from gatepack.converters.errors import InputError, UsageError, where
+from gatepack.converters.hybrid import HybridRows, products
 from gatepack.converters.model import Model
 from gatepack.schemas.cells import Cell, spec_of
 from gatepack.schemas.layer import (
@@ -103,9 +106,11 @@ def run_layer(
     if layer.interface.layout == 1:
         x = x.transpose(PERM_SWAP_01)  # -> [S, N, I]
         states = [None if s is None else s.transpose(PERM_SWAP_01) for s in states]  # -> [D, N, H]
+    hybrid = products(layer)  # LiteRT's int8 records: their hybrid products, as its kernels compute them
+    weights = [(p.W, p.R) if hybrid is None else hybrid[d] for d, p in enumerate(layer.directions)]
     y, *finals = run_recurrence(
         layer.cell,
-        [(p.W, p.R, p.Wb, p.Rb, p.activations) for p in layer.directions],
+        [(*weights[d], p.Wb, p.Rb, p.activations) for d, p in enumerate(layer.directions)],
         reverse=[layer.direction.value == "reverse" or d == 1 for d in range(layer.num_directions)],
         x=x,
         sequence_lens=sequence_lens,
@@ -193,7 +198,8 @@ def run_recurrence(
         )
         # Every time step's input projection at once, [S*N, I] @ [I, G*H], with the recurrent biases
         # that only add to it folded in (fewer operations per step).
-        xw = x.reshape(seq_len * batch, -1) @ w.astype(compute, copy=False).T
+        flat = x.reshape(seq_len * batch, -1)
+        xw = _times_r(w, flat) if isinstance(w, HybridRows) else flat @ w.astype(compute, copy=False).T
         xw += wb.astype(compute, copy=False) + additive_rb
         xw = xw.reshape(seq_len, batch, -1)
         # A divergent recurrence (e.g. Relu gates) overflows to inf (and inf - inf to NaN) as in
@@ -244,11 +250,17 @@ def _run_direction(
     return state
 
 
-def _times_r(r: np.ndarray, h: np.ndarray) -> np.ndarray:
+def _times_r(r: "np.ndarray | HybridRows", h: np.ndarray) -> np.ndarray:
     """``h @ r.T`` ([N, H] x [G*H, H] -> [N, G*H], a transposed view) computed as ``(r @ h.T).T``: BLAS
     multiplies the tall weight by the few columns of a small batch ~1.5x faster than the other way
-    round (measured at N = 16, H = 512)."""
+    round (measured at N = 16, H = 512). LiteRT's int8 rows (``HybridRows``): its hybrid product."""
+    if isinstance(r, HybridRows):
+        return r.times(h)
     return (r @ h.T).T
+
+
+def _contiguous(r: "np.ndarray | HybridRows") -> "np.ndarray | HybridRows":
+    return r if isinstance(r, HybridRows) else np.ascontiguousarray(r)
 
 
 def _clipper(clip: float | None):
@@ -272,7 +284,7 @@ def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip
     additive = rb.copy()
     if options.linear_before_reset:
         additive[2 * H :] = 0
-        r = np.ascontiguousarray(r)  # [3H, H]
+        r = _contiguous(r)  # [3H, H]
         rb_h = rb[2 * H :]
 
         def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -287,8 +299,8 @@ def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip
             return ((1 - z) * n + z * h,)
 
     else:
-        r_zr = np.ascontiguousarray(r[: 2 * H])  # [2H, H]
-        r_h = np.ascontiguousarray(r[2 * H :])  # [H, H]
+        r_zr = _contiguous(r[: 2 * H])  # [2H, H]
+        r_h = _contiguous(r[2 * H :])  # [H, H]
 
         def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
             (h,) = state
@@ -304,7 +316,7 @@ def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip
     """The RNN step h_{t-1} -> h_t = f(gx + h R^T + Rb) for pre-projected inputs gx ([N, H]); Rb is
     returned for the caller to add to gx."""
     (f,) = activations
-    r = np.ascontiguousarray(r)
+    r = _contiguous(r)
 
     def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         return (f(clip(gx + _times_r(r, state[0]))),)
@@ -323,7 +335,7 @@ def _lstm_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, cli
 
     clip bounds each pre-activation, the peephole term included."""
     f, g, h_act = activations
-    r = np.ascontiguousarray(r)  # [4H, H]
+    r = _contiguous(r)  # [4H, H]
     p_i, p_o, p_f = (None, None, None) if peephole is None else (peephole[:H], peephole[H : 2 * H], peephole[2 * H :])
 
     def step(gx: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:

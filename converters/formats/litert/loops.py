@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -189,33 +188,28 @@ def with_records(layer: RecurrentLayer, records: dict[str, QuantizedWeights], wh
 
 
 def _prove_hybrid(layer: RecurrentLayer, rec: Recurrence, where: str, seed: int = 1) -> None:
-    """The lifted layer with its INT8 records, written by gatepack (hybrid ``FULLY_CONNECTED``s) and run on the
-    interpreter, against the loop on random inputs at float32's tolerance: the lift above compared a float layer
-    with the hybrid loop within the run-time quantization's tolerance only. LiftRefused when they differ."""
-    import tempfile
-
-    from gatepack.converters.formats.litert.running import run_native
-    from gatepack.converters.formats.litert.writer import write
-    from gatepack.converters.model import Model
+    """The lifted layer with its INT8 records, on gatepack's executor of LiteRT's hybrid products
+    (``converters.hybrid``), against the loop on random inputs at float32's tolerance: the lift above compared a
+    float layer with the hybrid loop within the run-time quantization's tolerance only. LiftRefused when they
+    differ."""
+    from gatepack.converters.executor import run_layer
 
     itf, rng = layer.interface, np.random.default_rng(seed)
     s, n = itf.seq_length, itf.batch_size
-    feed = {itf.x: rng.uniform(-1, 1, (s, n, layer.input_size)).astype(np.float32)}
-    for role in layer.fed_roles():
-        if role != "sequence_lens" and getattr(itf, role):
-            feed[getattr(itf, role)] = rng.uniform(-1, 1, (1, n, layer.hidden_size)).astype(np.float32)
-    expected = rec.run_original(feed)
-    with tempfile.TemporaryDirectory(prefix="gatepack-hybrid-") as scratch:
-        path = Path(scratch) / "lifted.tflite"
-        write(Model(path, FORMAT, [layer]), path)
-        actual = run_native(path, feed)
+    x = rng.uniform(-1, 1, (s, n, layer.input_size)).astype(np.float32)
+    states = {
+        role: rng.uniform(-1, 1, (1, n, layer.hidden_size)).astype(np.float32)
+        for role in layer.fed_roles()
+        if role != "sequence_lens" and getattr(itf, role)
+    }
+    expected = rec.run_original({itf.x: x, **{getattr(itf, role): v for role, v in states.items()}})
+    actual = run_layer(layer, x, None, states.get("initial_h"), states.get("initial_c"))
     atol, rtol = TOLERANCES["float32"]
-    for name, value in expected.items():
-        if not np.allclose(actual[name], value, atol=atol, rtol=rtol):
-            error = float(np.abs(actual[name] - value).max())
-            raise LiftRefused(
-                f"{where}: the lifted layer's hybrid kernels differ from the loop by {error:.3g} on {name}"
-            )
+    for role, value in zip(("y", "y_h", "y_c"), actual):
+        name = getattr(itf, role)
+        if name in expected and not np.allclose(value, expected[name], atol=atol, rtol=rtol):
+            error = float(np.abs(value - expected[name]).max())
+            raise LiftRefused(f"{where}: the lifted layer's hybrid products differ from the loop by {error:.3g} on {name}")
 
 
 def body_activations(file: Any, body: Any) -> frozenset[str]:
@@ -364,12 +358,13 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
     lifted = lift(rec)
     layer = with_records(lifted.layer, records, where)
     if records:
-        _prove_hybrid(replace(layer, name=f"{name}_hybrid"), rec, where)
+        _prove_hybrid(layer, rec, where)
     dynamic = " (its batch dynamic in the file, proven at the stored batch)" if signature[1] < 0 else ""
     if records:
         dynamic += (
             f" within {DYNAMIC_INT8}'s tolerance (its INT8 weights quantize X and h at run time); the layer with those "
-            "integers, written as gatepack's hybrid FULLY_CONNECTEDs, agrees with the loop at float32's tolerance"
+            "integers, run on gatepack's executor of LiteRT's hybrid products, agrees with the loop at float32's "
+            "tolerance"
         )
     finding = Finding(
         "lifted",

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from gatepack.converters.hybrid import is_hybrid
 from gatepack.schemas.layer import RecurrentLayer
 from gatepack.schemas.quantized import LITERT_ASYMMETRIC, LITERT_SYMMETRIC, QuantizedWeights, compacted
 
@@ -72,14 +73,8 @@ def negated(record: QuantizedWeights) -> QuantizedWeights | None:
 
 def holdable(record: QuantizedWeights | None) -> bool:
     """Whether LiteRT's hybrid kernels compute ``record`` exactly: int8, symmetric, per tensor or per row, LiteRT's
-    own run-time arithmetic."""
-    return (
-        record is not None
-        and record.values.dtype == np.int8
-        and record.axis in (None, 0)
-        and not record.zero_point.any()
-        and record.dynamic_activations in SCHEMES.values()
-    )
+    own run-time arithmetic (``converters.hybrid``)."""
+    return record is not None and is_hybrid(record)
 
 
 def held_records(layer: RecurrentLayer, role: str) -> list[QuantizedWeights] | None:

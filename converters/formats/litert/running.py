@@ -20,8 +20,6 @@ from gatepack.converters.errors import InputError, UsageError
 from gatepack.converters.fileio import read_bytes
 from gatepack.converters.formats.litert.common import FORMAT, Graph, schema
 from gatepack.converters.formats.litert.interpreter import interpreter, session
-from gatepack.converters.formats.litert.quantized import holds
-from gatepack.converters.samples import DYNAMIC_INT8
 from gatepack.schemas.layer import RecurrentLayer
 
 
@@ -125,6 +123,6 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 
 
 def compute_dtype(layer: RecurrentLayer) -> str:
-    """The file computes in float32 (its sequence ops and the elementary form alike), or, with int8 weights, in the
-    hybrid kernels' arithmetic, which quantizes X and h at run time (``DYNAMIC_INT8``'s tolerance)."""
-    return DYNAMIC_INT8 if holds(layer) else "float32"
+    """The file computes in float32 (its sequence ops and the elementary form alike; with int8 weights the hybrid
+    kernels' products, which gatepack's executor computes as they do: ``converters.hybrid``)."""
+    return "float32"
