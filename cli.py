@@ -361,7 +361,7 @@ def _check_flags_apply(target, given: dict) -> None:
     type=_Choice(["int8"]),
     default=None,
     help="Quantize the recurrent layers' W and R per output channel (lossy, accepted by this option; onnx, openvino, "
-    "coreml).",
+    "coreml; litert: per gate, for its hybrid int8 kernels).",
 )
 @_write_option_flags
 @click.option(

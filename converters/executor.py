@@ -143,7 +143,8 @@ class CellOptions:
         return self.peepholes[direction] if direction < len(self.peepholes) else None
 
 
-Weights = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Sequence[Callable[[np.ndarray], np.ndarray]]]
+Matrix = np.ndarray | HybridRows  # W or R: floats, or LiteRT's int8 rows multiplied as its hybrid kernels do
+Weights = tuple[Matrix, Matrix, np.ndarray, np.ndarray, Sequence[Callable[[np.ndarray], np.ndarray]]]
 
 
 def run_recurrence(
@@ -250,7 +251,7 @@ def _run_direction(
     return state
 
 
-def _times_r(r: "np.ndarray | HybridRows", h: np.ndarray) -> np.ndarray:
+def _times_r(r: Matrix, h: np.ndarray) -> np.ndarray:
     """``h @ r.T`` ([N, H] x [G*H, H] -> [N, G*H], a transposed view) computed as ``(r @ h.T).T``: BLAS
     multiplies the tall weight by the few columns of a small batch ~1.5x faster than the other way
     round (measured at N = 16, H = 512). LiteRT's int8 rows (``HybridRows``): its hybrid product."""
@@ -259,7 +260,7 @@ def _times_r(r: "np.ndarray | HybridRows", h: np.ndarray) -> np.ndarray:
     return (r @ h.T).T
 
 
-def _contiguous(r: "np.ndarray | HybridRows") -> "np.ndarray | HybridRows":
+def _contiguous(r: Matrix) -> Matrix:
     return r if isinstance(r, HybridRows) else np.ascontiguousarray(r)
 
 
@@ -270,7 +271,7 @@ def _clipper(clip: float | None):
     return lambda v: np.clip(v, -clip, clip)
 
 
-def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions, _peephole):
+def _gru_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, options: CellOptions, _peephole):
     """The GRU step h_{t-1} -> h_t for pre-projected inputs gx ([N, 3H], gates z, r, h), and the part
     of Rb the caller adds to gx (Rb_z, Rb_r; and Rb_h unless linear_before_reset)::
 
@@ -312,7 +313,7 @@ def _gru_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip
     return step, additive
 
 
-def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions, _peephole):
+def _rnn_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, options: CellOptions, _peephole):
     """The RNN step h_{t-1} -> h_t = f(gx + h R^T + Rb) for pre-projected inputs gx ([N, H]); Rb is
     returned for the caller to add to gx."""
     (f,) = activations
@@ -324,7 +325,7 @@ def _rnn_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip
     return step, rb
 
 
-def _lstm_step(H: int, activations: Sequence, r: np.ndarray, rb: np.ndarray, clip, options: CellOptions, peephole):
+def _lstm_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, options: CellOptions, peephole):
     """The LSTM step (h, c) -> (h', c') for pre-projected inputs gx ([N, 4H], gates i, o, f, c, with
     every bias added; Rb is returned for the caller to add), this direction's peepholes ``peephole``
     = (Pi, Po, Pf) [3H] or None::

@@ -39,7 +39,9 @@ class HybridRows:
     def of(cls, record: QuantizedWeights) -> "HybridRows":
         rows = record.values.shape[0]
         scale = np.broadcast_to(record.broadcast(record.scale)[:, :1], (rows, 1)).reshape(-1)
-        return cls(record.values, np.ascontiguousarray(scale, np.float32), record.dynamic_activations == LITERT_ASYMMETRIC)
+        return cls(
+            record.values, np.ascontiguousarray(scale, np.float32), record.dynamic_activations == LITERT_ASYMMETRIC
+        )
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -96,7 +96,9 @@ def test_every_hybrid_producer_file_written_back_to_litert_keeps_its_integers_an
     result = gp.convert(LITERT / f"{name}.tflite", out, to="litert", layers_only=True, allow_lossy=True)
     assert result.verification.passed
     assert max(o.max_abs_error for o in result.verification.outputs) < 1e-6
-    assert any(f.feature == "quantization" and f.status.value == "repacked" for fs in result.findings.values() for f in fs)
+    assert any(
+        f.feature == "quantization" and f.status.value == "repacked" for fs in result.findings.values() for f in fs
+    )
     assert _int8_weight_bytes(out)
     assert all(layer.is_quantized for layer in gp.load(out).layers)
 
@@ -111,7 +113,9 @@ def test_a_hybrid_source_goes_to_onnx_only_with_dequantize_through_the_accuracy_
     quantization noise."""
     source = LITERT / "litert_keras2_lstm_int8.tflite"
     refused = _cli("convert", source, tmp_path / "a.onnx", "--allow-lossy")
-    assert refused.exit_code == 4 and "--dequantize" in refused.output and "no operator that computes it" in refused.output
+    assert (
+        refused.exit_code == 4 and "--dequantize" in refused.output and "no operator that computes it" in refused.output
+    )
     done = _cli("convert", source, tmp_path / "a.onnx", "--allow-lossy", "--dequantize", "--json")
     assert done.exit_code == 0, done.output
     outputs = json.loads(done.output)["verification"]["outputs"]

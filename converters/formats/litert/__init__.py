@@ -1,6 +1,7 @@
 """LiteRT (TensorFlow Lite) flatbuffers (``.tflite``): one module per role.
 
 * ``common`` — the official schema (from ai-edge-litert), the graph builder, the sequence ops' tensor roles;
+* ``quantized`` — INT8 weights of the hybrid (dynamic-range) kernels, read into records and written from them;
 * ``strategy`` — the sequence op or elementary ops, and why;
 * ``checks`` — the findings for writing a layer;
 * ``writer`` — layers written as sequence ops or unrolled elementary ops, with gatepack's description;

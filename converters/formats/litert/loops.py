@@ -166,7 +166,7 @@ def with_records(layer: RecurrentLayer, records: dict[str, QuantizedWeights], wh
     when W and R are not both made of them (a step multiplying float and INT8 weights alike has no record)."""
     if not records:
         return layer
-    rows = {}
+    rows: dict[bytes, tuple[np.ndarray, np.float32, str]] = {}
     for record in records.values():
         floats = record.dequantized()
         scale = np.broadcast_to(record.broadcast(record.scale)[:, :1], (floats.shape[0], 1)).reshape(-1)
@@ -195,7 +195,7 @@ def _prove_hybrid(layer: RecurrentLayer, rec: Recurrence, where: str, seed: int 
     from gatepack.converters.executor import run_layer
 
     itf, rng = layer.interface, np.random.default_rng(seed)
-    s, n = itf.seq_length, itf.batch_size
+    s, n = int(itf.seq_length or 1), int(itf.batch_size or 1)  # a loop's sizes are static (``_lifted``)
     x = rng.uniform(-1, 1, (s, n, layer.input_size)).astype(np.float32)
     states = {
         role: rng.uniform(-1, 1, (1, n, layer.hidden_size)).astype(np.float32)
@@ -209,7 +209,9 @@ def _prove_hybrid(layer: RecurrentLayer, rec: Recurrence, where: str, seed: int 
         name = getattr(itf, role)
         if name in expected and not np.allclose(value, expected[name], atol=atol, rtol=rtol):
             error = float(np.abs(value - expected[name]).max())
-            raise LiftRefused(f"{where}: the lifted layer's hybrid products differ from the loop by {error:.3g} on {name}")
+            raise LiftRefused(
+                f"{where}: the lifted layer's hybrid products differ from the loop by {error:.3g} on {name}"
+            )
 
 
 def body_activations(file: Any, body: Any) -> frozenset[str]:
@@ -304,6 +306,25 @@ def run_loop(handle: LoopHandle, itf: Interface, feed: dict[str, np.ndarray], la
     return found
 
 
+def _lifted_finding(description: str, tried: int, proofs: str, itf: Interface, states_text: str) -> Finding:
+    """The ``lifted`` finding: what the loop was read as, how it was proven, and which tensors the layer's are."""
+    return Finding(
+        "lifted",
+        Status.REPACKED,
+        f"lifted from a WHILE loop: {description}; proven against the LiteRT interpreter running the loop "
+        f"alone on random inputs ({tried} reading(s) tried){proofs}. The layer is the loop itself: X "
+        f"{itf.x!r} time-major, "
+        + (
+            f"Y the loop's output buffer {itf.y!r} in processing order, "
+            if itf.y
+            else "no Y (the loop keeps the last step only), "
+        )
+        + f"Y_h {itf.y_h!r}"
+        + (f", Y_c {itf.y_c!r}" if itf.y_c else "")
+        + (f"; states: {states_text}" if states_text else ""),
+    )
+
+
 def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
     where = _where(file, op)
     options = op.builtinOptions
@@ -359,27 +380,13 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
     layer = with_records(lifted.layer, records, where)
     if records:
         _prove_hybrid(layer, rec, where)
-    dynamic = " (its batch dynamic in the file, proven at the stored batch)" if signature[1] < 0 else ""
+    proofs = [" (its batch dynamic in the file, proven at the stored batch)" if signature[1] < 0 else ""]
     if records:
-        dynamic += (
+        proofs.append(
             f" within {DYNAMIC_INT8}'s tolerance (its INT8 weights quantize X and h at run time); the layer with those "
             "integers, run on gatepack's executor of LiteRT's hybrid products, agrees with the loop at float32's "
             "tolerance"
         )
-    finding = Finding(
-        "lifted",
-        Status.REPACKED,
-        f"lifted from a WHILE loop: {lifted.description}; proven against the LiteRT interpreter running the loop "
-        f"alone on random inputs ({lifted.tried} reading(s) tried){dynamic}. The layer is the loop itself: X "
-        f"{itf.x!r} time-major, "
-        + (
-            f"Y the loop's output buffer {itf.y!r} in processing order, "
-            if itf.y
-            else "no Y (the loop keeps the last step only), "
-        )
-        + f"Y_h {itf.y_h!r}"
-        + (f", Y_c {itf.y_c!r}" if itf.y_c else "")
-        + (f"; states: {states_text}" if states_text else ""),
-    )
+    finding = _lifted_finding(lifted.description, lifted.tried, "".join(proofs), itf, states_text)
     provenance = Provenance(FORMAT, file.path, name, "lifted", "WHILE", inputs=(itf.x,), layout=0, handle=handle)
     return replace(layer, provenance=provenance), finding

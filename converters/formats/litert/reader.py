@@ -7,9 +7,10 @@ gives one layer per ``UNIDIRECTIONAL_SEQUENCE_LSTM`` / ``_RNN`` op, and one bidi
 into ONNX's i, o, f, c blocks, one bias per gate as Wb (Rb zero), peepholes cell_to_{i,f,o} into P (i, o, f),
 CIFG (no input-gate tensors: i = 1 - f) as input_forget with ONNX's input gate = the forget gate negated,
 the fused activation as g and h (gates Sigmoid), ``time_major`` as the layout; a state variable that is a
-subgraph input is the layer's initial state, one with data a held (learned) initial state. What a canonical
+subgraph input is the layer's initial state, one with data a held (learned) initial state. INT8 weights (the
+hybrid kernels', ``quantized``) are read into records, their float view the layer's W and R. What a canonical
 layer cannot hold is refused naming the file, the op and the field: projection, layer norm, cell_clip (it
-bounds the cell state, ONNX's clip the gates' inputs), quantized weights, other fused activations. A file
+bounds the cell state, ONNX's clip the gates' inputs), weights partly INT8, other fused activations. A file
 without such ops has its ``WHILE`` loops lifted (``loops``), or, holding none, is lifted whole as an unrolled
 module (``unrolled``); what neither lifts is refused with the reason.
 """
@@ -348,16 +349,9 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
     _refuse_mixed(file, where, records)
     b = {g: get(j) for g, j in LSTM_BIASES.items()}
     p = {g: get(j) for g, j in LSTM_PEEPHOLES.items()}
-    h, i = w["f"].shape[0], w["f"].shape[-1]
-    wanted: dict[str, tuple[np.ndarray | None, tuple[int, ...]]] = {
-        **{f"input_to_{g}": (w[g], (h, i)) for g in w},
-        **{f"recurrent_to_{g}": (r[g], (h, h)) for g in r},
-        **{f"{g}_bias": (b[g], (h,)) for g in b},
-        **{f"cell_to_{g}": (p[g], (h,)) for g in p},
-    }
-    for label, (value, shape) in wanted.items():
-        if value is not None and value.shape != shape:
-            raise InputError(f"{file.path}: {where}: {label} has shape {list(value.shape)}, expected {list(shape)}")
+    h = _check_gate_shapes(
+        file, where, w, r, {**{f"{g}_bias": v for g, v in b.items()}, **{f"cell_to_{g}": v for g, v in p.items()}}
+    )
     zero = np.zeros(h, np.float32)
     if cifg:  # the kernel's i = 1 - f: ONNX's input gate is the forget gate negated, f = 1 - i
         w["i"], r["i"] = -w["f"], -r["f"]
@@ -385,6 +379,21 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
         "states": [inputs[LSTM_OUTPUT_STATE], inputs[LSTM_CELL_STATE]],
     }
     return params, found
+
+
+def _check_gate_shapes(file: _File, where: str, w: dict, r: dict, vectors: dict[str, np.ndarray | None]) -> int:
+    """H, once every per-gate tensor has its shape (input weights [H, I], recurrent [H, H], biases and peepholes
+    [H]); InputError naming the first that has not."""
+    h, i = w["f"].shape[0], w["f"].shape[-1]
+    wanted: dict[str, tuple[np.ndarray | None, tuple[int, ...]]] = {
+        **{f"input_to_{g}": (w[g], (h, i)) for g in w},
+        **{f"recurrent_to_{g}": (r[g], (h, h)) for g in r},
+        **{label: (value, (h,)) for label, value in vectors.items()},
+    }
+    for label, (value, shape) in wanted.items():
+        if value is not None and value.shape != shape:
+            raise InputError(f"{file.path}: {where}: {label} has shape {list(value.shape)}, expected {list(shape)}")
+    return h
 
 
 def _gate_records(
