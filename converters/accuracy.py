@@ -134,8 +134,7 @@ def _run_time(model: "Model") -> bool:
 def _executed(model: "Model") -> "Model":
     """``model``'s layers in memory, verification running them on gatepack's executor, which computes LiteRT's
     hybrid products exactly as its kernels do: the int8 twin of an artifact with run-time quantized activations."""
-    layers = [replace(layer, provenance=None) for layer in model.layers]
-    return replace(model, layers=layers, path=Path(f"{model.path} quantized (gatepack's executor)"), meta={})
+    return replace(model, layers=[replace(layer, provenance=None) for layer in model.layers], meta={})
 
 
 @dataclass(frozen=True)

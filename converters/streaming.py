@@ -270,7 +270,12 @@ def run_frames(
 
 def open_runner(model: Model, path: str | Path) -> Runner:
     """A runner of the artifact at ``path`` that keeps its runtime loaded across calls (the format's
-    ``open_session``), or one that loads it on each call (``run_whole``/``run_native``)."""
+    ``open_session``), or one that loads it on each call (``run_whole``/``run_native``); a model whose layers were
+    read from no artifact (an int8 twin in memory: ``accuracy``) on gatepack's executor."""
+    if model.layers and all(layer.provenance is None for layer in model.layers):
+        from gatepack.converters.executor import run_model
+
+        return lambda feed: run_model(model, feed)
     impl = registry.reader(model.format)
     if impl.open_session is not None:
         return impl.open_session(path)

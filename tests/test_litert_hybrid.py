@@ -243,3 +243,20 @@ def test_the_written_hybrid_rnn_computes_the_documented_arithmetic(tmp_path):
         expected.append(h)
     actual = gp.run(tmp_path / "q.tflite", {layer.interface.x: x})[layer.interface.y][:, 0]
     np.testing.assert_allclose(actual, np.stack(expected), atol=2e-6, rtol=0)
+
+
+def test_a_stateful_int8_file_streams_within_the_gate_over_100_frames(tmp_path):
+    """``--stateful --quantize-weights int8``: the hybrid LSTM holds its states across invokes; over 100 calls its
+    outputs are the executor's hybrid chain (the int8 twin, each side feeding its own states back) at float
+    tolerance, and within the quantization's own error of onnxruntime's float chain."""
+    from test_litert_stateful import static_model
+
+    cfg = Config(cell="LSTM", initial_h=True, initial_c=True, S=2, N=1, I=8, H=8, seed=61)
+    onnx.save(static_model(cfg), tmp_path / "m.onnx")
+    result = gp.convert(tmp_path / "m.onnx", tmp_path / "m.tflite", stateful=True, frames=100, quantize_weights="int8")
+    verification = result.verification
+    assert verification.passed and verification.streaming.frames == 100
+    twin = [o for o in verification.outputs if o.output.endswith("vs the int8 twin")]
+    measured = [o for o in verification.outputs if o.output.endswith("vs the float source")]
+    assert twin and all(o.max_abs_error < 1e-6 for o in twin)
+    assert measured and all(0 < o.max_abs_error <= o.atol for o in measured)
