@@ -187,7 +187,7 @@ def with_records(layer: RecurrentLayer, records: dict[str, QuantizedWeights], wh
     return replace(layer, directions=tuple(directions))
 
 
-def _prove_hybrid(layer: RecurrentLayer, rec: Recurrence, where: str, seed: int = 1) -> None:
+def prove_hybrid(layer: RecurrentLayer, rec: Recurrence, where: str, seed: int = 1) -> None:
     """The lifted layer with its INT8 records, on gatepack's executor of LiteRT's hybrid products
     (``converters.hybrid``), against the loop on random inputs at float32's tolerance: the lift above compared a
     float layer with the hybrid loop within the run-time quantization's tolerance only. LiftRefused when they
@@ -379,7 +379,7 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
     lifted = lift(rec)
     layer = with_records(lifted.layer, records, where)
     if records:
-        _prove_hybrid(layer, rec, where)
+        prove_hybrid(layer, rec, where)
     proofs = [" (its batch dynamic in the file, proven at the stored batch)" if signature[1] < 0 else ""]
     if records:
         proofs.append(

@@ -22,12 +22,25 @@ import numpy as np
 from gatepack.converters.fileio import read_bytes
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.litert.common import FORMAT
-from gatepack.converters.formats.litert.loops import LoopHandle, body_activations, body_constants, run_loop
+from gatepack.converters.formats.litert.loops import (
+    LoopHandle,
+    body_activations,
+    body_constants,
+    prove_hybrid,
+    run_loop,
+    with_records,
+)
 from gatepack.converters.lifting import Lifted, LiftRefused, Recurrence, candidates_from_constants, lift
+from gatepack.converters.samples import DYNAMIC_INT8
 from gatepack.schemas.layer import Direction, Interface, Provenance, RecurrentLayer
+from gatepack.schemas.quantized import QuantizedWeights
 
 _ROLES_IN = ("x", "initial_h", "initial_c")  # torch's forward(x, h0) / forward(x, (h0, c0))
 _ROLES_OUT = ("y", "y_h", "y_c")  # torch's (output, h_n) / (output, (h_n, c_n))
+_HYBRID_PROOF = (
+    f", within {DYNAMIC_INT8}'s tolerance: its INT8 weights' kernels quantize X and h at run time; the layer with "
+    "those integers then agrees with the file at float32's tolerance on gatepack's executor of the hybrid products"
+)
 _ARITIES = {(1, 2), (2, 2), (1, 3), (3, 3)}  # (inputs, outputs): GRU/RNN without or with h0, LSTM without or with both
 
 
@@ -43,10 +56,11 @@ def lift_unrolled(file: Any) -> tuple[RecurrentLayer, Finding]:
         tuple((role, getattr(itf, role)) for role in _ROLES_OUT if getattr(itf, role)),
         squeezed=False,
     )
-    candidates = candidates_from_constants(body_constants(file, file.graph, where), i, h)
+    records: dict[str, QuantizedWeights] = {}  # INT8 weights of hybrid FULLY_CONNECTEDs (ai-edge-quantizer's)
+    candidates = candidates_from_constants(body_constants(file, file.graph, where, records), i, h)
     activations = body_activations(file, file.graph)
     lifted = [
-        _direction(where, itf, handle, candidates, activations, sizes, k)
+        _direction(where, itf, handle, candidates, activations, sizes, k, records)
         for k in range(d)  # the forward direction, then the reverse one
     ]
     layer = _joined(where, itf, [found.layer for found in lifted])
@@ -56,7 +70,8 @@ def lift_unrolled(file: Any) -> tuple[RecurrentLayer, Finding]:
         Status.REPACKED,
         f"lifted from unrolled steps (the whole file, as litert-torch writes a torch module): {described}; proven "
         f"against the LiteRT interpreter running the file on random inputs ({sum(f.tried for f in lifted)} "
-        f"reading(s) tried). Y {itf.y!r} is the file's [S, N, {d}*H] as [S, {d}, N, H]",
+        f"reading(s) tried{_HYBRID_PROOF if records else ''}). Y {itf.y!r} is the file's [S, N, {d}*H] as "
+        f"[S, {d}, N, H]",
     )
     provenance = Provenance(
         FORMAT, file.path, layer.name, "lifted", "unrolled", inputs=(itf.x,), layout=0, handle=handle
@@ -101,9 +116,10 @@ def _direction(
     activations: frozenset[str],
     sizes: tuple[int, int, int, int, int],
     k: int,
+    records: dict[str, QuantizedWeights],
 ) -> Lifted:
     """Direction ``k`` of the module proven alone: its slice of Y and the final states, the other direction's
-    initial states zeros."""
+    initial states zeros; with INT8 ``records``, their layer proven again on the executor of the hybrid products."""
     _, n, i, d, h = sizes
 
     def run_original(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -129,8 +145,14 @@ def _direction(
         candidates=candidates,
         activations=activations,
         run_original=run_original,
+        tolerance=DYNAMIC_INT8 if records else None,  # the hybrid kernels quantize X and h at run time
     )
-    return lift(rec)
+    found = lift(rec)
+    if not records:
+        return found
+    layer = with_records(found.layer, records, rec.found)
+    prove_hybrid(layer, rec, rec.found)
+    return replace(found, layer=layer)
 
 
 def _joined(where: str, itf: Interface, layers: list[RecurrentLayer]) -> RecurrentLayer:
