@@ -55,7 +55,9 @@ def dequantized(layer: RecurrentLayer, target: str, reason: str | None = "") -> 
     holders = [h for h in HOLDERS[dynamic] if h != target]
     keep = f", or convert to {' or '.join(holders)}, which keeps the integers" if holders else ""
     own = f"{target} has no kernel that computes it" if dynamic and target not in HOLDERS[""] else ""
-    why = "as asked (--dequantize)" if reason is None else f"{reason or own or target + ' holds no quantized weights'}: "
+    why = (
+        "as asked (--dequantize)" if reason is None else f"{reason or own or target + ' holds no quantized weights'}: "
+    )
     return Finding(
         FEATURE,
         Status.LOSSY,

@@ -10,9 +10,9 @@ so the float view the layer then computes on is ``q * scale`` (``schemas.quantiz
 (ONNX: QDQ; OpenVINO: NNCF's compressed constants; Core ML: constexpr ops; LiteRT: int8 tensors its hybrid kernels
 take); every other target is refused, naming those that hold them. LiteRT quantizes per gate block instead
 (``FORMS``): its sequence ops' hybrid kernels take one scale per weight tensor, one gate's [H, K] (``max`` over the
-block's rows), and they quantize X and h at run time, which the records say (``dynamic_activations``). The change is ``lossy`` by
-construction; the option is the user's acceptance of it, and the artifact is judged by the accuracy gate
-(``converters.accuracy``) against the float source.
+block's rows), and they quantize X and h at run time, which the records say (``dynamic_activations``). The change
+is ``lossy`` by construction; the option is the user's acceptance of it, and the artifact is judged by the accuracy
+gate (``converters.accuracy``) against the float source.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def test_gatepack_s_executor_computes_the_hybrid_kernels_as_the_interpreter_did(
     """The layer read, on gatepack's executor (LiteRT's hybrid products: converters/hybrid.py), against the
     interpreter's outputs the producer's script stored (``litert:``): the same arithmetic, float32's rounding
     apart; its float view (records dropped) is only within the quantization noise of it, as of Keras's layer."""
-    from gatepack.converters.quantization import without_records
+    from gatepack.converters.quantization import floats_only
 
     path = LITERT / "litert_keras2_lstm_int8.tflite"
     (layer,) = gp.load(path).layers
@@ -82,7 +82,7 @@ def test_gatepack_s_executor_computes_the_hybrid_kernels_as_the_interpreter_did(
     x = truth["serving_default_x:0"]
     interpreter, keras = truth["litert:StatefulPartitionedCall:0"], truth["StatefulPartitionedCall:0"]
     hybrid = run_layer(layer, x)[0][:, :, 0]
-    floats = run_layer(without_records(layer), x)[0][:, :, 0]
+    floats = run_layer(floats_only(layer), x)[0][:, :, 0]
     assert np.abs(hybrid - interpreter).max() < 1e-6
     assert 1e-4 < np.abs(floats - interpreter).max() < 2e-2 and np.abs(floats - keras).max() < 2e-2
 

@@ -22,7 +22,7 @@ from gatepack.converters.registry import CORE_ML_TARGETS
 from gatepack.schemas.layer import (
     RecurrentLayer,
 )
-from gatepack.schemas.quantized import QuantizedWeights
+from gatepack.schemas.quantized import RUN_TIME_SCHEMES, QuantizedWeights
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
@@ -167,8 +167,9 @@ def unholdable(records: Sequence[QuantizedWeights], target: str, compress_to_fp1
     """Why ``records`` cannot be written as constexpr ops at ``target`` (None: they can)."""
     if compress_to_fp16:
         return "an fp16 package (--compress-to-fp16) computes the weights in fp16, not the integers' float32 view"
-    if any(r.dynamic_activations for r in records):
-        return "the source quantizes X and h at run time (DynamicQuantizeLSTM), which no Core ML op does"
+    dynamic = next((r.dynamic_activations for r in records if r.dynamic_activations), "")
+    if dynamic:
+        return f"the source has {RUN_TIME_SCHEMES[dynamic]}, which no Core ML op computes"
     if any(r.values.dtype not in (np.int8, np.uint8) for r in records):
         return f"{sorted({str(r.values.dtype) for r in records})} integers: Core ML's constexpr ops take 4 or 8 bits"
     rank = _target_rank(target)
