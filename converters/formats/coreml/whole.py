@@ -7,7 +7,6 @@ Core ML needs it; the metadata maps them back), its metadata, and gatepack's des
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import NoReturn, Sequence
 
@@ -28,6 +27,9 @@ from gatepack.converters.formats.coreml.common import (
 from gatepack.converters.formats.coreml.translate import MAX_RANK, MilTranslation, Narrow, Squeezed
 from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
 from gatepack.converters.model import Model
+from gatepack.converters.operators.prepared import Prepared as _Prepared
+from gatepack.converters.operators.prepared import initializers as _initializers
+from gatepack.converters.operators.prepared import is_whole_model, untranslatable_summary
 from gatepack.converters.operators.translation import Untranslatable, translate_nodes
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
@@ -47,68 +49,6 @@ _BOOL = 9  # a bool input is fed as int32 and cast to bool inside the program; a
 ALTERNATIVES = (
     "pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep the whole model"
 )
-
-
-def is_whole_model(model: Model) -> bool:
-    """An ONNX model with operators around its recurrent layers, written whole unless the user asked for the
-    layers alone."""
-    return model.format == "onnx" and model.keeps_whole and model.path is not None
-
-
-class _Prepared:
-    """The source as it is translated: its proto, the layers in it, the ids of the nodes the layers stand for and of
-    the constants only they read (``skip``: never translated on their own), and each layer's nodes (``members``: id ->
-    layer; the layer is emitted at the first of them where its inputs are computed, at the last one at the latest)."""
-
-    def __init__(self, proto, layers: list[RecurrentLayer]) -> None:
-        from gatepack.converters.formats.onnx.constants import constant_feeders
-        from gatepack.converters.formats.onnx.graph import isolated_record, walk_nodes
-
-        self.proto = proto
-        self.layers = layers
-        # every node held here: protobuf's Python objects for them, and so their ids, last only while referenced
-        self.nodes = [node for node, _, _, _ in walk_nodes(proto.graph)]
-        by_outputs = {tuple(node.output): node for node in self.nodes}
-        self.members: dict[int, RecurrentLayer] = {}
-        self.last: dict[int, int] = {}  # id(layer) -> id of its last node in graph order
-        for layer in layers:  # a node is known by its outputs (the reader's record may hold another copy)
-            keys = (tuple(n.output) for n in isolated_record(layer).nodes)
-            nodes = [by_outputs[key] for key in keys if key in by_outputs]
-            self.members.update((id(n), layer) for n in nodes)
-        for node in self.nodes:
-            if id(node) in self.members:
-                self.last[id(self.members[id(node)])] = id(node)
-        self.skip: set[int] = set(self.members)
-        if layers:
-            fed = {getattr(lay.interface, r) for lay in layers for r in ("x", *lay.fed_roles())}
-            self.skip |= constant_feeders(proto.graph, set(self.skip), fed)
-        self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
-        self.emitted: set[int] = set()  # id(layer) of the layers written so far
-
-    @classmethod
-    def of(cls, model: Model) -> "_Prepared":
-        """``model``'s source as read: its layers straight from the arrays the reader holds (the weights' external
-        data memory-mapped, never copied into a proto). A model with lifted layers (Loops, unrolled cells) is
-        rewritten in place first (each lifted region becomes one node and the adapters the rest of the graph reads)
-        and read again; a loop that only that second reading lifts stays a Loop (the source's reading refused it)."""
-        from gatepack.converters.formats.onnx.graph import load_proto
-        from gatepack.converters.formats.onnx.reader import reread
-        from gatepack.converters.formats.onnx.rewrite import in_place, lifted_layers
-
-        assert model.path is not None  # (a whole model read from its file)
-        if not lifted_layers(model):
-            return cls(load_proto(Path(model.path)), list(model.layers))
-        proto = in_place(model)
-        layers = reread(model.path, proto).layers
-        return cls(proto, [lay for lay in layers if lay.provenance is not None and lay.provenance.kind != "lifted"])
-
-    def ready(self, layer: RecurrentLayer, values: dict, node) -> bool:
-        """Whether ``layer`` is emitted at its member ``node``: every input it takes is computed, or ``node`` is
-        its last (emitting then names what is missing)."""
-        if id(layer) in self.emitted:
-            return False
-        taken = [getattr(layer.interface, role) for role in ("x", *layer.fed_roles())]
-        return all(name in values for name in taken) or self.last.get(id(layer)) == id(node)
 
 
 def build_whole(model: Model, *, strategy: str = "auto", target: str = NEWEST_TARGET, states: dict | None = None):
@@ -337,26 +277,6 @@ def _state_inputs(path: Path, placeholders: dict, names: dict, states: dict[str,
         placeholders[mil_name] = mb.state_tensor_placeholder(shape=tuple(shape), dtype=types.fp16)
 
 
-def _initializers(path: Path, prepared: _Prepared) -> dict[str, np.ndarray]:
-    """The main graph's initializers that a node translated on its own reads (in any subgraph) or that are graph
-    outputs: the layers' weights are written from the layers' own arrays, never loaded again. External data is
-    memory-mapped."""
-    from onnx import numpy_helper
-
-    from gatepack.converters.formats.onnx.graph import map_external
-
-    graph = prepared.proto.graph
-    read = {o.name for o in graph.output}
-    read.update(i for node in prepared.nodes if id(node) not in prepared.skip for i in node.input)
-    loaded = {}
-    for tensor in graph.initializer:
-        if tensor.name in read:
-            external = tensor.data_location == tensor.EXTERNAL
-            mapped = map_external(tensor, path.parent) if external else None
-            loaded[tensor.name] = mapped if mapped is not None else numpy_helper.to_array(tensor, str(path.parent))
-    return loaded
-
-
 def _translate_graph(
     t: MilTranslation, graph, prepared: _Prepared, strategy: str, target: str, described: list, failures: list
 ) -> None:
@@ -503,15 +423,7 @@ def _emit_layer(
 
 def refusal_summary(failures: list[Untranslatable]) -> str:
     """'3 nodes Core ML cannot hold: Einsum x2 (first: 'einsum_1': ...); Foo (first: ...)'."""
-    counts = Counter(f.op_type for f in failures)
-    first: dict[str, Untranslatable] = {}
-    for f in failures:
-        first.setdefault(f.op_type, f)
-    parts = [
-        f"{op}{f' x{n}' if n > 1 else ''} (first: {first[op].node_name!r}: {first[op].reason})"
-        for op, n in counts.most_common()
-    ]
-    return f"{len(failures)} node{'s' if len(failures) != 1 else ''} Core ML cannot hold: " + "; ".join(parts)
+    return untranslatable_summary(failures, "Core ML")
 
 
 def refuse_untranslatable(path: Path, failures: list[Untranslatable], symbolic: Sequence[str] = ()) -> NoReturn:

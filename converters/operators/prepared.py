@@ -1,0 +1,109 @@
+"""A whole ONNX model as every target's translation reads it (``converters/operators``): which models are written
+whole, the source prepared for the walk (its layers, the nodes they stand for and the constants only they read),
+and the summary of the nodes a target cannot hold."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from gatepack.converters.model import Model
+from gatepack.converters.operators.translation import Untranslatable
+from gatepack.schemas.layer import RecurrentLayer
+
+
+def is_whole_model(model: Model) -> bool:
+    """An ONNX model with operators around its recurrent layers, written whole unless the user asked for the
+    layers alone."""
+    return model.format == "onnx" and model.keeps_whole and model.path is not None
+
+
+class Prepared:
+    """The source as it is translated: its proto, the layers in it, the ids of the nodes the layers stand for and of
+    the constants only they read (``skip``: never translated on their own), and each layer's nodes (``members``: id ->
+    layer; the layer is emitted at the first of them where its inputs are computed, at the last one at the latest)."""
+
+    def __init__(self, proto, layers: list[RecurrentLayer]) -> None:
+        from gatepack.converters.formats.onnx.constants import constant_feeders
+        from gatepack.converters.formats.onnx.graph import isolated_record, walk_nodes
+
+        self.proto = proto
+        self.layers = layers
+        # every node held here: protobuf's Python objects for them, and so their ids, last only while referenced
+        self.nodes = [node for node, _, _, _ in walk_nodes(proto.graph)]
+        by_outputs = {tuple(node.output): node for node in self.nodes}
+        self.members: dict[int, RecurrentLayer] = {}
+        self.last: dict[int, int] = {}  # id(layer) -> id of its last node in graph order
+        for layer in layers:  # a node is known by its outputs (the reader's record may hold another copy)
+            keys = (tuple(n.output) for n in isolated_record(layer).nodes)
+            nodes = [by_outputs[key] for key in keys if key in by_outputs]
+            self.members.update((id(n), layer) for n in nodes)
+        for node in self.nodes:
+            if id(node) in self.members:
+                self.last[id(self.members[id(node)])] = id(node)
+        self.skip: set[int] = set(self.members)
+        if layers:
+            fed = {getattr(lay.interface, r) for lay in layers for r in ("x", *lay.fed_roles())}
+            self.skip |= constant_feeders(proto.graph, set(self.skip), fed)
+        self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.emitted: set[int] = set()  # id(layer) of the layers written so far
+
+    @classmethod
+    def of(cls, model: Model) -> "Prepared":
+        """``model``'s source as read: its layers straight from the arrays the reader holds (the weights' external
+        data memory-mapped, never copied into a proto). A model with lifted layers (Loops, unrolled cells) is
+        rewritten in place first (each lifted region becomes one node and the adapters the rest of the graph reads)
+        and read again; a loop that only that second reading lifts stays a Loop (the source's reading refused it)."""
+        from gatepack.converters.formats.onnx.graph import load_proto
+        from gatepack.converters.formats.onnx.reader import reread
+        from gatepack.converters.formats.onnx.rewrite import in_place, lifted_layers
+
+        assert model.path is not None  # (a whole model read from its file)
+        if not lifted_layers(model):
+            return cls(load_proto(Path(model.path)), list(model.layers))
+        proto = in_place(model)
+        layers = reread(model.path, proto).layers
+        return cls(proto, [lay for lay in layers if lay.provenance is not None and lay.provenance.kind != "lifted"])
+
+    def ready(self, layer: RecurrentLayer, values: dict, node) -> bool:
+        """Whether ``layer`` is emitted at its member ``node``: every input it takes is computed, or ``node`` is
+        its last (emitting then names what is missing)."""
+        if id(layer) in self.emitted:
+            return False
+        taken = [getattr(layer.interface, role) for role in ("x", *layer.fed_roles())]
+        return all(name in values for name in taken) or self.last.get(id(layer)) == id(node)
+
+
+def initializers(path: Path, prepared: Prepared) -> dict[str, np.ndarray]:
+    """The main graph's initializers that a node translated on its own reads (in any subgraph) or that are graph
+    outputs: the layers' weights are written from the layers' own arrays, never loaded again. External data is
+    memory-mapped."""
+    from onnx import numpy_helper
+
+    from gatepack.converters.formats.onnx.graph import map_external
+
+    graph = prepared.proto.graph
+    read = {o.name for o in graph.output}
+    read.update(i for node in prepared.nodes if id(node) not in prepared.skip for i in node.input)
+    loaded = {}
+    for tensor in graph.initializer:
+        if tensor.name in read:
+            external = tensor.data_location == tensor.EXTERNAL
+            mapped = map_external(tensor, path.parent) if external else None
+            loaded[tensor.name] = mapped if mapped is not None else numpy_helper.to_array(tensor, str(path.parent))
+    return loaded
+
+
+def untranslatable_summary(failures: list[Untranslatable], target_name: str) -> str:
+    """'3 nodes <target> cannot hold: Einsum x2 (first: 'einsum_1': ...); Foo (first: ...)'."""
+    counts = Counter(f.op_type for f in failures)
+    first: dict[str, Untranslatable] = {}
+    for f in failures:
+        first.setdefault(f.op_type, f)
+    parts = [
+        f"{op}{f' x{n}' if n > 1 else ''} (first: {first[op].node_name!r}: {first[op].reason})"
+        for op, n in counts.most_common()
+    ]
+    return f"{len(failures)} node{'s' if len(failures) != 1 else ''} {target_name} cannot hold: " + "; ".join(parts)
