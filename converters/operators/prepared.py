@@ -96,6 +96,20 @@ def initializers(path: Path, prepared: Prepared) -> dict[str, np.ndarray]:
     return loaded
 
 
+def file_key(model: Model) -> tuple:
+    """What a whole model's translation depends on besides its layers: the file as it is now and the input shapes."""
+    assert model.path is not None  # (a whole model read from its file)
+    path = Path(model.path)
+    stat = path.stat()
+    shapes = model.meta.get("input_shapes") or {}
+    return (
+        str(path.resolve()),
+        stat.st_mtime_ns,
+        stat.st_size,
+        tuple(sorted((k, tuple(v)) for k, v in shapes.items())),
+    )
+
+
 def untranslatable_summary(failures: list[Untranslatable], target_name: str) -> str:
     """'3 nodes <target> cannot hold: Einsum x2 (first: 'einsum_1': ...); Foo (first: ...)'."""
     counts = Counter(f.op_type for f in failures)

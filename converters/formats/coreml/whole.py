@@ -28,6 +28,7 @@ from gatepack.converters.formats.coreml.translate import MAX_RANK, MilTranslatio
 from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
 from gatepack.converters.model import Model
 from gatepack.converters.operators.prepared import Prepared as _Prepared
+from gatepack.converters.operators.prepared import file_key as _file_key
 from gatepack.converters.operators.prepared import initializers as _initializers
 from gatepack.converters.operators.prepared import is_whole_model, untranslatable_summary
 from gatepack.converters.operators.translation import Untranslatable, translate_nodes
@@ -75,19 +76,6 @@ def _build_key(model: Model, strategy: str, target: str) -> tuple:
     """What a translation depends on: the file as it is now, the layers (the very objects: a copy of the model made
     with ``dataclasses.replace`` shares them), the input shapes, the strategy and the target."""
     return (*_file_key(model), tuple(map(id, model.layers)), strategy, target)
-
-
-def _file_key(model: Model) -> tuple:
-    assert model.path is not None  # (a whole model read from its file)
-    path = Path(model.path)
-    stat = path.stat()
-    shapes = model.meta.get("input_shapes") or {}
-    return (
-        str(path.resolve()),
-        stat.st_mtime_ns,
-        stat.st_size,
-        tuple(sorted((k, tuple(v)) for k, v in shapes.items())),
-    )
 
 
 def translate_onnx(proto, base_dir: Path, *, target: str = NEWEST_TARGET, input_shapes: dict | None = None):

@@ -8,14 +8,24 @@
 * ``reader`` — gatepack's own files and other producers' sequence ops read into canonical layers;
 * ``loops`` — a producer's ``WHILE`` loop over a recurrent step lifted into a layer, proven on the interpreter;
 * ``unrolled`` — a file that is one unrolled torch module (litert-torch) lifted into a layer, proven likewise;
+* ``translate``, ``onnx_ops`` and ``whole`` — a whole ONNX model as one subgraph of builtin operators: the
+  operator table's ``litert`` column around the layers the writer writes;
 * ``running`` — the file on ai-edge-litert's interpreter, called as an app calls it (no reset between calls).
 """
 
 from gatepack.converters.formats.litert.checks import check
 from gatepack.converters.formats.litert.common import FORMAT
 from gatepack.converters.formats.litert.reader import read
-from gatepack.converters.formats.litert.running import compute_dtype, open_session, run_layer_native, run_native
+from gatepack.converters.formats.litert.running import (
+    compute_dtype,
+    graph_inputs,
+    graph_outputs,
+    open_session,
+    run_layer_native,
+    run_native,
+)
 from gatepack.converters.formats.litert.strategy import settle_options
+from gatepack.converters.formats.litert.whole import whole_model_finding
 from gatepack.converters.formats.litert.writer import write
 from gatepack.converters.registry import FormatImplementation
 
@@ -30,4 +40,7 @@ IMPLEMENTATION = FormatImplementation(
     compute_dtype=compute_dtype,
     open_session=open_session,
     settle_options=settle_options,
+    whole_model_finding=whole_model_finding,
+    graph_inputs=graph_inputs,
+    graph_outputs=graph_outputs,
 )

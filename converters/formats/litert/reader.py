@@ -219,7 +219,8 @@ def read(path: str | Path, **_options: Any) -> Model:
         stateful = {
             layer.name: [_held_note(entry["stateful"])] for layer, entry in zip(layers, entries) if "stateful" in entry
         }
-        return Model(path, FORMAT, layers, notes=stateful)
+        whole = {"other_ops": described["other_ops"]} if described.get("whole") and described.get("other_ops") else {}
+        return Model(path, FORMAT, layers, notes=stateful, meta=whole)
     layers, skipped, notes = [], [], {}
     for op in file.graph.operators or []:
         kind = file.op_name(op)

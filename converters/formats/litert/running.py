@@ -126,3 +126,20 @@ def compute_dtype(layer: RecurrentLayer) -> str:
     """The file computes in float32 (its sequence ops and the elementary form alike; with int8 weights the hybrid
     kernels' products, which gatepack's executor computes as they do: ``converters.hybrid``)."""
     return "float32"
+
+
+def graph_inputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
+    """The file's inputs as (name, dtype, dims), a dynamic dimension None (its variable tensors are no inputs)."""
+    return _io(path, "get_input_details")
+
+
+def graph_outputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
+    """The file's outputs as (name, dtype, dims), a dynamic dimension None."""
+    return _io(path, "get_output_details")
+
+
+def _io(path: str | Path, which: str) -> list[tuple[str, np.dtype, list]]:
+    details = getattr(interpreter(read_bytes(path), path), which)()
+    return [
+        (d["name"], np.dtype(d["dtype"]), [None if s < 0 else int(s) for s in d["shape_signature"]]) for d in details
+    ]

@@ -30,6 +30,7 @@ import numpy as np
 from gatepack.converters import quantization
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
+from gatepack.converters.errors import UsageError
 from gatepack.converters.fileio import atomic_path
 from gatepack.converters.formats.litert.common import (
     FUSED,
@@ -73,6 +74,12 @@ def write(
     default 3); S stays dynamic for the sequence ops, and the elementary form unrolls a static S (symbolic:
     ``seq_length``, default 7). ``stateful``: a layer's own state pairs (``Model.meta['state_pairs']``) held in
     its ops' variable tensors across invokes, the initial-state inputs gone (docs/streaming.md)."""
+    from gatepack.converters.formats.litert.whole import is_whole_model, write_whole
+
+    if is_whole_model(model):
+        if stateful:
+            raise UsageError(f"{model.path}: --stateful for a whole model written as litert is not written yet")
+        return write_whole(model, path, strategy=strategy)
     graph = Graph(schema())
     described = []
     pairs = model.meta.get("state_pairs") if stateful else None
@@ -95,12 +102,21 @@ class _LayerWriter:
     """One layer into ``graph``: its interface tensors, then the native ops or the unrolled steps."""
 
     def __init__(
-        self, graph: Graph, layer: RecurrentLayer, s: int | None, n: int, held: dict[str, tuple[str, str]]
+        self,
+        graph: Graph,
+        layer: RecurrentLayer,
+        s: int | None,
+        n: int,
+        held: dict[str, tuple[str, str]],
+        given: dict[str, int] | None = None,
     ) -> None:
         self.g, self.layer, self.s, self.n = graph, layer, s, n
+        # inside a whole model: the tensors the graph already holds for the layer's inputs, by name (no graph inputs)
+        self.given = given or {}
         self.held = held  # --stateful: the initial-state roles the op's variables hold across invokes
         self.itf = layer.interface
         self.layout = self.itf.layout
+        self.outputs: dict[str, int] = {}  # output role -> tensor, once written
         self.weights: list[dict[str, str]] = []  # per direction: role -> tensor name (for the reader)
         self.zeros: int | None = None  # the native form's scalar zero, made once per layer
         # W and R as int8 for the hybrid kernels (``quantized``): per role, one record per direction
@@ -130,6 +146,8 @@ class _LayerWriter:
         return [n, d, h] if self.layout else [d, n, h]
 
     def graph_input(self, name: str, shape: list, dtype: str = "FLOAT32", variable: bool = False) -> int:
+        if name in self.given:
+            return self.given[name]
         index = self.g.tensor(name, shape, dtype, variable=variable)
         self.g.graph.inputs.append(index)
         return index
@@ -137,9 +155,9 @@ class _LayerWriter:
     def write(self, chosen: str) -> dict:
         itf = self.itf
         x = self.graph_input(itf.x, self.x_shape())
-        outputs = self.native(x) if chosen == "native" else self.elementary(x)
-        for role, index in outputs.items():
-            if getattr(itf, role):
+        self.outputs = self.native(x) if chosen == "native" else self.elementary(x)
+        for role, index in self.outputs.items():
+            if getattr(itf, role) and not self.given:  # a whole model's outputs are its own
                 self.g.graph.outputs.append(index)
         entry = describe(self.layer)
         entry["interface"]["dtype"] = "float32"  # the file's interface and weights, whatever the source's
