@@ -1,0 +1,220 @@
+"""The ONNX operator table's litert column: each entry alone against onnxruntime, the translated file run on
+LiteRT's interpreter (ai-edge-litert, from its bytes as written); refusals naming the node; adjacent transposes
+folded; whole models with a recurrent layer inside, end to end (gatepack's verification against onnxruntime, and
+the file run again here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx_to_mil import onnxruntime_outputs, operator_model
+
+import gatepack.converters as gp
+from gatepack.converters.errors import RefusedError
+from gatepack.converters.formats.litert.running import run_native
+from gatepack.converters.formats.litert.whole import translate_onnx
+
+pytest.importorskip("ai_edge_litert")
+
+RNG = np.random.default_rng(0)
+REALMODELS = Path(__file__).resolve().parent.parent / "fixtures" / "realmodels"
+
+
+def _f(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _on_litert(proto, inputs: dict, tmp_path: Path) -> list:
+    path = tmp_path / "op.tflite"
+    path.write_bytes(translate_onnx(proto, tmp_path))
+    got = run_native(path, inputs)
+    return [got[o.name] for o in proto.graph.output]
+
+
+def check(tmp_path, op_type, inputs, attributes=None, *, atol=1e-5, rtol=1e-5, **options):
+    """``op_type`` translated and run on LiteRT's interpreter gives onnxruntime's outputs (shapes and values)."""
+    proto = operator_model(op_type, inputs, attributes, **options)
+    for want, have in zip(onnxruntime_outputs(proto, inputs), _on_litert(proto, inputs, tmp_path)):
+        assert np.shape(have) == np.shape(want)
+        np.testing.assert_allclose(np.asarray(have, np.float64), want, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+def test_arithmetic_broadcasts(tmp_path, op):
+    check(tmp_path, op, {"a": _f(2, 3, 4), "b": _f(3, 1) + 3})
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "Tanh", "Relu", "Abs", "Exp", "Neg"])
+def test_activations(tmp_path, op):
+    check(tmp_path, op, {"x": _f(2, 3, 5)})
+
+
+@pytest.mark.parametrize("exponent", [2.0, 0.5, 3.0])
+def test_pow_constant_exponent(tmp_path, exponent):
+    check(tmp_path, "Pow", {"x": np.abs(_f(2, 3)) + 0.1}, constants={"y": np.array(exponent, np.float32)}, opset=11)
+
+
+def test_sqrt_and_prelu_with_a_channel_slope(tmp_path):
+    check(tmp_path, "Sqrt", {"x": np.abs(_f(2, 3))})
+    check(tmp_path, "PRelu", {"x": _f(1, 4, 3, 5)}, constants={"slope": _f(4, 1, 1)})
+
+
+def test_matmul_constant_weights_and_two_inputs(tmp_path):
+    check(tmp_path, "MatMul", {"a": _f(2, 3, 4)}, constants={"b": _f(4, 5)})
+    check(tmp_path, "MatMul", {"a": _f(2, 3, 4), "b": _f(2, 4, 5)})
+
+
+@pytest.mark.parametrize(
+    "attributes, w_shape",
+    [
+        ({"pads": [0, 1, 0, 1], "strides": [1, 2]}, (6, 4, 2, 3)),
+        ({"pads": [1, 2, 0, 1], "dilations": [2, 1]}, (6, 4, 3, 3)),
+        ({"group": 4, "pads": [0, 1, 0, 1]}, (8, 1, 3, 3)),  # depthwise, multiplier 2
+    ],
+)
+def test_conv_2d(tmp_path, attributes, w_shape):
+    check(tmp_path, "Conv", {"x": _f(1, 4, 7, 9)}, attributes, constants={"w": _f(*w_shape), "b": _f(w_shape[0])})
+
+
+def test_conv_1d_without_bias(tmp_path):
+    check(tmp_path, "Conv", {"x": _f(2, 3, 11)}, {"pads": [2, 1], "strides": [2]}, constants={"w": _f(5, 3, 4)})
+
+
+def test_tensor_operators(tmp_path):
+    check(tmp_path, "Transpose", {"x": _f(2, 3, 4, 5)}, {"perm": [0, 3, 1, 2]})
+    check(tmp_path, "Reshape", {"x": _f(2, 3, 4)}, constants={"s": np.array([0, -1], np.int64)})
+    check(tmp_path, "Squeeze", {"x": _f(2, 1, 4)}, {"axes": [1]}, opset=11)
+    check(tmp_path, "Unsqueeze", {"x": _f(2, 4)}, {"axes": [-1, 0]}, opset=11)
+    check(tmp_path, "Concat", {"a": _f(2, 3), "b": _f(2, 5)}, {"axis": -1})
+    check(tmp_path, "Gather", {"x": _f(3, 5, 2)}, {"axis": 1}, constants={"i": np.array([[4, -1], [0, 2]], np.int64)})
+    check(tmp_path, "Gather", {"x": _f(3, 5)}, {"axis": 0}, constants={"i": np.array(-1, np.int64)})
+    check(tmp_path, "Pad", {"x": _f(2, 3)}, constants={"p": np.array([0, 1, 2, 0], np.int64)})
+    check(tmp_path, "Split", {"x": _f(2, 6)}, {"axis": 1}, constants={"s": np.array([2, 4], np.int64)}, outputs=2)
+
+
+@pytest.mark.parametrize(
+    "starts, ends, axes, steps",
+    [([1, -3], [100, -1], [0, 2], [1, 1]), ([-1], [-100], [1], [-1]), ([4, 0], [0, 9], [1, 2], [-2, 3])],
+)
+def test_slice_clamps_as_onnx(tmp_path, starts, ends, axes, steps):
+    constants = {k: np.array(v, np.int64) for k, v in zip("seap", (starts, ends, axes, steps))}
+    check(tmp_path, "Slice", {"x": _f(3, 6, 9)}, constants=constants)
+
+
+def test_reductions_softmax_and_batch_norm(tmp_path):
+    check(tmp_path, "ReduceMean", {"x": _f(2, 3, 4, 5)}, {"axes": [-2, -1]}, opset=11)
+    check(tmp_path, "ReduceMean", {"x": _f(2, 3, 4)}, {"axes": [-1], "keepdims": 0}, opset=11)
+    check(tmp_path, "Softmax", {"x": _f(2, 3, 4)}, {"axis": -1})
+    stats = {"s": _f(3), "b": _f(3), "m": _f(3), "v": np.abs(_f(3)) + 0.5}
+    check(tmp_path, "BatchNormalization", {"x": _f(2, 3, 4, 5)}, constants=stats)
+
+
+@pytest.mark.parametrize(
+    "op, inputs, attributes, constants, match",
+    [
+        ("Softmax", {"x": _f(2, 3)}, {"axis": 0}, {}, r"Softmax .*'out0'.*LiteRT's SOFTMAX normalises the last axis"),
+        ("Conv", {"x": _f(1, 4, 5, 5)}, {"group": 2}, {"w": _f(4, 2, 3, 3)}, r"Conv .*group 2 of 4 input channels"),
+        ("Einsum", {"a": _f(2, 3)}, {"equation": "ij->ji"}, {}, r"Einsum .*no translation to LiteRT builtin"),
+        ("Conv", {"x": _f(1, 2, 5, 5)}, {"auto_pad": "SAME_UPPER"}, {"w": _f(2, 2, 3, 3)}, r"auto_pad not honoured"),
+    ],
+)
+def test_refusals_name_the_node(tmp_path, op, inputs, attributes, constants, match):
+    proto = operator_model(op, inputs, attributes, constants=constants)
+    with pytest.raises(RefusedError, match=match):
+        translate_onnx(proto, tmp_path)
+
+
+def _two_convs() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r"]),
+        helper.make_node("Conv", ["c1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "r"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two_convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [numpy_helper.from_array(_f(3, 3, 3, 3), n) for n in ("w1", "w2")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_adjacent_transposes_fold(tmp_path):
+    """Conv -> Conv keeps the activation channels-last between them: 3 TRANSPOSEs (x in, c1 for the Relu, c2 out)
+    where the unfolded form has 4, and the result is onnxruntime's."""
+    from gatepack.converters.formats.litert.reader import _File
+
+    proto = _two_convs()
+    feed = {"x": _f(1, 3, 6, 6)}
+    got = _on_litert(proto, feed, tmp_path)
+    np.testing.assert_allclose(got[0], onnxruntime_outputs(proto, feed)[0], atol=1e-5, rtol=1e-5)
+    held = _File(tmp_path / "op.tflite")
+    assert [held.op_name(op) for op in held.graph.operators].count("TRANSPOSE") == 3
+
+
+def _relu_gru_relu(rng) -> onnx.ModelProto:
+    h, i = 4, 3
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("GRU", ["r", "W", "R", "B"], ["y", "y_h"], hidden_size=h, linear_before_reset=1),
+            helper.make_node("Relu", ["y"], ["out"]),
+        ],
+        "relu_gru_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, i])],
+        [
+            helper.make_tensor_value_info("out", TensorProto.FLOAT, [5, 1, 2, h]),
+            helper.make_tensor_value_info("y_h", TensorProto.FLOAT, [1, 2, h]),
+        ],
+        [
+            numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+            for name, shape in (("W", (1, 3 * h, i)), ("R", (1, 3 * h, h)), ("B", (1, 6 * h)))
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def test_relu_gru_relu_whole_twice_in_a_row(tmp_path):
+    """The whole model converts to LiteRT (report and convert agree), verified by gatepack; the file gives
+    onnxruntime's outputs on two calls in a row with the same inputs (the GRU's state is not carried)."""
+    src, out = tmp_path / "m.onnx", tmp_path / "m.tflite"
+    proto = _relu_gru_relu(np.random.default_rng(1))
+    onnx.save(proto, src)
+    assert gp.report(src, to="litert").to_json()["model"]["litert"]["status"] == "exact"
+    result = gp.convert(src, out, to="litert")
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    feed = {"x": np.random.default_rng(2).standard_normal((5, 2, 3)).astype(np.float32)}
+    want = onnxruntime_outputs(proto, feed)
+    from gatepack.converters.formats.litert.running import open_session
+
+    run = open_session(out)
+    for _ in range(2):
+        got = run(feed)
+        for name, value in zip(("out", "y_h"), want):
+            np.testing.assert_allclose(got[name], value, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["dtln_model_1_lstm", "dpcrn_online_simple_lstm"])
+def test_real_models_whole(name, tmp_path):
+    """DTLN model 1 and DPCRN whole on LiteRT: verified end to end (one call and streamed calls, states fed back)."""
+    src = REALMODELS / f"{name}.onnx"
+    assert gp.report(src, to="litert").to_json()["model"]["litert"]["status"] in ("exact", "folded")
+    result = gp.convert(src, tmp_path / "m.tflite", to="litert")
+    assert result.whole and result.verification.passed and result.verification.streaming
+    assert gp.load(tmp_path / "m.tflite").keeps_whole
+
+
+def test_gtcrn_is_refused_naming_its_node(tmp_path):
+    """What the table does not write yet is refused, the report agreeing with convert: nothing is written."""
+    src, out = REALMODELS / "gtcrn_stream_simple.onnx", tmp_path / "m.tflite"
+    finding = gp.report(src, to="litert").to_json()["model"]["litert"]
+    assert finding["status"] == "unsupported" and "LiteRT cannot hold" in finding["detail"]
+    with pytest.raises(RefusedError) as refused:
+        gp.convert(src, out, to="litert")
+    assert finding["detail"].split(": ", 1)[1] in str(refused.value) and not out.exists()
