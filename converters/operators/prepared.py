@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -108,6 +109,39 @@ def file_key(model: Model) -> tuple:
         stat.st_size,
         tuple(sorted((k, tuple(v)) for k, v in shapes.items())),
     )
+
+
+def fed_inputs(path: Path, graph, input_shapes: dict, io_types: Mapping[int, str], words: str, hint: str) -> list:
+    """The graph inputs a user feeds (initializers apart), each of an element type in ``io_types``, else refused
+    ("..., which <words>"); UsageError for an ``--input-shape`` naming no input."""
+    from gatepack.converters.errors import RefusedError, UsageError
+
+    unknown = set(input_shapes) - {i.name for i in graph.input}
+    if unknown:
+        raise UsageError(f"{path}: --input-shape names {sorted(unknown)}, which the model does not take")
+    initialized = {i.name for i in graph.initializer}
+    fed = [value for value in graph.input if value.name not in initialized]
+    for value in fed:
+        elem_type = value.type.tensor_type.elem_type
+        if elem_type not in io_types:
+            raise RefusedError(
+                f"{path}: input {value.name!r} has ONNX element type {elem_type}, which {words}", hint=hint
+            )
+    return fed
+
+
+def given_dims(path: Path, name: str, dims: list, input_shapes: dict) -> list:
+    """Input ``name``'s dimensions (ints, or anything else for a symbolic one) with the user's ``--input-shape``
+    in their place; UsageError when the given shape does not fit the declared one."""
+    from gatepack.converters.errors import UsageError
+
+    if name not in input_shapes:
+        return dims
+    given = list(input_shapes[name])
+    if len(given) != len(dims) or any(isinstance(d, int) and d != g for d, g in zip(dims, given)):
+        shown = [d if isinstance(d, int) else "?" for d in dims]
+        raise UsageError(f"{path}: --input-shape {name}={given} does not fit its shape {shown}")
+    return given
 
 
 def untranslatable_summary(failures: list[Untranslatable], target_name: str) -> str:

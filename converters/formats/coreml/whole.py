@@ -28,9 +28,9 @@ from gatepack.converters.formats.coreml.translate import MAX_RANK, MilTranslatio
 from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
 from gatepack.converters.model import Model
 from gatepack.converters.operators.prepared import Prepared as _Prepared
+from gatepack.converters.operators.prepared import fed_inputs, given_dims, is_whole_model, untranslatable_summary
 from gatepack.converters.operators.prepared import file_key as _file_key
 from gatepack.converters.operators.prepared import initializers as _initializers
-from gatepack.converters.operators.prepared import is_whole_model, untranslatable_summary
 from gatepack.converters.operators.translation import Untranslatable, translate_nodes
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
@@ -202,34 +202,17 @@ def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: l
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import get_new_symbol, types
 
-    initialized = {t.name for t in graph.initializer}
     symbols: dict[str, object] = {}
     placeholders = {}
-    unknown = set(input_shapes) - {i.name for i in graph.input}
-    if unknown:
-        raise UsageError(f"{path}: --input-shape names {sorted(unknown)}, which the model does not take")
-    for value in graph.input:
-        if value.name in initialized:
-            continue
+    for value in fed_inputs(path, graph, input_shapes, _IO_TYPES, "a Core ML input cannot carry", ALTERNATIVES):
         tensor = value.type.tensor_type
-        if tensor.elem_type not in _IO_TYPES:
-            raise RefusedError(
-                f"{path}: input {value.name!r} has ONNX element type {tensor.elem_type}, which a Core ML "
-                "input cannot carry",
-                hint=ALTERNATIVES,
-            )
         dims: list = []  # each a size or a MIL symbol
         for k, d in enumerate(tensor.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
                 dims.append(int(d.dim_value))
             else:
                 dims.append(symbols.setdefault(d.dim_param or f"{value.name}:{k}", get_new_symbol()))
-        if value.name in input_shapes:
-            given = list(input_shapes[value.name])
-            if len(given) != len(dims) or any(isinstance(d, int) and d != g for d, g in zip(dims, given)):
-                shown = [d if isinstance(d, int) else "?" for d in dims]
-                raise UsageError(f"{path}: --input-shape {value.name}={given} does not fit its shape {shown}")
-            dims = given
+        dims = given_dims(path, value.name, dims, input_shapes)
         names[value.name] = safe_name(value.name)
         dtype = getattr(types, _IO_TYPES[tensor.elem_type])
         placeholders[names[value.name]] = mb.placeholder(shape=tuple(dims) or (1,), dtype=dtype)  # no rank-0 inputs

@@ -31,7 +31,9 @@ from gatepack.converters.formats.litert.translate import LiteRTTranslation, Tens
 from gatepack.converters.model import Model
 from gatepack.converters.operators.prepared import (
     Prepared,
+    fed_inputs,
     file_key,
+    given_dims,
     initializers,
     is_whole_model,
     untranslatable_summary,
@@ -106,32 +108,16 @@ def translate_proto(
 def _bind_inputs(t: LiteRTTranslation, path: Path, graph, input_shapes: dict) -> list[str]:
     """A graph input tensor per ONNX graph input (initializers apart), of its static shape; what changes in the
     interface (int64 as INT32)."""
-    initialized = {i.name for i in graph.initializer}
-    unknown = set(input_shapes) - {i.name for i in graph.input}
-    if unknown:
-        raise UsageError(f"{path}: --input-shape names {sorted(unknown)}, which the model does not take")
     changes = []
-    for value in graph.input:
-        if value.name in initialized:
-            continue
+    words = "gatepack's LiteRT inputs do not carry"
+    for value in fed_inputs(path, graph, input_shapes, _IO_TYPES, words, ALTERNATIVES):
         tensor = value.type.tensor_type
-        if tensor.elem_type not in _IO_TYPES:
-            raise RefusedError(
-                f"{path}: input {value.name!r} has ONNX element type {tensor.elem_type}, which gatepack's LiteRT "
-                "inputs do not carry",
-                hint=ALTERNATIVES,
-            )
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim]
-        given = input_shapes.get(value.name)
-        if given is not None:
-            if len(given) != len(dims) or any(d is not None and d != g for d, g in zip(dims, given)):
-                shown = ["?" if d is None else d for d in dims]
-                raise UsageError(f"{path}: --input-shape {value.name}={list(given)} does not fit its shape {shown}")
-            dims = list(given)
+        declared = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim]
+        dims = given_dims(path, value.name, declared, input_shapes)
         if any(d is None for d in dims):
-            shown = ", ".join("?" if d is None else str(d) for d in dims)
+            symbolic = ", ".join("?" if d is None else str(d) for d in dims)
             raise RefusedError(
-                f"{path}: input {value.name!r} [{shown}] has a symbolic dimension; gatepack writes whole LiteRT "
+                f"{path}: input {value.name!r} [{symbolic}] has a symbolic dimension; gatepack writes whole LiteRT "
                 "models with static shapes",
                 hint=f"fix it with --input-shape {value.name}=d1,d2,..., or " + ALTERNATIVES,
             )

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gatepack.converters.formats.litert.onnx_ops.elementwise import floats
@@ -31,7 +33,7 @@ def _matmul(t: LiteRTTranslation, node) -> list:
         t.refuse(node, f"its A {node.input[0]!r} has rank {len(a.shape)}; LiteRT's products take rank >= 2")
     if isinstance(b, np.ndarray) and b.ndim == 2:
         weights = np.ascontiguousarray(b.T.astype(np.float32))
-        options = {"options_kind": "FullyConnectedOptions", "keepNumDims": True}
+        options: dict[str, Any] = {"options_kind": "FullyConnectedOptions", "keepNumDims": True}
         return [t.emit("FULLY_CONNECTED", [a, weights, -1], node.output[0], shape, **options)]
     b = floats(t, node, 1)
     if len(b.shape) < 2:
@@ -98,7 +100,7 @@ def _reduce_mean(t: LiteRTTranslation, node) -> list:
     ((shape, _),) = onnx_shapes(t, node)
     keep = bool(t.attr(node, "keepdims", 1))
     normalised = np.array(sorted(int(a) % len(x.shape) for a in axes), np.int32)
-    options = {"options_kind": "ReducerOptions", "keepDims": keep}
+    options: dict[str, Any] = {"options_kind": "ReducerOptions", "keepDims": keep}
     return [t.emit("MEAN", [x, normalised], node.output[0], shape, **options)]
 
 
