@@ -165,3 +165,16 @@ def test_no_function_longer_than_the_limit() -> None:
     assert not offenders, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(
         f"{where}: {length}" for where, length in offenders
     )
+
+
+def test_every_package_is_installed() -> None:
+    """Each folder of modules is listed in pyproject's packages (an editable or wheel install leaves out the rest)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join([PACKAGE, *init.parent.relative_to(ROOT).parts])
+        for top in ("converters", "schemas")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert found <= listed, f"packages missing from pyproject.toml: {sorted(found - listed)}"

@@ -5,6 +5,7 @@
 * ``strategy`` — the sequence op or elementary ops, and why;
 * ``checks`` — the findings for writing a layer;
 * ``writer`` — layers written as sequence ops or unrolled elementary ops, with gatepack's description;
+* ``saving`` — ``write``: the layers alone, or a whole ONNX model (``whole``);
 * ``reader`` — gatepack's own files and other producers' sequence ops read into canonical layers;
 * ``loops`` — a producer's ``WHILE`` loop over a recurrent step lifted into a layer, proven on the interpreter;
 * ``unrolled`` — a file that is one unrolled torch module (litert-torch) lifted into a layer, proven likewise;
@@ -24,9 +25,9 @@ from gatepack.converters.formats.litert.running import (
     run_layer_native,
     run_native,
 )
+from gatepack.converters.formats.litert.saving import write
 from gatepack.converters.formats.litert.strategy import settle_options
 from gatepack.converters.formats.litert.whole import whole_model_finding
-from gatepack.converters.formats.litert.writer import write
 from gatepack.converters.registry import FormatImplementation
 
 __all__ = ["FORMAT", "check", "read", "write"]

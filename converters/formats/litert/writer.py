@@ -30,7 +30,6 @@ import numpy as np
 from gatepack.converters import quantization
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
-from gatepack.converters.errors import UsageError
 from gatepack.converters.fileio import atomic_path
 from gatepack.converters.formats.litert.common import (
     FUSED,
@@ -61,7 +60,7 @@ def _size(value: Any, layer: RecurrentLayer, fallback: int) -> int:
     return value if isinstance(value, int) else fallback
 
 
-def write(
+def write_layers(
     model: Model,
     path: str | Path,
     *,
@@ -70,16 +69,10 @@ def write(
     batch_size: int | dict | None = None,
     stateful: bool = False,
 ) -> None:
-    """Write ``model``'s layers as one ``.tflite`` file at ``path``. N is static (symbolic: ``batch_size``,
+    """Write ``model``'s layers alone as one ``.tflite`` file at ``path``. N is static (symbolic: ``batch_size``,
     default 3); S stays dynamic for the sequence ops, and the elementary form unrolls a static S (symbolic:
     ``seq_length``, default 7). ``stateful``: a layer's own state pairs (``Model.meta['state_pairs']``) held in
     its ops' variable tensors across invokes, the initial-state inputs gone (docs/streaming.md)."""
-    from gatepack.converters.formats.litert.whole import is_whole_model, write_whole
-
-    if is_whole_model(model):
-        if stateful:
-            raise UsageError(f"{model.path}: --stateful for a whole model written as litert is not written yet")
-        return write_whole(model, path, strategy=strategy)
     graph = Graph(schema())
     described = []
     pairs = model.meta.get("state_pairs") if stateful else None
