@@ -121,7 +121,9 @@ def _form(op) -> str:
 
 
 def emit(mb, record: QuantizedWeights, name: str, target: str):
-    """``record`` ([rows, cols], rows in the op's order) as the constexpr op of ``target``, named ``name``."""
+    """``record`` ([rows, cols], rows in the op's order) as the constexpr op of ``target``, named ``name``; a float16
+    scale (float32 arithmetic: NNCF's weights as OpenVINO computes them) widened to float32, exactly."""
+    record = record.with_values(record.values, record.scale.astype(np.float32), record.zero_point)
     per_row = record.axis is not None
     if constexpr_op(target) == AFFINE:
         scale = record.scale if per_row else np.float32(record.scale)
