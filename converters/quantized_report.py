@@ -207,7 +207,7 @@ def _measured(
     import gatepack.converters.registry as registry
 
     suffixes = registry.check_name(target).suffixes
-    sizes = {"scheme": str(scheme), "bits": scheme.bits, "bits_in_all": 0.0, "before": 0, "after": 0}
+    sizes: dict[str, Any] = {"scheme": str(scheme), "bits": scheme.bits, "bits_in_all": 0.0, "before": 0, "after": 0}
     with tempfile.TemporaryDirectory(prefix="gatepack-report-") as scratch:
         path = Path(scratch) / f"quantized{suffixes[0] if suffixes else ''}"
         asked: dict[str, Any] = {"quantize_weights": scheme.name, "quantize_block_size": scheme.block_size}

@@ -18,7 +18,7 @@ row; ``offset`` only when a zero point is not 0). coremltools stores the integer
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -46,8 +46,8 @@ class Spread:
 
     def record(self) -> QuantizedWeights:
         """The most compact exact record of these integers (per tensor, per row, per block of the row)."""
-        found = compacted(*(np.ascontiguousarray(a) for a in (self.values, self.scale, self.zero)))
-        return found if found.bits == self.bits else replace(found, bits=self.bits)
+        values, scale, zero = (np.ascontiguousarray(a) for a in (self.values, self.scale, self.zero))
+        return compacted(values, scale, zero, self.bits)
 
 
 @dataclass(frozen=True)
