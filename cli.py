@@ -220,6 +220,25 @@ _input_value_option = _input_value_flag(
 )
 
 
+def _quantize_options(fn):
+    """--quantize-weights and --quantize-block-size (convert and report take them alike)."""
+    fn = click.option(
+        "--quantize-block-size",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
+        help="With --quantize-weights: one scale per block of N consecutive columns of a row instead of per row "
+        "(N divides the input and hidden sizes; ONNX opset 21, OpenVINO grouped).",
+    )(fn)
+    return click.option(
+        "--quantize-weights",
+        type=_Choice(["int8", "int4"]),
+        default=None,
+        help="Quantize the recurrent layers' W and R per output channel, symmetric (lossy, accepted by this option; "
+        "onnx, openvino, coreml; int4 in ONNX needs opset 21 or onnxruntime's contrib DequantizeLinear).",
+    )(fn)
+
+
 def _verification_inputs_options(fn):
     """--input-shape (repeatable), --inputs, --state (repeatable) and --frames: the whole-model verification
     inputs a user fixes, and a streaming model's consecutive calls."""
@@ -356,13 +375,7 @@ def _check_flags_apply(target, given: dict) -> None:
     help="With --dequantize: the largest error accepted against the quantized source (default: the source's own "
     "quantization noise); with --quantize-weights: against the float source (default: the quantization's own error).",
 )
-@click.option(
-    "--quantize-weights",
-    type=_Choice(["int8"]),
-    default=None,
-    help="Quantize the recurrent layers' W and R per output channel (lossy, accepted by this option; onnx, openvino, "
-    "coreml; litert: per gate, for its hybrid int8 kernels).",
-)
+@_quantize_options
 @_write_option_flags
 @click.option(
     "--layout",
@@ -392,6 +405,7 @@ def convert(
     dequantize,
     max_error,
     quantize_weights,
+    quantize_block_size,
     layout,
     layers_only,
     activation_defaults,
@@ -432,6 +446,7 @@ def convert(
         dequantize=dequantize,
         max_error=max_error,
         quantize_weights=quantize_weights,
+        quantize_block_size=quantize_block_size,
         layout=None if layout == "keep" else int(layout),
         layers_only=layers_only,
         seed=seed,
@@ -478,6 +493,7 @@ def convert(
 @click.option("--stateful", is_flag=True, help=all_write_options()["stateful"].help)
 @click.option("--state", "states", multiple=True, metavar="IN=OUT", help="A streaming model's state pair (repeatable).")
 @_input_value_option
+@_quantize_options
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON (same as --format json; errors too).")
 @handle_errors
 def report(
@@ -492,9 +508,12 @@ def report(
     stateful,
     states,
     input_values,
+    quantize_weights,
+    quantize_block_size,
     as_json,
 ) -> None:
-    """Per layer and target: what is exact, repacked, folded, decomposed, lossy or unsupported."""
+    """Per layer and target: what is exact, repacked, folded, decomposed, lossy or unsupported (with
+    --quantize-weights, also each target's bits per weight, sizes and measured error per output)."""
     if as_json and fmt not in (None, "json"):
         raise gp.UsageError(f"--json and --format {fmt} ask for two formats")
     loaded = gp.load(model, from_format, activation_defaults=activation_defaults)
@@ -513,7 +532,14 @@ def report(
         options["stateful"] = True
         report_targets = report_targets or registry.takers("stateful")
     found = gp.report(
-        loaded, report_targets, layers_only=layers_only, states=states, input_values=input_values, **options
+        loaded,
+        report_targets,
+        layers_only=layers_only,
+        states=states,
+        input_values=input_values,
+        quantize_weights=quantize_weights,
+        quantize_block_size=quantize_block_size,
+        **options,
     )
     text = found.render(fmt)
     if output:

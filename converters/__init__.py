@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from gatepack.converters.reporting import Report
     from gatepack.converters.streaming import StatePair
     from gatepack.converters.verification import GivenInputs, Verification
+    from gatepack.converters.weight_quantization import Scheme
 
 __all__ = ["load", "save", "convert", "verify", "report", "run", "input_names", "Result"]
 
@@ -281,6 +282,7 @@ def convert(
     max_error: float | None = None,
     input_values: "dict[str, object] | None" = None,
     quantize_weights: str | None = None,
+    quantize_block_size: int | None = None,
     **options,
 ) -> Result:
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
@@ -303,10 +305,11 @@ def convert(
     integers (``lossy``; refused otherwise, whatever ``allow_lossy`` says), the artifact then proven exact against
     the source with dequantized weights and its error against the quantized source bounded by ``max_error`` (by
     default: the source's own quantization noise; ``converters.accuracy``).
-    ``quantize_weights``: "int8" quantizes the recurrent layers' W and R per output channel
-    (``converters.weight_quantization``), held as integers by ONNX, OpenVINO and Core ML (other targets refused); the
-    option accepts that ``lossy`` change, and the artifact is judged against the float source within ``max_error`` (by
-    default: the float source's distance to its twin with the same quantized weights run in float, + float32's atol).
+    ``quantize_weights``: "int8" or "int4" quantizes the recurrent layers' W and R per output channel (per block of
+    ``quantize_block_size`` columns when given; ``converters.weight_quantization``), held as integers by ONNX,
+    OpenVINO and Core ML (other targets refused); the option accepts that ``lossy`` change, and the artifact is
+    judged against the float source within ``max_error`` (by default: the float source's distance to its twin with
+    the same quantized weights run in float, + float32's atol).
     ``input_values`` (input name -> a number, list or array) specialises an ONNX model: each input becomes a
     constant of that value and what depends on it is folded (an ``If`` it decides replaced by its branch); the
     artifact no longer takes it (an ``interface`` finding, ``repacked``), and verification feeds the source that value.
@@ -329,8 +332,8 @@ def convert(
         raise UsageError(f"dequantize {dequantize!r} is not true or false")
     from gatepack.converters.weight_quantization import check_scheme
 
-    check_scheme(quantize_weights)
-    accepted = Acceptance(allow_lossy, dequantize, max_error, quantize_weights)
+    scheme = check_scheme(quantize_weights, quantize_block_size)
+    accepted = Acceptance(allow_lossy, dequantize, max_error, scheme)
     try:
         return _convert(
             src, dst, to, format, verify, accepted, layout, layers_only, seed, progress, options, given, stream
@@ -347,7 +350,7 @@ class Acceptance:
     lossy: bool = False
     dequantize: bool = False
     max_error: float | None = None  # the accuracy gate's bound (``converters.accuracy``)
-    quantize: str | None = None  # quantize float weights (``--quantize-weights``): this accepts that lossy change
+    quantize: "Scheme | None" = None  # quantize float weights (``--quantize-weights``): accepts that lossy change
 
     def marked(self, model: "Model") -> "Model":
         """``model`` with ``dequantize`` in its meta, where the findings and the writers read it; UsageError for a
@@ -561,7 +564,7 @@ def _convert(
     return result
 
 
-def _quantized(model: "Model", label: str, target: str, scheme: str | None) -> "Model":
+def _quantized(model: "Model", label: str, target: str, scheme: "Scheme | None") -> "Model":
     """``model`` with its recurrent weights quantized as asked (``converters.weight_quantization``; each layer
     noted with the ``lossy`` finding), RefusedError for a target that holds no quantized weights; ``model`` when
     nothing is asked."""
@@ -569,16 +572,16 @@ def _quantized(model: "Model", label: str, target: str, scheme: str | None) -> "
 
     if scheme is None:
         return model
-    if target not in quantizing.HOLDERS:
+    if quantizing.unheld(target, scheme):
         raise RefusedError(
-            f"{label}: {quantizing.refusal_detail(target)}",
+            f"{label}: {quantizing.refusal_detail(target, scheme)}",
             hint=f"convert to {' or '.join(quantizing.HOLDERS)}, or leave out --quantize-weights",
         )
     notes = {lay.name: [*model.notes_for(lay), quantizing.finding(lay, scheme, target)] for lay in model.layers}
     return replace(quantizing.quantized_model(model, scheme, target), notes=notes)
 
 
-def _refuse_unheld(label: str, findings: dict[str, list["Finding"]], target: str, scheme: str | None) -> None:
+def _refuse_unheld(label: str, findings: dict[str, list["Finding"]], target: str, scheme: "Scheme | None") -> None:
     """RefusedError when weights quantized as asked would not be kept as integers by ``target`` as written (e.g.
     ONNX below opset 13): its own ``quantization`` finding is not ``repacked``."""
     from gatepack.converters import weight_quantization as quantizing
@@ -594,7 +597,8 @@ def _refuse_unheld(label: str, findings: dict[str, list["Finding"]], target: str
                 f"{label}: layer {name!r}: --quantize-weights: {target} would not keep the integers: {why}",
                 findings=own,
                 hint=f"write it where the integers are kept ({' or '.join(quantizing.HOLDERS)}; ONNX at opset 13 "
-                "or later: --layers-only writes a whole model's layers at opset 14), or leave out --quantize-weights",
+                "or later, 21 for 4 bits or blocks: --layers-only writes a whole model's layers at the opset they "
+                "need), or leave out --quantize-weights",
             )
 
 
@@ -910,6 +914,8 @@ def report(
     layers_only: bool = False,
     states: "Sequence[tuple[str, str] | str]" = (),
     input_values: "dict[str, object] | None" = None,
+    quantize_weights: str | None = None,
+    quantize_block_size: int | None = None,
     **options,
 ) -> "Report":
     """Per layer and target, what every feature becomes (exact, repacked, folded, decomposed, lossy,
@@ -921,6 +927,9 @@ def report(
     each applied to the targets that take it (one no target takes raises UsageError naming it). A whole
     streaming model is run once to find its state pairs (``states``: given or corrected, as ``convert``'s), and
     each target says what becomes of them (``--stateful`` included); ``input_values``: as ``convert``'s.
+    ``quantize_weights`` (and ``quantize_block_size``): as ``convert``'s; each target that keeps the integers is
+    then converted and measured in a private directory (``converters.quantized_report``: bits per weight, sizes,
+    the accuracy gate's error per output), every other one refused as ``convert`` refuses it.
     """
     from gatepack.converters import registry
     from gatepack.converters.model import Model
@@ -952,7 +961,15 @@ def report(
     )
     if pairs:  # a streaming model: each target's ``state`` finding, as convert would write it
         model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
-    found = build_report(model, targets, write_options)
+    from gatepack.converters import quantized_report
+
+    scheme = quantized_report.check_scheme(quantize_weights, quantize_block_size)
+    found = quantized_report.build(build_report, model, targets, write_options, scheme)
+    general = {"layers_only": layers_only, "states": states, "input_values": input_values}
+    reread = read_options if not isinstance(model_or_path, Model) else {}
+    found = quantized_report.with_measurements(
+        found, convert, model_or_path, scheme, {**general, **reread}, write_options
+    )
     return replace(found, source=str(source.path)) if given.fixed else found
 
 

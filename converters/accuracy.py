@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from gatepack.converters.model import Model
     from gatepack.converters.streaming import StatePair
     from gatepack.converters.verification import GivenInputs
+    from gatepack.converters.weight_quantization import Scheme
 
 VS_SOURCE = "vs the quantized source"
 UNBOUNDED = Tolerance(1e300, 0.0)  # a comparison that only measures (judged afterwards)
@@ -50,7 +51,7 @@ class Gate:
     the weights quantized as asked (``quantize``: a ``weight_quantization`` scheme, None: the source's own)."""
 
     max_error: float | None = None
-    quantize: str | None = None
+    quantize: "Scheme | None" = None
 
     def __post_init__(self) -> None:
         value = self.max_error
@@ -62,7 +63,7 @@ class Gate:
         """What the twin is, what the source is, and what their distance is, in the verification's words."""
         if self.quantize is None:
             return "the dequantized source", "the quantized source", "the source's own quantization noise"
-        return f"the {self.quantize} twin", "the float source", "the quantization's own error"
+        return f"the {self.quantize.name} twin", "the float source", "the quantization's own error"
 
 
 def applies(source: "Model", dequantized: bool) -> bool:

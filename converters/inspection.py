@@ -152,7 +152,8 @@ def _compact(model: Model) -> list[str]:
 
 def quantization_json(layer: RecurrentLayer) -> dict | None:
     """Per quantized role (W, R): bits, signedness, granularity (per tensor / channel / block), block size,
-    whether zero points are all 0, and whether the source quantizes X and h at run time; None for float weights."""
+    whether zero points are all 0, the scale's type and the arithmetic (float32, or rounded to float16), and whether
+    the source quantizes X and h at run time; None for float weights."""
     if not layer.is_quantized:
         return None
     found = {}
@@ -165,6 +166,8 @@ def quantization_json(layer: RecurrentLayer) -> dict | None:
                 "granularity": record.granularity,
                 "block_size": record.block_size,
                 "symmetric": all(not p.quantized(role).zero_point.any() for p in layer.directions),  # type: ignore[union-attr]
+                "scale": str(record.scale.dtype),
+                "arithmetic": record.arithmetic,
                 "dynamic_activations": record.dynamic_activations,
             }
     return found

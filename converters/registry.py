@@ -118,11 +118,11 @@ def runtime_name(value: str | None) -> str:
 ONNX_OPTIONS = (
     WriteOption(
         "opset",
-        "7 or 14",
-        _one_of(7, 14),
+        "7, 14 or 21",
+        _one_of(7, 14, 21),
         "--opset",
-        "opset to write (default 14; a whole model keeps its own).",
-        ("7", "14"),
+        "opset to write (default 14, 21 for 4-bit or per-block quantized weights; a whole model keeps its own).",
+        ("7", "14", "21"),
         int,
     ),
     WriteOption(

@@ -18,7 +18,7 @@ import html
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import gatepack.converters.quantization as quantization
 import gatepack.converters.registry as registry
@@ -28,6 +28,9 @@ from gatepack.converters.findings import Finding, Status, sort_worst_first, wors
 from gatepack.converters.model import Model, chained_input_finding
 from gatepack.schemas.layer import ROLE_LABELS, RecurrentLayer
 from gatepack.version import __version__
+
+if TYPE_CHECKING:
+    from gatepack.converters.quantized_report import QuantizedTarget
 
 LAYERS_ONLY_WARNING = "layers only, as asked"  # the ``model`` finding's warning when the user asked for the layers
 
@@ -120,6 +123,7 @@ class Report:
     model: dict[str, Finding | None] = field(default_factory=dict)  # per target: its ``model`` finding
     version: str = ""  # the gatepack that made the report
     created: str = ""  # when, UTC, ISO 8601 to the second ('2026-11-26T17:02:03Z')
+    quantized: dict[str, "QuantizedTarget"] = field(default_factory=dict)  # per target, with --quantize-weights
 
     def to_json(self) -> dict:
         return {
@@ -130,6 +134,7 @@ class Report:
             "model": {t: f.to_json() for t, f in self.model.items() if f is not None},
             "layers": [lay.to_json() for lay in self.layers],
             "skipped": [{"name": n, "reason": r} for n, r in self.skipped],
+            **({"quantized": {t: q.to_json() for t, q in self.quantized.items()}} if self.quantized else {}),
         }
 
     def targets(self) -> list[str]:
@@ -194,6 +199,7 @@ class Report:
                 )
         for name, reason in self.skipped:
             lines.append(f"skipped {name}: {reason}")
+        lines += [f"quantized for {target}: {q.text()}" for target, q in self.quantized.items()]
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
@@ -235,6 +241,8 @@ class Report:
                 )
         if self.skipped:
             out += ["", "## Skipped", ""] + [f"- `{n}`: {r}" for n, r in self.skipped]
+        if self.quantized:
+            out += ["", "## Weights quantized as asked", ""] + [f"- {t}: {q.text()}" for t, q in self.quantized.items()]
         return "\n".join(out).rstrip() + "\n"
 
     def layer_groups(self, same_kind: bool = True) -> list[list[LayerReport]]:
@@ -276,6 +284,7 @@ class Report:
         )
         caveats = self._html_caveats()
         skipped = "".join(f"<li><b>{esc(n)}</b>: {esc(r)}</li>" for n, r in self.skipped)
+        quantized = "".join(f"<li><b>{esc(t)}</b>: {esc(q.text())}</li>" for t, q in self.quantized.items())
         return (
             "<!DOCTYPE html><html><head><meta charset='utf-8'><title>gatepack report</title>"
             f"<style>{_HTML_STYLE}</style></head><body>"
@@ -291,6 +300,7 @@ class Report:
             "finding. Layers of one kind with the same findings for every target share one row (details such as "
             "shapes and tensor names may differ: open a cell).</p>"
             + (f"<h2>Skipped</h2><ul id='skipped'>{skipped}</ul>" if skipped else "")
+            + (f"<h2>Weights quantized as asked</h2><ul id='quantized'>{quantized}</ul>" if quantized else "")
             + f"<h2>Per target</h2><div id='summary'>{self._html_summary()}</div>"
             f"<script>{_HTML_SCRIPT}</script></body></html>\n"
         )

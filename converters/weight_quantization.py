@@ -1,18 +1,22 @@
-"""Quantizing a float model's recurrent weights as the user asks (``--quantize-weights int8``, API
-``quantize_weights="int8"``): each direction's W ``[G*H, I]`` and R ``[G*H, H]`` become integers per output
-channel (one row of the canonical layout), symmetric::
+"""Quantizing a float model's recurrent weights as the user asks (``--quantize-weights int8|int4``, API
+``quantize_weights=``): each direction's W ``[G*H, I]`` and R ``[G*H, H]`` become b-bit integers per output
+channel (one row of the canonical layout) or, with ``--quantize-block-size B`` (API ``quantize_block_size=``), per
+block of B consecutive columns of a row, symmetric::
 
-    scale[j] = max_k |W[j, k]| / (2^(b-1) - 1)      (1 for a row of zeros)
-    q[j, k]  = clip(round_half_even(W[j, k] / scale[j]), -(2^(b-1) - 1), 2^(b-1) - 1)
+    scale[j, g] = max_{k in g} |W[j, k]| / (2^(b-1) - 1)      (1 for a group of zeros)
+    q[j, k]     = clip(round_half_even(W[j, k] / scale[j, g]), -(2^(b-1) - 1), 2^(b-1) - 1)
 
-so the float view the layer then computes on is ``q * scale`` (``schemas.quantized``): the layer carries
-``Wq``/``Rq`` and W, R become that view, exactly. A target that holds quantized weights writes the integers
-(ONNX: QDQ; OpenVINO: NNCF's compressed constants; Core ML: constexpr ops; LiteRT: int8 tensors its hybrid kernels
-take); every other target is refused, naming those that hold them. LiteRT quantizes per gate block instead
-(``FORMS``): its sequence ops' hybrid kernels take one scale per weight tensor, one gate's [H, K] (``max`` over the
-block's rows), and they quantize X and h at run time, which the records say (``dynamic_activations``). The change
-is ``lossy`` by construction; the option is the user's acceptance of it, and the artifact is judged by the accuracy
-gate (``converters.accuracy``) against the float source.
+(g the row j for per channel, else the block holding column k; -2^(b-1) unused, so the grid is symmetric: ±127
+for int8, ±7 for int4), so the float view the layer then computes on is ``q * scale`` (``schemas.quantized``): the
+layer carries ``Wq``/``Rq`` and W, R become that view, exactly. 4-bit integers sit in int8 arrays with ``bits`` 4;
+the writers pack them two a byte. A target that holds quantized weights writes the integers (ONNX: QDQ, opset 21
+for 4 bits or blocks; OpenVINO: NNCF's compressed constants; Core ML: constexpr ops; LiteRT: int8 tensors its
+hybrid kernels take); every other target is refused, naming those that hold them. LiteRT quantizes per gate block
+instead (``FORMS``): its sequence ops' hybrid kernels take one int8 scale per weight tensor, one gate's [H, K]
+(``max`` over the block's rows), and they quantize X and h at run time, which the records say
+(``dynamic_activations``); it holds int8 without blocks only (``unheld``).
+The change is ``lossy`` by construction; the option is the user's acceptance of it, and the artifact is judged
+by the accuracy gate (``converters.accuracy``) against the float source.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ if TYPE_CHECKING:
     from gatepack.converters.model import Model
 
 OPTION = "--quantize-weights (API: quantize_weights=)"
-SCHEMES = {"int8": (8, np.int8)}  # name -> (bits, storage type); the integers are symmetric, per output channel
+BLOCK_OPTION = "--quantize-block-size (API: quantize_block_size=)"
+SCHEMES = {"int8": 8, "int4": 4}  # name -> bits; the integers are symmetric, in int8 arrays
 HOLDERS = ("onnx", "openvino", "coreml", "litert")  # the targets whose writer keeps these integers
+ASKED_DETAIL = "W and R quantized as asked"  # how the finding below begins (told from a target's own)
 
 
 @dataclass(frozen=True)
@@ -48,71 +54,119 @@ class Form:
 
 
 FORMS = {"litert": Form(per_gate=True, activations=LITERT_ASYMMETRIC)}  # every other holder: Form()
-ASKED_DETAIL = "W and R quantized as asked"  # how the finding below begins (told from a target's own)
 
 
-def check_scheme(scheme: object) -> tuple[int, type] | None:
-    """The bits and storage type of ``scheme`` (None: not asked); UsageError naming an unknown one."""
+@dataclass(frozen=True)
+class Scheme:
+    """What the user asked: ``name`` (a key of SCHEMES) and, for per-block scales, ``block_size`` columns a block
+    (None: one scale per output channel)."""
+
+    name: str
+    block_size: int | None = None
+
+    @property
+    def bits(self) -> int:
+        return SCHEMES[self.name]
+
+    def __str__(self) -> str:
+        return self.name if self.block_size is None else f"{self.name} in blocks of {self.block_size}"
+
+    def granularity(self, form: Form) -> str:
+        """'per output channel', 'per gate block ...' (``form``'s) or 'per block of B columns'."""
+        return form.words() if self.block_size is None else f"per block of {self.block_size} columns"
+
+
+def check_scheme(scheme: object, block_size: object = None) -> Scheme | None:
+    """The scheme asked (None: not asked); UsageError naming an unknown one or a block size that is not a
+    positive integer, or given without a scheme."""
+    if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
+        raise UsageError(f"quantize_block_size {block_size!r} is not a number of columns >= 1")
     if scheme is None:
+        if block_size is not None:
+            raise UsageError(f"{BLOCK_OPTION.split(' ')[0]} applies to --quantize-weights, which was not given")
         return None
     if not isinstance(scheme, str) or scheme not in SCHEMES:
         raise UsageError(f"quantize_weights {scheme!r} is not one of {', '.join(SCHEMES)}")
-    return SCHEMES[scheme]
+    return Scheme(scheme, block_size)
 
 
 def quantize_rows(
-    weights: np.ndarray, bits: int, storage: type, group: int = 1, activations: str = ""
+    weights: np.ndarray, bits: int, block_size: int | None = None, group: int = 1, activations: str = ""
 ) -> QuantizedWeights:
-    """``weights`` [rows, cols] quantized symmetric per row (module docstring), or per ``group`` consecutive rows
-    (their largest magnitude), its float view one rounding away."""
+    """``weights`` [rows, cols] quantized symmetric per row, per block of ``block_size`` columns (which must divide
+    cols), or per ``group`` consecutive rows (their largest magnitude), as the module docstring says; its float view
+    one rounding away. ``activations``: the run-time quantization of X and h the records carry."""
     high = 2 ** (bits - 1) - 1
     floats = np.asarray(weights, np.float32)
-    largest = np.abs(floats).max(axis=1) if floats.size else np.zeros(floats.shape[0], np.float32)
-    largest = np.repeat(largest.reshape(-1, group).max(axis=1), group)
+    rows, cols = floats.shape
+    groups = floats.reshape(rows, 1 if block_size is None else cols // block_size, -1)
+    largest = np.abs(groups).max(axis=2) if floats.size else np.zeros(groups.shape[:2], np.float32)
+    largest = np.repeat(largest.reshape(-1, group, largest.shape[1]).max(axis=1), group, axis=0)
     scale = np.where(largest > 0, largest / np.float32(high), np.float32(1)).astype(np.float32)
-    values = np.clip(np.rint(floats / scale[:, None]), -high, high).astype(storage)
-    return QuantizedWeights(values, scale, np.zeros(scale.shape, storage), 0, None, bits, True, activations)
+    values = np.clip(np.rint(groups / scale[:, :, None]), -high, high).astype(np.int8).reshape(rows, cols)
+    if block_size is None:
+        scale = np.ascontiguousarray(scale[:, 0])
+    zero = np.zeros(scale.shape, np.int8)
+    axis = 0 if block_size is None else 1
+    return QuantizedWeights(values, scale, zero, axis, block_size, bits, True, activations)
 
 
-def quantized_layer(layer: RecurrentLayer, scheme: str, label: str, target: str = "") -> RecurrentLayer:
+def quantized_layer(layer: RecurrentLayer, scheme: Scheme, label: str, target: str = "") -> RecurrentLayer:
     """``layer`` with each direction's W and R quantized (``Wq``/``Rq``) as ``target`` holds them (``FORMS``) and
-    W, R their float view; UsageError for a layer that is quantized already."""
+    W, R their float view; UsageError for a layer that is quantized already, or whose W or R rows the block size
+    does not divide."""
     if layer.is_quantized:
         raise UsageError(
             f"{label}: layer {layer.name!r} holds quantized weights already ({layer.quantization_summary()}); "
             "--quantize-weights quantizes float weights",
             hint="leave out --quantize-weights (ONNX keeps its integers as they are)",
         )
-    bits, storage = SCHEMES[scheme]
+    block = scheme.block_size
+    for role, cols in (("W", layer.input_size), ("R", layer.hidden_size)):
+        if block is not None and cols % block:
+            raise UsageError(
+                f"{label}: layer {layer.name!r}: quantize_block_size {block} does not divide {role}'s {cols} columns "
+                f"({'input' if role == 'W' else 'hidden'} size)",
+                hint="give a block size dividing both the input and the hidden size, or leave it out (per channel)",
+            )
     form = FORMS.get(target, Form())
     group = layer.hidden_size if form.per_gate else 1
     directions = []
     for p in layer.directions:
-        wq, rq = (quantize_rows(a, bits, storage, group, form.activations) for a in (p.W, p.R))
+        wq, rq = (quantize_rows(a, scheme.bits, block, group, form.activations) for a in (p.W, p.R))
         floats = (wq.dequantized(p.W.dtype), rq.dequantized(p.R.dtype))
         directions.append(replace(p, W=floats[0], R=floats[1], Wq=wq, Rq=rq))
     return replace(layer, directions=tuple(directions))
 
 
-def finding(source: RecurrentLayer, scheme: str, target: str = "") -> Finding:
+def finding(source: RecurrentLayer, scheme: Scheme, target: str = "") -> Finding:
     """The ``quantization`` finding of a layer quantized as asked for ``target``: ``lossy``, with bits per weight,
-    the weights' size before and after (integers, plus one float32 scale and one zero point per row) and the
-    run-time quantization of X and h the target's kernels add."""
-    bits, storage = SCHEMES[scheme]
+    the weights' size before and after (the integers packed, plus one float32 scale and one zero point per group)
+    and the run-time quantization of X and h the target's kernels add."""
     form = FORMS.get(target, Form())
+    shapes = [a.shape for p in source.directions for a in (p.W, p.R)]
     before = sum(p.W.nbytes + p.R.nbytes for p in source.directions)
-    rows = sum(p.W.shape[0] + p.R.shape[0] for p in source.directions)
-    count = sum(p.W.size + p.R.size for p in source.directions)
-    after = count * np.dtype(storage).itemsize + rows * (4 + np.dtype(storage).itemsize)
+    after = sum(stored_bytes(rows, cols, scheme) for rows, cols in shapes)
+    count = sum(rows * cols for rows, cols in shapes)
+    group = "row" if scheme.block_size is None else "block"
     activations = f"; the kernels then have {RUN_TIME_SCHEMES[form.activations]}" if form.activations else ""
     return Finding(
         "quantization",
         Status.LOSSY,
-        f"{ASKED_DETAIL} ({OPTION.split(' ')[0]} {scheme}): {scheme} {form.words()}, symmetric, "
-        f"{bits} bits per weight (+ a float32 scale per row); {before:,} -> {after:,} bytes "
+        f"{ASKED_DETAIL} ({OPTION.split(' ')[0]} {scheme.name}"
+        + ("" if scheme.block_size is None else f" {BLOCK_OPTION.split(' ')[0]} {scheme.block_size}")
+        + f"): {scheme.name} {scheme.granularity(form)}, symmetric, {scheme.bits} bits per weight (+ a float32 scale "
+        f"per {group}: {8 * after / max(count, 1):.2f} bits in all); {before:,} -> {after:,} bytes "
         f"({before / max(after, 1):.2f}x smaller){activations}; judged against the float source by the accuracy gate",
         alternative="leave out --quantize-weights to keep float weights",
     )
+
+
+def stored_bytes(rows: int, cols: int, scheme: Scheme) -> int:
+    """The bytes ``quantize_rows`` stores for a [rows, cols] matrix (``QuantizedWeights.stored_bytes``): the integers
+    packed at ``bits`` a value, a float32 scale and a zero point per row or block."""
+    groups = rows * (1 if scheme.block_size is None else -(-cols // scheme.block_size))
+    return -(-rows * cols * scheme.bits // 8) + 4 * groups + -(-groups * scheme.bits // 8)
 
 
 def is_asked(found: Finding) -> bool:
@@ -120,15 +174,28 @@ def is_asked(found: Finding) -> bool:
     return found.feature == "quantization" and found.detail.startswith(ASKED_DETAIL)
 
 
-def quantized_model(model: "Model", scheme: str, target: str = "") -> "Model":
+def quantized_model(model: "Model", scheme: Scheme, target: str = "") -> "Model":
     """``model`` with every recurrent layer quantized for ``target`` (``quantized_layer``), nothing else changed."""
     label = str(model.path or "(in-memory model)")
     return replace(model, layers=[quantized_layer(layer, scheme, label, target) for layer in model.layers])
 
 
-def refusal_detail(target: str) -> str:
-    """Why ``target`` is refused for quantized weights, naming the targets that hold them."""
-    return (
-        f"{target} holds no quantized recurrent weights: {OPTION.split(' ')[0]} writes them to "
-        f"{' or '.join(HOLDERS)} only"
-    )
+def unheld(target: str, scheme: Scheme | None = None) -> str | None:
+    """Why ``target`` does not hold the integers of ``scheme`` (None: it does), naming the targets that do."""
+    if target not in HOLDERS:
+        return (
+            f"{target} holds no quantized recurrent weights: {OPTION.split(' ')[0]} writes them to "
+            f"{' or '.join(HOLDERS)} only"
+        )
+    if FORMS.get(target, Form()).per_gate and scheme is not None and (scheme.bits != 8 or scheme.block_size):
+        others = " or ".join(h for h in HOLDERS if not FORMS.get(h, Form()).per_gate)
+        return (
+            f"{target}'s hybrid kernels take int8 weights with one scale per gate matrix, not {scheme}: "
+            f"{OPTION.split(' ')[0]} {scheme} writes to {others}"
+        )
+    return None
+
+
+def refusal_detail(target: str, scheme: Scheme | None = None) -> str:
+    """Why ``target`` is refused for quantized weights (``unheld``), naming the targets that hold them."""
+    return unheld(target, scheme) or unheld(target) or ""

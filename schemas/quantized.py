@@ -12,6 +12,21 @@ consecutive columns of a row (``axis`` 1, shape [G*H, K / block_size]). The diff
 zero_point`` is exact in float32 for every width up to 16 bits, so ``dequantized`` rounds once, as
 ONNX's ``DequantizeLinear`` and onnxruntime's kernels do: the float view every executor and float writer uses.
 
+The scale is stored as the producer stores it, float32 or float16 (NNCF's compressed weights), and ``arithmetic``
+says how the runtime computes the product (docs/conventions.md §3b, §9b)::
+
+    float32:  W = f32((values - zero_point) * f32(scale))        one rounding, to float32
+    float16:  W = f32(f16((values - zero_point) * f32(scale)))   rounded to float16, then widened (exactly)
+
+``float32`` is what OpenVINO computes for NNCF's float16 decompression chain (Convert to f16, Subtract, Multiply by
+an f16 scale, Convert to f32: it never rounds to float16 in between), ``float16`` what onnxruntime computes for a
+``DequantizeLinear`` with a float16 scale (its output is float16) followed by a ``Cast`` to float. With a float16
+scale and integers of at most 8 bits the product is exact in float32 (8 + 11 significant bits), so each form is
+one rounding of the exact value, bit for bit what those runtimes compute.
+
+Integers narrower than their container (4-bit values in int8/uint8) carry ``bits``; the writers pack them (two a
+byte, the first in the low nibble, as ONNX's INT4/UINT4 and OpenVINO's i4/u4 do).
+
 ``dynamic_activations`` records a semantic of the source operator rather than of the weights: the name of the
 run-time arithmetic (``RUN_TIME_SCHEMES``) by which it also quantizes its matrix products' float operands (X, h):
 onnxruntime's ``DynamicQuantizeLSTM`` to uint8 per tensor (docs/conventions.md §9), LiteRT's hybrid kernels to
@@ -20,7 +35,7 @@ int8 per batch row at every step (§11), an arithmetic a float layer does not re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,6 +49,8 @@ RUN_TIME_SCHEMES = {
     LITERT_ASYMMETRIC: "X and h quantized to int8 per batch row at every step, asymmetric (LiteRT's hybrid kernels)",
     LITERT_SYMMETRIC: "X and h quantized to int8 per batch row at every step, symmetric (LiteRT's hybrid kernels)",
 }
+ARITHMETICS = ("float32", "float16")  # how the product is rounded (module docstring)
+SCALE_TYPES = (np.float32, np.float16)
 
 
 class QuantizationError(ValueError):
@@ -45,13 +62,14 @@ class QuantizedWeights:
     """One direction's quantized W or R (module docstring): integers, scale, zero point and their granularity."""
 
     values: np.ndarray  # integers [rows, cols] (int8, uint8, int16, uint16), canonical layout
-    scale: np.ndarray  # float32: [] per tensor, [rows] per channel, [rows, cols / block_size] per block
+    scale: np.ndarray  # float32 or float16: [] per tensor, [rows] per channel, [rows, cols / block_size] per block
     zero_point: np.ndarray  # the values' dtype, the scale's shape
     axis: int | None = None  # None: per tensor; 0: per output row (channel); 1: per block along the row
     block_size: int | None = None  # axis 1 only
     bits: int = 8
     signed: bool = True
     dynamic_activations: str = ""  # the source's run-time quantization of X and h (RUN_TIME_SCHEMES; '': none)
+    arithmetic: str = "float32"  # ARITHMETICS: the product rounded to float32, or to float16 then widened
 
     def __post_init__(self) -> None:
         self.validate()
@@ -65,7 +83,7 @@ class QuantizedWeights:
         return GRANULARITIES[0 if self.axis is None else self.axis + 1]
 
     def describe(self) -> str:
-        """E.g. 'int8 per channel, symmetric' or 'uint8 per tensor, zero point 128'."""
+        """E.g. 'int8 per channel, symmetric' or 'uint4 per block of 32, zero point 0..15, float16 scale'."""
         kind = f"{'' if self.signed else 'u'}int{self.bits}"
         granularity = self.granularity + (f" of {self.block_size}" if self.block_size else "")
         zeros = np.unique(self.zero_point)
@@ -74,7 +92,14 @@ class QuantizedWeights:
             if zeros.size == 1 and zeros[0] == 0
             else "zero point " + (str(int(zeros[0])) if zeros.size == 1 else f"{int(zeros.min())}..{int(zeros.max())}")
         )
-        return f"{kind} {granularity}, {zero}"
+        scale = "" if self.scale.dtype == np.float32 else ", float16 scale"
+        rounded = "" if self.arithmetic == "float32" else ", float16 arithmetic"
+        return f"{kind} {granularity}, {zero}{scale}{rounded}"
+
+    @property
+    def stored_bytes(self) -> int:
+        """The bytes the integers take packed at ``bits`` a value, plus the scales and zero points as stored."""
+        return -(-self.values.size * self.bits // 8) + self.scale.nbytes + -(-self.zero_point.size * self.bits // 8)
 
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         """``array`` (the scale or zero point) spread over the values' shape."""
@@ -86,15 +111,13 @@ class QuantizedWeights:
         return np.repeat(array, self.block_size, axis=1)
 
     def dequantized(self, dtype: "np.dtype | type | str" = np.float32) -> np.ndarray:
-        """``(values - zero_point) * scale`` in float32 (one rounding), then cast to ``dtype``."""
-        steps = self.values.astype(np.float32) - self.broadcast(self.zero_point).astype(np.float32)
-        return (steps * self.broadcast(self.scale)).astype(dtype, copy=False)
+        """``dequantize`` of the record's arrays, then cast to ``dtype``."""
+        floats = dequantize(self.values, self.broadcast(self.zero_point), self.broadcast(self.scale), self.arithmetic)
+        return floats.astype(dtype, copy=False)
 
     def with_values(self, values: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> "QuantizedWeights":
         """The same scheme on other arrays (rows reordered by a writer, e.g. gate blocks)."""
-        return QuantizedWeights(
-            values, scale, zero_point, self.axis, self.block_size, self.bits, self.signed, self.dynamic_activations
-        )
+        return replace(self, values=values, scale=scale, zero_point=zero_point)
 
     def validate(self) -> None:
         """Types, shapes and ranges consistent, else QuantizationError naming the field."""
@@ -111,8 +134,12 @@ class QuantizedWeights:
             raise QuantizationError(f"signed={self.signed} but the values are {values.dtype}")
         if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 2 <= self.bits <= 8 * values.itemsize:
             raise QuantizationError(f"bits {self.bits!r} do not fit {values.dtype}")
-        if not isinstance(scale, np.ndarray) or scale.dtype != np.float32:
-            raise QuantizationError(f"scale is {getattr(scale, 'dtype', type(scale).__name__)}, expected float32")
+        if not isinstance(scale, np.ndarray) or scale.dtype not in SCALE_TYPES:
+            raise QuantizationError(
+                f"scale is {getattr(scale, 'dtype', type(scale).__name__)}, expected float32 or float16"
+            )
+        if self.arithmetic not in ARITHMETICS:
+            raise QuantizationError(f"arithmetic {self.arithmetic!r} is not one of {', '.join(ARITHMETICS)}")
         if not isinstance(zero, np.ndarray) or zero.dtype != values.dtype or zero.shape != scale.shape:
             raise QuantizationError(
                 f"zero point {getattr(zero, 'dtype', None)} {list(getattr(zero, 'shape', ()))} must be "
@@ -138,20 +165,31 @@ class QuantizedWeights:
                 raise QuantizationError(f"{label} span {int(array.min())}..{int(array.max())}, beyond {self.bits} bits")
 
 
-def compacted(values: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> QuantizedWeights:
+def dequantize(values: np.ndarray, zero_point: np.ndarray, scale: np.ndarray, arithmetic: str) -> np.ndarray:
+    """``(values - zero_point) * scale`` in float32, the three broadcast together (one rounding; with ``arithmetic``
+    float16 the product is rounded to float16 and widened back: module docstring)."""
+    product = (values.astype(np.float32) - zero_point.astype(np.float32)) * scale.astype(np.float32)
+    return product.astype(np.float16).astype(np.float32) if arithmetic == "float16" else product
+
+
+def compacted(
+    values: np.ndarray, scale: np.ndarray, zero: np.ndarray, bits: int | None = None, arithmetic: str = "float32"
+) -> QuantizedWeights:
     """The record of one direction's integers [rows, cols] with their spread parameters: per tensor, per channel
-    or per block along the row (the longest block dividing the row that holds them), whichever is exact."""
-    bits, signed = 8 * values.itemsize, values.dtype.kind == "i"
+    or per block along the row (the longest block dividing the row that holds them), whichever is exact. ``bits``:
+    the integers' width (default: their container's); ``arithmetic``: as the record's."""
+    width, signed = bits or 8 * values.itemsize, values.dtype.kind == "i"
+
+    def record(scales: np.ndarray, zeros: np.ndarray, axis: int | None, block: int | None) -> QuantizedWeights:
+        return QuantizedWeights(values, scales, zeros, axis, block, width, signed, arithmetic=arithmetic)
+
     if (scale == scale.flat[0]).all() and (zero == zero.flat[0]).all():
-        return QuantizedWeights(values, np.asarray(scale.flat[0]), np.asarray(zero.flat[0]), None, None, bits, signed)
+        return record(np.asarray(scale.flat[0]), np.asarray(zero.flat[0]), None, None)
     if (scale == scale[:, :1]).all() and (zero == zero[:, :1]).all():
-        return QuantizedWeights(
-            values, np.ascontiguousarray(scale[:, 0]), np.ascontiguousarray(zero[:, 0]), 0, None, bits, signed
-        )
+        return record(np.ascontiguousarray(scale[:, 0]), np.ascontiguousarray(zero[:, 0]), 0, None)
     cols = values.shape[1]
     for block in (b for b in range(cols, 0, -1) if cols % b == 0):
         scales, zeros = (a.reshape(a.shape[0], cols // block, block) for a in (scale, zero))
         if (scales == scales[:, :, :1]).all() and (zeros == zeros[:, :, :1]).all():
-            first = (np.ascontiguousarray(scales[:, :, 0]), np.ascontiguousarray(zeros[:, :, 0]))
-            return QuantizedWeights(values, *first, 1, block, bits, signed)
+            return record(np.ascontiguousarray(scales[:, :, 0]), np.ascontiguousarray(zeros[:, :, 0]), 1, block)
     raise AssertionError("a block of 1 always holds the parameters")

@@ -160,6 +160,8 @@ def test_the_report_and_inspect_say_a_layer_is_quantized():
         "granularity": "per tensor",
         "block_size": None,
         "symmetric": False,
+        "scale": "float32",
+        "arithmetic": "float32",
         "dynamic_activations": "",
     }
     found = {

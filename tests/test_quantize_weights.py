@@ -26,7 +26,7 @@ from gatepack.converters.errors import RefusedError, UsageError, VerificationErr
 REAL = Path(__file__).resolve().parent.parent / "fixtures/realmodels"
 GRU = REAL / "burn_gru_bidirectional.onnx"  # opset 14, a GRU alone
 SILERO = REAL / "silero_vad_openvino_16k_lstm.onnx"  # opset 16, a streaming LSTM model (state -> stateN)
-DTLN = REAL / "dtln_model_1_lstm.onnx"  # opset 11: whole, its QDQ would need opset 13
+DTLN = REAL / "dtln_model_1_lstm.onnx"  # opset 11: whole, its per-axis QDQ needs opset 13 (or the contrib one)
 
 
 def _initializers(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -99,10 +99,10 @@ def test_a_perturbed_scale_fails_the_gate(tmp_path, monkeypatch):
     """The writer's scale off by 2%: the artifact leaves its int8 twin and the gate fails (exit 5), nothing written."""
     original = onnx_qdq.dequantize_nodes
 
-    def perturbed(name, records, fresh, constant):
+    def perturbed(name, records, fresh, constant, **options):
         off = np.float32(1.02)
         wrong = [r.with_values(r.values, (r.scale * off).astype(np.float32), r.zero_point) for r in records]
-        return original(name, wrong, fresh, constant)
+        return original(name, wrong, fresh, constant, **options)
 
     monkeypatch.setattr(onnx_qdq, "dequantize_nodes", perturbed)
     with pytest.raises(VerificationError):
@@ -113,13 +113,25 @@ def test_a_perturbed_scale_fails_the_gate(tmp_path, monkeypatch):
 def test_targets_that_hold_no_quantized_weights_are_refused_naming_onnx(tmp_path):
     with pytest.raises(RefusedError, match="bnns holds no quantized recurrent weights.*onnx or openvino or coreml"):
         gp.convert(GRU, tmp_path / "gru_bnns", to="bnns", quantize_weights="int8")
-    with pytest.raises(RefusedError, match="opset 11 has no DequantizeLinear"):
-        gp.convert(DTLN, tmp_path / "dtln.onnx", quantize_weights="int8")
+    with pytest.raises(RefusedError, match="opset 16 has no DequantizeLinear"):  # blocks: opset 21, no contrib form
+        gp.convert(SILERO, tmp_path / "silero.onnx", quantize_weights="int8", quantize_block_size=16)
+
+
+def test_a_whole_model_below_opset_13_keeps_its_integers_through_onnxruntimes_contrib_dequantize_linear(tmp_path):
+    """DTLN (opset 11, whose DequantizeLinear is per tensor only): the per-channel int8 weights go through
+    com.microsoft::DequantizeLinear, as onnxruntime's quantizer writes them; onnxruntime runs it within the gate."""
+    out = tmp_path / "dtln.onnx"
+    result = gp.convert(DTLN, out, quantize_weights="int8")
+    assert result.passed, result.to_text()
+    written = onnx.load(str(out))
+    assert {n.domain for n in written.graph.node if n.op_type == "DequantizeLinear"} == {"com.microsoft"}
+    assert written.opset_import[0].version == 11
+    assert any("onnxruntime only" in f.detail for fs in result.findings.values() for f in fs)
 
 
 def test_bad_schemes_and_quantized_sources_are_usage_errors(tmp_path):
-    with pytest.raises(UsageError, match="int4"):
-        gp.convert(GRU, tmp_path / "gru.onnx", quantize_weights="int4")
+    with pytest.raises(UsageError, match="int2"):
+        gp.convert(GRU, tmp_path / "gru.onnx", quantize_weights="int2")
     quantized = tmp_path / "gru_int8.onnx"
     gp.convert(GRU, quantized, quantize_weights="int8")
     with pytest.raises(UsageError, match="holds quantized weights already"):
@@ -136,7 +148,7 @@ def test_cli_quantize_weights(tmp_path):
     assert "vs the float source" in done.stdout and "lossy quantization" in done.stdout
     refused = cli("-o", str(tmp_path / "gru_bnns"), "--to", "bnns", "--quantize-weights", "int8")
     assert refused.returncode == 4 and "onnx" in refused.stderr and "Traceback" not in refused.stderr
-    assert cli("-o", str(tmp_path / "g.onnx"), "--quantize-weights", "int4").returncode == 2
+    assert cli("-o", str(tmp_path / "g.onnx"), "--quantize-weights", "int2").returncode == 2
 
 
 GTCRN = REAL / "gtcrn_stream_simple.onnx"  # opset 11, 14 GRUs, a streaming model (three caches)

@@ -170,6 +170,10 @@ def unholdable(records: Sequence[QuantizedWeights], target: str, compress_to_fp1
     dynamic = next((r.dynamic_activations for r in records if r.dynamic_activations), "")
     if dynamic:
         return f"the source has {RUN_TIME_SCHEMES[dynamic]}, which no Core ML op computes"
+    if any(r.arithmetic != "float32" for r in records):
+        return (
+            "the weights are rounded to float16 after the product (float16 arithmetic), which no float32 program does"
+        )
     if any(r.values.dtype not in (np.int8, np.uint8) for r in records):
         return f"{sorted({str(r.values.dtype) for r in records})} integers: Core ML's constexpr ops take 4 or 8 bits"
     rank = _target_rank(target)

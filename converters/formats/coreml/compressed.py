@@ -18,7 +18,7 @@ row; ``offset`` only when a zero point is not 0). coremltools stores the integer
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -46,8 +46,8 @@ class Spread:
 
     def record(self) -> QuantizedWeights:
         """The most compact exact record of these integers (per tensor, per row, per block of the row)."""
-        found = compacted(*(np.ascontiguousarray(a) for a in (self.values, self.scale, self.zero)))
-        return found if found.bits == self.bits else replace(found, bits=self.bits)
+        values, scale, zero = (np.ascontiguousarray(a) for a in (self.values, self.scale, self.zero))
+        return compacted(values, scale, zero, self.bits)
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,9 @@ def _form(op) -> str:
 
 
 def emit(mb, record: QuantizedWeights, name: str, target: str):
-    """``record`` ([rows, cols], rows in the op's order) as the constexpr op of ``target``, named ``name``."""
+    """``record`` ([rows, cols], rows in the op's order) as the constexpr op of ``target``, named ``name``; a float16
+    scale (float32 arithmetic: NNCF's weights as OpenVINO computes them) widened to float32, exactly."""
+    record = record.with_values(record.values, record.scale.astype(np.float32), record.zero_point)
     per_row = record.axis is not None
     if constexpr_op(target) == AFFINE:
         scale = record.scale if per_row else np.float32(record.scale)

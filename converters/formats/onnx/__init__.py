@@ -98,7 +98,7 @@ def write(
             )
         _write_whole(model, path, layout_encoding, external_data, runtime)
         return
-    opset = DEFAULT_OPSET if opset is None else opset
+    opset = layers_opset(model.layers, opset, runtime, not model.meta.get(quantization.ASKED))
     if external_data is None:
         weight_bytes = sum(
             p.W.nbytes + p.R.nbytes + p.Wb.nbytes + p.Rb.nbytes for layer in model.layers for p in layer.directions
@@ -127,6 +127,19 @@ def write(
             )
         onnx.save(proto, str(tmp))
         check_written(tmp, None)
+
+
+def layers_opset(layers: list[RecurrentLayer], opset: int | None, runtime: str | None, quantized: bool = True) -> int:
+    """The opset layers alone are written at: ``opset`` when asked, else 14, raised to what their quantized weights
+    need as QDQ (``onnx.qdq.needed_opset``: 19 for float16 arithmetic, 21 for 4-bit integers or blocks) when they
+    are written ``quantized`` for onnxruntime."""
+    if opset is not None:
+        return opset
+    if not quantized or runtime_name(runtime) != "onnxruntime":
+        return DEFAULT_OPSET
+    records = [[r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None] for layer in layers]
+    needed = [onnx_qdq.records_opset(found) for found in records if found]
+    return max([DEFAULT_OPSET, *(n for n in needed if n is not None)])
 
 
 def _refuse_for_runtime(model: Model, runtime: str, opset: int | None) -> None:
@@ -259,7 +272,8 @@ def check(
     opset, and the layout=1 attribute instead of Transposes (``--onnx-layout attribute``)."""
     for_directml = runtime_name(runtime) == "directml"
     form = form_of(layer, ONNX_FOR_DIRECTML if for_directml else ONNX)
-    named = f"{layer.cell.op_name} operator, opset {DEFAULT_OPSET if opset is None else opset}"
+    opset = layers_opset([layer], opset, runtime)
+    named = f"{layer.cell.op_name} operator, opset {opset}"
     found = findings(layer, form, named=named)
     attribute = None
     if layer.interface.layout == 1 and layout_encoding == "attribute" and for_directml:
@@ -282,6 +296,9 @@ def check(
 
 _QUANTIZED_FORMS = {
     "qdq": "integer initializers, each through a DequantizeLinear feeding the node",
+    "qdq_contrib": "integer initializers, each through onnxruntime's com.microsoft::DequantizeLinear feeding the node "
+    "(the model's opset has no DequantizeLinear for them: per-axis needs 13, 4 bits 21; onnxruntime's quantizer "
+    "writes the same): onnxruntime only",
     "dynamic": f"onnxruntime's {onnx_quantized.DOMAIN}::{onnx_quantized.OP_TYPE} (W and R transposed back to "
     "[D, K, 4H]), which runs on onnxruntime's CPU provider only",
 }
@@ -304,7 +321,8 @@ def _quantization(layer: RecurrentLayer, opset: int | None, runtime: str | None,
         "them per tensor to uint8)"
         if foreign
         else f"ONNX at opset {opset} has no DequantizeLinear for them (per-axis needs opset "
-        f"{onnx_qdq.MINIMUM_OPSET}, per-block 21; DynamicQuantizeLSTM has no layout attribute)"
+        f"{onnx_qdq.MINIMUM_OPSET}, a float16 scale {onnx_qdq.FLOAT16_SCALE_OPSET}, 4-bit integers or blocks "
+        f"{onnx_qdq.FOUR_BIT_OPSET}; DynamicQuantizeLSTM has no layout attribute)"
     )
     return [quantization.dequantized(layer, "onnx", reason)]
 

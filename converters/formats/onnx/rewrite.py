@@ -27,7 +27,15 @@ from gatepack.converters.formats.onnx.graph import (
     walk_nodes,
 )
 from gatepack.converters.formats.onnx.lifting import Region, Replacement, node_inputs, replace_in_place
-from gatepack.converters.formats.onnx.writer import NameBook, Stacked, WriteForm, layer_nodes, recurrent_attributes
+from gatepack.converters.formats.onnx.writer import (
+    FOUR_BIT_IR_VERSION,
+    FOUR_BIT_TYPES,
+    NameBook,
+    Stacked,
+    WriteForm,
+    layer_nodes,
+    recurrent_attributes,
+)
 from gatepack.converters.model import Model
 from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, RecurrentLayer, stack_directions, state_roles
@@ -94,6 +102,9 @@ def in_place(
         replace_in_place(proto, lifted)
     new_nodes = (node for node, *_ in walk_nodes(proto.graph)) if quantized else ()
     proto.opset_import.extend(onnx_quantized.contrib_opsets(new_nodes, proto.opset_import))
+    graphs = [proto.graph, *(graph for _, graph, *_ in walk_nodes(proto.graph))]
+    if any(t.data_type in FOUR_BIT_TYPES for graph in graphs for t in graph.initializer):
+        proto.ir_version = max(proto.ir_version, FOUR_BIT_IR_VERSION)  # INT4/UINT4 initializers
     _relocate_external_data(proto, Path(model.path).parent, external, written)
     return proto
 

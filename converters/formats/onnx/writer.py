@@ -23,7 +23,9 @@ from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.schemas.layer import INPUT_ROLES, RecurrentLayer, stack_directions
 from gatepack.schemas.quantized import ORT_DYNAMIC
 
-WRITABLE_OPSETS = (7, 14)
+FOUR_BIT_TYPES = (onnx.TensorProto.INT4, onnx.TensorProto.UINT4)
+FOUR_BIT_IR_VERSION = 10  # the IR version that has INT4/UINT4 (onnxruntime's contrib DequantizeLinear takes them)
+WRITABLE_OPSETS = (7, 14, 19, 21)  # 19, 21: what QDQ of float16 scales, 4-bit integers and blocks needs
 
 
 @dataclass
@@ -96,6 +98,8 @@ def build(
     inits = [t.external(*external) if external else t.embedded() for t in stacked]
     opsets = [helper.make_opsetid("", opset)] + onnx_quantized.contrib_opsets(nodes, ())
     ir_version = helper.find_min_ir_version_for(opsets[:1])  # (the contrib domain has no IR version of its own)
+    if any(t.data_type in FOUR_BIT_TYPES for t in inits):
+        ir_version = max(ir_version, FOUR_BIT_IR_VERSION)
     if ir_version < 4:  # IR 3 wants every initializer declared as a graph input too
         graph_inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits]
     graph = helper.make_graph(nodes, "gatepack", graph_inputs, graph_outputs, inits)
@@ -203,7 +207,9 @@ def quantized_form(layer: RecurrentLayer, opset: int, runtime: str, encoding: st
             return None
         keeps_layout = layer.interface.layout == 0 or encoding == "transpose"
         return "dynamic" if layer.cell.spec.onnx_op == "LSTM" and keeps_layout else None
-    return "qdq" if onnx_qdq.writable(records, opset) else None
+    if not onnx_qdq.writable(records, opset):
+        return None
+    return "qdq_contrib" if onnx_qdq.uses_contrib(records, opset) else "qdq"
 
 
 def layer_nodes(
@@ -302,8 +308,9 @@ def _recurrent_node(
     def weight(role: str, parts: list[np.ndarray]) -> str:
         name = names.fresh(preferred.get(role, f"{weight_prefix}.{role}"))
         records = [p.quantized(role) for p in layer.directions]
-        if quantized == "qdq" and all(r is not None for r in records):
-            prelude.extend(onnx_qdq.dequantize_nodes(name, records, names.fresh, constant))  # type: ignore[arg-type]
+        if quantized in ("qdq", "qdq_contrib") and all(r is not None for r in records):
+            found = onnx_qdq.dequantize_nodes(name, records, names.fresh, constant, opset=form.opset)  # type: ignore[arg-type]
+            prelude.extend(found)
         else:
             inits.append(Stacked(name, parts))
         return name

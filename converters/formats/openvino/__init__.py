@@ -741,8 +741,9 @@ def _time_loop(ov, ops, layer: RecurrentLayer, params: DirectionParams, k: int, 
 
 
 COMPRESSED_FORM = (
-    "compressed constants as NNCF writes them: the integers, Convert to f32, minus the zero point (none when "
-    "symmetric), times the scale, feeding the sequence op's W and R"
+    "compressed constants as NNCF writes them: the integers (i8/u8/i4/u4), Convert, minus the zero point (none when "
+    "symmetric), times the scale (f32, or NNCF's f16 chain for an f16 scale; per group reshaped), feeding the "
+    "sequence op's W and R"
 )
 
 

@@ -139,10 +139,11 @@ def read(path: str | Path, **_options) -> Model:
         )
     kept = {*SEQUENCE_OPS, "Parameter", "Result", "Constant", "Convert"}
     lifted_loops = {layer.name for layer in lifted}
+    weights = _constant_cones([op for op in ov_model.get_ops() if op.get_type_name() in SEQUENCE_OPS])
     other = [
         op.get_type_name()
         for op in ov_model.get_ops()
-        if op.get_type_name() not in kept and op.get_friendly_name() not in lifted_loops
+        if op.get_type_name() not in kept and op.get_friendly_name() not in lifted_loops and id(op) not in weights
     ]
     meta = {
         "other_ops": sorted(set(other)),
@@ -311,10 +312,34 @@ def _check_sequence_weights(
         )
 
 
-Spread = tuple[np.ndarray, np.ndarray, np.ndarray]  # integers, scale, zero point, each [D, G*H, K]
+def _constant_cones(sequence_ops: list) -> set[int]:
+    """The ids of the nodes computing the sequence ops' inputs from Constants alone (compressed weights: NNCF's
+    Convert/Subtract/Multiply/Reshape chains), which are the layers' own weights, not operators around them."""
+    constant: dict[int, bool] = {}
+
+    def from_constants(node) -> bool:
+        key = id(node)
+        if key not in constant:
+            kind = node.get_type_name()
+            inputs = [node.input_value(k).get_node() for k in range(node.get_input_size())]
+            constant[key] = kind == "Constant" or (
+                kind != "Parameter" and bool(inputs) and all(map(from_constants, inputs))
+            )
+        return constant[key]
+
+    cones: set[int] = set()
+    stack = [op.input_value(k).get_node() for op in sequence_ops for k in range(op.get_input_size())]
+    while stack:
+        node = stack.pop()
+        if id(node) not in cones and from_constants(node):
+            cones.add(id(node))
+            stack += [node.input_value(k).get_node() for k in range(node.get_input_size())]
+    return cones
 
 
-def _weight(op, index: int, path: Path, layer: str, role: str) -> tuple[np.ndarray, bool, Spread | None]:
+def _weight(
+    op, index: int, path: Path, layer: str, role: str
+) -> tuple[np.ndarray, bool, openvino_compressed.Spread | None]:
     """W or R of a sequence op: (value, fp16-compressed?, the integers' spread record or None). A compressed
     weight (``openvino.compressed``, NNCF's form) gives its float values and, when held exactly, its integers."""
     compressed = openvino_compressed.read(op.input_value(index).get_node())
@@ -324,16 +349,20 @@ def _weight(op, index: int, path: Path, layer: str, role: str) -> tuple[np.ndarr
 
 
 def _with_records(
-    cell: Cell, directions: tuple[DirectionParams, ...], wq: Spread | None, rq: Spread | None
+    cell: Cell,
+    directions: tuple[DirectionParams, ...],
+    wq: openvino_compressed.Spread | None,
+    rq: openvino_compressed.Spread | None,
 ) -> tuple[DirectionParams, ...]:
     """``directions`` with the records of their compressed W and R (``wq``/``rq``: integers, scale and zero point
     spread over [D, G*H, K], in the op's gate order, put back in ONNX's as the floats were)."""
 
-    def record(spread: Spread | None, k: int) -> QuantizedWeights | None:
+    def record(spread: openvino_compressed.Spread | None, k: int) -> QuantizedWeights | None:
         if spread is None:
             return None
-        values, scale, zero = (reorder_gates(a[k], OV_GATES[cell], cell.gate_names) for a in spread)
-        return compacted(values, scale, zero)
+        arrays = (spread.values, spread.scale, spread.zero)
+        values, scale, zero = (reorder_gates(a[k], OV_GATES[cell], cell.gate_names) for a in arrays)
+        return compacted(values, scale, zero, spread.bits, spread.arithmetic)
 
     return tuple(replace(p, Wq=record(wq, k), Rq=record(rq, k)) for k, p in enumerate(directions))
 
