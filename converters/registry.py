@@ -248,8 +248,8 @@ class FormatImplementation:
       executor of the original and runs the twin in the source's place, saying so.
     * ``jittered(path, out, seed, crossing) -> int``: the artifact at ``path`` written to ``out`` one arithmetic away:
       ``crossing`` 0, each run-time quantizer's float input (and each recurrent layer's X) moved by one float32 step,
-      up or down as ``seed`` draws; ``crossing`` > 0, in each run-time quantizer that share of its values nearest a
-      rounding boundary (at least one) moved across it. Returns how many quantizers it moved (0: none, nothing
+      up or down as ``seed`` draws; ``crossing`` K > 0, in each run-time quantizer its values within K float32 steps
+      of a rounding boundary moved across it. Returns how many quantizers it moved (0: none, nothing
       written; None: the format has no run-time quantizers). Verification measures with it how far the source's own
       arithmetic before its quantizers moves its outputs (``converters.quantizer_steps``).
     * ``settle_options(model, write_options) -> write_options``: the options with what the format settles for the

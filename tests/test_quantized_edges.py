@@ -175,29 +175,34 @@ def test_flips_over_consecutive_calls_are_judged_in_quantization_steps(tmp_path)
 # ---------------------------------------------------------------------------------- the copies it reruns
 
 
-def test_a_crossing_copy_moves_the_values_nearest_a_boundary_by_one_step(tmp_path):
-    """In each DynamicQuantizeLinear, max(1, ceil(share x size)) values cross their rounding boundary: each of those
-    quantized values moves by exactly one, every other value, the scale and the zero point stay (onnxruntime; the
-    first quantizer, whose input the others' moves do not reach)."""
+def test_a_crossing_copy_moves_the_values_near_a_boundary_by_one_step(tmp_path):
+    """In each DynamicQuantizeLinear, every value within K float32 steps of its rounding boundary (|v - h| <=
+    K * 2^-23 * |v|, v = x / scale, h = floor(v) + 1/2) crosses it: its quantized value moves by exactly one; every
+    other value, the scale and the zero point stay (onnxruntime running the copy; the first quantizer, whose input
+    the others' moves do not reach; the expected set computed in NumPy from the source's own x and scale)."""
     import onnxruntime as ort
 
     proto = onnx.load(str(ATTENTION))
-    quantized = [n.output for n in proto.graph.node if n.op_type == "DynamicQuantizeLinear"]
+    first = next(n for n in proto.graph.node if n.op_type == "DynamicQuantizeLinear")
+    names = [first.input[0], *first.output]
     feed = {"x": np.random.default_rng(1).uniform(-1, 1, (7, 7, 4)).astype(np.float32)}
 
     def run(path: Path) -> dict[str, np.ndarray]:
         model = onnx.load(str(path))
-        model.graph.output.extend(helper.make_empty_tensor_value_info(n) for outs in quantized for n in outs)
+        model.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in names)
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         return dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
 
     source = run(ATTENTION)
-    for share in (1e-4, 1e-2):
-        assert jittered_copy(ATTENTION, tmp_path / "c.onnx", 0, share) == len(quantized)
+    x, y, scale, zero_point = (source[n] for n in names)
+    v = x / scale
+    distance = np.abs(np.floor(v) + 0.5 - v)
+    for steps in (16.0, 2.0**16):
+        assert jittered_copy(ATTENTION, tmp_path / "c.onnx", 0, steps) == 3
         copy = run(tmp_path / "c.onnx")
-        for y, scale, zero_point in quantized[:1]:
-            moved = copy[y].astype(np.int64) - source[y]
-            assert copy[scale] == source[scale] and copy[zero_point] == source[zero_point]
-            assert set(np.unique(np.abs(moved))) == {0, 1}
-            assert (moved != 0).sum() >= max(1, int(np.ceil(share * moved.size)))
-            assert (moved != 0).sum() <= max(1, int(np.ceil(share * moved.size))) + 2  # (ties at the threshold)
+        moved = copy[first.output[0]].astype(np.int64) - y
+        assert copy[first.output[1]] == scale and copy[first.output[2]] == zero_point
+        near = distance <= steps * 2.0**-23 * np.abs(v)
+        near &= (x != x.max()) & (x != x.min())  # the range's ends stay (the scale with them)
+        assert np.array_equal(moved != 0, near) and set(np.unique(np.abs(moved))) <= {0, 1}
+    assert near.sum() > 0  # the larger window reaches some values of this small tensor
