@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import corrupt_openvino_writer
 from onnx import TensorProto, helper
 
 import gatepack as gp
-import gatepack.converters.registry as registry
 from gatepack.converters.errors import VerificationError
 from gatepack.converters.formats.onnx.jitter import jittered_copy
 
@@ -131,25 +131,14 @@ def test_a_layer_amplifying_its_rounding_is_judged_step_by_step(name, options, t
 def test_an_error_in_a_layer_amplifying_its_rounding_still_fails_at_its_first_steps(tmp_path, monkeypatch):
     """The OpenVINO writer handed the layer with one gate's W 0.5% off: the per-step judgement fails it where the
     layer's own rounding is still a float32 step, though at step 80 the rounding has grown past the error."""
-    original = registry.writer
 
-    def corrupted_writer(name: str):
-        info, implementation = original(name)
-        if name != "openvino":
-            return info, implementation
-        write = implementation.write
+    def one_gate_off(direction):
+        h = direction.R.shape[1]
+        w = direction.W.copy()
+        w[h : 2 * h] *= np.float32(1.005)
+        return replace(direction, W=w)
 
-        def wrong(model, path, **options):
-            layer = model.layers[0]
-            direction = replace(layer.directions[0], Wq=None, Rq=None)
-            w = direction.W.copy()
-            w[layer.hidden_size : 2 * layer.hidden_size] *= np.float32(1.005)
-            bad = replace(layer, directions=(replace(direction, W=w),))
-            return write(replace(model, layers=[bad]), path, **options)
-
-        return info, replace(implementation, write=wrong)
-
-    monkeypatch.setattr(registry, "writer", corrupted_writer)
+    corrupt_openvino_writer(monkeypatch, one_gate_off)
     with pytest.raises(VerificationError) as failed:
         gp.convert(LAST_STEP, tmp_path / "m.xml", dequantize=True)
     alone = [o for o in failed.value.verification.outputs if "[alone]" in o.layer and o.output.startswith("Y ")]
