@@ -246,10 +246,12 @@ class FormatImplementation:
       ``layout = 1`` node as a layout-0 node between Transposes), returning the layers rewritten ([]: none needed,
       nothing written; None: the format has no twin). Verification proves each rewritten layer against gatepack's
       executor of the original and runs the twin in the source's place, saying so.
-    * ``jittered(path, out, seed) -> int``: the artifact at ``path`` written to ``out`` with each run-time quantizer's
-      float input moved by one float32 step, up or down as ``seed`` draws, returning how many quantizers it moved (0:
-      none, nothing written; None: the format has no run-time quantizers). Verification measures with it how far
-      the source's own arithmetic before its quantizers moves its outputs (``converters.quantizer_steps``).
+    * ``jittered(path, out, seed, crossing) -> int``: the artifact at ``path`` written to ``out`` one arithmetic away:
+      ``crossing`` 0, each run-time quantizer's float input (and each recurrent layer's X) moved by one float32 step,
+      up or down as ``seed`` draws; ``crossing`` K > 0, in each run-time quantizer its values within K float32 steps
+      of a rounding boundary moved across it. Returns how many quantizers it moved (0: none, nothing
+      written; None: the format has no run-time quantizers). Verification measures with it how far the source's own
+      arithmetic before its quantizers moves its outputs (``converters.quantizer_steps``).
     * ``settle_options(model, write_options) -> write_options``: the options with what the format settles for the
       whole artifact when the user leaves it out (Core ML: the lowest deployment target that expresses the model),
       so that every layer's findings and the writer see one value (default: as given).
@@ -270,7 +272,7 @@ class FormatImplementation:
     open_session: Callable[[Any], Callable[[dict], dict]] | None = None
     settle_options: Callable[["Model", dict], dict] = _as_given
     runnable_twin: Callable[["Model", Path], "list[RecurrentLayer]"] | None = None
-    jittered: Callable[[Path, Path, int], int] | None = None
+    jittered: Callable[[Path, Path, int, float], int] | None = None
 
 
 @dataclass(frozen=True)

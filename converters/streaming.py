@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
+import gatepack.converters.quantizer_steps as quantizer_steps
 import gatepack.converters.registry as registry
 from gatepack.converters.errors import UsageError
 from gatepack.converters.model import Model
@@ -356,7 +357,7 @@ def verify_streaming(
     states. A target whose graph inputs lack the state inputs holds its states itself (a stateful artifact):
     it is fed the frame inputs only, and its runner returns its states under the state outputs' names.
     ``pairs``: the state pairs when known (else found: ``states`` given, the rest by ``find_state_pairs``)."""
-    from gatepack.converters.verification import GivenInputs, Verification
+    from gatepack.converters.verification import GivenInputs, Verification, judge_in_quantization_steps
 
     given = given or GivenInputs()
     target_path = Path(target_file or _path(target))
@@ -375,13 +376,17 @@ def verify_streaming(
     initial = {p.input: feeds.fixed.get(p.input, np.zeros_like(feeds.first[p.input])) for p in pairs}
     stateful = not state_inputs <= _artifact_inputs(replace_path(target, target_path))
     frame = feeds.frames(state_inputs, seed)
+    expected: list[dict[str, np.ndarray]] = []  # the source's outputs, call by call
     calls = zip(
-        run_frames(run_source, frame, pairs, initial, count),
+        _kept(run_frames(run_source, frame, pairs, initial, count), expected),
         run_frames(_fed(given, open_runner(target, target_path)), frame, pairs, initial, count, not stateful),
     )
     streaming = StreamingResult(count, pairs)
     comparisons = _compare_calls(calls, streaming, _precisions(source, target, stateful), tolerance, target)
     result = Verification(str(source.path), str(target.path), seed, outputs=comparisons)
+    if tolerance is None and any(not o.passed for o in comparisons) and quantizer_steps.applies(source):
+        rerun = lambda path: run_frames(open_runner(source, path), frame, pairs, initial, count)  # noqa: E731
+        judge_in_quantization_steps(source, target, quantizer_steps.measure_streaming(source, rerun, expected), result)
     result.inputs_used = (
         f"{count} consecutive calls from {'given' if any(p.input in feeds.fixed for p in pairs) else 'zero'} "
         f"states; frame inputs {'given' if feeds.sequences else 'drawn anew for each call'} ({feeds.words})"
@@ -393,6 +398,13 @@ def verify_streaming(
     )
     result.streaming = streaming
     return result
+
+
+def _kept(calls: Iterable[dict[str, np.ndarray]], kept: list[dict[str, np.ndarray]]) -> Iterable[dict]:
+    """``calls`` as they come, each also appended to ``kept``."""
+    for outputs in calls:
+        kept.append(outputs)
+        yield outputs
 
 
 def _artifact_inputs(model: Model) -> set[str]:

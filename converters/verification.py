@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+import gatepack.converters.layer_steps as layer_steps
 import gatepack.converters.quantizer_steps as quantizer_steps
 import gatepack.converters.registry as registry
 from gatepack.converters.agreement import Agreement, agreement
@@ -219,8 +220,6 @@ def run_layer(
     model: Model, layer: RecurrentLayer, role_inputs: dict[str, np.ndarray], notes: list[str]
 ) -> dict[str, np.ndarray]:
     """Run one layer of ``model`` natively (falling back to the executor, with a note)."""
-    from gatepack.converters.executor import run_layer as execute
-
     feed = to_interface(layer, role_inputs)
     try:
         if layer.provenance is None or not layer.provenance.of(model.format):
@@ -229,10 +228,18 @@ def run_layer(
     except RuntimeFailure as err:
         reason = err.message.removeprefix(f"layer {layer.name!r}: ")
         notes.append(f"{model.path} layer {layer.name!r} ran on gatepack's executor: {reason}")
-        itf = layer.interface
-        results = execute(layer, feed[itf.x], *(feed.get(getattr(itf, role) or "") for role in INPUT_ROLES[1:]))
-        outputs = {getattr(itf, role): value for role, value in zip(OUTPUT_ROLES, results)}
+        return executed(layer, role_inputs)
     return from_interface(layer, outputs)
+
+
+def executed(layer: RecurrentLayer, role_inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``layer`` on gatepack's executor: layout-0 role inputs in, layout-0 role outputs out."""
+    from gatepack.converters.executor import run_layer as execute
+
+    feed = to_interface(layer, role_inputs)
+    itf = layer.interface
+    results = execute(layer, feed[itf.x], *(feed.get(getattr(itf, role) or "") for role in INPUT_ROLES[1:]))
+    return from_interface(layer, {getattr(itf, role): value for role, value in zip(OUTPUT_ROLES, results)})
 
 
 def compare(
@@ -577,20 +584,20 @@ def verify_whole(
     result.notes.append("whole models compared end to end, the target loaded from the written file")
     result.notes += [_mask_note(layer) for layer in source.layers if layer.interface.mask]
     if tolerance is None and any(not o.passed for o in result.outputs) and quantizer_steps.applies(source):
-        _judge_in_quantization_steps(source, target, feed, expected, result, seed)
+        judge_in_quantization_steps(source, target, quantizer_steps.measure(source, feed, expected, seed), result, seed)
         if given is not None and (given.shapes or set(given.values) - set(given.fixed)):
             result.outputs += _at_the_drawn_size(source, target, seed, target_file, given, result.notes)
         result.notes = [note.replace(str(target_file), str(target.path)) for note in result.notes]
     return result
 
 
-def _judge_in_quantization_steps(
-    source: Model, target: Model, feed: dict[str, np.ndarray], expected: dict[str, np.ndarray], result, seed: int
+def judge_in_quantization_steps(
+    source: Model, target: Model, measured: dict[str, quantizer_steps.Sensitivity], result, seed: int = 0
 ) -> None:
-    """The outputs of ``result`` that failed float tolerances judged in quantization steps (``quantizer_steps``:
-    against the source's own sensitivity to one float32 step before its run-time quantizers, on ``feed``), and the
-    recurrent layers proven alone at float tolerances; a note says what was measured and applied."""
-    measured = quantizer_steps.measure(source, feed, expected, seed)
+    """The outputs of ``result`` that failed float tolerances judged in quantization steps against the source's
+    own sensitivity ``measured`` (``quantizer_steps``: on one call, or over consecutive calls), and the recurrent
+    layers proven alone (``compare_layers``, each judged step by step within its own sensitivity to one float32
+    step on X where float tolerances fail); a note says what was measured and applied."""
     failed = [o for o in result.outputs if not o.passed and o.output in measured]
     if not failed:
         return
@@ -599,7 +606,7 @@ def _judge_in_quantization_steps(
     if not target.layers:
         result.outputs.append(_not_proven_alone(target))
         return
-    compare_layers(source, target, result, np.random.default_rng(seed), label=" [alone]")
+    compare_layers(source, target, result, np.random.default_rng(seed), label=" [alone]", per_step=True)
 
 
 def _at_the_drawn_size(
@@ -735,9 +742,11 @@ def compare_layers(
     progress: "Progress | None" = None,
     tolerance: Tolerance | None = None,
     label: str = "",
+    per_step: bool = False,
 ) -> None:
     """Each recurrent layer of ``source`` against its match in ``target``, alone, on random inputs drawn for it: its
-    outputs compared into ``result`` (named by the layer, plus ``label``)."""
+    outputs compared into ``result`` (named by the layer, plus ``label``); ``per_step``: an output failing float
+    tolerances judged step by step within the source layer's own sensitivity (``layer_steps``)."""
     from gatepack.converters.progress import Silent
 
     progress = progress or Silent()
@@ -759,19 +768,46 @@ def compare_layers(
             _computed_in(source, src_layer),
             _computed_in(target, dst_layer),
         )
-        overflowed = _overflowed_sequences(expected)
-        for output in ("Y", "Y_h", "Y_c"):
-            if output in expected and output in actual:
-                untrusted = (
-                    None
-                    if overflowed is None
-                    else (overflowed[None, :, :, None] if output == "Y" else overflowed[:, :, None])
-                )
-                name = src_layer.name + label
-                result.outputs.append(
-                    compare(name, output, actual[output], expected[output], dtypes, untrusted, tolerance)
-                )
+        compared = _compared_outputs(src_layer.name + label, actual, expected, dtypes, tolerance)
+        if per_step:
+            compared = judged_per_step(src_layer, compared, actual, expected, role_inputs)
+        result.outputs += compared
     progress.step("verified", len(pairs), len(pairs))
+
+
+def _compared_outputs(
+    name: str, actual: dict, expected: dict, dtypes: tuple, tolerance: Tolerance | None
+) -> list[OutputComparison]:
+    """A layer's Y, Y_h and Y_c compared (``compare``), the entries after a source overflow untrusted."""
+    overflowed = _overflowed_sequences(expected)
+    compared = []
+    for output in ("Y", "Y_h", "Y_c"):
+        if output in expected and output in actual:
+            untrusted = (
+                None
+                if overflowed is None
+                else (overflowed[None, :, :, None] if output == "Y" else overflowed[:, :, None])
+            )
+            compared.append(compare(name, output, actual[output], expected[output], dtypes, untrusted, tolerance))
+    return compared
+
+
+def judged_per_step(
+    layer: RecurrentLayer,
+    compared: list[OutputComparison],
+    actual: dict[str, np.ndarray],
+    expected: dict[str, np.ndarray],
+    role_inputs: dict[str, np.ndarray],
+) -> list[OutputComparison]:
+    """``compared`` (``layer``'s outputs on ``role_inputs``) with those failing float tolerances judged step by step
+    within the layer's own sensitivity to float32 rounding (``layer_steps``, on gatepack's executor), measured only
+    when one fails."""
+    if all(o.passed for o in compared):
+        return compared
+    sensitivity = layer_steps.measure(executed, layer, role_inputs)
+    return [
+        o if o.passed else layer_steps.judged(o, actual[o.output], expected[o.output], sensitivity) for o in compared
+    ]
 
 
 def verify_provider_nodes(written: Model, runtime: str, result: Verification, *, seed: int = 0) -> None:
@@ -785,21 +821,19 @@ def verify_provider_nodes(written: Model, runtime: str, result: Verification, *,
     rng = np.random.default_rng(seed + 1)
     for layer in written.layers:
         role_inputs = sample_inputs(layer, rng, sample_sizes(layer, layer))
-        feed = to_interface(layer, role_inputs)
-        expected = from_interface(layer, registry.reader(written.format).run_layer_native(layer, feed))
+        on_cpu = registry.reader(written.format).run_layer_native
+        expected = from_interface(layer, on_cpu(layer, to_interface(layer, role_inputs)))
         label = f"{layer.name} [{runtime} provider]"
         try:
-            actual = from_interface(layer, provider(layer, feed))
+            actual = from_interface(layer, provider(layer, to_interface(layer, role_inputs)))
         except GatepackError as err:
             why = err.message.removeprefix(f"layer {layer.name!r}: ")
             result.outputs.append(
                 OutputComparison(label, f"not computed: {why}", float("inf"), float("inf"), 0, 0, False)
             )
             continue
-        for output in ("Y", "Y_h", "Y_c"):
-            if output in expected and output in actual:
-                dtypes = (layer.interface.dtype,)
-                result.outputs.append(compare(label, output, actual[output], expected[output], dtypes))
+        compared = _compared_outputs(label, actual, expected, (layer.interface.dtype,), None)
+        result.outputs += judged_per_step(layer, compared, actual, expected, role_inputs)
     if written.layers:
         result.notes.append(
             f"each recurrent node of the written model also ran on gatepack's executor of {runtime}'s operator "

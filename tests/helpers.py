@@ -532,3 +532,25 @@ def run_browser(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         timeout=120,
         cwd=tmp_path,
     )
+
+
+def corrupt_openvino_writer(monkeypatch, corrupt) -> None:
+    """Make the OpenVINO writer write the first layer with ``corrupt`` applied to its first direction (its
+    quantized records dropped, floats as they are): a deliberate error the verification must catch."""
+    original = registry.writer
+
+    def corrupted_writer(name: str):
+        info, implementation = original(name)
+        if name != "openvino":
+            return info, implementation
+        write = implementation.write
+
+        def wrong(model, path, **options):
+            layer = model.layers[0]
+            floats = [replace(d, Wq=None, Rq=None) for d in layer.directions]
+            bad = replace(layer, directions=(corrupt(floats[0]), *floats[1:]))
+            return write(replace(model, layers=[bad, *model.layers[1:]]), path, **options)
+
+        return info, replace(implementation, write=wrong)
+
+    monkeypatch.setattr(registry, "writer", corrupted_writer)

@@ -324,6 +324,19 @@ def test_other_reductions(tmp_path, op):
     check_operator(tmp_path, op, {"x": _f(2, 3, 4)}, {"axes": [1]}, opset=13)
 
 
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis, keepdims", [(None, None), (-1, 0), (1, 1), (2, 0)])
+def test_arg_max_and_min_with_ties(tmp_path, op, axis, keepdims):
+    """text2tashkeel's rawi_ensemble gates two classifiers' ArgMax (refused before: no translation); rounded values
+    give ties, which take the first index on both sides."""
+    attributes = {k: v for k, v in (("axis", axis), ("keepdims", keepdims)) if v is not None}
+    check_operator(tmp_path, op, {"x": np.round(_f(2, 3, 4))}, attributes, opset=13)
+
+
+def test_arg_max_of_the_last_tied_value_is_refused(tmp_path):
+    check_refused(tmp_path, "ArgMax", {"x": _f(2, 3)}, {"select_last_index": 1}, match="select_last_index", opset=13)
+
+
 # ----------------------------------------------------------------------------------------- flatten
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import corrupt_openvino_writer
 from onnx import numpy_helper
 
 import gatepack as gp
-import gatepack.converters.registry as registry
 from gatepack.converters import accuracy
 from gatepack.converters.errors import VerificationError
 from gatepack.converters.formats.onnx.jitter import jittered_copy
@@ -95,23 +95,7 @@ def _swapped_gates(direction, first: int = 1, second: int = 2):
 @pytest.mark.parametrize("corrupt", [_scaled_gate, _swapped_gates], ids=["0.5% in one gate", "o and f swapped"])
 def test_an_error_in_the_recurrent_layer_still_fails(corrupt, tmp_path, monkeypatch):
     """The OpenVINO writer handed a layer with one deliberate error: the conversion fails verification (exit 5)."""
-    original = registry.writer
-
-    def corrupted_writer(name: str):
-        info, implementation = original(name)
-        if name != "openvino":
-            return info, implementation
-        write = implementation.write
-
-        def wrong(model, path, **options):
-            layer = model.layers[0]
-            floats = [replace(d, Wq=None, Rq=None) for d in layer.directions]
-            bad = replace(layer, directions=(corrupt(floats[0]), *floats[1:]))
-            return write(replace(model, layers=[bad, *model.layers[1:]]), path, **options)
-
-        return info, replace(implementation, write=wrong)
-
-    monkeypatch.setattr(registry, "writer", corrupted_writer)
+    corrupt_openvino_writer(monkeypatch, corrupt)
     with pytest.raises(VerificationError) as failed:
         _wide_conversion(tmp_path, "m.xml")
     verification = failed.value.verification

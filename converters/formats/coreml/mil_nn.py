@@ -244,6 +244,18 @@ def _reduction(name: str) -> Callable:
     return run
 
 
+def _arg_extreme(pick: Callable) -> Callable:
+    """MIL reduce_argmax / reduce_argmin: the index of the largest / smallest value along ``axis`` (default -1), the
+    first of tied values (as coremltools' own value inference, NumPy's), ``keep_dims`` keeping the axis; int32, or
+    iOS17's ``output_dtype`` (gatepack writes none)."""
+
+    def run(x, axis=-1, keep_dims=False, output_dtype="int32", **_):
+        index = pick(x, axis=int(axis))
+        return np.asarray(np.expand_dims(index, int(axis)) if keep_dims else index).astype(np.dtype(str(output_dtype)))
+
+    return run
+
+
 OPS: dict[str, Callable] = {
     "conv": _conv,
     "conv_transpose": _conv_transpose,
@@ -254,4 +266,6 @@ OPS: dict[str, Callable] = {
     "layer_norm": _layer_norm,
     "softmax": _softmax,
     **{name: _reduction(name) for name in _REDUCTIONS},
+    "reduce_argmax": _arg_extreme(np.argmax),
+    "reduce_argmin": _arg_extreme(np.argmin),
 }

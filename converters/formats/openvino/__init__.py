@@ -59,6 +59,7 @@ from gatepack.converters.feature_findings import findings, form_of
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.openvino.ir import OV_GATES, RT_INFO_OTHER_OPS, RT_INFO_PATH, ov_message
+from gatepack.converters.formats.openvino.quantizers import conversion_extensions
 from gatepack.converters.formats.openvino.reader import read
 from gatepack.converters.formats.openvino.running import graph_inputs, graph_outputs, run_layer_native, run_native
 from gatepack.converters.model import Model, with_separate_inputs
@@ -347,6 +348,8 @@ def _import_whole(model: Model, strategy: str):
     core = ov.Core()
     for op_type in (spec.onnx_op for spec in CELLS.values()):
         core.add_extension(ConversionExtension(op_type, translator(op_type)))
+    for extension in conversion_extensions(ops):  # as ONNX defines them, not as the frontend rounds them
+        core.add_extension(extension)
     folded = _folded(model, _proto_to_read(model, always=True)) if _frontend_verdict(model).folded_for else None
     try:
         ov_model = _read_onnx(core, model, folded)

@@ -338,6 +338,22 @@ def _reduce(onnx_op: str) -> OnnxOp:
     return OnnxOp(emit, frozenset({"axes", "keepdims", "noop_with_empty_axes"}))
 
 
+def _arg_extreme(mil_op: str) -> OnnxOp:
+    """ArgMax / ArgMin along ``axis`` (default 0), ``keepdims`` (default 1): MIL's reduce_argmax / reduce_argmin,
+    int32 (ONNX's int64 held as Core ML's integer type). Ties give the first index, as ONNX's default; the last
+    (``select_last_index`` 1) is refused: MIL has no such mode."""
+
+    def emit(t: MilTranslation, node) -> list:
+        if int(t.attr(node, "select_last_index", 0)):
+            t.refuse(node, "select_last_index 1 (the last of tied values): MIL's reduction gives the first")
+        x = t.var(node, 0)
+        return [
+            getattr(t.mb, mil_op)(x=x, axis=int(t.attr(node, "axis", 0)), keep_dims=bool(t.attr(node, "keepdims", 1)))
+        ]
+
+    return OnnxOp(emit, frozenset({"axis", "keepdims", "select_last_index"}))
+
+
 def _flatten(t: MilTranslation, node) -> list:
     """Flatten to ``[prod(shape[:axis]), prod(shape[axis:])]``: one side may be symbolic (-1), not both."""
     x = t.var(node, 0)
@@ -544,4 +560,6 @@ TABLE: dict[str, OnnxOp] = {
     ),
     "Einsum": OnnxOp(_einsum, frozenset({"equation"}), (12, 10_000)),
     **{op: _reduce(op) for op in _REDUCTIONS},
+    "ArgMax": _arg_extreme("reduce_argmax"),
+    "ArgMin": _arg_extreme("reduce_argmin"),
 }

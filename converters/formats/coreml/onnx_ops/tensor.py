@@ -82,8 +82,9 @@ def _nonnegative(t: MilTranslation, indices, dims: list):
     if isinstance(indices, np.ndarray):
         if not (indices < 0).any():
             return mil_constant(indices)
-        if all(_static(d) for d in dims):
-            return mil_constant(np.where(indices < 0, indices + np.asarray(dims, np.int64), indices))
+        if all(_static(d) for d in dims):  # one dim: a scalar, so that a 0-d index stays 0-d (x[:, -1])
+            offsets = np.int64(dims[0]) if len(dims) == 1 else np.asarray(dims, np.int64)
+            return mil_constant(np.where(indices < 0, indices + offsets, indices))
     size = (np.int32(dims[0]) if _static(dims[0]) else dims[0]) if len(dims) == 1 else _dims_vector(t, dims)
     index = t.as_var(indices)
     return t.mb.select(cond=t.mb.less(x=index, y=np.int32(0)), a=t.mb.add(x=index, y=t.as_var(size)), b=index)
