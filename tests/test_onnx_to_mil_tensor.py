@@ -171,9 +171,7 @@ def test_split_symbolic_dim_in_equal_parts(tmp_path):
 # ------------------------------------------------------------------------------------------------ indexing
 
 
-@pytest.mark.parametrize(
-    "indices", [_i(2, -1, 0), _i(-2), _i(-1).reshape(()), np.asarray([[0, -3], [1, 1]], np.int64)]
-)
+@pytest.mark.parametrize("indices", [_i(2, -1, 0), _i(-2), _i(-1).reshape(()), np.asarray([[0, -3], [1, 1]], np.int64)])
 def test_gather_constant_indices_negative_and_scalar(tmp_path, indices):
     """A 0-d index drops the axis (``x[:, -1]``, the last step of a sequence: a negative 0-d index on a static axis
     kept it as [3, 1, 5] before)."""
