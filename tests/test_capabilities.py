@@ -18,13 +18,16 @@ import gatepack as gp
 import gatepack.converters.formats.directml.desc as directml_desc
 from gatepack.cli import main
 from gatepack.converters import capabilities, registry
-from gatepack.converters.capabilities import BNNS, COREML, DIRECTML, ONNX_FOR_DIRECTML, OPENVINO, RECORDS, doubts, lacks
+from gatepack.converters.capabilities import doubts, lacks
 from gatepack.converters.findings import Status
 from gatepack.converters.formats import bnns, directml, openvino
 from gatepack.converters.formats.coreml import native_blockers as coreml_blockers
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_CHECK_LINES = 40
+RECORDS = capabilities.records()  # each written format's, from its registration record
+BNNS, COREML, DIRECTML, OPENVINO = (RECORDS[name] for name in ("bnns", "coreml", "directml", "openvino"))
+ONNX_FOR_DIRECTML = dict(registry.FORMATS["onnx"].variants)["--for directml"]
 
 
 @pytest.mark.parametrize("name", registry.writers())
@@ -73,7 +76,7 @@ def test_blockers_agree_with_the_findings(tmp_path):
             assert _cell(checks["openvino"](layer, strategy=strategy)) is expected, label
             # auto also avoids an op in doubt for the layer; forced native keeps it (with a warning)
             in_doubt = strategy == "auto" and bool(doubts(layer, COREML.ops[layer.cell]))
-            for target in registry.CORE_ML_TARGETS:
+            for target in registry.registration("coreml").TARGETS:
                 blocked = coreml_blockers(layer, target)
                 found = checks["coreml"](layer, strategy=strategy, minimum_deployment_target=target)
                 expected = when_blocked if blocked else Status.DECOMPOSED if in_doubt else Status.EXACT

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from gatepack.converters.capabilities import COREML, lacks
+from gatepack.converters.capabilities import lacks
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import Form, form_of
 from gatepack.converters.findings import fp16_source
+from gatepack.converters.formats.coreml.registration import CAPABILITIES as COREML
+from gatepack.converters.formats.coreml.registration import TARGETS
 from gatepack.converters.quantization import ASKED as DEQUANTIZE_ASKED
-from gatepack.converters.registry import CORE_ML_TARGETS
 from gatepack.schemas.layer import (
     RecurrentLayer,
 )
@@ -29,13 +30,12 @@ if TYPE_CHECKING:
 
 FORMAT = "coreml"
 METADATA_KEY = "gatepack"
-TARGETS = CORE_ML_TARGETS
 NEWEST_TARGET = TARGETS[-1]  # what the builders default to; a package written without a target takes the lowest
 # that expresses it (lowest_target)
 
 
 def _ct():
-    from gatepack.converters.runtimes import coremltools
+    from gatepack.converters.formats.coreml.registration import coremltools
 
     return coremltools()
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gatepack.converters.capabilities import LITERT, doubts, lacks
+from gatepack.converters.capabilities import doubts, lacks
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import Form
 from gatepack.converters.formats.litert.quantized import holds, per_gate
+from gatepack.converters.formats.litert.registration import CAPABILITIES as LITERT
 from gatepack.converters.model import Model
 from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import Cell

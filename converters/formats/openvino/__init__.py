@@ -51,7 +51,7 @@ import numpy as np
 import gatepack.converters.formats.openvino.compressed as openvino_compressed
 import gatepack.converters.formats.openvino.stateful as openvino_stateful
 import gatepack.converters.quantization as quantization
-from gatepack.converters.capabilities import OPENVINO, lacks
+from gatepack.converters.capabilities import lacks
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
@@ -61,9 +61,11 @@ from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.openvino.ir import OV_GATES, RT_INFO_OTHER_OPS, RT_INFO_PATH, ov_message
 from gatepack.converters.formats.openvino.quantizers import conversion_extensions
 from gatepack.converters.formats.openvino.reader import read
+from gatepack.converters.formats.openvino.registration import CAPABILITIES as OPENVINO
+from gatepack.converters.formats.openvino.registration import NAME
 from gatepack.converters.formats.openvino.running import graph_inputs, graph_outputs, run_layer_native, run_native
 from gatepack.converters.model import Model, with_separate_inputs
-from gatepack.converters.registry import FormatImplementation
+from gatepack.converters.registry import FormatImplementation, keeps_whole
 from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import CELLS
 from gatepack.schemas.layer import (
@@ -82,7 +84,7 @@ from gatepack.schemas.quantized import QuantizedWeights
 
 
 def _ov():
-    from gatepack.converters.runtimes import openvino
+    from gatepack.converters.formats.openvino.registration import openvino
 
     return openvino()
 
@@ -131,8 +133,8 @@ def compute_dtype(layer: RecurrentLayer) -> str:
 
 def is_whole_model(model: Model) -> bool:
     """An ONNX model with operators other than its recurrent nodes: written as one IR of everything
-    (unless the user asked for the layers alone)."""
-    return model.format == "onnx" and model.keeps_whole and model.path is not None
+    (unless the user asked for the layers alone; ``registry.keeps_whole``)."""
+    return keeps_whole(model, NAME)
 
 
 def whole_model_finding(model: Model) -> Finding | None:
