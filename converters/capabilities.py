@@ -66,7 +66,6 @@ ONNX_ACTIVATIONS = SIGMOID_TANH_RELU | {
     "Softsign",
     "Softplus",
 }
-ONNX_GATES = {cell: cell.gate_names for cell in Cell}
 ONNX_PEEPHOLES = ("i", "o", "f")
 
 
@@ -99,7 +98,9 @@ class Op(NamedTuple):
     methods would cost four times as much.)"""
 
     name: str
-    gates: tuple[str, ...]  # its gate blocks in its order, in its own letters (ONNX's order: ONNX_GATES)
+    # its gate blocks in its order, each named by the canonical gate it holds (schemas.cells' letters): the one
+    # statement of the format's gate order, every permutation of its weights derived from it (``reorder_gates``)
+    gates: tuple[str, ...]
     described: str = ""  # more about it, for the cell finding
     activations: tuple[frozenset[str], ...] | None = None  # per slot, the ONNX activations it computes exactly
     one_activation_list: bool = False  # both directions take the same activations
@@ -125,13 +126,15 @@ class Op(NamedTuple):
     notes: Mapping[str, str] = NOTHING  # per feature: why it lacks it, beyond the fact
     warnings: Mapping[str, "Doubt"] = NOTHING  # a runtime doubt, per cell, feature or activation
     remarks: Mapping[str, str] = NOTHING  # per feature: how the op is told it, worth saying
+    spelled: Mapping[str, str] = NOTHING  # the op's own letter for a canonical gate where it differs (MIL's o is h)
+    separate_gates: bool = False  # one tensor per gate (LiteRT): its gate order permutes no weight's rows
 
     def permutes_gates(self, cell: Cell) -> bool:
-        return self.gates != ONNX_GATES[cell]
+        return not self.separate_gates and self.gates != cell.gate_names
 
     def permutation(self, cell: Cell) -> str:
-        """``z,r,h -> r,o,z``: ONNX's gate order and this op's."""
-        return f"{','.join(ONNX_GATES[cell])} -> {','.join(self.gates)}"
+        """``z,r,h -> r,o,z``: ONNX's gate order and this op's, in its own letters."""
+        return f"{','.join(cell.gate_names)} -> {','.join(self.spelled.get(g, g) for g in self.gates)}"
 
 
 # The features whose status depends on whether the op takes them and on the form the layer is written in

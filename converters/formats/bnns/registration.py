@@ -8,9 +8,12 @@ from gatepack.converters.capabilities import Capabilities, Doubt, frozen, per_ce
 from gatepack.converters.fileio import has_markers
 from gatepack.converters.formats.coreml.registration import apple_op
 from gatepack.converters.registration import FormatInfo
+from gatepack.schemas.cells import Cell
 
 NAME = "bnns"
 
+# BNNSGraph.Builder's letters for the candidates of the Apple family's gate order (coreml.registration.GATES)
+SPELLED = {Cell.GRU: {"h": "n"}, Cell.LSTM: {"c": "g"}}
 # Known doubts about the calls (a warning whenever one is used): keyed by cell, or by an activation
 _DOUBTS = {
     "lstm": Doubt(
@@ -31,7 +34,7 @@ WHOLE_MODEL_VIA = (
 
 CAPABILITIES = Capabilities(
     NAME,
-    per_cell(apple_op, "BNNSGraph.Builder", _DOUBTS),
+    per_cell(apple_op, "BNNSGraph.Builder", SPELLED, _DOUBTS),
     container="the generated Swift",
     transposes="transposes around the calls",
     dynamic_shapes="unknown dimensions become flexible, -1",

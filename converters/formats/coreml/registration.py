@@ -73,25 +73,29 @@ _MIL_DOUBTS = {
 }
 
 
-def apple_op(cell: Cell, family: str, doubts: dict[str, Doubt] | None = None) -> Op:
+# The Apple family's gate blocks, by the canonical gate each holds (BNNSGraph executes MIL's ops: one order):
+# GRU reset, candidate, update; LSTM input, forget, output, candidate; and the LSTM peepholes' order
+GATES = {Cell.GRU: ("r", "h", "z"), Cell.RNN: ("i",), Cell.LSTM: ("i", "f", "o", "c")}
+PEEPHOLES = ("i", "f", "o")
+# the MIL ops' own letters for the candidates (BNNS: SPELLED in its record)
+SPELLED = {Cell.GRU: {"h": "o"}, Cell.LSTM: {"c": "z"}}
+
+
+def apple_op(cell: Cell, family: str, spelled: dict | None = None, doubts: dict[str, Doubt] | None = None) -> Op:
     """Core ML's MIL op or BNNSGraph.Builder's call for ``cell`` (one family: BNNSGraph executes MIL ops): gates
     r, o, z (BNNS calls o "n"), LSTM i, f, o and the candidate (z in MIL, g in BNNS), parameterless sigmoid, tanh
-    or relu in each slot, no sequence lengths nor input/forget coupling, one op per direction. ``doubts``: the
-    family member's known runtime doubts (default: MIL's)."""
+    or relu in each slot, no sequence lengths nor input/forget coupling, one op per direction. ``spelled`` and
+    ``doubts``: the family member's letters for the gates (``GATES``) and known runtime doubts (default: MIL's)."""
     mil = family == "MIL"
-    gates = {
-        Cell.GRU: ("r", "o" if mil else "n", "z"),
-        Cell.RNN: ("i",),
-        Cell.LSTM: ("i", "f", "o", "z" if mil else "g"),
-    }
     lstm = cell is Cell.LSTM
     return Op(
         f"{family} {cell.value}",
-        gates[cell],
+        GATES[cell],
+        spelled=frozen((SPELLED if spelled is None else spelled).get(cell, {})),
         activations=(SIGMOID_TANH_RELU,) * cell.activation_count,
         clip=Clip.CELL_STATE if mil and lstm else Clip.ABSENT,
         sequence_lens=Lengths.ABSENT,
-        peepholes=("i", "f", "o") if mil else None,
+        peepholes=PEEPHOLES if mil else None,
         input_forget=False,
         bias=Bias.SUMMED,
         bias_reset_after=Bias.BY_ROLE,

@@ -42,6 +42,9 @@ _DTYPES = frozen(
     }
 )
 FUSED_ACTIVATIONS = ("Tanh", "Relu")  # ONNX's names of the fused activations the sequence ops compute
+# The sequence ops' gate tensors in the order of their inputs, by the canonical gate each holds (one tensor per gate:
+# no weight's rows are permuted; the reader and writer walk the gates in this order)
+GATES = {Cell.RNN: ("i",), Cell.LSTM: ("i", "f", "c", "o")}
 
 
 def _litert_op(cell: Cell) -> Op:
@@ -60,7 +63,8 @@ def _litert_op(cell: Cell) -> Op:
     lstm = cell is Cell.LSTM
     return Op(
         f"UNIDIRECTIONAL_SEQUENCE_{cell.op_name}",
-        cell.gate_names,
+        GATES[cell],
+        separate_gates=True,
         described="one op per direction, a reverse one between REVERSE_V2 ops; states are variable tensors written "
         "before the op on every invoke",
         activations=(frozenset({"Sigmoid"}), fused, fused) if lstm else (fused,),

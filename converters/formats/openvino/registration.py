@@ -29,6 +29,10 @@ from gatepack.schemas.cells import Cell
 NAME = "openvino"
 
 
+# The sequence ops' gate blocks, by the canonical gate each holds, where they differ from ONNX's order
+GATES = {Cell.LSTM: ("f", "i", "c", "o")}
+
+
 def _openvino_op(cell: Cell) -> Op:
     slots = {
         Cell.GRU: (frozenset({"Sigmoid"}), frozenset({"Tanh"})),
@@ -37,7 +41,7 @@ def _openvino_op(cell: Cell) -> Op:
     }
     return Op(
         f"{cell.op_name}Sequence-5",
-        {Cell.LSTM: ("f", "i", "c", "o")}.get(cell, cell.gate_names),
+        GATES.get(cell, cell.gate_names),
         described="the CPU plugin computes this configuration as ONNX specifies",
         activations=slots[cell],
         one_activation_list=True,
