@@ -126,6 +126,7 @@ class Op(NamedTuple):
     notes: Mapping[str, str] = NOTHING  # per feature: why it lacks it, beyond the fact
     warnings: Mapping[str, "Doubt"] = NOTHING  # a runtime doubt, per cell, feature or activation
     remarks: Mapping[str, str] = NOTHING  # per feature: how the op is told it, worth saying
+    missing: bool = False  # a stand-in: the format has no op for the cell (``Capabilities.op``)
     spelled: Mapping[str, str] = NOTHING  # the op's own letter for a canonical gate where it differs (MIL's o is h)
     separate_gates: bool = False  # one tensor per gate (LiteRT): its gate order permutes no weight's rows
 
@@ -152,10 +153,12 @@ class Reported:
 
 
 class Capabilities(NamedTuple):
-    """A written format's recurrent ops and what happens to what they lack."""
+    """A written format's recurrent ops and what happens to what they lack. ``own_op(cell)`` is the format's own
+    op for a cell, None for a cell it has none for (``per_cell``: every cell it does not name, one registered later
+    included); its elementary form, if any, computes such a cell from the cell's graph step (``writes``)."""
 
     format: str
-    ops: Mapping[Cell, Op]
+    own_op: Callable[[Cell], "Op | None"]
     elementary: str | None = None  # the form elementary ops take (None: what the op lacks is unsupported)
     elementary_weights: str | None = "W, R in ONNX gate order, unchanged"  # None: the ONNX node's own, no finding
     elementary_bias: str | None = "Wb and Rb kept apart as constants"
@@ -168,9 +171,25 @@ class Capabilities(NamedTuple):
     dynamic_shapes: str = "dynamic dimensions stay dynamic"
     alternatives: Mapping[str, str] = NOTHING  # per refused feature, besides other formats
     since: Mapping[str, str] = NOTHING  # a feature that needs a target version: the version
+    dtypes: Mapping[str, Carried] = NOTHING  # how its elementary form carries each source dtype (a cell without an op)
 
     def report(self, feature: str) -> Reported:
         return self.reported.get(feature, Reported())
+
+    def op(self, cell: Cell) -> Op:
+        """The format's own op for ``cell``, or where it has none a stand-in (``Op.missing``) that lacks the cell:
+        the elementary form computes it, or the cell is refused."""
+        found = self.own_op(cell)
+        return Op(f"{cell.op_name} op", cell.gate_names, dtypes=self.dtypes, missing=True) if found is None else found
+
+    @property
+    def ops(self) -> dict[Cell, Op]:
+        """The format's own ops, by cell (the cells it has none for left out)."""
+        return {cell: op for cell in Cell if (op := self.own_op(cell)) is not None}
+
+    def writes(self, cell: Cell) -> bool:
+        """Whether the format writes ``cell``: with its own op, or with its elementary form from the cell's step."""
+        return self.own_op(cell) is not None or (self.elementary is not None and cell.spec.graph_step is not None)
 
 
 # ------------------------------------------------------------------------------------ shared by records
@@ -185,9 +204,13 @@ def frozen(mapping: dict) -> Mapping:
     return MappingProxyType(mapping)
 
 
-def per_cell(make: Callable[..., Op], *args: object) -> Mapping[Cell, Op]:
-    """``make(cell, *args)`` for every cell: a format's ops."""
-    return frozen({cell: make(cell, *args) for cell in Cell})
+def per_cell(make: Callable[..., "Op | None"], *args: object, cells: tuple[str, ...]) -> Callable[[Cell], "Op | None"]:
+    """A format's ``own_op``: ``make(cell, *args)`` for the cells named ``cells`` (the cells its ops exist for),
+    None, "no op of mine", for any other cell, a cell registered after the record was made included."""
+    return lambda cell: make(cell, *args) if cell.value in cells else None
+
+
+BUILT_IN_OPS = ("gru", "rnn", "lstm")  # the cells a format's ops exist for, where it has the three ONNX has
 
 
 def records() -> dict[str, Capabilities]:
@@ -228,7 +251,9 @@ def bias_storage(layer: "RecurrentLayer", op: Op) -> Bias:
 
 def lacks(layer: "RecurrentLayer", op: Op, target: str | None = None) -> dict[str, str]:
     """What ``op`` cannot express in ``layer`` (at ``target``, a version of the format), by feature, each with
-    the reason; empty: it computes exactly what ONNX specifies."""
+    the reason; empty: it computes exactly what ONNX specifies. A stand-in (no op for the cell) lacks the cell."""
+    if op.missing:
+        return {"cell": f"there is no {layer.cell.op_name} op"}
     found = {}
     names = [tuple(a.name for a in p.activations) for p in layer.directions]
     if op.activations is not None and any(n not in slot for per in names for n, slot in zip(per, op.activations)):
@@ -297,7 +322,7 @@ _LENGTHS_LACKS = {
 
 def expresses(caps: Capabilities, layer: "RecurrentLayer", feature: str) -> bool:
     """Whether a format writes ``feature`` of ``layer``: its op takes it, or its elementary form computes it."""
-    return caps.elementary is not None or feature not in lacks(layer, caps.ops[layer.cell])
+    return caps.elementary is not None or feature not in lacks(layer, caps.op(layer.cell))
 
 
 def alternative(caps: Capabilities, layer: "RecurrentLayer", feature: str) -> str:

@@ -56,8 +56,9 @@ class Form:
 
 def form_of(layer: RecurrentLayer, caps: Capabilities, strategy: str = "auto", target: str | None = None) -> Form:
     """The form ``layer`` is written in by ``caps``' format: with an elementary form, ``strategy`` decides
-    (``auto``: native unless the op lacks something or is in doubt for the layer); without one, always the op."""
-    op = caps.ops[layer.cell]
+    (``auto``: native unless the op lacks something or is in doubt for the layer); without one, always the op. A
+    cell the format has no op for lacks the cell (``Capabilities.op``): elementary, unless the op is forced."""
+    op = caps.op(layer.cell)
     lacking, doubted = lacks(layer, op, target), doubts(layer, op)
     avoided = [*lacking.values(), *doubted.values()]
     chosen = choose(strategy, avoided) if caps.elementary is not None else "native"

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gatepack.converters.capabilities import Capabilities
     from gatepack.converters.findings import Finding
     from gatepack.converters.model import Model
+    from gatepack.schemas.cells import Cell
     from gatepack.schemas.layer import RecurrentLayer
 
 
@@ -215,8 +216,8 @@ class FormatInfo:
     companions: tuple[str, ...] = ()  # suffixes of files that belong to the artifact (.bin beside .xml)
     recognise: Callable[[Path], bool] = field(default=lambda _path: False)  # an existing path is such an artifact
     interface_inputs: bool = True  # `run` takes the layers' interface tensors (False: the format's own shapes)
-    # the cells its writer writes (values of schemas.cells.Cell): a new cell is refused until a format opts in
-    cells: tuple[str, ...] = ()
+    # the cells its writer writes, by name (None: as its capability record says, ``writes_cell``)
+    cells: tuple[str, ...] | None = None
     # what its writer's ops take, per cell (None: no record; a read-only format, or one that writes every field as
     # it is); ``variants``: the records of a write option's value, each with its label (ONNX --for directml)
     capabilities: "Capabilities | None" = None
@@ -240,6 +241,13 @@ class FormatInfo:
     # the type a stateful artifact's runtime holds its states in between calls (Core ML states are fp16 only):
     # streaming verification compares at that type's tolerance, and at float32's otherwise
     held_state_dtype: str = "float32"
+
+    def writes_cell(self, cell: "Cell") -> bool:
+        """Whether its writer writes ``cell``: named in ``cells``, else with an op of its own or its elementary form
+        (``Capabilities.writes``); any other cell is refused before the format's module sees the layer."""
+        if self.cells is not None:
+            return cell.value in self.cells
+        return self.capabilities is not None and self.capabilities.writes(cell)
 
     @property
     def installed(self) -> bool:

@@ -46,10 +46,9 @@ def cell_refusal(info: FormatInfo, layer: "RecurrentLayer") -> "Finding | None":
     """The ``cell`` finding refusing ``layer`` when ``info``'s writer does not write its cell (None if it does)."""
     from gatepack.converters.findings import Finding, Status
 
-    cell = layer.cell.value
-    if cell in info.cells:
+    if info.writes_cell(layer.cell):
         return None
-    others = [name for name, other in FORMATS.items() if other.writes and cell in other.cells]
+    others = [name for name, other in FORMATS.items() if other.writes and other.writes_cell(layer.cell)]
     return Finding(
         "cell",
         Status.UNSUPPORTED,

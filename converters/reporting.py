@@ -36,12 +36,16 @@ LAYERS_ONLY_WARNING = "layers only, as asked"  # the ``model`` finding's warning
 
 
 def report_schema() -> dict:
-    """The JSON Schema a JSON report follows: ``schemas/report.schema.json``, whose ``$defs.format`` names no
-    format, with the registry's names as its enum (a format registered later is one of them too)."""
+    """The JSON Schema a JSON report follows: ``schemas/report.schema.json``, whose ``$defs.format`` and
+    ``$defs.cell`` name no format and no cell, with the registry's format names and the cell table's cells as their
+    enums (a format or cell registered later is one of them too)."""
     from importlib.resources import files
+
+    from gatepack.schemas.cells import Cell
 
     schema = json.loads(files("gatepack.schemas").joinpath("report.schema.json").read_text())
     schema["$defs"]["format"] = {**schema["$defs"]["format"], "enum": list(registry.FORMATS)}
+    schema["$defs"]["cell"] = {**schema["$defs"]["cell"], "enum": [cell.value for cell in Cell]}
     return schema
 
 

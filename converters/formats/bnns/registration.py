@@ -4,7 +4,7 @@ executes them, so the record is the Apple family's, ``coreml.registration.apple_
 
 from __future__ import annotations
 
-from gatepack.converters.capabilities import Capabilities, Doubt, frozen, per_cell
+from gatepack.converters.capabilities import BUILT_IN_OPS, Capabilities, Doubt, frozen, per_cell
 from gatepack.converters.fileio import has_markers
 from gatepack.converters.formats.coreml.registration import apple_op
 from gatepack.converters.registration import FormatInfo
@@ -34,7 +34,7 @@ WHOLE_MODEL_VIA = (
 
 CAPABILITIES = Capabilities(
     NAME,
-    per_cell(apple_op, "BNNSGraph.Builder", SPELLED, _DOUBTS),
+    per_cell(apple_op, "BNNSGraph.Builder", SPELLED, _DOUBTS, cells=BUILT_IN_OPS),
     container="the generated Swift",
     transposes="transposes around the calls",
     dynamic_shapes="unknown dimensions become flexible, -1",
@@ -50,7 +50,6 @@ INFO = FormatInfo(
     runs_here=False,
     constant_form="a .npy file the Swift code makes a constant tensor",
     markers=("bnns.json",),
-    cells=("gru", "rnn", "lstm"),
     capabilities=CAPABILITIES,
     whole_model_via=WHOLE_MODEL_VIA,
     is_directory=True,

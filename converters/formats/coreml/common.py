@@ -91,7 +91,7 @@ def native_blockers(layer: RecurrentLayer, target: str = NEWEST_TARGET) -> list[
     """Why MIL's own gru/rnn/lstm op at ``target`` would not compute what ONNX specifies (empty: it would):
     ``capabilities.COREML``'s op for the cell, against the layer."""
     _target_rank(target)
-    return list(lacks(layer, COREML.ops[layer.cell], target).values())
+    return list(lacks(layer, COREML.op(layer.cell), target).values())
 
 
 def choose_strategy(layer: RecurrentLayer, strategy: str, target: str = NEWEST_TARGET) -> tuple[str, list[str]]:
@@ -200,7 +200,7 @@ def _written_as(form: Form) -> tuple:
 
 
 def _needed_feature(layer: RecurrentLayer) -> str:
-    op = COREML.ops[layer.cell]
+    op = COREML.op(layer.cell)
     return f"{op.name} op's {op.reset_after} (linear_before_reset = 1)" if op.reset_after else f"{op.name} op"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from gatepack.converters.capabilities import (
+    BUILT_IN_OPS,
     EXACT_IN_EVERY_FORM,
     SIGMOID_TANH_RELU,
     Bias,
@@ -126,7 +127,7 @@ def apple_op(cell: Cell, family: str, spelled: dict | None = None, doubts: dict[
 
 CAPABILITIES = Capabilities(
     NAME,
-    per_cell(apple_op, "MIL"),
+    per_cell(apple_op, "MIL", cells=BUILT_IN_OPS),
     elementary="elementary MIL ops in a while_loop per direction, input projections in one matmul",
     elementary_weights="W, R (transposed for the matmul), Wb and Rb kept apart as constants, ONNX gate order",
     elementary_bias=None,
@@ -144,6 +145,7 @@ CAPABILITIES = Capabilities(
     transposes="transposes inside the program",
     dynamic_shapes="symbolic dimensions stay flexible",
     since=frozen({"fp16": "iOS17", "states": "iOS18"}),
+    dtypes=_MIL_DTYPES,
     alternatives=frozen({"cell": "use --strategy auto or decomposed (elementary MIL ops in a while_loop)"}),
 )
 
@@ -158,7 +160,6 @@ INFO = FormatInfo(
     suffixes=(".mlpackage",),
     markers=("Manifest.json",),
     write_options=(STRATEGY, MINIMUM_DEPLOYMENT_TARGET, COMPRESS_TO_FP16, STATEFUL),
-    cells=("gru", "rnn", "lstm"),
     capabilities=CAPABILITIES,
     keeps_whole_from=("onnx",),  # gatepack's translation of the ONNX operators to MIL
     is_directory=True,

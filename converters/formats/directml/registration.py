@@ -4,7 +4,7 @@ descs take."""
 
 from __future__ import annotations
 
-from gatepack.converters.capabilities import Capabilities, Carried, Clip, Doubt, Op, frozen, per_cell
+from gatepack.converters.capabilities import BUILT_IN_OPS, Capabilities, Carried, Clip, Doubt, Op, frozen, per_cell
 from gatepack.converters.fileio import has_markers
 from gatepack.converters.findings import Status
 from gatepack.converters.formats.onnx.registration import PROVIDER, SEQUENCE_LENGTHS_DOUBT
@@ -69,7 +69,7 @@ def _directml_op(cell: Cell) -> Op:
 
 CAPABILITIES = Capabilities(
     NAME,
-    per_cell(_directml_op),
+    per_cell(_directml_op, cells=BUILT_IN_OPS),
     transposes="DirectML tensors are sequence-major ({1,S,N,I}): X, the initial states and the outputs transposed "
     "around the operator (the manifest says so)",
     dynamic_shapes="DirectML tensors are static",
@@ -93,7 +93,6 @@ INFO = FormatInfo(
         "runtime='directml'): every recurrent node in a form onnxruntime's DirectML provider computes as "
         "ONNX specifies",
     ),
-    cells=("gru", "rnn", "lstm"),
     capabilities=CAPABILITIES,
     is_directory=True,
     recognise=has_markers("model.json", "gatepack.json"),

@@ -8,6 +8,7 @@ import importlib.util
 from types import ModuleType
 
 from gatepack.converters.capabilities import (
+    BUILT_IN_OPS,
     Bias,
     Capabilities,
     Carried,
@@ -88,7 +89,7 @@ def _litert_op(cell: Cell) -> Op:
 
 CAPABILITIES = Capabilities(
     NAME,
-    per_cell(_litert_op),
+    per_cell(_litert_op, cells=BUILT_IN_OPS),
     elementary="elementary builtin ops unrolled over a static sequence (FULLY_CONNECTED, ADD, MUL, LOGISTIC, "
     "TANH, SPLIT, PACK ...; sequence lengths as SELECT_V2 masks)",
     elementary_weights="W, R as FULLY_CONNECTED weights in ONNX gate order, Wb and Rb as their biases",
@@ -106,6 +107,7 @@ CAPABILITIES = Capabilities(
     transposes="time_major false on the op (no transpose)",
     dynamic_shapes="the op's S stays dynamic; N is fixed: its state variables are [N, H]",
     alternatives=frozen({"cell": "use --strategy auto or decomposed (elementary builtin ops, unrolled)"}),
+    dtypes=_DTYPES,
 )
 
 INFO = FormatInfo(
@@ -119,7 +121,6 @@ INFO = FormatInfo(
     suffixes=(".tflite",),
     sniff=lambda head: head[4:8] == IDENTIFIER,  # a flatbuffer named otherwise than .tflite
     write_options=(STRATEGY, SEQ_LENGTH, BATCH_SIZE, STATEFUL),
-    cells=("gru", "rnn", "lstm"),
     capabilities=CAPABILITIES,
     keeps_whole_from=("onnx",),  # the operator table's litert column around the layers
     recognise=has_identifier(IDENTIFIER, ".tflite"),

@@ -27,7 +27,7 @@ from gatepack.schemas.layer import RecurrentLayer, state_roles
 
 def native_blockers(layer: RecurrentLayer) -> dict[str, str]:
     """Why the layer's sequence op would not compute what ONNX specifies, by feature (empty: it would)."""
-    op = LITERT.ops[layer.cell]
+    op = LITERT.op(layer.cell)
     found = lacks(layer, op)
     if layer.cell is Cell.GRU:
         return {"cell": "TFLite has no GRU builtin", **found}
@@ -61,7 +61,7 @@ def _hybrid_blockers(layer: RecurrentLayer) -> dict[str, str]:
 
 def form(layer: RecurrentLayer, strategy: str = "auto") -> Form:
     """The form ``layer`` is written in: the op where it is exact (``auto``), else elementary ops."""
-    op = LITERT.ops[layer.cell]
+    op = LITERT.op(layer.cell)
     lacking, doubted = native_blockers(layer), doubts(layer, op)
     avoided = [*lacking.values(), *doubted.values()]
     chosen = "decomposed" if layer.cell is Cell.GRU and strategy != "native" else choose(strategy, avoided)

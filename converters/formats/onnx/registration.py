@@ -10,6 +10,7 @@ from typing import Any
 
 from gatepack.converters.capabilities import (
     AS_STORED,
+    BUILT_IN_OPS,
     ONNX_ACTIVATIONS,
     Capabilities,
     Carried,
@@ -133,10 +134,14 @@ def _onnx_for_directml_op(cell: Cell) -> Op:
 
 
 _TRANSPOSES = "Transpose nodes around a layout-0 node (onnxruntime rejects layout=1; OpenVINO's importer ignores it)"
-CAPABILITIES = Capabilities(NAME, per_cell(_onnx_op), transposes=_TRANSPOSES, dynamic_shapes="")
+# an operator for each cell that has one (``CellSpec.onnx_op``): a cell without one is not written (gatepack does not
+# read its own elementary Loop back yet)
+CAPABILITIES = Capabilities(
+    NAME, lambda cell: None if cell.spec.onnx_op is None else _onnx_op(cell), transposes=_TRANSPOSES, dynamic_shapes=""
+)
 FOR_DIRECTML = Capabilities(
     NAME,
-    per_cell(_onnx_for_directml_op),
+    per_cell(_onnx_for_directml_op, cells=BUILT_IN_OPS),
     elementary="elementary ONNX operators (a Loop over time per direction: MatMul, Add, Mul, Where, Clip and the "
     "activations' own operators)",
     elementary_weights=None,
@@ -163,7 +168,6 @@ INFO = FormatInfo(
     constant_form="an initializer",
     suffixes=(".onnx",),
     write_options=OPTIONS,
-    cells=("gru", "rnn", "lstm"),
     capabilities=CAPABILITIES,
     variants=(("--for directml", FOR_DIRECTML),),
     keeps_whole_from=(NAME,),

@@ -288,7 +288,7 @@ def _replacement(layer: RecurrentLayer, region: Region, opset: int) -> Replaceme
         inputs[3] = f"{layer.name}:B"
     while not inputs[-1]:
         inputs.pop()
-    node = helper.make_node(layer.cell.spec.onnx_op, inputs, outputs, name=layer.name, **recurrent_attributes(layer))
+    node = helper.make_node(layer.cell.onnx_op, inputs, outputs, name=layer.name, **recurrent_attributes(layer))
     return Replacement([node], weights, inputs, outputs)
 
 

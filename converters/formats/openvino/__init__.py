@@ -95,7 +95,7 @@ def _ov():
 def native_blockers(layer: RecurrentLayer) -> list[str]:
     """Why OpenVINO's own sequence op would not compute what ONNX specifies (empty: it would):
     ``capabilities.OPENVINO``'s op for the cell, against the layer."""
-    return list(lacks(layer, OPENVINO.ops[layer.cell]).values())
+    return list(lacks(layer, OPENVINO.op(layer.cell)).values())
 
 
 def choose_strategy(layer: RecurrentLayer, strategy: str) -> tuple[str, list[str]]:
@@ -324,7 +324,7 @@ def _import_whole(model: Model, strategy: str):
                 f"{model.path}: layer {layer.name!r}: a model with other operators keeps its own interface: "
                 "--layout cannot change it"
             )
-        candidates.setdefault(layer.cell.spec.onnx_op, []).append((layer, node))  # lifted layers too
+        candidates.setdefault(layer.cell.onnx_op, []).append((layer, node))  # lifted layers too
     described: list[dict] = []
     names_to_restore: list[tuple[Any, str]] = []  # (OpenVINO sequence op, its layer's name)
     failures: list[Exception] = []
@@ -348,7 +348,7 @@ def _import_whole(model: Model, strategy: str):
     # a layer with a per-step hold is written in place as an elementary ONNX Loop, which the frontend converts
     described += [{"name": lay.name, "strategy": "held", **describe(lay)} for lay in model.layers if lay.interface.mask]
     core = ov.Core()
-    for op_type in (spec.onnx_op for spec in CELLS.values()):
+    for op_type in (spec.onnx_op for spec in CELLS.values() if spec.onnx_op is not None):
         core.add_extension(ConversionExtension(op_type, translator(op_type)))
     for extension in conversion_extensions(ops):  # as ONNX defines them, not as the frontend rounds them
         core.add_extension(extension)

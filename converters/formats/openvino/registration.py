@@ -8,6 +8,7 @@ from types import ModuleType
 
 from gatepack.converters.capabilities import (
     AS_STORED,
+    BUILT_IN_OPS,
     EXACT_IN_EVERY_FORM,
     SIGMOID_TANH_RELU,
     VALUE_FEATURES,
@@ -33,6 +34,18 @@ NAME = "openvino"
 GATES = {Cell.LSTM: ("f", "i", "c", "o")}
 
 
+_DTYPES = frozen(
+    {
+        **AS_STORED,
+        "float64": Carried(
+            Status.LOSSY,
+            "float64 IR, but OpenVINO's CPU plugin computes in float32",
+            alternative="pass --allow-lossy to accept float32 arithmetic",
+        ),
+    }
+)
+
+
 def _openvino_op(cell: Cell) -> Op:
     slots = {
         Cell.GRU: (frozenset({"Sigmoid"}), frozenset({"Tanh"})),
@@ -56,16 +69,7 @@ def _openvino_op(cell: Cell) -> Op:
         layout_note="OpenVINO's sequence op is batch-major, Y [N,D,S,H]",
         tensors="W, R",
         bias_tensor="B",
-        dtypes=frozen(
-            {
-                **AS_STORED,
-                "float64": Carried(
-                    Status.LOSSY,
-                    "float64 IR, but OpenVINO's CPU plugin computes in float32",
-                    alternative="pass --allow-lossy to accept float32 arithmetic",
-                ),
-            }
-        ),
+        dtypes=_DTYPES,
         notes=frozen(
             {
                 "activations": "others fail to compile, and alpha/beta are ignored",
@@ -78,11 +82,12 @@ def _openvino_op(cell: Cell) -> Op:
 # OpenVINO's findings carry a decomposition in the cell finding alone: every feature stays exact
 CAPABILITIES = Capabilities(
     NAME,
-    per_cell(_openvino_op),
+    per_cell(_openvino_op, cells=BUILT_IN_OPS),
     elementary="elementary ops in a TensorIterator per direction, input projections in one MatMul",
     elementary_reverse="reverse via ReverseSequence, which honours sequence_lens",
     reported=frozen({f: EXACT_IN_EVERY_FORM for f in VALUE_FEATURES}),
     alternatives=frozen({"cell": "use --strategy auto or decomposed (elementary ops in a TensorIterator)"}),
+    dtypes=_DTYPES,
 )
 
 INFO = FormatInfo(
@@ -94,7 +99,6 @@ INFO = FormatInfo(
     constant_form="a Constant node",
     suffixes=(".xml",),
     write_options=(STRATEGY, COMPRESS_TO_FP16, STATEFUL),
-    cells=("gru", "rnn", "lstm"),
     capabilities=CAPABILITIES,
     keeps_whole_from=("onnx",),  # through OpenVINO's ONNX frontend
     mask_held_by="the elementary ONNX Loop gatepack writes in the layer's place, converted by OpenVINO's ONNX "
