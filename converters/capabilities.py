@@ -21,9 +21,9 @@ Kept free of numpy and the formats' frameworks: the registration records and the
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from gatepack.converters.findings import Status
 from gatepack.schemas.cells import Cell
@@ -69,9 +69,6 @@ ONNX_ACTIVATIONS = SIGMOID_TANH_RELU | {
 ONNX_PEEPHOLES = ("i", "o", "f")
 
 
-NOTHING: Mapping = MappingProxyType({})  # an empty table
-
-
 @dataclass(frozen=True)
 class Carried:
     """How a format carries a value it has no choice about (a source dtype): status and wording."""
@@ -92,10 +89,9 @@ class Doubt:
     beyond_batch_one: bool = False
 
 
-class Op(NamedTuple):
-    """A format's own recurrent op for one cell, and what it takes of an ONNX layer. (A ``NamedTuple``, like
-    ``Capabilities``: the registration records build them at CLI start-up, where a frozen dataclass's generated
-    methods would cost four times as much.)"""
+@dataclass(frozen=True)
+class Op:
+    """A format's own recurrent op for one cell, and what it takes of an ONNX layer."""
 
     name: str
     # its gate blocks in its order, each named by the canonical gate it holds (schemas.cells' letters): the one
@@ -122,12 +118,13 @@ class Op(NamedTuple):
     bias_tensor: str = "B"
     input_bias_tensor: str = ""  # Bias.BY_ROLE: the tensor that holds Wb
     state_tensors: tuple[str, ...] = ()  # its initial-state tensors, per state (h, c)
-    dtypes: Mapping[str, Carried] = NOTHING  # per source dtype
-    notes: Mapping[str, str] = NOTHING  # per feature: why it lacks it, beyond the fact
-    warnings: Mapping[str, "Doubt"] = NOTHING  # a runtime doubt, per cell, feature or activation
-    remarks: Mapping[str, str] = NOTHING  # per feature: how the op is told it, worth saying
+    dtypes: Mapping[str, Carried] = field(default_factory=dict)  # per source dtype
+    notes: Mapping[str, str] = field(default_factory=dict)  # per feature: why it lacks it, beyond the fact
+    warnings: Mapping[str, "Doubt"] = field(default_factory=dict)  # a runtime doubt, per cell, feature or activation
+    remarks: Mapping[str, str] = field(default_factory=dict)  # per feature: how the op is told it, worth saying
     missing: bool = False  # a stand-in: the format has no op for the cell (``Capabilities.op``)
-    spelled: Mapping[str, str] = NOTHING  # the op's own letter for a canonical gate where it differs (MIL's o is h)
+    # the op's own letter for a canonical gate where it differs (MIL's o is the candidate h)
+    spelled: Mapping[str, str] = field(default_factory=dict)
     separate_gates: bool = False  # one tensor per gate (LiteRT): its gate order permutes no weight's rows
 
     def permutes_gates(self, cell: Cell) -> bool:
@@ -152,7 +149,8 @@ class Reported:
     replaced: Status = Status.DECOMPOSED  # elementary ops compute it in place of the op, which lacks it
 
 
-class Capabilities(NamedTuple):
+@dataclass(frozen=True)
+class Capabilities:
     """A written format's recurrent ops and what happens to what they lack. ``own_op(cell)`` is the format's own
     op for a cell, None for a cell it has none for (``per_cell``: every cell it does not name, one registered later
     included); its elementary form, if any, computes such a cell from the cell's graph step (``writes``)."""
@@ -164,14 +162,15 @@ class Capabilities(NamedTuple):
     elementary_bias: str | None = "Wb and Rb kept apart as constants"
     elementary_per_direction: bool = False  # the elementary form is one loop per direction, stacked (repacked)
     elementary_zero_states: bool = False  # the elementary form reports zeros for an absent state
-    reported: Mapping[str, Reported] = NOTHING  # per feature, where it differs from Reported()
+    reported: Mapping[str, Reported] = field(default_factory=dict)  # per feature, where it differs from Reported()
     elementary_reverse: str | None = None  # how the elementary form runs a reverse direction, where worth saying
     container: str = "the model"  # where zeros for a state the op requires are built
     transposes: str = "Transposes inside the model"  # what makes a layout the op does not take
     dynamic_shapes: str = "dynamic dimensions stay dynamic"
-    alternatives: Mapping[str, str] = NOTHING  # per refused feature, besides other formats
-    since: Mapping[str, str] = NOTHING  # a feature that needs a target version: the version
-    dtypes: Mapping[str, Carried] = NOTHING  # how its elementary form carries each source dtype (a cell without an op)
+    alternatives: Mapping[str, str] = field(default_factory=dict)  # per refused feature, besides other formats
+    since: Mapping[str, str] = field(default_factory=dict)  # a feature that needs a target version: the version
+    # how its elementary form carries each source dtype (for a cell it has no op for)
+    dtypes: Mapping[str, Carried] = field(default_factory=dict)
 
     def report(self, feature: str) -> Reported:
         return self.reported.get(feature, Reported())
