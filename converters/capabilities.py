@@ -18,12 +18,10 @@ same way.
 Kept free of numpy and the formats' frameworks: the registration records and the CLI's ``formats`` command read it.
 """
 
-from __future__ import annotations
-
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
 
 from gatepack.converters.findings import Status
 from gatepack.schemas.cells import Cell
@@ -69,8 +67,10 @@ ONNX_ACTIVATIONS = SIGMOID_TANH_RELU | {
 ONNX_PEEPHOLES = ("i", "o", "f")
 
 
-@dataclass(frozen=True)
-class Carried:
+NOTHING: Mapping = MappingProxyType({})  # an empty table (the records' default)
+
+
+class Carried(NamedTuple):
     """How a format carries a value it has no choice about (a source dtype): status and wording."""
 
     status: Status
@@ -79,8 +79,7 @@ class Carried:
     warning: str | None = None
 
 
-@dataclass(frozen=True)
-class Doubt:
+class Doubt(NamedTuple):
     """A known doubt about a runtime's op (an ``Op.warnings`` entry): ``auto`` writes the format's elementary form
     instead wherever the doubt concerns the layer, ``--strategy native`` keeps the op and the report warns of it.
     ``beyond_batch_one``: it concerns batches past the first only (a layer whose batch is fixed at 1 is clear)."""
@@ -89,9 +88,11 @@ class Doubt:
     beyond_batch_one: bool = False
 
 
-@dataclass(frozen=True)
-class Op:
-    """A format's own recurrent op for one cell, and what it takes of an ONNX layer."""
+class Op(NamedTuple):
+    """A format's own recurrent op for one cell, and what it takes of an ONNX layer. (The records' classes are
+    ``NamedTuple``s, and this module has no ``from __future__ import annotations``: the registration records build
+    them at CLI start-up, where a frozen dataclass's generated methods, or each string annotation compiled into a
+    ForwardRef, cost several times as much.)"""
 
     name: str
     # its gate blocks in its order, each named by the canonical gate it holds (schemas.cells' letters): the one
@@ -118,13 +119,13 @@ class Op:
     bias_tensor: str = "B"
     input_bias_tensor: str = ""  # Bias.BY_ROLE: the tensor that holds Wb
     state_tensors: tuple[str, ...] = ()  # its initial-state tensors, per state (h, c)
-    dtypes: Mapping[str, Carried] = field(default_factory=dict)  # per source dtype
-    notes: Mapping[str, str] = field(default_factory=dict)  # per feature: why it lacks it, beyond the fact
-    warnings: Mapping[str, "Doubt"] = field(default_factory=dict)  # a runtime doubt, per cell, feature or activation
-    remarks: Mapping[str, str] = field(default_factory=dict)  # per feature: how the op is told it, worth saying
+    dtypes: Mapping[str, Carried] = NOTHING  # per source dtype
+    notes: Mapping[str, str] = NOTHING  # per feature: why it lacks it, beyond the fact
+    warnings: Mapping[str, Doubt] = NOTHING  # a runtime doubt, per cell, feature or activation
+    remarks: Mapping[str, str] = NOTHING  # per feature: how the op is told it, worth saying
     missing: bool = False  # a stand-in: the format has no op for the cell (``Capabilities.op``)
     # the op's own letter for a canonical gate where it differs (MIL's o is the candidate h)
-    spelled: Mapping[str, str] = field(default_factory=dict)
+    spelled: Mapping[str, str] = NOTHING
     separate_gates: bool = False  # one tensor per gate (LiteRT): its gate order permutes no weight's rows
 
     def permutes_gates(self, cell: Cell) -> bool:
@@ -139,8 +140,7 @@ class Op:
 VALUE_FEATURES = ("activations", "clip", "sequence_lens", "peepholes", "input_forget")
 
 
-@dataclass(frozen=True)
-class Reported:
+class Reported(NamedTuple):
     """The status a format's findings give a feature present in a layer, in each case where the op does not
     simply take it (the op takes it and is used: exact, or repacked where it permutes it)."""
 
@@ -149,28 +149,27 @@ class Reported:
     replaced: Status = Status.DECOMPOSED  # elementary ops compute it in place of the op, which lacks it
 
 
-@dataclass(frozen=True)
-class Capabilities:
+class Capabilities(NamedTuple):
     """A written format's recurrent ops and what happens to what they lack. ``own_op(cell)`` is the format's own
     op for a cell, None for a cell it has none for (``per_cell``: every cell it does not name, one registered later
     included); its elementary form, if any, computes such a cell from the cell's graph step (``writes``)."""
 
     format: str
-    own_op: Callable[[Cell], "Op | None"]
+    own_op: Callable[[Cell], Op | None]
     elementary: str | None = None  # the form elementary ops take (None: what the op lacks is unsupported)
     elementary_weights: str | None = "W, R in ONNX gate order, unchanged"  # None: the ONNX node's own, no finding
     elementary_bias: str | None = "Wb and Rb kept apart as constants"
     elementary_per_direction: bool = False  # the elementary form is one loop per direction, stacked (repacked)
     elementary_zero_states: bool = False  # the elementary form reports zeros for an absent state
-    reported: Mapping[str, Reported] = field(default_factory=dict)  # per feature, where it differs from Reported()
+    reported: Mapping[str, Reported] = NOTHING  # per feature, where it differs from Reported()
     elementary_reverse: str | None = None  # how the elementary form runs a reverse direction, where worth saying
     container: str = "the model"  # where zeros for a state the op requires are built
     transposes: str = "Transposes inside the model"  # what makes a layout the op does not take
     dynamic_shapes: str = "dynamic dimensions stay dynamic"
-    alternatives: Mapping[str, str] = field(default_factory=dict)  # per refused feature, besides other formats
-    since: Mapping[str, str] = field(default_factory=dict)  # a feature that needs a target version: the version
+    alternatives: Mapping[str, str] = NOTHING  # per refused feature, besides other formats
+    since: Mapping[str, str] = NOTHING  # a feature that needs a target version: the version
     # how its elementary form carries each source dtype (for a cell it has no op for)
-    dtypes: Mapping[str, Carried] = field(default_factory=dict)
+    dtypes: Mapping[str, Carried] = NOTHING
 
     def report(self, feature: str) -> Reported:
         return self.reported.get(feature, Reported())

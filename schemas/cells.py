@@ -40,11 +40,8 @@ Equations, in the canonical order (f, g = the direction's activations, clip boun
       h' = o * h(c')                                      (h = the third activation)
 """
 
-from __future__ import annotations
-
 import importlib
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator, NamedTuple
 
 
 class _CellTable(type):
@@ -136,9 +133,11 @@ class Cell(str, metaclass=_CellTable):
 StepRef = Callable[..., Any] | str
 
 
-@dataclass(frozen=True)
-class CellSpec:
-    """Everything that distinguishes one cell from another, and how it is computed (see the module docstring)."""
+class CellSpec(NamedTuple):
+    """Everything that distinguishes one cell from another, and how it is computed (see the module docstring). (A
+    ``NamedTuple``, as the capability records: built at start-up, it costs a fraction of a dataclass's generated
+    methods; this module has no ``from __future__ import annotations``, which would make each field's annotation a
+    string compiled at class creation.)"""
 
     name: str  # its name in files and reports ('gru')
     op_name: str  # the upper-case name formats print ('GRU')

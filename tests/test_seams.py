@@ -172,11 +172,9 @@ def test_every_cell_has_a_row_and_an_unknown_cell_raises():
 
 
 def test_a_cell_without_an_executor_step_is_refused_not_run_as_another(monkeypatch):
-    from dataclasses import replace
-
     from gatepack.converters import executor
 
-    monkeypatch.setitem(CELLS, Cell.GRU, replace(CELLS[Cell.GRU], executor_step=None))
+    monkeypatch.setitem(CELLS, Cell.GRU, CELLS[Cell.GRU]._replace(executor_step=None))
     layer = gp.load(SOURCE).layers[0]
     with pytest.raises(gp.UsageError, match="cannot run GRU"):
         executor.run_layer(layer, np.zeros((2, 1, layer.input_size), np.float32))
@@ -231,11 +229,9 @@ def test_a_cell_without_an_elementary_step_is_refused_not_built_as_another(
     writers once took any cell but LSTM for a GRU). The GRU has a clip, so that onnxruntime's DirectML
     provider (which would drop it) gets elementary ops too."""
     pytest.importorskip(framework)
-    from dataclasses import replace
-
     source = tmp_path / "clipped_gru.onnx"
     onnx.save(build_model(Config(cell="GRU", lbr=1, clip=0.5)), str(source))
-    monkeypatch.setitem(CELLS, Cell.GRU, replace(CELLS[Cell.GRU], graph_step=None))
+    monkeypatch.setitem(CELLS, Cell.GRU, CELLS[Cell.GRU]._replace(graph_step=None))
     with pytest.raises(gp.UsageError, match="no elementary-op step for GRU cells"):
         gp.convert(source, tmp_path / f"out.{suffix}", to=fmt, verify=False, **options)
     assert not (tmp_path / f"out.{suffix}").exists()
