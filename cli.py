@@ -650,10 +650,10 @@ def run(artifact, inputs_path, output, engine, directml_shapes, from_format, as_
 @handle_errors
 def formats(as_json: bool) -> None:
     """What each format reads and writes, and what its own recurrent op takes of each cell."""
-    from gatepack.converters.capabilities import RECORDS, lacking_becomes, op_facts
+    from gatepack.converters.capabilities import lacking_becomes, op_facts, records
 
     def takes(name: str) -> dict:
-        caps = RECORDS.get(name)
+        caps = records().get(name)
         if caps is None:
             return {}
         return {

@@ -39,7 +39,7 @@ MODELS = [
 # both sides' frameworks imported before timing (coremltools through gatepack's quiet import)
 SETUP = (
     "import onnx, openvino as ov, gatepack as gp, gatepack.converters.formats.coreml.whole\n"
-    "from gatepack.converters.runtimes import coremltools\ncoremltools()"
+    "from gatepack.converters.formats.coreml.registration import coremltools\ncoremltools()"
 )
 # the shapes a model needs (silero v4: symbolic batch and sequence decide nested Ifs whose branches differ in rank)
 SHAPES = {"silero_vad_v4_lstm_in_if.onnx": {"input": [1, 512], "h": [2, 1, 64], "c": [2, 1, 64]}}

@@ -11,7 +11,8 @@ Per step, with gate blocks in Apple's order r, o, z (o, BNNS's "n", is the candi
     o = A(W_io x + b_io + r * (W_ho h + b_ho))          ... true (ONNX linear_before_reset = 1)
     h = (1 - z) * o + z * h
 
-* ONNX's z, r, h row blocks are permuted by ``APPLE_GATES``; Apple's back by ``ONNX_GATES``;
+* ONNX's z, r, h row blocks are permuted by ``to_apple``, Apple's back by ``to_onnx``, both derived from the
+  family's gate table (``coreml.registration.GATES``: r, h, z; LSTM i, f, o, c; peepholes i, f, o);
 * false is reset-*before*, whatever Apple's docs print (they show ``W_ho h * r + b_ho``; every
   executable source, coremltools' numpy reference tested against real Core ML and the NeuralNetwork
   GRU layer, computes ``W_ho (r * h)``); the two candidate biases are then additive, so one
@@ -27,15 +28,10 @@ from __future__ import annotations
 import numpy as np
 
 from gatepack.converters.errors import InputError
+from gatepack.converters.formats.coreml.registration import GATES, PEEPHOLES
 from gatepack.schemas.activations import Activation
-from gatepack.schemas.layer import Cell, RecurrentLayer
+from gatepack.schemas.layer import Cell, RecurrentLayer, reorder_gates
 
-APPLE_GATES = [1, 2, 0]  # ONNX z, r, h -> Apple r, o, z (row blocks of H)
-ONNX_GATES = [2, 0, 1]  # Apple r, o, z -> ONNX z, r, h
-# LSTM: ONNX i, o, f, c <-> Apple i, f, o, z (z = the cell candidate; the swap is its own inverse)
-LSTM_GATES = [0, 2, 1, 3]
-# LSTM peepholes: ONNX i, o, f <-> MIL i, f, o (its own inverse too)
-LSTM_PEEPHOLES = [0, 2, 1]
 # The ONNX activations the native ops compute exactly, and their Apple spelling (MIL strings).
 NATIVE_ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
 # What each parameterless Apple activation computes, as an ONNX activation (for reading back).
@@ -50,17 +46,15 @@ APPLE_ACTIVATIONS = {
 }
 
 
-def rows(matrix: np.ndarray, order: list[int], hidden: int) -> np.ndarray:
-    """Row blocks of H of ``matrix`` in ``order`` (a gate permutation); RNN's single block as is."""
-    return np.concatenate([matrix[g * hidden : (g + 1) * hidden] for g in order]) if len(matrix) > hidden else matrix
+def to_apple(array: np.ndarray, cell: Cell) -> np.ndarray:
+    """``array``'s gate blocks (rows, or a bias's entries) from ONNX's order to the Apple family's
+    (``coreml.registration.GATES``, the one statement of it)."""
+    return reorder_gates(array, cell.gate_names, GATES[cell])
 
 
-def gate_order(cell: Cell, to_apple: bool) -> list[int]:
-    if cell is Cell.LSTM:
-        return LSTM_GATES
-    if cell is not Cell.GRU:
-        return [0]
-    return APPLE_GATES if to_apple else ONNX_GATES
+def to_onnx(array: np.ndarray, cell: Cell) -> np.ndarray:
+    """``array``'s gate blocks from the Apple family's order back to ONNX's."""
+    return reorder_gates(array, GATES[cell], cell.gate_names)
 
 
 APPLE_TENSORS = ("weight_ih", "weight_hh", "bias", "input_bias")
@@ -71,22 +65,21 @@ def apple_tensor(layer: RecurrentLayer, k: int, key: str) -> np.ndarray | None:
     gates permuted z,r,h -> r,o,z: ``weight_ih`` [G*H, I], ``weight_hh`` [G*H, H], ``bias`` (Wb + Rb;
     Rb with linear_before_reset) and ``input_bias`` (Wb, with linear_before_reset only); None where
     the layer has no such tensor."""
-    p, h = layer.directions[k], layer.hidden_size
-    order = gate_order(layer.cell, to_apple=True)
-    lbr = layer.cell is Cell.GRU and layer.linear_before_reset
+    p, cell = layer.directions[k], layer.cell
+    lbr = cell.spec.reset_placement and layer.linear_before_reset
     if key == "weight_ih":
-        out = rows(p.W, order, h)
+        out = to_apple(p.W, cell)
     elif key == "weight_hh":
-        out = rows(p.R, order, h)
+        out = to_apple(p.R, cell)
     elif key == "bias" and (lbr or layer.has_bias):
         # float16 sources: sum in float32
         out = (
-            rows(p.Rb.astype(np.float32), order, h)
+            to_apple(p.Rb.astype(np.float32), cell)
             if lbr
-            else rows(p.Wb.astype(np.float32) + p.Rb.astype(np.float32), order, h)
+            else to_apple(p.Wb.astype(np.float32) + p.Rb.astype(np.float32), cell)
         )
     elif key == "input_bias" and lbr:
-        out = rows(p.Wb, order, h)
+        out = to_apple(p.Wb, cell)
     else:
         return None
     return np.ascontiguousarray(out, dtype=np.float32)
@@ -99,12 +92,13 @@ def apple_weights(layer: RecurrentLayer, k: int) -> dict[str, np.ndarray]:
 
 
 def apple_peephole(peephole: np.ndarray) -> np.ndarray:
-    """ONNX's P [3H] (i, o, f) as MIL's ``peephole`` (i, f, o), float32; ``onnx_peephole`` is the same
-    permutation back."""
-    return np.ascontiguousarray(rows(np.asarray(peephole), LSTM_PEEPHOLES, len(peephole) // 3), np.float32)
+    """ONNX's P [3H] (i, o, f) as MIL's ``peephole`` (i, f, o: ``coreml.registration.PEEPHOLES``), float32."""
+    return np.ascontiguousarray(reorder_gates(np.asarray(peephole), Cell.LSTM.spec.peepholes, PEEPHOLES), np.float32)
 
 
-onnx_peephole = apple_peephole
+def onnx_peephole(peephole: np.ndarray) -> np.ndarray:
+    """MIL's ``peephole`` [3H] (i, f, o) as ONNX's P (i, o, f), float32."""
+    return np.ascontiguousarray(reorder_gates(np.asarray(peephole), PEEPHOLES, Cell.LSTM.spec.peepholes), np.float32)
 
 
 def onnx_weights(
@@ -118,14 +112,13 @@ def onnx_weights(
     """The inverse of ``apple_weights``: W, R, Wb, Rb in ONNX's z, r, h order (shapes already
     checked by the caller). Without reset_after the summed bias reads back as Wb, with Rb = 0."""
     h = weight_hh.shape[1]
-    order = gate_order(cell, to_apple=False)
     zeros = np.zeros(cell.gates * h, np.float32)
     if reset_after:
-        wb = rows(input_bias, order, h) if input_bias is not None else zeros
-        rb = rows(bias, order, h) if bias is not None else zeros
+        wb = to_onnx(input_bias, cell) if input_bias is not None else zeros
+        rb = to_onnx(bias, cell) if bias is not None else zeros
     else:
-        wb, rb = (rows(bias, order, h) if bias is not None else zeros), zeros
-    return {"W": rows(weight_ih, order, h), "R": rows(weight_hh, order, h), "Wb": wb, "Rb": rb}
+        wb, rb = (to_onnx(bias, cell) if bias is not None else zeros), zeros
+    return {"W": to_onnx(weight_ih, cell), "R": to_onnx(weight_hh, cell), "Wb": wb, "Rb": rb}
 
 
 def activation_of(text: str, at: str) -> Activation:

@@ -25,8 +25,9 @@ direction's activations and clip(v) = min(max(v, -clip), clip) on every pre-acti
 Every pre-activation is summed as ``gx + (x R^T + Rb)``: the recurrent projection, its bias included, is
 one operation of the format's (GRU's candidate needs ``h Rh^T + Rbh`` apart from gx).
 
-``STEPS`` holds one step per ``Cell``; ``step_of`` raises for a cell without one, so no cell is ever
-computed as another. The NumPy executor (``converters.executor``) keeps its own steps, tuned for NumPy.
+Each cell's record names its step (``CellSpec.graph_step``: these functions for the built-in cells);
+``step_of`` raises for a cell without one, so no cell is ever computed as another. The NumPy executor
+(``converters.executor``) keeps its own steps, tuned for NumPy (``CellSpec.executor_step``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any, Callable, Protocol
 from gatepack.converters.decompose import ElementaryOps, build_activation
 from gatepack.converters.errors import UsageError
 from gatepack.schemas.activations import Activation
-from gatepack.schemas.cells import Cell, spec_of
+from gatepack.schemas.cells import Cell, resolved, spec_of
 from gatepack.schemas.layer import DirectionParams, RecurrentLayer
 
 
@@ -119,14 +120,11 @@ def lstm_step(o: StepOps, layer: RecurrentLayer, params: DirectionParams, gx: An
     return [o.mul(act(pre_o, f), build_activation(o, c_new, h_act, o.builder)), c_new]
 
 
-STEPS: dict[Cell, Step] = {Cell.GRU: gru_step, Cell.RNN: rnn_step, Cell.LSTM: lstm_step}
-
-
 def step_of(cell: Cell, builder: str) -> Step:
-    """The step of ``cell``; an error naming the cell for one without a step (never another cell's step).
-    ``builder`` names the target in that error."""
-    spec_of(cell)  # anything without a row in the cell table raises there
-    step = STEPS.get(cell)
+    """The step of ``cell`` (its record's ``graph_step``); an error naming the cell for one without a step (never
+    another cell's step). ``builder`` names the target in that error."""
+    step = spec_of(cell).graph_step  # anything without a record in the cell table raises there
     if step is None:
         raise UsageError(f"{builder} has no elementary-op step for {cell.op_name} cells")
-    return step
+    found: Step = resolved(step)
+    return found

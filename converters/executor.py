@@ -35,7 +35,7 @@ import numpy as np
 from gatepack.converters.errors import InputError, UsageError, where
 from gatepack.converters.hybrid import HybridRows, products
 from gatepack.converters.model import Model
-from gatepack.schemas.cells import Cell, spec_of
+from gatepack.schemas.cells import Cell, resolved, spec_of
 from gatepack.schemas.layer import (
     INPUT_ROLES,
     OUTPUT_ROLES,
@@ -271,7 +271,7 @@ def _clipper(clip: float | None):
     return lambda v: np.clip(v, -clip, clip)
 
 
-def _gru_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, options: CellOptions, _peephole):
+def gru_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, options: CellOptions, _peephole):
     """The GRU step h_{t-1} -> h_t for pre-projected inputs gx ([N, 3H], gates z, r, h), and the part
     of Rb the caller adds to gx (Rb_z, Rb_r; and Rb_h unless linear_before_reset)::
 
@@ -313,7 +313,7 @@ def _gru_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, op
     return step, additive
 
 
-def _rnn_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, options: CellOptions, _peephole):
+def rnn_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, options: CellOptions, _peephole):
     """The RNN step h_{t-1} -> h_t = f(gx + h R^T + Rb) for pre-projected inputs gx ([N, H]); Rb is
     returned for the caller to add to gx."""
     (f,) = activations
@@ -325,7 +325,7 @@ def _rnn_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, op
     return step, rb
 
 
-def _lstm_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, options: CellOptions, peephole):
+def lstm_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, options: CellOptions, peephole):
     """The LSTM step (h, c) -> (h', c') for pre-projected inputs gx ([N, 4H], gates i, o, f, c, with
     every bias added; Rb is returned for the caller to add), this direction's peepholes ``peephole``
     = (Pi, Po, Pf) [3H] or None::
@@ -361,15 +361,13 @@ def _lstm_step(H: int, activations: Sequence, r: Matrix, rb: np.ndarray, clip, o
     return step, rb
 
 
-_STEP_BUILDERS = {Cell.GRU: _gru_step, Cell.RNN: _rnn_step, Cell.LSTM: _lstm_step}
-
-
 def _step_builder(cell: Cell):
-    """The step builder of ``cell``; an error for a cell the executor cannot run (never another cell's)."""
-    spec_of(cell)  # a cell without a row in the cell table raises there
-    if cell not in _STEP_BUILDERS:
+    """The step builder of ``cell`` (its record's ``executor_step``: ``gru_step`` and the others here for the
+    built-in cells); an error for a cell the executor cannot run (never another cell's)."""
+    builder = spec_of(cell).executor_step  # a cell without a record in the cell table raises there
+    if builder is None:
         raise UsageError(f"the executor cannot run {cell.op_name} cells yet")
-    return _STEP_BUILDERS[cell]
+    return resolved(builder)
 
 
 def check_model_inputs(model: Model, inputs: dict[str, np.ndarray]) -> None:

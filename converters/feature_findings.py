@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import gatepack.converters.registry as registry
 from gatepack.converters.capabilities import (
-    MASK_HOLDERS,
     ONNX_PEEPHOLES,
     VALUE_FEATURES,
     Bias,
@@ -56,8 +56,9 @@ class Form:
 
 def form_of(layer: RecurrentLayer, caps: Capabilities, strategy: str = "auto", target: str | None = None) -> Form:
     """The form ``layer`` is written in by ``caps``' format: with an elementary form, ``strategy`` decides
-    (``auto``: native unless the op lacks something or is in doubt for the layer); without one, always the op."""
-    op = caps.ops[layer.cell]
+    (``auto``: native unless the op lacks something or is in doubt for the layer); without one, always the op. A
+    cell the format has no op for lacks the cell (``Capabilities.op``): elementary, unless the op is forced."""
+    op = caps.op(layer.cell)
     lacking, doubted = lacks(layer, op, target), doubts(layer, op)
     avoided = [*lacking.values(), *doubted.values()]
     chosen = choose(strategy, avoided) if caps.elementary is not None else "native"
@@ -264,15 +265,15 @@ def shapes(layer: RecurrentLayer, form: Form) -> Finding:
 
 def mask(layer: RecurrentLayer, target: str, whole: bool) -> list[Finding]:
     """A layer with a per-step hold (``Interface.mask``, Keras masking): held exactly by the elementary Loop of a
-    whole model rewritten for ``target`` (``capabilities.MASK_HOLDERS``; its ``cell`` finding says so), else
+    whole model rewritten for ``target`` (its record's ``mask_held_by``; its ``cell`` finding says so), else
     refused: no sequence op has such a mask, and alone the layer loses the operators that compute it."""
     if not layer.interface.mask:
         return []
-    how = MASK_HOLDERS.get(target)
+    holders = {name: info.mask_held_by for name, info in registry.FORMATS.items() if info.mask_held_by}
+    how = holders.get(target)
     if how is not None and whole:
         held = f"per-step mask {layer.interface.mask!r} (Keras masking) held by {how.split(' (')[0]}"
         return [Finding("cell", Status.DECOMPOSED, held), Finding("mask", Status.DECOMPOSED, how)]
-    holders = " or ".join(MASK_HOLDERS)
     why = (
         f"the {target} writer has no form that holds a step (no sequence op has a per-step mask)"
         if how is None
@@ -284,6 +285,6 @@ def mask(layer: RecurrentLayer, target: str, whole: bool) -> list[Finding]:
             Status.UNSUPPORTED,
             f"per-step mask {layer.interface.mask!r} (Keras masking: a step held where the mask is false, which is "
             f"not sequence_lens): {why}",
-            alternative=f"convert the whole model to {holders}",
+            alternative=f"convert the whole model to {' or '.join(holders)}",
         )
     ]

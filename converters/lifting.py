@@ -154,35 +154,50 @@ def lift(rec: Recurrence, seed: int = 0) -> Lifted:
     )
 
 
+Variant = tuple[tuple[str, ...], bool, tuple[Activation, ...]]  # (source gate order, reset after, activations)
+
+
+def _gru_variants(rec: Recurrence, gates: list[Activation]) -> list[Variant]:
+    """Every gate order, both reset placements, each gate activation seen (with a tanh candidate)."""
+    if not gates or "tanh" not in rec.activations:
+        return []
+    return [
+        (order, lbr, (gate, Activation("Tanh")))
+        for gate in gates
+        for order in GRU_SOURCE_ORDERS
+        for lbr in (True, False)
+    ]
+
+
+def _lstm_variants(rec: Recurrence, gates: list[Activation]) -> list[Variant]:
+    """Every gate order, each gate activation seen (tanh candidate and output)."""
+    if not gates or "tanh" not in rec.activations:
+        return []
+    return [
+        (order, False, (gate, Activation("Tanh"), Activation("Tanh"))) for gate in gates for order in LSTM_SOURCE_ORDERS
+    ]
+
+
+def _rnn_variants(rec: Recurrence, gates: list[Activation]) -> list[Variant]:
+    """Each activation seen."""
+    return [(("i",), False, (Activation(ACTIVATION_OPS[a]),)) for a in sorted(rec.activations & set(ACTIVATION_OPS))]
+
+
+# The cells lifting reads a producer's recurrence as, each with its readings; a cell not named here is never lifted
+VARIANTS: dict[Cell, Callable[[Recurrence, list[Activation]], list[Variant]]] = {
+    Cell.LSTM: _lstm_variants,
+    Cell.GRU: _gru_variants,
+    Cell.RNN: _rnn_variants,
+}
+
+
 def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
     gates = [act for name in sorted(rec.activations) for act in GATE_ACTIVATIONS.get(name, ())]
-    variants: list[tuple[tuple[str, ...], bool, tuple[Activation, ...]]]  # (gate order, lbr, activations)
     for cand in rec.candidates:
-        cell = {4: Cell.LSTM, 3: Cell.GRU, 1: Cell.RNN}.get(cand.gates)
+        cell = next((c for c in VARIANTS if c.gates == cand.gates), None)
         if cell is None or cand.R.shape[1] != rec.hidden_size or cand.W.shape[1] != rec.input_size:
             continue
-        if cell is Cell.GRU:
-            if not gates or "tanh" not in rec.activations:
-                continue
-            variants = [
-                (order, lbr, (gate, Activation("Tanh")))
-                for gate in gates
-                for order in GRU_SOURCE_ORDERS
-                for lbr in (True, False)
-            ]
-        elif cell is Cell.LSTM:
-            if not gates or "tanh" not in rec.activations:
-                continue
-            variants = [
-                (order, False, (gate, Activation("Tanh"), Activation("Tanh")))
-                for gate in gates
-                for order in LSTM_SOURCE_ORDERS
-            ]
-        else:
-            variants = [
-                (("i",), False, (Activation(ACTIVATION_OPS[a]),)) for a in sorted(rec.activations & set(ACTIVATION_OPS))
-            ]
-        for (order, lbr, acts), (wb, rb, bias_label) in itertools.product(variants, cand.biases):
+        for (order, lbr, acts), (wb, rb, bias_label) in itertools.product(VARIANTS[cell](rec, gates), cand.biases):
             blocks = [order.index(g) for g in cell.gate_names]  # source block of each canonical gate
             params = DirectionParams(
                 W=_reorder(cand.W, blocks),
@@ -190,8 +205,6 @@ def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
                 Wb=_reorder(_or_zeros(wb, cand), blocks),
                 Rb=_reorder(_or_zeros(rb, cand), blocks),
                 activations=acts,
-                Wq=_reorder_record(cand.Wq, blocks),
-                Rq=_reorder_record(cand.Rq, blocks),
             )
             layer = RecurrentLayer(
                 name=rec.name,
@@ -205,17 +218,21 @@ def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
                 has_bias=wb is not None or rb is not None,
                 constants=dict(rec.constants),
             )
-            parts = [cell.op_name]
-            if cell is not Cell.RNN:
-                parts.append(f"gate order {', '.join(order)}")
-                if acts[0].name != "Sigmoid":
-                    parts.append(f"gates {acts[0]}")
-            if cell is Cell.GRU:
-                parts += [f"reset {'after' if lbr else 'before'} the matmul"]
-            elif cell is Cell.RNN:
-                parts.append(acts[0].name)
-            parts.append(f"{cand.label}, {bias_label}")
-            yield layer, "; ".join(parts)
+            yield layer, f"{_reading(cell, order, lbr, acts)}; {cand.label}, {bias_label}"
+
+
+def _reading(cell: Cell, order: tuple[str, ...], lbr: bool, acts: tuple[Activation, ...]) -> str:
+    """'GRU; gate order r, z, h; reset after the matmul': what a hypothesis reads the recurrence as."""
+    parts = [cell.op_name]
+    if cell.gates > 1:
+        parts.append(f"gate order {', '.join(order)}")
+        if acts[0].name != "Sigmoid":
+            parts.append(f"gates {acts[0]}")
+    if cell.spec.reset_placement:
+        parts += [f"reset {'after' if lbr else 'before'} the matmul"]
+    elif cell.gates == 1:
+        parts.append(acts[0].name)
+    return "; ".join(parts)
 
 
 def _reorder(array: np.ndarray, blocks: list[int]) -> np.ndarray:

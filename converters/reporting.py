@@ -36,12 +36,16 @@ LAYERS_ONLY_WARNING = "layers only, as asked"  # the ``model`` finding's warning
 
 
 def report_schema() -> dict:
-    """The JSON Schema a JSON report follows: ``schemas/report.schema.json``, whose ``$defs.format`` names no
-    format, with the registry's names as its enum (a format registered later is one of them too)."""
+    """The JSON Schema a JSON report follows: ``schemas/report.schema.json``, whose ``$defs.format`` and
+    ``$defs.cell`` name no format and no cell, with the registry's format names and the cell table's cells as their
+    enums (a format or cell registered later is one of them too)."""
     from importlib.resources import files
+
+    from gatepack.schemas.cells import Cell
 
     schema = json.loads(files("gatepack.schemas").joinpath("report.schema.json").read_text())
     schema["$defs"]["format"] = {**schema["$defs"]["format"], "enum": list(registry.FORMATS)}
+    schema["$defs"]["cell"] = {**schema["$defs"]["cell"], "enum": [cell.value for cell in Cell]}
     return schema
 
 
@@ -530,11 +534,12 @@ def state_finding(model: Model, target: str, stateful: bool) -> Finding | None:
     if not pairs:
         return None
     named = ", ".join(f"{o} -> {i}" for i, o in pairs)
-    if stateful and target == "coreml":
+    info = registry.check_name(target)
+    if stateful and info.held_state_dtype == "float16":
         return Finding(
             "state",
             Status.LOSSY,
-            f"{len(pairs)} state pair(s) held as Core ML states (iOS18), which are fp16 only: each call's new state "
+            f"{len(pairs)} state pair(s) held as {info.states_held_as}, which are fp16 only: each call's new state "
             f"is rounded to fp16 ({named}); verified over consecutive calls at the fp16 tolerance",
             alternative="leave out --stateful: the states stay fp32 inputs and outputs",
         )
@@ -542,9 +547,7 @@ def state_finding(model: Model, target: str, stateful: bool) -> Finding | None:
         return Finding(
             "state",
             Status.REPACKED,
-            f"{len(pairs)} state pair(s) held as OpenVINO variables (ReadValue/Assign), the IR taking the frame "
-            "inputs only "
-            f"({named}); verified over consecutive calls",
+            f"{len(pairs)} state pair(s) held as {info.states_held_as} ({named}); verified over consecutive calls",
         )
     return Finding("state", Status.EXACT, f"{len(pairs)} state pair(s) kept as inputs and outputs ({named})")
 
@@ -562,9 +565,11 @@ def constant_findings(layer: RecurrentLayer, form: str) -> list[Finding]:
 
 
 def whole_model_targets(model: Model) -> list[str]:
-    """The formats that write ``model`` whole, the operators around its layers included."""
+    """The formats that write ``model`` whole, the operators around its layers included: of those whose record keeps
+    whole models of its format (``registry.keeps_whole``), the ones whose whole-model finding accepts it."""
     whole = replace(model, meta={**model.meta, "layers_only": False})
-    findings = {name: registry.writer(name)[1].whole_model_finding(whole) for name in registry.writers()}
+    keepers = [name for name in registry.writers() if registry.keeps_whole(whole, name)]
+    findings = {name: registry.writer(name)[1].whole_model_finding(whole) for name in keepers}
     return [name for name, f in findings.items() if f is not None and f.status is not Status.UNSUPPORTED]
 
 

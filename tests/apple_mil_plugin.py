@@ -398,7 +398,7 @@ def pytest_configure(config) -> None:
     # fp32 as well as fp16.
     os.environ["PYMIL_TEST_TARGETS"] = "mlprogram"
     os.environ["INCLUDE_MIL_FP32_UNIT_TESTS"] = "1"
-    from gatepack.converters.runtimes import coremltools
+    from gatepack.converters.formats.coreml.registration import coremltools
 
     coremltools()  # imported quietly first
     from mil_mutations import apply_from_environment

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -35,9 +36,16 @@ def fixes_sizes(fmt: str) -> bool:
 
 
 def shipped_writers() -> list[str]:
-    """The formats gatepack writes with a module of its own (``gatepack.converters.formats``): what a file
-    reviewed by hand (tests/expected) holds, without a format a test registers from outside."""
-    return [name for name in registry.writers() if not registry.FORMATS[name].module]
+    """The formats gatepack writes with a package of its own in ``converters/formats``: what a file reviewed by
+    hand (tests/expected) holds, without a format a test adds from outside (a folder elsewhere on the formats
+    package's path, or a record naming another module)."""
+    shipped = Path(registry.__file__).resolve().parent / "formats"
+
+    def shipped_record(name: str) -> bool:
+        module = sys.modules.get(f"{registry.FORMATS_PACKAGE}.{name}.registration")
+        return module is not None and Path(str(module.__file__)).resolve().parents[1] == shipped
+
+    return [name for name in registry.writers() if not registry.FORMATS[name].module and shipped_record(name)]
 
 
 ACTIVATIONS = {

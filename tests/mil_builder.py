@@ -21,7 +21,7 @@ def run_mil(
     from coremltools.converters.mil.mil import Function, Program, types
 
     from gatepack.converters.formats.coreml.common import _heap_frozen
-    from gatepack.converters.runtimes import coremltools
+    from gatepack.converters.formats.coreml.registration import coremltools
 
     ct = coremltools()
     states = states or {}

@@ -18,13 +18,17 @@ import gatepack as gp
 import gatepack.converters.formats.directml.desc as directml_desc
 from gatepack.cli import main
 from gatepack.converters import capabilities, registry
-from gatepack.converters.capabilities import BNNS, COREML, DIRECTML, ONNX_FOR_DIRECTML, OPENVINO, RECORDS, doubts, lacks
+from gatepack.converters.capabilities import doubts, lacks
 from gatepack.converters.findings import Status
 from gatepack.converters.formats import bnns, directml, openvino
 from gatepack.converters.formats.coreml import native_blockers as coreml_blockers
+from gatepack.schemas.cells import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_CHECK_LINES = 40
+RECORDS = capabilities.records()  # each written format's, from its registration record
+BNNS, COREML, DIRECTML, OPENVINO = (RECORDS[name] for name in ("bnns", "coreml", "directml", "openvino"))
+ONNX_FOR_DIRECTML = dict(registry.FORMATS["onnx"].variants)["--for directml"]
 
 
 @pytest.mark.parametrize("name", registry.writers())
@@ -36,9 +40,12 @@ def test_each_check_keeps_only_what_is_its_own(name):
 
 
 def test_every_written_format_has_a_record_for_every_cell_it_writes():
+    """Each writer's record answers for every cell: its own op, its elementary form, or "not mine" (a cell it does
+    not know is refused, never an op invented for it)."""
     assert set(RECORDS) == set(registry.writers())
     for name, caps in RECORDS.items():
-        assert {cell.value for cell in caps.ops} >= set(registry.FORMATS[name].cells), name
+        info = registry.FORMATS[name]
+        assert all(info.writes_cell(cell) == (cell in caps.ops or caps.elementary is not None) for cell in Cell), name
 
 
 def _layers(tmp_path: Path) -> list:
@@ -73,7 +80,7 @@ def test_blockers_agree_with_the_findings(tmp_path):
             assert _cell(checks["openvino"](layer, strategy=strategy)) is expected, label
             # auto also avoids an op in doubt for the layer; forced native keeps it (with a warning)
             in_doubt = strategy == "auto" and bool(doubts(layer, COREML.ops[layer.cell]))
-            for target in registry.CORE_ML_TARGETS:
+            for target in registry.registration("coreml").TARGETS:
                 blocked = coreml_blockers(layer, target)
                 found = checks["coreml"](layer, strategy=strategy, minimum_deployment_target=target)
                 expected = when_blocked if blocked else Status.DECOMPOSED if in_doubt else Status.EXACT

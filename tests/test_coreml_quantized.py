@@ -51,7 +51,7 @@ def _truth(package: str) -> dict[str, np.ndarray]:
 
 def _spec(package: Path):
     """The package's specification, parsed with coremltools' protobuf classes."""
-    from gatepack.converters.runtimes import coremltools
+    from gatepack.converters.formats.coreml.registration import coremltools
 
     coremltools()
     from coremltools.proto import Model_pb2

@@ -465,8 +465,8 @@ def test_tf_keras_fused_lstms_read_into_onnx_give_keras_s_outputs(name, tmp_path
 
 
 def test_the_record_and_the_writer_name_the_same_fused_activations():
-    from gatepack.converters.capabilities import FUSED_ACTIVATIONS
     from gatepack.converters.formats.litert.common import FUSED, schema
+    from gatepack.converters.formats.litert.registration import FUSED_ACTIVATIONS
 
     assert set(FUSED) == set(FUSED_ACTIVATIONS)
     assert all(hasattr(schema().ActivationFunctionType, value) for value in FUSED.values())

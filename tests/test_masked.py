@@ -23,9 +23,9 @@ import pytest
 from onnx import helper, numpy_helper
 
 import gatepack.converters as gp
-from gatepack.converters import runtimes
 from gatepack.converters.executor import run_layer
 from gatepack.converters.findings import Status
+from gatepack.converters.formats.openvino.registration import openvino as import_openvino
 from gatepack.converters.inspection import describe_json, describe_text
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell
@@ -56,7 +56,7 @@ def _outputs(path: Path, feed: dict, *, openvino: bool = False) -> list[np.ndarr
     """The model at ``path`` run as written, on onnxruntime (ONNX) or OpenVINO CPU at f32 (IR)."""
     if not openvino:
         return ort.InferenceSession(str(path)).run(None, feed)
-    ov, _ = runtimes.openvino()  # imported without its telemetry
+    ov, _ = import_openvino()  # imported without its telemetry
     compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     result = compiled(feed)
     return [result[out] for out in compiled.outputs]

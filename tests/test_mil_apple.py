@@ -99,7 +99,7 @@ WITHOUT_APPLE_CASE = {
 def apple_modules() -> tuple[str, list[str]]:
     """(coremltools' version, the op test modules its wheel ships for ``TOPICS``); skips when it has none."""
     from gatepack.converters.errors import RuntimeFailure
-    from gatepack.converters.runtimes import coremltools
+    from gatepack.converters.formats.coreml.registration import coremltools
 
     try:
         ct = coremltools()

@@ -174,7 +174,7 @@ def test_every_cell_has_a_row_and_an_unknown_cell_raises():
 def test_a_cell_without_an_executor_step_is_refused_not_run_as_another(monkeypatch):
     from gatepack.converters import executor
 
-    monkeypatch.delitem(executor._STEP_BUILDERS, Cell.GRU)
+    monkeypatch.setitem(CELLS, Cell.GRU, CELLS[Cell.GRU]._replace(executor_step=None))
     layer = gp.load(SOURCE).layers[0]
     with pytest.raises(gp.UsageError, match="cannot run GRU"):
         executor.run_layer(layer, np.zeros((2, 1, layer.input_size), np.float32))
@@ -192,7 +192,7 @@ def test_a_format_without_the_cell_refuses_it_with_the_alternative(tmp_path, mon
     result = CliRunner().invoke(main, ["convert", str(source), "-o", str(out), "--to", "bnns", "--json"])
     assert result.exit_code == 4, result.output
     error = json.loads(result.stdout)
-    writers = " or ".join(name for name in registry.writers() if "lstm" in registry.FORMATS[name].cells)
+    writers = " or ".join(name for name in registry.writers() if registry.FORMATS[name].writes_cell(Cell.LSTM))
     assert "does not write LSTM" in error["error"] and writers in error["hint"] and "bnns" not in error["hint"]
     assert not out.exists()
     with pytest.raises(gp.RefusedError, match="does not write LSTM"):
@@ -203,12 +203,13 @@ def test_a_format_without_the_cell_refuses_it_with_the_alternative(tmp_path, mon
 
 
 def test_every_cell_has_an_elementary_step():
-    """A new cell without a graph step fails here, rather than being computed as another cell."""
-    from gatepack.converters import cell_steps
+    """Each built-in cell's record names its graph step and its executor step, which resolve to functions; an
+    unknown cell raises rather than being computed as another cell."""
+    from gatepack.converters import cell_steps, executor
 
-    assert set(cell_steps.STEPS) == set(Cell)
     for cell in Cell:
-        assert cell_steps.step_of(cell, "X") is cell_steps.STEPS[cell]
+        assert cell_steps.step_of(cell, "X") is getattr(cell_steps, f"{cell.value}_step")
+        assert executor._step_builder(cell) is getattr(executor, f"{cell.value}_step")
     with pytest.raises(UnknownCellError):
         cell_steps.step_of("sru", "X")
 
@@ -228,11 +229,9 @@ def test_a_cell_without_an_elementary_step_is_refused_not_built_as_another(
     writers once took any cell but LSTM for a GRU). The GRU has a clip, so that onnxruntime's DirectML
     provider (which would drop it) gets elementary ops too."""
     pytest.importorskip(framework)
-    from gatepack.converters import cell_steps
-
     source = tmp_path / "clipped_gru.onnx"
     onnx.save(build_model(Config(cell="GRU", lbr=1, clip=0.5)), str(source))
-    monkeypatch.delitem(cell_steps.STEPS, Cell.GRU)
+    monkeypatch.setitem(CELLS, Cell.GRU, CELLS[Cell.GRU]._replace(graph_step=None))
     with pytest.raises(gp.UsageError, match="no elementary-op step for GRU cells"):
         gp.convert(source, tmp_path / f"out.{suffix}", to=fmt, verify=False, **options)
     assert not (tmp_path / f"out.{suffix}").exists()

@@ -15,7 +15,7 @@ import gatepack as gp
 from gatepack.cli import main
 from gatepack.converters.findings import Status
 from gatepack.converters.formats.onnx.folding import specialisation_hint
-from gatepack.converters.runtimes import openvino
+from gatepack.converters.formats.openvino.registration import openvino
 from gatepack.converters.samples import dim_size_candidates, implied_sizes
 
 SILERO = FIXTURES / "shipped" / "silero_vad_16k_op15.onnx"

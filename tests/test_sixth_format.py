@@ -1,11 +1,13 @@
-"""A sixth format is one registry entry and one module: with a dummy registered (tests/sixth_format.py, the
-canonical layers as JSON), the CLI's choices, `gatepack formats`, the report (text, JSON and its schema) and
-`convert` take it in, and nothing counts five. (The whole CLI and report test files run with it too:
+"""A sixth format is one folder: with a dummy's folder added to the formats package's path (tests/sixth_format.py:
+tests/plugin_formats/dummy/, the canonical layers as JSON), the registry finds its record, and the CLI's choices,
+`gatepack formats`, the report (text, JSON and its schema) and `convert` take it in; nothing counts five and
+nothing outside the folder names it. (The whole CLI and report test files run with it too:
 `pytest tests/test_cli.py tests/test_report.py --sixth-format`.)"""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 import numpy as np
@@ -32,6 +34,18 @@ def dummy(monkeypatch) -> registry.FormatInfo:
 
 def invoke(*args: object):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_the_sixth_is_one_folder_that_nothing_else_names(dummy):
+    """The folder holds a record and an implementation, the way a package under converters/formats does; no module
+    of gatepack (cli.py, converters/, schemas/) nor the packaging names the dummy: the registry found it."""
+    assert sorted(p.name for p in sixth_format.FOLDER.glob("*.py")) == ["__init__.py", "registration.py"]
+    assert registry.registration(dummy.name).INFO is dummy
+    assert registry.implementation(dummy.name).read.__module__ == f"{registry.FORMATS_PACKAGE}.{dummy.name}"
+    root = Path(registry.__file__).resolve().parents[1]
+    sources = [root / "cli.py", root / "pyproject.toml", *(root / "converters").rglob("*.py")]
+    sources += list((root / "schemas").rglob("*"))
+    assert not [p for p in sources if p.is_file() and dummy.name in p.read_text(errors="ignore")]
 
 
 def test_the_registry_holds_six_and_the_cli_offers_the_sixth(dummy):

@@ -1,6 +1,6 @@
-"""A whole ONNX model as every target's translation reads it (``converters/operators``): which models are written
-whole, the source prepared for the walk (its layers, the nodes they stand for and the constants only they read),
-and the summary of the nodes a target cannot hold."""
+"""A whole ONNX model as every target's translation reads it (``converters/operators``; which models a target
+writes whole: ``registry.keeps_whole``): the source prepared for the walk (its layers, the nodes they stand for and
+the constants only they read), and the summary of the nodes a target cannot hold."""
 
 from __future__ import annotations
 
@@ -13,12 +13,6 @@ import numpy as np
 from gatepack.converters.model import Model
 from gatepack.converters.operators.translation import Untranslatable
 from gatepack.schemas.layer import RecurrentLayer
-
-
-def is_whole_model(model: Model) -> bool:
-    """An ONNX model with operators around its recurrent layers, written whole unless the user asked for the
-    layers alone."""
-    return model.format == "onnx" and model.keeps_whole and model.path is not None
 
 
 class Prepared:

@@ -64,7 +64,7 @@ from gatepack.converters.apple import (
     onnx_weights,
     recurrence,
 )
-from gatepack.converters.capabilities import BNNS, alternative, lacks
+from gatepack.converters.capabilities import alternative, lacks
 from gatepack.converters.description import typed_field
 from gatepack.converters.errors import (
     InputError,
@@ -77,8 +77,10 @@ from gatepack.converters.errors import (
 from gatepack.converters.feature_findings import findings, form_of
 from gatepack.converters.fileio import atomic_path, contained_file, load_npy, read_json
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.bnns.registration import CAPABILITIES as BNNS
+from gatepack.converters.formats.bnns.registration import WHOLE_MODEL_VIA
 from gatepack.converters.model import Model, with_separate_inputs
-from gatepack.converters.registry import FormatImplementation
+from gatepack.converters.registry import FormatImplementation, keeps_whole
 from gatepack.schemas.layer import (
     OUTPUT_ROLES,
     Cell,
@@ -564,7 +566,7 @@ def check(layer: RecurrentLayer, **_options) -> list[Finding]:
 def whole_model_finding(model: Model) -> Finding | None:
     """A whole ONNX model for BNNSGraph: its artifact is the compiled Core ML package (BNNSGraph compiles an
     ``.mlmodelc``), which ``--to coreml`` writes; this format's bundle holds layers only."""
-    if not (model.format == "onnx" and model.keeps_whole):
+    if not keeps_whole(model, WHOLE_MODEL_VIA[0]):  # a model Core ML writes whole
         return None
     return Finding(
         "model",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gatepack.converters.quantization as quantization
-from gatepack.converters.capabilities import COREML
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
@@ -17,6 +16,7 @@ from gatepack.converters.formats.coreml.common import (
     unholdable,
     written_straight,
 )
+from gatepack.converters.formats.coreml.registration import CAPABILITIES as COREML
 from gatepack.schemas.layer import (
     INPUT_ROLES,
     OUTPUT_ROLES,

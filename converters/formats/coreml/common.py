@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from gatepack.converters.capabilities import COREML, lacks
+from gatepack.converters.capabilities import lacks
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import Form, form_of
 from gatepack.converters.findings import fp16_source
+from gatepack.converters.formats.coreml.registration import CAPABILITIES as COREML
+from gatepack.converters.formats.coreml.registration import TARGETS
 from gatepack.converters.quantization import ASKED as DEQUANTIZE_ASKED
-from gatepack.converters.registry import CORE_ML_TARGETS
 from gatepack.schemas.layer import (
     RecurrentLayer,
 )
@@ -29,13 +30,12 @@ if TYPE_CHECKING:
 
 FORMAT = "coreml"
 METADATA_KEY = "gatepack"
-TARGETS = CORE_ML_TARGETS
 NEWEST_TARGET = TARGETS[-1]  # what the builders default to; a package written without a target takes the lowest
 # that expresses it (lowest_target)
 
 
 def _ct():
-    from gatepack.converters.runtimes import coremltools
+    from gatepack.converters.formats.coreml.registration import coremltools
 
     return coremltools()
 
@@ -91,7 +91,7 @@ def native_blockers(layer: RecurrentLayer, target: str = NEWEST_TARGET) -> list[
     """Why MIL's own gru/rnn/lstm op at ``target`` would not compute what ONNX specifies (empty: it would):
     ``capabilities.COREML``'s op for the cell, against the layer."""
     _target_rank(target)
-    return list(lacks(layer, COREML.ops[layer.cell], target).values())
+    return list(lacks(layer, COREML.op(layer.cell), target).values())
 
 
 def choose_strategy(layer: RecurrentLayer, strategy: str, target: str = NEWEST_TARGET) -> tuple[str, list[str]]:
@@ -200,7 +200,7 @@ def _written_as(form: Form) -> tuple:
 
 
 def _needed_feature(layer: RecurrentLayer) -> str:
-    op = COREML.ops[layer.cell]
+    op = COREML.op(layer.cell)
     return f"{op.name} op's {op.reset_after} (linear_before_reset = 1)" if op.reset_after else f"{op.name} op"
 
 

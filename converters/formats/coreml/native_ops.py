@@ -9,10 +9,9 @@ import numpy as np
 import gatepack.converters.formats.coreml.compressed as compressed
 from gatepack.converters.apple import (
     activation_of,
-    gate_order,
     onnx_peephole,
     onnx_weights,
-    rows,
+    to_onnx,
 )
 from gatepack.converters.errors import InputError, where
 from gatepack.converters.findings import Finding, Status
@@ -69,10 +68,9 @@ def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Find
         if cell is Cell.GRU
         else [_value(op.inputs.get("activation")) or "tanh"]
     )
-    order = gate_order(cell, to_apple=False)
     return {
         **onnx_weights(cell, w, r, bias, input_bias, reset_after),
-        **_records(w_found, r_found, lambda array: rows(array, order, h), found),
+        **_records(w_found, r_found, lambda array: to_onnx(array, cell), found),
         "lbr": reset_after,
         "activations": tuple(activation_of(a, at) for a in acts),
         "reverse": (_value(op.inputs.get("direction")) or "forward") == "reverse",
@@ -141,9 +139,7 @@ def _lstm_op_weights(op, path: Path) -> tuple[list[DirectionParams], Direction, 
                 *_float32_weights(got),
                 activations=acts,
                 P=None if peephole is None else onnx_peephole(peephole),
-                **_records(
-                    w_found, r_found, lambda array, h=h: rows(array, gate_order(Cell.LSTM, False), h), notes, suffix
-                ),
+                **_records(w_found, r_found, lambda array: to_onnx(array, Cell.LSTM), notes, suffix),
             )
         )
     has_bias = any(_value(op.inputs.get(key)) is not None for key in ("bias", "bias_back"))

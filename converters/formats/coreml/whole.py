@@ -15,6 +15,7 @@ import numpy as np
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
+    FORMAT,
     NEWEST_TARGET,
     STATE_TARGET,
     TARGETS,
@@ -28,10 +29,11 @@ from gatepack.converters.formats.coreml.translate import MAX_RANK, MilTranslatio
 from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
 from gatepack.converters.model import Model
 from gatepack.converters.operators.prepared import Prepared as _Prepared
-from gatepack.converters.operators.prepared import fed_inputs, given_dims, is_whole_model, untranslatable_summary
+from gatepack.converters.operators.prepared import fed_inputs, given_dims, untranslatable_summary
 from gatepack.converters.operators.prepared import file_key as _file_key
 from gatepack.converters.operators.prepared import initializers as _initializers
 from gatepack.converters.operators.translation import Untranslatable, translate_nodes
+from gatepack.converters.registry import keeps_whole
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
 # ONNX element types (TensorProto.DataType) a package's inputs and outputs can carry, as MIL types' names
@@ -50,6 +52,12 @@ _BOOL = 9  # a bool input is fed as int32 and cast to bool inside the program; a
 ALTERNATIVES = (
     "pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep the whole model"
 )
+
+
+def is_whole_model(model: Model) -> bool:
+    """An ONNX model with operators around its recurrent layers, written whole unless the user asked for the
+    layers alone (``registry.keeps_whole``)."""
+    return keeps_whole(model, FORMAT)
 
 
 def build_whole(model: Model, *, strategy: str = "auto", target: str = NEWEST_TARGET, states: dict | None = None):

@@ -4,7 +4,8 @@ Core ML runtime, and executed by a NumPy interpreter of the MIL ops gatepack emi
 MIL's recurrent ops (docs/conventions.md §5) differ from ONNX::
 
 
-* gate blocks r, o, z (o = the candidate): ONNX z, r, h rows permuted by ``[1, 2, 0]``;
+* gate blocks r, o, z (o = the candidate): ONNX z, r, h rows permuted by ``apple.to_apple`` (the family's gate table,
+  ``coreml.registration.GATES``);
 * reset_after = False (every target) is reset-*before*: ``o = g(W_o x + b_o + W_ho (r * h) + b_ho)``,
   whatever Apple's docs print; the biases are then additive and ``bias = Wb + Rb`` (folded);
 * reset_after = True (iOS18) is ONNX linear_before_reset = 1: ``bias = Rb``, ``input_bias = Wb``;
@@ -36,8 +37,7 @@ from gatepack.converters.apple import (
     NATIVE_ACTIVATIONS,
     apple_peephole,
     apple_tensor,
-    gate_order,
-    rows,
+    to_apple,
 )
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
@@ -160,11 +160,8 @@ def _weight(mb, layer: RecurrentLayer, k: int, role: str, name: str, target: str
         value = apple_tensor(layer, k, native_key) if native_key else _stored(getattr(layer.directions[k], role))
         return mb.const(val=value, name=name)
     if native_key:
-        order = gate_order(layer.cell, to_apple=True)
-        spread = (
-            a if record.axis is None else rows(a, order, layer.hidden_size) for a in (record.scale, record.zero_point)
-        )
-        record = record.with_values(rows(record.values, order, layer.hidden_size), *spread)
+        spread = (a if record.axis is None else to_apple(a, layer.cell) for a in (record.scale, record.zero_point))
+        record = record.with_values(to_apple(record.values, layer.cell), *spread)
     return compressed.emit(mb, record, name, target)
 
 

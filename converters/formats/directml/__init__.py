@@ -55,7 +55,6 @@ from typing import Union
 
 import numpy as np
 
-from gatepack.converters.capabilities import DIRECTML
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_path
@@ -74,6 +73,7 @@ from gatepack.converters.formats.directml.desc import (
     SEQUENCE_LENGTHS_NOTE,
 )
 from gatepack.converters.formats.directml.reader import read
+from gatepack.converters.formats.directml.registration import CAPABILITIES as DIRECTML
 from gatepack.converters.formats.directml.running import run_layer_native, run_native, run_numpy, run_onnx_node
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation

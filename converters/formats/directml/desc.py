@@ -12,7 +12,9 @@ from typing import Callable
 
 import numpy as np
 
-from gatepack.converters.capabilities import DIRECTML, ONNX_FOR_DIRECTML, lacks
+from gatepack.converters.capabilities import lacks
+from gatepack.converters.formats.directml.registration import CAPABILITIES as DIRECTML
+from gatepack.converters.formats.onnx.registration import FOR_DIRECTML as ONNX_FOR_DIRECTML
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import ROLE_LABELS, Cell, Direction, RecurrentLayer
 

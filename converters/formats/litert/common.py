@@ -3,7 +3,7 @@ activations, the tensor roles of the sequence ops).
 
 The schema is the official one ai-edge-litert ships (``schema_py_generated``, flatc's Python object API:
 ``ModelT``, ``SubGraphT``, ``TensorT`` ... ``Pack``/``InitFromPackedBuf``), imported through
-``converters.runtimes`` only when a command needs it.
+``litert.registration`` only when a command needs it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ SCHEMA_VERSION = 3
 
 
 def schema() -> ModuleType:
-    from gatepack.converters.runtimes import litert
+    from gatepack.converters.formats.litert.registration import litert
 
     return litert()[0]
 

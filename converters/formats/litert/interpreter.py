@@ -17,7 +17,7 @@ from gatepack.converters.errors import InputError, RuntimeFailure
 
 
 def interpreter(content: bytes, label: object) -> Any:
-    from gatepack.converters.runtimes import litert
+    from gatepack.converters.formats.litert.registration import litert
 
     _, module = litert()
     try:

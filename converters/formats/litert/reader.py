@@ -45,6 +45,7 @@ from gatepack.converters.formats.litert.common import (
 )
 from gatepack.converters.formats.litert.loops import lift_loops
 from gatepack.converters.formats.litert.quantized import int8_record, negated, stacked
+from gatepack.converters.formats.litert.registration import GATES
 from gatepack.converters.formats.litert.unrolled import lift_unrolled
 from gatepack.converters.lifting import LiftRefused
 from gatepack.converters.model import Model
@@ -344,7 +345,7 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
         return found.astype(np.float32)
 
     cifg = not present(LSTM_INPUT_WEIGHTS["i"])
-    gates = "fco" if cifg else "ifco"
+    gates = [g for g in GATES[Cell.LSTM] if not (cifg and g == "i")]  # the op's order; CIFG: no input gate
     w = {g: required(LSTM_INPUT_WEIGHTS[g], f"input_to_{g}") for g in gates}
     r = {g: required(LSTM_RECURRENT_WEIGHTS[g], f"recurrent_to_{g}") for g in gates}
     _refuse_mixed(file, where, records)
@@ -359,13 +360,14 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
         b["i"] = None if b["f"] is None else -b["f"]
         p["i"] = None if p["f"] is None else -p["f"]
         w["f"], r["f"], b["f"], p["f"] = np.zeros_like(w["f"]), np.zeros_like(r["f"]), None, None
-    has_peepholes = any(p[g] is not None for g in "iof")
-    peepholes = np.concatenate([zero if p[g] is None else p[g] for g in "iof"]) if has_peepholes else None
+    canonical, onnx_peepholes = Cell.LSTM.gate_names, Cell.LSTM.spec.peepholes
+    has_peepholes = any(p[g] is not None for g in onnx_peepholes)
+    peepholes = np.concatenate([zero if p[g] is None else p[g] for g in onnx_peepholes]) if has_peepholes else None
     wq, rq = (_gate_records(file, records, kind, cifg, where) for kind in ("input", "recurrent"))
     params = DirectionParams(
-        np.concatenate([w[g] for g in "iofc"]) if wq is None else wq.dequantized(),
-        np.concatenate([r[g] for g in "iofc"]) if rq is None else rq.dequantized(),
-        np.concatenate([zero if b[g] is None else b[g] for g in "iofc"]),
+        np.concatenate([w[g] for g in canonical]) if wq is None else wq.dequantized(),
+        np.concatenate([r[g] for g in canonical]) if rq is None else rq.dequantized(),
+        np.concatenate([zero if b[g] is None else b[g] for g in canonical]),
         np.zeros(4 * h, np.float32),
         (Activation("Sigmoid"), Activation(activation), Activation(activation)),
         peepholes,
@@ -374,7 +376,7 @@ def _lstm_params(file: _File, inputs: list[int], options: Any, activation: str, 
     )
     found = {
         "time_major": options.timeMajor,
-        "has_bias": any(b[g] is not None for g in "iofc"),
+        "has_bias": any(b[g] is not None for g in canonical),
         "input_forget": cifg,
         "cell_clip": float(options.cellClip or 0.0),
         "states": [inputs[LSTM_OUTPUT_STATE], inputs[LSTM_CELL_STATE]],
@@ -402,7 +404,7 @@ def _gate_records(
 ) -> QuantizedWeights | None:
     """The ``kind`` (input or recurrent) per-gate INT8 records as one canonical record [4H, K], gates i, o, f, c
     (CIFG: i the forget gate's integers negated, f zeros, as the float weights are read); None for float ones."""
-    found = {g: records.get(f"{kind}_to_{g}") for g in "ifco"}
+    found = {g: records.get(f"{kind}_to_{g}") for g in GATES[Cell.LSTM]}
     if found["f"] is None:
         return None
     if cifg:
@@ -411,7 +413,7 @@ def _gate_records(
         if found["i"] is None:
             raise InputError(f"{file.path}: {where}: CIFG {kind}_to_forget holds -128, whose negation int8 has not")
         found["f"] = forget.with_values(np.zeros_like(forget.values), forget.scale, forget.zero_point)
-    return stacked([found[g] for g in "iofc"])  # type: ignore[misc]
+    return stacked([found[g] for g in Cell.LSTM.gate_names])  # type: ignore[misc]
 
 
 def _signature(tensor: Any) -> list:

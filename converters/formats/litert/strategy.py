@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gatepack.converters.capabilities import LITERT, doubts, lacks
+from gatepack.converters.capabilities import doubts, lacks
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import Form
 from gatepack.converters.formats.litert.quantized import holds, per_gate
+from gatepack.converters.formats.litert.registration import CAPABILITIES as LITERT
 from gatepack.converters.model import Model
 from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import Cell
@@ -26,7 +27,7 @@ from gatepack.schemas.layer import RecurrentLayer, state_roles
 
 def native_blockers(layer: RecurrentLayer) -> dict[str, str]:
     """Why the layer's sequence op would not compute what ONNX specifies, by feature (empty: it would)."""
-    op = LITERT.ops[layer.cell]
+    op = LITERT.op(layer.cell)
     found = lacks(layer, op)
     if layer.cell is Cell.GRU:
         return {"cell": "TFLite has no GRU builtin", **found}
@@ -60,7 +61,7 @@ def _hybrid_blockers(layer: RecurrentLayer) -> dict[str, str]:
 
 def form(layer: RecurrentLayer, strategy: str = "auto") -> Form:
     """The form ``layer`` is written in: the op where it is exact (``auto``), else elementary ops."""
-    op = LITERT.ops[layer.cell]
+    op = LITERT.op(layer.cell)
     lacking, doubted = native_blockers(layer), doubts(layer, op)
     avoided = [*lacking.values(), *doubted.values()]
     chosen = "decomposed" if layer.cell is Cell.GRU and strategy != "native" else choose(strategy, avoided)

@@ -25,7 +25,7 @@ import numpy as np
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.fileio import atomic_path
 from gatepack.converters.findings import Finding, Status
-from gatepack.converters.formats.litert.common import Graph, schema
+from gatepack.converters.formats.litert.common import FORMAT, Graph, schema
 from gatepack.converters.formats.litert.strategy import form
 from gatepack.converters.formats.litert.translate import LiteRTTranslation, Tensor, prune
 from gatepack.converters.model import Model
@@ -35,15 +35,23 @@ from gatepack.converters.operators.prepared import (
     file_key,
     given_dims,
     initializers,
-    is_whole_model,
     untranslatable_summary,
 )
 from gatepack.converters.operators.translation import Untranslatable, translate_nodes
+from gatepack.converters.registry import keeps_whole
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
 ALTERNATIVES = (
     "pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep the whole model"
 )
+
+
+def is_whole_model(model: Model) -> bool:
+    """An ONNX model with operators around its recurrent layers, written whole unless the user asked for the
+    layers alone (``registry.keeps_whole``)."""
+    return keeps_whole(model, FORMAT)
+
+
 # ONNX element types a LiteRT input or output carries here: float32, int64 (as INT32), int32, bool
 _IO_TYPES = {1: "FLOAT32", 7: "INT32", 6: "INT32", 9: "BOOL"}
 _INT64 = 7

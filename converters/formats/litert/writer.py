@@ -44,6 +44,7 @@ from gatepack.converters.formats.litert.common import (
     schema,
 )
 from gatepack.converters.formats.litert.quantized import asymmetric, held_records, holds, row_block
+from gatepack.converters.formats.litert.registration import GATES
 from gatepack.converters.formats.litert.strategy import form, held_state, streamed_roles
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.samples import DEFAULT_BATCH, DEFAULT_SEQ_LENGTH
@@ -315,12 +316,12 @@ class _LayerWriter:
     def lstm_op(self, x: int, params: DirectionParams, states: list[int], y: int, k: int) -> None:
         """UNIDIRECTIONAL_SEQUENCE_LSTM: ONNX's i, o, f, c blocks into per-gate tensors; input_forget as CIFG."""
         h, layer = self.layer.hidden_size, self.layer
-        blocks = dict(zip("iofc", range(4)))
+        blocks = {gate: n for n, gate in enumerate(layer.cell.gate_names)}  # ONNX order
         b = params.Wb + params.Rb
         inputs = [-1] * LSTM_INPUTS
         inputs[0] = x
         cifg = layer.input_forget
-        for gate in "ifco":
+        for gate in GATES[layer.cell]:  # the op's inputs' order
             j = blocks["i" if cifg and gate == "f" else gate]
             sign = -1 if cifg and gate == "f" else 1  # CIFG: i = 1 - f, so f takes ONNX's i negated
             if cifg and gate == "i":
@@ -330,7 +331,7 @@ class _LayerWriter:
             inputs[LSTM_RECURRENT_WEIGHTS[gate]] = self.matrix(f"recurrent_to_{gate}", k, "R", *rows_of, sign)
             inputs[LSTM_BIASES[gate]] = self.weight(f"{gate}_gate_bias", k, sign * b[j * h : (j + 1) * h])
         if params.P is not None:
-            p = dict(zip("iof", np.split(params.P, 3)))
+            p = dict(zip(layer.cell.spec.peepholes, np.split(params.P, 3)))  # ONNX order
             for gate in "ifo":
                 if cifg and gate == "i":
                     continue

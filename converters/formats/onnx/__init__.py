@@ -32,7 +32,6 @@ import gatepack.converters.formats.onnx.elementary as onnx_elementary
 import gatepack.converters.formats.onnx.qdq as onnx_qdq
 import gatepack.converters.formats.onnx.quantized as onnx_quantized
 import gatepack.converters.quantization as quantization
-from gatepack.converters.capabilities import ONNX, ONNX_FOR_DIRECTML
 from gatepack.converters.errors import GatepackError, RefusedError, UsageError
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_files
@@ -40,6 +39,9 @@ from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.onnx.graph import DEFAULT_OPSET
 from gatepack.converters.formats.onnx.jitter import jittered_copy
 from gatepack.converters.formats.onnx.reader import read
+from gatepack.converters.formats.onnx.registration import CAPABILITIES as ONNX
+from gatepack.converters.formats.onnx.registration import FOR_DIRECTML as ONNX_FOR_DIRECTML
+from gatepack.converters.formats.onnx.registration import runtime_name
 from gatepack.converters.formats.onnx.rewrite import in_place, is_whole_model, whole_model_finding
 from gatepack.converters.formats.onnx.running import (
     graph_inputs,
@@ -50,7 +52,7 @@ from gatepack.converters.formats.onnx.running import (
 )
 from gatepack.converters.formats.onnx.writer import build, quantized_form
 from gatepack.converters.model import Model
-from gatepack.converters.registry import FormatImplementation, runtime_name
+from gatepack.converters.registry import FormatImplementation
 from gatepack.schemas.layer import RecurrentLayer
 from gatepack.schemas.quantized import ORT_DYNAMIC
 

@@ -37,6 +37,7 @@ from gatepack.converters.formats.onnx.writer import (
     recurrent_attributes,
 )
 from gatepack.converters.model import Model
+from gatepack.converters.registry import keeps_whole
 from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, RecurrentLayer, stack_directions, state_roles
 
@@ -50,8 +51,8 @@ def lifted_layers(model: Model) -> list[RecurrentLayer]:
 
 def is_whole_model(model: Model) -> bool:
     """An ONNX model with operators around its recurrent layers: ONNX -> ONNX rewrites its layers in
-    place and keeps everything else (unless the user asked for the layers alone)."""
-    return model.format == FORMAT and model.keeps_whole and model.path is not None
+    place and keeps everything else (unless the user asked for the layers alone; ``registry.keeps_whole``)."""
+    return keeps_whole(model, FORMAT)
 
 
 def in_place(
@@ -287,7 +288,7 @@ def _replacement(layer: RecurrentLayer, region: Region, opset: int) -> Replaceme
         inputs[3] = f"{layer.name}:B"
     while not inputs[-1]:
         inputs.pop()
-    node = helper.make_node(layer.cell.spec.onnx_op, inputs, outputs, name=layer.name, **recurrent_attributes(layer))
+    node = helper.make_node(layer.cell.onnx_op, inputs, outputs, name=layer.name, **recurrent_attributes(layer))
     return Replacement([node], weights, inputs, outputs)
 
 

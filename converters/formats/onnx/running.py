@@ -153,7 +153,7 @@ def _ort_message(err: Exception) -> str:
 
 
 def _session(source, label: str):
-    from gatepack.converters.runtimes import onnxruntime
+    from gatepack.converters.formats.onnx.registration import onnxruntime
 
     ort = onnxruntime()
 

@@ -14,11 +14,11 @@ from onnx import helper, numpy_helper
 import gatepack.converters.formats.onnx.elementary as onnx_elementary
 import gatepack.converters.formats.onnx.qdq as onnx_qdq
 import gatepack.converters.formats.onnx.quantized as onnx_quantized
-from gatepack.converters.capabilities import ONNX_FOR_DIRECTML
 from gatepack.converters.description import constant_in_layout
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import form_of
 from gatepack.converters.formats.onnx.graph import DEFAULT_OPSET, PERM_IN, PERM_Y, PERM_YH, broadcast_state_nodes
+from gatepack.converters.formats.onnx.registration import FOR_DIRECTML as ONNX_FOR_DIRECTML
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.schemas.layer import INPUT_ROLES, RecurrentLayer, stack_directions
 from gatepack.schemas.quantized import ORT_DYNAMIC

@@ -51,7 +51,7 @@ import numpy as np
 import gatepack.converters.formats.openvino.compressed as openvino_compressed
 import gatepack.converters.formats.openvino.stateful as openvino_stateful
 import gatepack.converters.quantization as quantization
-from gatepack.converters.capabilities import OPENVINO, lacks
+from gatepack.converters.capabilities import lacks
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
@@ -61,9 +61,11 @@ from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.openvino.ir import OV_GATES, RT_INFO_OTHER_OPS, RT_INFO_PATH, ov_message
 from gatepack.converters.formats.openvino.quantizers import conversion_extensions
 from gatepack.converters.formats.openvino.reader import read
+from gatepack.converters.formats.openvino.registration import CAPABILITIES as OPENVINO
+from gatepack.converters.formats.openvino.registration import NAME
 from gatepack.converters.formats.openvino.running import graph_inputs, graph_outputs, run_layer_native, run_native
 from gatepack.converters.model import Model, with_separate_inputs
-from gatepack.converters.registry import FormatImplementation
+from gatepack.converters.registry import FormatImplementation, keeps_whole
 from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import CELLS
 from gatepack.schemas.layer import (
@@ -82,7 +84,7 @@ from gatepack.schemas.quantized import QuantizedWeights
 
 
 def _ov():
-    from gatepack.converters.runtimes import openvino
+    from gatepack.converters.formats.openvino.registration import openvino
 
     return openvino()
 
@@ -93,7 +95,7 @@ def _ov():
 def native_blockers(layer: RecurrentLayer) -> list[str]:
     """Why OpenVINO's own sequence op would not compute what ONNX specifies (empty: it would):
     ``capabilities.OPENVINO``'s op for the cell, against the layer."""
-    return list(lacks(layer, OPENVINO.ops[layer.cell]).values())
+    return list(lacks(layer, OPENVINO.op(layer.cell)).values())
 
 
 def choose_strategy(layer: RecurrentLayer, strategy: str) -> tuple[str, list[str]]:
@@ -131,8 +133,8 @@ def compute_dtype(layer: RecurrentLayer) -> str:
 
 def is_whole_model(model: Model) -> bool:
     """An ONNX model with operators other than its recurrent nodes: written as one IR of everything
-    (unless the user asked for the layers alone)."""
-    return model.format == "onnx" and model.keeps_whole and model.path is not None
+    (unless the user asked for the layers alone; ``registry.keeps_whole``)."""
+    return keeps_whole(model, NAME)
 
 
 def whole_model_finding(model: Model) -> Finding | None:
@@ -322,7 +324,7 @@ def _import_whole(model: Model, strategy: str):
                 f"{model.path}: layer {layer.name!r}: a model with other operators keeps its own interface: "
                 "--layout cannot change it"
             )
-        candidates.setdefault(layer.cell.spec.onnx_op, []).append((layer, node))  # lifted layers too
+        candidates.setdefault(layer.cell.onnx_op, []).append((layer, node))  # lifted layers too
     described: list[dict] = []
     names_to_restore: list[tuple[Any, str]] = []  # (OpenVINO sequence op, its layer's name)
     failures: list[Exception] = []
@@ -346,7 +348,7 @@ def _import_whole(model: Model, strategy: str):
     # a layer with a per-step hold is written in place as an elementary ONNX Loop, which the frontend converts
     described += [{"name": lay.name, "strategy": "held", **describe(lay)} for lay in model.layers if lay.interface.mask]
     core = ov.Core()
-    for op_type in (spec.onnx_op for spec in CELLS.values()):
+    for op_type in (spec.onnx_op for spec in CELLS.values() if spec.onnx_op is not None):
         core.add_extension(ConversionExtension(op_type, translator(op_type)))
     for extension in conversion_extensions(ops):  # as ONNX defines them, not as the frontend rounds them
         core.add_extension(extension)

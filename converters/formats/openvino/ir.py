@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gatepack.converters.capabilities import OPENVINO
 from gatepack.converters.errors import InputError, RuntimeFailure
 from gatepack.converters.fileio import contained_file, read_bytes
 from gatepack.converters.findings import fp16_source
-from gatepack.converters.runtimes import openvino
+from gatepack.converters.formats.openvino.registration import CAPABILITIES as OPENVINO
+from gatepack.converters.formats.openvino.registration import openvino
 from gatepack.schemas.layer import Cell
 
 FORMAT = "openvino"

@@ -28,6 +28,7 @@ from gatepack.converters.formats.openvino.ir import (
     sequence_inputs,
 )
 from gatepack.converters.formats.openvino.lifting import LOOP_OPS, STATE_INPUTS, lift_loops
+from gatepack.converters.formats.openvino.registration import openvino
 from gatepack.converters.formats.openvino.shapes import (
     evaluate_for_two_shapes,
     from_shapes_only,
@@ -35,7 +36,6 @@ from gatepack.converters.formats.openvino.shapes import (
 )
 from gatepack.converters.formats.openvino.stateful import held_states
 from gatepack.converters.model import Model
-from gatepack.converters.runtimes import openvino
 from gatepack.schemas.activations import Activation, canonical_name
 from gatepack.schemas.layer import (
     OUTPUT_ROLES,

@@ -10,7 +10,7 @@ import numpy as np
 from gatepack.converters.errors import RuntimeFailure, UsageError
 from gatepack.converters.formats.openvino.ir import FORMAT, SEQUENCE_OPS, all_ops, read_ir, run_model, sequence_inputs
 from gatepack.converters.formats.openvino.lifting import STATE_INPUTS, LoopHandle, run_lifted
-from gatepack.converters.runtimes import openvino
+from gatepack.converters.formats.openvino.registration import openvino
 from gatepack.schemas.layer import OUTPUT_ROLES, PERM_SWAP_01, ROLE_LABELS, RecurrentLayer, state_roles
 
 

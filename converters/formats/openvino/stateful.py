@@ -21,8 +21,8 @@ import numpy as np
 
 from gatepack.converters.errors import RuntimeFailure, UsageError
 from gatepack.converters.formats.openvino.ir import COMPILE_CONFIG, ov_message
+from gatepack.converters.formats.openvino.registration import openvino
 from gatepack.converters.formats.openvino.running import read_at_fed_shapes
-from gatepack.converters.runtimes import openvino
 
 SEPARATOR = "->"  # a variable's id: the state input's name, this separator, the state output's name
 

@@ -1,0 +1,137 @@
+"""A new cell is one record: a minimal gated unit (MGU; Zhou et al. 2016, "Minimal gated unit for recurrent neural
+networks"), registered here with its gates, its graph step and its executor step and no ONNX operator, is written
+by every format that expresses it with elementary operators (OpenVINO's TensorIterator, Core ML's while_loop,
+LiteRT's unrolled builtin ops), each artifact verified by gatepack and, run as written, equal to an independent NumPy
+transcription of the MGU's equations; every other format refuses it, naming those. No module of gatepack is edited.
+
+MGU, per direction, gates f (forget) and h (candidate), W [2H, I], R [2H, H]::
+
+    f  = sigmoid(x Wf^T + h Rf^T + Wbf + Rbf)
+    n  = tanh(x Wh^T + (f * h) Rh^T + Wbh + Rbh)
+    h' = (1 - f) * h + f * n
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gatepack as gp
+from gatepack.converters import registry
+from gatepack.converters.decompose import build_activation
+from gatepack.converters.model import Model
+from gatepack.schemas import cells
+from gatepack.schemas.activations import Activation
+from gatepack.schemas.layer import Direction, DirectionParams, Interface, RecurrentLayer
+
+S, N, I, H = 5, 2, 3, 4
+ELEMENTARY = {"openvino": "out.xml", "coreml": "out.mlpackage", "litert": "out.tflite"}
+
+
+def mgu_graph_step(o, layer, params, gx, state):
+    """One step as elementary ops (``cell_steps.StepOps``): the gate blocks f, h of gx = x W^T + Wb."""
+    (h_prev,) = state
+    f_act, g_act = params.activations
+    xf, xh = o.split(gx, 2)
+    forget = build_activation(o, o.add(xf, o.recurrent(h_prev, 0, 1)), f_act, o.builder)
+    candidate = build_activation(o, o.add(xh, o.recurrent(o.mul(forget, h_prev), 1, 2)), g_act, o.builder)
+    return [o.add(o.mul(o.sub(o.const(forget, 1), forget), h_prev), o.mul(forget, candidate))]
+
+
+def mgu_executor_step(hidden, activations, r, rb, clip, options, peephole):
+    """The executor's step on pre-projected inputs gx [N, 2H]; every recurrent bias adds to gx (returned)."""
+    f_act, g_act = activations
+    r_f, r_h = r[:hidden], r[hidden:]
+
+    def step(gx, state):
+        (h,) = state
+        f = f_act(clip(gx[:, :hidden] + h @ r_f.T))
+        n = g_act(clip(gx[:, hidden:] + (f * h) @ r_h.T))
+        return ((1 - f) * h + f * n,)
+
+    return step, rb
+
+
+MGU = cells.CellSpec(
+    "mgu",
+    "MGU",
+    gates=("f", "h"),
+    gate_meanings=("forget", "hidden candidate"),
+    default_activations=("Sigmoid", "Tanh"),
+    graph_step=mgu_graph_step,
+    executor_step=mgu_executor_step,
+)
+
+
+@pytest.fixture(scope="module")
+def mgu():
+    cell = cells.register(MGU)
+    yield cell
+    cells.unregister(cell)
+
+
+def _layer(cell) -> RecurrentLayer:
+    rng = np.random.default_rng(44)
+
+    def weights() -> DirectionParams:
+        w, r = rng.uniform(-0.8, 0.8, (2 * H, I)), rng.uniform(-0.8, 0.8, (2 * H, H))
+        wb, rb = rng.uniform(-0.3, 0.3, 2 * H), rng.uniform(-0.3, 0.3, 2 * H)
+        acts = (Activation("Sigmoid"), Activation("Tanh"))
+        return DirectionParams(*(a.astype(np.float32) for a in (w, r, wb, rb)), acts)
+
+    itf = Interface("X", "Y", "Y_h", initial_h="initial_h", seq_length=S, batch_size=N)
+    return RecurrentLayer("mgu", cell, I, H, Direction.BIDIRECTIONAL, (weights(), weights()), itf)
+
+
+def transcription(layer: RecurrentLayer, x: np.ndarray, h0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The MGU's equations in NumPy, sample by sample, float64: Y [S, D, N, H] and Y_h [D, N, H]."""
+    y = np.zeros((S, 2, N, H))
+    y_h = np.zeros((2, N, H))
+    for d, p in enumerate(layer.directions):
+        w, r, wb, rb = (np.float64(a) for a in (p.W, p.R, p.Wb, p.Rb))
+        for n in range(N):
+            h = np.float64(h0[d, n])
+            for t in reversed(range(S)) if d else range(S):
+                f = 1 / (1 + np.exp(-(w[:H] @ x[t, n] + r[:H] @ h + wb[:H] + rb[:H])))
+                cand = np.tanh(w[H:] @ x[t, n] + r[H:] @ (f * h) + wb[H:] + rb[H:])
+                h = (1 - f) * h + f * cand
+                y[t, d, n] = h
+            y_h[d, n] = h
+    return y, y_h
+
+
+def test_the_formats_that_express_it_elementarily_are_the_ones_that_write_it(mgu):
+    """OpenVINO, Core ML and LiteRT have an elementary form (and no op of their own for it): they write it;
+    ONNX, DirectML and BNNS have no op for it and no elementary form gatepack reads back: refused, naming those."""
+    writers = [name for name in registry.writers() if registry.FORMATS[name].writes_cell(mgu)]
+    assert set(ELEMENTARY) <= set(writers) and not {"onnx", "directml", "bnns"} & set(writers)
+    for name in ("onnx", "directml", "bnns"):
+        assert all(
+            mgu not in caps.ops
+            for caps in [registry.FORMATS[name].capabilities, *dict(registry.FORMATS[name].variants).values()]
+        )
+    report = gp.report(Model(None, "onnx", [_layer(mgu)]))
+    for name in ("directml", "bnns"):
+        (refusal,) = [f for f in report.layers[0].targets[name].findings if f.feature == "cell"]
+        assert refusal.status.value == "unsupported" and "openvino" in refusal.alternative
+
+
+@pytest.mark.parametrize("target", sorted(ELEMENTARY))
+def test_a_new_cell_converts_to_every_elementary_format_and_matches_its_equations(mgu, target, tmp_path):
+    """Written with the elementary form (the report says so), verified by gatepack (the artifact read back and run
+    on its runtime against the executor's MGU step), and the artifact as written equal to the transcription."""
+    layer = _layer(mgu)
+    out = tmp_path / ELEMENTARY[target]
+    result = gp.convert(Model(None, "onnx", [layer]), out, to=target)
+    assert result.passed, result.to_text()
+    cell = next(f for f in result.findings[layer.name] if f.feature == "cell")
+    assert cell.status.value == "decomposed" and "no MGU op" in cell.detail
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, (S, N, I)).astype(np.float32)
+    h0 = rng.uniform(-1, 1, (2, N, H)).astype(np.float32)
+    engine = "numpy" if not registry.FORMATS[target].runs_here else "native"
+    got = gp.run(out, {"X": x, "initial_h": h0}, engine=engine)
+    y, y_h = transcription(layer, x, h0)
+    np.testing.assert_allclose(got["Y"], y, atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(got["Y_h"], y_h, atol=1e-5, rtol=1e-4)
+    assert gp.load(out).layers[0].cell is mgu
