@@ -181,31 +181,31 @@ class ConversionPlan:
         """The plan of ``gatepack.convert``'s ``arguments`` (every one, by its name: that signature holds their types
         and defaults), each checked in turn (UsageError naming the first wrong one; an option the target does not
         take, or a value of the wrong type, by its name)."""
-        given = SimpleNamespace(**arguments)
-        src = registry.as_source(given.src)
-        inputs = given_inputs(given.input_shapes, given.inputs, given.input_values)
-        pairs, frames = streaming_request(given.states, given.frames)
+        asked = SimpleNamespace(**arguments)
+        src = registry.as_source(asked.src)
+        inputs = given_inputs(asked.input_shapes, asked.inputs, asked.input_values)
+        pairs, frames = streaming_request(asked.states, asked.frames)
         accepted = _acceptance(
-            given.allow_lossy, given.dequantize, given.max_error, given.quantize_weights, given.quantize_block_size
+            asked.allow_lossy, asked.dequantize, asked.max_error, asked.quantize_weights, asked.quantize_block_size
         )
-        info, _ = registry.writer(given.to or registry.detect(given.dst, writing=True))
-        read, write = split_options(given.options)
+        info, _ = registry.writer(asked.to or registry.detect(asked.dst, writing=True))
+        read, write = split_options(asked.options)
         read_options(read)
         info.check_options(write)
-        check_seed(given.seed)
-        if given.layout is not None and (isinstance(given.layout, bool) or given.layout not in (0, 1)):
-            raise UsageError(f"layout {given.layout!r} is not 0 or 1")
+        check_seed(asked.seed)
+        if asked.layout is not None and (isinstance(asked.layout, bool) or asked.layout not in (0, 1)):
+            raise UsageError(f"layout {asked.layout!r} is not 0 or 1")
         _check_source(src, read)
         return cls(
             source=src,
-            output=given.dst,
+            output=asked.dst,
             target=info.name,
-            source_format=given.format,
-            verify=given.verify,
+            source_format=asked.format,
+            verify=asked.verify,
             accepted=accepted,
-            layout=given.layout,
-            layers_only=given.layers_only,
-            seed=given.seed,
+            layout=asked.layout,
+            layers_only=asked.layers_only,
+            seed=asked.seed,
             given=inputs,
             states=tuple(pairs),
             frames=frames,
@@ -274,10 +274,10 @@ class ComparisonPlan:
         naming the first wrong one; the read options are checked when the artifacts are read)."""
         from gatepack.converters.verification import Tolerance
 
-        given = SimpleNamespace(**arguments)
-        src, dst = registry.as_source(given.src), registry.as_source(given.dst)
-        inputs = given_inputs(given.input_shapes, given.inputs, given.input_values)
-        check_seed(given.seed)
-        tolerance = Tolerance(given.atol, given.rtol)
-        pairs, frames = streaming_request(given.states, given.frames)
-        return cls(src, dst, given.format, given.to, given.seed, tolerance, inputs, tuple(pairs), frames, given.options)
+        asked = SimpleNamespace(**arguments)
+        src, dst = registry.as_source(asked.src), registry.as_source(asked.dst)
+        inputs = given_inputs(asked.input_shapes, asked.inputs, asked.input_values)
+        check_seed(asked.seed)
+        tolerance = Tolerance(asked.atol, asked.rtol)
+        pairs, frames = streaming_request(asked.states, asked.frames)
+        return cls(src, dst, asked.format, asked.to, asked.seed, tolerance, inputs, tuple(pairs), frames, asked.options)
