@@ -350,6 +350,25 @@ def _check_flags_apply(target, given: dict) -> None:
         )
 
 
+def _target_write_options(output: str, to: str | None, flags: dict) -> dict:
+    """The write options the flags given set, as the API takes them, for the target (``--to``, else from the output
+    path); UsageError naming a flag that does not apply to it (``--strategy auto`` applies to every target)."""
+    from gatepack.converters.registry import detect
+
+    options = all_write_options()
+    given = {name: options[name].cli_convert(value) for name, value in flags.items() if value is not None}
+    target = registry.check_name(to or detect(output, writing=True))
+    if "strategy" in given and given["strategy"] != "auto" and "strategy" not in target.option_names:
+        raise gp.UsageError(
+            f"--strategy {given['strategy']} does not apply to {target.title}, which has one way to write a layer",
+            hint="strategies choose between a target's recurrent op and elementary ops "
+            f"({', '.join(registry.takers('strategy'))})",
+        )
+    given = {k: v for k, v in given.items() if k in target.option_names or k != "strategy"}
+    _check_flags_apply(target, given)
+    return given
+
+
 @main.command()
 @click.argument("model", type=click.Path())
 @click.argument("output_argument", metavar="[OUTPUT]", required=False, type=click.Path())
@@ -421,21 +440,8 @@ def convert(
 ) -> None:
     """Convert MODEL (its recurrent layers, or the whole model where the target holds it) to another format
     and verify the result: gatepack convert MODEL -o OUTPUT (or MODEL OUTPUT)."""
-    from gatepack.converters.registry import detect
-
     output = _one_output(output, output_argument)
-
-    options = all_write_options()
-    given = {name: options[name].cli_convert(value) for name, value in write_options.items() if value is not None}
-    target = registry.check_name(to or detect(output, writing=True))
-    if "strategy" in given and given["strategy"] != "auto" and "strategy" not in target.option_names:
-        raise gp.UsageError(
-            f"--strategy {given['strategy']} does not apply to {target.title}, which has one way to write a layer",
-            hint="strategies choose between a target's recurrent op and elementary ops "
-            f"({', '.join(registry.takers('strategy'))})",
-        )
-    given = {k: v for k, v in given.items() if k in target.option_names or k != "strategy"}
-    _check_flags_apply(target, given)
+    given = _target_write_options(output, to, write_options)
     result = gp.convert(
         model,
         output,

@@ -21,6 +21,7 @@ from gatepack.converters.fileio import OutputKind
 if TYPE_CHECKING:
     import numpy as np
 
+    from gatepack.converters.analyses import GraphAnalyses
     from gatepack.converters.capabilities import Capabilities
     from gatepack.converters.findings import Finding
     from gatepack.converters.model import Model
@@ -175,6 +176,8 @@ class FormatImplementation:
     * ``settle_options(model, write_options) -> write_options``: the options with what the format settles for the
       whole artifact when the user leaves it out (Core ML: the lowest deployment target that expresses the model),
       so that every layer's findings and the writer see one value (default: as given).
+    * ``graph_analyses``: what verification, the streaming checks and ``--input-value`` read from (or do to) a whole
+      model's graph (``converters.analyses.GraphAnalyses``; None: none, as for every format but ONNX).
     """
 
     read: Callable[..., "Model"]
@@ -193,6 +196,7 @@ class FormatImplementation:
     settle_options: Callable[["Model", dict], dict] = _as_given
     runnable_twin: Callable[["Model", Path], "list[RecurrentLayer]"] | None = None
     jittered: Callable[[Path, Path, int, float], int] | None = None
+    graph_analyses: "GraphAnalyses | None" = None
 
 
 @dataclass(frozen=True)

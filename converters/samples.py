@@ -70,43 +70,12 @@ def sample_inputs(
 
 # Symbolic dimensions of a whole model's inputs: the default size first, then the sizes its graph implies, then larger.
 MAX_DRAWN_SIZE = 4096
-_IMPLYING_ATTRIBUTES = ("kernel_shape",)  # Conv, ConvTranspose, the poolings: an input at least a kernel long
-
-
-def implied_sizes(proto) -> list[int]:
-    """The sizes an ONNX model's graph (every subgraph included) implies its inputs' symbolic dimensions may need:
-    a reflect/edge ``Pad``'s pad ``p`` needs a dimension longer than ``p`` (``p + 1``), a convolution or pooling
-    kernel ``k`` an input at least ``k`` long, a ``Reshape``'s constant target sizes, a ``Conv`` weight's kernel
-    dimensions. Read from ``proto`` folded for its declared shapes (``onnx.folding.fold``: pads computed from
-    constants become constants), so only what is constant counts. Sorted, each once, sizes >= 2."""
-    from onnx import numpy_helper
-
-    from gatepack.converters.formats.onnx.folding import fold, subgraphs_of
-
-    try:
-        proto = fold(proto)
-    except Exception:  # noqa: BLE001 - a model the folder cannot take: its declared constants still count
-        pass
-    found: set[int] = set()
-    for graph in subgraphs_of(proto.graph):
-        constants = {t.name: t for t in graph.initializer}
-        constants.update((n.output[0], a.t) for n in graph.node if n.op_type == "Constant" for a in n.attribute)
-        for node in graph.node:
-            values = [numpy_helper.to_array(constants[i]) for i in node.input[1:2] if i in constants]
-            if node.op_type == "Pad" and values:
-                found.update(int(p) + 1 for p in values[0].reshape(-1))
-            elif node.op_type == "Reshape" and values:
-                found.update(int(v) for v in values[0].reshape(-1))
-            elif node.op_type in ("Conv", "ConvTranspose") and values:
-                found.update(int(k) for k in values[0].shape[2:])
-            found.update(int(k) for a in node.attribute if a.name in _IMPLYING_ATTRIBUTES for k in a.ints)
-    return sorted(size for size in found if 2 <= size <= MAX_DRAWN_SIZE)
 
 
 def dim_size_candidates(implied: list[int], default: int = DEFAULT_SEQ_LENGTH) -> list[int]:
     """The sizes to draw a whole model's symbolic dimensions at, in the order tried until its source runs:
-    ``default``; the ``implied`` sizes above it (``implied_sizes``), smallest first; then doubling from the largest
-    tried up to ``MAX_DRAWN_SIZE``."""
+    ``default``; the ``implied`` sizes above it (the format's ``GraphAnalyses.implied_sizes``), smallest first; then
+    doubling from the largest tried up to ``MAX_DRAWN_SIZE``."""
     sizes = [default, *(s for s in sorted(set(implied)) if s > default)]
     while sizes[-1] * 2 <= MAX_DRAWN_SIZE:
         sizes.append(sizes[-1] * 2)

@@ -14,9 +14,10 @@ only when both have the same dtype and, on a sample call, the same shape:
 
 * names: the output is the input's name with a state suffix (``conv_cache`` -> ``conv_cache_out``,
   ``h`` -> ``hn``, ``state`` -> ``stateN``, ``h_in`` -> ``h_out``, ``past_x`` -> ``present_x``);
-* recurrent wiring (ONNX): a GRU/RNN/LSTM node's ``initial_h``/``initial_c`` is computed from the input, and
-  its ``Y_h``/``Y_c`` reaches the output, through state plumbing only (Slice, Gather, Split, Squeeze,
-  Unsqueeze, Reshape, Transpose, Concat, Cast, Identity) — e.g. DTLN's stacked ``[1, 2, H, 2]`` state.
+* recurrent wiring (the format's ``GraphAnalyses.recurrent_wiring``; ONNX's): a GRU/RNN/LSTM node's
+  ``initial_h``/``initial_c`` is computed from the input, and its ``Y_h``/``Y_c`` reaches the output, through state
+  plumbing only (Slice, Gather, Split, Squeeze, Unsqueeze, Reshape, Transpose, Concat, Cast, Identity) — e.g.
+  DTLN's stacked ``[1, 2, H, 2]`` state.
 
 ``--state IN=OUT`` gives or corrects pairs; a given pair whose shapes or dtypes differ is refused.
 """
@@ -53,9 +54,6 @@ _NAME_RULES: tuple[tuple[str, str], ...] = (
     ("_0", "_n"),
 )
 _NAME_PREFIXES: tuple[tuple[str, str], ...] = (("past_", "present_"), ("", "new_"), ("", "next_"))
-_RECURRENT = {"GRU": (5, 1), "RNN": (5, 1), "LSTM": (5, 1)}  # op -> (initial_h input, Y_h output) indices
-_LSTM_CELL_STATE = (6, 2)  # LSTM: initial_c input, Y_c output
-_PLUMBING = {"Slice", "Gather", "Split", "Squeeze", "Unsqueeze", "Reshape", "Transpose", "Concat", "Cast", "Identity"}
 DEFAULT_FRAMES = 32
 STREAMED = "streamed"  # the layer label of a comparison over consecutive calls
 
@@ -92,59 +90,6 @@ def names_pair(input_name: str, output_name: str) -> bool:
     return any(a.startswith(p) and b == q + a[len(p) :] for p, q in _NAME_PREFIXES)
 
 
-def _recurrent_wiring(path: Path) -> set[tuple[str, str]]:
-    """(graph input, graph output) pairs an ONNX graph's recurrent nodes wire: a node's initial state reached
-    from the input and its final state reaching the output, through state plumbing only."""
-    from gatepack.converters.formats.onnx.graph import load_proto
-
-    graph = load_proto(path).graph
-    producer = {out: node for node in graph.node for out in node.output}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-    graph_outputs = {o.name for o in graph.output}
-
-    def reach(tensor: str, onward) -> set[str]:  # the ends of the plumbing from ``tensor``, ``onward`` one hop
-        found: set[str] = set()
-        pending, seen = [tensor], set()
-        while pending:
-            name = pending.pop()
-            if name not in seen:
-                seen.add(name)
-                pending += onward(name, found)
-        return found
-
-    def back(name: str, found: set[str]) -> list[str]:  # toward the graph inputs a tensor is computed from
-        node = producer.get(name)
-        if node is None:
-            found.add(name)
-            return []
-        return [i for i in node.input[:1] if i] if node.op_type in _PLUMBING else []  # data, not shapes/indices
-
-    def forward(name: str, found: set[str]) -> list[str]:  # toward the graph outputs a tensor reaches
-        if name in graph_outputs:
-            found.add(name)
-        return [
-            o
-            for node in readers.get(name, [])
-            if node.op_type in _PLUMBING and (node.input[0] == name or node.op_type == "Concat")
-            for o in node.output
-            if o
-        ]
-
-    pairs: set[tuple[str, str]] = set()
-    for node in graph.node:
-        if node.op_type not in _RECURRENT:
-            continue
-        slots = [_RECURRENT[node.op_type]] + ([_LSTM_CELL_STATE] if node.op_type == "LSTM" else [])
-        for state_in, state_out in slots:
-            if len(node.input) > state_in and node.input[state_in] and len(node.output) > state_out:
-                for i in reach(node.input[state_in], back):
-                    pairs.update((i, o) for o in reach(node.output[state_out], forward) if node.output[state_out])
-    return pairs
-
-
 @dataclass
 class Sample:
     """One call of the source on drawn inputs: what state pairs are checked against (shapes and dtypes)."""
@@ -162,7 +107,8 @@ def find_state_pairs(model: Model, sample: Sample, given: Sequence[tuple[str, st
         _check_pair(model, sample, input_name, output_name)
         pairs.append(StatePair(input_name, output_name, "given"))
     taken = {p.input for p in pairs} | {p.output for p in pairs}
-    wired = _recurrent_wiring(model.path) if model.format == "onnx" and model.path else set()
+    analyses = registry.implementation(model.format).graph_analyses
+    wired = analyses.recurrent_wiring(Path(model.path)) if analyses is not None and model.path else set()
     for input_name, value in sample.inputs.items():
         if input_name in taken:
             continue

@@ -440,13 +440,13 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
     at each size first only the symbols one input alone has (a batch shared by several inputs staying at the
     default), then every symbol. ``given`` unchanged ('') when every dimension is given or static, or no
     candidate runs (the verification then says the source fails on the inputs drawn)."""
-    from gatepack.converters.formats.onnx.graph import load_proto
-    from gatepack.converters.samples import MAX_SAMPLE_VALUES, dim_size_candidates, implied_sizes
+    from gatepack.converters.samples import MAX_SAMPLE_VALUES, dim_size_candidates
 
     declared = [(n, dims) for n, _, dims in _graph_inputs(model) if n not in given.shapes and n not in given.values]
     if all(isinstance(d, int) for _, dims in declared for d in dims):
         return given, ""
-    implied = implied_sizes(load_proto(Path(str(model.path)))) if model.format == "onnx" else []
+    analyses = registry.implementation(model.format).graph_analyses
+    implied = analyses.implied_sizes(Path(str(model.path))) if analyses is not None else []
     static = sorted({d for _, _, dims in _graph_inputs(model) for d in dims if isinstance(d, int) and d >= 2})
     shared = {
         d for d, k in Counter(d for _, dims in declared for d in set(dims) if isinstance(d, str)).items() if k > 1
@@ -477,61 +477,14 @@ def runnable_shapes(model: Model, given: GivenInputs, seed: int = 0) -> tuple[Gi
     return given, ""
 
 
-_PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Transpose", "Expand", "Flatten", "Slice"}
-_ORDERINGS = {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
-
-
 def _integer_draws(model: Model, dim_size: int) -> dict[str, tuple[int, int, str]]:
-    """How to draw each integer input of an ONNX model so that the model takes it, from how the model uses it
-    (followed through Cast/Unsqueeze/Slice/...): input -> (low, high, why), both ends included. Compared
-    (``Equal``) with a constant scalar: that constant (a sample rate choosing an ``If`` branch); indices of a
-    ``Gather`` from a constant table: its rows (an embedding); compared (``Less``/``Greater``...) with positions:
-    lengths 1..``dim_size``. Inputs it says nothing about are drawn as zeros."""
-    if model.format != "onnx" or model.path is None:
+    """How to draw each integer input of a whole model so that the model takes it (input -> (low, high, why), both
+    ends included): its format's ``GraphAnalyses.integer_draws`` (ONNX's: a value it is compared with, an
+    embedding's rows, lengths); {} for a format without them (its integers are drawn as zeros)."""
+    analyses = registry.implementation(model.format).graph_analyses
+    if analyses is None or model.path is None:
         return {}
-    from onnx import numpy_helper
-
-    from gatepack.converters.formats.onnx.graph import load_proto
-
-    graph = load_proto(model.path).graph
-    constants = {t.name: t for t in graph.initializer}
-    constants.update(
-        (n.output[0], n.attribute[0].t)
-        for n in graph.node
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"
-    )
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-    integer = (2, 3, 4, 5, 6, 7, 12, 13)  # ONNX's integer element types (uint8 ... uint64)
-    found: dict[str, tuple[int, int, str]] = {}
-    for value in graph.input:
-        if value.name in constants or value.type.tensor_type.elem_type not in integer:
-            continue
-        pending, seen = [value.name], set()
-        while pending and value.name not in found:
-            tensor = pending.pop(0)
-            seen.add(tensor)
-            for node in readers.get(tensor, []):
-                other = [n for n in node.input if n != tensor]
-                if node.op_type == "Equal" and other and other[0] in constants:
-                    scalar = numpy_helper.to_array(constants[other[0]])
-                    if scalar.size == 1 and scalar.dtype.kind in "iu":
-                        v = int(scalar.reshape(-1)[0])
-                        found[value.name] = (v, v, f"= {v} (a value the model compares it with)")
-                        break
-                if node.op_type == "Gather" and node.input[1] == tensor and node.input[0] in constants:
-                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-                    rows = int(list(constants[node.input[0]].dims)[axis])
-                    found[value.name] = (0, rows - 1, f"in 0..{rows - 1} (indices into a table of {rows} rows)")
-                    break
-                if node.op_type in _ORDERINGS:
-                    found[value.name] = (1, dim_size, f"in 1..{dim_size} (lengths the model compares positions with)")
-                    break
-                if node.op_type in _PASS_THROUGH:
-                    pending += [o for o in node.output if o and o not in seen]
-    return found
+    return analyses.integer_draws(Path(model.path), dim_size)
 
 
 def verify_whole(

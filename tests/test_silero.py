@@ -14,9 +14,10 @@ from onnx import TensorProto, helper, numpy_helper
 import gatepack as gp
 from gatepack.cli import main
 from gatepack.converters.findings import Status
+from gatepack.converters.formats.onnx.analyses import implied_sizes
 from gatepack.converters.formats.onnx.folding import specialisation_hint
 from gatepack.converters.formats.openvino.registration import openvino
-from gatepack.converters.samples import dim_size_candidates, implied_sizes
+from gatepack.converters.samples import dim_size_candidates
 
 SILERO = FIXTURES / "shipped" / "silero_vad_16k_op15.onnx"
 CHUNK = {"input": (1, 576), "state": (2, 1, 128)}  # 512 samples at 16 kHz and the 64 before them

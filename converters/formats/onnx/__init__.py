@@ -28,6 +28,7 @@ from pathlib import Path
 
 import onnx
 
+import gatepack.converters.formats.onnx.analyses as onnx_analyses
 import gatepack.converters.formats.onnx.elementary as onnx_elementary
 import gatepack.converters.formats.onnx.qdq as onnx_qdq
 import gatepack.converters.formats.onnx.quantized as onnx_quantized
@@ -342,4 +343,5 @@ IMPLEMENTATION = FormatImplementation(
     open_session=open_session,
     runnable_twin=write_runnable_twin,
     jittered=jittered_copy,
+    graph_analyses=onnx_analyses.ANALYSES,
 )
