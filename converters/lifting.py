@@ -155,34 +155,14 @@ def lift(rec: Recurrence, seed: int = 0) -> Lifted:
 
 
 def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
+    """Every reading of the recurrence to try, in order, as a layer and its description: per weight candidate of a
+    GRU's, RNN's or LSTM's shapes, per reading of its cell (``_readings``) and per bias reading of the candidate."""
     gates = [act for name in sorted(rec.activations) for act in GATE_ACTIVATIONS.get(name, ())]
-    variants: list[tuple[tuple[str, ...], bool, tuple[Activation, ...]]]  # (gate order, lbr, activations)
     for cand in rec.candidates:
         cell = {4: Cell.LSTM, 3: Cell.GRU, 1: Cell.RNN}.get(cand.gates)
         if cell is None or cand.R.shape[1] != rec.hidden_size or cand.W.shape[1] != rec.input_size:
             continue
-        if cell is Cell.GRU:
-            if not gates or "tanh" not in rec.activations:
-                continue
-            variants = [
-                (order, lbr, (gate, Activation("Tanh")))
-                for gate in gates
-                for order in GRU_SOURCE_ORDERS
-                for lbr in (True, False)
-            ]
-        elif cell is Cell.LSTM:
-            if not gates or "tanh" not in rec.activations:
-                continue
-            variants = [
-                (order, False, (gate, Activation("Tanh"), Activation("Tanh")))
-                for gate in gates
-                for order in LSTM_SOURCE_ORDERS
-            ]
-        else:
-            variants = [
-                (("i",), False, (Activation(ACTIVATION_OPS[a]),)) for a in sorted(rec.activations & set(ACTIVATION_OPS))
-            ]
-        for (order, lbr, acts), (wb, rb, bias_label) in itertools.product(variants, cand.biases):
+        for (order, lbr, acts), (wb, rb, bias_label) in itertools.product(_readings(rec, cell, gates), cand.biases):
             blocks = [order.index(g) for g in cell.gate_names]  # source block of each canonical gate
             params = DirectionParams(
                 W=_reorder(cand.W, blocks),
@@ -205,17 +185,48 @@ def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
                 has_bias=wb is not None or rb is not None,
                 constants=dict(rec.constants),
             )
-            parts = [cell.op_name]
-            if cell is not Cell.RNN:
-                parts.append(f"gate order {', '.join(order)}")
-                if acts[0].name != "Sigmoid":
-                    parts.append(f"gates {acts[0]}")
-            if cell is Cell.GRU:
-                parts += [f"reset {'after' if lbr else 'before'} the matmul"]
-            elif cell is Cell.RNN:
-                parts.append(acts[0].name)
-            parts.append(f"{cand.label}, {bias_label}")
-            yield layer, "; ".join(parts)
+            yield layer, _description(cell, order, lbr, acts, f"{cand.label}, {bias_label}")
+
+
+def _readings(
+    rec: Recurrence, cell: Cell, gates: list[Activation]
+) -> list[tuple[tuple[str, ...], bool, tuple[Activation, ...]]]:
+    """The (source gate order, linear_before_reset, activations) readings of a ``cell`` whose steps apply
+    ``rec.activations``: a GRU's or LSTM's every gate order with each gate activation (``gates``) and Tanh (none
+    without Tanh), a GRU's reset before and after the matmul; an RNN's one block with each activation it applies."""
+    if cell is Cell.GRU:
+        if not gates or "tanh" not in rec.activations:
+            return []
+        return [
+            (order, lbr, (gate, Activation("Tanh")))
+            for gate in gates
+            for order in GRU_SOURCE_ORDERS
+            for lbr in (True, False)
+        ]
+    if cell is Cell.LSTM:
+        if not gates or "tanh" not in rec.activations:
+            return []
+        return [
+            (order, False, (gate, Activation("Tanh"), Activation("Tanh")))
+            for gate in gates
+            for order in LSTM_SOURCE_ORDERS
+        ]
+    return [(("i",), False, (Activation(ACTIVATION_OPS[a]),)) for a in sorted(rec.activations & set(ACTIVATION_OPS))]
+
+
+def _description(cell: Cell, order: tuple[str, ...], lbr: bool, acts: tuple[Activation, ...], weights: str) -> str:
+    """What a reading is, for the report: e.g. "GRU; gate order r, z, h; reset after the matmul; <weights>"."""
+    parts = [cell.op_name]
+    if cell is not Cell.RNN:
+        parts.append(f"gate order {', '.join(order)}")
+        if acts[0].name != "Sigmoid":
+            parts.append(f"gates {acts[0]}")
+    if cell is Cell.GRU:
+        parts += [f"reset {'after' if lbr else 'before'} the matmul"]
+    elif cell is Cell.RNN:
+        parts.append(acts[0].name)
+    parts.append(weights)
+    return "; ".join(parts)
 
 
 def _reorder(array: np.ndarray, blocks: list[int]) -> np.ndarray:
