@@ -28,15 +28,7 @@ from gatepack.converters.formats.onnx.interface import (
 from gatepack.converters.formats.onnx.qdq import dequantize_linear_weight
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, ResolvedDefault, canonical_name, resolve_activations
 from gatepack.schemas.cells import cell_of_op
-from gatepack.schemas.layer import (
-    Cell,
-    Direction,
-    DirectionParams,
-    Interface,
-    Provenance,
-    RecurrentLayer,
-    SpecError,
-)
+from gatepack.schemas.layer import Cell, Direction, DirectionParams, Interface, Provenance, RecurrentLayer, SpecError
 from gatepack.schemas.quantized import QuantizedWeights
 
 _A = onnx.AttributeProto
