@@ -197,12 +197,7 @@ def run_recurrence(
             options,
             None if peephole is None else peephole.astype(compute, copy=False),
         )
-        # Every time step's input projection at once, [S*N, I] @ [I, G*H], with the recurrent biases
-        # that only add to it folded in (fewer operations per step).
-        flat = x.reshape(seq_len * batch, -1)
-        xw = _times_r(w, flat) if isinstance(w, HybridRows) else flat @ w.astype(compute, copy=False).T
-        xw += wb.astype(compute, copy=False) + additive_rb
-        xw = xw.reshape(seq_len, batch, -1)
+        xw = _input_projection(x, w, wb.astype(compute, copy=False) + additive_rb, compute)
         # A divergent recurrence (e.g. Relu gates) overflows to inf (and inf - inf to NaN) as in
         # every runtime; that is the arithmetic, not a fault to warn about. The activations are
         # stable, so saturating cells stay finite for any input.
@@ -211,6 +206,17 @@ def run_recurrence(
             for final, value in zip(finals, run):
                 final[d] = value
     return (y.astype(dtype, copy=False), *(f.astype(dtype, copy=False) for f in finals))
+
+
+def _input_projection(x: np.ndarray, w: Matrix, bias: np.ndarray, compute: np.dtype) -> np.ndarray:
+    """Every time step's input projection at once, [S*N, I] @ [I, G*H] -> [S, N, G*H] in ``compute`` (a hybrid W's
+    as its kernels compute it: ``HybridRows``), plus ``bias`` (Wb and the recurrent biases that only add to it,
+    folded in: fewer operations per step)."""
+    seq_len, batch = x.shape[0], x.shape[1]
+    flat = x.reshape(seq_len * batch, -1)
+    xw = _times_r(w, flat) if isinstance(w, HybridRows) else flat @ w.astype(compute, copy=False).T
+    xw += bias
+    return xw.reshape(seq_len, batch, -1)
 
 
 def _run_direction(

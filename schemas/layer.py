@@ -48,7 +48,7 @@ from typing import Union
 import numpy as np
 
 from gatepack.schemas.activations import Activation
-from gatepack.schemas.cells import Cell, spec_of
+from gatepack.schemas.cells import Cell, CellSpec, spec_of
 from gatepack.schemas.quantized import RUN_TIME_SCHEMES, QuantizationError, QuantizedWeights
 
 Dim = Union[int, str, None]  # static size, symbolic name, or unknown
@@ -315,6 +315,26 @@ class RecurrentLayer:
 
     def validate(self) -> None:
         """Check every invariant; raise SpecError naming the layer and the offending value."""
+        self._validate_scalars()
+        spec = spec_of(self.cell)
+        self._validate_sizes()
+        self._validate_cell_options(spec)
+        if len(self.directions) != self.num_directions:
+            raise self._fail(
+                f"direction {self.direction.value} needs {self.num_directions} weight set(s), got "
+                f"{len(self.directions)}"
+            )
+        for d, params in enumerate(self.directions):
+            self._validate_weights(d, params)
+            self._validate_peepholes(d, params, spec)
+            self._validate_activations(d, params)
+        if not any(getattr(self.interface, role) for role in OUTPUT_ROLES):
+            raise self._fail("requests no output (Y, Y_h or Y_c)")
+        self._validate_quantized()
+        self._validate_constants()
+
+    def _validate_scalars(self) -> None:
+        """The name is a non-empty string, the flags booleans, ``clip`` a number or None, ``cell`` a Cell."""
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"layer name {self.name!r} is not a non-empty string")
         for label in ("linear_before_reset", "input_forget", "has_bias"):
@@ -326,7 +346,9 @@ class RecurrentLayer:
             raise self._fail(f"clip {self.clip!r} is not a number")
         if not isinstance(self.cell, Cell):
             raise self._fail(f"cell {self.cell!r} is not one of {[c.value for c in Cell]}")
-        spec = spec_of(self.cell)
+
+    def _validate_sizes(self) -> None:
+        """``direction`` a Direction, H and I positive integers, the interface's dtype a float and layout 0 or 1."""
         if not isinstance(self.direction, Direction):
             raise self._fail(f"direction {self.direction!r} is not one of {[d.value for d in Direction]}")
         for label, value in (("hidden_size", self.hidden_size), ("input_size", self.input_size)):
@@ -336,6 +358,10 @@ class RecurrentLayer:
             raise self._fail(f"dtype {self.interface.dtype!r} is not one of {FLOAT_DTYPES}")
         if self.interface.layout not in (0, 1):
             raise self._fail(f"layout must be 0 or 1, got {self.interface.layout!r}")
+
+    def _validate_cell_options(self, spec: CellSpec) -> None:
+        """The options the cell takes: finite ``clip`` >= 0 (> 0 unless the cell allows 0), ``linear_before_reset``
+        and ``input_forget`` only where the cell has them, a cell state c only where the cell keeps one."""
         if self.clip is not None:
             if not np.isfinite(self.clip) or self.clip < 0 or (self.clip == 0 and not spec.zero_clip):
                 raise self._fail(f"clip must be {'>= 0' if spec.zero_clip else '> 0'}, got {self.clip!r}")
@@ -346,46 +372,46 @@ class RecurrentLayer:
         for initial, final in (("initial_c", "y_c"),):
             if "c" not in spec.states and (getattr(self.interface, initial) or getattr(self.interface, final)):
                 raise self._fail(f"{spec.onnx_op} has no cell state c (interface names {initial} or {final})")
-        if len(self.directions) != self.num_directions:
-            raise self._fail(
-                f"direction {self.direction.value} needs {self.num_directions} weight set(s), got "
-                f"{len(self.directions)}"
-            )
+
+    def _validate_weights(self, d: int, params: DirectionParams) -> None:
+        """Direction ``d``'s W [G*H, I], R [G*H, H], Wb and Rb [G*H] are arrays of the layer's dtype."""
         gh, h, i = self.gates * self.hidden_size, self.hidden_size, self.input_size
-        for d, params in enumerate(self.directions):
-            for label, array, shape in (
-                ("W", params.W, (gh, i)),
-                ("R", params.R, (gh, h)),
-                ("Wb", params.Wb, (gh,)),
-                ("Rb", params.Rb, (gh,)),
-            ):
-                if not isinstance(array, np.ndarray) or array.shape != shape:
-                    got = list(array.shape) if hasattr(array, "shape") else type(array).__name__
-                    raise self._fail(f"direction {d} {label} has shape {got}, expected {list(shape)}")
-                if array.dtype != self.dtype:
-                    raise self._fail(f"direction {d} {label} is {array.dtype}, the layer is {self.dtype}")
-            if params.P is not None or (d and self.has_peepholes):
-                shape = (len(spec.peepholes) * h,)
-                if not spec.peepholes:
-                    raise self._fail(f"direction {d} has peepholes, which {spec.onnx_op} does not take")
-                if not isinstance(params.P, np.ndarray) or params.P.shape != shape:
-                    given_shape = getattr(params.P, "shape", None)
-                    got = list(given_shape) if given_shape is not None else repr(params.P)
-                    raise self._fail(f"direction {d} P has shape {got}, expected {list(shape)} (every direction)")
-                if params.P.dtype != self.dtype:
-                    raise self._fail(f"direction {d} P is {params.P.dtype}, the layer is {self.dtype}")
-            if len(params.activations) != self.cell.activation_count:
-                raise self._fail(
-                    f"direction {d} has {len(params.activations)} activation(s), "
-                    f"{self.cell.value} takes {self.cell.activation_count}"
-                )
-            for act in params.activations:
-                if not isinstance(act, Activation):
-                    raise self._fail(f"direction {d} activation {act!r} is not an Activation")
-        if not any(getattr(self.interface, role) for role in OUTPUT_ROLES):
-            raise self._fail("requests no output (Y, Y_h or Y_c)")
-        self._validate_quantized()
-        self._validate_constants()
+        for label, array, shape in (
+            ("W", params.W, (gh, i)),
+            ("R", params.R, (gh, h)),
+            ("Wb", params.Wb, (gh,)),
+            ("Rb", params.Rb, (gh,)),
+        ):
+            if not isinstance(array, np.ndarray) or array.shape != shape:
+                got = list(array.shape) if hasattr(array, "shape") else type(array).__name__
+                raise self._fail(f"direction {d} {label} has shape {got}, expected {list(shape)}")
+            if array.dtype != self.dtype:
+                raise self._fail(f"direction {d} {label} is {array.dtype}, the layer is {self.dtype}")
+
+    def _validate_peepholes(self, d: int, params: DirectionParams, spec: CellSpec) -> None:
+        """Peepholes P [len(peepholes) * H] only for a cell that takes them, and then in every direction."""
+        if params.P is None and not (d and self.has_peepholes):
+            return
+        shape = (len(spec.peepholes) * self.hidden_size,)
+        if not spec.peepholes:
+            raise self._fail(f"direction {d} has peepholes, which {spec.onnx_op} does not take")
+        if not isinstance(params.P, np.ndarray) or params.P.shape != shape:
+            given_shape = getattr(params.P, "shape", None)
+            got = list(given_shape) if given_shape is not None else repr(params.P)
+            raise self._fail(f"direction {d} P has shape {got}, expected {list(shape)} (every direction)")
+        if params.P.dtype != self.dtype:
+            raise self._fail(f"direction {d} P is {params.P.dtype}, the layer is {self.dtype}")
+
+    def _validate_activations(self, d: int, params: DirectionParams) -> None:
+        """Direction ``d`` has exactly the cell's number of activations, each an Activation."""
+        if len(params.activations) != self.cell.activation_count:
+            raise self._fail(
+                f"direction {d} has {len(params.activations)} activation(s), "
+                f"{self.cell.value} takes {self.cell.activation_count}"
+            )
+        for act in params.activations:
+            if not isinstance(act, Activation):
+                raise self._fail(f"direction {d} activation {act!r} is not an Activation")
 
     @property
     def is_quantized(self) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "gatepack"
 EXCLUDED = {"tests", "bench", "fixtures", "docs", "build", "dist"}
-MAX_FUNCTION_LINES = 80
+MAX_FUNCTION_LINES = 60
 
 
 def _sources() -> dict[str, Path]:

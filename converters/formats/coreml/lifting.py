@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from gatepack.schemas.layer import (
 )
 from gatepack.schemas.quantized import QuantizedWeights
 
+if TYPE_CHECKING:
+    from gatepack.converters.lifting import Lifted, Recurrence, WeightCandidate
+
 # -------------------------------------------------------------------------------- lifting loops
 
 
@@ -53,7 +57,7 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
     new state into the buffer at t + 1. The linear ops of X and of the state, in program order, are
     the gate blocks; which gate each is, and where the reset applies, is decided by the proof
     (``converters.lifting``), running the program on gatepack's MIL interpreter."""
-    from gatepack.converters.lifting import LiftRefused, Recurrence, WeightCandidate, lift
+    from gatepack.converters.lifting import LiftRefused, lift
 
     layers, notes, refused = [], {}, []
     for op in function.operations:
@@ -67,57 +71,70 @@ def _lift_loops(path: Path, function) -> tuple[list[RecurrentLayer], dict, list[
         fp16 = candidate.W.dtype == np.float16 or any(
             o.outputs[0].dtype == _fp16_type() for o in _ops(op.blocks[1]) if o.outputs
         )
-        candidate = WeightCandidate(
-            candidate.W.astype(np.float32),
-            candidate.R.astype(np.float32),
-            tuple((_float32(a), _float32(b), t) for a, b, t in candidate.biases),
-            candidate.label,
-            candidate.Wq,
-            candidate.Rq,
-        )
-        rec = Recurrence(
-            name=op.name,
-            found=f"{path}: while_loop {op.name!r}",
-            direction=Direction.REVERSE if handle.reverse else Direction.FORWARD,
-            interface=itf,
-            input_size=candidate.W.shape[1],
-            hidden_size=candidate.R.shape[1],
-            candidates=[candidate],
-            activations=activations,
-            run_original=functools.partial(_run_lifted, path, handle, itf),
-            tolerance="float16" if fp16 else None,
-            constants=held,
-        )
         try:
-            lifted = lift(rec)
+            lifted = lift(_recurrence(op, path, handle, candidate, itf, activations, held, fp16))
         except LiftRefused as err:
             refused.append((op.name, str(err)))
             continue
         handle = replace(handle, fp16=fp16)
         layer = replace(lifted.layer, provenance=Provenance(FORMAT, path, op.name, "lifted", handle=handle))
         layers.append(layer)
-        notes[layer.name] = (
-            [
-                Finding(
-                    "lifted",
-                    Status.REPACKED,
-                    f"lifted from a while_loop of elementary ops (as coremltools writes nn.GRU): {lifted.description}; "
-                    f"proven against gatepack's MIL interpreter running the original ops on random inputs "
-                    f"({lifted.tried} reading(s) tried)"
-                    + (
-                        ". It starts from a constant initial state (a learned one), which the layer holds"
-                        if held
-                        else ""
-                    )
-                    + f". Its outputs are canonical tensors {itf.y!r} and {itf.y_h!r}; in "
-                    f"the source, loop output {handle.buffer!r} holds the initial state and then Y "
-                    f"{'in processing order' if handle.reverse else 'in time order'}",
-                )
-            ]
-            + ([FP16_SOURCE] if fp16 else [])
-            + unheld
-        )
+        notes[layer.name] = [_lifted_note(lifted, handle, itf, bool(held))] + ([FP16_SOURCE] if fp16 else []) + unheld
     return layers, notes, refused
+
+
+def _recurrence(
+    op,
+    path: Path,
+    handle: _LoopHandle,
+    candidate: WeightCandidate,
+    itf: Interface,
+    activations: frozenset[str],
+    held: dict[str, np.ndarray],
+    fp16: bool,
+) -> Recurrence:
+    """What the lifting proves of a while_loop: its one weight candidate in float32, its interface, activations and
+    held inputs, and the loop itself run on gatepack's MIL interpreter (compared at fp16's tolerance when the loop
+    computes in fp16)."""
+    from gatepack.converters.lifting import Recurrence, WeightCandidate
+
+    candidate = WeightCandidate(
+        candidate.W.astype(np.float32),
+        candidate.R.astype(np.float32),
+        tuple((_float32(a), _float32(b), t) for a, b, t in candidate.biases),
+        candidate.label,
+        candidate.Wq,
+        candidate.Rq,
+    )
+    return Recurrence(
+        name=op.name,
+        found=f"{path}: while_loop {op.name!r}",
+        direction=Direction.REVERSE if handle.reverse else Direction.FORWARD,
+        interface=itf,
+        input_size=candidate.W.shape[1],
+        hidden_size=candidate.R.shape[1],
+        candidates=[candidate],
+        activations=activations,
+        run_original=functools.partial(_run_lifted, path, handle, itf),
+        tolerance="float16" if fp16 else None,
+        constants=held,
+    )
+
+
+def _lifted_note(lifted: Lifted, handle: _LoopHandle, itf: Interface, held: bool) -> Finding:
+    """The note of a lifted while_loop: what it was read as, how it was proven, a held initial state, and where
+    the source keeps the layer's outputs."""
+    return Finding(
+        "lifted",
+        Status.REPACKED,
+        f"lifted from a while_loop of elementary ops (as coremltools writes nn.GRU): {lifted.description}; "
+        f"proven against gatepack's MIL interpreter running the original ops on random inputs "
+        f"({lifted.tried} reading(s) tried)"
+        + (". It starts from a constant initial state (a learned one), which the layer holds" if held else "")
+        + f". Its outputs are canonical tensors {itf.y!r} and {itf.y_h!r}; in "
+        f"the source, loop output {handle.buffer!r} holds the initial state and then Y "
+        f"{'in processing order' if handle.reverse else 'in time order'}",
+    )
 
 
 class _NotALayer(Exception):

@@ -28,6 +28,7 @@ and ``run`` takes the source's names.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -354,77 +355,99 @@ def _emit_decomposed(mb, layer: RecurrentLayer, x, lens, states: dict, target: s
     zeros = _zeros_state(mb, layer, x_sm)
     seq = mb.slice_by_index(x=mb.shape(x=x_sm), begin=[0], end=[1])  # [1] int32
     ys_shape = mb.concat(values=[seq, mb.slice_by_index(x=mb.shape(x=zeros), begin=[0], end=[2])], axis=0)
-    valid = None
-    if lens is not None:
-        steps = mb.range_1d(start=np.int32(0), end=mb.squeeze(x=seq, axes=[0]), step=np.int32(1))
-        inside = mb.less(x=mb.expand_dims(x=steps, axes=[1]), y=mb.expand_dims(x=lens, axes=[0]))
-        valid = mb.expand_dims(
-            x=mb.cast(x=inside, dtype="fp32"), axes=[2]
-        )  # [S,N,1], 1 where step t is inside the sequence (gather takes no bool)
-    step = step_of(layer.cell, "MIL")
+    valid = _valid_steps(mb, lens, seq)
     prefix = safe_name(layer.name)
     roles = [role for role, _ in state_roles(layer.cell)]
     ys: list = []
     finals: list[list] = [[] for _ in roles]  # MIL vars
     for k, p in enumerate(layer.directions):
         reverse = layer.direction is Direction.REVERSE or k == 1
-        x_d = (
-            (
-                mb.reverse_sequence(x=x_sm, lengths=lens, seq_axis=0, batch_axis=1)
-                if lens is not None
-                else mb.reverse(x=x_sm, axes=[0])
-            )
-            if reverse
-            else x_sm
-        )
+        x_d = _reversed_in_time(mb, x_sm, lens) if reverse else x_sm
         w = _weight(mb, layer, k, "W", f"{prefix}_W{k}", target)  # [G*H, I]
         wb = mb.const(val=np.asarray(p.Wb, np.float32), name=f"{prefix}_Wb{k}")
         step_ops = _MilOps(mb, layer, p, k, target)
         xw = mb.add(x=mb.matmul(x=x_d, y=w, transpose_y=True), y=wb)  # [S,N,G*H]: every step's input projection
         start = [mb.gather(x=initial[role], indices=k, axis=0) if role in initial else zeros for role in roles]
         if one_step:  # one frame: the step straight-line, no loop (a loop keeps a model off the Neural Engine)
-            new = step(step_ops, layer, p, mb.squeeze(x=xw, axes=[0]), start)
-            y_t = new[0]
-            if lens is not None:  # a sequence of length 0 keeps its states and outputs zeros
-                ok = mb.expand_dims(x=mb.greater(x=lens, y=np.int32(0)), axes=[1])  # [N,1]
-                y_t = mb.select(cond=ok, a=y_t, b=np.float32(0.0))
-                new = [mb.select(cond=ok, a=n, b=s) for n, s in zip(new, start)]
-            ys.append(mb.expand_dims(x=y_t, axes=[0]))  # reversing one step changes nothing
-            for values, value in zip(finals, _zero_when_empty(mb, lens, new)):
-                values.append(value)
-            continue
-
-        def cond(i, *carried):
-            return mb.less(x=i, y=seq)
-
-        def body(i, *carried, xw=xw, step_ops=step_ops, p=p):
-            *state, out = carried
-            gx = mb.squeeze(x=mb.gather(x=xw, indices=i, axis=0), axes=[0])  # [N,G*H]
-            new = step(step_ops, layer, p, gx, state)
-            y_t = new[0]
-            if valid is not None:  # past its length a sequence keeps its states and outputs zeros
-                ok = mb.cast(x=mb.squeeze(x=mb.gather(x=valid, indices=i, axis=0), axes=[0]), dtype="bool")  # [N,1]
-                y_t = mb.select(cond=ok, a=new[0], b=np.float32(0.0))
-                new = [mb.select(cond=ok, a=n, b=s) for n, s in zip(new, state)]
-            out = mb.scatter(data=out, indices=i, updates=mb.expand_dims(x=y_t, axes=[0]), axis=0, mode="update")
-            return (mb.add(x=i, y=np.int32(1)), *new, out)
-
-        _, *last, y_d = mb.while_loop(
-            _cond=cond,
-            _body=body,
-            loop_vars=(np.array([0], np.int32), *start, mb.fill(shape=ys_shape, value=0.0)),
-            name=f"{prefix}_loop{k}",
-        )
-        if reverse:
-            y_d = (
-                mb.reverse_sequence(x=y_d, lengths=lens, seq_axis=0, batch_axis=1)
-                if lens is not None
-                else mb.reverse(x=y_d, axes=[0])
-            )
+            y_d, last = _straight_step(mb, layer, p, step_ops, xw, start, lens)  # reversing one step changes nothing
+        else:
+            loop = _Loop(seq, valid, ys_shape, f"{prefix}_loop{k}")
+            y_d, last = _step_loop(mb, layer, p, step_ops, xw, start, loop)
+            y_d = _reversed_in_time(mb, y_d, lens) if reverse else y_d
         ys.append(y_d)
         for values, value in zip(finals, _zero_when_empty(mb, lens, last)):
             values.append(value)
     return _stack_directions(mb, layer, ys, *finals)
+
+
+def _valid_steps(mb, lens, seq):
+    """[S,N,1] fp32, 1 where step t is inside sequence n (t < lens[n]; gather takes no bool); None without lens."""
+    if lens is None:
+        return None
+    steps = mb.range_1d(start=np.int32(0), end=mb.squeeze(x=seq, axes=[0]), step=np.int32(1))
+    inside = mb.less(x=mb.expand_dims(x=steps, axes=[1]), y=mb.expand_dims(x=lens, axes=[0]))
+    return mb.expand_dims(x=mb.cast(x=inside, dtype="fp32"), axes=[2])
+
+
+def _reversed_in_time(mb, sequence, lens):
+    """A time-major [S,N,...] sequence reversed along time: each batch entry within its length when ``lens``
+    are given (``reverse_sequence``), else whole."""
+    if lens is not None:
+        return mb.reverse_sequence(x=sequence, lengths=lens, seq_axis=0, batch_axis=1)
+    return mb.reverse(x=sequence, axes=[0])
+
+
+def _straight_step(mb, layer: RecurrentLayer, p: DirectionParams, step_ops: _MilOps, xw, start: list, lens) -> tuple:
+    """One step straight-line from its input projection ``xw`` [1,N,G*H] and the states ``start``: (Y [1,N,H],
+    the new states); a sequence of length 0 keeps its states and outputs zeros."""
+    new = step_of(layer.cell, "MIL")(step_ops, layer, p, mb.squeeze(x=xw, axes=[0]), start)
+    y_t = new[0]
+    if lens is not None:
+        ok = mb.expand_dims(x=mb.greater(x=lens, y=np.int32(0)), axes=[1])  # [N,1]
+        y_t = mb.select(cond=ok, a=y_t, b=np.float32(0.0))
+        new = [mb.select(cond=ok, a=n, b=s) for n, s in zip(new, start)]
+    return mb.expand_dims(x=y_t, axes=[0]), new
+
+
+@dataclass(frozen=True)
+class _Loop:
+    """What a direction's while_loop runs over: ``seq`` ([1] int32, S), ``valid`` (``_valid_steps``, or None),
+    ``ys_shape`` ([S, N, H], the output sequence it fills) and its ``name``."""
+
+    seq: Any
+    valid: Any
+    ys_shape: Any
+    name: str
+
+
+def _step_loop(mb, layer: RecurrentLayer, p: DirectionParams, step_ops: _MilOps, xw, start: list, loop: _Loop) -> tuple:
+    """A ``while_loop`` over the steps in processing order, carrying the step index, the states (from ``start``)
+    and the output sequence: step i computes from ``xw[i]`` [N,G*H] and scatters its Y into row i (past a
+    sequence's length: its states kept, Y zero). Returns (Y [S,N,H], the final states)."""
+    step = step_of(layer.cell, "MIL")
+
+    def cond(i, *carried):
+        return mb.less(x=i, y=loop.seq)
+
+    def body(i, *carried):
+        *state, out = carried
+        gx = mb.squeeze(x=mb.gather(x=xw, indices=i, axis=0), axes=[0])  # [N,G*H]
+        new = step(step_ops, layer, p, gx, state)
+        y_t = new[0]
+        if loop.valid is not None:  # past its length a sequence keeps its states and outputs zeros
+            ok = mb.cast(x=mb.squeeze(x=mb.gather(x=loop.valid, indices=i, axis=0), axes=[0]), dtype="bool")  # [N,1]
+            y_t = mb.select(cond=ok, a=new[0], b=np.float32(0.0))
+            new = [mb.select(cond=ok, a=n, b=s) for n, s in zip(new, state)]
+        out = mb.scatter(data=out, indices=i, updates=mb.expand_dims(x=y_t, axes=[0]), axis=0, mode="update")
+        return (mb.add(x=i, y=np.int32(1)), *new, out)
+
+    _, *last, y_d = mb.while_loop(
+        _cond=cond,
+        _body=body,
+        loop_vars=(np.array([0], np.int32), *start, mb.fill(shape=loop.ys_shape, value=0.0)),
+        name=loop.name,
+    )
+    return y_d, last
 
 
 def _stored(weights: np.ndarray) -> np.ndarray:

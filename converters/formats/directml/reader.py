@@ -532,6 +532,42 @@ def _manifest(document: Document) -> dict[str, dict]:
     return entries
 
 
+def _direction_params(rec: DescRecurrence, k: int) -> DirectionParams:
+    """Direction ``k``'s weights (copies, contiguous), peepholes and activations; InputError for a Softplus
+    whose Steepness is not 1 (the layer holds the ONNX function only)."""
+    dispatch = rec.dispatch
+    per = dispatch.cell.activation_count
+    w, r, wb, rb, descs = rec.weights(k)
+    acts = []
+    for index, (kind, params) in enumerate(descs):
+        if kind == "ACTIVATION_SOFTPLUS" and params["Steepness"] != 1.0:
+            raise InputError(
+                f"{dispatch.at('ActivationDescs')}[{k * per + index}] ACTIVATION_SOFTPLUS Steepness "
+                f"{params['Steepness']:g}: gatepack's layer holds Softplus with Steepness 1 only (the ONNX "
+                "function)"
+            )
+        acts.append(to_activation(kind, params))
+    return DirectionParams(
+        W=np.ascontiguousarray(w),
+        R=np.ascontiguousarray(r),
+        Wb=wb.copy(),
+        Rb=rb.copy(),
+        activations=tuple(acts),
+        P=None if (peepholes := rec.peephole(k)) is None else peepholes.copy(),
+    )
+
+
+def _held_constants(rec: DescRecurrence, tensors: dict) -> dict[str, np.ndarray]:
+    """The inputs the manifest's ``tensors`` mark constant, as the layer holds them: sequence_lens as int32 [N],
+    a state as its [D, N, H] (the resource's first axis dropped)."""
+    constants = {}
+    for label, role in _CONSTANT_LABELS.items():
+        value = rec.tensors.get(FIELD_OF_ROLE[role])
+        if (tensors.get(label) or {}).get("constant") and value is not None:
+            constants[role] = value.reshape(-1).astype(np.int32) if role == "sequence_lens" else value[0].copy()
+    return constants
+
+
 _ENTRY_TYPES = {"name": str, "source_layout": int, "source_dims": dict, "source_dtype": str, "tensors": dict}
 _TENSOR_ROLES = tuple(FIELD_ROLES.values())
 _CONSTANT_LABELS = {ROLE_LABELS[role]: role for role in CONSTANT_ROLES}  # manifest role -> constant role
@@ -566,31 +602,12 @@ def _checked_entry(entry: dict) -> dict:
 
 
 def _to_layer(rec: DescRecurrence, entry: dict) -> RecurrentLayer:
+    """A dispatchable read as a layer: its weights and activations per direction, and its interface under the
+    names and layout of the source it was written from (the manifest ``entry``; {} without one), holding the
+    inputs the entry marks constant."""
     dispatch = rec.dispatch
     s, n, i, d, h = rec.sizes
-    per = dispatch.cell.activation_count
-    directions = []
-    for k in range(d):
-        w, r, wb, rb, descs = rec.weights(k)
-        acts = []
-        for index, (kind, params) in enumerate(descs):
-            if kind == "ACTIVATION_SOFTPLUS" and params["Steepness"] != 1.0:
-                raise InputError(
-                    f"{dispatch.at('ActivationDescs')}[{k * per + index}] ACTIVATION_SOFTPLUS Steepness "
-                    f"{params['Steepness']:g}: gatepack's layer holds Softplus with Steepness 1 only (the ONNX "
-                    "function)"
-                )
-            acts.append(to_activation(kind, params))
-        directions.append(
-            DirectionParams(
-                W=np.ascontiguousarray(w),
-                R=np.ascontiguousarray(r),
-                Wb=wb.copy(),
-                Rb=rb.copy(),
-                activations=tuple(acts),
-                P=None if (peepholes := rec.peephole(k)) is None else peepholes.copy(),
-            )
-        )
+    directions = [_direction_params(rec, k) for k in range(d)]
     bias = rec.tensors["BiasTensor"]
     tensors = entry.get("tensors") or {}
 
@@ -599,11 +616,7 @@ def _to_layer(rec: DescRecurrence, entry: dict) -> RecurrentLayer:
             return None
         return (tensors.get(role) or {}).get("source_name") or dispatch.bindings.get(field) or role
 
-    constants = {}
-    for label, role in _CONSTANT_LABELS.items():
-        value = rec.tensors.get(FIELD_OF_ROLE[role])
-        if (tensors.get(label) or {}).get("constant") and value is not None:
-            constants[role] = value.reshape(-1).astype(np.int32) if role == "sequence_lens" else value[0].copy()
+    constants = _held_constants(rec, tensors)
     # interface field -> tensor name (Any: a keyword of Interface's, which checks it on construction)
     names: dict[str, Any] = {ROLE_FIELDS[field]: name_of(role, field) for field, role in FIELD_ROLES.items()}
     try:

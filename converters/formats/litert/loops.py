@@ -326,13 +326,11 @@ def _lifted_finding(description: str, tried: int, proofs: str, itf: Interface, s
 
 
 def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
+    """A ``WHILE`` loop as a forward, time-major layer: its loop variables told apart (``_variables``), its states
+    (``_state_roles``) and outputs (``_loop_outputs``) named in its interface, its step proven (``lift``) against
+    the interpreter running the loop alone (INT8 weights: as LiteRT's hybrid kernels run them); with its finding."""
     where = _where(file, op)
-    options = op.builtinOptions
-    subgraphs = file.model.subgraphs
-    body_index = getattr(options, "bodySubgraphIndex", -1)
-    if not 0 < body_index < len(subgraphs):
-        raise InputError(f"{where}: its body subgraph {body_index} is missing")
-    body = subgraphs[body_index]
+    body = _body_of(file, op, where)
     found = _variables(file, op, body)
     x = int(op.inputs[found.x])
     shape = [int(d) for d in file.tensors[x].shape]
@@ -341,10 +339,7 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
     ]
     hidden = int(body.tensors[int(body.inputs[found.h])].shape[-1])
     roles, constants, states_text = _state_roles(file, op, found, hidden)
-    loop_outputs = (("y", found.buffer), ("y_h", found.h), ("y_c", found.c))
-    indices = {role: int(op.outputs[j]) for role, j in loop_outputs if j >= 0}
-    if file.tensors[indices["y"]].shape[0] != shape[0]:  # return_sequences=False: the buffer holds the last step
-        del indices["y"]
+    indices = _loop_outputs(file, op, found, shape[0])
     written = {role: file.name(k) for role, k in indices.items()}
     name = file.name(int(op.outputs[0])).removesuffix("/while")
     itf = Interface(
@@ -390,3 +385,22 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
     finding = _lifted_finding(lifted.description, lifted.tried, "".join(proofs), itf, states_text)
     provenance = Provenance(FORMAT, file.path, name, "lifted", "WHILE", inputs=(itf.x,), layout=0, handle=handle)
     return replace(layer, provenance=provenance), finding
+
+
+def _body_of(file: Any, op: Any, where: str) -> Any:
+    """The ``WHILE``'s body subgraph; InputError when its index names none (the main subgraph included)."""
+    subgraphs = file.model.subgraphs
+    body_index = getattr(op.builtinOptions, "bodySubgraphIndex", -1)
+    if not 0 < body_index < len(subgraphs):
+        raise InputError(f"{where}: its body subgraph {body_index} is missing")
+    return subgraphs[body_index]
+
+
+def _loop_outputs(file: Any, op: Any, found: _Variables, seq_length: int) -> dict[str, int]:
+    """The loop's outputs that are the layer's (interface role -> tensor index): its buffer as Y (not when it holds
+    the last step only: Keras's return_sequences=False), its final h and c as Y_h and Y_c."""
+    loop_outputs = (("y", found.buffer), ("y_h", found.h), ("y_c", found.c))
+    indices = {role: int(op.outputs[j]) for role, j in loop_outputs if j >= 0}
+    if file.tensors[indices["y"]].shape[0] != seq_length:  # return_sequences=False: the buffer holds the last step
+        del indices["y"]
+    return indices

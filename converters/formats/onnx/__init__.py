@@ -24,7 +24,9 @@ and ``onnx.lifted``), ``onnx.writer`` (a layer as nodes), ``onnx.rewrite`` (a wh
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import onnx
 
@@ -85,6 +87,18 @@ def write(
     """
     path = Path(path)
     runtime = runtime_name(runtime)
+    _check_write_options(model, runtime, layout_encoding, opset)
+    if is_whole_model(model):
+        _write_whole(model, path, layout_encoding, external_data, runtime)
+        return
+    opset = layers_opset(model.layers, opset, runtime, not model.meta.get(quantization.ASKED))
+    _write_layers(model, path, opset, layout_encoding, external_data, runtime)
+
+
+def _check_write_options(model: Model, runtime: str, layout_encoding: str, opset: int | None) -> None:
+    """UsageError for the ``layout`` attribute asked for DirectML's provider (it does not take layout=1) or an
+    ``opset`` asked for a whole model (which keeps its own); RefusedError for a layer DirectML's provider cannot
+    be given safely (``_refuse_for_runtime``)."""
     if runtime == "directml" and layout_encoding == "attribute":
         raise UsageError(
             "the layout attribute cannot be written for directml: onnxruntime's DirectML provider does not take "
@@ -92,44 +106,36 @@ def write(
             hint="leave out --onnx-layout (Transposes around a layout-0 node)",
         )
     _refuse_for_runtime(model, runtime, opset)
-    if is_whole_model(model):
-        if opset is not None and opset != model.meta.get("opset"):
-            raise UsageError(
-                f"{model.path}: a whole model keeps its opset {model.meta.get('opset')}; --opset {opset} applies to "
-                "the recurrent layers written alone",
-                hint="leave out --opset, or pass --layers-only",
-            )
-        _write_whole(model, path, layout_encoding, external_data, runtime)
-        return
-    opset = layers_opset(model.layers, opset, runtime, not model.meta.get(quantization.ASKED))
+    if is_whole_model(model) and opset is not None and opset != model.meta.get("opset"):
+        raise UsageError(
+            f"{model.path}: a whole model keeps its opset {model.meta.get('opset')}; --opset {opset} applies to "
+            "the recurrent layers written alone",
+            hint="leave out --opset, or pass --layers-only",
+        )
+
+
+def _write_layers(
+    model: Model, path: Path, opset: int, layout_encoding: str, external_data: bool | None, runtime: str
+) -> None:
+    """The layers alone as one ONNX model at ``opset`` (``build``); their weights go to external data when asked,
+    or by default when the source kept them so or they exceed ``EXTERNAL_THRESHOLD``."""
     if external_data is None:
         weight_bytes = sum(
             p.W.nbytes + p.R.nbytes + p.Wb.nbytes + p.Rb.nbytes for layer in model.layers for p in layer.directions
         )
         external_data = bool(model.meta.get("external_data")) or weight_bytes > EXTERNAL_THRESHOLD
-    data_name = path.name + ".data"
+    make = partial(
+        build,
+        model,
+        opset=opset,
+        layout_encoding=layout_encoding,
+        runtime=runtime,
+        quantized=not model.meta.get(quantization.ASKED),
+    )
     with atomic_files(path, (".onnx.data",) if path.suffix == ".onnx" else ()) as tmp:
         if external_data:
             _check_data_name(path)
-            with open(tmp.parent / data_name, "wb") as data:
-                proto = build(
-                    model,
-                    opset=opset,
-                    layout_encoding=layout_encoding,
-                    external=(data, data_name),
-                    runtime=runtime,
-                    quantized=not model.meta.get(quantization.ASKED),
-                )
-        else:
-            proto = build(
-                model,
-                opset=opset,
-                layout_encoding=layout_encoding,
-                runtime=runtime,
-                quantized=not model.meta.get(quantization.ASKED),
-            )
-        onnx.save(proto, str(tmp))
-        check_written(tmp, None)
+        _save_checked(tmp, external_data, make, None)
 
 
 def layers_opset(layers: list[RecurrentLayer], opset: int | None, runtime: str | None, quantized: bool = True) -> int:
@@ -196,25 +202,27 @@ def _write_whole(
     external = bool(model.meta.get("external_data")) if external_data is None else external_data
     if external:
         _check_data_name(path)
+    make = partial(
+        in_place,
+        model,
+        layout_encoding=layout_encoding,
+        runtime=runtime,
+        quantized=not model.meta.get(quantization.ASKED),
+    )
     with atomic_files(path, (".onnx.data",) if path.suffix == ".onnx" else ()) as tmp:
-        if external:
-            with open(tmp.parent / (path.name + ".data"), "wb") as data:
-                proto = in_place(
-                    model,
-                    layout_encoding=layout_encoding,
-                    external=(data, path.name + ".data"),
-                    runtime=runtime,
-                    quantized=not model.meta.get(quantization.ASKED),
-                )
-        else:
-            proto = in_place(
-                model,
-                layout_encoding=layout_encoding,
-                runtime=runtime,
-                quantized=not model.meta.get(quantization.ASKED),
-            )
-        onnx.save(proto, str(tmp))
-        check_written(tmp, Path(model.path))
+        _save_checked(tmp, external, make, Path(model.path))
+
+
+def _save_checked(tmp: Path, external: bool, make: Callable[..., onnx.ModelProto], source: Path | None) -> None:
+    """Save the model ``make`` builds at ``tmp``, its weights streamed into ``NAME.onnx.data`` beside it when
+    ``external`` (``make(external=(file, location))``), then ``check_written`` it (against ``source``)."""
+    if external:
+        with open(tmp.parent / (tmp.name + ".data"), "wb") as data:
+            proto = make(external=(data, tmp.name + ".data"))
+    else:
+        proto = make()
+    onnx.save(proto, str(tmp))
+    check_written(tmp, source)
 
 
 def write_runnable_twin(model: Model, path: Path) -> list[RecurrentLayer]:

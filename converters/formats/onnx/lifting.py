@@ -22,7 +22,7 @@ of the region the rest of the graph reads, how each is recomputed from the canon
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import onnx
@@ -83,6 +83,16 @@ class Replacement:
     weights: dict[str, np.ndarray]
     inputs: list[str]
     outputs: list[str]
+
+
+class _Carried(NamedTuple):
+    """A Loop body's loop-carried ``inputs`` and ``outputs`` (index k: the loop's input 2 + k and output k), its
+    scanned outputs ``scans``, and the indices of the carried values that change and are float (``changing``)."""
+
+    inputs: list[str]
+    outputs: list[str]
+    scans: list[str]
+    changing: list[int]
 
 
 class NotARecurrence(Exception):
@@ -240,46 +250,20 @@ class Finder:
         if not activations or not {n.op_type for n in _all_nodes(body)} & {"MatMul", "Gemm"}:
             return []
         what = f"Loop {name!r}"
-        n_carried = len(node.input) - 2
-        body_in = [i.name for i in body.input]
-        body_out = [o.name for o in body.output]
-        if len(body_in) != n_carried + 2 or len(body_out) < n_carried + 1:
-            raise NotARecurrence(f"{what}: its body's inputs and outputs do not match its loop-carried values")
-        carried_in, carried_out = body_in[2:], body_out[1 : 1 + n_carried]
-        scans = body_out[1 + n_carried :]
-        changing = [
-            k
-            for k in range(n_carried)
-            if carried_out[k] != carried_in[k] and self._is_float(node.input[2 + k], body, carried_in[k])
-        ]
+        carried = self._carried(node, body, what)
         sequences, masks = self._stepped(body)
         mask, mask_reversed, prefix = self._gathered_mask(masks, what)
         if len(sequences) != 1:
             raise NotARecurrence(f"{what}: it reads {len(sequences)} outer float sequences step by step, not one")
-        k_kept = self._kept_output(node, body, changing, carried_in, carried_out, scans, what) if mask else None
-        changing = [k for k in changing if k != k_kept]
-        k_h, k_c = self._states(body, changing, carried_in, carried_out, what)
-        direction, x = Direction.FORWARD, sequences[0]
-        reverser = self.scope.producers.get(x)
-        if reverser is not None and _reverses_time(reverser, self._constant):
-            direction, x = Direction.REVERSE, reverser.input[0]
+        k_kept = self._kept_output(node, body, carried, what) if mask else None
+        changing = [k for k in carried.changing if k != k_kept]
+        k_h, k_c = self._states(body, changing, carried.inputs, carried.outputs, what)
+        x, reversed_ = self._unreversed(sequences[0])
+        direction = Direction.REVERSE if reversed_ else Direction.FORWARD
         if mask and mask_reversed != (direction is Direction.REVERSE):
             raise NotARecurrence(f"{what}: masked, but the mask and the sequence run in different orders")
-        scanned = carried_out[k_h if k_kept is None else k_kept]
-        scan = next((j for j, s in enumerate(scans) if _through(body, s) == _through(body, scanned)), None)
-        y_seq = node.output[n_carried + scan] if scan is not None and len(node.output) > n_carried + scan else None
-        finals = [node.output[k] if k is not None and len(node.output) > k and node.output[k] else None
-                  for k in (k_h, k_c)]  # fmt: skip
-        initials = [None if k is None else self._initial(node.input[2 + k], what) for k in (k_h, k_c)]
-        x_dims = self._dims(x) or []
-        dims = self._dims(finals[0] or "") or self._dims(initials[0] or "") or []
-        hidden = dims[-1] if dims and isinstance(dims[-1], int) else None
-        if hidden is None and len(x_dims) == 3 and isinstance(x_dims[2], int):
-            hidden = self._hidden_from_weights(node, x_dims[2], what)
-        trip = self._constant(node.input[0]) if node.input[0] else None
-        steps = int(trip.reshape(-1)[0]) if trip is not None and trip.size == 1 else None
-        if steps is None and not (len(x_dims) == 3 and isinstance(x_dims[0], int)):  # S known nowhere else
-            steps = self._steps_by_condition(node, body, carried_in, carried_out)
+        y_seq, finals, initials = self._loop_ends(node, body, carried, (k_h, k_c), k_kept, what)
+        hidden, steps = self._loop_sizes(node, body, carried, x, (finals[0], initials[0]), what)
         found = (
             f"an ONNX Loop{f' of {steps} steps' if steps else ''} over a {'/'.join(sorted(activations))} cell "
             "(as tf2onnx writes Keras recurrent layers)"
@@ -294,6 +278,73 @@ class Finder:
             )
             for keep_last in ((True, False) if lengths and direction is Direction.FORWARD else (False,))
         ]  # fmt: skip
+
+    def _carried(self, node: onnx.NodeProto, body: onnx.GraphProto, what: str) -> _Carried:
+        """The body's loop-carried inputs and outputs (after the iteration number and the condition), its scanned
+        outputs, and which carried values change from step to step and are float (the candidate states)."""
+        n_carried = len(node.input) - 2
+        body_in = [i.name for i in body.input]
+        body_out = [o.name for o in body.output]
+        if len(body_in) != n_carried + 2 or len(body_out) < n_carried + 1:
+            raise NotARecurrence(f"{what}: its body's inputs and outputs do not match its loop-carried values")
+        carried_in, carried_out = body_in[2:], body_out[1 : 1 + n_carried]
+        changing = [
+            k
+            for k in range(n_carried)
+            if carried_out[k] != carried_in[k] and self._is_float(node.input[2 + k], body, carried_in[k])
+        ]
+        return _Carried(carried_in, carried_out, body_out[1 + n_carried :], changing)
+
+    def _unreversed(self, name: str) -> tuple[str, bool]:
+        """The tensor ``name`` reads in time order, and whether ``name`` is it reversed in time (a full-length
+        ``ReverseSequence`` or a step -1 ``Slice``: Keras's go_backwards)."""
+        reverser = self.scope.producers.get(name)
+        if reverser is not None and _reverses_time(reverser, self._constant):
+            return reverser.input[0], True
+        return name, False
+
+    def _loop_ends(
+        self,
+        node: onnx.NodeProto,
+        body: onnx.GraphProto,
+        carried: _Carried,
+        states: tuple[int, int | None],
+        k_kept: int | None,
+        what: str,
+    ) -> tuple[str | None, list[str | None], list[str | None]]:
+        """The loop's scanned Y [S,N,H] (the scan of h, or of the output a masked loop keeps; None when not an
+        output), its final (h, c) and their initial values (None: not an output, or zeros), for ``states`` the
+        carried indices of h and c."""
+        n_carried = len(carried.inputs)
+        scanned = carried.outputs[states[0] if k_kept is None else k_kept]
+        scan = next((j for j, s in enumerate(carried.scans) if _through(body, s) == _through(body, scanned)), None)
+        y_seq = node.output[n_carried + scan] if scan is not None and len(node.output) > n_carried + scan else None
+        finals = [node.output[k] if k is not None and len(node.output) > k and node.output[k] else None
+                  for k in states]  # fmt: skip
+        initials = [None if k is None else self._initial(node.input[2 + k], what) for k in states]
+        return y_seq, finals, initials
+
+    def _loop_sizes(
+        self,
+        node: onnx.NodeProto,
+        body: onnx.GraphProto,
+        carried: _Carried,
+        x: str,
+        h: tuple[str | None, str | None],
+        what: str,
+    ) -> tuple[int | None, int | None]:
+        """(H, S) of a loop over ``x``: H from the shape of its final h, else of its initial h (``h``), else from the
+        weights it reads; S from its trip count, else (X's shape not telling it) from its condition."""
+        x_dims = self._dims(x) or []
+        dims = self._dims(h[0] or "") or self._dims(h[1] or "") or []
+        hidden = dims[-1] if dims and isinstance(dims[-1], int) else None
+        if hidden is None and len(x_dims) == 3 and isinstance(x_dims[2], int):
+            hidden = self._hidden_from_weights(node, x_dims[2], what)
+        trip = self._constant(node.input[0]) if node.input[0] else None
+        steps = int(trip.reshape(-1)[0]) if trip is not None and trip.size == 1 else None
+        if steps is None and not (len(x_dims) == 3 and isinstance(x_dims[0], int)):  # S known nowhere else
+            steps = self._steps_by_condition(node, body, carried.inputs, carried.outputs)
+        return hidden, steps
 
     @staticmethod
     def _check_masked(mask: str | None, prefix: bool, y_seq: str | None, initials: list, what: str) -> None:
@@ -376,9 +427,7 @@ class Finder:
             return None, False, False
         if len(masks) > 1:
             raise NotARecurrence(f"{what}: masked: it gathers {len(masks)} masks step by step, not one")
-        mask, reverser = masks[0], self.scope.producers.get(masks[0])
-        reversed_ = reverser is not None and _reverses_time(reverser, self._constant)
-        in_time = reverser.input[0] if reversed_ and reverser is not None else mask
+        in_time, reversed_ = self._unreversed(masks[0])
         return in_time, reversed_, self._prefix_mask(in_time)
 
     def _prefix_mask(self, mask: str) -> bool:
@@ -427,10 +476,11 @@ class Finder:
                     return True
         return False
 
-    def _kept_output(self, node, body, changing: list[int], carried_in, carried_out, scans, what: str) -> int | None:
+    def _kept_output(self, node: onnx.NodeProto, body: onnx.GraphProto, carried: _Carried, what: str) -> int | None:
         """The carried value a masked loop scans out when it is not a state (Keras keeps its last output on
         masked steps): scanned, multiplied by no matrix, zero at first and read by nothing after the loop.
         None when the loop scans a state."""
+        changing, carried_in, carried_out, scans = carried.changing, carried.inputs, carried.outputs, carried.scans
         multiplied = {_through(body, n.input[0]) for n in _all_nodes(body) if n.op_type in ("MatMul", "Gemm")}
         scanned = {_through(body, s) for s in scans}
         kept = [k for k in changing if _through(body, carried_out[k]) in scanned and carried_in[k] not in multiplied]
@@ -661,39 +711,14 @@ class Finder:
         seq = x_dims[0] if isinstance(x_dims[0], int) else steps
         if steps is not None and isinstance(x_dims[0], int) and x_dims[0] != steps:
             raise NotARecurrence(f"{found}: it runs {steps} steps over a sequence of {x_dims[0]}")
-        batch = x_dims[1] if isinstance(x_dims[1], int) else None
         out = _Adapters(name, self.opset)
         exposed: dict[str, tuple] = {}
         if states is not None:  # unrolled: one tensor per step, in processing order
             y0, final_states = self._unrolled_outputs(out, name, direction, states, nodes, exposed)
         else:  # Loop: a scanned [S,N,H] in processing order and final [N,H] states
-            y0 = None
-            if y_seq:
-                in_time = out.reverse_time(y_seq, f"{name}:in_time") if direction is Direction.REVERSE else y_seq
-                y0 = out.axes("Unsqueeze", in_time, [1], f"{name}:Y0")
-                exposed[y_seq] = ("Y_seq", direction is Direction.REVERSE)
-            if mask:
-                y0 = self._by_lengths(out, name, mask, x_seq, y0, finals[0] if keep_last else None)
-                if keep_last:
-                    exposed[y_seq] = ("Y_kept", mask, len(self._dims(mask) or []))
-            final_states = [out.axes("Unsqueeze", f, [0], f"{name}:{role}0") if f else None
-                            for role, f in zip(("Y_h", "Y_c"), finals)]  # fmt: skip
-            exposed.update((f, (role, 2)) for role, f in zip(("Y_h", "Y_c"), finals) if f)
-        y = None
-        if y0 is not None:
-            y = (
-                out.add("Transpose", [y0], f"{name}:Y", perm=[2, 0, 1, 3])
-                if layout
-                else out.add("Identity", [y0], f"{name}:Y")
-            )
-        canonical_states = []
-        for role, state in zip(("Y_h", "Y_c"), final_states):
-            if state is not None and layout:
-                state = out.add("Transpose", [state], f"{name}:{role}", perm=[1, 0, 2])
-            elif state is not None:
-                state = out.add("Identity", [state], f"{name}:{role}")
-            canonical_states.append(state)
-        y_h, y_c = canonical_states
+            ends = (y_seq, finals, mask, keep_last)
+            y0, final_states = self._loop_outputs(out, name, direction, x_seq, ends, exposed)
+        y, y_h, y_c = _in_layout(out, name, layout, y0, final_states)
         canonical = [self._canonical_initial(out, name, role, initial, found)
                      for role, initial in zip(("initial_h", "initial_c"), initials)]  # fmt: skip
         constants.update(out.constants)
@@ -716,7 +741,7 @@ class Finder:
             y_c=y_c,
             layout=layout,
             seq_length=seq,
-            batch_size=batch,
+            batch_size=x_dims[1] if isinstance(x_dims[1], int) else None,
             input_size=x_dims[2],
             hidden_size=hidden,
             activations=activations,
@@ -725,6 +750,35 @@ class Finder:
             mask=mask,
             hold=hold,
         )
+
+    def _loop_outputs(
+        self,
+        out: _Adapters,
+        name: str,
+        direction: Direction,
+        x_seq: str,
+        ends: tuple[str | None, list[str | None], str | None, bool],
+        exposed: dict,
+    ) -> tuple[str | None, list[str | None]]:
+        """Y0 [S,1,N,H] in time order (None: the loop scans no Y out) and the final states ([1,N,H] h and c/None)
+        of a loop, from ``ends``: its scanned Y [S,N,H] in processing order, final (h, c), mask by lengths and
+        whether it keeps its last output past each length (``_by_lengths``); what the rest of the graph reads of
+        them goes into ``exposed``."""
+        y_seq, finals, mask, keep_last = ends
+        y0 = None
+        if y_seq:
+            in_time = out.reverse_time(y_seq, f"{name}:in_time") if direction is Direction.REVERSE else y_seq
+            y0 = out.axes("Unsqueeze", in_time, [1], f"{name}:Y0")
+            exposed[y_seq] = ("Y_seq", direction is Direction.REVERSE)
+        if mask:
+            assert y0 is not None  # (a masked loop shows its sequence: _check_masked)
+            y0 = self._by_lengths(out, name, mask, x_seq, y0, finals[0] if keep_last else None)
+            if keep_last:
+                exposed[y_seq] = ("Y_kept", mask, len(self._dims(mask) or []))
+        final_states = [out.axes("Unsqueeze", f, [0], f"{name}:{role}0") if f else None
+                        for role, f in zip(("Y_h", "Y_c"), finals)]  # fmt: skip
+        exposed.update((f, (role, 2)) for role, f in zip(("Y_h", "Y_c"), finals) if f)
+        return y0, final_states
 
     def _unrolled_outputs(self, out: _Adapters, name: str, direction, states, nodes, exposed: dict) -> tuple:
         """Y0 [S,1,N,H] and the final states ([1,N,H] h, None) of unrolled steps (one tensor per step, in
@@ -920,6 +974,28 @@ def perm_of(node: onnx.NodeProto) -> list | None:
     """A Transpose's perm attribute, or None."""
     perm = _attr(node, "perm", None)
     return list(perm) if perm is not None else None
+
+
+def _in_layout(
+    out: _Adapters, name: str, layout: int, y0: str | None, final_states: list[str | None]
+) -> tuple[str | None, str | None, str | None]:
+    """The region's canonical Y, Y_h and Y_c (``name:Y`` ...) from Y0 [S,1,N,H] and the states [1,N,H]: Identities
+    for a sequence-major layer, Transposes to Y [N,S,1,H] and states [N,1,H] for a batch-major one (``layout``)."""
+    y = None
+    if y0 is not None:
+        y = (
+            out.add("Transpose", [y0], f"{name}:Y", perm=[2, 0, 1, 3])
+            if layout
+            else out.add("Identity", [y0], f"{name}:Y")
+        )
+    canonical_states = []
+    for role, state in zip(("Y_h", "Y_c"), final_states):
+        if state is not None and layout:
+            state = out.add("Transpose", [state], f"{name}:{role}", perm=[1, 0, 2])
+        elif state is not None:
+            state = out.add("Identity", [state], f"{name}:{role}")
+        canonical_states.append(state)
+    return y, canonical_states[0], canonical_states[1]
 
 
 def _reverses_time(node: onnx.NodeProto, constant) -> bool:

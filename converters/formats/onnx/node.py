@@ -9,6 +9,7 @@ and held inputs (``onnx.interface``); the weights and held inputs folded when co
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -27,7 +28,7 @@ from gatepack.converters.formats.onnx.interface import (
 from gatepack.converters.formats.onnx.qdq import dequantize_linear_weight
 from gatepack.schemas.activations import KINDS, DefaultsPolicy, ResolvedDefault, canonical_name, resolve_activations
 from gatepack.schemas.cells import cell_of_op
-from gatepack.schemas.layer import Cell, Direction, DirectionParams, Provenance, RecurrentLayer, SpecError
+from gatepack.schemas.layer import Cell, Direction, DirectionParams, Interface, Provenance, RecurrentLayer, SpecError
 from gatepack.schemas.quantized import QuantizedWeights
 
 _A = onnx.AttributeProto
@@ -46,6 +47,22 @@ _ATTRIBUTE_TYPES = {
     "layout": _A.INT,
     "output_sequence": _A.INT,
 }
+
+
+class _NodeWeights(NamedTuple):
+    """A node's W [D, G*H, I], R [D, G*H, H], B [D, 2*G*H] and P [D, peepholes*H] as read (B and P None when the
+    node names none), with the quantized records per direction of W and R where ``DequantizeLinear`` computes them."""
+
+    w: np.ndarray
+    r: np.ndarray
+    b: np.ndarray | None
+    p: np.ndarray | None
+    quantized: tuple[list[QuantizedWeights] | None, list[QuantizedWeights] | None]
+
+    def by_name(self, inputs: list[str]) -> dict[str, np.ndarray]:
+        """The weights the node names, by tensor name (the isolated node's constants)."""
+        named = zip((inputs[1], inputs[2], inputs[3], inputs[7]), (self.w, self.r, self.b, self.p))
+        return {k: v for k, v in named if k and v is not None}
 
 
 class NodeReader:
@@ -73,52 +90,32 @@ class NodeReader:
         if not inputs[0] or not inputs[1] or not inputs[2]:
             raise InputError(f"{at}{node.op_type} needs inputs X, W and R; got {list(node.input)}")
 
-        (w, wq), (r, rq), (b, _) = (
-            self._weight(inputs[k], scope, name, role) for k, role in ((1, "W"), (2, "R"), (3, "B"))
-        )
-        assert w is not None and r is not None  # (named: checked above)
-        p = self.constants.constant(inputs[7], scope, name, "P") if inputs[7] else None
-        hidden, direction = _hidden_and_direction(attrs, r, at)
-        _check_weights(cell, direction, hidden, w, r, b, p, at)
+        weights = self._weights(inputs, scope, name)
+        hidden, direction = _hidden_and_direction(attrs, weights.r, at)
+        _check_weights(cell, direction, hidden, weights.w, weights.r, weights.b, weights.p, at)
 
         notes: list[Finding] = []
         per_dir = self._activations(node, cell, direction, attrs, at, notes)
         clip = _clip(cell, attrs, at, notes)
         layout = _layout(node, version, attrs, at, notes)
-        weights = ((inputs[1], w), (inputs[2], r), (inputs[3], b), (inputs[7], p))
-        isolated = Isolated([node], {k: v for k, v in weights if k and v is not None}, self.opset)
-        computed = computed_inputs(self.constants, scope, inputs, layout, name)
-        outputs = list(node.output) + ["", "", ""]
-        interface = node_interface(
-            self.constants.types, node, scope, inputs, outputs, layout, w, hidden, at, isolated, computed
-        )
-        held = held_constants(interface, layout, at, w.dtype, isolated, computed)
-        interface = without_zero_states(interface, isolated, notes)
-        provenance = Provenance(
-            FORMAT,
-            self.path,
-            name,
-            "node",
-            node.op_type,
-            version,
-            tuple(node.input),
-            layout,
-            isolated,
-            tuple((key, _decoded(value)) for key, value in sorted(attrs.items())),
-        )
+        isolated = Isolated([node], weights.by_name(inputs), self.opset)
+        interface, held = self._interface(node, scope, inputs, layout, weights.w, hidden, isolated, notes, name)
+        provenance = _provenance(self.path, node, name, version, layout, isolated, attrs)
         try:
             layer = RecurrentLayer(
                 name=name,
                 cell=cell,
-                input_size=int(w.shape[2]),
+                input_size=int(weights.w.shape[2]),
                 hidden_size=hidden,
                 direction=direction,
-                directions=_direction_params(cell.gates * hidden, w, r, b, p, per_dir, (wq, rq)),
+                directions=_direction_params(
+                    cell.gates * hidden, weights.w, weights.r, weights.b, weights.p, per_dir, weights.quantized
+                ),
                 interface=interface,
                 linear_before_reset=bool(attrs.get("linear_before_reset", 0)),
                 input_forget=bool(attrs.get("input_forget", 0)),
                 clip=clip,
-                has_bias=b is not None,
+                has_bias=weights.b is not None,
                 constants=held,
                 provenance=provenance,
             )
@@ -127,6 +124,38 @@ class NodeReader:
         if notes:
             self.notes[name] = notes
         return layer
+
+    def _weights(self, inputs: list[str], scope: Scope, name: str) -> _NodeWeights:
+        """The node's W, R and B (each read where ``DequantizeLinear`` may compute it) and P, in that order."""
+        (w, wq), (r, rq), (b, _) = (
+            self._weight(inputs[k], scope, name, role) for k, role in ((1, "W"), (2, "R"), (3, "B"))
+        )
+        assert w is not None and r is not None  # (named: checked by the caller)
+        p = self.constants.constant(inputs[7], scope, name, "P") if inputs[7] else None
+        return _NodeWeights(w, r, b, p, (wq, rq))
+
+    def _interface(
+        self,
+        node: onnx.NodeProto,
+        scope: Scope,
+        inputs: list[str],
+        layout: int,
+        w: np.ndarray,
+        hidden: int,
+        isolated: Isolated,
+        notes: list[Finding],
+        name: str,
+    ) -> tuple[Interface, dict[str, np.ndarray]]:
+        """The node's interface (its tensors by role) and the optional inputs it holds as constants (each also a
+        constant of ``isolated``); initial states the model computes as zeros leave the interface (noted)."""
+        at = where(self.path, name)
+        computed = computed_inputs(self.constants, scope, inputs, layout, name)
+        outputs = list(node.output) + ["", "", ""]
+        interface = node_interface(
+            self.constants.types, node, scope, inputs, outputs, layout, w, hidden, at, isolated, computed
+        )
+        held = held_constants(interface, layout, at, w.dtype, isolated, computed)
+        return without_zero_states(interface, isolated, notes), held
 
     def _weight(
         self, name: str, scope: Scope, layer: str, role: str
@@ -391,6 +420,25 @@ def _direction_params(
             Rq=rq[k] if rq else None,
         )
         for k in range(len(per_dir))
+    )
+
+
+def _provenance(
+    path: Path, node: onnx.NodeProto, name: str, version: int, layout: int, isolated: Isolated, attrs: dict
+) -> Provenance:
+    """Where the layer came from: the node, its operator version, inputs, layout, its isolated twin and its
+    attributes (decoded, sorted by name)."""
+    return Provenance(
+        FORMAT,
+        path,
+        name,
+        "node",
+        node.op_type,
+        version,
+        tuple(node.input),
+        layout,
+        isolated,
+        tuple((key, _decoded(value)) for key, value in sorted(attrs.items())),
     )
 
 

@@ -233,22 +233,56 @@ def layer_nodes(
     name); the roles ``in_node_layout`` names are already in the node's own layout (constants written for
     it), never transposed."""
     wrap = layer.interface.layout == 1 and form.encoding == "transpose"
-    nodes: list[onnx.NodeProto] = []
-    after: list[onnx.NodeProto] = []
+    nodes, node_in = _node_inputs(layer, names, inputs, in_node_layout, wrap)
+    after, node_out = _node_outputs(layer, names, outputs, wrap)
+    if form.elementary(layer):
 
-    def transposed(name: str, perm: list, suffix: str) -> str:
+        def constant(name: str, value: np.ndarray) -> str:
+            fresh = names.fresh(name)
+            inits.append(Stacked(fresh, list(value)))
+            return fresh
+
+        nodes += onnx_elementary.elementary_nodes(layer, names.fresh, constant, node_in, node_out, form.opset)
+    else:
+        nodes += _recurrent_node(layer, form, names, inits, node_in, node_out, node_name, weight_names or {})
+    return nodes + after
+
+
+def _node_inputs(
+    layer: RecurrentLayer,
+    names: "NameBook",
+    inputs: Mapping[str, str | None],
+    in_node_layout: set[str] | frozenset[str],
+    wrap: bool,
+) -> tuple[list[onnx.NodeProto], dict[str, str | None]]:
+    """The tensors the layer's node reads per input role (None: not given), and the nodes making them: when
+    ``wrap``ped (a batch-major layer, ``transpose`` encoding), X [N,S,I] -> [S,N,I] and each initial state
+    [N,D,H] -> [D,N,H] not already in the node's layout (``in_node_layout``) go through a Transpose."""
+    nodes: list[onnx.NodeProto] = []
+
+    def transposed(name: str, suffix: str) -> str:
         out = names.fresh(f"{name}__{suffix}")
         nodes.append(
-            helper.make_node("Transpose", [name], [out], perm=perm, name=names.fresh(f"{layer.name}/{suffix}"))
+            helper.make_node("Transpose", [name], [out], perm=PERM_IN, name=names.fresh(f"{layer.name}/{suffix}"))
         )
         return out
 
     node_in = {role: inputs.get(role) or None for role in INPUT_ROLES}
     if wrap:
-        node_in["x"] = transposed(_named(inputs, "x"), PERM_IN, "seq_major")
+        node_in["x"] = transposed(_named(inputs, "x"), "seq_major")
         for role in ("initial_h", "initial_c"):
             if (given := node_in[role]) and role not in in_node_layout:
-                node_in[role] = transposed(given, PERM_IN, f"{role}_dir_major")
+                node_in[role] = transposed(given, f"{role}_dir_major")
+    return nodes, node_in
+
+
+def _node_outputs(
+    layer: RecurrentLayer, names: "NameBook", outputs: Mapping[str, str | None], wrap: bool
+) -> tuple[list[onnx.NodeProto], dict[str, str | None]]:
+    """The tensors the layer's node writes per output role (None: not asked), and the nodes after it: when
+    ``wrap``ped, the node writes Y [S,D,N,H], Y_h and Y_c [D,N,H] into fresh tensors that Transposes turn into
+    the asked batch-major Y [N,S,D,H], Y_h and Y_c [N,D,H]."""
+    after: list[onnx.NodeProto] = []
     node_out: dict[str, str | None] = {}
     for key, perm in (("y", PERM_Y), ("y_h", PERM_YH), ("y_c", PERM_YH)):
         final = outputs.get(key)
@@ -264,17 +298,7 @@ def layer_nodes(
                     name=names.fresh(f"{layer.name}/{key}_batch_major"),
                 )
             )
-    if form.elementary(layer):
-
-        def constant(name: str, value: np.ndarray) -> str:
-            fresh = names.fresh(name)
-            inits.append(Stacked(fresh, list(value)))
-            return fresh
-
-        nodes += onnx_elementary.elementary_nodes(layer, names.fresh, constant, node_in, node_out, form.opset)
-    else:
-        nodes += _recurrent_node(layer, form, names, inits, node_in, node_out, node_name, weight_names or {})
-    return nodes + after
+    return after, node_out
 
 
 def _named(tensors: Mapping[str, str | None], role: str) -> str:

@@ -90,33 +90,8 @@ def read(path: str | Path, **_options) -> Model:
     loops that are no GRU/RNN/LSTM, and why)."""
     path = Path(path)
     ov_model = read_ir(path)
-    # a sequence op keeps its name over another op that OpenVINO's passes named alike (converting a whole ONNX model,
-    # the frontend's Transpose of an LSTM's Y merged with the model's own, batch-major, takes the node's name)
-    ops = sorted(all_ops(ov_model), key=lambda op: op.get_type_name() in SEQUENCE_OPS)
-    ops_by_name = {op.get_friendly_name(): op for op in ops}
     if ov_model.has_rt_info(RT_INFO_PATH):
-        entries = parse_json(
-            ov_model.get_rt_info(RT_INFO_PATH).astype(str), f"{path}: rt_info {'/'.join(RT_INFO_PATH)}"
-        )
-        if not isinstance(entries, list) or not entries:
-            raise InputError(f"{path}: rt_info {'/'.join(RT_INFO_PATH)} is not a non-empty list of layer descriptions")
-        layers, notes = [], {}
-        for entry in entries:
-            layer, found = _read_described(path, entry, ops_by_name)
-            layers.append(layer)
-            notes[layer.name] = found
-        other = (
-            parse_json(ov_model.get_rt_info(RT_INFO_OTHER_OPS).astype(str), f"{path}: rt_info")
-            if ov_model.has_rt_info(RT_INFO_OTHER_OPS)
-            else []
-        )
-        if not isinstance(other, list) or not all(isinstance(op, str) for op in other):
-            raise InputError(f"{path}: rt_info {'/'.join(RT_INFO_OTHER_OPS)} {other!r} is not a list of operator types")
-        if len({layer.name for layer in layers}) != len(layers):
-            raise InputError(f"{path}: rt_info describes two layers with the same name")
-        held = held_states(ov_model)  # a stateful IR's variables
-        meta = {"gatepack": True, "other_ops": other, **({"states": held} if held else {})}
-        return Model(path, FORMAT, layers, notes, meta=meta)
+        return _read_described_ir(path, ov_model)
     layers, notes = [], {}
     for op in ov_model.get_ordered_ops():
         if op.get_type_name() in SEQUENCE_OPS:
@@ -127,16 +102,7 @@ def read(path: str | Path, **_options) -> Model:
     layers += lifted
     notes.update(lifted_notes)
     if not layers:
-        loops = sorted({op.get_type_name() for op in ov_model.get_ordered_ops() if op.get_type_name() in LOOP_OPS})
-        raise NoRecurrentLayerError(
-            f"{path}: no GRUSequence, RNNSequence or LSTMSequence node"
-            + (f", and its {'/'.join(loops)} is no GRU/RNN/LSTM: {refused[0][1]}" if refused else ""),
-            hint=(
-                "gatepack lifts a loop that steps one sequence through a GRU, RNN or LSTM cell"
-                if refused
-                else "OpenVINO's frontends may have unrolled the layer into elementary ops outside any loop"
-            ),
-        )
+        raise _no_layer_error(path, ov_model, refused)
     kept = {*SEQUENCE_OPS, "Parameter", "Result", "Constant", "Convert"}
     lifted_loops = {layer.name for layer in lifted}
     weights = _constant_cones([op for op in ov_model.get_ops() if op.get_type_name() in SEQUENCE_OPS])
@@ -152,6 +118,50 @@ def read(path: str | Path, **_options) -> Model:
         **({"states": held} if (held := held_states(ov_model)) else {}),
     }
     return Model(path, FORMAT, layers, notes, refused, meta=meta)
+
+
+def _read_described_ir(path: Path, ov_model) -> Model:
+    """gatepack's own IR: each layer from its description in the rt_info, checked against its sequence op in the
+    graph (``_read_described``); the other operators' types the rt_info lists, and a stateful IR's variables."""
+    # a sequence op keeps its name over another op that OpenVINO's passes named alike (converting a whole ONNX model,
+    # the frontend's Transpose of an LSTM's Y merged with the model's own, batch-major, takes the node's name)
+    ops = sorted(all_ops(ov_model), key=lambda op: op.get_type_name() in SEQUENCE_OPS)
+    ops_by_name = {op.get_friendly_name(): op for op in ops}
+    entries = parse_json(ov_model.get_rt_info(RT_INFO_PATH).astype(str), f"{path}: rt_info {'/'.join(RT_INFO_PATH)}")
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f"{path}: rt_info {'/'.join(RT_INFO_PATH)} is not a non-empty list of layer descriptions")
+    layers, notes = [], {}
+    for entry in entries:
+        layer, found = _read_described(path, entry, ops_by_name)
+        layers.append(layer)
+        notes[layer.name] = found
+    other = (
+        parse_json(ov_model.get_rt_info(RT_INFO_OTHER_OPS).astype(str), f"{path}: rt_info")
+        if ov_model.has_rt_info(RT_INFO_OTHER_OPS)
+        else []
+    )
+    if not isinstance(other, list) or not all(isinstance(op, str) for op in other):
+        raise InputError(f"{path}: rt_info {'/'.join(RT_INFO_OTHER_OPS)} {other!r} is not a list of operator types")
+    if len({layer.name for layer in layers}) != len(layers):
+        raise InputError(f"{path}: rt_info describes two layers with the same name")
+    held = held_states(ov_model)  # a stateful IR's variables
+    meta = {"gatepack": True, "other_ops": other, **({"states": held} if held else {})}
+    return Model(path, FORMAT, layers, notes, meta=meta)
+
+
+def _no_layer_error(path: Path, ov_model, refused: list[tuple[str, str]]) -> NoRecurrentLayerError:
+    """The error for an IR with no sequence op and no loop lifted: why its first loop is no GRU/RNN/LSTM, or (no
+    loop) that OpenVINO's frontends may have unrolled the layer."""
+    loops = sorted({op.get_type_name() for op in ov_model.get_ordered_ops() if op.get_type_name() in LOOP_OPS})
+    return NoRecurrentLayerError(
+        f"{path}: no GRUSequence, RNNSequence or LSTMSequence node"
+        + (f", and its {'/'.join(loops)} is no GRU/RNN/LSTM: {refused[0][1]}" if refused else ""),
+        hint=(
+            "gatepack lifts a loop that steps one sequence through a GRU, RNN or LSTM cell"
+            if refused
+            else "OpenVINO's frontends may have unrolled the layer into elementary ops outside any loop"
+        ),
+    )
 
 
 def _activations(names: list[str], alphas: list[float], betas: list[float], path: Path, layer: str) -> list[Activation]:
@@ -176,7 +186,6 @@ def _implicit_inputs(
     evaluating them for two different input shapes); a state that is the same for every batch entry (a
     constant of the IR, a learned state broadcast to the batch) is held by the layer (the last item: role ->
     layout-0 value); lengths fed by a graph input stay inputs."""
-    found: list[Finding] = []
     index = sequence_inputs(cell)
     roles = [role for role, _ in state_roles(cell)]
     lens = op.input_value(index["sequence_lens"])
@@ -193,6 +202,15 @@ def _implicit_inputs(
         and (zeros_whatever_the_shape(states[k - 1]) or evaluated[k] and not any(np.any(got[k]) for got, _ in trials))
         for k in range(1, 1 + len(roles))
     ]
+    found = _lengths_findings(path, op, name, lens_known, full_lengths)
+    held = _held_or_exposed_states(roles, trials, shape_only, evaluated, zero_state, found)
+    return not full_lengths, {role: not zero for role, zero in zip(roles, zero_state)}, found, held
+
+
+def _lengths_findings(path: Path, op, name: str, lens_known: bool, full_lengths: bool) -> list[Finding]:
+    """What a sequence op's ``sequence_lengths`` means: X's full length computed from shapes (no sequence_lens),
+    or an input that OpenVINO CPU ignores on dynamic shapes (noted); InputError for lengths computed from
+    constants and shapes that are not the full length."""
     if lens_known and not full_lengths:
         raise InputError(
             f"{path}: layer {name!r}: sequence_lengths is computed from constants and shapes but is not the full "
@@ -200,16 +218,16 @@ def _implicit_inputs(
             hint="gatepack reads sequence lengths given as a graph input, or the full length",
         )
     if full_lengths:
-        found.append(
+        return [
             Finding(
                 "sequence_lens",
                 Status.EXACT,
                 "sequence_lengths is computed from tensor shapes and is X's full length (for two input sizes): "
                 "the layer has no sequence_lens input",
             )
-        )
-    elif not op.get_input_partial_shape(0).is_static:
-        found.append(
+        ]
+    if not op.get_input_partial_shape(0).is_static:
+        return [
             Finding(
                 "sequence_lens",
                 Status.EXACT,
@@ -217,7 +235,21 @@ def _implicit_inputs(
                 "reshaped to static shapes (gatepack runs the layer with static shapes)",
                 warning="OpenVINO CPU ignores sequence_lengths on dynamic shapes",
             )
-        )
+        ]
+    return []
+
+
+def _held_or_exposed_states(
+    roles: list[str],
+    trials: list,
+    shape_only: list[bool],
+    evaluated: list[bool],
+    zero_state: list[bool],
+    found: list[Finding],
+) -> dict[str, np.ndarray]:
+    """The initial states (``roles``; index k + 1 in ``trials``, ``shape_only`` and ``evaluated``) computed from
+    constants and shapes that are not zeros: one the same for every batch entry is held by the layer (role ->
+    layout-0 value, returned), any other becomes an input of the layer; each noted in ``found``."""
     held: dict[str, np.ndarray] = {}
     for k, role in enumerate(roles, start=1):
         value = _held_state([got[k] for got, _ in trials]) if shape_only[k] and evaluated[k] else None
@@ -237,7 +269,7 @@ def _implicit_inputs(
                     warning="constant initial state exposed as an input",
                 )
             )
-    return not full_lengths, {role: not zero for role, zero in zip(roles, zero_state)}, found, held
+    return held
 
 
 def _held_state(trials: list[np.ndarray]) -> np.ndarray | None:
