@@ -193,7 +193,7 @@ VARIANTS: dict[Cell, Callable[[Recurrence, list[Activation]], list[Variant]]] = 
 
 def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
     """Every reading of the recurrence to try, in order, as a layer and its description: per weight candidate of a
-    GRU's, RNN's or LSTM's shapes, per reading of its cell (``_readings``) and per bias reading of the candidate."""
+    GRU's, RNN's or LSTM's shapes, per reading of its cell (``VARIANTS``) and per bias reading of the candidate."""
     gates = [act for name in sorted(rec.activations) for act in GATE_ACTIVATIONS.get(name, ())]
     for cand in rec.candidates:
         cell = next((c for c in VARIANTS if c.gates == cand.gates), None)
