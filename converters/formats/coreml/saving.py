@@ -1,7 +1,8 @@
 """The Core ML package entry's ``write``: a model's layers (``writer.build``) or the whole ONNX model around them
-(``whole.build_whole``) built as one MIL program, converted by coremltools and saved as an ML Program package
-(NAME.mlpackage) with gatepack's metadata. It sits above both builders (the whole-model pipeline emits each layer
-through ``writer.emit_layer``), so neither imports the other's caller.
+(``whole.build_whole``) built as one MIL program and saved as an ML Program package (NAME.mlpackage; ``export``:
+what coremltools' conversion makes of the program, its weights written once) with gatepack's metadata. It sits
+above both builders (the whole-model pipeline emits each layer through ``writer.emit_layer``), so neither imports
+the other's caller.
 """
 
 from __future__ import annotations
