@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class BlobFile:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.count = 0
-        self._file = None
+        self._file: BinaryIO | None = None
         self._end = 0  # bytes written so far
 
     def append(self, value: np.ndarray) -> int:
@@ -69,7 +70,7 @@ class BlobFile:
         self.count += 1
         return offset
 
-    def _write(self, data) -> None:
+    def _write(self, data: bytes | memoryview) -> None:
         assert self._file is not None
         self._end += self._file.write(data)
 
@@ -91,12 +92,12 @@ class BlobFile:
         self.close()
 
 
-def _slabs(value: np.ndarray):
+def _slabs(value: np.ndarray) -> Iterator[memoryview]:
     """``value``'s bytes in row-major order: the array's own memory when it is C-contiguous, else contiguous copies
     of consecutive slabs along its first axis, each about ``SLAB_BYTES``."""
     if value.flags.c_contiguous:
-        yield memoryview(value.reshape(-1)).cast("B")
+        yield value.reshape(-1).data.cast("B")
         return
     rows = max(1, SLAB_BYTES // max(1, value[0].nbytes))
     for start in range(0, value.shape[0], rows):
-        yield memoryview(np.ascontiguousarray(value[start : start + rows]).reshape(-1)).cast("B")
+        yield np.ascontiguousarray(value[start : start + rows]).reshape(-1).data.cast("B")

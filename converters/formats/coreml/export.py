@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gatepack.converters.formats.coreml.blob import BlobFile
-from gatepack.converters.formats.coreml.common import FP16_PASSES
+from gatepack.converters.formats.coreml.common import FP16_PASSES, _ct
 
 AUTHOR = "com.apple.CoreML"  # the package items' author, the folder under Data/ that holds them
 WEIGHTS_ITEM = "weights"
@@ -27,6 +27,7 @@ def new_package(path: Path, scratch: Path) -> Path:
     """An ML Program package at ``path`` holding an empty weights item (``scratch``: an empty folder, copied in);
     return the weights folder inside it. coremltools' ``ModelPackage`` makes the package and writes its manifest
     when the object is released (here, on return)."""
+    _ct()
     from coremltools.libmodelpackage import ModelPackage
 
     package = ModelPackage(str(path))
@@ -49,7 +50,7 @@ def program_spec(program, weights: BlobFile, target: str, compress_to_fp16: bool
     """The Core ML model specification of ``program`` at deployment ``target``, its large constants appended to
     ``weights``; fp32 as written (no pass but coremltools' backend ones), or with ``compress_to_fp16`` coremltools'
     fp16 cast and its clean-up (``FP16_PASSES``). The program is transformed in place, as ``ct.convert`` does."""
-    import coremltools as ct
+    ct = _ct()
     from coremltools.converters.mil.backend.mil.load import CoreMLProtoExporter
     from coremltools.converters.mil.converter import MILFrontend, _construct_other_pipelines, _reset_conversion_state
 
@@ -69,12 +70,21 @@ def program_spec(program, weights: BlobFile, target: str, compress_to_fp16: bool
         classifier_config=None,
         convert_to="mlprogram",
         convert_from="milinternal",
-        specification_version=version,
+        **_version_options(CoreMLProtoExporter, version),
     ).export(version)
     _reset_conversion_state()  # the builder's name counters, as every conversion leaves them
     _check_spec(spec, target)
     _record_build_metadata(spec)
     return spec
+
+
+def _version_options(exporter, version: int) -> dict:
+    """What coremltools' own ``load`` passes to its ``CoreMLProtoExporter`` beside the common arguments: 8.0 takes
+    ``export_multi_functions`` (False: one function), 8.1 to 8.3 nothing more, 9.0 the specification version."""
+    import inspect
+
+    parameters = inspect.signature(exporter).parameters
+    return {k: v for k, v in (("export_multi_functions", False), ("specification_version", version)) if k in parameters}
 
 
 def _apply_passes(program, pipeline) -> None:
@@ -140,7 +150,7 @@ _NUMPY_NAMES = {"fp16": "float16", "fp32": "float32"}  # MIL's names of NumPy's 
 def _check_spec(spec, target: str) -> None:
     """What ``ct.convert`` checks on the specification it made: no input of unbounded size (Core ML refuses one),
     every op available at the deployment target."""
-    import coremltools as ct
+    ct = _ct()
     from coremltools.converters.mil._deployment_compatibility import check_deployment_compatibility
 
     for feature in spec.description.input:
