@@ -648,10 +648,10 @@ def test_fp16_needs_ios17(tmp_path):
     assert not (tmp_path / "m.mlpackage").exists()
 
 
-def test_the_converters_forced_collection_skips_existing_objects_and_gc_is_left_as_found(tmp_path, monkeypatch):
-    """coremltools' convert forces a full ``gc.collect()``; gatepack keeps the objects that already
-    exist out of it (frozen while it runs), then restores the collector, and leaves an application's
-    own frozen objects alone."""
+def test_saving_a_package_forces_no_garbage_collection_and_leaves_gc_as_found(tmp_path, monkeypatch):
+    """coremltools' convert forces a full ``gc.collect()`` (~90 ms in a process holding onnx and coremltools,
+    seconds in a long-lived one); gatepack's own export of the program runs no collection, and leaves an
+    application's frozen objects alone."""
     import gc
 
     seen = []
@@ -659,13 +659,12 @@ def test_the_converters_forced_collection_skips_existing_objects_and_gc_is_left_
     monkeypatch.setattr(gc, "collect", lambda *a: seen.append(gc.get_freeze_count()) or collect(*a))
     onnx.save(build_model(Config()), tmp_path / "m.onnx")
     gp.convert(tmp_path / "m.onnx", tmp_path / "a.mlpackage", to="coreml", verify=False)
-    assert seen and all(count > 1000 for count in seen), seen  # the existing heap was frozen meanwhile
-    assert gc.get_freeze_count() == 0
+    assert seen == [] and gc.get_freeze_count() == 0
     gc.freeze()  # the application's own freeze: kept as it is
     try:
         frozen = gc.get_freeze_count()
         gp.convert(tmp_path / "m.onnx", tmp_path / "b.mlpackage", to="coreml", verify=False)
-        assert gc.get_freeze_count() > frozen // 2  # (frozen objects may still be freed by refcount)
+        assert seen == [] and gc.get_freeze_count() > frozen // 2  # (frozen objects may still be freed by refcount)
     finally:
         gc.unfreeze()
 

@@ -358,10 +358,10 @@ import os, signal, sys
 import gatepack as gp
 from gatepack.converters.formats.coreml import saving
 
-def killed(package):
+def killed(*args):
     os.kill(os.getpid(), signal.SIGKILL)  # the package is converted, in gatepack's staging folder
 
-saving._package_files = killed  # called once coremltools has converted, to write the specification into it
+saving.set_root_model = killed  # called once the program is exported, to write the specification into the package
 gp.convert(sys.argv[1], sys.argv[2], to="coreml", verify=False)
 """
 

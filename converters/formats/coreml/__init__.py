@@ -7,6 +7,8 @@
 * ``interpreter`` — the NumPy interpreter of MIL ops, and running a package on it;
 * ``checks`` — the findings for writing a layer;
 * ``saving`` — ``write``: the layers or the whole model built as a MIL program, saved as a package;
+* ``export`` and ``blob`` — a program saved as ``ct.convert`` would save it, through coremltools' passes and
+  exporters, each weight streamed once from its array into the package's weight file (the blob format);
 * ``translate``, ``onnx_ops`` and ``whole`` — a whole ONNX model as one ML Program: the operator table's
   interface, the table (one entry per ONNX operator), and the pipeline.
 """

@@ -65,8 +65,9 @@ def _quiet():
 def _heap_frozen():
     """Keep the objects that already exist out of the full garbage collection ``ct.convert`` forces
     on every call (``gc.collect()``: ~90 ms in a process holding onnx and coremltools, seconds in a
-    long-lived one, for nothing, since they are not the converter's). Objects made meanwhile are
-    collected as usual, and everything is unfrozen afterwards. When the application has frozen
+    long-lived one, for nothing, since they are not the converter's), for whoever calls ``ct.convert``
+    (gatepack's own export, ``export``, does not: the test harnesses that convert programs do). Objects
+    made meanwhile are collected as usual, and everything is unfrozen afterwards. When the application has frozen
     objects itself, nothing is done (unfreezing would release its objects too)."""
     if gc.get_freeze_count():
         yield

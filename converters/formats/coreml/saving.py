@@ -1,7 +1,8 @@
 """The Core ML package entry's ``write``: a model's layers (``writer.build``) or the whole ONNX model around them
-(``whole.build_whole``) built as one MIL program, converted by coremltools and saved as an ML Program package
-(NAME.mlpackage) with gatepack's metadata. It sits above both builders (the whole-model pipeline emits each layer
-through ``writer.emit_layer``), so neither imports the other's caller.
+(``whole.build_whole``) built as one MIL program and saved as an ML Program package (NAME.mlpackage; ``export``:
+what coremltools' conversion makes of the program, its weights written once) with gatepack's metadata. It sits
+above both builders (the whole-model pipeline emits each layer through ``writer.emit_layer``), so neither imports
+the other's caller.
 """
 
 from __future__ import annotations
@@ -15,18 +16,17 @@ from pathlib import Path
 import gatepack.converters.quantization as quantization
 from gatepack.converters.errors import RuntimeFailure, UsageError
 from gatepack.converters.fileio import staging_directory
+from gatepack.converters.formats.coreml.blob import BlobFile
 from gatepack.converters.formats.coreml.common import (
-    FP16_PASSES,
     FP16_TARGET,
     METADATA_KEY,
     TARGETS,
     _ct,
-    _heap_frozen,
     _quiet,
     _target_rank,
     settle_options,
 )
-from gatepack.converters.formats.coreml.package import _package_files
+from gatepack.converters.formats.coreml.export import ROOT_MODEL, WEIGHT_FILE, new_package, program_spec, set_root_model
 from gatepack.converters.formats.coreml.whole import build_whole, carry_metadata, is_whole_model
 from gatepack.converters.formats.coreml.writer import build
 from gatepack.converters.model import Model
@@ -72,41 +72,29 @@ def write(
 def save_package(
     program, described: dict, path: Path, target: str, compress_to_fp16: bool = False, carry: Model | None = None
 ) -> None:
-    """Convert a MIL program built by gatepack to an ML Program package at ``path`` with gatepack's metadata
-    (``described``) and, for a whole model, the source model's own metadata (``carry``)."""
-    ct = _ct()
-    minimum_deployment_target = target
+    """Save a MIL program built by gatepack as an ML Program package at ``path`` (``export``: what coremltools'
+    conversion makes of it, its weights written once) with gatepack's metadata (``described``) and, for a whole
+    model, the source model's own metadata (``carry``). The package is made in gatepack's own staging folder
+    (removed when the package is in place, and after a killed run by the next one), then moved into place."""
+    _ct()
     described["precision"] = "fp16" if compress_to_fp16 else "fp32"
-    # coremltools converts into a package it makes in the system's temporary folder and removes only when
-    # the process exits: gatepack has it made in its own staging folder instead, removed when the package
-    # is in place (and, after a killed run, by the next one)
     with staging_directory(path.parent, ".coreml.") as staging:
+        (staging / "empty").mkdir()
+        converted = staging / "converted.mlpackage"
         try:
-            with _quiet(), _heap_frozen():
-                mlmodel = ct.convert(
-                    program,
-                    source="milinternal",
-                    convert_to="mlprogram",
-                    minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
-                    compute_precision=ct.precision.FLOAT16 if compress_to_fp16 else ct.precision.FLOAT32,
-                    # the program as written: no fusion, and no fp16 cast unless asked for
-                    pass_pipeline=(
-                        ct.PassPipeline(pass_names=FP16_PASSES) if compress_to_fp16 else ct.PassPipeline.EMPTY
-                    ),
-                    package_dir=str(staging / "converted.mlpackage"),
-                )
+            weights_dir = new_package(converted, staging / "empty")
+            with _quiet(), BlobFile(weights_dir / WEIGHT_FILE) as weights:
+                spec = program_spec(program, weights, target, compress_to_fp16)
         except Exception as err:  # coremltools raises ValueError/AssertionError with long messages
             raise RuntimeFailure(
                 f"{path}: coremltools cannot convert the program: {' '.join(str(err).split())[:240]}"
             ) from None
-        mlmodel.user_defined_metadata[METADATA_KEY] = json.dumps(described)
-        mlmodel.short_description = "recurrent layers written by gatepack"
+        metadata = spec.description.metadata
+        metadata.userDefined[METADATA_KEY] = json.dumps(described)
+        metadata.shortDescription = "recurrent layers written by gatepack"
         if described.get("whole") and carry is not None:
-            carry_metadata(carry, mlmodel)
-        # the specification (metadata included) written into the package coremltools made, which then moves into
-        # place: ``MLModel.save`` would copy the whole package, weights and all, to write that one small file
-        converted = staging / "converted.mlpackage"
-        _package_files(converted).model.write_bytes(mlmodel.get_spec().SerializeToString())
+            carry_metadata(carry, metadata)
+        set_root_model(converted, spec, staging / ROOT_MODEL)  # the last step before the package moves into place
         if path.is_dir():
             shutil.rmtree(path)
         os.replace(converted, path)

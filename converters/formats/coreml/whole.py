@@ -188,19 +188,20 @@ def _program_outputs(t: MilTranslation, path: Path, graph, function, names: dict
     return outputs
 
 
-def carry_metadata(model: Model, mlmodel) -> None:
-    """The source ONNX model's own metadata on the package: its doc string as the description, its producer and
-    metadata properties as user-defined metadata (gatepack's own key apart)."""
+def carry_metadata(model: Model, metadata) -> None:
+    """The source ONNX model's own metadata on the package's specification (``metadata``: its
+    ``description.metadata``): its doc string as the description, its producer and metadata properties as
+    user-defined metadata (gatepack's own key apart)."""
     from gatepack.converters.formats.onnx.graph import load_proto
 
     assert model.path is not None  # (a whole model read from its file)
     proto = load_proto(Path(model.path))
-    mlmodel.short_description = proto.doc_string or f"{Path(model.path).name}, written whole by gatepack"
+    metadata.shortDescription = proto.doc_string or f"{Path(model.path).name}, written whole by gatepack"
     if proto.producer_name:
-        mlmodel.user_defined_metadata["source_producer"] = f"{proto.producer_name} {proto.producer_version}".strip()
+        metadata.userDefined["source_producer"] = f"{proto.producer_name} {proto.producer_version}".strip()
     for prop in proto.metadata_props:
         if prop.key != "gatepack":
-            mlmodel.user_defined_metadata[prop.key] = prop.value
+            metadata.userDefined[prop.key] = prop.value
 
 
 def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: list, changes: list) -> dict:
