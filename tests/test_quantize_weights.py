@@ -234,3 +234,96 @@ def test_a_stateful_ir_is_gated_over_its_calls_alone(tmp_path):
     outputs = result.verification.outputs
     assert outputs and all(o.layer == "streamed" for o in outputs)
     assert any("vs the float source" in o.output for o in outputs) and any("int8 twin" in o.output for o in outputs)
+
+
+# ------------------------------------------------------------------ large weights: blocks, external data, memory
+
+
+def test_quantizing_in_row_blocks_gives_the_transcribed_integers(monkeypatch):
+    """Blocks of a few rows (the cache-sized buffer made small) against the whole-matrix transcription; a row of
+    zeros gets scale 1 and zeros."""
+    from gatepack.converters import weight_quantization
+
+    monkeypatch.setattr(weight_quantization, "BLOCK_BYTES", 3 * 4 * 37)  # 3 rows of 37 columns a block
+    weights = np.random.default_rng(5).standard_normal((50, 37)).astype(np.float32)
+    weights[7] = 0
+    record = weight_quantization.quantize_rows(weights, 8, np.int8)
+    nonzero = np.arange(50) != 7
+    expected, scale = _transcribed(weights[nonzero])
+    np.testing.assert_array_equal(record.values[nonzero], expected)
+    np.testing.assert_array_equal(record.scale[nonzero], scale)
+    assert record.scale[7] == 1 and not record.values[7].any()
+
+
+@pytest.mark.parametrize("granularity", ["per tensor", "per channel", "per block"])
+def test_the_float_view_computed_in_blocks_is_the_transcribed_product(granularity, monkeypatch):
+    """``(values - zero_point) * scale`` written out here in float32 over the whole matrix, against the record's
+    block-by-block view; ``is_dequantization`` knows its own view, an equal copy, and not a copy one element off
+    (in the last block)."""
+    from gatepack.schemas import quantized
+
+    monkeypatch.setattr(quantized, "BLOCK_BYTES", 4 * 4 * 12)  # 4 rows of 12 columns a block
+    rng = np.random.default_rng(6)
+    values = rng.integers(0, 256, (30, 12)).astype(np.uint8)
+    shape, axis, block = {"per tensor": ((), None, None), "per channel": ((30,), 0, None)}.get(
+        granularity, ((30, 3), 1, 4)
+    )
+    scale = rng.uniform(1e-3, 1e-1, shape).astype(np.float32)
+    zero = rng.integers(0, 256, shape).astype(np.uint8)
+    record = quantized.QuantizedWeights(values, scale, zero, axis, block, 8, False)
+    spread = {None: lambda a: np.full((30, 12), a), 0: lambda a: np.repeat(a[:, None], 12, 1)}.get(
+        axis, lambda a: np.repeat(a, 4, 1)
+    )
+    expected = (values.astype(np.float32) - spread(zero).astype(np.float32)) * spread(scale).astype(np.float32)
+    view = record.dequantized()
+    np.testing.assert_array_equal(view, expected)
+    np.testing.assert_array_equal(record.dequantized(np.float64), expected.astype(np.float64))
+    assert record.is_dequantization(view) and record.is_dequantization(expected.copy())
+    wrong = expected.copy()
+    wrong[-1, -1] += np.float32(1)
+    assert not record.is_dequantization(wrong)
+
+
+def test_a_model_with_external_data_keeps_its_integers_there(tmp_path):
+    """A stacked model stored with external data, quantized to ONNX: the integers go to NAME.onnx.data with the
+    floats they replace (not into the protobuf, which stops at 2 GiB), as transcribed, and run on onnxruntime."""
+    from helpers import stacked_model
+
+    src = tmp_path / "stack.onnx"
+    stacked_model(src, 1, 256, "GRU")  # W and R of a direction: 768 x 256 int8 = 196,608 bytes each
+    out = tmp_path / "stack_int8.onnx"
+    result = gp.convert(src, out, quantize_weights="int8")
+    assert result.passed, result.to_text()
+    written = onnx.load(str(out), load_external_data=False)
+    integers = [t for t in written.graph.initializer if "_quantized" in t.name]
+    assert len(integers) == 4 and all(t.data_location == onnx.TensorProto.EXTERNAL for t in integers)
+    assert all(t.data_type == onnx.TensorProto.INT8 for t in integers)
+    assert out.stat().st_size < 64 << 10 and (tmp_path / "stack_int8.onnx.data").exists()
+    stored = _initializers(onnx.load(str(out)))
+    floats = _initializers(onnx.load(str(src)))["W0"]
+    (name,) = [n for n in stored if n.endswith("W_quantized_d1")]
+    np.testing.assert_array_equal(stored[name][0], _transcribed(floats[1])[0])
+    feeds = {"X": np.random.default_rng(2).uniform(-1, 1, (5, 2, 256)).astype(np.float32)}
+    for got, want in zip(_run(out, feeds), _run(src, feeds)):
+        assert 0 < np.abs(got - want).max() < 0.05
+
+
+@pytest.mark.parametrize("target", ["onnx", "openvino"])
+def test_writing_the_integers_never_makes_the_float_view(target, tmp_path, monkeypatch):
+    """Unverified, a conversion that writes the integers reads no float W or R (``FloatView``: made on first read,
+    the weight's size in memory and its time); the view, once read, is the transcribed ``q * scale`` exactly."""
+    from gatepack.converters.weight_quantization import quantized_model
+    from gatepack.schemas.quantized import FloatView
+
+    made = []
+    original = FloatView.make
+    monkeypatch.setattr(FloatView, "make", lambda view: made.append(view) or original(view))
+    out = tmp_path / ("gru.onnx" if target == "onnx" else "gru.xml")
+    result = gp.convert(GRU, out, to=target, quantize_weights="int8", verify=False)
+    assert out.exists() and result.findings and not made
+    layer = quantized_model(gp.load(GRU), "int8").layers[0]
+    source = gp.load(GRU).layers[0]
+    for params, floats in zip(layer.directions, source.directions):
+        integers, scale = _transcribed(np.asarray(floats.W))
+        np.testing.assert_array_equal(params.W, integers.astype(np.float32) * scale[:, None])
+    assert made  # read here, and only here

@@ -101,7 +101,9 @@ def write(
     opset = layers_opset(model.layers, opset, runtime, not model.meta.get(quantization.ASKED))
     if external_data is None:
         weight_bytes = sum(
-            p.W.nbytes + p.R.nbytes + p.Wb.nbytes + p.Rb.nbytes for layer in model.layers for p in layer.directions
+            p.stored("W").nbytes + p.stored("R").nbytes + p.Wb.nbytes + p.Rb.nbytes  # (a float view not made yet too)
+            for layer in model.layers
+            for p in layer.directions
         )
         external_data = bool(model.meta.get("external_data")) or weight_bytes > EXTERNAL_THRESHOLD
     data_name = path.name + ".data"
