@@ -247,7 +247,7 @@ def test_quantizing_in_row_blocks_gives_the_transcribed_integers(monkeypatch):
     monkeypatch.setattr(weight_quantization, "BLOCK_BYTES", 3 * 4 * 37)  # 3 rows of 37 columns a block
     weights = np.random.default_rng(5).standard_normal((50, 37)).astype(np.float32)
     weights[7] = 0
-    record = weight_quantization.quantize_rows(weights, 8, np.int8)
+    record = weight_quantization.quantize_rows(weights, 8)
     nonzero = np.arange(50) != 7
     expected, scale = _transcribed(weights[nonzero])
     np.testing.assert_array_equal(record.values[nonzero], expected)
@@ -312,7 +312,7 @@ def test_a_model_with_external_data_keeps_its_integers_there(tmp_path):
 def test_writing_the_integers_never_makes_the_float_view(target, tmp_path, monkeypatch):
     """Unverified, a conversion that writes the integers reads no float W or R (``FloatView``: made on first read,
     the weight's size in memory and its time); the view, once read, is the transcribed ``q * scale`` exactly."""
-    from gatepack.converters.weight_quantization import quantized_model
+    from gatepack.converters.weight_quantization import Scheme, quantized_model
     from gatepack.schemas.quantized import FloatView
 
     made = []
@@ -321,7 +321,7 @@ def test_writing_the_integers_never_makes_the_float_view(target, tmp_path, monke
     out = tmp_path / ("gru.onnx" if target == "onnx" else "gru.xml")
     result = gp.convert(GRU, out, to=target, quantize_weights="int8", verify=False)
     assert out.exists() and result.findings and not made
-    layer = quantized_model(gp.load(GRU), "int8").layers[0]
+    layer = quantized_model(gp.load(GRU), Scheme("int8")).layers[0]
     source = gp.load(GRU).layers[0]
     for params, floats in zip(layer.directions, source.directions):
         integers, scale = _transcribed(np.asarray(floats.W))
