@@ -195,3 +195,8 @@ def test_benchmark_quick_run_prints_its_table():
     for what in ("convert", "verify", "executor", "gatepack --help"):
         assert any(row.startswith(f"| {what}") for row in table), what
     assert any("ov.convert_model" in row for row in table) and any("onnx.reference" in row for row in table)
+    quantized = table[table.index(next(r for r in table if r.startswith("| quantization | tool | time"))) :]
+    for target in ("onnx", "openvino"):  # gatepack's int8 rows of the first stack, each peer's (run, or why not)
+        assert sum(row.startswith("| int8 ") and f"-> {target} | gatepack |" in row for row in quantized) == 1, target
+    for peer in ("NNCF compress_weights INT8_SYM", "onnxruntime quantize_dynamic", "coremltools linear_quantize"):
+        assert sum(f"| {peer}" in row for row in quantized) == 1, peer
