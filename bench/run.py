@@ -187,7 +187,7 @@ def _conversions(targets: list[str]) -> list[tuple[str, bool]]:
     return [(t, w) for t in targets for w in ((False, True) if t == "coreml" else (t in ("onnx", "openvino"),))]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick", action="store_true", help="small sizes, one repetition, int8 rows of the first stack alone (CI)"
@@ -205,7 +205,81 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--peer-python", default=peer_python(), help="the Python holding NNCF, onnxruntime's quantizer, coremltools"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def executor_rows(rows: Rows, work: Path, sizes: Sizes) -> None:
+    """gatepack's executor against onnxruntime and ``onnx.reference`` on one GRU or LSTM node of each size."""
+    for text, seq, batch, hidden, direction, lens, cell in sizes.executor:
+        node = work / f"{cell}_{seq}_{batch}_{hidden}_{int(lens)}.onnx"
+        recurrent_node(node, seq, batch, hidden, direction, lens, cell)
+        feed = (
+            f"import numpy as np, onnx\nrng = np.random.default_rng(0)\n"
+            f"feed = {{'X': rng.uniform(-1, 1, ({seq}, {batch}, {hidden})).astype(np.float32)}}\n"
+            + (
+                f"feed['sequence_lens'] = np.array([max(1, {seq} - 3 * i) for i in range({batch})], np.int32)\n"
+                if lens
+                else ""
+            )
+            + f"model = onnx.load({str(node)!r})\nnames = {{i.name for i in model.graph.input}}\n"
+            "feed = {k: v for k, v in feed.items() if k in names}\n"
+        )
+        # Each side runs once untimed before the timed run (a warm run on all three: onnxruntime's
+        # first run also allocates its arena, the executor's first run pages in its buffers).
+        runs = {
+            "ours": (
+                "import gatepack as gp\nfrom gatepack.converters.executor import run_layer\n"
+                f"layer = gp.load({str(node)!r}).layers[0]",
+                "run_layer(layer, feed['X'], feed.get('sequence_lens'), None)",
+            ),
+            "ort": (
+                f"import onnxruntime as ort\ns = ort.InferenceSession({str(node)!r}, "
+                "providers=['CPUExecutionProvider'])",
+                "s.run(None, feed)",
+            ),
+            "ref": (
+                "from onnx.reference import ReferenceEvaluator\nr = ReferenceEvaluator(model)",
+                "r.run(None, feed)",
+            ),
+        }
+        ours, ort, ref = (measure(f"{feed}{setup}\n{body}", body, sizes.repeat) for setup, body in runs.values())
+        goal = "<= 1.5x" if batch > 1 else "<= 5x"
+        rows.append(Row(f"executor {text}", ours, ort, "onnxruntime", goal + " onnxruntime"))
+        rows.append(Row(f"executor {text}", ours, ref, "onnx.reference", ""))
+
+
+def cli_rows(rows: Rows, sizes: Sizes) -> None:
+    """The CLI's start-up against a bare interpreter."""
+    small = ROOT / "fixtures" / "gru_lbr0.onnx"
+    bare = measure(
+        "import subprocess, sys", "subprocess.run([sys.executable, '-c', 'pass'], check=True)", max(sizes.repeat, 3)
+    )
+    for command in (["--help"], ["formats"], ["inspect", str(small)]):
+        cli = measure(
+            "import subprocess, sys",
+            f"subprocess.run([sys.executable, '-m', 'cli', *{command!r}], check=True, capture_output=True, "
+            f"cwd={str(ROOT)!r})",
+            max(sizes.repeat, 3),
+        )
+        rows.append(
+            Row(f"gatepack {command[0]}", cli, bare, "python -c pass", "<= 0.25 s" if command == ["--help"] else "")
+        )
+
+
+def print_tables(rows: Rows, quantized: list[QuantRow]) -> None:
+    """The conversion table, then the int8 table (when it has rows), as Markdown on stdout."""
+    header = ["measurement", "gatepack", "peer", "ratio", "peak RSS MB (gatepack / peer)", "goal"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row.cells()) + " |")
+    if quantized:
+        print("\n| " + " | ".join(QuantRow.HEADER) + " |\n|" + "---|" * len(QuantRow.HEADER))
+        print("\n".join("| " + " | ".join(row.cells()) + " |" for row in quantized))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     sizes = QUICK if args.quick else FULL
     targets = [t for t in args.targets.split(",") if t]
     rows = Rows()
@@ -217,64 +291,10 @@ def main(argv: list[str] | None = None) -> int:
             stack = large_model_rows(rows, work, sizes, targets, cell)
             quantize = [t for t in args.quantize_targets.split(",") if t and not (args.quick and quantized)]
             quantized += quantization_rows(stack, quantize, args.peer_python) if quantize else []  # --quick: 1st stack
-        for text, seq, batch, hidden, direction, lens, cell in () if args.no_executor else sizes.executor:
-            node = work / f"{cell}_{seq}_{batch}_{hidden}_{int(lens)}.onnx"
-            recurrent_node(node, seq, batch, hidden, direction, lens, cell)
-            feed = (
-                f"import numpy as np, onnx\nrng = np.random.default_rng(0)\n"
-                f"feed = {{'X': rng.uniform(-1, 1, ({seq}, {batch}, {hidden})).astype(np.float32)}}\n"
-                + (
-                    f"feed['sequence_lens'] = np.array([max(1, {seq} - 3 * i) for i in range({batch})], np.int32)\n"
-                    if lens
-                    else ""
-                )
-                + f"model = onnx.load({str(node)!r})\nnames = {{i.name for i in model.graph.input}}\n"
-                "feed = {k: v for k, v in feed.items() if k in names}\n"
-            )
-            # Each side runs once untimed before the timed run (a warm run on all three: onnxruntime's
-            # first run also allocates its arena, the executor's first run pages in its buffers).
-            runs = {
-                "ours": (
-                    "import gatepack as gp\nfrom gatepack.converters.executor import run_layer\n"
-                    f"layer = gp.load({str(node)!r}).layers[0]",
-                    "run_layer(layer, feed['X'], feed.get('sequence_lens'), None)",
-                ),
-                "ort": (
-                    f"import onnxruntime as ort\ns = ort.InferenceSession({str(node)!r}, "
-                    "providers=['CPUExecutionProvider'])",
-                    "s.run(None, feed)",
-                ),
-                "ref": (
-                    "from onnx.reference import ReferenceEvaluator\nr = ReferenceEvaluator(model)",
-                    "r.run(None, feed)",
-                ),
-            }
-            ours, ort, ref = (measure(f"{feed}{setup}\n{body}", body, sizes.repeat) for setup, body in runs.values())
-            goal = "<= 1.5x" if batch > 1 else "<= 5x"
-            rows.append(Row(f"executor {text}", ours, ort, "onnxruntime", goal + " onnxruntime"))
-            rows.append(Row(f"executor {text}", ours, ref, "onnx.reference", ""))
-        small = ROOT / "fixtures" / "gru_lbr0.onnx"
-        bare = measure(
-            "import subprocess, sys", "subprocess.run([sys.executable, '-c', 'pass'], check=True)", max(sizes.repeat, 3)
-        )
-        for command in () if args.no_executor else (["--help"], ["formats"], ["inspect", str(small)]):
-            cli = measure(
-                "import subprocess, sys",
-                f"subprocess.run([sys.executable, '-m', 'cli', *{command!r}], check=True, capture_output=True, "
-                f"cwd={str(ROOT)!r})",
-                max(sizes.repeat, 3),
-            )
-            rows.append(
-                Row(f"gatepack {command[0]}", cli, bare, "python -c pass", "<= 0.25 s" if command == ["--help"] else "")
-            )
-    header = ["measurement", "gatepack", "peer", "ratio", "peak RSS MB (gatepack / peer)", "goal"]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row.cells()) + " |")
-    if quantized:
-        print("\n| " + " | ".join(QuantRow.HEADER) + " |\n|" + "---|" * len(QuantRow.HEADER))
-        print("\n".join("| " + " | ".join(row.cells()) + " |" for row in quantized))
+        if not args.no_executor:
+            executor_rows(rows, work, sizes)
+            cli_rows(rows, sizes)
+    print_tables(rows, quantized)
     print(
         f"\n{'quick' if args.quick else 'full'} run, medians of {sizes.repeat}, "
         f"{time.perf_counter() - started:.0f} s in all",
