@@ -17,10 +17,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from helpers import artifact_name
 from onnx import numpy_helper
 
 import gatepack.converters as gp
 import gatepack.converters.formats.onnx.qdq as onnx_qdq
+from gatepack.converters import weight_quantization
 from gatepack.converters.errors import RefusedError, UsageError, VerificationError
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures/realmodels"
@@ -242,8 +244,6 @@ def test_a_stateful_ir_is_gated_over_its_calls_alone(tmp_path):
 def test_quantizing_in_row_blocks_gives_the_transcribed_integers(monkeypatch):
     """Blocks of a few rows (the cache-sized buffer made small) against the whole-matrix transcription; a row of
     zeros gets scale 1 and zeros."""
-    from gatepack.converters import weight_quantization
-
     monkeypatch.setattr(weight_quantization, "BLOCK_BYTES", 3 * 4 * 37)  # 3 rows of 37 columns a block
     weights = np.random.default_rng(5).standard_normal((50, 37)).astype(np.float32)
     weights[7] = 0
@@ -308,20 +308,20 @@ def test_a_model_with_external_data_keeps_its_integers_there(tmp_path):
         assert 0 < np.abs(got - want).max() < 0.05
 
 
-@pytest.mark.parametrize("target", ["onnx", "openvino"])
+@pytest.mark.parametrize("target", weight_quantization.HOLDERS)
 def test_writing_the_integers_never_makes_the_float_view(target, tmp_path, monkeypatch):
-    """Unverified, a conversion that writes the integers reads no float W or R (``FloatView``: made on first read,
-    the weight's size in memory and its time); the view, once read, is the transcribed ``q * scale`` exactly."""
-    from gatepack.converters.weight_quantization import Scheme, quantized_model
+    """Unverified, a conversion writing the integers (to every target holding them) reads no float W or R
+    (``FloatView``: made on first read, the weight's size in memory and its time); the view, once read, is the
+    transcribed ``q * scale`` exactly."""
     from gatepack.schemas.quantized import FloatView
 
     made = []
     original = FloatView.make
     monkeypatch.setattr(FloatView, "make", lambda view: made.append(view) or original(view))
-    out = tmp_path / ("gru.onnx" if target == "onnx" else "gru.xml")
+    out = tmp_path / artifact_name(target, "gru")
     result = gp.convert(GRU, out, to=target, quantize_weights="int8", verify=False)
     assert out.exists() and result.findings and not made
-    layer = quantized_model(gp.load(GRU), Scheme("int8")).layers[0]
+    layer = weight_quantization.quantized_model(gp.load(GRU), weight_quantization.Scheme("int8")).layers[0]
     source = gp.load(GRU).layers[0]
     for params, floats in zip(layer.directions, source.directions):
         integers, scale = _transcribed(np.asarray(floats.W))
