@@ -241,18 +241,22 @@ def test_a_stateful_ir_is_gated_over_its_calls_alone(tmp_path):
 # ------------------------------------------------------------------ large weights: blocks, external data, memory
 
 
-def test_quantizing_in_row_blocks_gives_the_transcribed_integers(monkeypatch):
-    """Blocks of a few rows (the cache-sized buffer made small) against the whole-matrix transcription; a row of
-    zeros gets scale 1 and zeros."""
-    monkeypatch.setattr(weight_quantization, "BLOCK_BYTES", 3 * 4 * 37)  # 3 rows of 37 columns a block
-    weights = np.random.default_rng(5).standard_normal((50, 37)).astype(np.float32)
+@pytest.mark.parametrize("bits, block, group", [(8, None, 1), (8, None, 5), (4, None, 1), (8, 12, 1), (4, 12, 5)])
+def test_quantizing_in_row_blocks_gives_the_transcribed_integers(bits, block, group, monkeypatch):
+    """Blocks of a few rows (the cache-sized buffer made small) against the whole-matrix transcription, one scale a
+    row, a ``group`` of rows (LiteRT's per gate block) or a block of columns, int8 and int4; a group of zeros gets
+    scale 1 and zeros."""
+    monkeypatch.setattr(weight_quantization, "BLOCK_BYTES", 3 * 4 * 36)  # 3 rows of 36 columns a block
+    weights = np.random.default_rng(5).standard_normal((50, 36)).astype(np.float32)
     weights[7] = 0
-    record = weight_quantization.quantize_rows(weights, 8)
-    nonzero = np.arange(50) != 7
-    expected, scale = _transcribed(weights[nonzero])
-    np.testing.assert_array_equal(record.values[nonzero], expected)
-    np.testing.assert_array_equal(record.scale[nonzero], scale)
-    assert record.scale[7] == 1 and not record.values[7].any()
+    record = weight_quantization.quantize_rows(weights, bits, block, group)
+    high, width = 2 ** (bits - 1) - 1, block or 36
+    cells = np.abs(weights).reshape(50 // group, group, 36 // width, width).max(axis=(1, 3))  # one per scale
+    largest = np.repeat(np.repeat(cells, group, axis=0), width, axis=1)
+    scale = np.where(largest > 0, largest / np.float32(high), np.float32(1)).astype(np.float32)
+    np.testing.assert_array_equal(record.values, np.clip(np.rint(weights / scale), -high, high).astype(np.int8))
+    np.testing.assert_array_equal(np.broadcast_to(record.broadcast(record.scale), (50, 36)), scale)
+    assert record.bits == bits and (group > 1 or (scale[7] == 1).all())
 
 
 @pytest.mark.parametrize("granularity", ["per tensor", "per channel", "per block"])
