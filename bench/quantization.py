@@ -308,7 +308,7 @@ def inspect(target: str, artifact: str, source: str) -> dict:
     counts = WEIGHT_COUNTERS[target](Path(artifact))
     held = f"{counts[0]} ({counts[1] / 1e6:.1f}) / {counts[2]} ({counts[3] / 1e6:.1f})"
     runner = RUNNERS.get(target)
-    error: float | str = "no runtime here" if runner is None else _largest_error(source, runner, artifact)
+    error: float | str = NOT_RUN.get(target, "-") if runner is None else _largest_error(source, runner, artifact)
     return {"bytes": _bytes(Path(artifact)), "held": held, "error": error}
 
 
@@ -352,6 +352,7 @@ def _run_openvino(artifact: str, feed: dict) -> dict:
 
 
 RUNNERS = {"onnx": _run_onnx, "openvino": _run_openvino}
+NOT_RUN = {"coreml": "no runtime here", "litert": "layers alone: no whole-model outputs"}  # why no error is given
 
 
 def _onnx_weights(path: Path) -> tuple[int, int, int, int]:
@@ -423,7 +424,31 @@ def _coreml_weights(path: Path) -> tuple[int, int, int, int]:
     return found[0], found[1], found[2], found[3]
 
 
-WEIGHT_COUNTERS = {"onnx": _onnx_weights, "openvino": _openvino_weights, "coreml": _coreml_weights}
+def _litert_weights(path: Path) -> tuple[int, int, int, int]:
+    """(INT8 constant tensors, bytes, FLOAT32 constant tensors, bytes) of a LiteRT flatbuffer (tensors with data)."""
+    from gatepack.converters.formats.litert.common import schema
+
+    tflite = schema()
+    model = tflite.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
+    sizes = {tflite.TensorType.INT8: 1, tflite.TensorType.UINT8: 1, tflite.TensorType.FLOAT32: 4}
+    found = [0, 0, 0, 0]
+    for graph in model.subgraphs or []:
+        for tensor in graph.tensors or []:
+            held = model.buffers[tensor.buffer].data
+            count = _product(tensor.shape if tensor.shape is not None else [])
+            if held is None or len(held) == 0 or tensor.type not in sizes or count < MIN_WEIGHT:
+                continue
+            index = 0 if sizes[tensor.type] == 1 else 2
+            found[index], found[index + 1] = found[index] + 1, found[index + 1] + count * sizes[tensor.type]
+    return found[0], found[1], found[2], found[3]
+
+
+WEIGHT_COUNTERS = {
+    "onnx": _onnx_weights,
+    "openvino": _openvino_weights,
+    "coreml": _coreml_weights,
+    "litert": _litert_weights,
+}
 
 
 def peer_python() -> str:
