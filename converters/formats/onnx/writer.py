@@ -52,12 +52,16 @@ def streamed(name: str, parts: list[np.ndarray], dims: list[int], data, location
     offset = data.tell()
     for part in parts:
         data.write(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<")).data.cast("B"))
+    return _located(tensor, offset, data, location)
+
+
+def _located(tensor: onnx.TensorProto, offset: int, data, location: str) -> onnx.TensorProto:
+    """``tensor`` pointed at the bytes written into ``data`` from ``offset`` on, the file padded to 64 bytes."""
     length = data.tell() - offset
     tensor.data_location = onnx.TensorProto.EXTERNAL
     for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
         tensor.external_data.add(key=key, value=value)
-    pad = -data.tell() % 64  # keep the next tensor aligned for memory-mapped readers
-    data.write(b"\0" * pad)
+    data.write(b"\0" * (-data.tell() % 64))  # keep the next tensor aligned for memory-mapped readers
     return tensor
 
 
@@ -360,7 +364,13 @@ class Plain:
         value = np.asarray(self.value)
         if value.nbytes < EXTERNAL_MINIMUM or not value.ndim:
             return self.embedded()
-        return streamed(self.name, [value], list(value.shape), data, location)
+        if helper.np_dtype_to_tensor_dtype(value.dtype) not in FOUR_BIT_TYPES:
+            return streamed(self.name, [value], list(value.shape), data, location)
+        tensor = self.embedded()  # 4-bit integers packed two a byte, as onnx stores them
+        offset = data.tell()
+        data.write(tensor.raw_data)
+        tensor.ClearField("raw_data")
+        return _located(tensor, offset, data, location)
 
 
 def recurrent_attributes(layer: RecurrentLayer) -> dict:
