@@ -13,9 +13,12 @@ are generated here, never committed:
 * verification of each conversion, against the conversion itself;
 * gatepack's NumPy executor against onnxruntime and ``onnx.reference`` on one GRU node and one LSTM node
   (S=100, N=16, I=H=512 bidirectional; S=200, N=1, I=H=64; and the first with sequence_lens);
-* CLI start-up (``--help``, ``formats``, ``inspect`` of a small model) against a bare interpreter.
+* CLI start-up (``--help``, ``formats``, ``inspect`` of a small model) against a bare interpreter;
+* a second table: both stacks quantized to int8 (``--quantize-weights int8``) for every target whose writer holds
+  the integers, against the copy floor, beside NNCF, onnxruntime's and coremltools' own quantizers on the same
+  model (``bench/quantization.py``; the peers run on ``--peer-python``, a row saying so where one is missing).
 
-The goals (issue 7) are read from the table, never asserted in tests.
+The goals (issues 7 and 43) are read from the tables, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import ROOT, Sample, measure  # noqa: E402
+from quantization import QuantRow, Stack, peer_python, quantization_rows  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
@@ -118,8 +122,9 @@ def _time(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-def large_model_rows(rows: "Rows", work: Path, sizes: Sizes, targets: list[str], cell: str) -> None:
-    """The stacked model of ``cell`` converted to each target (and verified), against the floor and peers."""
+def large_model_rows(rows: "Rows", work: Path, sizes: Sizes, targets: list[str], cell: str) -> Stack:
+    """The stacked model of ``cell`` converted to each target (and verified), against the floor and peers; the
+    stack, for the quantization rows."""
     src = work / f"stacked_{cell.lower()}.onnx"
     weight_bytes = stacked_model(src, sizes.layers, sizes.hidden, cell)
     label = f"{sizes.layers} x bidirectional {cell} H={sizes.hidden} ({weight_bytes / 1e6:.0f} MB)"
@@ -172,6 +177,7 @@ def large_model_rows(rows: "Rows", work: Path, sizes: Sizes, targets: list[str],
                 "<= 1.0x the conversion",
             )
         )
+    return Stack(src, label, weight_bytes, floor, work, sizes.repeat)
 
 
 def _conversions(targets: list[str]) -> list[tuple[str, bool]]:
@@ -181,78 +187,114 @@ def _conversions(targets: list[str]) -> list[tuple[str, bool]]:
     return [(t, w) for t in targets for w in ((False, True) if t == "coreml" else (t in ("onnx", "openvino"),))]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, one repetition (CI)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes, one repetition, int8 rows of the first stack alone (CI)"
+    )
     parser.add_argument(
         "--targets", default=",".join(TARGETS), help="comma-separated targets for the large-model conversion"
     )
     parser.add_argument("--cells", default="GRU,LSTM", help="comma-separated cells of the large stacked models")
     parser.add_argument("--no-executor", action="store_true", help="skip the executor and CLI rows")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--quantize-targets",
+        default=",".join(TARGETS),
+        help="comma-separated targets of the int8 rows (those whose writer holds int8 weights; '' for none)",
+    )
+    parser.add_argument(
+        "--peer-python", default=peer_python(), help="the Python holding NNCF, onnxruntime's quantizer, coremltools"
+    )
+    return parser.parse_args(argv)
+
+
+def executor_rows(rows: Rows, work: Path, sizes: Sizes) -> None:
+    """gatepack's executor against onnxruntime and ``onnx.reference`` on one GRU or LSTM node of each size."""
+    for text, seq, batch, hidden, direction, lens, cell in sizes.executor:
+        node = work / f"{cell}_{seq}_{batch}_{hidden}_{int(lens)}.onnx"
+        recurrent_node(node, seq, batch, hidden, direction, lens, cell)
+        feed = (
+            f"import numpy as np, onnx\nrng = np.random.default_rng(0)\n"
+            f"feed = {{'X': rng.uniform(-1, 1, ({seq}, {batch}, {hidden})).astype(np.float32)}}\n"
+            + (
+                f"feed['sequence_lens'] = np.array([max(1, {seq} - 3 * i) for i in range({batch})], np.int32)\n"
+                if lens
+                else ""
+            )
+            + f"model = onnx.load({str(node)!r})\nnames = {{i.name for i in model.graph.input}}\n"
+            "feed = {k: v for k, v in feed.items() if k in names}\n"
+        )
+        # Each side runs once untimed before the timed run (a warm run on all three: onnxruntime's
+        # first run also allocates its arena, the executor's first run pages in its buffers).
+        runs = {
+            "ours": (
+                "import gatepack as gp\nfrom gatepack.converters.executor import run_layer\n"
+                f"layer = gp.load({str(node)!r}).layers[0]",
+                "run_layer(layer, feed['X'], feed.get('sequence_lens'), None)",
+            ),
+            "ort": (
+                f"import onnxruntime as ort\ns = ort.InferenceSession({str(node)!r}, "
+                "providers=['CPUExecutionProvider'])",
+                "s.run(None, feed)",
+            ),
+            "ref": (
+                "from onnx.reference import ReferenceEvaluator\nr = ReferenceEvaluator(model)",
+                "r.run(None, feed)",
+            ),
+        }
+        ours, ort, ref = (measure(f"{feed}{setup}\n{body}", body, sizes.repeat) for setup, body in runs.values())
+        goal = "<= 1.5x" if batch > 1 else "<= 5x"
+        rows.append(Row(f"executor {text}", ours, ort, "onnxruntime", goal + " onnxruntime"))
+        rows.append(Row(f"executor {text}", ours, ref, "onnx.reference", ""))
+
+
+def cli_rows(rows: Rows, sizes: Sizes) -> None:
+    """The CLI's start-up against a bare interpreter."""
+    small = ROOT / "fixtures" / "gru_lbr0.onnx"
+    bare = measure(
+        "import subprocess, sys", "subprocess.run([sys.executable, '-c', 'pass'], check=True)", max(sizes.repeat, 3)
+    )
+    for command in (["--help"], ["formats"], ["inspect", str(small)]):
+        cli = measure(
+            "import subprocess, sys",
+            f"subprocess.run([sys.executable, '-m', 'cli', *{command!r}], check=True, capture_output=True, "
+            f"cwd={str(ROOT)!r})",
+            max(sizes.repeat, 3),
+        )
+        rows.append(
+            Row(f"gatepack {command[0]}", cli, bare, "python -c pass", "<= 0.25 s" if command == ["--help"] else "")
+        )
+
+
+def print_tables(rows: Rows, quantized: list[QuantRow]) -> None:
+    """The conversion table, then the int8 table (when it has rows), as Markdown on stdout."""
+    header = ["measurement", "gatepack", "peer", "ratio", "peak RSS MB (gatepack / peer)", "goal"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row.cells()) + " |")
+    if quantized:
+        print("\n| " + " | ".join(QuantRow.HEADER) + " |\n|" + "---|" * len(QuantRow.HEADER))
+        print("\n".join("| " + " | ".join(row.cells()) + " |" for row in quantized))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     sizes = QUICK if args.quick else FULL
     targets = [t for t in args.targets.split(",") if t]
     rows = Rows()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gatepack-bench-") as tmp:
         work = Path(tmp)
+        quantized: list[QuantRow] = []
         for cell in (c.upper() for c in args.cells.split(",") if c):
-            large_model_rows(rows, work, sizes, targets, cell)
-        for text, seq, batch, hidden, direction, lens, cell in () if args.no_executor else sizes.executor:
-            node = work / f"{cell}_{seq}_{batch}_{hidden}_{int(lens)}.onnx"
-            recurrent_node(node, seq, batch, hidden, direction, lens, cell)
-            feed = (
-                f"import numpy as np, onnx\nrng = np.random.default_rng(0)\n"
-                f"feed = {{'X': rng.uniform(-1, 1, ({seq}, {batch}, {hidden})).astype(np.float32)}}\n"
-                + (
-                    f"feed['sequence_lens'] = np.array([max(1, {seq} - 3 * i) for i in range({batch})], np.int32)\n"
-                    if lens
-                    else ""
-                )
-                + f"model = onnx.load({str(node)!r})\nnames = {{i.name for i in model.graph.input}}\n"
-                "feed = {k: v for k, v in feed.items() if k in names}\n"
-            )
-            # Each side runs once untimed before the timed run (a warm run on all three: onnxruntime's
-            # first run also allocates its arena, the executor's first run pages in its buffers).
-            runs = {
-                "ours": (
-                    "import gatepack as gp\nfrom gatepack.converters.executor import run_layer\n"
-                    f"layer = gp.load({str(node)!r}).layers[0]",
-                    "run_layer(layer, feed['X'], feed.get('sequence_lens'), None)",
-                ),
-                "ort": (
-                    f"import onnxruntime as ort\ns = ort.InferenceSession({str(node)!r}, "
-                    "providers=['CPUExecutionProvider'])",
-                    "s.run(None, feed)",
-                ),
-                "ref": (
-                    "from onnx.reference import ReferenceEvaluator\nr = ReferenceEvaluator(model)",
-                    "r.run(None, feed)",
-                ),
-            }
-            ours, ort, ref = (measure(f"{feed}{setup}\n{body}", body, sizes.repeat) for setup, body in runs.values())
-            goal = "<= 1.5x" if batch > 1 else "<= 5x"
-            rows.append(Row(f"executor {text}", ours, ort, "onnxruntime", goal + " onnxruntime"))
-            rows.append(Row(f"executor {text}", ours, ref, "onnx.reference", ""))
-        small = ROOT / "fixtures" / "gru_lbr0.onnx"
-        bare = measure(
-            "import subprocess, sys", "subprocess.run([sys.executable, '-c', 'pass'], check=True)", max(sizes.repeat, 3)
-        )
-        for command in () if args.no_executor else (["--help"], ["formats"], ["inspect", str(small)]):
-            cli = measure(
-                "import subprocess, sys",
-                f"subprocess.run([sys.executable, '-m', 'cli', *{command!r}], check=True, capture_output=True, "
-                f"cwd={str(ROOT)!r})",
-                max(sizes.repeat, 3),
-            )
-            rows.append(
-                Row(f"gatepack {command[0]}", cli, bare, "python -c pass", "<= 0.25 s" if command == ["--help"] else "")
-            )
-    header = ["measurement", "gatepack", "peer", "ratio", "peak RSS MB (gatepack / peer)", "goal"]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row.cells()) + " |")
+            stack = large_model_rows(rows, work, sizes, targets, cell)
+            quantize = [t for t in args.quantize_targets.split(",") if t and not (args.quick and quantized)]
+            quantized += quantization_rows(stack, quantize, args.peer_python) if quantize else []  # --quick: 1st stack
+        if not args.no_executor:
+            executor_rows(rows, work, sizes)
+            cli_rows(rows, sizes)
+    print_tables(rows, quantized)
     print(
         f"\n{'quick' if args.quick else 'full'} run, medians of {sizes.repeat}, "
         f"{time.perf_counter() - started:.0f} s in all",

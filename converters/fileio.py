@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import mmap
 import os
 import shutil
 import stat
@@ -187,6 +188,55 @@ def load_npy(path: str | Path, where: str | None = None) -> "np.ndarray":
     if declared == 0:
         return np.zeros(shape, dtype)
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+
+
+def release_pages(array: "np.ndarray") -> None:
+    """Drop ``array``'s pages from this process's resident memory when it lies in a memory map of a file opened for
+    reading (``np.memmap`` mode ``r``, or ``c`` for the pages this process never wrote): ``MADV_DONTNEED`` on the
+    whole pages it spans. The file's pages stay in the page cache and a later read maps them again, the same bytes;
+    so a large weight read once (quantized) holds memory only while it is read. Nothing for any other array (in
+    memory, written, not contiguous), nor where the system does not tell which pages were written."""
+    import numpy as np
+
+    mapped = _file_map(array)
+    if mapped is None or not hasattr(mmap, "MADV_DONTNEED") or not array.flags.c_contiguous or not array.nbytes:
+        return
+    memory, mode = mapped
+    base = np.frombuffer(memory, np.uint8, 1).__array_interface__["data"][0]
+    start = array.__array_interface__["data"][0] - base
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # only the pages wholly inside the array
+    last = (start + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first and (mode == "r" or _unwritten(base + first, last - first)):
+        memory.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
+def _file_map(array: object) -> "tuple[mmap.mmap, str] | None":
+    """The ``mmap.mmap`` under ``array`` (following its bases) and the mode of the ``np.memmap`` over it (``r``:
+    read-only, ``c``: copy-on-write), else None."""
+    mode = None
+    while array is not None and not isinstance(array, mmap.mmap):
+        mode = getattr(array, "mode", mode)
+        array = getattr(array, "base", None)
+    if not isinstance(array, mmap.mmap) or array.closed or mode not in ("r", "c"):
+        return None
+    return array, mode
+
+
+def _unwritten(address: int, length: int) -> bool:
+    """Whether this process wrote none of the pages of a private file mapping in ``[address, address + length)``
+    (page-aligned): ``/proc/self/pagemap`` flags a page ``file`` (bit 61) while it is the file's own, and a written
+    one is a private copy (present, bit 63, without bit 61) or swapped (bit 62); False where it cannot be read."""
+    import numpy as np
+
+    count = length // mmap.PAGESIZE
+    try:
+        with open("/proc/self/pagemap", "rb") as pagemap:
+            pagemap.seek(address // mmap.PAGESIZE * 8)
+            flags = np.frombuffer(pagemap.read(count * 8), "<u8")
+    except OSError:
+        return False
+    present, swapped, of_file = ((flags >> np.uint64(bit)) & np.uint64(1) for bit in (63, 62, 61))
+    return flags.size == count and not swapped.any() and not (present & (of_file ^ np.uint64(1))).any()
 
 
 def write_npz(handle: BinaryIO, arrays: "Mapping[str, np.ndarray]") -> None:

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gatepack.converters.errors import UsageError
+from gatepack.converters.fileio import release_pages
 from gatepack.converters.findings import Finding, Status
 from gatepack.schemas.layer import RecurrentLayer
-from gatepack.schemas.quantized import LITERT_ASYMMETRIC, RUN_TIME_SCHEMES, QuantizedWeights
+from gatepack.schemas.quantized import LITERT_ASYMMETRIC, RUN_TIME_SCHEMES, FloatView, QuantizedWeights
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
@@ -54,6 +55,7 @@ class Form:
 
 
 FORMS = {"litert": Form(per_gate=True, activations=LITERT_ASYMMETRIC)}  # every other holder: Form()
+BLOCK_BYTES = 1 << 20  # the floats quantized at a time: a block of rows that stays in cache
 
 
 @dataclass(frozen=True)
@@ -91,19 +93,42 @@ def check_scheme(scheme: object, block_size: object = None) -> Scheme | None:
 
 
 def quantize_rows(
-    weights: np.ndarray, bits: int, block_size: int | None = None, group: int = 1, activations: str = ""
+    weights: np.ndarray,
+    bits: int,
+    block_size: int | None = None,
+    group: int = 1,
+    activations: str = "",
+    out: np.ndarray | None = None,
 ) -> QuantizedWeights:
     """``weights`` [rows, cols] quantized symmetric per row, per block of ``block_size`` columns (which must divide
     cols), or per ``group`` consecutive rows (their largest magnitude), as the module docstring says; its float view
-    one rounding away. ``activations``: the run-time quantization of X and h the records carry."""
+    one rounding away. ``activations``: the run-time quantization of X and h the records carry. The integers are
+    written into ``out`` when given (int8 [rows, cols], e.g. one direction of a stacked array).
+
+    One pass over the floats, a block of whole groups of rows at a time (about ``BLOCK_BYTES``): the block's
+    magnitudes, quotients and rounded values live in one reused buffer that stays in cache, so a large weight costs
+    its integers and nothing else (no float temporaries of its size; a memory-mapped source's pages are released
+    once read: ``fileio.release_pages``); the results are those of the whole-array formula."""
     high = 2 ** (bits - 1) - 1
-    floats = np.asarray(weights, np.float32)
+    floats = np.asarray(weights, np.float32)  # no copy when it is float32 already (e.g. memory-mapped)
     rows, cols = floats.shape
-    groups = floats.reshape(rows, 1 if block_size is None else cols // block_size, -1)
-    largest = np.abs(groups).max(axis=2) if floats.size else np.zeros(groups.shape[:2], np.float32)
-    largest = np.repeat(largest.reshape(-1, group, largest.shape[1]).max(axis=1), group, axis=0)
-    scale = np.where(largest > 0, largest / np.float32(high), np.float32(1)).astype(np.float32)
-    values = np.clip(np.rint(groups / scale[:, :, None]), -high, high).astype(np.int8).reshape(rows, cols)
+    blocks = 1 if block_size is None else cols // block_size
+    scale = np.ones((rows, blocks), np.float32)
+    values: np.ndarray = np.zeros((rows, cols), np.int8) if out is None else out
+    step = max(1, BLOCK_BYTES // max(4 * cols, 1)) // group * group or group
+    work = np.empty((min(step, rows), cols), np.float32)
+    for start in range(0, rows if cols else 0, step):
+        block = floats[start : start + step]
+        count = block.shape[0]
+        buffer = work[:count]
+        largest = np.abs(block, out=buffer).reshape(count, blocks, -1).max(axis=2)
+        largest = np.repeat(largest.reshape(-1, group, blocks).max(axis=1), group, axis=0)
+        part = np.where(largest > 0, largest / np.float32(high), np.float32(1)).astype(np.float32)
+        np.divide(block.reshape(count, blocks, -1), part[:, :, None], out=buffer.reshape(count, blocks, -1))
+        np.clip(np.rint(buffer, out=buffer), -high, high, out=buffer)
+        values[start : start + step] = buffer
+        scale[start : start + step] = part
+    release_pages(floats)  # read once: a memory-mapped source's pages leave this process's memory
     if block_size is None:
         scale = np.ascontiguousarray(scale[:, 0])
     zero = np.zeros(scale.shape, np.int8)
@@ -114,7 +139,8 @@ def quantize_rows(
 def quantized_layer(layer: RecurrentLayer, scheme: Scheme, label: str, target: str = "") -> RecurrentLayer:
     """``layer`` with each direction's W and R quantized (``Wq``/``Rq``) as ``target`` holds them (``FORMS``) and
     W, R their float view; UsageError for a layer that is quantized already, or whose W or R rows the block size
-    does not divide."""
+    does not divide. The directions' integers of W (and of R) are consecutive rows of one array [D, G*H, K], so a
+    writer stacking them (OpenVINO) takes that array as it is."""
     if layer.is_quantized:
         raise UsageError(
             f"{label}: layer {layer.name!r} holds quantized weights already ({layer.quantization_summary()}); "
@@ -131,11 +157,17 @@ def quantized_layer(layer: RecurrentLayer, scheme: Scheme, label: str, target: s
             )
     form = FORMS.get(target, Form())
     group = layer.hidden_size if form.per_gate else 1
+    first = layer.directions[0]
+    stacked = {role: np.empty((len(layer.directions), *getattr(first, role).shape), np.int8) for role in ("W", "R")}
     directions = []
-    for p in layer.directions:
-        wq, rq = (quantize_rows(a, scheme.bits, block, group, form.activations) for a in (p.W, p.R))
-        floats = (wq.dequantized(p.W.dtype), rq.dequantized(p.R.dtype))
-        directions.append(replace(p, W=floats[0], R=floats[1], Wq=wq, Rq=rq))
+    for d, p in enumerate(layer.directions):
+        wq, rq = (
+            quantize_rows(getattr(p, role), scheme.bits, block, group, form.activations, stacked[role][d])
+            for role in ("W", "R")
+        )
+        # the float views are made when first read (``FloatView``): a writer of the integers never reads them
+        views = (FloatView(wq, p.W.dtype), FloatView(rq, p.R.dtype))  # read as the arrays they make (DirectionParams)
+        directions.append(replace(p, W=views[0], R=views[1], Wq=wq, Rq=rq))  # type: ignore[arg-type]
     return replace(layer, directions=tuple(directions))
 
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell, CellSpec, spec_of
-from gatepack.schemas.quantized import RUN_TIME_SCHEMES, QuantizationError, QuantizedWeights
+from gatepack.schemas.quantized import RUN_TIME_SCHEMES, FloatView, QuantizationError, QuantizedWeights
 
 Dim = Union[int, str, None]  # static size, symbolic name, or unknown
 
@@ -96,13 +96,23 @@ def stack_directions(parts: "list[np.ndarray]") -> "np.ndarray":
     return np.stack(parts)
 
 
-def reorder_gates(array: "np.ndarray", source: tuple[str, ...], target: tuple[str, ...], axis: int = 0) -> "np.ndarray":
+def reorder_gates(
+    array: "np.ndarray",
+    source: tuple[str, ...],
+    target: tuple[str, ...],
+    axis: int = 0,
+    out: "np.ndarray | None" = None,
+) -> "np.ndarray":
     """``array``'s gate blocks (equal parts of ``axis``) from the order ``source`` to ``target``, e.g.
-    ONNX LSTM ('i', 'o', 'f', 'c') -> OpenVINO ('f', 'i', 'c', 'o'); the array itself when they agree."""
+    ONNX LSTM ('i', 'o', 'f', 'c') -> OpenVINO ('f', 'i', 'c', 'o'); the array itself when they agree. Written
+    into ``out`` when given (one copy, e.g. into a direction of a stacked array)."""
     if source == target:
-        return array
+        if out is None:
+            return array
+        out[...] = array
+        return out
     blocks = np.split(array, len(source), axis=axis)
-    return np.concatenate([blocks[source.index(gate)] for gate in target], axis=axis)
+    return np.concatenate([blocks[source.index(gate)] for gate in target], axis=axis, out=out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,7 +156,8 @@ class DirectionParams:
 
     def __repr__(self) -> str:
         acts = ", ".join(str(a) for a in self.activations)
-        return f"DirectionParams(W {list(self.W.shape)}, R {list(self.R.shape)}, {self.W.dtype}, activations {acts})"
+        w, r = self.stored("W"), self.stored("R")
+        return f"DirectionParams(W {list(w.shape)}, R {list(r.shape)}, {w.dtype}, activations {acts})"
 
     W: np.ndarray  # [G*H, I]
     R: np.ndarray  # [G*H, H]
@@ -162,6 +173,37 @@ class DirectionParams:
     def quantized(self, role: str) -> QuantizedWeights | None:
         """The quantized record of ``role`` ('W' or 'R'), None when the source stores floats."""
         return self.Wq if role == "W" else self.Rq if role == "R" else None
+
+    def stored(self, role: str) -> "np.ndarray | FloatView":
+        """W or R as held: the array, or the ``FloatView`` its first read makes (``_MadeOnRead``)."""
+        return self.__dict__[_MadeOnRead.SLOT + role]
+
+
+class _MadeOnRead:
+    """``DirectionParams.W`` and ``.R``: each holds an array, or a ``FloatView`` (weights quantized from floats) that
+    the first read replaces by the array it makes, ``record.dequantized(dtype)``, kept from then on. So the float
+    view of weights quantized as asked costs nothing until something computes with it (a writer of the integers
+    never does), and reads exactly as if made at once. Set only by the dataclass's ``__init__``."""
+
+    SLOT = "_stored_"
+
+    def __init__(self, role: str) -> None:
+        self.role, self.slot = role, self.SLOT + role
+
+    def __get__(self, params: object, owner: type | None = None) -> np.ndarray:
+        if params is None:
+            raise AttributeError(self.role)  # (the dataclass sees no default)
+        stored = params.__dict__[self.slot]
+        if isinstance(stored, FloatView):
+            stored = params.__dict__[self.slot] = stored.make()
+        return stored
+
+    def __set__(self, params: object, value: "np.ndarray | FloatView") -> None:
+        params.__dict__[self.slot] = value
+
+
+for _role in ("W", "R"):  # after the dataclass is made: fields without defaults, read and set through the descriptor
+    setattr(DirectionParams, _role, _MadeOnRead(_role))
 
 
 # The interface's tensors, in the order of an ONNX recurrent node's inputs and outputs: the initial and
@@ -306,7 +348,10 @@ class RecurrentLayer:
 
     def parameter_count(self) -> int:
         return sum(
-            p.W.size + p.R.size + (p.Wb.size + p.Rb.size if self.has_bias else 0) + (0 if p.P is None else p.P.size)
+            int(np.prod(p.stored("W").shape))
+            + int(np.prod(p.stored("R").shape))
+            + (p.Wb.size + p.Rb.size if self.has_bias else 0)
+            + (0 if p.P is None else p.P.size)
             for p in self.directions
         )
 
@@ -377,12 +422,12 @@ class RecurrentLayer:
         """Direction ``d``'s W [G*H, I], R [G*H, H], Wb and Rb [G*H] are arrays of the layer's dtype."""
         gh, h, i = self.gates * self.hidden_size, self.hidden_size, self.input_size
         for label, array, shape in (
-            ("W", params.W, (gh, i)),
-            ("R", params.R, (gh, h)),
+            ("W", params.stored("W"), (gh, i)),
+            ("R", params.stored("R"), (gh, h)),
             ("Wb", params.Wb, (gh,)),
             ("Rb", params.Rb, (gh,)),
         ):
-            if not isinstance(array, np.ndarray) or array.shape != shape:
+            if not isinstance(array, (np.ndarray, FloatView)) or array.shape != shape:
                 got = list(array.shape) if hasattr(array, "shape") else type(array).__name__
                 raise self._fail(f"direction {d} {label} has shape {got}, expected {list(shape)}")
             if array.dtype != self.dtype:
@@ -444,8 +489,9 @@ class RecurrentLayer:
                     record.validate()
                 except QuantizationError as err:
                     raise self._fail(f"direction {d} {role}q: {err}") from None
-                floats = getattr(params, role)
-                if record.values.shape != floats.shape or not np.array_equal(record.dequantized(floats.dtype), floats):
+                floats = params.stored(role)  # a FloatView of this record is its dequantization by construction
+                made = isinstance(floats, FloatView) and floats.record is record
+                if not made and (isinstance(floats, FloatView) or not record.is_dequantization(floats)):
                     raise self._fail(f"direction {d} {role} is not the dequantization of its integers {role}q")
 
     def _validate_constants(self) -> None:

@@ -35,11 +35,13 @@ int8 per batch row at every step (§11), an arithmetic a float layer does not re
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 GRANULARITIES = ("per tensor", "per channel", "per block")
+BLOCK_BYTES = 1 << 20  # the float32s computed at a time (a block of rows that stays in cache)
 # The run-time arithmetic of an operator that quantizes its matrix products' float operands itself
 # (``QuantizedWeights.dynamic_activations``): name -> what it does, in the findings' words.
 ORT_DYNAMIC = "onnxruntime uint8"
@@ -101,19 +103,50 @@ class QuantizedWeights:
         """The bytes the integers take packed at ``bits`` a value, plus the scales and zero points as stored."""
         return -(-self.values.size * self.bits // 8) + self.scale.nbytes + -(-self.zero_point.size * self.bits // 8)
 
-    def broadcast(self, array: np.ndarray) -> np.ndarray:
-        """``array`` (the scale or zero point) spread over the values' shape."""
+    def broadcast(self, array: np.ndarray, rows: slice = slice(None)) -> np.ndarray:
+        """``array`` (the scale or zero point) spread over the values' shape (over ``rows`` of them)."""
         if self.axis is None:
             return array.reshape(1, 1)
         if self.axis == 0:
-            return array.reshape(-1, 1)
+            return array[rows].reshape(-1, 1)
         assert self.block_size is not None  # (validated)
-        return np.repeat(array, self.block_size, axis=1)
+        return np.repeat(array[rows], self.block_size, axis=1)
 
     def dequantized(self, dtype: "np.dtype | type | str" = np.float32) -> np.ndarray:
-        """``dequantize`` of the record's arrays, then cast to ``dtype``."""
-        floats = dequantize(self.values, self.broadcast(self.zero_point), self.broadcast(self.scale), self.arithmetic)
-        return floats.astype(dtype, copy=False)
+        """``dequantize`` of the record's arrays, then cast to ``dtype``; computed a block of rows at a time into the
+        result (no temporaries of the weight's size). The record remembers the float32 array it returns, so
+        ``is_dequantization`` knows it without computing it again."""
+        floats = np.empty(self.values.shape, np.float32)
+        for rows in self._blocks():
+            floats[rows] = self._dequantized_rows(rows)
+        result = floats.astype(dtype, copy=False)
+        if result is floats:
+            object.__setattr__(self, "_view", weakref.ref(floats))
+        return result
+
+    def is_dequantization(self, floats: np.ndarray) -> bool:
+        """Whether ``floats`` is exactly ``dequantized(floats.dtype)``: at once for the array ``dequantized``
+        returned, else compared a block of rows at a time."""
+        view = getattr(self, "_view", None)
+        if view is not None and view() is floats:
+            return True
+        if floats.shape != self.values.shape:
+            return False
+        return all(
+            np.array_equal(self._dequantized_rows(rows).astype(floats.dtype, copy=False), floats[rows])
+            for rows in self._blocks()
+        )
+
+    def _dequantized_rows(self, rows: slice) -> np.ndarray:
+        """``dequantize`` of the values' ``rows``."""
+        spread = (self.broadcast(self.zero_point, rows), self.broadcast(self.scale, rows))
+        return dequantize(self.values[rows], *spread, self.arithmetic)
+
+    def _blocks(self) -> "list[slice]":
+        """The values' rows in blocks of about ``BLOCK_BYTES`` float32s (none for an empty array)."""
+        rows, cols = self.values.shape
+        step = max(1, BLOCK_BYTES // max(4 * cols, 1))
+        return [slice(start, start + step) for start in range(0, rows if cols else 0, step)]
 
     def with_values(self, values: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> "QuantizedWeights":
         """The same scheme on other arrays (rows reordered by a writer, e.g. gate blocks)."""
@@ -170,6 +203,28 @@ def dequantize(values: np.ndarray, zero_point: np.ndarray, scale: np.ndarray, ar
     float16 the product is rounded to float16 and widened back: module docstring)."""
     product = (values.astype(np.float32) - zero_point.astype(np.float32)) * scale.astype(np.float32)
     return product.astype(np.float16).astype(np.float32) if arithmetic == "float16" else product
+
+
+@dataclass(frozen=True, eq=False)
+class FloatView:
+    """The float view of ``record`` in ``dtype`` (``record.dequantized(dtype)``), not made yet: what a direction
+    holds as its W or R when the weights were quantized from floats (``DirectionParams``), so that a writer of the
+    integers never makes the float array it does not read. The array is made on the first read of W or R."""
+
+    record: QuantizedWeights
+    dtype: np.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.record.values.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the array it makes."""
+        return self.record.values.size * np.dtype(self.dtype).itemsize
+
+    def make(self) -> np.ndarray:
+        return self.record.dequantized(self.dtype)
 
 
 def compacted(

@@ -17,10 +17,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from helpers import artifact_name
 from onnx import numpy_helper
 
 import gatepack.converters as gp
 import gatepack.converters.formats.onnx.qdq as onnx_qdq
+from gatepack.converters import weight_quantization
 from gatepack.converters.errors import RefusedError, UsageError, VerificationError
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures/realmodels"
@@ -234,3 +236,106 @@ def test_a_stateful_ir_is_gated_over_its_calls_alone(tmp_path):
     outputs = result.verification.outputs
     assert outputs and all(o.layer == "streamed" for o in outputs)
     assert any("vs the float source" in o.output for o in outputs) and any("int8 twin" in o.output for o in outputs)
+
+
+# ------------------------------------------------------------------ large weights: blocks, external data, memory
+
+
+@pytest.mark.parametrize("bits, block, group", [(8, None, 1), (8, None, 5), (4, None, 1), (8, 12, 1), (4, 12, 5)])
+def test_quantizing_in_row_blocks_gives_the_transcribed_integers(bits, block, group, monkeypatch):
+    """Blocks of a few rows (the cache-sized buffer made small) against the whole-matrix transcription, one scale a
+    row, a ``group`` of rows (LiteRT's per gate block) or a block of columns, int8 and int4; a group of zeros gets
+    scale 1 and zeros."""
+    monkeypatch.setattr(weight_quantization, "BLOCK_BYTES", 3 * 4 * 36)  # 3 rows of 36 columns a block
+    weights = np.random.default_rng(5).standard_normal((50, 36)).astype(np.float32)
+    weights[7] = 0
+    record = weight_quantization.quantize_rows(weights, bits, block, group)
+    high, width = 2 ** (bits - 1) - 1, block or 36
+    cells = np.abs(weights).reshape(50 // group, group, 36 // width, width).max(axis=(1, 3))  # one per scale
+    largest = np.repeat(np.repeat(cells, group, axis=0), width, axis=1)
+    scale = np.where(largest > 0, largest / np.float32(high), np.float32(1)).astype(np.float32)
+    np.testing.assert_array_equal(record.values, np.clip(np.rint(weights / scale), -high, high).astype(np.int8))
+    np.testing.assert_array_equal(np.broadcast_to(record.broadcast(record.scale), (50, 36)), scale)
+    assert record.bits == bits and (group > 1 or (scale[7] == 1).all())
+
+
+@pytest.mark.parametrize("granularity", ["per tensor", "per channel", "per block"])
+def test_the_float_view_computed_in_blocks_is_the_transcribed_product(granularity, monkeypatch):
+    """``(values - zero_point) * scale`` written out here in float32 over the whole matrix, against the record's
+    block-by-block view; ``is_dequantization`` knows its own view, an equal copy, and not a copy one element off
+    (in the last block)."""
+    from gatepack.schemas import quantized
+
+    monkeypatch.setattr(quantized, "BLOCK_BYTES", 4 * 4 * 12)  # 4 rows of 12 columns a block
+    rng = np.random.default_rng(6)
+    values = rng.integers(0, 256, (30, 12)).astype(np.uint8)
+    shape, axis, block = {"per tensor": ((), None, None), "per channel": ((30,), 0, None)}.get(
+        granularity, ((30, 3), 1, 4)
+    )
+    scale = rng.uniform(1e-3, 1e-1, shape).astype(np.float32)
+    zero = rng.integers(0, 256, shape).astype(np.uint8)
+    record = quantized.QuantizedWeights(values, scale, zero, axis, block, 8, False)
+    spread = {None: lambda a: np.full((30, 12), a), 0: lambda a: np.repeat(a[:, None], 12, 1)}.get(
+        axis, lambda a: np.repeat(a, 4, 1)
+    )
+    expected = (values.astype(np.float32) - spread(zero).astype(np.float32)) * spread(scale).astype(np.float32)
+    view = record.dequantized()
+    np.testing.assert_array_equal(view, expected)
+    np.testing.assert_array_equal(record.dequantized(np.float64), expected.astype(np.float64))
+    assert record.is_dequantization(view) and record.is_dequantization(expected.copy())
+    wrong = expected.copy()
+    wrong[-1, -1] += np.float32(1)
+    assert not record.is_dequantization(wrong)
+
+
+@pytest.mark.parametrize("scheme, bits", [("int8", 8), ("int4", 4)])
+def test_a_model_with_external_data_keeps_its_integers_there(scheme, bits, tmp_path):
+    """A stacked model stored with external data, quantized to ONNX: the integers go to NAME.onnx.data with the
+    floats they replace (not into the protobuf, which stops at 2 GiB; int4 packed two a byte as ONNX stores them),
+    as transcribed, and run on onnxruntime."""
+    from helpers import stacked_model
+
+    src = tmp_path / "stack.onnx"
+    stacked_model(src, 1, 256, "GRU")  # W and R of a direction: 768 x 256 integers = 196,608 values each
+    out = tmp_path / f"stack_{scheme}.onnx"
+    result = gp.convert(src, out, quantize_weights=scheme)
+    assert result.passed, result.to_text()
+    written = onnx.load(str(out), load_external_data=False)
+    integers = [t for t in written.graph.initializer if "_quantized" in t.name]
+    assert len(integers) == 4 and all(t.data_location == onnx.TensorProto.EXTERNAL for t in integers)
+    kind = {8: onnx.TensorProto.INT8, 4: onnx.TensorProto.INT4}[bits]
+    assert all(t.data_type == kind for t in integers)
+    lengths = [int(next(e.value for e in t.external_data if e.key == "length")) for t in integers]
+    assert lengths == [768 * 256 * bits // 8] * 2 + [768 * 256 * bits // 8] * 2
+    assert out.stat().st_size < 64 << 10 and (tmp_path / f"stack_{scheme}.onnx.data").exists()
+    stored = _initializers(onnx.load(str(out)))
+    floats = _initializers(onnx.load(str(src)))["W0"][1]
+    (name,) = [n for n in stored if n.endswith("W_quantized_d1")]
+    high = 2 ** (bits - 1) - 1
+    scale = (np.abs(floats).max(axis=1) / np.float32(high)).astype(np.float32)
+    expected = np.clip(np.rint(floats / scale[:, None]), -high, high)
+    np.testing.assert_array_equal(stored[name][0].astype(np.int8), expected.astype(np.int8))
+    feeds = {"X": np.random.default_rng(2).uniform(-1, 1, (5, 2, 256)).astype(np.float32)}
+    for got, want in zip(_run(out, feeds), _run(src, feeds)):
+        assert 0 < np.abs(got - want).max() < (0.05 if bits == 8 else 0.5)
+
+
+@pytest.mark.parametrize("target", weight_quantization.HOLDERS)
+def test_writing_the_integers_never_makes_the_float_view(target, tmp_path, monkeypatch):
+    """Unverified, a conversion writing the integers (to every target holding them) reads no float W or R
+    (``FloatView``: made on first read, the weight's size in memory and its time); the view, once read, is the
+    transcribed ``q * scale`` exactly."""
+    from gatepack.schemas.quantized import FloatView
+
+    made = []
+    original = FloatView.make
+    monkeypatch.setattr(FloatView, "make", lambda view: made.append(view) or original(view))
+    out = tmp_path / artifact_name(target, "gru")
+    result = gp.convert(GRU, out, to=target, quantize_weights="int8", verify=False)
+    assert out.exists() and result.findings and not made
+    layer = weight_quantization.quantized_model(gp.load(GRU), weight_quantization.Scheme("int8")).layers[0]
+    source = gp.load(GRU).layers[0]
+    for params, floats in zip(layer.directions, source.directions):
+        integers, scale = _transcribed(np.asarray(floats.W))
+        np.testing.assert_array_equal(params.W, integers.astype(np.float32) * scale[:, None])
+    assert made  # read here, and only here

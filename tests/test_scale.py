@@ -34,6 +34,47 @@ def test_external_data_is_memory_mapped_not_copied(stacked):
     assert isinstance(layer.directions[0].W.base, np.memmap)  # a view of the file, not a copy
 
 
+def _resident_file_mb() -> float:
+    """This process's resident pages of mapped files (``RssFile``), MB."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssFile:")) / 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/pagemap").exists(), reason="Linux's /proc/self/pagemap")
+@pytest.mark.parametrize("mode", ["r", "c"])
+def test_pages_of_a_mapped_weight_read_once_leave_memory_and_read_back_the_same(mode, tmp_path):
+    """``release_pages`` on a 32 MB memory map (read-only, and copy-on-write as the ONNX reader maps external data):
+    the resident file pages fall by the mapped size, and the array still reads the file's bytes."""
+    from gatepack.converters.fileio import release_pages
+
+    path = tmp_path / "weights.bin"
+    data = np.random.default_rng(0).standard_normal(8 << 20).astype(np.float32)
+    data.tofile(path)
+    mapped = np.memmap(path, dtype=np.float32, mode=mode, offset=4 * 3074, shape=(len(data) - 3079,))  # unaligned
+    total = float(np.asarray(mapped, np.float64).sum())  # every page read
+    before = _resident_file_mb()
+    release_pages(np.asarray(mapped, np.float32))
+    assert before - _resident_file_mb() > 30, (before, _resident_file_mb())
+    assert float(np.asarray(mapped, np.float64).sum()) == total
+    np.testing.assert_array_equal(mapped, data[3074:-5])
+
+
+def test_pages_this_process_wrote_are_never_released(tmp_path):
+    """A copy-on-write page the process wrote is its own copy: released, the write would be lost. It stays (and the
+    rest of the array is left alone with it), as do arrays in ordinary memory."""
+    from gatepack.converters.fileio import release_pages
+
+    path = tmp_path / "weights.bin"
+    np.zeros(4 << 20, np.float32).tofile(path)
+    mapped = np.memmap(path, dtype=np.float32, mode="c")
+    mapped[3 << 20] = 7  # one page written, in the array's last quarter
+    release_pages(mapped)
+    assert mapped[3 << 20] == 7 and not mapped[: 3 << 20].any()
+    in_memory = np.ones(1 << 20, np.float32)
+    release_pages(in_memory)
+    assert in_memory.all()
+
+
 @pytest.mark.parametrize("target", registry.writers())
 def test_model_with_external_data_converts_and_verifies(stacked, target, tmp_path):
     out = tmp_path / artifact_name(target)
@@ -154,3 +195,8 @@ def test_benchmark_quick_run_prints_its_table():
     for what in ("convert", "verify", "executor", "gatepack --help"):
         assert any(row.startswith(f"| {what}") for row in table), what
     assert any("ov.convert_model" in row for row in table) and any("onnx.reference" in row for row in table)
+    quantized = table[table.index(next(r for r in table if r.startswith("| quantization | tool | time"))) :]
+    for target in ("onnx", "openvino"):  # gatepack's int8 rows of the first stack, each peer's (run, or why not)
+        assert sum(row.startswith("| int8 ") and f"-> {target} | gatepack |" in row for row in quantized) == 1, target
+    for peer in ("NNCF compress_weights INT8_SYM", "onnxruntime quantize_dynamic", "coremltools linear_quantize"):
+        assert sum(f"| {peer}" in row for row in quantized) == 1, peer

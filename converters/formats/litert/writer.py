@@ -383,7 +383,8 @@ class _LayerWriter:
         ys, finals = [], []
         for k, params in enumerate(layer.directions):
             ops = _Ops(self, k, params)
-            names = {"W": self.matrix("W", k, "W", 0, params.W.shape[0]), "Wb": ops.const_tensor("Wb", params.Wb)}
+            rows = params.stored("W").shape[0]  # (not params.W: a float view not made yet stays so)
+            names = {"W": self.matrix("W", k, "W", 0, rows), "Wb": ops.const_tensor("Wb", params.Wb)}
             names.update(R=ops.r_name, Rb=ops.rb_name)
             if params.P is not None:
                 names["P"] = ops.p_tensor = ops.const_tensor("P", params.P)
@@ -474,7 +475,7 @@ class _Ops:
         self.scalars: dict[float, int] = {}
         h = writer.layer.hidden_size
         self.h = h
-        self.r_name = writer.matrix("R", k, "R", 0, params.R.shape[0])
+        self.r_name = writer.matrix("R", k, "R", 0, params.stored("R").shape[0])  # (not params.R: see elementary)
         self.rb_name = self.const_tensor("Rb", params.Rb)
         self.r_blocks: dict[tuple[int, int], tuple[int, int]] = {}
         self.p_tensor: int | None = None

@@ -121,7 +121,9 @@ def _write_layers(
     or by default when the source kept them so or they exceed ``EXTERNAL_THRESHOLD``."""
     if external_data is None:
         weight_bytes = sum(
-            p.W.nbytes + p.R.nbytes + p.Wb.nbytes + p.Rb.nbytes for layer in model.layers for p in layer.directions
+            p.stored("W").nbytes + p.stored("R").nbytes + p.Wb.nbytes + p.Rb.nbytes  # (a float view not made yet too)
+            for layer in model.layers
+            for p in layer.directions
         )
         external_data = bool(model.meta.get("external_data")) or weight_bytes > EXTERNAL_THRESHOLD
     make = partial(

@@ -5,7 +5,7 @@ the in-place rewrite of a whole model (``onnx.rewrite``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import onnx
@@ -20,12 +20,13 @@ from gatepack.converters.feature_findings import form_of
 from gatepack.converters.formats.onnx.graph import DEFAULT_OPSET, PERM_IN, PERM_Y, PERM_YH, broadcast_state_nodes
 from gatepack.converters.formats.onnx.registration import FOR_DIRECTML as ONNX_FOR_DIRECTML
 from gatepack.converters.model import Model, with_separate_inputs
-from gatepack.schemas.layer import INPUT_ROLES, RecurrentLayer, stack_directions
+from gatepack.schemas.layer import INPUT_ROLES, DirectionParams, RecurrentLayer, stack_directions
 from gatepack.schemas.quantized import ORT_DYNAMIC
 
 FOUR_BIT_TYPES = (onnx.TensorProto.INT4, onnx.TensorProto.UINT4)
 FOUR_BIT_IR_VERSION = 10  # the IR version that has INT4/UINT4 (onnxruntime's contrib DequantizeLinear takes them)
 WRITABLE_OPSETS = (7, 14, 19, 21)  # 19, 21: what QDQ of float16 scales, 4-bit integers and blocks needs
+EXTERNAL_MINIMUM = 1 << 16  # with external data, an initializer of this many bytes or more goes there
 
 
 @dataclass
@@ -40,22 +41,28 @@ class Stacked:
         return numpy_helper.from_array(stack_directions(self.parts), self.name)
 
     def external(self, data, location: str) -> onnx.TensorProto:
-        dtype = self.parts[0].dtype
-        tensor = onnx.TensorProto(
-            name=self.name,
-            data_type=helper.np_dtype_to_tensor_dtype(dtype),
-            dims=[len(self.parts), *self.parts[0].shape],
-        )
-        offset = data.tell()
-        for part in self.parts:
-            data.write(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<")).data.cast("B"))
-        length = data.tell() - offset
-        tensor.data_location = onnx.TensorProto.EXTERNAL
-        for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
-            tensor.external_data.add(key=key, value=value)
-        pad = -data.tell() % 64  # keep the next tensor aligned for memory-mapped readers
-        data.write(b"\0" * pad)
-        return tensor
+        return streamed(self.name, self.parts, [len(self.parts), *self.parts[0].shape], data, location)
+
+
+def streamed(name: str, parts: list[np.ndarray], dims: list[int], data, location: str) -> onnx.TensorProto:
+    """The initializer ``name`` of shape ``dims`` whose bytes are ``parts`` one after the other, written into the
+    external data file ``data`` (named ``location``) at its current end, the next tensor aligned to 64 bytes."""
+    dtype = parts[0].dtype
+    tensor = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(dtype), dims=dims)
+    offset = data.tell()
+    for part in parts:
+        data.write(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<")).data.cast("B"))
+    return _located(tensor, offset, data, location)
+
+
+def _located(tensor: onnx.TensorProto, offset: int, data, location: str) -> onnx.TensorProto:
+    """``tensor`` pointed at the bytes written into ``data`` from ``offset`` on, the file padded to 64 bytes."""
+    length = data.tell() - offset
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        tensor.external_data.add(key=key, value=value)
+    data.write(b"\0" * (-data.tell() % 64))  # keep the next tensor aligned for memory-mapped readers
+    return tensor
 
 
 def build(
@@ -329,25 +336,27 @@ def _recurrent_node(
         inits.append(Plain(fresh, value))
         return fresh
 
-    def weight(role: str, parts: list[np.ndarray]) -> str:
+    def weight(role: str, parts: Callable[[DirectionParams], np.ndarray | None]) -> str:
+        """The initializer of ``role``: its QDQ integers when held, else the floats ``parts`` takes from each
+        direction (W and R read only then: weights quantized as asked have no float array until read)."""
         name = names.fresh(preferred.get(role, f"{weight_prefix}.{role}"))
         records = [p.quantized(role) for p in layer.directions]
         if quantized in ("qdq", "qdq_contrib") and all(r is not None for r in records):
             found = onnx_qdq.dequantize_nodes(name, records, names.fresh, constant, opset=form.opset)  # type: ignore[arg-type]
             prelude.extend(found)
         else:
-            inits.append(Stacked(name, parts))
+            inits.append(Stacked(name, [a for a in map(parts, layer.directions) if a is not None]))
         return name
 
     # X W R B sequence_lens initial_h initial_c P, as the ONNX operators number their inputs
     node_inputs = [_named(node_in, "x"), "", "", "", node_in["sequence_lens"] or "", "", "", ""]
     if quantized != "dynamic":
-        node_inputs[1:3] = [weight("W", [p.W for p in layer.directions]), weight("R", [p.R for p in layer.directions])]
+        node_inputs[1:3] = [weight("W", lambda p: p.W), weight("R", lambda p: p.R)]
     if layer.has_bias or any(p.Wb.any() or p.Rb.any() for p in layer.directions):
-        node_inputs[3] = weight("B", [np.concatenate([p.Wb, p.Rb]) for p in layer.directions])
+        node_inputs[3] = weight("B", lambda p: np.concatenate([p.Wb, p.Rb]))
     node_inputs[5], node_inputs[6] = node_in["initial_h"] or "", node_in["initial_c"] or ""
     if layer.has_peepholes:
-        node_inputs[7] = weight("P", [p.P for p in layer.directions if p.P is not None])  # every direction's
+        node_inputs[7] = weight("P", lambda p: p.P)  # every direction's
     attrs = recurrent_attributes(layer)
     if layer.interface.layout == 1 and form.encoding == "attribute":
         attrs["layout"] = 1
@@ -365,7 +374,9 @@ def _recurrent_node(
 
 @dataclass
 class Plain:
-    """A small initializer written as it is (scales, zero points, integers), embedded even with external data."""
+    """An initializer written as it is (integers, scales, zero points): with external data, one of at least
+    ``EXTERNAL_MINIMUM`` bytes is streamed there like the float weights (a quantized weight's integers are a
+    quarter of its floats, still too large for the protobuf), a smaller one embedded."""
 
     name: str
     value: np.ndarray
@@ -374,7 +385,16 @@ class Plain:
         return numpy_helper.from_array(np.asarray(self.value), self.name)
 
     def external(self, data, location: str) -> onnx.TensorProto:
-        return self.embedded()
+        value = np.asarray(self.value)
+        if value.nbytes < EXTERNAL_MINIMUM or not value.ndim:
+            return self.embedded()
+        if helper.np_dtype_to_tensor_dtype(value.dtype) not in FOUR_BIT_TYPES:
+            return streamed(self.name, [value], list(value.shape), data, location)
+        tensor = self.embedded()  # 4-bit integers packed two a byte, as onnx stores them
+        offset = data.tell()
+        data.write(tensor.raw_data)
+        tensor.ClearField("raw_data")
+        return _located(tensor, offset, data, location)
 
 
 def recurrent_attributes(layer: RecurrentLayer) -> dict:

@@ -500,9 +500,9 @@ def folded_bias(layer: RecurrentLayer) -> np.ndarray:
     return np.stack(rows)
 
 
-def _ov_gates(cell: Cell, array: np.ndarray) -> np.ndarray:
-    """Gate blocks (rows, or a bias's entries) from ONNX's order to the sequence op's."""
-    return reorder_gates(array, cell.gate_names, OV_GATES[cell])
+def _ov_gates(cell: Cell, array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Gate blocks (rows, or a bias's entries) from ONNX's order to the sequence op's (into ``out`` when given)."""
+    return reorder_gates(array, cell.gate_names, OV_GATES[cell], out=out)
 
 
 def _emit_native(ops, layer: RecurrentLayer, x, lens, states: dict) -> tuple:
@@ -547,14 +547,22 @@ def _weight(ops, layer: RecurrentLayer, role: str):
     name = f"{layer.name}/{role}"
     if records is None:
         return _const(ops, stack_directions([_ov_gates(layer.cell, getattr(p, role)) for p in layer.directions]), name)
-    ordered = [
+    return openvino_compressed.emit(ops, _in_gate_order(layer.cell, records), name)
+
+
+def _in_gate_order(cell: Cell, records: list[QuantizedWeights]) -> list[QuantizedWeights]:
+    """``records`` with their rows in the sequence op's gate order: themselves where it is ONNX's (GRU, RNN), else
+    the directions' integers copied once, in that order, into one stacked array (which the Constant then shares)."""
+    if cell.gate_names == OV_GATES[cell]:
+        return records
+    stacked = np.empty((len(records), *records[0].values.shape), records[0].values.dtype)
+    return [
         r.with_values(
-            _ov_gates(layer.cell, r.values),
-            *(a if r.axis is None else _ov_gates(layer.cell, a) for a in (r.scale, r.zero_point)),
+            _ov_gates(cell, r.values, stacked[d]),
+            *(a if r.axis is None else _ov_gates(cell, a) for a in (r.scale, r.zero_point)),
         )
-        for r in records
+        for d, r in enumerate(records)
     ]
-    return openvino_compressed.emit(ops, ordered, name)
 
 
 def held_records(layer: RecurrentLayer, role: str) -> list[QuantizedWeights] | None:

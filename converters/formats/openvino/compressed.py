@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gatepack.schemas.layer import stack_directions
 from gatepack.schemas.quantized import QuantizedWeights, dequantize
 
 INTEGER_TYPES = {"i8": np.int8, "u8": np.uint8, "i4": np.int8, "u4": np.uint8}  # element type -> held in
@@ -79,23 +80,25 @@ def emit(ops, records: list[QuantizedWeights], name: str):
 
 def _grouped(records: list[QuantizedWeights]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The integers [D, G*H, K] with scale and zero point [D, G*H, 1]; per block the integers [D, G*H, K / B, B]
-    with the parameters [D, G*H, K / B, 1] (NNCF's grouped form)."""
+    with the parameters [D, G*H, K / B, 1] (NNCF's grouped form). The directions' integers are not copied when they
+    are the consecutive rows of one array (``stack_directions``: as ``weight_quantization`` quantizes them)."""
     rows, cols = records[0].values.shape
     block = records[0].block_size if records[0].axis == 1 else None
     if block is not None:
-        values = np.stack([r.values.reshape(rows, cols // block, block) for r in records])
+        values = stack_directions([r.values for r in records]).reshape(len(records), rows, cols // block, block)
         scale, zero = (np.stack([getattr(r, f)[:, :, None] for r in records]) for f in ("scale", "zero_point"))
         return values, scale, zero
     spread = [
         [np.broadcast_to(getattr(r, f).reshape(-1, 1), (rows, 1)) for r in records] for f in ("scale", "zero_point")
     ]
-    return np.stack([r.values for r in records]), np.stack(spread[0]), np.stack(spread[1])
+    return stack_directions([r.values for r in records]), np.stack(spread[0]), np.stack(spread[1])
 
 
 def _integers(ops, values: np.ndarray, element: str | None):
-    """A Constant of ``values``, 4-bit (packed by OpenVINO, low nibble first) when ``element`` says so."""
+    """A Constant of ``values``, 4-bit (packed by OpenVINO, low nibble first) when ``element`` says so; an 8-bit one
+    shares the array's memory (never changed after this) where OpenVINO can, instead of copying it."""
     if element is None:
-        return ops.constant(values)
+        return ops.constant(values, shared_memory=bool(values.flags.writeable and values.flags.c_contiguous))
     import openvino as ov
 
     return ops.constant(values, dtype=getattr(ov.Type, element))
