@@ -207,6 +207,8 @@ def _hypotheses(rec: Recurrence) -> Iterator[tuple[RecurrentLayer, str]]:
                 Wb=_reorder(_or_zeros(wb, cand), blocks),
                 Rb=_reorder(_or_zeros(rb, cand), blocks),
                 activations=acts,
+                Wq=_reorder_record(cand.Wq, blocks),
+                Rq=_reorder_record(cand.Rq, blocks),
             )
             layer = RecurrentLayer(
                 name=rec.name,
