@@ -2,10 +2,6 @@
 
 * ``MatMul``: a constant 2-D right operand is ``FULLY_CONNECTED`` (weights B^T [out, in], ``keep_num_dims``:
   y[..., o] = sum_i a[..., i] B[i, o]); any other, ``BATCH_MATMUL`` (broadcast batch axes).
-* ``Conv`` (2-D, and 1-D as 2-D with a unit height): channels-last between two ``TRANSPOSE``s; ONNX's explicit
-  pads a ``PAD`` of zeros before a ``VALID`` convolution (the output size is then ONNX's,
-  floor((in + pads - dilation (k - 1) - 1) / stride) + 1); ``group`` 1 ``CONV_2D`` (filter [O, kh, kw, I]), one
-  group per input channel ``DEPTHWISE_CONV_2D`` (filter [1, kh, kw, O], depth multiplier O / I).
 * ``ReduceMean``: ``MEAN`` over the axes (constants), keeping them or not as ONNX says.
 * ``Softmax`` on the last axis: ``SOFTMAX`` (beta 1).
 * ``BatchNormalization`` (inference): y = x * s + (B - mean * s) with s = scale / sqrt(var + epsilon), folded into
@@ -22,8 +18,6 @@ from gatepack.converters.formats.litert.onnx_ops.elementwise import floats
 from gatepack.converters.formats.litert.translate import LiteRTTranslation, Tensor, onnx_shapes
 from gatepack.converters.operators.table import OnnxOp
 
-NCHW_TO_NHWC, NHWC_TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
-
 
 def _matmul(t: LiteRTTranslation, node) -> list:
     a = floats(t, node, 0)
@@ -39,53 +33,6 @@ def _matmul(t: LiteRTTranslation, node) -> list:
     if len(b.shape) < 2:
         t.refuse(node, f"its B {node.input[1]!r} has rank {len(b.shape)}; LiteRT's products take rank >= 2")
     return [t.emit("BATCH_MATMUL", [a, b], node.output[0], shape)]
-
-
-def _conv_filter(t: LiteRTTranslation, node, w: np.ndarray, channels: int) -> tuple[str, np.ndarray, dict]:
-    """The LiteRT op, its filter and its options for ONNX weights ``w`` [O, I / group, kh, kw]."""
-    group = int(t.attr(node, "group", 1))
-    if group == 1:
-        return "CONV_2D", w.transpose(0, 2, 3, 1), {"options_kind": "Conv2DOptions"}
-    if group == channels and w.shape[1] == 1:
-        options = {"options_kind": "DepthwiseConv2DOptions", "depthMultiplier": w.shape[0] // channels}
-        return "DEPTHWISE_CONV_2D", w.transpose(1, 2, 3, 0), options
-    t.refuse(node, f"group {group} of {channels} input channels; LiteRT's builtins here take 1 or one per channel")
-
-
-def _conv(t: LiteRTTranslation, node) -> list:
-    """Conv as the module docstring says: NCHW -> NHWC, PAD, CONV_2D / DEPTHWISE_CONV_2D (VALID), NHWC -> NCHW."""
-    x = floats(t, node, 0)
-    w = t.constant(node, 1, "weights").astype(np.float32)
-    ((shape, _),) = onnx_shapes(t, node)
-    if len(x.shape) not in (3, 4):
-        t.refuse(node, f"a {len(x.shape) - 2}-D convolution; gatepack's LiteRT translation writes 1-D and 2-D")
-    one_d = len(x.shape) == 3
-    name = node.output[0]
-    if one_d:  # [N, C, L] as [N, C, 1, L]
-        x, w = t.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]), f"{name}/as_2d"), w[:, :, None, :]
-    strides = list(t.attr(node, "strides", [1] * (len(x.shape) - 2)))
-    dilations = list(t.attr(node, "dilations", [1] * (len(x.shape) - 2)))
-    pads = list(t.attr(node, "pads", [0] * 2 * (len(x.shape) - 2)))
-    if one_d:
-        strides, dilations, pads = [1, *strides], [1, *dilations], [0, pads[0], 0, pads[1]]
-    kind, filter_, options = _conv_filter(t, node, w, x.shape[1])
-    nhwc = t.transpose(x, NCHW_TO_NHWC, f"{name}/nhwc")
-    if any(pads):
-        paddings = np.array([[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]], np.int32)
-        padded = [nhwc.shape[0], nhwc.shape[1] + pads[0] + pads[2], nhwc.shape[2] + pads[1] + pads[3], nhwc.shape[3]]
-        nhwc = t.emit("PAD", [nhwc, paddings], f"{name}/padded", padded)
-    bias = t.constant(node, 2, "bias").astype(np.float32) if t.has(node, 2) else np.zeros(w.shape[0], np.float32)
-    out_nhwc = (shape[0], *shape[2:], shape[1]) if not one_d else (shape[0], 1, shape[2], shape[1])
-    options.update(
-        padding=t.g.s.Padding.VALID,
-        strideH=int(strides[0]),
-        strideW=int(strides[1]),
-        dilationHFactor=int(dilations[0]),
-        dilationWFactor=int(dilations[1]),
-    )
-    y = t.emit(kind, [nhwc, np.ascontiguousarray(filter_), bias], f"{name}/conv_nhwc", out_nhwc, **options)
-    back = t.transpose(y, NHWC_TO_NCHW, name if not one_d else f"{name}/nchw")
-    return [t.reshape(back, shape, name) if one_d else back]
 
 
 def _reduce_mean(t: LiteRTTranslation, node) -> list:
@@ -127,7 +74,6 @@ def _batch_norm(t: LiteRTTranslation, node) -> list:
 
 TABLE: dict[str, OnnxOp] = {
     "MatMul": OnnxOp(_matmul),
-    "Conv": OnnxOp(_conv, attributes=frozenset({"dilations", "group", "kernel_shape", "pads", "strides"})),
     "ReduceMean": OnnxOp(_reduce_mean, attributes=frozenset({"axes", "keepdims", "noop_with_empty_axes"})),
     "Softmax": OnnxOp(_softmax, attributes=frozenset({"axis"})),
     "BatchNormalization": OnnxOp(
