@@ -1,6 +1,8 @@
 """ONNX's elementwise operators as LiteRT builtins: float32 arithmetic with ONNX's multidirectional broadcasting
 (the lower-rank operand reshaped to the other's rank first), activations, ``Pow`` (x * x for a constant exponent 2,
-``SQRT`` for 0.5, ``POW`` otherwise) and ``PRelu`` (``PRELU``: x where x >= 0, slope * x elsewhere)."""
+``SQRT`` for 0.5, ``POW`` otherwise), ``PRelu`` (``PRELU``: x where x >= 0, slope * x elsewhere), ``Clip``
+(``MAXIMUM`` and ``MINIMUM`` with its bounds) and the comparisons (``GREATER``, ``LESS``, ``EQUAL``,
+``GREATER_EQUAL``, ``LESS_EQUAL``: BOOL results)."""
 
 from __future__ import annotations
 
@@ -69,6 +71,35 @@ def _prelu(t: LiteRTTranslation, node) -> list:
     return [t.emit("PRELU", [x, slope], node.output[0], x.shape)]
 
 
+def _compare(kind: str) -> OnnxOp:
+    """A comparison (``GREATER``, ...) of two operands of one type (float32 or int32), broadcast, into BOOL."""
+
+    def emit(t: LiteRTTranslation, node) -> list:
+        ((shape, _),) = onnx_shapes(t, node)
+        a, b = (t.var(node, k) for k in (0, 1))
+        if a.dtype != b.dtype or a.dtype not in ("FLOAT32", "INT32"):
+            t.refuse(node, f"its operands are {a.dtype} and {b.dtype}; gatepack compares float32 or int32 pairs")
+        a, b = (ranked(t, v, len(shape), f"{node.output[0]}/in{k}") for k, v in enumerate((a, b)))
+        return [t.emit(kind, [a, b], node.output[0], shape, "BOOL")]
+
+    return OnnxOp(emit, opsets=(7, 10_000))
+
+
+def _clip(t: LiteRTTranslation, node) -> list:
+    """min(max(x, low), high): ``MAXIMUM`` then ``MINIMUM`` with each bound given (inputs from opset 11,
+    attributes before); a bound not given is no operator."""
+    x = floats(t, node, 0)
+    if t.opset >= 11:
+        bounds = [floats(t, node, k) if t.has(node, k) else None for k in (1, 2)]
+    else:
+        bounds = [None if t.attr(node, a) is None else np.array(t.attr(node, a), np.float32) for a in ("min", "max")]
+    given = [(kind, bound) for kind, bound in zip(("MAXIMUM", "MINIMUM"), bounds) if bound is not None]
+    for k, (kind, bound) in enumerate(given):
+        name = node.output[0] if k == len(given) - 1 else f"{node.output[0]}/{kind.lower()}"
+        x = t.emit(kind, [x, ranked(t, t.as_var(bound), len(x.shape), f"{name}/bound")], name, x.shape)
+    return [x]
+
+
 def _identity(t: LiteRTTranslation, node) -> list:
     return [t.value(node, 0)]
 
@@ -89,4 +120,10 @@ TABLE: dict[str, OnnxOp] = {
     "Pow": OnnxOp(_pow, opsets=(7, 10_000)),
     "PRelu": OnnxOp(_prelu, opsets=(7, 10_000)),
     "Identity": OnnxOp(_identity),
+    "Clip": OnnxOp(_clip, attributes=frozenset({"min", "max"}), opsets=(6, 10_000)),
+    "Greater": _compare("GREATER"),
+    "Less": _compare("LESS"),
+    "Equal": _compare("EQUAL"),
+    "GreaterOrEqual": _compare("GREATER_EQUAL"),
+    "LessOrEqual": _compare("LESS_EQUAL"),
 }

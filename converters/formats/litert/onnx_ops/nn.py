@@ -2,7 +2,7 @@
 
 * ``MatMul``: a constant 2-D right operand is ``FULLY_CONNECTED`` (weights B^T [out, in], ``keep_num_dims``:
   y[..., o] = sum_i a[..., i] B[i, o]); any other, ``BATCH_MATMUL`` (broadcast batch axes).
-* ``ReduceMean``: ``MEAN`` over the axes (constants), keeping them or not as ONNX says.
+* ``ReduceMean`` / ``ReduceSum``: ``MEAN`` / ``SUM`` over the axes (constants), keeping them or not as ONNX says.
 * ``Softmax`` on the last axis: ``SOFTMAX`` (beta 1).
 * ``BatchNormalization`` (inference): y = x * s + (B - mean * s) with s = scale / sqrt(var + epsilon), folded into
   one ``MUL`` and one ``ADD`` on the channel axis (rounded once more than ONNX's sequence: folded, not exact).
@@ -35,20 +35,22 @@ def _matmul(t: LiteRTTranslation, node) -> list:
     return [t.emit("BATCH_MATMUL", [a, b], node.output[0], shape)]
 
 
-def _reduce_mean(t: LiteRTTranslation, node) -> list:
-    x = floats(t, node, 0)
-    if t.opset >= 18 and t.has(node, 1):
-        axes = t.constant(node, 1, "axes")
-    else:
-        axes = np.array(t.attr(node, "axes", list(range(len(x.shape)))))
-    if axes.size == 0 and int(t.attr(node, "noop_with_empty_axes", 0)):
-        return [x]
-    axes = np.arange(len(x.shape)) if axes.size == 0 else axes
-    ((shape, _),) = onnx_shapes(t, node)
-    keep = bool(t.attr(node, "keepdims", 1))
-    normalised = np.array(sorted(int(a) % len(x.shape) for a in axes), np.int32)
-    options: dict[str, Any] = {"options_kind": "ReducerOptions", "keepDims": keep}
-    return [t.emit("MEAN", [x, normalised], node.output[0], shape, **options)]
+def _reducer(kind: str, first: int = 1) -> OnnxOp:
+    """``kind`` (``MEAN``, ``SUM``) over the axes (constants: an input where the opset has it, else the attribute;
+    none: every axis, or the input as it is with ``noop_with_empty_axes``), keeping them or not as ONNX says."""
+
+    def emit(t: LiteRTTranslation, node) -> list:
+        x = floats(t, node, 0)
+        axes = t.constant(node, 1, "axes") if t.has(node, 1) else np.array(t.attr(node, "axes", []), np.int64)
+        if axes.size == 0 and int(t.attr(node, "noop_with_empty_axes", 0)):
+            return [x]
+        axes = np.arange(len(x.shape)) if axes.size == 0 else axes
+        ((shape, _),) = onnx_shapes(t, node)
+        normalised = np.array(sorted(int(a) % len(x.shape) for a in axes.reshape(-1)), np.int32)
+        options: dict[str, Any] = {"options_kind": "ReducerOptions", "keepDims": bool(t.attr(node, "keepdims", 1))}
+        return [t.emit(kind, [x, normalised], node.output[0], shape, **options)]
+
+    return OnnxOp(emit, attributes=frozenset({"axes", "keepdims", "noop_with_empty_axes"}), opsets=(first, 10_000))
 
 
 def _softmax(t: LiteRTTranslation, node) -> list:
@@ -74,7 +76,8 @@ def _batch_norm(t: LiteRTTranslation, node) -> list:
 
 TABLE: dict[str, OnnxOp] = {
     "MatMul": OnnxOp(_matmul),
-    "ReduceMean": OnnxOp(_reduce_mean, attributes=frozenset({"axes", "keepdims", "noop_with_empty_axes"})),
+    "ReduceMean": _reducer("MEAN"),
+    "ReduceSum": _reducer("SUM"),
     "Softmax": OnnxOp(_softmax, attributes=frozenset({"axis"})),
     "BatchNormalization": OnnxOp(
         _batch_norm, attributes=frozenset({"epsilon", "momentum", "training_mode"}), opsets=(9, 10_000)
