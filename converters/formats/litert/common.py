@@ -53,6 +53,10 @@ LSTM_INPUTS = 24
 RNN_INPUTS = 5
 
 
+# the first version of a builtin LiteRT's op resolver registers, where it is not 1 (BROADCAST_TO starts at 2)
+FIRST_VERSION = {"BROADCAST_TO": 2}
+
+
 @dataclass
 class Graph:
     """One subgraph being built with the schema's object API: tensors (each with its own buffer), operators
@@ -122,7 +126,8 @@ class Graph:
         code = getattr(s.BuiltinOperator, name)
         if code not in self.codes:
             entry = s.OperatorCodeT()
-            entry.builtinCode, entry.deprecatedBuiltinCode, entry.version = code, min(code, 127), 1
+            entry.builtinCode, entry.deprecatedBuiltinCode = code, min(code, 127)
+            entry.version = FIRST_VERSION.get(name, 1)
             self.model.operatorCodes.append(entry)
             self.codes[code] = len(self.model.operatorCodes) - 1
         op = s.OperatorT()

@@ -14,6 +14,7 @@ import numpy as np
 
 from gatepack.converters.formats.coreml.onnx_ops.elementwise import mil_dtype, typed
 from gatepack.converters.formats.coreml.translate import MilTranslation
+from gatepack.converters.operators.einsum import einsum_groups, einsum_terms
 from gatepack.converters.operators.table import OnnxOp
 
 _AUTO_PADS = {"SAME_UPPER": "same", "SAME_LOWER": "same_lower", "VALID": "valid"}
@@ -368,22 +369,6 @@ def _flatten(t: MilTranslation, node) -> list:
     return [t.mb.reshape(x=x, shape=target)]
 
 
-def _einsum_terms(t: MilTranslation, node, count: int) -> tuple[list[str], str]:
-    """An Einsum equation's operand terms and output term (implicit mode: the letters used once, sorted).
-    Ellipses and a letter repeated within one term (diagonals, traces) are refused naming the equation."""
-    equation = str(t.attr(node, "equation")).replace(" ", "")
-    left, arrow, right = equation.partition("->")
-    terms = left.split(",")
-    if "." in equation or len(terms) != count or any(len(set(term)) != len(term) for term in [*terms, right]):
-        t.refuse(node, f"equation {equation!r}: ellipses, repeated letters within a term or more than two operands")
-    if not arrow:
-        letters = "".join(terms)
-        right = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-    if set(right) - set("".join(terms)):
-        t.refuse(node, f"equation {equation!r}: output letters no operand has")
-    return terms, right
-
-
 def _grouped_shape(t: MilTranslation, node, sizes: dict, where: dict, groups: list[str]):
     """The reshape target merging each group of letters into one axis: a list (-1 for one symbolic group), or,
     with more symbolic groups, a shape computed at run time (``where``: letter -> (operand, axis))."""
@@ -416,7 +401,7 @@ def _einsum(t: MilTranslation, node) -> list:
     count = len(node.input)
     if count not in (1, 2):
         t.refuse(node, f"{count} operands: one or two are written")
-    terms, out = _einsum_terms(t, node, count)
+    terms, out = einsum_terms(t, node, count)
     xs = [t.var(node, k) for k in range(count)]
     sizes = {c: d for x, term in zip(xs, terms) for c, d in zip(term, t.shape(x))}
     where = {c: (x, k) for x, term in zip(xs, terms) for k, c in enumerate(term)}
@@ -424,9 +409,7 @@ def _einsum(t: MilTranslation, node) -> list:
         y = _einsum_operand(t, xs[0], terms[0], out, [out])
         return [y]
     a, b = terms
-    batch = "".join(c for c in out if c in a and c in b)
-    contracted = "".join(c for c in a if c in b and c not in out)
-    free_a, free_b = "".join(c for c in a if c in out and c not in b), "".join(c for c in b if c in out and c not in a)
+    batch, contracted, free_a, free_b = einsum_groups(a, b, out)
     groups_a, groups_b = [*batch, free_a, contracted], [*batch, contracted, free_b]
     x = _einsum_operand(t, xs[0], a, out + contracted, groups_a)
     y = _einsum_operand(t, xs[1], b, out + contracted, groups_b)

@@ -3,6 +3,8 @@
 * ``MatMul``: a constant 2-D right operand is ``FULLY_CONNECTED`` (weights B^T [out, in], ``keep_num_dims``:
   y[..., o] = sum_i a[..., i] B[i, o]); any other, ``BATCH_MATMUL`` (broadcast batch axes).
 * ``ReduceMean`` / ``ReduceSum``: ``MEAN`` / ``SUM`` over the axes (constants), keeping them or not as ONNX says.
+* ``Einsum`` of two operands without repeated letters in a term: one ``BATCH_MATMUL`` between transposes and
+  reshapes (``operators.einsum``), a letter of one operand only summed first (``SUM``).
 * ``Softmax`` on the last axis: ``SOFTMAX`` (beta 1).
 * ``BatchNormalization`` (inference): y = x * s + (B - mean * s) with s = scale / sqrt(var + epsilon), folded into
   one ``MUL`` and one ``ADD`` on the channel axis (rounded once more than ONNX's sequence: folded, not exact).
@@ -16,6 +18,7 @@ import numpy as np
 
 from gatepack.converters.formats.litert.onnx_ops.elementwise import floats
 from gatepack.converters.formats.litert.translate import LiteRTTranslation, Tensor, onnx_shapes
+from gatepack.converters.operators.einsum import einsum_groups, einsum_terms
 from gatepack.converters.operators.table import OnnxOp
 
 
@@ -74,10 +77,52 @@ def _batch_norm(t: LiteRTTranslation, node) -> list:
     return [t.emit("ADD", [scaled, shift.reshape(along)], node.output[0], x.shape)]
 
 
+def _einsum_operand(t: LiteRTTranslation, node, k: int, term: str, keep: str, groups: list[str], name: str) -> Tensor:
+    """Operand ``k`` (letters ``term``) summed over the letters not in ``keep`` (``SUM``), transposed to the
+    groups' order and reshaped to one axis per group; a constant operand without such letters is rearranged
+    before it is written (a transpose and a reshape move, never round, its values)."""
+    value = t.value(node, k)
+    summed = [axis for axis, c in enumerate(term) if c not in keep]
+    sizes = dict(zip(term, t.shape(value)))
+    merged = [int(np.prod([sizes[c] for c in group], dtype=np.int64)) for group in groups]
+    perm = [term.index(c) for c in "".join(groups)]
+    if isinstance(value, np.ndarray) and not summed:
+        return t.as_var(np.ascontiguousarray(value.astype(np.float32).transpose(perm).reshape(merged)))
+    x = floats(t, node, k)
+    if summed:
+        kept = tuple(d for axis, d in enumerate(x.shape) if axis not in summed)
+        options: dict[str, Any] = {"options_kind": "ReducerOptions", "keepDims": False}
+        x = t.emit("SUM", [x, np.array(summed, np.int32)], f"{name}/sum", kept, **options)
+        term = "".join(c for c in term if c in keep)
+        perm = [term.index(c) for c in "".join(groups)]
+    return t.reshape(t.transpose(x, perm, f"{name}/transposed"), merged, f"{name}/grouped")
+
+
+def _einsum(t: LiteRTTranslation, node) -> list:
+    """Two operands without repeated letters (``operators.einsum``): each as [batch, free, contracted] /
+    [batch, contracted, free] (the batch letters merged into one axis, as the free and contracted ones), one
+    ``BATCH_MATMUL``, the product reshaped to its letters and transposed to the output's order."""
+    if len(node.input) != 2:
+        t.refuse(node, f"{len(node.input)} operands; gatepack's LiteRT translation writes two-operand products")
+    (a, b), out = einsum_terms(t, node, 2)
+    groups = einsum_groups(a, b, out)
+    name = node.output[0]
+    keep = out + groups.contracted
+    x = _einsum_operand(t, node, 0, a, keep, [groups.batch, groups.free_a, groups.contracted], f"{name}/a")
+    y = _einsum_operand(t, node, 1, b, keep, [groups.batch, groups.contracted, groups.free_b], f"{name}/b")
+    product = t.emit("BATCH_MATMUL", [x, y], f"{name}/product", (x.shape[0], x.shape[1], y.shape[2]))
+    ((shape, _),) = onnx_shapes(t, node)
+    produced = groups.batch + groups.free_a + groups.free_b
+    sizes = dict(zip(out, shape))
+    unfolded = t.reshape(product, [sizes[c] for c in produced], f"{name}/unfolded")
+    return [t.transpose(unfolded, [produced.index(c) for c in out], name)]
+
+
 TABLE: dict[str, OnnxOp] = {
     "MatMul": OnnxOp(_matmul),
     "ReduceMean": _reducer("MEAN"),
     "ReduceSum": _reducer("SUM"),
+    "Einsum": OnnxOp(_einsum, attributes=frozenset({"equation"}), opsets=(12, 10_000)),
     "Softmax": OnnxOp(_softmax, attributes=frozenset({"axis"})),
     "BatchNormalization": OnnxOp(
         _batch_norm, attributes=frozenset({"epsilon", "momentum", "training_mode"}), opsets=(9, 10_000)
