@@ -131,9 +131,10 @@ def _forget_builds() -> None:
     from coremltools.converters.mil.converter import _reset_conversion_state
 
     from gatepack.converters.formats.coreml import whole
+    from gatepack.converters.operators import whole as shared
 
     _reset_conversion_state()
-    whole._VERDICTS.clear()
+    shared._VERDICTS.clear()
     whole._KEPT.clear()
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from gatepack.converters.model import Model
-from gatepack.converters.operators.translation import Untranslatable
+from gatepack.converters.operators.translation import Translation, Untranslatable
 from gatepack.schemas.layer import RecurrentLayer
 
 
@@ -61,6 +61,22 @@ class Prepared:
         proto = in_place(model)
         layers = reread(model.path, proto).layers
         return cls(proto, [lay for lay in layers if lay.provenance is not None and lay.provenance.kind != "lifted"])
+
+    def claimer(self, t: Translation, emit: Callable[[Any, RecurrentLayer], None]) -> Callable[[Any], bool]:
+        """``translate_nodes``' ``claims`` for ``t``: True for a node a layer stands for (or a constant only layers
+        read), never translated on its own; each layer emitted once (``emit(node, layer)``) at the first of its
+        nodes where it is ``ready``."""
+
+        def claims(node) -> bool:
+            if id(node) not in self.skip:
+                return False
+            layer = self.members.get(id(node))
+            if layer is not None and self.ready(layer, t.values, node):
+                self.emitted.add(id(layer))
+                emit(node, layer)
+            return True
+
+        return claims
 
     def ready(self, layer: RecurrentLayer, values: dict, node) -> bool:
         """Whether ``layer`` is emitted at its member ``node``: every input it takes is computed, or ``node`` is
@@ -136,6 +152,19 @@ def given_dims(path: Path, name: str, dims: list, input_shapes: dict) -> list:
         shown = [d if isinstance(d, int) else "?" for d in dims]
         raise UsageError(f"{path}: --input-shape {name}={given} does not fit its shape {shown}")
     return given
+
+
+def symbol_sizes(fed: list, input_shapes: dict) -> dict[str, int]:
+    """The size each named symbolic dimension takes from the inputs the user gave shapes (``--input-shape``): a
+    symbol is one size wherever the model declares it."""
+    sizes: dict[str, int] = {}
+    for value in fed:
+        given = input_shapes.get(value.name)
+        if given is not None and len(given) == len(value.type.tensor_type.shape.dim):
+            for d, size in zip(value.type.tensor_type.shape.dim, given):
+                if d.dim_param:
+                    sizes.setdefault(d.dim_param, int(size))
+    return sizes
 
 
 def untranslatable_summary(failures: list[Untranslatable], target_name: str) -> str:

@@ -13,7 +13,7 @@ from typing import NoReturn, Sequence
 import numpy as np
 
 from gatepack.converters.errors import RefusedError, UsageError
-from gatepack.converters.findings import Finding, Status
+from gatepack.converters.findings import Finding
 from gatepack.converters.formats.coreml.common import (
     FORMAT,
     NEWEST_TARGET,
@@ -33,7 +33,9 @@ from gatepack.converters.operators.prepared import fed_inputs, given_dims, untra
 from gatepack.converters.operators.prepared import file_key as _file_key
 from gatepack.converters.operators.prepared import initializers as _initializers
 from gatepack.converters.operators.translation import Untranslatable, translate_nodes
-from gatepack.converters.registry import keeps_whole
+from gatepack.converters.operators.whole import ALTERNATIVES, WholeTarget, branch_constants, inline_if, layer_inputs
+from gatepack.converters.operators.whole import is_whole_model as _is_whole
+from gatepack.converters.operators.whole import whole_model_finding as _finding
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
 # ONNX element types (TensorProto.DataType) a package's inputs and outputs can carry, as MIL types' names
@@ -48,16 +50,9 @@ _BOOL = 9  # a bool input is fed as int32 and cast to bool inside the program; a
 # nodes never evaluated at conversion time though their inputs are constant (values that must differ per run)
 
 
-# what a user whose model Core ML cannot hold whole can do instead
-ALTERNATIVES = (
-    "pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep the whole model"
-)
-
-
 def is_whole_model(model: Model) -> bool:
-    """An ONNX model with operators around its recurrent layers, written whole unless the user asked for the
-    layers alone (``registry.keeps_whole``)."""
-    return keeps_whole(model, FORMAT)
+    """Whether Core ML writes ``model`` whole (``operators.whole.is_whole_model``)."""
+    return _is_whole(model, _TARGET)
 
 
 def build_whole(model: Model, *, strategy: str = "auto", target: str = NEWEST_TARGET, states: dict | None = None):
@@ -265,19 +260,13 @@ def _translate_graph(
     collect what cannot be translated in ``failures``."""
     import gatepack.converters.formats.coreml.onnx_ops  # noqa: F401 - registers Core ML's column of the table
 
-    def layer_node(node) -> bool:
-        if id(node) not in prepared.skip:
-            return False
-        layer = prepared.members.get(id(node))
-        if layer is not None and prepared.ready(layer, t.values, node):
-            prepared.emitted.add(id(layer))
-            _emit_layer(t, node, layer, strategy, target, described, failures)
-        return True
+    def layer(node, found: RecurrentLayer) -> None:
+        _emit_layer(t, node, found, strategy, target, described, failures)
 
     def if_node(node) -> None:
         _translate_if(t, node, prepared, strategy, target, described, failures)
 
-    translate_nodes(t, graph.node, failures, claims=layer_node, special={"If": if_node})
+    translate_nodes(t, graph.node, failures, claims=prepared.claimer(t, layer), special={"If": if_node})
 
 
 def _translate_if(
@@ -285,22 +274,16 @@ def _translate_if(
 ) -> None:
     """An ``If``: when its condition is known at conversion time, the chosen branch translated in place (it reads
     the outer graph's values; its outputs become the node's); else MIL's ``cond`` holding both branches."""
-    condition = t.value(node, 0)
-    if isinstance(condition, np.ndarray):
-        branch = t.attr(node, "then_branch" if bool(np.asarray(condition).reshape(-1)[0]) else "else_branch")
-        t.values.update(_branch_constants(branch))
-        _translate_graph(t, branch, prepared, strategy, target, described, failures)
-        for inner, outer in zip(branch.output, node.output):
-            if inner.name in t.values:
-                t.values[outer] = t.values[inner.name]
+    if inline_if(t, node, lambda branch: _translate_graph(t, branch, prepared, strategy, target, described, failures)):
         return
+    condition = t.value(node, 0)
 
     built: dict[str, list] = {}  # each branch's outputs as MIL typed them
 
     def block(branch, which: str):
         def translate() -> tuple:
             outer = dict(t.values)  # a block's values stay in the block
-            t.values.update(_branch_constants(branch))
+            t.values.update(branch_constants(branch))
             before = len(failures)
             _translate_graph(t, branch, prepared, strategy, target, described, failures)
             if len(failures) > before:  # cannot finish the block: end it with stand-ins, the refusal names why
@@ -358,25 +341,16 @@ def _cond_refusal(node, built: dict[str, list], proto) -> str:
     return why
 
 
-def _branch_constants(branch) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    return {init.name: numpy_helper.to_array(init) for init in branch.initializer}
-
-
 def _emit_layer(
     t: MilTranslation, node, layer: RecurrentLayer, strategy: str, target: str, described: list, failures: list
 ) -> None:
     itf = layer.interface
     try:
+        taken = layer_inputs(t, node, layer, failures)
+        if taken is None:
+            return  # computed by a node that could not be translated: that node is named
         given = {}
-        for role in ("x", *layer.fed_roles()):
-            name = getattr(itf, role)
-            if name not in t.values:
-                if failures:
-                    return  # computed by a node that could not be translated: that node is named
-                t.refuse(node, f"its {role} {name!r} is not computed before it")
-            value = t.values[name]
+        for role, (name, value) in taken.items():
             if isinstance(value, (Squeezed, Narrow)):
                 t.refuse(node, f"its {role} {name!r} is held as {type(value).__name__} (rank > 5 or 8-bit)")
             given[role] = (
@@ -430,56 +404,34 @@ def _symbolic_inputs(function) -> list[str]:
 
 
 def whole_model_finding(model: Model) -> Finding | None:
-    """The report's ``model`` finding for a whole ONNX model written as one ML Program: from the same translation
-    ``convert`` runs (its verdict cached per unchanged file and input shapes), so the report never calls exact a
-    model with an operator the table cannot write."""
-    if not is_whole_model(model):
-        return None
-    masked = [layer.name for layer in model.layers if layer.interface.mask]
-    if masked:  # gatepack writes such a layer in place as an ONNX Loop, which the translation does not take
-        return Finding(
-            "model",
-            Status.UNSUPPORTED,
-            f"whole model: layer {masked[0]!r} holds a per-step mask (Keras masking), which no MIL recurrent op has "
-            "and gatepack's Core ML translation does not hold",
-            alternative="convert the whole model to onnx or openvino, which hold it",
-        )
-    refusal, changes = _translation_verdict(model)
-    if refusal is not None:
-        return Finding("model", Status.UNSUPPORTED, refusal[0], alternative=refusal[1])
-    whole = (
-        f"whole model in one ML Program: gatepack translates the model's {model.other_ops_text()} to MIL ops and "
-        "writes every recurrent layer"
-    )
-    if changes:  # Core ML's interface types: the model's own names, not quite its own types
-        lossy = any("float64" in c for c in changes)
-        return Finding("model", Status.LOSSY if lossy else Status.REPACKED, f"{whole}; {'; '.join(changes)}")
-    return Finding("model", Status.EXACT, whole)
+    """The report's ``model`` finding for a whole ONNX model written as one ML Program
+    (``operators.whole.whole_model_finding``): from the same translation ``convert`` runs (its verdict kept per
+    unchanged file and input shapes), so the report never calls exact a model with an operator the table cannot
+    write."""
+    return _finding(model, _TARGET, _file_key(model))
 
 
-_VERDICTS: dict[tuple, tuple[tuple[str, str] | None, list[str]]] = {}
-
-
-def _translation_verdict(model: Model) -> tuple[tuple[str, str] | None, list[str]]:
-    """Why the model does not translate and the way out (None: it translates), and what changes in its interface,
-    asked once per unchanged file and input shapes."""
+def _translated(model: Model) -> tuple[list[str], list[str]]:
+    """What a translation of ``model`` for the lowest target its layers allow (what convert writes when no option
+    is given) changes in its interface (raises the refusal); the program is kept for ``build_whole``."""
     assert model.path is not None  # (a whole model read from its file)
-    path = Path(model.path)
-    key = _file_key(model)
-    if key not in _VERDICTS:
-        try:
-            with _quiet():
-                target = lowest_target(model.layers)  # what convert writes when no option is given
-                built = translate_proto(
-                    _Prepared.of(model), path, target=target, input_shapes=model.meta.get("input_shapes")
-                )
-            _KEPT.clear()
-            _KEPT[_build_key(model, "auto", target)] = built
-            _VERDICTS[key] = (None, built[1]["interface_changes"])
-        except (RefusedError, UsageError) as err:
-            hint = err.hint or ALTERNATIVES
-            _VERDICTS[key] = ((err.message.removeprefix(f"{path}: "), hint), [])
-    return _VERDICTS[key]
+    with _quiet():
+        target = lowest_target(model.layers)
+        shapes = model.meta.get("input_shapes")
+        built = translate_proto(_Prepared.of(model), Path(model.path), target=target, input_shapes=shapes)
+    _KEPT.clear()
+    _KEPT[_build_key(model, "auto", target)] = built
+    return built[1]["interface_changes"], []
+
+
+_TARGET = WholeTarget(
+    format=FORMAT,
+    artifact="one ML Program",
+    language="MIL ops",
+    mask_words="which no MIL recurrent op has and gatepack's Core ML translation does not hold",
+    folded_words="folded",
+    translate=_translated,
+)
 
 
 __all__ = ["build_whole", "is_whole_model", "translate_onnx", "whole_model_finding"]

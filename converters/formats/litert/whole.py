@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gatepack.converters.errors import RefusedError, UsageError
+from gatepack.converters.errors import RefusedError
 from gatepack.converters.fileio import atomic_path
-from gatepack.converters.findings import Finding, Status
+from gatepack.converters.findings import Finding
 from gatepack.converters.formats.litert.common import FORMAT, Graph, schema
 from gatepack.converters.formats.litert.strategy import form
 from gatepack.converters.formats.litert.translate import LiteRTTranslation, Tensor, prune
@@ -35,21 +35,19 @@ from gatepack.converters.operators.prepared import (
     file_key,
     given_dims,
     initializers,
+    symbol_sizes,
     untranslatable_summary,
 )
 from gatepack.converters.operators.translation import Untranslatable, translate_nodes
-from gatepack.converters.registry import keeps_whole
+from gatepack.converters.operators.whole import ALTERNATIVES, WholeTarget, inline_if, layer_inputs
+from gatepack.converters.operators.whole import is_whole_model as _is_whole
+from gatepack.converters.operators.whole import whole_model_finding as _finding
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
-
-ALTERNATIVES = (
-    "pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep the whole model"
-)
 
 
 def is_whole_model(model: Model) -> bool:
-    """An ONNX model with operators around its recurrent layers, written whole unless the user asked for the
-    layers alone (``registry.keeps_whole``)."""
-    return keeps_whole(model, FORMAT)
+    """Whether LiteRT writes ``model`` whole (``operators.whole.is_whole_model``)."""
+    return _is_whole(model, _TARGET)
 
 
 # ONNX element types a LiteRT input or output carries here: float32, int64 (as INT32), int32, bool
@@ -85,18 +83,7 @@ def translate_proto(
     changes = _bind_inputs(t, path, graph, input_shapes or {})
     described: list[dict] = []
     failures: list[Untranslatable] = []
-    import gatepack.converters.formats.litert.onnx_ops  # noqa: F401 - registers LiteRT's column of the table
-
-    def layer_node(node) -> bool:
-        if id(node) not in prepared.skip:
-            return False
-        layer = prepared.members.get(id(node))
-        if layer is not None and prepared.ready(layer, t.values, node):
-            prepared.emitted.add(id(layer))
-            _emit_layer(t, node, layer, strategy, described, failures)
-        return True
-
-    translate_nodes(t, graph.node, failures, claims=layer_node)
+    _translate_graph(t, graph, prepared, strategy, described, failures)
     if failures:
         raise RefusedError(f"{path}: {untranslatable_summary(failures, 'LiteRT')}", hint=ALTERNATIVES)
     _bind_outputs(t, graph)
@@ -113,14 +100,51 @@ def translate_proto(
     return t.g.finish(description), description
 
 
+def _translate_graph(
+    t: LiteRTTranslation, graph, prepared: Prepared, strategy: str, described: list, failures: list
+) -> None:
+    """Translate ``graph``'s nodes in order into ``t`` (``operators.translation.translate_nodes``): a recurrent
+    layer's nodes by the layer writer, an ``If`` decided at conversion time by its branch, every other node by
+    the operator table; collect what cannot be translated in ``failures``."""
+    import gatepack.converters.formats.litert.onnx_ops  # noqa: F401 - registers LiteRT's column of the table
+
+    def layer(node, found: RecurrentLayer) -> None:
+        _emit_layer(t, node, found, strategy, described, failures)
+
+    def if_node(node) -> None:
+        if not inline_if(t, node, lambda branch: _translate_graph(t, branch, prepared, strategy, described, failures)):
+            _refuse_run_time_if(t, node, prepared)
+
+    translate_nodes(t, graph.node, failures, claims=prepared.claimer(t, layer), special={"If": if_node})
+
+
+def _refuse_run_time_if(t: LiteRTTranslation, node, prepared: Prepared) -> None:
+    """An ``If`` decided at run time, refused with what decides it and how to fix it before."""
+    from gatepack.converters.formats.onnx.folding import if_deciders, specialisation_hint
+
+    _, shapes = if_deciders(prepared.proto, node.input[0])
+    fixes = specialisation_hint(prepared.proto, node.input[0]) + (
+        "fix the input shapes (--input-shape), " if shapes else ""
+    )
+    decided = f"; to decide it before, {fixes.strip(', ')}" if fixes else ""
+    t.refuse(
+        node,
+        "its condition is computed at run time; gatepack's LiteRT translation writes an If whose condition is known "
+        f"when converting{decided}",
+    )
+
+
 def _bind_inputs(t: LiteRTTranslation, path: Path, graph, input_shapes: dict) -> list[str]:
-    """A graph input tensor per ONNX graph input (initializers apart), of its static shape; what changes in the
+    """A graph input tensor per ONNX graph input (initializers apart), of its static shape (its symbolic
+    dimensions fixed by ``--input-shape``, this input's or another's with the same symbol); what changes in the
     interface (int64 as INT32)."""
     changes = []
     words = "gatepack's LiteRT inputs do not carry"
-    for value in fed_inputs(path, graph, input_shapes, _IO_TYPES, words, ALTERNATIVES):
+    fed = fed_inputs(path, graph, input_shapes, _IO_TYPES, words, ALTERNATIVES)
+    sizes = symbol_sizes(fed, input_shapes)  # a symbol the user fixed in one input, fixed in every other
+    for value in fed:
         tensor = value.type.tensor_type
-        declared = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim]
+        declared = [d.dim_value if d.dim_value > 0 else sizes.get(d.dim_param) for d in tensor.shape.dim]
         dims = given_dims(path, value.name, declared, input_shapes)
         if any(d is None for d in dims):
             symbolic = ", ".join("?" if d is None else str(d) for d in dims)
@@ -158,14 +182,10 @@ def _emit_layer(
 
     itf = layer.interface
     try:
-        given = {}
-        for role in ("x", *layer.fed_roles()):
-            name = getattr(itf, role)
-            if name not in t.values:
-                if failures:
-                    return  # computed by a node that could not be translated: that node is named
-                t.refuse(node, f"its {role} {name!r} is not computed before it")
-            given[name] = t.as_var(t.values[name]).index
+        taken = layer_inputs(t, node, layer, failures)
+        if taken is None:
+            return  # computed by a node that could not be translated: that node is named
+        given = {name: t.as_var(value).index for name, value in taken.values()}
         x = t.as_var(t.values[itf.x])
         if len(x.shape) != 3:
             t.refuse(node, f"its X {itf.x!r} has rank {len(x.shape)}; a {node.op_type} takes 3")
@@ -184,51 +204,32 @@ def _emit_layer(
 
 
 def whole_model_finding(model: Model) -> Finding | None:
-    """The report's ``model`` finding for a whole ONNX model written as one LiteRT file: from the same translation
-    ``convert`` runs (its verdict kept per unchanged file and input shapes)."""
-    if not is_whole_model(model):
-        return None
-    masked = [layer.name for layer in model.layers if layer.interface.mask]
-    if masked:
-        return Finding(
-            "model",
-            Status.UNSUPPORTED,
-            f"whole model: layer {masked[0]!r} holds a per-step mask (Keras masking), which gatepack's LiteRT "
-            "translation does not hold",
-            alternative="convert the whole model to onnx or openvino, which hold it",
-        )
-    refusal, changes, folded = _verdict(model)
-    if refusal is not None:
-        return Finding("model", Status.UNSUPPORTED, refusal[0], alternative=refusal[1])
-    whole = (
-        f"whole model in one LiteRT file: gatepack translates the model's {model.other_ops_text()} to LiteRT builtin "
-        "operators and writes every recurrent layer"
-    )
-    if folded:
-        whole += f"; {', '.join(folded)} folded into MUL and ADD (one rounding more than ONNX's sequence)"
-    if changes:
-        return Finding("model", Status.REPACKED, f"{whole}; {'; '.join(changes)}")
-    return Finding("model", Status.FOLDED if folded else Status.EXACT, whole)
+    """The report's ``model`` finding for a whole ONNX model written as one LiteRT file
+    (``operators.whole.whole_model_finding``), from the same translation ``convert`` runs."""
+    assert model.path is not None  # (a whole model read from its file)
+    return _finding(model, _TARGET, (*file_key(model), tuple(map(id, model.layers))))
 
 
-_VERDICTS: dict[tuple, tuple[tuple[str, str] | None, list[str], list[str]]] = {}
 _FOLDED = ("BatchNormalization",)  # the operators whose translation folds constants into fewer roundings
 
 
-def _verdict(model: Model) -> tuple[tuple[str, str] | None, list[str], list[str]]:
-    """Why the model does not translate and the way out (None: it translates), what changes in its interface and
-    which folded operators it holds, asked once per unchanged file and input shapes."""
+def _translated(model: Model) -> tuple[list[str], list[str]]:
+    """What a translation of ``model`` changes in its interface and which folded operators it holds (raises the
+    refusal)."""
     assert model.path is not None  # (a whole model read from its file)
-    path = Path(model.path)
-    key = (*file_key(model), tuple(map(id, model.layers)))
-    if key not in _VERDICTS:
-        try:
-            _, described = translate_proto(Prepared.of(model), path, input_shapes=model.meta.get("input_shapes"))
-            folded = [op for op in _FOLDED if op in described["other_ops"]]
-            _VERDICTS[key] = (None, described["interface_changes"], folded)
-        except (RefusedError, UsageError) as err:
-            _VERDICTS[key] = ((err.message.removeprefix(f"{path}: "), err.hint or ALTERNATIVES), [], [])
-    return _VERDICTS[key]
+    shapes = model.meta.get("input_shapes")
+    _, described = translate_proto(Prepared.of(model), Path(model.path), input_shapes=shapes)
+    return described["interface_changes"], [op for op in _FOLDED if op in described["other_ops"]]
+
+
+_TARGET = WholeTarget(
+    format=FORMAT,
+    artifact="one LiteRT file",
+    language="LiteRT builtin operators",
+    mask_words="which gatepack's LiteRT translation does not hold",
+    folded_words="folded into MUL and ADD (one rounding more than ONNX's sequence)",
+    translate=_translated,
+)
 
 
 __all__ = ["is_whole_model", "translate_onnx", "whole_model_finding", "write_whole"]

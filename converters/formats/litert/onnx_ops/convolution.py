@@ -26,17 +26,35 @@ from gatepack.converters.formats.litert.translate import LiteRTTranslation, Tens
 from gatepack.converters.operators.table import OnnxOp
 
 NCHW_TO_NHWC, NHWC_TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
-_CONV_ATTRIBUTES = frozenset({"dilations", "group", "kernel_shape", "pads", "strides"})
+_CONV_ATTRIBUTES = frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
 
 
-def _geometry(t: LiteRTTranslation, node, rank: int) -> tuple[list[int], list[int], list[int]]:
-    """Strides, dilations and pads (begin H, begin W, end H, end W) as 2-D ones (a 1-D node's with a unit height)."""
+def _geometry(t: LiteRTTranslation, node, x: Tensor, kernel: tuple) -> tuple[list[int], list[int], list[int]]:
+    """Strides, dilations and pads (begin H, begin W, end H, end W) as 2-D ones (a 1-D node's with a unit height).
+    ``auto_pad`` SAME_UPPER / SAME_LOWER: the pads giving ceil(in / stride) outputs, total
+    max((ceil(in / stride) - 1) stride + dilation (k - 1) + 1 - in, 0), the odd one at the end (UPPER) or the
+    beginning (LOWER); VALID: none (a ConvTranspose takes NOTSET only: explicit pads)."""
+    rank = len(x.shape)
     if rank not in (3, 4):
         t.refuse(node, f"a {rank - 2}-D convolution; gatepack's LiteRT translation writes 1-D and 2-D")
     spatial = rank - 2
     strides = [int(s) for s in t.attr(node, "strides", [1] * spatial)]
     dilations = [int(d) for d in t.attr(node, "dilations", [1] * spatial)]
     pads = [int(p) for p in t.attr(node, "pads", [0] * 2 * spatial)]
+    auto_pad = t.attr(node, "auto_pad", "NOTSET")
+    if auto_pad != "NOTSET" and node.op_type != "Conv":
+        t.refuse(node, f"auto_pad {auto_pad}; gatepack's LiteRT translation of {node.op_type} takes explicit pads")
+    if auto_pad == "VALID":
+        pads = [0] * 2 * spatial
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        sizes = x.shape[2:]
+        total = [
+            max((-(-n // s) - 1) * s + d * (k - 1) + 1 - n, 0) for n, s, d, k in zip(sizes, strides, dilations, kernel)
+        ]
+        small = [p // 2 if auto_pad == "SAME_UPPER" else p - p // 2 for p in total]
+        pads = small + [p - b for p, b in zip(total, small)]
+    elif auto_pad != "NOTSET":
+        t.refuse(node, f"auto_pad {auto_pad!r}, which ONNX does not define")
     if rank == 3:
         return [1, *strides], [1, *dilations], [0, pads[0], 0, pads[1]]
     return strides, dilations, pads
@@ -125,7 +143,8 @@ def _conv(t: LiteRTTranslation, node) -> list:
     """Conv as the module docstring says: NCHW -> NHWC, PAD, the convolution (VALID), NHWC -> NCHW."""
     x = floats(t, node, 0)
     rank = len(x.shape)
-    strides, dilations, pads = _geometry(t, node, rank)
+    kernel = t.constant(node, 1, "weights").shape[2:]
+    strides, dilations, pads = _geometry(t, node, x, kernel)
     w, bias = _weights(t, node, rank, 0)
     ((shape, _),) = onnx_shapes(t, node)
     name = node.output[0]
@@ -192,7 +211,7 @@ def _conv_transpose(t: LiteRTTranslation, node) -> list:
     stride (in - 1) + output_padding + dilation (k - 1) + 1 - pad_begin - pad_end."""
     x = floats(t, node, 0)
     rank = len(x.shape)
-    strides, dilations, pads = _geometry(t, node, rank)
+    strides, dilations, pads = _geometry(t, node, x, t.constant(node, 1, "weights").shape[2:])
     if t.attr(node, "output_shape") is not None:
         t.refuse(node, "its output_shape attribute; gatepack's LiteRT translation takes pads (what ONNX exports)")
     group = int(t.attr(node, "group", 1))
