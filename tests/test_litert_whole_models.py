@@ -1,0 +1,87 @@
+"""Real models written whole to LiteRT by the ONNX operator table's litert column: ``gatepack convert`` exits 0
+with the whole model verified (onnxruntime against the written file on LiteRT's interpreter, streamed where the
+model streams), and the written file, run here on ai-edge-litert's interpreter, gives onnxruntime's outputs for
+the source on the same random inputs (the inputs the conversion holds as constants fed to the source only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from gatepack.cli import main
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+ort = pytest.importorskip("onnxruntime")
+
+REALMODELS = Path(__file__).resolve().parent.parent / "fixtures" / "realmodels"
+
+# model -> (its --input-shape and --input-value options, whether it runs only in the full matrix)
+CASES: dict[str, tuple[list[str], bool]] = {
+    "gtcrn_stream_simple": ([], False),
+    "silero_vad_openvino_16k_lstm": ([], False),
+    "silero_vad_v4_lstm_in_if": (["--input-shape", "input=1,512", "--input-value", "sr=16000"], False),
+    "dfn3_erb_dec": (
+        ["--input-shape", "emb=1,2,512", "--input-shape", "e3=1,64,2,8", "--input-shape", "e2=1,64,2,8"]
+        + ["--input-shape", "e1=1,64,2,16", "--input-shape", "e0=1,64,2,32"],
+        False,
+    ),
+    "gtcrn_stream": ([], True),
+    "ulunas_stream_simple": ([], True),
+    "dfn3_enc": (["--input-shape", "feat_erb=1,1,2,32", "--input-shape", "feat_spec=1,2,2,96"], False),
+    "dfn3_df_dec": (["--input-shape", "emb=1,2,512", "--input-shape", "c0=1,64,2,96"], False),
+}
+
+
+def _params() -> list:
+    return [
+        pytest.param(name, options, id=name, marks=[pytest.mark.matrix] if heavy else [])
+        for name, (options, heavy) in CASES.items()
+    ]
+
+
+def _input_values(options: list[str]) -> dict[str, int]:
+    pairs = [options[k + 1] for k, option in enumerate(options) if option == "--input-value"]
+    return {name: int(value) for name, value in (pair.split("=") for pair in pairs)}
+
+
+def _onnxruntime(src: Path, feed: dict[str, np.ndarray], held: dict[str, int]) -> dict[str, np.ndarray]:
+    """The source on onnxruntime: ``feed`` as its inputs' types, the held inputs as the conversion holds them."""
+    session = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    types = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32}
+    given = {}
+    for info in session.get_inputs():
+        value = held[info.name] if info.name in held else feed[info.name]
+        given[info.name] = np.asarray(value, types[info.type])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, given)))
+
+
+def _litert(path: Path, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Random inputs for every input of the written file and its outputs, on LiteRT's interpreter."""
+    interpreter = litert.Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    feed = {}
+    for detail in interpreter.get_input_details():
+        value = (rng.standard_normal(detail["shape"]) * 0.5).astype(detail["dtype"])
+        interpreter.set_tensor(detail["index"], value)
+        feed[detail["name"]] = value
+    interpreter.invoke()
+    return feed, {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+
+
+@pytest.mark.parametrize("name, options", _params())
+def test_whole_model_converts_and_matches_onnxruntime(name, options, tmp_path):
+    src, out = REALMODELS / f"{name}.onnx", tmp_path / f"{name}.tflite"
+    result = CliRunner().invoke(main, ["convert", str(src), str(out), "--to", "litert", *options])
+    assert result.exit_code == 0, result.output
+    assert "(litert, whole model)" in result.output and "verification passed" in result.output, result.output
+    feed, got = _litert(out, np.random.default_rng(7))
+    want = _onnxruntime(src, feed, _input_values(options))
+    names = [o.name for o in onnx.load(str(src), load_external_data=False).graph.output]
+    assert sorted(got) == sorted(names)
+    for output in names:
+        assert got[output].shape == want[output].shape, output
+        np.testing.assert_allclose(got[output], want[output], atol=1e-4, rtol=1e-3, err_msg=output)
