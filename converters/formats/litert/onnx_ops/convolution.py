@@ -163,8 +163,14 @@ def _stuffed(t: LiteRTTranslation, x: Tensor, strides: list[int], name: str) -> 
         opened = t.reshape(x, [*shape[: axis + 1], 1, *shape[axis + 1 :]], f"{name}/open{axis}")
         zeros = np.zeros([*shape[: axis + 1], stride - 1, *shape[axis + 1 :]], np.float32)
         joined_shape = [*shape[: axis + 1], stride, *shape[axis + 1 :]]
-        options = {"options_kind": "ConcatenationOptions", "axis": axis + 1}
-        joined = t.emit("CONCATENATION", [opened, zeros], f"{name}/stuff{axis}", joined_shape, **options)
+        joined = t.emit(
+            "CONCATENATION",
+            [opened, zeros],
+            f"{name}/stuff{axis}",
+            joined_shape,
+            options_kind="ConcatenationOptions",
+            axis=axis + 1,
+        )
         merged = list(shape)
         merged[axis] = shape[axis] * stride
         flat = t.reshape(joined, merged, f"{name}/merged{axis}")

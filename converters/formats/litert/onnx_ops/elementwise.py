@@ -89,6 +89,7 @@ def _clip(t: LiteRTTranslation, node) -> list:
     """min(max(x, low), high): ``MAXIMUM`` then ``MINIMUM`` with each bound given (inputs from opset 11,
     attributes before); a bound not given is no operator."""
     x = floats(t, node, 0)
+    bounds: list[Tensor | np.ndarray | None]
     if t.opset >= 11:
         bounds = [floats(t, node, k) if t.has(node, k) else None for k in (1, 2)]
     else:
