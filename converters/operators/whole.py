@@ -48,11 +48,11 @@ class WholeTarget:
     the interface changes and folded operators, or raises the refusal)."""
 
     format: str  # the registry's name
+    translate: Callable[[Model], tuple[list[str], list[str]]]
     artifact: str  # "one ML Program"
     language: str  # "MIL ops"
     mask_words: str  # why a masked layer cannot be held: "which gatepack's LiteRT translation does not hold"
-    folded_words: str  # what a folded operator becomes: "folded into MUL and ADD (...)"
-    translate: Callable[[Model], tuple[list[str], list[str]]]
+    folded_words: str = "folded (fewer roundings than ONNX's sequence)"  # what a folded operator becomes
 
 
 def is_whole_model(model: Model, target: WholeTarget) -> bool:

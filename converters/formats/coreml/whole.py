@@ -424,14 +424,8 @@ def _translated(model: Model) -> tuple[list[str], list[str]]:
     return built[1]["interface_changes"], []
 
 
-_TARGET = WholeTarget(
-    format=FORMAT,
-    artifact="one ML Program",
-    language="MIL ops",
-    mask_words="which no MIL recurrent op has and gatepack's Core ML translation does not hold",
-    folded_words="folded",
-    translate=_translated,
-)
+_MASK_WORDS = "which no MIL recurrent op has and gatepack's Core ML translation does not hold"
+_TARGET = WholeTarget(FORMAT, _translated, artifact="one ML Program", language="MIL ops", mask_words=_MASK_WORDS)
 
 
 __all__ = ["build_whole", "is_whole_model", "translate_onnx", "whole_model_finding"]

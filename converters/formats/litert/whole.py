@@ -223,12 +223,12 @@ def _translated(model: Model) -> tuple[list[str], list[str]]:
 
 
 _TARGET = WholeTarget(
-    format=FORMAT,
+    FORMAT,
+    _translated,
     artifact="one LiteRT file",
     language="LiteRT builtin operators",
     mask_words="which gatepack's LiteRT translation does not hold",
     folded_words="folded into MUL and ADD (one rounding more than ONNX's sequence)",
-    translate=_translated,
 )
 
 
