@@ -128,6 +128,7 @@ def test_reduce_sum_clip_and_comparisons(tmp_path):
     bounds = {"lo": np.array(-0.5, np.float32), "hi": np.array(0.7, np.float32)}
     check(tmp_path, "Clip", {"x": _f(2, 3, 4)}, constants=bounds)
     check(tmp_path, "Clip", {"x": _f(2, 3, 4)}, constants={"lo": np.array(-0.5, np.float32)})
+    check(tmp_path, "Clip", {"x": _f(2, 3, 4), "lo": np.array(-0.5, np.float32)})  # a scalar input, fed 0-D
     check(tmp_path, "Clip", {"x": _f(2, 3)}, {"min": -0.2, "max": 0.3}, opset=6)
     for op in ("Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual"):
         a = np.round(_f(2, 3, 4))

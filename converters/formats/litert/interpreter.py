@@ -63,8 +63,8 @@ def _runner(interpreter: Any, label: object) -> Callable[[dict], dict]:
             shapes.update(wanted)
         for d in interpreter.get_input_details():
             value = inputs.get(d["name"])
-            value = np.zeros(d["shape"], d["dtype"]) if value is None else np.asarray(value, d["dtype"])
-            interpreter.set_tensor(d["index"], np.ascontiguousarray(value))
+            value = np.zeros(d["shape"], d["dtype"]) if value is None else value
+            interpreter.set_tensor(d["index"], np.asarray(value, d["dtype"], order="C"))  # (a scalar stays 0-D)
         try:
             interpreter.invoke()
         except RuntimeError as err:
