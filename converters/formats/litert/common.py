@@ -19,6 +19,7 @@ from gatepack.converters.formats.litert.quantized import parameters
 
 FORMAT = "litert"
 METADATA_KEY = "gatepack"  # the model's metadata entry holding gatepack's description of its layers
+HELD_KEY = "states"  # its entry naming a stateful whole model's held state pairs, input -> output (stateful_whole)
 FILE_IDENTIFIER = b"TFL3"
 SCHEMA_VERSION = 3
 

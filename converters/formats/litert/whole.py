@@ -19,6 +19,7 @@ A node no entry translates is refused for that node (``Untranslatable``), every 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -74,9 +75,15 @@ def translate_onnx(proto, base_dir: Path) -> bytes:
 
 
 def translate_proto(
-    prepared: Prepared, path: Path, *, strategy: str = "auto", input_shapes: dict | None = None
+    prepared: Prepared,
+    path: Path,
+    *,
+    strategy: str = "auto",
+    input_shapes: dict | None = None,
+    finishing: Callable[[Graph, dict], None] | None = None,
 ) -> tuple[bytes, dict]:
-    """The file's bytes and gatepack's description of it (its layers, the operators around them)."""
+    """The file's bytes and gatepack's description of it (its layers, the operators around them); ``finishing``
+    changes the graph and description before they are packed (``stateful_whole``: states held in variables)."""
     from gatepack.converters.formats.litert.writer import METADATA_FORMAT
 
     graph = prepared.proto.graph
@@ -110,6 +117,8 @@ def translate_proto(
         "other_op_count": len(other),
         "interface_changes": changes,
     }
+    if finishing is not None:
+        finishing(t.g, description)
     return t.g.finish(description), description
 
 
