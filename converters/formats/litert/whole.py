@@ -71,7 +71,7 @@ def write_whole(model: Model, path: str | Path, *, strategy: str = "auto") -> No
 def translate_onnx(proto, base_dir: Path) -> bytes:
     """An ONNX model without recurrent layers as a LiteRT file's bytes (the operator table's tests translate one
     operator so). ``base_dir``: where its external data is."""
-    return translate_proto(Prepared(proto, []), base_dir / "model.onnx")[0]
+    return bytes(translate_proto(Prepared(proto, []), base_dir / "model.onnx")[0])
 
 
 def translate_proto(
@@ -81,9 +81,11 @@ def translate_proto(
     strategy: str = "auto",
     input_shapes: dict | None = None,
     finishing: Callable[[Graph, dict], None] | None = None,
-) -> tuple[bytes, dict]:
-    """The file's bytes and gatepack's description of it (its layers, the operators around them); ``finishing``
-    changes the graph and description before they are packed (``stateful_whole``: states held in variables)."""
+    packing: bool = True,
+) -> tuple[memoryview, dict]:
+    """The file's bytes (``Graph.packed``; ``packing`` False: none, the size checked alone) and gatepack's
+    description of it (its layers, the operators around them); ``finishing`` changes the graph and description
+    before they are packed (``stateful_whole``: states held in variables)."""
     from gatepack.converters.formats.litert.writer import METADATA_FORMAT
 
     graph = prepared.proto.graph
@@ -119,7 +121,10 @@ def translate_proto(
     }
     if finishing is not None:
         finishing(t.g, description)
-    return t.g.finish(description), description
+    if not packing:
+        t.g.check_size(path)
+        return memoryview(b""), description
+    return t.g.packed(description, path), description
 
 
 def _bind_inputs(t: LiteRTTranslation, path: Path, graph, input_shapes: dict) -> list[str]:
@@ -232,7 +237,8 @@ def _verdict(model: Model) -> tuple[tuple[str, str] | None, list[str], list[str]
     key = (*file_key(model), tuple(map(id, model.layers)))
     if key not in _VERDICTS:
         try:
-            _, described = translate_proto(Prepared.of(model), path, input_shapes=model.meta.get("input_shapes"))
+            shapes = model.meta.get("input_shapes")
+            _, described = translate_proto(Prepared.of(model), path, input_shapes=shapes, packing=False)
             folded = [op for op in _FOLDED if op in described["other_ops"]]
             _VERDICTS[key] = (None, described["interface_changes"], folded)
         except (RefusedError, UsageError) as err:
