@@ -174,8 +174,9 @@ class Graph:
         size = sum(int(b.data.nbytes) for b in self.model.buffers if b.data is not None)
         if size > FLATBUFFER_LIMIT:
             raise RefusedError(
-                f"{source}: the LiteRT file would hold {size / 2**30:.2f} GiB of weights; a .tflite file is one "
-                f"FlatBuffer, whose 32-bit offsets reach {FLATBUFFER_LIMIT / 2**30:.0f} GiB",
+                f"{source}: the LiteRT file would hold {size:,} bytes of weights ({size / 2**30:.2f} GiB), more than "
+                f"the {FLATBUFFER_LIMIT:,} bytes a .tflite file holds: it is one FlatBuffer, whose offsets are 32-bit "
+                "(2 GiB)",
                 hint="convert to onnx (weights as external data) or openvino (weights in a .bin beside the IR), "
                 "which hold larger models",
             )
