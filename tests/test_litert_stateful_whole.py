@@ -154,3 +154,42 @@ def test_convert_reports_the_states_held_as_variables(tmp_path):
     assert "14 state pair(s) held as LiteRT variable tensors" in result.output
     assert "reset_all_variables()" in result.output
     assert "held in the op's state variable" not in result.output
+
+
+@pytest.mark.parametrize("dtype", ["FLOAT32", "INT32", "BOOL"])
+@pytest.mark.parametrize("shape", [[], [3], [2, 1, 2, 2, 3], [1, 2, 1, 2, 2, 3]], ids=lambda s: f"rank{len(s)}")
+def test_the_held_state_copy_carries_any_rank_and_type(shape, dtype):
+    """``hold_states`` on a graph ``s_out = s OP x`` (ADD; bool: LOGICAL_OR), ``y = s_out``: on LiteRT's interpreter
+    (default delegate and builtin kernels) the file takes x alone and y is NumPy's running sum (or any) of the frames,
+    the variable restarting from zeros after reset_all_variables()."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from gatepack.converters.formats.litert.common import Graph, schema
+    from gatepack.converters.formats.litert.stateful_whole import hold_states
+
+    numpy_type = {"FLOAT32": np.float32, "INT32": np.int32, "BOOL": np.bool_}[dtype]
+    g = Graph(schema())
+    x, s = (g.tensor(name, shape, dtype) for name in ("x", "s"))
+    g.graph.inputs += [x, s]
+    s_out, y = (g.tensor(name, shape, dtype) for name in ("s_out", "y"))
+    g.op("LOGICAL_OR" if dtype == "BOOL" else "ADD", [s, x], [s_out])
+    g.op("TILE", [s_out, g.const("ones", np.ones(len(shape), np.int32))], [y])
+    g.graph.outputs += [y, s_out]
+    description: dict = {}
+    hold_states("toy", [("s", "s_out")], g, description)
+    assert description["states"] == {"s": "s_out"}
+    content = g.finish(description)
+    rng = np.random.default_rng(5)
+    frames = [rng.integers(0, 2, shape).astype(numpy_type) for _ in range(4)]
+    expected = np.logical_or.accumulate(frames) if dtype == "BOOL" else np.cumsum(frames, axis=0)
+    for resolver in (OpResolverType.AUTO, OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES):
+        interpreter = Interpreter(model_content=content, experimental_op_resolver_type=resolver)
+        interpreter.allocate_tensors()
+        ((x_in,), (y_out,)) = interpreter.get_input_details(), interpreter.get_output_details()
+        assert (x_in["name"], y_out["name"]) == ("x", "y")
+        for stream in range(2):
+            for k, frame in enumerate(frames):
+                interpreter.set_tensor(x_in["index"], frame)
+                interpreter.invoke()
+                np.testing.assert_array_equal(interpreter.get_tensor(y_out["index"]), expected[k])
+            interpreter.reset_all_variables()

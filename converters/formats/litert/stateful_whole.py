@@ -6,17 +6,19 @@ The whole model is translated as ``whole.translate_proto`` translates it; then, 
 * the state input's tensor becomes a variable tensor (``is_variable``) and leaves the subgraph's inputs: the
   interpreter allocates it persistently, zeroes it in ``allocate_tensors()`` and ``reset_all_variables()``, and keeps
   it from one invoke to the next;
-* the state output's value is copied into that tensor by a one-input ``CONCATENATION``, the subgraph's last
-  operators, so every op that reads the old state has run before it is overwritten (the interpreter runs the
-  operators in the file's order): ``v_{k} = out_k``, where frame k read ``v_{k-1}`` (``v_0 = 0``);
+* the state output's value is copied into that tensor by a ``TILE`` with every multiple 1 (a copy), the
+  subgraph's last operators, so every op that reads the old state has run before it is overwritten (the
+  interpreter runs the operators in the file's order): ``v_{k} = out_k``, where frame k read ``v_{k-1}``
+  (``v_0 = 0``);
 * the state output leaves the subgraph's outputs, as OpenVINO's ``MakeStateful`` and Core ML's states leave them:
   the outputs are the source's other outputs, and gatepack's session returns each variable's value after a call
   under its state output's name (``held_session``), so verification compares the states call by call.
 
-The copy is a ``CONCATENATION`` because the interpreter refuses (``Input tensor ... lacks data``) a variable written
-by an operator its arena planner may run in place (``RESHAPE``, ``ADD``, ``MUL``): such an output shares its input's
-memory, and a variable's memory is its own. Measured on DTLN model 1 and DPCRN with and without the default XNNPACK
-delegate.
+The copy is a ``TILE`` because the interpreter refuses (``Input tensor ... lacks data``) a variable written by an
+operator its arena planner may run in place (``RESHAPE``, ``ADD``, ``MUL``): such an output shares its input's
+memory, and a variable's memory is its own; a one-input ``CONCATENATION`` copies too but takes no rank-0 tensor.
+Measured with and without the default XNNPACK delegate: states of rank 0 to 6, float32, int32 and bool
+(tests/test_litert_stateful_whole.py), DTLN model 1 and DPCRN.
 
 The file's ``gatepack`` metadata names the pairs (``states``: input -> output), which the reader and the session read.
 """
@@ -82,7 +84,8 @@ def hold_states(source: Path, pairs: list[tuple[str, str]], g: Graph, descriptio
     g.graph.inputs = [i for i in g.graph.inputs if int(i) not in {v for _, v in copies}]
     g.graph.outputs = [i for i in g.graph.outputs if int(i) not in {v for v, _ in copies}]
     for value, variable in copies:  # last: every reader of the old state has run
-        g.op("CONCATENATION", [value], [variable], g.options("ConcatenationOptions", axis=0))
+        ones = g.const(f"{_name(tensors[variable])}/copy_multiples", np.ones(len(tensors[variable].shape), np.int32))
+        g.op("TILE", [value, ones], [variable])
     description[HELD_KEY] = dict(pairs)
 
 
