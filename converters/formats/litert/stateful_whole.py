@@ -25,6 +25,7 @@ The file's ``gatepack`` metadata names the pairs (``states``: input -> output), 
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -33,7 +34,7 @@ import numpy as np
 
 from gatepack.converters.errors import RefusedError
 from gatepack.converters.fileio import atomic_path
-from gatepack.converters.formats.litert.common import HELD_KEY, METADATA_KEY, Graph
+from gatepack.converters.formats.litert.common import HELD_KEY, METADATA_KEY, Graph, schema
 from gatepack.converters.formats.litert.whole import translate_proto
 from gatepack.converters.model import Model
 from gatepack.converters.operators.prepared import Prepared
@@ -97,10 +98,6 @@ def _name(tensor: Any) -> str:
 def held_states(content: bytes) -> dict[str, str]:
     """The state pairs a stateful file holds (its metadata's ``states``, input -> output), read lazily from the
     flatbuffer (no buffer copied); {} for any other file."""
-    import json
-
-    from gatepack.converters.formats.litert.common import schema
-
     model = schema().Model.GetRootAs(content, 0)
     for k in range(model.MetadataLength()):
         entry = model.Metadata(k)
