@@ -148,7 +148,9 @@ def large_model_rows(rows: "Rows", work: Path, sizes: Sizes, targets: list[str],
             "import onnx, onnxruntime, gatepack as gp, gatepack.converters.formats.onnx, "
             f"gatepack.converters.formats.{target}\n{frameworks.get(target, '')}"
         )
-        convert = f"gp.convert({str(src)!r}, {str(out)!r}, to={target!r}, verify=False, layers_only={not whole})"
+        shapes = _static_shapes(target, whole, sizes)
+        given = f", input_shapes={shapes!r}" if shapes else ""
+        convert = f"gp.convert({str(src)!r}, {str(out)!r}, to={target!r}, verify=False, layers_only={not whole}{given})"
         ours = measure(setup, convert, sizes.repeat)
         goal = "<= 1.0x" if target == "openvino" else "<= 1.5x"
         rss = "RSS <= 2x the weights" if form else "RSS <= 1.5x the weights"
@@ -164,8 +166,8 @@ def large_model_rows(rows: "Rows", work: Path, sizes: Sizes, targets: list[str],
             )
         )
         verify_body = (
-            "from gatepack.converters.verification import "
-            f"verify_models\nverify_models(gp.load({str(src)!r}), gp.load({str(out)!r}))"
+            "from gatepack.converters.verification import GivenInputs, verify_models\n"
+            f"verify_models(gp.load({str(src)!r}), gp.load({str(out)!r}), given=GivenInputs({shapes or {}!r}))"
         )
         verified = measure(setup, verify_body, sizes.repeat)
         rows.append(
@@ -182,9 +184,16 @@ def large_model_rows(rows: "Rows", work: Path, sizes: Sizes, targets: list[str],
 
 def _conversions(targets: list[str]) -> list[tuple[str, bool]]:
     """(target, whole model?) to measure: the stack has Transposes and Reshapes between its layers; ONNX and OpenVINO
-    keep them (the whole model), Core ML both ways (the layers alone, and the whole model as one ML Program), the
-    other targets hold the layers alone."""
-    return [(t, w) for t in targets for w in ((False, True) if t == "coreml" else (t in ("onnx", "openvino"),))]
+    keep them (the whole model), Core ML and LiteRT both ways (the layers alone, and the whole model as one ML
+    Program or one LiteRT subgraph), the other targets hold the layers alone."""
+    both = ("coreml", "litert")
+    return [(t, w) for t in targets for w in ((False, True) if t in both else (t in ("onnx", "openvino"),))]
+
+
+def _static_shapes(target: str, whole: bool, sizes: Sizes) -> dict | None:
+    """The stack's input shape for a target that writes whole models with static shapes only (LiteRT): S of the
+    verification inputs, N = 3 (the writer's default batch for the layers alone)."""
+    return {"X": [sizes.seq, 3, sizes.hidden]} if whole and target == "litert" else None
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

@@ -507,10 +507,10 @@ def target_findings(
     if refused is not None:  # nothing else about the layer is checked: the format's module cannot hold it
         return sort_worst_first(list(model.notes_for(layer)) + [f for f in (refused, surroundings) if f is not None])
     options = implementation.settle_options(model, {k: v for k, v in options.items() if k in info.option_names})
-    accepted = {k: v for k, v in options.items() if k not in MODEL_OPTIONS or info.stateful_layers}
-    if info.stateful_layers and accepted.get("stateful"):  # the layer's own pairs decide its findings
-        accepted["state_pairs"] = model.meta.get("state_pairs") or []
     keeps_whole = surroundings is not None and surroundings.status is not Status.UNSUPPORTED
+    accepted = {k: v for k, v in options.items() if k not in MODEL_OPTIONS or info.stateful_layers}
+    if info.stateful_layers and accepted.get("stateful") and not keeps_whole:  # the layer's own pairs decide
+        accepted["state_pairs"] = model.meta.get("state_pairs") or []  # (a whole model's: its ``state`` finding)
     if keeps_whole and "opset" in info.option_names and "opset" not in accepted and "opset" in model.meta:
         accepted["opset"] = model.meta["opset"]  # a whole model keeps its own
     chained = None if keeps_whole else chained_input_finding(model, layer)  # side-by-side layers only

@@ -11,6 +11,8 @@
 * ``unrolled`` — a file that is one unrolled torch module (litert-torch) lifted into a layer, proven likewise;
 * ``translate``, ``onnx_ops`` and ``whole`` — a whole ONNX model as one subgraph of builtin operators: the
   operator table's ``litert`` column around the layers the writer writes;
+* ``stateful_whole`` — a whole streaming model with ``--stateful``: its state inputs made variable tensors, fed back
+  at the end of each invoke;
 * ``running`` — the file on ai-edge-litert's interpreter, called as an app calls it (no reset between calls).
 """
 

@@ -19,7 +19,11 @@ from gatepack.converters.formats.litert.quantized import parameters
 
 FORMAT = "litert"
 METADATA_KEY = "gatepack"  # the model's metadata entry holding gatepack's description of its layers
+HELD_KEY = "states"  # its entry naming a stateful whole model's held state pairs, input -> output (stateful_whole)
 FILE_IDENTIFIER = b"TFL3"
+# FlatBuffers' offsets are 32-bit signed: a buffer (a .tflite file) holds at most 2 GiB - 1 bytes
+FLATBUFFER_LIMIT = 2**31 - 1
+_TABLE_BYTES = 256  # room per tensor and operator for its table, name and shape, besides the weights
 SCHEMA_VERSION = 3
 
 
@@ -97,7 +101,7 @@ class Graph:
         t.buffer = 0
         if data is not None:
             buffer = s.BufferT()
-            buffer.data = np.frombuffer(np.ascontiguousarray(data).tobytes(), np.uint8)
+            buffer.data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)  # a view: packing copies it once
             self.model.buffers.append(buffer)
             t.buffer = len(self.model.buffers) - 1
         self.graph.tensors.append(t)
@@ -144,8 +148,14 @@ class Graph:
             setattr(found, key, value)
         return found
 
-    def finish(self, metadata: dict | None) -> bytes:
-        """The packed model, with ``metadata`` as its ``gatepack`` entry (None: no entry)."""
+    def finish(self, metadata: dict | None, source: object = "the model") -> bytes:
+        """The packed model, with ``metadata`` as its ``gatepack`` entry (None: no entry), as bytes (``packed``)."""
+        return bytes(self.packed(metadata, source))
+
+    def packed(self, metadata: dict | None, source: object = "the model") -> memoryview:
+        """The packed model (``finish``) as a view of the builder's own bytes, for writing to a file without a copy.
+        The builder is sized for the weights at once (its default doubles its bytearray, copying it, some 30 times
+        for 277 MB). RefusedError naming ``source`` when the file would pass FlatBuffers' limit (``check_size``)."""
         import flatbuffers
 
         s = self.s
@@ -156,6 +166,23 @@ class Graph:
             entry = s.MetadataT()
             entry.name, entry.buffer = METADATA_KEY, len(self.model.buffers) - 1
             self.model.metadata = [entry]
-        builder = flatbuffers.Builder(1024)
+        size = self.check_size(source)
+        builder = flatbuffers.Builder(size + _TABLE_BYTES * (len(self.graph.tensors) + len(self.graph.operators)))
         builder.Finish(self.model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-        return bytes(builder.Output())
+        return memoryview(builder.Bytes)[builder.Head() :]
+
+    def check_size(self, source: object) -> int:
+        """The bytes of the buffers (the weights); RefusedError naming ``source`` when they pass
+        ``FLATBUFFER_LIMIT``, before anything is packed or written."""
+        from gatepack.converters.errors import RefusedError
+
+        size = sum(int(b.data.nbytes) for b in self.model.buffers if b.data is not None)
+        if size > FLATBUFFER_LIMIT:
+            raise RefusedError(
+                f"{source}: the LiteRT file would hold {size:,} bytes of weights ({size / 2**30:.2f} GiB), more than "
+                f"the {FLATBUFFER_LIMIT:,} bytes a .tflite file holds: it is one FlatBuffer, whose offsets are 32-bit "
+                "(2 GiB)",
+                hint="convert to onnx (weights as external data) or openvino (weights in a .bin beside the IR), "
+                "which hold larger models",
+            )
+        return size

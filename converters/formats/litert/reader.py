@@ -32,6 +32,7 @@ from gatepack.converters.formats.litert.common import (
     FILE_IDENTIFIER,
     FORMAT,
     FUSED,
+    HELD_KEY,
     LSTM_BIASES,
     LSTM_CELL_STATE,
     LSTM_INPUT_WEIGHTS,
@@ -221,6 +222,8 @@ def read(path: str | Path, **_options: Any) -> Model:
             layer.name: [_held_note(entry["stateful"])] for layer, entry in zip(layers, entries) if "stateful" in entry
         }
         whole = {"other_ops": described["other_ops"]} if described.get("whole") and described.get("other_ops") else {}
+        held = described.get(HELD_KEY)
+        whole.update({"states": held} if described.get("whole") and isinstance(held, dict) and held else {})
         return Model(path, FORMAT, layers, notes=stateful, meta=whole)
     layers, skipped, notes = [], [], {}
     for op in file.graph.operators or []:

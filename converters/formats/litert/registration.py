@@ -125,6 +125,8 @@ INFO = FormatInfo(
     keeps_whole_from=("onnx",),  # the operator table's litert column around the layers
     recognise=has_identifier(IDENTIFIER, ".tflite"),
     stateful_layers=True,
+    states_held_as="LiteRT variable tensors, the file taking the frame inputs only (reset_all_variables() starts a "
+    "new stream)",
     extra="litert",
     framework="ai_edge_litert",
 )

@@ -20,13 +20,19 @@ from gatepack.converters.errors import InputError, UsageError
 from gatepack.converters.fileio import read_bytes
 from gatepack.converters.formats.litert.common import FORMAT, Graph, schema
 from gatepack.converters.formats.litert.interpreter import interpreter, session
+from gatepack.converters.formats.litert.stateful_whole import held_session, held_states
 from gatepack.schemas.layer import RecurrentLayer
 
 
 def open_session(path: str | Path) -> Callable[[dict], dict]:
     """The file loaded once; each call sets ``inputs`` (by tensor name; an input not given is zeros), invokes it (its
-    variable tensors as the previous call left them) and returns every output by name."""
-    return session(interpreter(read_bytes(path), path), Path(path))
+    variable tensors as the previous call left them) and returns every output by name, and for a stateful whole
+    model each state it holds under its state output's name (``stateful_whole.held_session``)."""
+    content = read_bytes(path)
+    loaded = interpreter(content, path)
+    run = session(loaded, Path(path))
+    held = held_states(content)
+    return held_session(run, loaded, held) if held else run
 
 
 def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

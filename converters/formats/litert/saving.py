@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gatepack.converters.errors import UsageError
+from gatepack.converters.formats.litert.stateful_whole import write_stateful_whole
 from gatepack.converters.formats.litert.whole import is_whole_model, write_whole
 from gatepack.converters.formats.litert.writer import write_layers
 from gatepack.converters.model import Model
@@ -21,10 +21,9 @@ def write(
     stateful: bool = False,
 ) -> None:
     """Write ``model`` at ``path``: a whole model (``whole.is_whole_model``) with its other operators, else its layers
-    alone (``writer.write_layers``: sizes and ``stateful`` as documented there)."""
+    alone (``writer.write_layers``: sizes and ``stateful`` as documented there); a whole model ``stateful`` holds its
+    state pairs in variable tensors (``stateful_whole``)."""
     if is_whole_model(model):
-        if stateful:
-            raise UsageError(f"{model.path}: --stateful for a whole model written as litert is not written yet")
-        write_whole(model, path, strategy=strategy)
+        (write_stateful_whole if stateful else write_whole)(model, path, strategy=strategy)
         return
     write_layers(model, path, strategy=strategy, seq_length=seq_length, batch_size=batch_size, stateful=stateful)

@@ -20,6 +20,7 @@ from gatepack.converters.feature_findings import Form
 from gatepack.converters.formats.litert.quantized import holds, per_gate
 from gatepack.converters.formats.litert.registration import CAPABILITIES as LITERT
 from gatepack.converters.model import Model
+from gatepack.converters.registry import keeps_whole
 from gatepack.converters.strategy import choose
 from gatepack.schemas.cells import Cell
 from gatepack.schemas.layer import RecurrentLayer, state_roles
@@ -82,8 +83,9 @@ def streamed_roles(layer: RecurrentLayer, pairs: object) -> dict[str, tuple[str,
 
 def settle_options(model: Model, options: dict) -> dict:
     """``options`` as given, once every state pair ``--stateful`` asks to hold is a layer's own (its initial state
-    fed from its final state): UsageError naming a pair that is not, which no variable tensor can hold."""
-    if not options.get("stateful"):
+    fed from its final state): UsageError naming a pair that is not, which no variable tensor can hold. A whole model
+    holds any pair (``stateful_whole``: the state input itself is the variable)."""
+    if not options.get("stateful") or keeps_whole(model, "litert"):
         return options
     owned = {pair for layer in model.layers for pair in streamed_roles(layer, model.meta.get("state_pairs")).values()}
     for pair in model.meta.get("state_pairs") or []:

@@ -19,6 +19,7 @@ A node no entry translates is refused for that node (``Untranslatable``), every 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -68,13 +69,21 @@ def write_whole(model: Model, path: str | Path, *, strategy: str = "auto") -> No
 def translate_onnx(proto, base_dir: Path) -> bytes:
     """An ONNX model without recurrent layers as a LiteRT file's bytes (the operator table's tests translate one
     operator so). ``base_dir``: where its external data is."""
-    return translate_proto(Prepared(proto, []), base_dir / "model.onnx")[0]
+    return bytes(translate_proto(Prepared(proto, []), base_dir / "model.onnx")[0])
 
 
 def translate_proto(
-    prepared: Prepared, path: Path, *, strategy: str = "auto", input_shapes: dict | None = None
-) -> tuple[bytes, dict]:
-    """The file's bytes and gatepack's description of it (its layers, the operators around them)."""
+    prepared: Prepared,
+    path: Path,
+    *,
+    strategy: str = "auto",
+    input_shapes: dict | None = None,
+    finishing: Callable[[Graph, dict], None] | None = None,
+    packing: bool = True,
+) -> tuple[memoryview, dict]:
+    """The file's bytes (``Graph.packed``; ``packing`` False: none, the size checked alone) and gatepack's
+    description of it (its layers, the operators around them); ``finishing`` changes the graph and description
+    before they are packed (``stateful_whole``: states held in variables)."""
     from gatepack.converters.formats.litert.writer import METADATA_FORMAT
 
     graph = prepared.proto.graph
@@ -97,7 +106,12 @@ def translate_proto(
         "other_op_count": len(other),
         "interface_changes": changes,
     }
-    return t.g.finish(description), description
+    if finishing is not None:
+        finishing(t.g, description)
+    if not packing:
+        t.g.check_size(path)
+        return memoryview(b""), description
+    return t.g.packed(description, path), description
 
 
 def _translate_graph(
@@ -218,7 +232,7 @@ def _translated(model: Model) -> tuple[list[str], list[str]]:
     refusal)."""
     assert model.path is not None  # (a whole model read from its file)
     shapes = model.meta.get("input_shapes")
-    _, described = translate_proto(Prepared.of(model), Path(model.path), input_shapes=shapes)
+    _, described = translate_proto(Prepared.of(model), Path(model.path), input_shapes=shapes, packing=False)
     return described["interface_changes"], [op for op in _FOLDED if op in described["other_ops"]]
 
 

@@ -87,7 +87,7 @@ def write_layers(
             s = _size(seq_length, layer, DEFAULT_SEQ_LENGTH)
         entry = _LayerWriter(graph, layer, s, n, streamed_roles(layer, pairs)).write(chosen)
         described.append(entry)
-    data = graph.finish({"format": METADATA_FORMAT, "layers": described})
+    data = graph.packed({"format": METADATA_FORMAT, "layers": described}, model.path)
     with atomic_path(Path(path)) as staged:
         staged.write_bytes(data)
 
@@ -124,7 +124,7 @@ class _LayerWriter:
         if records is None:
             params = self.layer.directions[k]
             floats = (params.W if which == "W" else params.R)[first:stop]
-            return self.weight(role, k, sign * floats)
+            return self.weight(role, k, floats if sign == 1 else -floats)  # (rows of the source's array: no copy)
         values, scale = row_block(records[k], first, stop)
         return self.g.int8(self.name(f"{role}_{k}"), (sign * values.astype(np.int16)).astype(np.int8), scale)
 
