@@ -210,7 +210,11 @@ def _measured(
     sizes: dict[str, Any] = {"scheme": str(scheme), "bits": scheme.bits, "bits_in_all": 0.0, "before": 0, "after": 0}
     with tempfile.TemporaryDirectory(prefix="gatepack-report-") as scratch:
         path = Path(scratch) / f"quantized{suffixes[0] if suffixes else ''}"
-        asked: dict[str, Any] = {"quantize_weights": scheme.name, "quantize_block_size": scheme.block_size}
+        asked: dict[str, Any] = {
+            "quantize_weights": scheme.name,
+            "quantize_block_size": scheme.block_size,
+            "quantize_weights_scope": scheme.scope,
+        }
         try:
             verification = convert(source, path, to=target, **asked, **options).verification
             size: int | None = sum(p.stat().st_size for p in Path(scratch).rglob("*") if p.is_file())

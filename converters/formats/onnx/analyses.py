@@ -162,9 +162,17 @@ def specialised(path: Path, values: dict) -> onnx.ModelProto:
     return specialise(load_proto(path), values)
 
 
+def _weight_scope(model, scheme):
+    """``model_weights.summary`` (imported when asked)."""
+    from gatepack.converters.formats.onnx.model_weights import summary
+
+    return summary(model, scheme)
+
+
 ANALYSES = GraphAnalyses(
     implied_sizes=_implied_sizes_at,
     integer_draws=integer_draws,
     recurrent_wiring=recurrent_wiring,
     specialise=specialised,
+    weight_scope=_weight_scope,
 )
