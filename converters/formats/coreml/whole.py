@@ -25,6 +25,7 @@ from gatepack.converters.formats.coreml.common import (
     lowest_target,
     safe_name,
 )
+import gatepack.converters.formats.coreml.scoped_weights as scoped_weights
 from gatepack.converters.formats.coreml.translate import MAX_RANK, MilTranslation, Narrow, Squeezed
 from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
 from gatepack.converters.model import Model
@@ -34,6 +35,7 @@ from gatepack.converters.operators.prepared import file_key as _file_key
 from gatepack.converters.operators.prepared import initializers as _initializers
 from gatepack.converters.operators.translation import Untranslatable, translate_nodes
 from gatepack.converters.registry import keeps_whole
+from gatepack.converters.weight_quantization import SCOPE_KEY
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
 # ONNX element types (TensorProto.DataType) a package's inputs and outputs can carry, as MIL types' names
@@ -83,7 +85,7 @@ _KEPT: dict[tuple, tuple] = {}
 def _build_key(model: Model, strategy: str, target: str) -> tuple:
     """What a translation depends on: the file as it is now, the layers (the very objects: a copy of the model made
     with ``dataclasses.replace`` shares them), the input shapes, the strategy and the target."""
-    return (*_file_key(model), tuple(map(id, model.layers)), strategy, target)
+    return (*_file_key(model), tuple(map(id, model.layers)), strategy, target, model.meta.get(SCOPE_KEY))
 
 
 def translate_onnx(proto, base_dir: Path, *, target: str = NEWEST_TARGET, input_shapes: dict | None = None):
@@ -123,6 +125,7 @@ def translate_proto(
     failures: list[Untranslatable] = []
     with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
         t.values.update(_initializers(path, prepared))
+        scoped_weights.bind(t, prepared, target)  # --quantize-weights-scope model: constexpr ops
         _bind_inputs(t, graph, function, names, scalars, states)
         _translate_graph(t, graph, prepared, strategy, target, described, failures)
         if failures:

@@ -148,10 +148,9 @@ def _rewritten(model: "Model") -> onnx.ModelProto:
     return in_place(model) if lifted_layers(model) else load_proto(Path(model.path))
 
 
-def quantized(tensor: onnx.TensorProto, weight: ScopedWeight, scheme: "Scheme") -> tuple[np.ndarray, np.ndarray]:
-    """The integers (int8, the weight's shape) and the scale of ``weight`` (its initializer ``tensor``): per
+def quantized(floats: np.ndarray, weight: ScopedWeight, scheme: "Scheme") -> tuple[np.ndarray, np.ndarray]:
+    """The integers (int8, the weight's shape) and the scale of ``weight`` (its float32 value ``floats``): per
     channel ``[C]``, per block the weight's shape with the reduction axis divided by the block size."""
-    floats = numpy_helper.to_array(tensor).astype(np.float32, copy=False)
     moved = np.moveaxis(floats, weight.axis, 0)
     record = quantize_rows(moved.reshape(moved.shape[0], -1), scheme.bits, scheme.block_size if weight.block_axis
                            is not None else None)  # fmt: skip
@@ -169,12 +168,9 @@ def float_view(values: np.ndarray, scale: np.ndarray, weight: ScopedWeight, bloc
     return values.astype(np.float32) * np.repeat(scale, block, axis=weight.block_axis)
 
 
-def quantize_in_place(
-    proto: onnx.ModelProto, scheme: "Scheme", as_floats: bool, standard: bool = False
-) -> list[ScopedWeight]:
-    """``proto``'s other weights quantized (``weight_plan``), in place: each as QDQ (module docstring; ``standard``:
-    ONNX's ``DequantizeLinear`` whatever the opset, for a reading that is never saved), or as its float view
-    (``as_floats``). Returns the weights quantized."""
+def quantize_in_place(proto: onnx.ModelProto, scheme: "Scheme", as_floats: bool, base: Path) -> list[ScopedWeight]:
+    """``proto``'s other weights quantized (``weight_plan``), in place: each as QDQ (module docstring), or as its
+    float view (``as_floats``); external data is read from the directory ``base``. Returns the weights quantized."""
     graph = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), 1)
     initializers = {t.name: t for t in graph.initializer}
@@ -190,7 +186,7 @@ def quantize_in_place(
 
     for weight in done:
         tensor = initializers[weight.name]
-        values, scale = quantized(tensor, weight, scheme)
+        values, scale = quantized(numpy_helper.to_array(tensor, str(base)).astype(np.float32), weight, scheme)
         graph.initializer.remove(tensor)
         if as_floats:
             view = float_view(values, scale, weight, scheme.block_size)
@@ -199,7 +195,7 @@ def quantize_in_place(
         stored = values.astype(ml_dtypes.int4) if scheme.bits == 4 else values
         names = [fresh(f"{weight.name}_quantized"), fresh(f"{weight.name}_scale")]
         graph.initializer.extend([numpy_helper.from_array(stored, names[0]), numpy_helper.from_array(scale, names[1])])
-        contrib = not standard and (opset < CONTRIB_BELOW or (scheme.bits == 4 and opset < BLOCK_OPSET))
+        contrib = (opset < CONTRIB_BELOW or (scheme.bits == 4 and opset < BLOCK_OPSET))
         attributes = {"axis": weight.axis if weight.block_axis is None else weight.block_axis}
         if weight.block_axis is not None:
             attributes["block_size"] = int(scheme.block_size or 0)

@@ -108,7 +108,8 @@ def in_place(
         replace_in_place(proto, lifted)
     scheme = model.meta.get(SCOPE_KEY)  # --quantize-weights-scope model: the other weights too
     if scheme is not None:
-        model_weights.quantize_in_place(proto, scheme, as_floats=bool(model.meta.get(quantization.ASKED)))
+        as_floats = bool(model.meta.get(quantization.ASKED))
+        model_weights.quantize_in_place(proto, scheme, as_floats, Path(model.path).parent)
     new_nodes = (node for node, *_ in walk_nodes(proto.graph)) if quantized or scheme is not None else ()
     proto.opset_import.extend(onnx_quantized.contrib_opsets(new_nodes, proto.opset_import))
     graphs = [proto.graph, *(graph for _, graph, *_ in walk_nodes(proto.graph))]
