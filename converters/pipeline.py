@@ -167,7 +167,14 @@ def _scope_summary(model: "Model", label: str, target: str, scheme: "Scheme"):
             f"{label}: --quantize-weights-scope model quantizes a whole model's other weights; this model is {alone}",
             hint="leave out --quantize-weights-scope",
         )
-    return analyses.weight_scope(model, scheme)
+    summary = analyses.weight_scope(model, scheme)
+    if summary.unwritable and target in quantizing.QDQ_SCOPE:
+        raise RefusedError(
+            f"{label}: --quantize-weights-scope model: {target} writes the other weights as the model's own "
+            f"DequantizeLinear: {summary.unwritable}",
+            hint="quantize per channel (leave out --quantize-block-size), or convert to coreml",
+        )
+    return summary
 
 
 def _with_state_pairs(model: "Model", label: str, pairs: list, stateful: bool) -> "Model":

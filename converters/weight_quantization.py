@@ -226,9 +226,10 @@ class ScopeSummary:
     scheme: Scheme
     before: int
     after: int
+    unwritable: str = ""  # why the model's own opset holds no QDQ of these weights ('': it does)
 
     @classmethod
-    def of(cls, quantized: list, left: list, scheme: Scheme) -> "ScopeSummary":
+    def of(cls, quantized: list, left: list, scheme: Scheme, unwritable: str = "") -> "ScopeSummary":
         """The summary of ``quantized`` weights, each (initializer, op, (channels, elements a channel), per block or
         not), and ``left`` ones; the bytes counted as ``stored_bytes`` counts them."""
         before = sum(4 * rows * cols for _, _, (rows, cols), _ in quantized)
@@ -236,7 +237,8 @@ class ScopeSummary:
             stored_bytes(rows, cols, scheme if blocks else replace(scheme, block_size=None))
             for _, _, (rows, cols), blocks in quantized
         )
-        return cls(tuple((name, op, sizes) for name, op, sizes, _ in quantized), tuple(left), scheme, before, after)
+        kept = tuple((name, op, sizes) for name, op, sizes, _ in quantized)
+        return cls(kept, tuple(left), scheme, before, after, unwritable)
 
     def finding(self) -> Finding:
         """The ``quantization`` finding of the model's other weights: how many were quantized, with the bytes, and
@@ -285,6 +287,7 @@ def unheld(target: str, scheme: Scheme | None = None) -> str | None:
 
 
 SCOPE_HOLDERS = ("onnx", "openvino", "coreml")  # the targets that write a whole model's other weights quantized
+QDQ_SCOPE = ("onnx", "openvino")  # those writing them as the model's own QDQ (OpenVINO: through its ONNX frontend)
 SCOPE_REFUSALS = {  # why a target does not (the others name these)
     "litert": "LiteRT's whole-model writer keeps the other operators' weights float (gatepack writes int8 weights "
     "only for the recurrent layers' hybrid sequence kernels)",

@@ -12,7 +12,7 @@ along the reduction axis of a matrix (MatMul/Gemm B's K, a Gather row's D); a Co
 channel (its reduction spans several axes, which one ``DequantizeLinear`` block does not).
 
 Left float, each with its reason (``ScopedWeight.reason``): a weight computed at run time or held in a ``Constant``
-node, one fed as a graph input (a user may override it), one not float32, one read by another node as well, a
+node (a Gather of a tensor computed at run time is no lookup table and not counted), one fed as a graph input (a user may override it), one not float32, one read by another node as well, a
 batched (rank > 2) MatMul B or a Gather along another axis, and one under ``MIN_ELEMENTS`` elements (biases and
 norms are never among these inputs; coremltools' linear quantizer skips weights under the same 2048 elements by
 default). Inside ``If``/``Loop`` bodies nothing is touched.
@@ -79,6 +79,8 @@ def weight_plan(proto: onnx.ModelProto, scheme: "Scheme") -> list[ScopedWeight]:
         if k is None or node.domain not in ONNX_DOMAINS or len(node.input) <= k or node.input[k] in plan:
             continue
         name = node.input[k]
+        if name not in initializers and node.op_type == "Gather":
+            continue  # a Gather of a tensor computed at run time indexes activations: no lookup table
         if name not in initializers:
             where = "held in a Constant node" if name in constants else "computed at run time"
             plan[name] = ScopedWeight(name, node.op_type, (), reason=f"not an initializer: {where}")
@@ -128,11 +130,14 @@ def _axes(node, shape: tuple[int, ...]) -> tuple[int, int | None, str]:
 def summary(model: "Model", scheme: "Scheme") -> ScopeSummary:
     """What ``--quantize-weights-scope model`` does to ``model``'s other weights (``weight_plan`` on the graph the
     whole-model writers rewrite: the source, its lifted layers replaced)."""
-    plan = weight_plan(_rewritten(model), scheme)
+    proto = _rewritten(model)
+    plan = weight_plan(proto, scheme)
+    opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), 1)
     return ScopeSummary.of(
         [(w.name, w.op, _channels(w.shape, w.axis), w.block_axis is not None) for w in plan if not w.reason],
         [(w.name, w.op, w.reason) for w in plan if w.reason],
         scheme,
+        unwritable(opset, scheme) or "",
     )
 
 
@@ -217,7 +222,5 @@ def quantize_in_place(proto: onnx.ModelProto, scheme: "Scheme", as_floats: bool,
 def unwritable(opset: int, scheme: "Scheme") -> str | None:
     """Why a model at ``opset`` cannot hold ``scheme``'s QDQ weights (None: it can): blocks need opset 21."""
     if scheme.block_size is not None and opset < BLOCK_OPSET:
-        return (
-            f"per-block DequantizeLinear needs opset {BLOCK_OPSET} and the whole model keeps its opset {opset}"
-        )
+        return f"per-block DequantizeLinear needs opset {BLOCK_OPSET}; the whole model keeps its opset {opset}"
     return None
