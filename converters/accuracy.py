@@ -33,7 +33,7 @@ from gatepack.converters.errors import UsageError
 from gatepack.converters.samples import TOLERANCES
 from gatepack.converters.streaming import verify_streaming
 from gatepack.converters.verification import WHOLE_MODEL, OutputComparison, Tolerance, Verification, verify_models
-from gatepack.converters.weight_quantization import SCOPE_AS_WRITTEN, quantized_model
+from gatepack.converters.weight_quantization import quantized_model
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
@@ -91,8 +91,7 @@ def verify_dequantized(
     twin_words, source_words, noise_words = gate.words
     with tempfile.TemporaryDirectory(prefix="gatepack-twin-") as scratch:
         quantized = source if gate.quantize is None else quantized_model(source, gate.quantize, written.format)
-        same = written.format == source.format  # the twin may hold the other weights as the artifact does
-        twin = _executed(quantized) if gate.quantize and _run_time(quantized) else _twin(quantized, Path(scratch), same)
+        twin = _executed(quantized) if gate.quantize and _run_time(quantized) else _twin(quantized, Path(scratch))
         alike = twin if written.meta.get("other_ops") else replace(twin, meta={**twin.meta, "other_ops": None})
         streamed = [_Call(verify_streaming, {"pairs": pairs, "frames": frames})] if pairs else []
         calls = ([] if stateful and streamed else [_Call(verify_models, {})]) + streamed
@@ -170,17 +169,12 @@ def _judged(comparison: OutputComparison, bound: float, source_words: str) -> Ou
     return replace(comparison, output=f"{comparison.output} vs {source_words}", atol=bound, rtol=0.0, passed=passed)
 
 
-def _twin(source: "Model", scratch: Path, scoped_as_written: bool = False) -> "Model":
-    """The source written by its own format with float weights (``quantization.ASKED``), read back; a whole model's
-    other weights quantized as asked (``--quantize-weights-scope model``) as their float view, or, when
-    ``scoped_as_written`` (the artifact is of the source's format), as the artifact holds them: its runtime may
-    compute them otherwise than their float view (onnxruntime's default session quantizes the input of a
-    DequantizeLinear -> MatMul at run time), and the twin then computes them as the artifact does."""
+def _twin(source: "Model", scratch: Path) -> "Model":
+    """The source written by its own format with float weights (``quantization.ASKED``), read back."""
     info, implementation = registry.writer(source.format)
     assert implementation.write is not None  # (registry.writer gives formats that write)
     path = scratch / f"twin{info.suffixes[0] if info.suffixes else ''}"
-    meta = {**source.meta, quantization.ASKED: True, SCOPE_AS_WRITTEN: scoped_as_written}
-    implementation.write(replace(source, meta=meta), path)
+    implementation.write(replace(source, meta={**source.meta, quantization.ASKED: True}), path)
     twin = implementation.read(path)
     twin.path = path
     return twin

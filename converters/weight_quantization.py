@@ -40,7 +40,6 @@ BLOCK_OPTION = "--quantize-block-size (API: quantize_block_size=)"
 SCOPE_OPTION = "--quantize-weights-scope (API: quantize_weights_scope=)"
 SCOPES = ("layers", "model")  # the recurrent layers' W and R; and a whole model's MatMul/Gemm/Conv/Gather weights
 SCOPE_KEY = "quantize_model_weights"  # Model.meta: the Scheme a whole model's other weights are quantized with
-SCOPE_AS_WRITTEN = "quantize_model_weights_as_written"  # Model.meta: with float weights asked, those kept quantized
 SCHEMES = {"int8": 8, "int4": 4}  # name -> bits; the integers are symmetric, in int8 arrays
 HOLDERS = ("onnx", "openvino", "coreml", "litert")  # the targets whose writer keeps these integers
 ASKED_DETAIL = "W and R quantized as asked"  # how the finding below begins (told from a target's own)

@@ -40,7 +40,7 @@ from gatepack.converters.formats.onnx.writer import (
 )
 from gatepack.converters.model import Model
 from gatepack.converters.registry import keeps_whole
-from gatepack.converters.weight_quantization import SCOPE_AS_WRITTEN, SCOPE_KEY
+from gatepack.converters.weight_quantization import SCOPE_KEY
 from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, RecurrentLayer, stack_directions, state_roles
 
@@ -108,7 +108,7 @@ def in_place(
         replace_in_place(proto, lifted)
     scheme = model.meta.get(SCOPE_KEY)  # --quantize-weights-scope model: the other weights too
     if scheme is not None:
-        as_floats = bool(model.meta.get(quantization.ASKED)) and not model.meta.get(SCOPE_AS_WRITTEN)
+        as_floats = bool(model.meta.get(quantization.ASKED))
         model_weights.quantize_in_place(proto, scheme, as_floats, Path(model.path).parent)
     new_nodes = (node for node, *_ in walk_nodes(proto.graph)) if quantized or scheme is not None else ()
     proto.opset_import.extend(onnx_quantized.contrib_opsets(new_nodes, proto.opset_import))

@@ -3,8 +3,6 @@ graph inputs; onnxruntime's errors turned into gatepack's."""
 
 from __future__ import annotations
 
-import mmap
-import os
 import re
 from pathlib import Path
 from typing import Callable
@@ -165,11 +163,7 @@ def _session(source, label: str):
     # layout when the session is made (onnxruntime's default) would cost more than it saves; for a
     # stack of 4 bidirectional LSTMs (H = 1024, 369 MB) it took 0.46 s against 0.02 s, for runs
     # 0.05 s slower, and it holds a second copy of the weights.
-    # Except for a model with DequantizeLinear: onnxruntime's default session fuses a weight-only DequantizeLinear ->
-    # MatMul into MatMulNBits, whose prepacked kernel quantizes the MatMul's input to int8 at run time (the session
-    # option qdq_matmulnbits_accuracy_level, 4 by default); such a model runs here as a user's default session runs it.
-    if not _dequantizes(source):
-        options.add_session_config_entry("session.disable_prepacking", "1")
+    options.add_session_config_entry("session.disable_prepacking", "1")
     # For the same reason its worker threads do not spin between the runs waiting for more work (the
     # default): that spinning only pays off for back-to-back runs, and it holds the cores the run itself and
     # every other process need (a verification of a one-layer model took ~20 ms instead of ~1 ms on a busy
@@ -182,17 +176,6 @@ def _session(source, label: str):
         raise RuntimeFailure(
             f"{label}: onnxruntime cannot load the model: {_ort_message(err)}", hint=_ort_hint(err)
         ) from None
-
-
-def _dequantizes(source: str | bytes) -> bool:
-    """Whether the model (a path or its bytes) names a DequantizeLinear node."""
-    if isinstance(source, bytes):
-        return b"DequantizeLinear" in source
-    with open(source, "rb") as file:
-        if os.fstat(file.fileno()).st_size == 0:
-            return False
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return data.find(b"DequantizeLinear") >= 0
 
 
 def _ort_hint(err: Exception) -> str | None:
