@@ -21,7 +21,10 @@ Written (``quantize_in_place``) as QDQ: the integers (INT4 packed for 4 bits) wi
 ``DequantizeLinear`` computing the float weight under its own name, at the model's opset (opset 13 per axis, 21 for
 4 bits or blocks; below 13, onnxruntime's contrib ``DequantizeLinear`` as its quantizer writes it, ``onnx.qdq``), or
 (``as_floats``) the float view ``q * scale`` the artifact computes on, which is the twin the accuracy gate judges it
-against.
+against. The ``axis`` attribute is spelled from the back (-1 for a MatMul B's columns): ONNX defines it as the same
+axis, and onnxruntime's default session then computes the float view; its QDQ optimizer rewrites a
+``DequantizeLinear`` with ``axis`` 1 (or blocks on ``axis`` 0) feeding a MatMul's B into ``MatMulNBits``, whose
+prepacked kernel quantizes the MatMul's input to int8 at run time (docs/conventions.md §9c).
 """
 
 from __future__ import annotations
@@ -201,7 +204,9 @@ def quantize_in_place(proto: onnx.ModelProto, scheme: "Scheme", as_floats: bool,
         names = [fresh(f"{weight.name}_quantized"), fresh(f"{weight.name}_scale")]
         graph.initializer.extend([numpy_helper.from_array(stored, names[0]), numpy_helper.from_array(scale, names[1])])
         contrib = (opset < CONTRIB_BELOW or (scheme.bits == 4 and opset < BLOCK_OPSET))
-        attributes = {"axis": weight.axis if weight.block_axis is None else weight.block_axis}
+        # the axis counted from the back (ONNX: the same axis), as onnxruntime's QDQ fusion into MatMulNBits, which
+        # would quantize the MatMul's input at run time, matches only the positive spelling (module docstring)
+        attributes = {"axis": (weight.axis if weight.block_axis is None else weight.block_axis) - len(weight.shape)}
         if weight.block_axis is not None:
             attributes["block_size"] = int(scheme.block_size or 0)
         dequantizers.append(
