@@ -205,9 +205,9 @@ def report(
     each applied to the targets that take it (one no target takes raises UsageError naming it). A whole
     streaming model is run once to find its state pairs (``states``: given or corrected, as ``convert``'s), and
     each target says what becomes of them (``--stateful`` included); ``input_values``: as ``convert``'s.
-    ``quantize_weights`` (and ``quantize_block_size``, ``quantize_weights_scope``): as ``convert``'s; each target that keeps the integers is
-    then converted and measured in a private directory (``converters.quantized_report``: bits per weight, sizes,
-    the accuracy gate's error per output), every other one refused as ``convert`` refuses it.
+    ``quantize_weights`` (and ``quantize_block_size``, ``quantize_weights_scope``): as ``convert``'s; each target
+    that keeps the integers is then converted and measured in a private directory (``converters.quantized_report``:
+    bits per weight, sizes, the accuracy gate's error per output), every other one refused as ``convert`` refuses it.
     """
     arguments = dict(locals())  # every argument by its name (taken first, before any other name is bound)
     import gatepack.converters.pipeline as pipeline

@@ -255,7 +255,8 @@ class ScopeSummary:
             f"{MODEL_DETAIL} ({SCOPE_OPTION.split(' ')[0]} model): {len(self.quantized)} weight(s) of "
             f"{', '.join(ops) or 'no operator'} quantized {self.scheme.name} "
             f"{self.scheme.granularity(Form())} ({self.before:,} -> {self.after:,} bytes), "
-            f"{len(self.left)} left float" + (f" ({left})" if left else "")
+            f"{len(self.left)} left float"
+            + (f" ({left})" if left else "")
             + "; judged against the float source by the accuracy gate",
             alternative=f"leave out {SCOPE_OPTION.split(' ')[0]} to quantize the recurrent layers alone",
         )

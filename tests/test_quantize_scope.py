@@ -60,7 +60,12 @@ def small_model(opset: int = 13) -> onnx.ModelProto:
         helper.make_node("Conv", ["emb_t", "conv_w", "conv_b"], ["conv"], name="conv", pads=[1, 1]),
         helper.make_node("Transpose", ["conv"], ["seq"], perm=[2, 0, 1]),
         helper.make_node(
-            "GRU", ["seq", "gru_w", "gru_r", "gru_b"], ["y", "y_h"], name="gru", hidden_size=hidden, linear_before_reset=1
+            "GRU",
+            ["seq", "gru_w", "gru_r", "gru_b"],
+            ["y", "y_h"],
+            name="gru",
+            hidden_size=hidden,
+            linear_before_reset=1,
         ),
         helper.make_node("Squeeze", ["y", "axes1"], ["y_s"]),
         helper.make_node("MatMul", ["y_s", "proj"], ["p"], name="proj"),
@@ -221,7 +226,9 @@ def test_usage_errors(small, tmp_path):
 
 
 def test_blocks_below_opset_21_are_refused_for_qdq_targets(small, tmp_path):
-    with pytest.raises(RefusedError, match="per-block DequantizeLinear needs opset 21; the whole model keeps its opset 13"):
+    with pytest.raises(
+        RefusedError, match="per-block DequantizeLinear needs opset 21; the whole model keeps its opset 13"
+    ):
         gp.convert(small, tmp_path / "a.xml", quantize_block_size=16, **SCOPE)
 
 
@@ -251,7 +258,10 @@ def test_onnxruntimes_default_session_computes_the_float_view(opset, scheme, tmp
     plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     optimised = ort.SessionOptions()
     optimised.optimized_model_filepath = str(tmp_path / "optimised.onnx")
-    runs = [ort.InferenceSession(str(out), o, providers=["CPUExecutionProvider"]).run(None, tokens) for o in (plain, optimised)]
+    runs = [
+        ort.InferenceSession(str(out), o, providers=["CPUExecutionProvider"]).run(None, tokens)
+        for o in (plain, optimised)
+    ]
     for reference, default in zip(*runs):
         np.testing.assert_allclose(default, reference, atol=1e-5, rtol=1e-5)
     assert "MatMulNBits" not in {n.op_type for n in onnx.load(str(tmp_path / "optimised.onnx")).graph.node}
@@ -274,7 +284,9 @@ def _stored_int8(target: str, out: Path, weight: str) -> bool:
 
 @pytest.mark.parametrize("target,suffix", [("onnx", ".onnx"), ("openvino", ".xml"), ("coreml", ".mlpackage")])
 @pytest.mark.parametrize("source,weight", [(DTLN, "dense_2/kernel:0"), (GTCRN, "onnx::MatMul_3932")])
-def test_real_models_hold_their_matmul_weights_as_int8_within_the_gate_over_frames(source, weight, target, suffix, tmp_path):
+def test_real_models_hold_their_matmul_weights_as_int8_within_the_gate_over_frames(
+    source, weight, target, suffix, tmp_path
+):
     out = tmp_path / f"{source.stem}_int8{suffix}"
     result = gp.convert(source, out, frames=10, **SCOPE)
     assert result.passed, result.to_text()
@@ -296,3 +308,14 @@ def test_cli_scope(small, tmp_path):
                               "--quantize-weights-scope", "model"], capture_output=True, text=True)  # fmt: skip
     assert refused.returncode == 4 and "LiteRT's whole-model writer" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_report_notes_the_other_weights_and_measures_each_target(small):
+    found = gp.report(small, ["onnx", "litert"], quantize_weights="int8", quantize_weights_scope="model")
+    details = [f.detail for f in found.layers[0].targets["onnx"].findings]
+    assert any("4 weight(s) of Conv, Gather, Gemm, MatMul quantized int8" in d for d in details)
+    assert found.quantized["onnx"].verdict == "passed"
+    assert (
+        found.quantized["litert"].verdict == "refused"
+        and "LiteRT's whole-model writer" in found.quantized["litert"].reason
+    )

@@ -68,7 +68,9 @@ class Prepared:
             unscoped = replace(model, meta={k: v for k, v in model.meta.items() if k != SCOPE_KEY})
             proto = in_place(unscoped)  # (the other weights are the translation's: ``weight_scope``)
             layers = reread(model.path, proto).layers
-            prepared = cls(proto, [lay for lay in layers if lay.provenance is not None and lay.provenance.kind != "lifted"])
+            prepared = cls(
+                proto, [lay for lay in layers if lay.provenance is not None and lay.provenance.kind != "lifted"]
+            )
         prepared.weight_scope = model.meta.get(SCOPE_KEY)
         prepared.scope_as_floats = bool(model.meta.get(ASKED))
         return prepared

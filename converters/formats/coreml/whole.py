@@ -12,6 +12,7 @@ from typing import NoReturn, Sequence
 
 import numpy as np
 
+import gatepack.converters.formats.coreml.scoped_weights as scoped_weights
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
@@ -25,7 +26,6 @@ from gatepack.converters.formats.coreml.common import (
     lowest_target,
     safe_name,
 )
-import gatepack.converters.formats.coreml.scoped_weights as scoped_weights
 from gatepack.converters.formats.coreml.translate import MAX_RANK, MilTranslation, Narrow, Squeezed
 from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
 from gatepack.converters.model import Model

@@ -12,10 +12,11 @@ along the reduction axis of a matrix (MatMul/Gemm B's K, a Gather row's D); a Co
 channel (its reduction spans several axes, which one ``DequantizeLinear`` block does not).
 
 Left float, each with its reason (``ScopedWeight.reason``): a weight computed at run time or held in a ``Constant``
-node (a Gather of a tensor computed at run time is no lookup table and not counted), one fed as a graph input (a user may override it), one not float32, one read by another node as well, a
-batched (rank > 2) MatMul B or a Gather along another axis, and one under ``MIN_ELEMENTS`` elements (biases and
-norms are never among these inputs; coremltools' linear quantizer skips weights under the same 2048 elements by
-default). Inside ``If``/``Loop`` bodies nothing is touched.
+node (a Gather of a tensor computed at run time is no lookup table and not counted), one fed as a graph input (a
+user may override it), one not float32, one read by another node as well, a batched (rank > 2) MatMul B or a Gather
+along another axis, and one under ``MIN_ELEMENTS`` elements (biases and norms are never among these inputs;
+coremltools' linear quantizer skips weights under the same 2048 elements by default). Inside ``If``/``Loop`` bodies
+nothing is touched.
 
 Written (``quantize_in_place``) as QDQ: the integers (INT4 packed for 4 bits) with their scale as initializers and a
 ``DequantizeLinear`` computing the float weight under its own name, at the model's opset (opset 13 per axis, 21 for
@@ -38,11 +39,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from gatepack.converters.formats.onnx.graph import ONNX_DOMAINS, load_proto
-from gatepack.converters.weight_quantization import ScopeSummary, quantize_rows
+from gatepack.converters.formats.onnx.graph import ONNX_DOMAINS
+from gatepack.converters.weight_quantization import quantize_rows
 
 if TYPE_CHECKING:
-    from gatepack.converters.model import Model
     from gatepack.converters.weight_quantization import Scheme
 
 MIN_ELEMENTS = 2048  # smaller weights stay float (coremltools' default weight_threshold for its linear quantizer)
@@ -63,6 +63,11 @@ class ScopedWeight:
     axis: int = 0
     block_axis: int | None = None
     reason: str = ""
+
+    @property
+    def channels(self) -> tuple[int, int]:
+        """(output channels, elements a channel)."""
+        return self.shape[self.axis], int(np.prod(self.shape)) // max(self.shape[self.axis], 1)
 
 
 def weight_plan(proto: onnx.ModelProto, scheme: "Scheme") -> list[ScopedWeight]:
@@ -130,32 +135,6 @@ def _axes(node, shape: tuple[int, ...]) -> tuple[int, int | None, str]:
     return 1, 0, ""
 
 
-def summary(model: "Model", scheme: "Scheme") -> ScopeSummary:
-    """What ``--quantize-weights-scope model`` does to ``model``'s other weights (``weight_plan`` on the graph the
-    whole-model writers rewrite: the source, its lifted layers replaced)."""
-    proto = _rewritten(model)
-    plan = weight_plan(proto, scheme)
-    opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), 1)
-    return ScopeSummary.of(
-        [(w.name, w.op, _channels(w.shape, w.axis), w.block_axis is not None) for w in plan if not w.reason],
-        [(w.name, w.op, w.reason) for w in plan if w.reason],
-        scheme,
-        unwritable(opset, scheme) or "",
-    )
-
-
-def _channels(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
-    """(output channels, elements a channel) of a weight of ``shape``."""
-    return shape[axis], int(np.prod(shape)) // max(shape[axis], 1)
-
-
-def _rewritten(model: "Model") -> onnx.ModelProto:
-    from gatepack.converters.formats.onnx.rewrite import in_place, lifted_layers
-
-    assert model.path is not None  # (a whole model read from its file)
-    return in_place(model) if lifted_layers(model) else load_proto(Path(model.path))
-
-
 def quantized(floats: np.ndarray, weight: ScopedWeight, scheme: "Scheme") -> tuple[np.ndarray, np.ndarray]:
     """The integers (int8, the weight's shape) and the scale of ``weight`` (its float32 value ``floats``): per
     channel ``[C]``, per block the weight's shape with the reduction axis divided by the block size."""
@@ -173,18 +152,25 @@ def float_view(values: np.ndarray, scale: np.ndarray, weight: ScopedWeight, bloc
         shape = [1] * values.ndim
         shape[weight.axis] = -1
         return values.astype(np.float32) * scale.reshape(shape)
-    return values.astype(np.float32) * np.repeat(scale, block, axis=weight.block_axis)
+    return values.astype(np.float32) * np.repeat(scale, int(block or 1), axis=weight.block_axis)
+
+
+def opset_of(proto: onnx.ModelProto) -> int:
+    """The model's ONNX opset."""
+    return next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), 1)
 
 
 def quantize_in_place(proto: onnx.ModelProto, scheme: "Scheme", as_floats: bool, base: Path) -> list[ScopedWeight]:
     """``proto``'s other weights quantized (``weight_plan``), in place: each as QDQ (module docstring), or as its
     float view (``as_floats``); external data is read from the directory ``base``. Returns the weights quantized."""
     graph = proto.graph
-    opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), 1)
+    opset = opset_of(proto)
     initializers = {t.name: t for t in graph.initializer}
     done = [w for w in weight_plan(proto, scheme) if not w.reason]
     dequantizers = []
-    used = {t.name for t in graph.initializer} | {n.name for n in graph.node} | {o for n in graph.node for o in n.output}
+    used = (
+        {t.name for t in graph.initializer} | {n.name for n in graph.node} | {o for n in graph.node for o in n.output}
+    )
 
     def fresh(name: str) -> str:
         chosen = next(f"{name}_{k}" if k else name for k in range(len(used) + 1) if (f"{name}_{k}" if k else name)
@@ -203,25 +189,26 @@ def quantize_in_place(proto: onnx.ModelProto, scheme: "Scheme", as_floats: bool,
         stored = values.astype(ml_dtypes.int4) if scheme.bits == 4 else values
         names = [fresh(f"{weight.name}_quantized"), fresh(f"{weight.name}_scale")]
         graph.initializer.extend([numpy_helper.from_array(stored, names[0]), numpy_helper.from_array(scale, names[1])])
-        contrib = (opset < CONTRIB_BELOW or (scheme.bits == 4 and opset < BLOCK_OPSET))
-        # the axis counted from the back (ONNX: the same axis), as onnxruntime's QDQ fusion into MatMulNBits, which
-        # would quantize the MatMul's input at run time, matches only the positive spelling (module docstring)
-        attributes = {"axis": (weight.axis if weight.block_axis is None else weight.block_axis) - len(weight.shape)}
-        if weight.block_axis is not None:
-            attributes["block_size"] = int(scheme.block_size or 0)
-        dequantizers.append(
-            helper.make_node(
-                "DequantizeLinear",
-                names,
-                [weight.name],
-                name=fresh(f"{weight.name}/DequantizeLinear"),
-                domain="com.microsoft" if contrib else "",
-                **attributes,
-            )
-        )
+        dequantizers.append(_dequantizer(names, weight, scheme, opset, fresh(f"{weight.name}/DequantizeLinear")))
     for k, node in enumerate(dequantizers):
         graph.node.insert(k, node)
     return done
+
+
+def _dequantizer(inputs: list[str], weight: ScopedWeight, scheme: "Scheme", opset: int, name: str) -> onnx.NodeProto:
+    """The ``DequantizeLinear`` computing ``weight`` from its integers and scale (``inputs``): onnxruntime's contrib
+    one below the opset ONNX's takes them (13 per axis, 21 for 4 bits); the axis counted from the back (the same
+    axis to ONNX: onnxruntime's QDQ fusion into MatMulNBits, which would quantize the MatMul's input at run time,
+    matches only the positive spelling; module docstring), with ``block_size`` for blocks."""
+    contrib = opset < CONTRIB_BELOW or (scheme.bits == 4 and opset < BLOCK_OPSET)
+    node = helper.make_node(
+        "DequantizeLinear", inputs, [weight.name], name=name, domain="com.microsoft" if contrib else ""
+    )
+    axis = weight.axis if weight.block_axis is None else weight.block_axis
+    node.attribute.append(helper.make_attribute("axis", axis - len(weight.shape)))
+    if weight.block_axis is not None:
+        node.attribute.append(helper.make_attribute("block_size", int(scheme.block_size or 0)))
+    return node
 
 
 def unwritable(opset: int, scheme: "Scheme") -> str | None:

@@ -67,6 +67,7 @@ from gatepack.converters.formats.openvino.running import graph_inputs, graph_out
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation, keeps_whole
 from gatepack.converters.strategy import choose
+from gatepack.converters.weight_quantization import SCOPE_KEY
 from gatepack.schemas.cells import CELLS
 from gatepack.schemas.layer import (
     INPUT_ROLES,
@@ -80,7 +81,6 @@ from gatepack.schemas.layer import (
     stack_directions,
     state_roles,
 )
-from gatepack.converters.weight_quantization import SCOPE_KEY
 from gatepack.schemas.quantized import QuantizedWeights
 
 
