@@ -17,6 +17,13 @@ instead (``FORMS``): its sequence ops' hybrid kernels take one int8 scale per we
 (``dynamic_activations``); it holds int8 without blocks only (``unheld``).
 The change is ``lossy`` by construction; the option is the user's acceptance of it, and the artifact is judged
 by the accuracy gate (``converters.accuracy``) against the float source.
+
+``--quantize-weights-scope model`` (API ``quantize_weights_scope="model"``, ``Scheme.scope``) quantizes a whole model's
+other weights too, the constant weights of its MatMul/Gemm/Conv/Gather with the same scheme: the scheme travels in
+``Model.meta[SCOPE_KEY]`` to the whole-model writers (ONNX: ``formats/onnx/model_weights``, whose QDQ OpenVINO's
+frontend reads; Core ML: ``formats/coreml/scoped_weights``); ``ScopeSummary`` is what they quantize and what they
+leave float, and why (the source format's ``GraphAnalyses.weight_scope``); ``scope_unheld`` why another target does
+not write them (LiteRT, DirectML, BNNS).
 """
 
 from __future__ import annotations

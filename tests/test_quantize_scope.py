@@ -31,8 +31,8 @@ QUANTIZED = {"table": 0, "conv_w": 0, "proj": 1, "head": 0}  # the small model's
 SCOPE = {"quantize_weights": "int8", "quantize_weights_scope": "model"}
 
 
-def small_model(opset: int = 13) -> onnx.ModelProto:
-    """tokens [1, 5] -> Gather (table [100, 32]) -> Conv (W [48, 32, 3]) -> GRU (H 32) -> MatMul (B [32, 80]) -> Gemm
+def small_model(opset: int = 13, rows: int = 100) -> onnx.ModelProto:
+    """tokens [1, 5] -> Gather (table [rows, 32]) -> Conv (W [48, 32, 3]) -> GRU (H 32) -> MatMul (B [32, 80]) -> Gemm
     (B [40, 80], transB) -> MatMul (B [40, 8]: 320 elements, under the minimum: stays float)."""
     rng = np.random.default_rng(7)
 
@@ -41,7 +41,7 @@ def small_model(opset: int = 13) -> onnx.ModelProto:
 
     hidden = 32
     weights = {
-        "table": draw(100, 32),
+        "table": draw(rows, 32),
         "conv_w": draw(48, 32, 3),
         "conv_b": draw(48),
         "gru_w": draw(1, 3 * hidden, 48),
@@ -214,6 +214,18 @@ def test_the_layers_scope_leaves_the_matmul_weights_float(small, tmp_path):
     assert gp.convert(small, out, quantize_weights="int8").passed
     stored, nodes = _initializers(out), _dequantized_by(out)
     assert all(stored[name].dtype == np.float32 and name not in nodes for name in QUANTIZED)
+
+
+def test_with_external_data_the_large_integers_go_to_the_data_file(tmp_path):
+    source = tmp_path / "big.onnx"
+    big = small_model(rows=2100)  # the table's int8: 67,200 bytes, over the writer's 64 KiB for external data
+    onnx.save(big, str(source), save_as_external_data=True, location="big.onnx.data", size_threshold=1024)
+    out = tmp_path / "big_int8.onnx"
+    assert gp.convert(source, out, **SCOPE).passed
+    stored = {t.name: t for t in onnx.load(str(out), load_external_data=False).graph.initializer}
+    table = stored[_dequantized_by(out)["table"].input[0]]
+    assert table.data_type == TensorProto.INT8 and table.data_location == TensorProto.EXTERNAL
+    assert numpy_helper.to_array(table, str(tmp_path)).shape == (2100, 32)
 
 
 def test_usage_errors(small, tmp_path):

@@ -160,9 +160,10 @@ def opset_of(proto: onnx.ModelProto) -> int:
     return next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), 1)
 
 
-def quantize_in_place(proto: onnx.ModelProto, scheme: "Scheme", as_floats: bool, base: Path) -> list[ScopedWeight]:
+def quantize_in_place(proto: onnx.ModelProto, scheme: "Scheme", as_floats: bool, base: Path) -> list[str]:
     """``proto``'s other weights quantized (``weight_plan``), in place: each as QDQ (module docstring), or as its
-    float view (``as_floats``); external data is read from the directory ``base``. Returns the weights quantized."""
+    float view (``as_floats``); external data is read from the directory ``base``. Returns the names of the
+    initializers it added (embedded)."""
     graph = proto.graph
     opset = opset_of(proto)
     initializers = {t.name: t for t in graph.initializer}
@@ -192,7 +193,8 @@ def quantize_in_place(proto: onnx.ModelProto, scheme: "Scheme", as_floats: bool,
         dequantizers.append(_dequantizer(names, weight, scheme, opset, fresh(f"{weight.name}/DequantizeLinear")))
     for k, node in enumerate(dequantizers):
         graph.node.insert(k, node)
-    return done
+    before = {t.name for t in initializers.values()} - {w.name for w in done}
+    return [t.name for t in graph.initializer if t.name not in before]
 
 
 def _dequantizer(inputs: list[str], weight: ScopedWeight, scheme: "Scheme", opset: int, name: str) -> onnx.NodeProto:

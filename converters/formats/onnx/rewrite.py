@@ -30,12 +30,14 @@ from gatepack.converters.formats.onnx.graph import (
 )
 from gatepack.converters.formats.onnx.lifting import Region, Replacement, node_inputs, replace_in_place
 from gatepack.converters.formats.onnx.writer import (
+    EXTERNAL_MINIMUM,
     FOUR_BIT_IR_VERSION,
     FOUR_BIT_TYPES,
     NameBook,
     Stacked,
     WriteForm,
     layer_nodes,
+    located,
     recurrent_attributes,
 )
 from gatepack.converters.model import Model
@@ -109,7 +111,8 @@ def in_place(
     scheme = model.meta.get(SCOPE_KEY)  # --quantize-weights-scope model: the other weights too
     if scheme is not None:
         as_floats = bool(model.meta.get(quantization.ASKED))
-        model_weights.quantize_in_place(proto, scheme, as_floats, Path(model.path).parent)
+        added = model_weights.quantize_in_place(proto, scheme, as_floats, Path(model.path).parent)
+        written |= _external(proto.graph, added, external) if external else set()
     new_nodes = (node for node, *_ in walk_nodes(proto.graph)) if quantized or scheme is not None else ()
     proto.opset_import.extend(onnx_quantized.contrib_opsets(new_nodes, proto.opset_import))
     graphs = [proto.graph, *(graph for _, graph, *_ in walk_nodes(proto.graph))]
@@ -117,6 +120,20 @@ def in_place(
         proto.ir_version = max(proto.ir_version, FOUR_BIT_IR_VERSION)  # INT4/UINT4 initializers
     _relocate_external_data(proto, Path(model.path).parent, external, written)
     return proto
+
+
+def _external(graph: onnx.GraphProto, names: list[str], external: tuple) -> set[str]:
+    """The initializers ``names`` of ``graph`` (embedded, each of ``EXTERNAL_MINIMUM`` bytes or more) moved into the
+    external data file (``external``: file, location), as the writer places them; returns the names moved."""
+    data, location = external
+    moved = set()
+    for tensor in (t for t in graph.initializer if t.name in names and len(t.raw_data) >= EXTERNAL_MINIMUM):
+        offset = data.tell()
+        data.write(tensor.raw_data)
+        tensor.ClearField("raw_data")
+        located(tensor, offset, data, location)
+        moved.add(tensor.name)
+    return moved
 
 
 def embed_external_data(proto: onnx.ModelProto, source_dir: Path) -> None:
