@@ -163,6 +163,8 @@ def _scope_summary(model: "Model", label: str, target: str, scheme: "Scheme"):
     analyses = registry.implementation(model.format).graph_analyses
     if not model.keeps_whole or analyses is None or analyses.weight_scope is None:
         alone = "written as its recurrent layers alone (--layers-only)" if model.layers_only else "its layers alone"
+        if model.keeps_whole:
+            alone = f"a whole {model.format} model, whose other weights gatepack does not quantize (ONNX sources only)"
         raise UsageError(
             f"{label}: --quantize-weights-scope model quantizes a whole model's other weights; this model is {alone}",
             hint="leave out --quantize-weights-scope",
