@@ -223,6 +223,13 @@ _input_value_option = _input_value_flag(
 def _quantize_options(fn):
     """--quantize-weights and --quantize-block-size (convert and report take them alike)."""
     fn = click.option(
+        "--quantize-weights-scope",
+        type=_Choice(["layers", "model"]),
+        default=None,
+        help="With --quantize-weights: 'layers' (default) quantizes the recurrent layers' W and R; 'model' also a "
+        "whole model's MatMul/Gemm/Conv/Gather weights of 2048 elements or more (onnx, openvino, coreml).",
+    )(fn)
+    fn = click.option(
         "--quantize-block-size",
         type=click.IntRange(min=1),
         default=None,
@@ -425,6 +432,7 @@ def convert(
     max_error,
     quantize_weights,
     quantize_block_size,
+    quantize_weights_scope,
     layout,
     layers_only,
     activation_defaults,
@@ -453,6 +461,7 @@ def convert(
         max_error=max_error,
         quantize_weights=quantize_weights,
         quantize_block_size=quantize_block_size,
+        quantize_weights_scope=quantize_weights_scope,
         layout=None if layout == "keep" else int(layout),
         layers_only=layers_only,
         seed=seed,
@@ -516,6 +525,7 @@ def report(
     input_values,
     quantize_weights,
     quantize_block_size,
+    quantize_weights_scope,
     as_json,
 ) -> None:
     """Per layer and target: what is exact, repacked, folded, decomposed, lossy or unsupported (with
@@ -545,6 +555,7 @@ def report(
         input_values=input_values,
         quantize_weights=quantize_weights,
         quantize_block_size=quantize_block_size,
+        quantize_weights_scope=quantize_weights_scope,
         **options,
     )
     text = found.render(fmt)

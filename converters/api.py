@@ -83,6 +83,7 @@ def convert(
     input_values: "dict[str, object] | None" = None,
     quantize_weights: str | None = None,
     quantize_block_size: int | None = None,
+    quantize_weights_scope: str | None = None,
     **options,
 ) -> "Result":
     """Convert the recurrent layers of ``src`` into ``dst`` as format ``to``, and verify the result.
@@ -96,7 +97,8 @@ def convert(
     verification; ``input_values``: inputs held as constants, what they decide folded (ONNX). ``frames`` /
     ``states``: a streaming model's consecutive calls and state pairs. ``dequantize``: quantized weights the target
     cannot hold written as floats, within ``max_error`` of the quantized source; ``quantize_weights``: "int8" or
-    "int4" W and R (ONNX, OpenVINO, Core ML), per block of ``quantize_block_size`` columns when given. ``options``:
+    "int4" W and R (ONNX, OpenVINO, Core ML), per block of ``quantize_block_size`` columns when given, and with
+    ``quantize_weights_scope="model"`` a whole model's MatMul/Gemm/Conv/Gather weights too. ``options``:
     ``activation_defaults`` and the target's write options (``gatepack formats``). Each in detail:
     ``converters.plan.ConversionPlan``; an unknown option, one the target does not take, or a value of the wrong type
     raises UsageError naming it.
@@ -191,6 +193,7 @@ def report(
     input_values: "dict[str, object] | None" = None,
     quantize_weights: str | None = None,
     quantize_block_size: int | None = None,
+    quantize_weights_scope: str | None = None,
     **options,
 ) -> "Report":
     """Per layer and target, what every feature becomes (exact, repacked, folded, decomposed, lossy,
@@ -202,9 +205,9 @@ def report(
     each applied to the targets that take it (one no target takes raises UsageError naming it). A whole
     streaming model is run once to find its state pairs (``states``: given or corrected, as ``convert``'s), and
     each target says what becomes of them (``--stateful`` included); ``input_values``: as ``convert``'s.
-    ``quantize_weights`` (and ``quantize_block_size``): as ``convert``'s; each target that keeps the integers is
-    then converted and measured in a private directory (``converters.quantized_report``: bits per weight, sizes,
-    the accuracy gate's error per output), every other one refused as ``convert`` refuses it.
+    ``quantize_weights`` (and ``quantize_block_size``, ``quantize_weights_scope``): as ``convert``'s; each target
+    that keeps the integers is then converted and measured in a private directory (``converters.quantized_report``:
+    bits per weight, sizes, the accuracy gate's error per output), every other one refused as ``convert`` refuses it.
     """
     arguments = dict(locals())  # every argument by its name (taken first, before any other name is bound)
     import gatepack.converters.pipeline as pipeline

@@ -137,13 +137,46 @@ def _quantized(model: "Model", label: str, target: str, scheme: "Scheme | None")
 
     if scheme is None:
         return model
+    if scheme.scope == "model" and quantizing.scope_unheld(target):
+        _scope_summary(model, label, target, scheme)  # (refuses)
     if quantizing.unheld(target, scheme):
         raise RefusedError(
             f"{label}: {quantizing.refusal_detail(target, scheme)}",
             hint=f"convert to {' or '.join(quantizing.HOLDERS)}, or leave out --quantize-weights",
         )
     notes = {lay.name: [*model.notes_for(lay), quantizing.finding(lay, scheme, target)] for lay in model.layers}
+    if scheme.scope == "model" and model.layers:
+        first = model.layers[0].name
+        notes[first] = [*notes[first], _scope_summary(model, label, target, scheme).finding()]
     return replace(quantizing.quantized_model(model, scheme, target), notes=notes)
+
+
+def _scope_summary(model: "Model", label: str, target: str, scheme: "Scheme"):
+    """What ``--quantize-weights-scope model`` quantizes of ``model``'s other weights (the source format's
+    ``GraphAnalyses.weight_scope``); RefusedError for a target that does not write them, UsageError for a model
+    written as its layers alone."""
+    import gatepack.converters.weight_quantization as quantizing
+
+    refused = quantizing.scope_unheld(target)
+    if refused:
+        raise RefusedError(f"{label}: {refused}", hint="or leave out --quantize-weights-scope (the layers alone)")
+    analyses = registry.implementation(model.format).graph_analyses
+    if not model.keeps_whole or analyses is None or analyses.weight_scope is None:
+        alone = "written as its recurrent layers alone (--layers-only)" if model.layers_only else "its layers alone"
+        if model.keeps_whole:
+            alone = f"a whole {model.format} model, whose other weights gatepack does not quantize (ONNX sources only)"
+        raise UsageError(
+            f"{label}: --quantize-weights-scope model quantizes a whole model's other weights; this model is {alone}",
+            hint="leave out --quantize-weights-scope",
+        )
+    summary = analyses.weight_scope(model, scheme)
+    if summary.unwritable and target in quantizing.QDQ_SCOPE:
+        raise RefusedError(
+            f"{label}: --quantize-weights-scope model: {target} writes the other weights as the model's own "
+            f"DequantizeLinear: {summary.unwritable}",
+            hint="quantize per channel (leave out --quantize-block-size), or convert to coreml",
+        )
+    return summary
 
 
 def _with_state_pairs(model: "Model", label: str, pairs: list, stateful: bool) -> "Model":
@@ -194,7 +227,9 @@ def report_on(arguments: Mapping[str, Any], convert: Callable[..., Result]) -> "
     pairs, _, _ = state_pairs_of(model, source, write_options, request, given, 0, True, layer_states)
     if pairs:  # a streaming model: each target's ``state`` finding, as convert would write it
         model = replace(model, meta={**model.meta, "state_pairs": [(p.input, p.output) for p in pairs]})
-    scheme = quantized_report.check_scheme(asked.quantize_weights, asked.quantize_block_size)
+    scheme = quantized_report.check_scheme(
+        asked.quantize_weights, asked.quantize_block_size, asked.quantize_weights_scope
+    )
     found = quantized_report.build(build_report, model, targets, write_options, scheme)
     general = {"layers_only": asked.layers_only, "states": asked.states, "input_values": asked.input_values}
     reread = read if not isinstance(asked.model_or_path, Model) else {}

@@ -137,7 +137,9 @@ class ConversionPlan:
     * ``accepted.quantize`` (``quantize_weights``, ``quantize_block_size``): "int8" or "int4" quantizes the recurrent
       layers' W and R per output channel (per block of ``quantize_block_size`` columns when given;
       ``converters.weight_quantization``), held as integers by ONNX, OpenVINO and Core ML (LiteRT: per gate, for its
-      hybrid int8 kernels; other targets refused); the option accepts that ``lossy`` change, and the artifact is
+      hybrid int8 kernels; other targets refused); ``quantize_weights_scope`` "model" (default "layers") quantizes a
+      whole model's MatMul/Gemm/Conv/Gather weights too (ONNX, OpenVINO, Core ML:
+      ``formats/onnx/model_weights``); the option accepts that ``lossy`` change, and the artifact is
       judged against the float source within ``max_error`` (by default: the float source's distance to its twin with
       the same quantized weights run in float, + float32's atol);
     * ``layout``: 0 or 1 to change the interface layout (None: keep the source's); ``layers_only``: write the
@@ -186,7 +188,12 @@ class ConversionPlan:
         inputs = given_inputs(asked.input_shapes, asked.inputs, asked.input_values)
         pairs, frames = streaming_request(asked.states, asked.frames)
         accepted = _acceptance(
-            asked.allow_lossy, asked.dequantize, asked.max_error, asked.quantize_weights, asked.quantize_block_size
+            asked.allow_lossy,
+            asked.dequantize,
+            asked.max_error,
+            asked.quantize_weights,
+            asked.quantize_block_size,
+            asked.quantize_weights_scope,
         )
         info, _ = registry.writer(asked.to or registry.detect(asked.dst, writing=True))
         read, write = split_options(asked.options)
@@ -214,14 +221,16 @@ class ConversionPlan:
         )
 
 
-def _acceptance(allow_lossy, dequantize, max_error, quantize_weights, quantize_block_size) -> Acceptance:
+def _acceptance(
+    allow_lossy, dequantize, max_error, quantize_weights, quantize_block_size, quantize_weights_scope=None
+) -> Acceptance:
     """What the user accepts, ``dequantize`` and the quantization scheme asked checked (``max_error`` is checked
     against the model: ``Acceptance.marked``)."""
     from gatepack.converters.weight_quantization import check_scheme
 
     if not isinstance(dequantize, bool):
         raise UsageError(f"dequantize {dequantize!r} is not true or false")
-    scheme = check_scheme(quantize_weights, quantize_block_size)
+    scheme = check_scheme(quantize_weights, quantize_block_size, quantize_weights_scope)
     return Acceptance(allow_lossy, dequantize, max_error, scheme)
 
 

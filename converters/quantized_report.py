@@ -96,7 +96,22 @@ def quantized_for_report(model: "Model", scheme: quantizing.Scheme | None, targe
     if scheme is None:
         return model
     notes = {lay.name: [*model.notes_for(lay), quantizing.finding(lay, scheme, target)] for lay in model.layers}
+    scoped = _scope_finding(model, scheme)
+    if scoped is not None and model.layers:
+        notes[model.layers[0].name].append(scoped)
     return replace(quantizing.quantized_model(model, scheme, target), notes=notes)
+
+
+def _scope_finding(model: "Model", scheme: quantizing.Scheme) -> Finding | None:
+    """What ``--quantize-weights-scope model`` quantizes of a whole model's other weights (the source format's
+    ``GraphAnalyses.weight_scope``), as ``convert`` notes it; None for the layers scope or a model without them
+    (each target's refusal of the scope is its measurement's)."""
+    import gatepack.converters.registry as registry
+
+    analyses = registry.implementation(model.format).graph_analyses
+    if scheme.scope != "model" or not model.keeps_whole or analyses is None or analyses.weight_scope is None:
+        return None
+    return analyses.weight_scope(model, scheme).finding()
 
 
 def build(
@@ -210,7 +225,11 @@ def _measured(
     sizes: dict[str, Any] = {"scheme": str(scheme), "bits": scheme.bits, "bits_in_all": 0.0, "before": 0, "after": 0}
     with tempfile.TemporaryDirectory(prefix="gatepack-report-") as scratch:
         path = Path(scratch) / f"quantized{suffixes[0] if suffixes else ''}"
-        asked: dict[str, Any] = {"quantize_weights": scheme.name, "quantize_block_size": scheme.block_size}
+        asked: dict[str, Any] = {
+            "quantize_weights": scheme.name,
+            "quantize_block_size": scheme.block_size,
+            "quantize_weights_scope": scheme.scope,
+        }
         try:
             verification = convert(source, path, to=target, **asked, **options).verification
             size: int | None = sum(p.stat().st_size for p in Path(scratch).rglob("*") if p.is_file())

@@ -17,6 +17,13 @@ instead (``FORMS``): its sequence ops' hybrid kernels take one int8 scale per we
 (``dynamic_activations``); it holds int8 without blocks only (``unheld``).
 The change is ``lossy`` by construction; the option is the user's acceptance of it, and the artifact is judged
 by the accuracy gate (``converters.accuracy``) against the float source.
+
+``--quantize-weights-scope model`` (API ``quantize_weights_scope="model"``, ``Scheme.scope``) quantizes a whole model's
+other weights too, the constant weights of its MatMul/Gemm/Conv/Gather with the same scheme: the scheme travels in
+``Model.meta[SCOPE_KEY]`` to the whole-model writers (ONNX: ``formats/onnx/model_weights``, whose QDQ OpenVINO's
+frontend reads; Core ML: ``formats/coreml/scoped_weights``); ``ScopeSummary`` is what they quantize and what they
+leave float, and why (the source format's ``GraphAnalyses.weight_scope``); ``scope_unheld`` why another target does
+not write them (LiteRT, DirectML, BNNS).
 """
 
 from __future__ import annotations
@@ -37,9 +44,13 @@ if TYPE_CHECKING:
 
 OPTION = "--quantize-weights (API: quantize_weights=)"
 BLOCK_OPTION = "--quantize-block-size (API: quantize_block_size=)"
+SCOPE_OPTION = "--quantize-weights-scope (API: quantize_weights_scope=)"
+SCOPES = ("layers", "model")  # the recurrent layers' W and R; and a whole model's MatMul/Gemm/Conv/Gather weights
+SCOPE_KEY = "quantize_model_weights"  # Model.meta: the Scheme a whole model's other weights are quantized with
 SCHEMES = {"int8": 8, "int4": 4}  # name -> bits; the integers are symmetric, in int8 arrays
 HOLDERS = ("onnx", "openvino", "coreml", "litert")  # the targets whose writer keeps these integers
 ASKED_DETAIL = "W and R quantized as asked"  # how the finding below begins (told from a target's own)
+MODEL_DETAIL = "the model's other weights quantized as asked"  # how ScopeSummary.finding begins
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ class Scheme:
 
     name: str
     block_size: int | None = None
+    scope: str = "layers"  # SCOPES: "model" also quantizes a whole model's other weights (``model_weights``)
 
     @property
     def bits(self) -> int:
@@ -78,9 +90,13 @@ class Scheme:
         return form.words() if self.block_size is None else f"per block of {self.block_size} columns"
 
 
-def check_scheme(scheme: object, block_size: object = None) -> Scheme | None:
-    """The scheme asked (None: not asked); UsageError naming an unknown one or a block size that is not a
-    positive integer, or given without a scheme."""
+def check_scheme(scheme: object, block_size: object = None, scope: object = None) -> Scheme | None:
+    """The scheme asked (None: not asked); UsageError naming an unknown one, a block size that is not a positive
+    integer, a scope not in SCOPES, or either given without a scheme."""
+    if scope is not None and scope not in SCOPES:
+        raise UsageError(f"quantize_weights_scope {scope!r} is not one of {', '.join(SCOPES)}")
+    if scheme is None and scope is not None:
+        raise UsageError(f"{SCOPE_OPTION.split(' ')[0]} applies to --quantize-weights, which was not given")
     if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
         raise UsageError(f"quantize_block_size {block_size!r} is not a number of columns >= 1")
     if scheme is None:
@@ -89,7 +105,7 @@ def check_scheme(scheme: object, block_size: object = None) -> Scheme | None:
         return None
     if not isinstance(scheme, str) or scheme not in SCHEMES:
         raise UsageError(f"quantize_weights {scheme!r} is not one of {', '.join(SCHEMES)}")
-    return Scheme(scheme, block_size)
+    return Scheme(scheme, block_size, str(scope or "layers"))
 
 
 def quantize_rows(
@@ -202,14 +218,64 @@ def stored_bytes(rows: int, cols: int, scheme: Scheme) -> int:
 
 
 def is_asked(found: Finding) -> bool:
-    """Whether ``found`` is the finding of weights quantized as asked (``finding``), not a target's own."""
-    return found.feature == "quantization" and found.detail.startswith(ASKED_DETAIL)
+    """Whether ``found`` is the finding of weights quantized as asked (``finding``, ``ScopeSummary.finding``), not a
+    target's own."""
+    return found.feature == "quantization" and found.detail.startswith((ASKED_DETAIL, MODEL_DETAIL))
+
+
+@dataclass(frozen=True)
+class ScopeSummary:
+    """What ``--quantize-weights-scope model`` does to a whole model's other weights: the ``quantized`` ones
+    (initializer, op, shape) and those ``left`` float (initializer, op, why), with the bytes before and after."""
+
+    quantized: tuple[tuple[str, str, tuple[int, ...]], ...]
+    left: tuple[tuple[str, str, str], ...]
+    scheme: Scheme
+    before: int
+    after: int
+    unwritable: str = ""  # why the model's own opset holds no QDQ of these weights ('': it does)
+
+    @classmethod
+    def of(cls, quantized: list, left: list, scheme: Scheme, unwritable: str = "") -> "ScopeSummary":
+        """The summary of ``quantized`` weights, each (initializer, op, (channels, elements a channel), per block or
+        not), and ``left`` ones; the bytes counted as ``stored_bytes`` counts them."""
+        before = sum(4 * rows * cols for _, _, (rows, cols), _ in quantized)
+        after = sum(
+            stored_bytes(rows, cols, scheme if blocks else replace(scheme, block_size=None))
+            for _, _, (rows, cols), blocks in quantized
+        )
+        kept = tuple((name, op, sizes) for name, op, sizes, _ in quantized)
+        return cls(kept, tuple(left), scheme, before, after, unwritable)
+
+    def finding(self) -> Finding:
+        """The ``quantization`` finding of the model's other weights: how many were quantized, with the bytes, and
+        how many were left float and why (``lossy``: accepted by the option, judged by the accuracy gate)."""
+        ops = sorted({op for _, op, _ in self.quantized})
+        reasons: dict[str, int] = {}
+        for _, op, why in self.left:
+            key = why.split(":")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+        left = "; ".join(f"{count} {why}" for why, count in sorted(reasons.items()))
+        return Finding(
+            "quantization",
+            Status.LOSSY,
+            f"{MODEL_DETAIL} ({SCOPE_OPTION.split(' ')[0]} model): {len(self.quantized)} weight(s) of "
+            f"{', '.join(ops) or 'no operator'} quantized {self.scheme.name} "
+            f"{self.scheme.granularity(Form())} ({self.before:,} -> {self.after:,} bytes), "
+            f"{len(self.left)} left float"
+            + (f" ({left})" if left else "")
+            + "; judged against the float source by the accuracy gate",
+            alternative=f"leave out {SCOPE_OPTION.split(' ')[0]} to quantize the recurrent layers alone",
+        )
 
 
 def quantized_model(model: "Model", scheme: Scheme, target: str = "") -> "Model":
-    """``model`` with every recurrent layer quantized for ``target`` (``quantized_layer``), nothing else changed."""
+    """``model`` with every recurrent layer quantized for ``target`` (``quantized_layer``); with the ``model`` scope,
+    the scheme also in ``meta[SCOPE_KEY]``, where the whole-model writers find it (``model_weights``)."""
     label = str(model.path or "(in-memory model)")
-    return replace(model, layers=[quantized_layer(layer, scheme, label, target) for layer in model.layers])
+    layers = [quantized_layer(layer, scheme, label, target) for layer in model.layers]
+    meta = {**model.meta, SCOPE_KEY: scheme} if scheme.scope == "model" else model.meta
+    return replace(model, layers=layers, meta=meta)
 
 
 def unheld(target: str, scheme: Scheme | None = None) -> str | None:
@@ -226,6 +292,30 @@ def unheld(target: str, scheme: Scheme | None = None) -> str | None:
             f"{OPTION.split(' ')[0]} {scheme} writes to {others}"
         )
     return None
+
+
+SCOPE_HOLDERS = ("onnx", "openvino", "coreml")  # the targets that write a whole model's other weights quantized
+QDQ_SCOPE = ("onnx", "openvino")  # those writing them as the model's own QDQ (OpenVINO: through its ONNX frontend)
+SCOPE_REFUSALS = {  # why a target does not (the others name these)
+    "litert": "LiteRT's whole-model writer keeps the other operators' weights float (gatepack writes int8 weights "
+    "only for the recurrent layers' hybrid sequence kernels)",
+    "directml": "a DirectML model is the recurrent layers alone (one DML_OPERATOR_GRU/RNN dispatchable per layer, "
+    "float weights): it holds no other weights, and no quantized ones",
+    "bnns": "a BNNS bundle is the recurrent layers alone (one BNNSGraph call per direction, float weights): it holds "
+    "no other weights, and no quantized ones",
+}
+
+
+def scope_unheld(target: str) -> str | None:
+    """Why ``target`` does not write a whole model's other weights quantized (None: it does), with the
+    alternatives."""
+    if target in SCOPE_HOLDERS:
+        return None
+    why = SCOPE_REFUSALS.get(target, f"{target} writes no whole model")
+    return (
+        f"{SCOPE_OPTION.split(' ')[0]} model: {why}; convert to {' or '.join(SCOPE_HOLDERS)}, which quantize the "
+        f"whole model's MatMul/Gemm/Conv/Gather weights"
+    )
 
 
 def refusal_detail(target: str, scheme: Scheme | None = None) -> str:

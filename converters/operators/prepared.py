@@ -5,6 +5,7 @@ the constants only they read), and the summary of the nodes a target cannot hold
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -12,6 +13,8 @@ import numpy as np
 
 from gatepack.converters.model import Model
 from gatepack.converters.operators.translation import Translation, Untranslatable
+from gatepack.converters.quantization import ASKED
+from gatepack.converters.weight_quantization import SCOPE_KEY
 from gatepack.schemas.layer import RecurrentLayer
 
 
@@ -44,6 +47,9 @@ class Prepared:
             self.skip |= constant_feeders(proto.graph, set(self.skip), fed)
         self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
         self.emitted: set[int] = set()  # id(layer) of the layers written so far
+        # --quantize-weights-scope model: the Scheme of the other weights (None: float), as their float view or not
+        self.weight_scope: Any = None
+        self.scope_as_floats = False
 
     @classmethod
     def of(cls, model: Model) -> "Prepared":
@@ -57,10 +63,17 @@ class Prepared:
 
         assert model.path is not None  # (a whole model read from its file)
         if not lifted_layers(model):
-            return cls(load_proto(Path(model.path)), list(model.layers))
-        proto = in_place(model)
-        layers = reread(model.path, proto).layers
-        return cls(proto, [lay for lay in layers if lay.provenance is not None and lay.provenance.kind != "lifted"])
+            prepared = cls(load_proto(Path(model.path)), list(model.layers))
+        else:
+            unscoped = replace(model, meta={k: v for k, v in model.meta.items() if k != SCOPE_KEY})
+            proto = in_place(unscoped)  # (the other weights are the translation's: ``weight_scope``)
+            layers = reread(model.path, proto).layers
+            prepared = cls(
+                proto, [lay for lay in layers if lay.provenance is not None and lay.provenance.kind != "lifted"]
+            )
+        prepared.weight_scope = model.meta.get(SCOPE_KEY)
+        prepared.scope_as_floats = bool(model.meta.get(ASKED))
+        return prepared
 
     def claimer(self, t: Translation, emit: Callable[[Any, RecurrentLayer], None]) -> Callable[[Any], bool]:
         """``translate_nodes``' ``claims`` for ``t``: True for a node a layer stands for (or a constant only layers

@@ -12,6 +12,7 @@ from typing import NoReturn, Sequence
 
 import numpy as np
 
+import gatepack.converters.formats.coreml.scoped_weights as scoped_weights
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding
 from gatepack.converters.formats.coreml.common import (
@@ -36,6 +37,7 @@ from gatepack.converters.operators.translation import Untranslatable, translate_
 from gatepack.converters.operators.whole import ALTERNATIVES, WholeTarget, branch_constants, inline_if, layer_inputs
 from gatepack.converters.operators.whole import is_whole_model as _is_whole
 from gatepack.converters.operators.whole import whole_model_finding as _finding
+from gatepack.converters.weight_quantization import SCOPE_KEY
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
 
 # ONNX element types (TensorProto.DataType) a package's inputs and outputs can carry, as MIL types' names
@@ -78,7 +80,7 @@ _KEPT: dict[tuple, tuple] = {}
 def _build_key(model: Model, strategy: str, target: str) -> tuple:
     """What a translation depends on: the file as it is now, the layers (the very objects: a copy of the model made
     with ``dataclasses.replace`` shares them), the input shapes, the strategy and the target."""
-    return (*_file_key(model), tuple(map(id, model.layers)), strategy, target)
+    return (*_file_key(model), tuple(map(id, model.layers)), strategy, target, model.meta.get(SCOPE_KEY))
 
 
 def translate_onnx(proto, base_dir: Path, *, target: str = NEWEST_TARGET, input_shapes: dict | None = None):
@@ -118,6 +120,7 @@ def translate_proto(
     failures: list[Untranslatable] = []
     with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
         t.values.update(_initializers(path, prepared))
+        scoped_weights.bind(t, prepared, target)  # --quantize-weights-scope model: constexpr ops
         _bind_inputs(t, graph, function, names, scalars, states)
         _translate_graph(t, graph, prepared, strategy, target, described, failures)
         if failures:

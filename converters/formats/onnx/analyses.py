@@ -162,9 +162,28 @@ def specialised(path: Path, values: dict) -> onnx.ModelProto:
     return specialise(load_proto(path), values)
 
 
+def _weight_scope(model, scheme):
+    """What ``--quantize-weights-scope model`` does to ``model``'s other weights (``model_weights.weight_plan`` on
+    the graph the whole-model writers rewrite: the source, its lifted layers replaced), as a ``ScopeSummary``."""
+    from gatepack.converters.formats.onnx.model_weights import opset_of, unwritable, weight_plan
+    from gatepack.converters.formats.onnx.rewrite import in_place, lifted_layers
+    from gatepack.converters.weight_quantization import ScopeSummary
+
+    assert model.path is not None  # (a whole model read from its file)
+    proto = in_place(model) if lifted_layers(model) else load_proto(Path(model.path))
+    plan = weight_plan(proto, scheme)
+    return ScopeSummary.of(
+        [(w.name, w.op, w.channels, w.block_axis is not None) for w in plan if not w.reason],
+        [(w.name, w.op, w.reason) for w in plan if w.reason],
+        scheme,
+        unwritable(opset_of(proto), scheme) or "",
+    )
+
+
 ANALYSES = GraphAnalyses(
     implied_sizes=_implied_sizes_at,
     integer_draws=integer_draws,
     recurrent_wiring=recurrent_wiring,
     specialise=specialised,
+    weight_scope=_weight_scope,
 )

@@ -12,7 +12,9 @@ import onnx
 from onnx import helper
 
 import gatepack.converters.formats.onnx.elementary as onnx_elementary
+import gatepack.converters.formats.onnx.model_weights as model_weights
 import gatepack.converters.formats.onnx.quantized as onnx_quantized
+import gatepack.converters.quantization as quantization
 from gatepack.converters.description import held_weight_name
 from gatepack.converters.errors import InputError, UsageError
 from gatepack.converters.findings import Finding, Status
@@ -28,16 +30,19 @@ from gatepack.converters.formats.onnx.graph import (
 )
 from gatepack.converters.formats.onnx.lifting import Region, Replacement, node_inputs, replace_in_place
 from gatepack.converters.formats.onnx.writer import (
+    EXTERNAL_MINIMUM,
     FOUR_BIT_IR_VERSION,
     FOUR_BIT_TYPES,
     NameBook,
     Stacked,
     WriteForm,
     layer_nodes,
+    located,
     recurrent_attributes,
 )
 from gatepack.converters.model import Model
 from gatepack.converters.registry import keeps_whole
+from gatepack.converters.weight_quantization import SCOPE_KEY
 from gatepack.schemas.cells import cell_of_op
 from gatepack.schemas.layer import INPUT_ROLES, OUTPUT_ROLES, RecurrentLayer, stack_directions, state_roles
 
@@ -76,7 +81,9 @@ def in_place(
     from the layers' arrays and the source's external tensors copied in chunks; without it, the
     source's external tensors are embedded. ``runtime``: as ``write``'s. ``quantized``: a layer's quantized
     weights written as integers where ONNX holds them (``WriteForm.quantized_form``; the ONNX writer's), else as
-    floats (what OpenVINO's and Core ML's readings of the model take)."""
+    floats (what OpenVINO's and Core ML's readings of the model take). With ``--quantize-weights-scope model``
+    (``meta[SCOPE_KEY]``) the other weights are quantized too (``model_weights``): as QDQ, or as their float view
+    when the user asked for float weights (``quantization.ASKED``: the accuracy gate's twin)."""
     assert model.path is not None  # a whole model is rewritten from the file it was read from
     proto = load_proto(Path(model.path))
     opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), DEFAULT_OPSET)
@@ -101,13 +108,32 @@ def in_place(
             written |= _rewrite_node(graph, layer, form, names, reads, external)
     if lifted:
         replace_in_place(proto, lifted)
-    new_nodes = (node for node, *_ in walk_nodes(proto.graph)) if quantized else ()
+    scheme = model.meta.get(SCOPE_KEY)  # --quantize-weights-scope model: the other weights too
+    if scheme is not None:
+        as_floats = bool(model.meta.get(quantization.ASKED))
+        added = model_weights.quantize_in_place(proto, scheme, as_floats, Path(model.path).parent)
+        written |= _external(proto.graph, added, external) if external else set()
+    new_nodes = (node for node, *_ in walk_nodes(proto.graph)) if quantized or scheme is not None else ()
     proto.opset_import.extend(onnx_quantized.contrib_opsets(new_nodes, proto.opset_import))
     graphs = [proto.graph, *(graph for _, graph, *_ in walk_nodes(proto.graph))]
     if any(t.data_type in FOUR_BIT_TYPES for graph in graphs for t in graph.initializer):
         proto.ir_version = max(proto.ir_version, FOUR_BIT_IR_VERSION)  # INT4/UINT4 initializers
     _relocate_external_data(proto, Path(model.path).parent, external, written)
     return proto
+
+
+def _external(graph: onnx.GraphProto, names: list[str], external: tuple) -> set[str]:
+    """The initializers ``names`` of ``graph`` (embedded, each of ``EXTERNAL_MINIMUM`` bytes or more) moved into the
+    external data file (``external``: file, location), as the writer places them; returns the names moved."""
+    data, location = external
+    moved = set()
+    for tensor in (t for t in graph.initializer if t.name in names and len(t.raw_data) >= EXTERNAL_MINIMUM):
+        offset = data.tell()
+        data.write(tensor.raw_data)
+        tensor.ClearField("raw_data")
+        located(tensor, offset, data, location)
+        moved.add(tensor.name)
+    return moved
 
 
 def embed_external_data(proto: onnx.ModelProto, source_dir: Path) -> None:

@@ -52,10 +52,10 @@ def streamed(name: str, parts: list[np.ndarray], dims: list[int], data, location
     offset = data.tell()
     for part in parts:
         data.write(np.ascontiguousarray(part, dtype=dtype.newbyteorder("<")).data.cast("B"))
-    return _located(tensor, offset, data, location)
+    return located(tensor, offset, data, location)
 
 
-def _located(tensor: onnx.TensorProto, offset: int, data, location: str) -> onnx.TensorProto:
+def located(tensor: onnx.TensorProto, offset: int, data, location: str) -> onnx.TensorProto:
     """``tensor`` pointed at the bytes written into ``data`` from ``offset`` on, the file padded to 64 bytes."""
     length = data.tell() - offset
     tensor.data_location = onnx.TensorProto.EXTERNAL
@@ -394,7 +394,7 @@ class Plain:
         offset = data.tell()
         data.write(tensor.raw_data)
         tensor.ClearField("raw_data")
-        return _located(tensor, offset, data, location)
+        return located(tensor, offset, data, location)
 
 
 def recurrent_attributes(layer: RecurrentLayer) -> dict:

@@ -67,6 +67,7 @@ from gatepack.converters.formats.openvino.running import graph_inputs, graph_out
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.converters.registry import FormatImplementation, keeps_whole
 from gatepack.converters.strategy import choose
+from gatepack.converters.weight_quantization import SCOPE_KEY
 from gatepack.schemas.cells import CELLS
 from gatepack.schemas.layer import (
     INPUT_ROLES,
@@ -426,8 +427,8 @@ def _proto_to_read(model: Model, *, always: bool = False):
     from gatepack.converters.formats.onnx.quantized import is_quantized_layer
     from gatepack.converters.formats.onnx.rewrite import embed_external_data, in_place, lifted_layers
 
-    if lifted_layers(model) or any(map(is_quantized_layer, model.layers)):
-        return in_place(model)
+    if lifted_layers(model) or any(map(is_quantized_layer, model.layers)) or model.meta.get(SCOPE_KEY):
+        return in_place(model)  # (its other weights quantized as QDQ, which the frontend reads as compressed)
     if not always:
         return None
     assert model.path is not None  # (the file the model was read from)
