@@ -67,6 +67,30 @@ def test_the_weight_file_is_coremltools_blob_writers_byte_for_byte_and_reads_bac
         assert back.tobytes() == np.ascontiguousarray(a).tobytes()
 
 
+@pytest.mark.parametrize("mil_type", ["int4", "uint1", "uint2", "uint3", "uint4", "uint6"])
+@pytest.mark.parametrize("count", [13, 64, 2_200_003])  # a partial last byte; whole bytes; over one packing slab
+def test_sub_byte_blobs_are_coremltools_blob_writers_byte_for_byte_and_read_back(mil_type, count, tmp_path):
+    """int4 and uint1..uint6 constants (held in int8 or uint8 arrays) packed as coremltools' writer packs them,
+    with the padding bits of the last byte in the metadata, and read back by its reader."""
+    _ct()
+    from coremltools.libmilstoragepython import _BlobStorageReader, _BlobStorageWriter
+
+    bits = int(mil_type.lstrip("uint"))
+    rng = np.random.default_rng(count)
+    if mil_type == "int4":
+        values = rng.integers(-8, 8, count).astype(np.int8)
+    else:
+        values = rng.integers(0, 1 << bits, count).astype(np.uint8)
+    with BlobFile(tmp_path / "ours.bin") as ours:
+        offsets = [ours.append(values, mil_type), ours.append(values[::-1].copy(), mil_type)]
+    writer = _BlobStorageWriter(str(tmp_path / "theirs.bin"))
+    assert [getattr(writer, f"write_{mil_type}_data")(v) for v in (values, values[::-1].copy())] == offsets
+    del writer
+    assert (tmp_path / "ours.bin").read_bytes() == (tmp_path / "theirs.bin").read_bytes()
+    back = np.asarray(getattr(_BlobStorageReader(str(tmp_path / "ours.bin")), f"read_{mil_type}_data")(offsets[0]))
+    assert np.array_equal(back.astype(np.int64), values.astype(np.int64))
+
+
 def test_an_element_type_the_format_lacks_is_refused(tmp_path):
     with BlobFile(tmp_path / "w.bin") as blobs, pytest.raises(TypeError, match="float64"):
         blobs.append(np.zeros(12))

@@ -250,6 +250,40 @@ def test_quantize_weights_int4_stores_packed_integers_as_transcribed(block, tmp_
     assert "4 bits per weight" in found.detail
 
 
+@pytest.mark.parametrize("block", [None, 2])
+def test_quantize_weights_int4_to_core_ml_holds_the_transcribed_integers(block, tmp_path):
+    """burn's bidirectional GRU with int4 to Core ML (iOS18: constexpr_blockwise_shift_scale): coremltools' own
+    package and program loaders read int4 constants (packed two a byte in weight.bin) whose rows are the
+    transcription's (in Core ML's gate order: compared as sets of rows), and the package passes the gate against
+    the float source."""
+    from gatepack.converters.formats.coreml.common import _ct
+
+    ct = _ct()
+    from coremltools.converters.mil.frontend.milproto.load import load
+    from coremltools.converters.mil.mil import types
+
+    source = onnx.load(str(GRU))
+    floats = {t.name: numpy_helper.to_array(t) for t in source.graph.initializer}
+    (node,) = [n for n in source.graph.node if n.op_type == "GRU"]
+    out = tmp_path / "gru.mlpackage"
+    result = gp.convert(GRU, out, to="coreml", quantize_weights="int4", quantize_block_size=block, allow_lossy=True)
+    assert result.passed, result.to_text()
+    mlmodel = ct.models.MLModel(str(out), skip_model_load=True)
+    spec = mlmodel.get_spec()
+    program = load(spec, specification_version=spec.specificationVersion, file_weights_dir=mlmodel.weights_dir)
+    held = {
+        op.name: op.inputs["data"]
+        for op in program.functions["main"].operations
+        if op.op_type == "constexpr_blockwise_shift_scale"
+    }
+    assert {types.builtin_to_string(var.dtype) for var in held.values()} == {"int4"}
+    for role, name in zip(("W", "R"), node.input[1:3]):
+        for d in range(2):
+            expected, _ = _transcribed_int4(floats[name][d], block)
+            (got,) = [np.asarray(v.val).astype(np.int8) for k, v in held.items() if k.endswith(f"_{role}{d}")]
+            assert sorted(map(bytes, got)) == sorted(map(bytes, expected)), (role, d)
+
+
 def test_block_sizes_that_do_not_fit_are_usage_errors(tmp_path):
     with pytest.raises(UsageError, match="does not divide"):
         gp.convert(GRU, tmp_path / "g.onnx", quantize_weights="int4", quantize_block_size=3)
