@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from gatepack.converters.model import Model
     from gatepack.converters.streaming import StatePair
     from gatepack.converters.verification import GivenInputs
-    from gatepack.converters.weight_quantization import Scheme
+    from gatepack.converters.weight_quantization import Done, Scheme
 
 VS_SOURCE = "vs the quantized source"
 UNBOUNDED = Tolerance(1e300, 0.0)  # a comparison that only measures (judged afterwards)
@@ -48,10 +48,12 @@ UNBOUNDED = Tolerance(1e300, 0.0)  # a comparison that only measures (judged aft
 @dataclass(frozen=True)
 class Gate:
     """The user's bound on a lossy conversion's error (``max_error``; None: the source's quantization noise), and
-    the weights quantized as asked (``quantize``: a ``weight_quantization`` scheme, None: the source's own)."""
+    the weights quantized as asked (``quantize``: a ``weight_quantization`` scheme, None: the source's own), with
+    the layers the conversion quantized (``done``: (float, quantized) pairs), which the twin reuses."""
 
     max_error: float | None = None
     quantize: "Scheme | None" = None
+    done: "Done" = ()
 
     def __post_init__(self) -> None:
         value = self.max_error
@@ -86,11 +88,13 @@ def verify_dequantized(
     """The artifact (``written``, being written at ``target_file``) exact against the source's twin, and measured
     against the source (module docstring): on one call, and for a streaming model (``pairs``) over ``frames``
     consecutive calls, states fed back, each side its own. The twin is the source with its weights dequantized,
-    or, when ``gate.quantize``, with them quantized as asked (the same integers as the artifact's), run in float
-    by the source's own runtime. A ``stateful`` artifact (no state inputs) is compared over the calls alone."""
+    or, when ``gate.quantize``, with them quantized as asked (the conversion's own records, ``gate.done``, not
+    quantized again), run in float by the source's own runtime. A ``stateful`` artifact (no state inputs) is
+    compared over the calls alone."""
     twin_words, source_words, noise_words = gate.words
     with tempfile.TemporaryDirectory(prefix="gatepack-twin-") as scratch:
-        quantized = source if gate.quantize is None else quantized_model(source, gate.quantize, written.format)
+        quantize = gate.quantize
+        quantized = source if quantize is None else quantized_model(source, quantize, written.format, gate.done)
         twin = _executed(quantized) if gate.quantize and _run_time(quantized) else _twin(quantized, Path(scratch))
         alike = twin if written.meta.get("other_ops") else replace(twin, meta={**twin.meta, "other_ops": None})
         streamed = [_Call(verify_streaming, {"pairs": pairs, "frames": frames})] if pairs else []

@@ -240,7 +240,8 @@ class Conversion:
     what is written (layers alone, input shapes, layout, weights marked or quantized, state pairs); the source's
     state ``pairs``; ``given``, the inputs verification feeds (with sizes the source runs on where its own drawn
     sizes fail, that rule in words: ``drawn``); and the write options with what the format settles for the whole
-    artifact."""
+    artifact; ``quantized``: with ``--quantize-weights``, each layer before and after quantizing (what the
+    accuracy gate's twin reuses rather than quantizing the source again)."""
 
     source: "Model"
     label: str
@@ -250,6 +251,7 @@ class Conversion:
     given: "GivenInputs"
     drawn: str
     write_options: dict
+    quantized: tuple = ()
 
 
 @dataclass(frozen=True)

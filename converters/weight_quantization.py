@@ -22,7 +22,7 @@ by the accuracy gate (``converters.accuracy``) against the float source.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -206,10 +206,28 @@ def is_asked(found: Finding) -> bool:
     return found.feature == "quantization" and found.detail.startswith(ASKED_DETAIL)
 
 
-def quantized_model(model: "Model", scheme: Scheme, target: str = "") -> "Model":
-    """``model`` with every recurrent layer quantized for ``target`` (``quantized_layer``), nothing else changed."""
+Done = Sequence[tuple[RecurrentLayer, RecurrentLayer]]  # (float layer, the same quantized) pairs, one scheme/target
+
+
+def quantized_model(model: "Model", scheme: Scheme, target: str = "", done: Done = ()) -> "Model":
+    """``model`` with every recurrent layer quantized for ``target`` (``quantized_layer``), nothing else changed. A
+    layer whose float W and R are the very arrays of a layer in ``done`` (quantized already for the same ``scheme``
+    and ``target``: the conversion's, when its verification builds the twin) takes that layer's integers and views
+    instead of quantizing them again (the same records, so the twin computes on exactly what was written)."""
     label = str(model.path or "(in-memory model)")
-    return replace(model, layers=[quantized_layer(layer, scheme, label, target) for layer in model.layers])
+    return replace(
+        model, layers=[_reused(layer, done) or quantized_layer(layer, scheme, label, target) for layer in model.layers]
+    )
+
+
+def _reused(layer: RecurrentLayer, done: Done) -> RecurrentLayer | None:
+    """``layer`` with the quantized directions of the pair in ``done`` whose float layer holds the same W and R
+    arrays (identity, not equality: nothing is compared or copied); None when no pair does."""
+    for floats, quantized in done:
+        pairs = list(zip(floats.directions, layer.directions))
+        if len(floats.directions) == len(layer.directions) and all(a.W is b.W and a.R is b.R for a, b in pairs):
+            return replace(layer, directions=quantized.directions)
+    return None
 
 
 def unheld(target: str, scheme: Scheme | None = None) -> str | None:
