@@ -139,7 +139,7 @@ class ConversionPlan:
       ``converters.weight_quantization``), held as integers by ONNX, OpenVINO and Core ML (LiteRT: per gate, for its
       hybrid int8 kernels; other targets refused); the option accepts that ``lossy`` change, and the artifact is
       judged against the float source within ``max_error`` (by default: the float source's distance to its twin with
-      the same quantized weights run in float, + float32's atol);
+      the same quantized weights run in float, + the float tolerance the artifact met against that twin);
     * ``layout``: 0 or 1 to change the interface layout (None: keep the source's); ``layers_only``: write the
       recurrent layers alone when the model has other operators (a target that holds layers only refuses such a
       model otherwise; ONNX and OpenVINO keep the whole model unless asked);
