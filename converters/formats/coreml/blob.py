@@ -6,9 +6,11 @@ little-endian, every record 64 bytes and every record and every blob's data star
 
     header    u32 count (blobs in the file), u32 version = 2, 7 x u64 reserved = 0
     per blob  metadata: u32 sentinel 0xDEADBEEF, u32 data type (``DATA_TYPES``), u64 size of the data in bytes,
-              u64 offset of the data (= the metadata's offset + 64), u64 padding in bits (sub-byte types only;
-              0 here), 4 x u64 reserved = 0;
-              then the data, the array's elements in row-major order;
+              u64 offset of the data (= the metadata's offset + 64), u64 padding in bits (sub-byte types only:
+              the bits of the last byte past the last element), 4 x u64 reserved = 0;
+              then the data, the array's elements in row-major order (sub-byte types, ``SUB_BYTE_TYPES``: packed
+              into bytes least significant bit first, an element's low bits in the low bits of its first byte,
+              a signed one in two's complement; as coremltools' ``BlobWriter`` writes them, checked byte for byte);
               then zeros up to the next multiple of 64, before the next blob's metadata (none after the last).
 
 A program's constant names its blob by the *metadata's* offset (``BlobFileValue.offset``). The file is what
@@ -40,6 +42,15 @@ DATA_TYPES = {
     np.dtype(np.int32): 14,
     np.dtype(np.uint32): 15,
 }
+# the sub-byte element types, by MIL's name: (the format's number, bits an element); NumPy holds them in int8/uint8
+SUB_BYTE_TYPES = {
+    "int4": (8, 4),
+    "uint1": (9, 1),
+    "uint2": (10, 2),
+    "uint4": (11, 4),
+    "uint3": (12, 3),
+    "uint6": (13, 6),
+}
 SLAB_BYTES = 1 << 24  # a non-contiguous array is written in contiguous slabs of about this size
 
 
@@ -53,19 +64,22 @@ class BlobFile:
         self._file: BinaryIO | None = None
         self._end = 0  # bytes written so far
 
-    def append(self, value: np.ndarray) -> int:
-        """Write ``value`` as the next blob; return the offset of its metadata, which the program's constant
-        names."""
-        code = DATA_TYPES.get(value.dtype)
+    def append(self, value: np.ndarray, sub_byte: str | None = None) -> int:
+        """Write ``value`` as the next blob (``sub_byte``: the MIL type of its elements when it is one of
+        ``SUB_BYTE_TYPES``, packed); return the offset of its metadata, which the program's constant names."""
+        code, bits = SUB_BYTE_TYPES[sub_byte] if sub_byte is not None else (DATA_TYPES.get(value.dtype), 0)
         if code is None:
             raise TypeError(f"a Core ML weight blob holds {sorted(map(str, DATA_TYPES))}, not {value.dtype}")
+        slabs = [packed_bits(value, bits)] if bits else list(_slabs(value))
+        size = sum(len(slab) for slab in slabs)
+        padding = 8 * size - value.size * bits if bits else 0
         if self._file is None:
             self._file = open(self.path, "wb")  # noqa: SIM115  (closed by close())
             self._write(_RECORD.pack(0, VERSION, *[0] * 7))
         self._write(bytes(-self._end % ALIGNMENT))
         offset = self._end
-        self._write(_RECORD.pack(SENTINEL, code, value.nbytes, offset + ALIGNMENT, 0, 0, 0, 0, 0))
-        for slab in _slabs(value):
+        self._write(_RECORD.pack(SENTINEL, code, size, offset + ALIGNMENT, padding, 0, 0, 0, 0))
+        for slab in slabs:
             self._write(slab)
         self.count += 1
         return offset
@@ -101,3 +115,11 @@ def _slabs(value: np.ndarray) -> Iterator[memoryview]:
     rows = max(1, SLAB_BYTES // max(1, value[0].nbytes))
     for start in range(0, value.shape[0], rows):
         yield np.ascontiguousarray(value[start : start + rows]).reshape(-1).data.cast("B")
+
+
+def packed_bits(value: np.ndarray, bits: int) -> memoryview:
+    """``value``'s elements (integers of ``bits`` bits, two's complement when signed) packed into bytes in row-major
+    order, least significant bit first (the module docstring's sub-byte layout)."""
+    low = value.reshape(-1).astype(np.int64) & ((1 << bits) - 1)
+    stream = ((low[:, None] >> np.arange(bits)) & 1).astype(np.uint8)
+    return np.packbits(stream.reshape(-1), bitorder="little").data.cast("B")

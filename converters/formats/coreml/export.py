@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gatepack.converters.formats.coreml.blob import BlobFile
+from gatepack.converters.formats.coreml.blob import SUB_BYTE_TYPES, BlobFile
 from gatepack.converters.formats.coreml.common import FP16_PASSES, _ct
 
 AUTHOR = "com.apple.CoreML"  # the package items' author, the folder under Data/ that holds them
@@ -120,13 +120,13 @@ def _streaming_exporter():
                 weight_id = f"{var.op.enclosing_block.name}_{var.name}"
             if weight_id not in self.weight_id_to_file_value:
                 primitive = var.sym_type.get_primitive() if hasattr(var.sym_type, "get_primitive") else var.sym_type
-                if not _stored_as(var.val, primitive):
-                    raise TypeError(
-                        f"constant {var.name!r}: a {types.builtin_to_string(primitive)} held as {var.val.dtype}"
-                    )
+                kind = types.builtin_to_string(primitive)
+                sub_byte = kind if kind in SUB_BYTE_TYPES else None
+                if sub_byte is None and not _stored_as(var.val, primitive):
+                    raise TypeError(f"constant {var.name!r}: a {kind} held as {var.val.dtype}")
                 self.weight_id_to_file_value[weight_id] = create_file_value_tensor(
                     file_name=f"@model_path/{WEIGHTS_ITEM}/{WEIGHT_FILE}",
-                    offset=self.weights.append(var.val),
+                    offset=self.weights.append(var.val, sub_byte),
                     dim=var.val.shape,
                     data_type=types_to_proto_primitive(primitive),
                 )
@@ -137,7 +137,7 @@ def _streaming_exporter():
 
 def _stored_as(value, primitive) -> bool:
     """Whether ``value``'s NumPy type is MIL's ``primitive`` type itself (a sub-byte type, which MIL holds in int8 or
-    uint8, is not: the blob file packs those, and gatepack never writes them)."""
+    uint8, is not: the blob file packs those, ``blob.SUB_BYTE_TYPES``)."""
     from coremltools.converters.mil.mil import types
 
     name = types.builtin_to_string(primitive)
