@@ -10,8 +10,10 @@ same drawn inputs:
    conversion itself changed nothing;
 2. **measured**: the artifact against the quantized source, output by output, its largest error reported
    and judged against ``max_error`` (``--max-error E``) or, by default, against the source's own quantization
-   noise: ``max |source - twin|`` on that output (plus float32's atol), the distance that is the source's own
-   arithmetic rather than the conversion's.
+   noise: ``max |source - twin|`` on that output, the distance that is the source's own arithmetic rather than the
+   conversion's, plus what part 1 proved of ``|artifact - twin|`` there (``atol + rtol * max |twin|`` at the
+   output's float tolerances: by the triangle inequality the artifact is then no farther from the source than the
+   twin is, up to the float rounding part 1 allows, which scales with the output's magnitude; ``_bounds``).
 
 The twin's distance to the source is printed either way, so a user sees what the quantized arithmetic costs.
 A target whose kernels themselves quantize X and h at run time (LiteRT's hybrid int8, ``--quantize-weights int8
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from gatepack.converters.model import Model
     from gatepack.converters.streaming import StatePair
     from gatepack.converters.verification import GivenInputs
-    from gatepack.converters.weight_quantization import Scheme
+    from gatepack.converters.weight_quantization import Done, Scheme
 
 VS_SOURCE = "vs the quantized source"
 UNBOUNDED = Tolerance(1e300, 0.0)  # a comparison that only measures (judged afterwards)
@@ -48,10 +50,12 @@ UNBOUNDED = Tolerance(1e300, 0.0)  # a comparison that only measures (judged aft
 @dataclass(frozen=True)
 class Gate:
     """The user's bound on a lossy conversion's error (``max_error``; None: the source's quantization noise), and
-    the weights quantized as asked (``quantize``: a ``weight_quantization`` scheme, None: the source's own)."""
+    the weights quantized as asked (``quantize``: a ``weight_quantization`` scheme, None: the source's own), with
+    the layers the conversion quantized (``done``: (float, quantized) pairs), which the twin reuses."""
 
     max_error: float | None = None
     quantize: "Scheme | None" = None
+    done: "Done" = ()
 
     def __post_init__(self) -> None:
         value = self.max_error
@@ -86,11 +90,13 @@ def verify_dequantized(
     """The artifact (``written``, being written at ``target_file``) exact against the source's twin, and measured
     against the source (module docstring): on one call, and for a streaming model (``pairs``) over ``frames``
     consecutive calls, states fed back, each side its own. The twin is the source with its weights dequantized,
-    or, when ``gate.quantize``, with them quantized as asked (the same integers as the artifact's), run in float
-    by the source's own runtime. A ``stateful`` artifact (no state inputs) is compared over the calls alone."""
+    or, when ``gate.quantize``, with them quantized as asked (the conversion's own records, ``gate.done``, not
+    quantized again), run in float by the source's own runtime. A ``stateful`` artifact (no state inputs) is
+    compared over the calls alone."""
     twin_words, source_words, noise_words = gate.words
     with tempfile.TemporaryDirectory(prefix="gatepack-twin-") as scratch:
-        quantized = source if gate.quantize is None else quantized_model(source, gate.quantize, written.format)
+        quantize = gate.quantize
+        quantized = source if quantize is None else quantized_model(source, quantize, written.format, gate.done)
         twin = _executed(quantized) if gate.quantize and _run_time(quantized) else _twin(quantized, Path(scratch))
         alike = twin if written.meta.get("other_ops") else replace(twin, meta={**twin.meta, "other_ops": None})
         streamed = [_Call(verify_streaming, {"pairs": pairs, "frames": frames})] if pairs else []
@@ -102,28 +108,52 @@ def verify_dequantized(
     result.incomplete = next((v.incomplete for v in exact + measured if v.incomplete), None)
     result.streaming = measured[-1].streaming if pairs else None
     result.outputs = [replace(o, output=f"{o.output} vs {twin_words}") for v in exact for o in v.outputs]
-    floor = TOLERANCES["float32"][0]
-    own = {(o.layer, o.output): o.max_abs_error for v in noise for o in v.outputs}
-    # an output judged against the twin in quantization steps: |artifact - source| <= |artifact - twin| + own noise
-    steps = {(o.layer, o.output): o.atol for v in exact for o in v.outputs if o.judgement}
-    for o in (o for v in measured for o in v.outputs):
-        key = (o.layer, o.output)
-        bound = gate.max_error if gate.max_error is not None else own.get(key, 0.0) + steps.get(key, floor)
-        result.outputs.append(_judged(o, bound, source_words))
+    bounds = _bounds(gate, exact, noise, measured)
+    result.outputs += [_judged(o, bounds[(o.layer, o.output)], source_words) for v in measured for o in v.outputs]
     result.notes += [n for v in exact for n in v.notes] + [
         f"the artifact is proven twice on the same inputs: exact against {twin_words} (float tolerances), and "
         f"measured against {source_words}, "
         + (
             f"within --max-error {gate.max_error:g}"
             if gate.max_error is not None
-            else f"within {noise_words} (the source's distance to {twin_words}, + {floor:g}, or + the bound in "
-            "quantization steps the artifact met against the twin)"
+            else f"within {noise_words} (the source's distance to {twin_words}) + the float tolerance the artifact "
+            f"met against {twin_words} on that output (atol + rtol x its largest magnitude, or the bound in "
+            "quantization steps)"
         ),
         f"{noise_words} ({source_words} vs {twin_words}): "
         + ", ".join(f"{_where(o)} {o.max_abs_error:.3g}" for v in noise for o in v.outputs),
         f"measured vs {source_words}: " + "; ".join(_measurement(o) for v in measured for o in v.outputs),
     ]
     return result
+
+
+def _bounds(
+    gate: Gate, exact: list[Verification], noise: list[Verification], measured: list[Verification]
+) -> dict[tuple[str, str], float]:
+    """Per (layer, output), the bound on ``max |artifact - source|``: ``gate.max_error`` when given, else by the
+    triangle inequality ``max |twin - source| + A``, where ``A`` is what the exact part proved of
+    ``|artifact - twin|`` on that output: ``atol + rtol * max |twin|`` at its dtype's float tolerances
+    (``samples.TOLERANCES``; the bound in quantization steps for an output judged so, whose rtol is 0). ``A`` scales
+    with the output: a fixed floor (float32's atol, 1e-5) would fail a correct artifact whose output is 1e4 in
+    size (float32 rounding there is 1e-3) and mean a different thing on one of 1e-4. An output the exact part did
+    not compare takes float32's tolerances at the source's magnitude."""
+    if gate.max_error is not None:
+        return {(o.layer, o.output): float(gate.max_error) for v in measured for o in v.outputs}
+    own = {(o.layer, o.output): o.max_abs_error for v in noise for o in v.outputs}
+    proved = {(o.layer, o.output): _allowance(o.atol, o.rtol, o) for v in exact for o in v.outputs}
+    atol, rtol = TOLERANCES["float32"]
+    return {
+        (o.layer, o.output): own.get((o.layer, o.output), 0.0)
+        + proved.get((o.layer, o.output), _allowance(atol, rtol, o))
+        for v in measured
+        for o in v.outputs
+    }
+
+
+def _allowance(atol: float, rtol: float, comparison: OutputComparison) -> float:
+    """``atol + rtol * max |expected|``: the largest ``|actual - expected|`` a comparison at these tolerances lets
+    pass on ``comparison``'s output."""
+    return atol + rtol * comparison.largest_expected
 
 
 def _run_time(model: "Model") -> bool:

@@ -57,6 +57,8 @@ def _attributes(layer: RecurrentLayer) -> str:
     attrs.append(itf.dtype)
     if layer.is_quantized:
         attrs.append("quantized weights")
+    if layer.is_palettized:
+        attrs.append("palettized weights")
     return f"{layer.cell.op_name} {layer.direction.value}, {', '.join(attrs)}"
 
 
@@ -97,6 +99,8 @@ def describe_text(model: Model) -> str:
             lines.append(f"  parameters: {layer.parameter_count():,}" + ("" if layer.has_bias else " (no bias)"))
             if layer.is_quantized:
                 lines.append(f"  quantized: {layer.quantization_summary()}")
+            if layer.is_palettized:
+                lines.append(f"  palettized: {layer.palettization_summary()}")
             for note in model.notes_for(layer):
                 lines.append(f"  note: {note.detail}" + (f" [warning: {note.warning}]" if note.warning else ""))
     for name, reason in model.skipped:

@@ -56,21 +56,24 @@ def convert(plan: "ConversionPlan", progress: "Progress") -> Result:
 
 def prepare(plan: "ConversionPlan", source: "Model", label: str, base: "Model") -> Conversion:
     """What is written of ``base`` (the source specialised): its layers alone when asked, the input shapes given, the
-    layout asked for, the weights marked for float (``--dequantize``) or quantized (``--quantize-weights``), the
-    source's state pairs; and the write options with what the format settles for the whole artifact."""
+    layout asked for, the weights marked for float (``--dequantize``) or quantized (``--quantize-weights``: each
+    layer quantized once, the pairs kept for the verification's twin), the source's state pairs; and the write
+    options with what the format settles for the whole artifact."""
     from gatepack.converters.model import as_layers_only, with_input_shapes
 
     info, implementation = registry.writer(plan.target)
     model = with_input_shapes(as_layers_only(base) if plan.layers_only else base, plan.given.shapes)
     model = _laid_out(model, plan.layout, label, info, implementation)
-    model = _quantized(plan.accepted.marked(model), label, info.name, plan.accepted.quantize)
+    floats = plan.accepted.marked(model)
+    model = _quantized(floats, label, info.name, plan.accepted.quantize)
+    quantized = tuple(zip(floats.layers, model.layers)) if plan.accepted.quantize else ()  # reused by the twin
     refuse_partial_model(model, label, info.name, plan.layers_only)  # before the source is run for its states
     pairs, given, drawn = state_pairs_of(
         model, source, plan.write_options, plan.request, plan.given, plan.seed, plan.verify, info.stateful_layers
     )
     model = _with_state_pairs(model, label, pairs, bool(plan.write_options.get("stateful")))
     write_options = implementation.settle_options(model, plan.write_options)  # one value for findings and writer
-    return Conversion(source, label, base, model, pairs, given, drawn, write_options)
+    return Conversion(source, label, base, model, pairs, given, drawn, write_options, quantized)
 
 
 def choose(plan: "ConversionPlan", conversion: Conversion) -> dict[str, list["Finding"]]:

@@ -141,7 +141,7 @@ class ConversionPlan:
       whole model's MatMul/Gemm/Conv/Gather weights too (ONNX, OpenVINO, Core ML:
       ``formats/onnx/model_weights``); the option accepts that ``lossy`` change, and the artifact is
       judged against the float source within ``max_error`` (by default: the float source's distance to its twin with
-      the same quantized weights run in float, + float32's atol);
+      the same quantized weights run in float, + the float tolerance the artifact met against that twin);
     * ``layout``: 0 or 1 to change the interface layout (None: keep the source's); ``layers_only``: write the
       recurrent layers alone when the model has other operators (a target that holds layers only refuses such a
       model otherwise; ONNX and OpenVINO keep the whole model unless asked);
@@ -249,7 +249,8 @@ class Conversion:
     what is written (layers alone, input shapes, layout, weights marked or quantized, state pairs); the source's
     state ``pairs``; ``given``, the inputs verification feeds (with sizes the source runs on where its own drawn
     sizes fail, that rule in words: ``drawn``); and the write options with what the format settles for the whole
-    artifact."""
+    artifact; ``quantized``: with ``--quantize-weights``, each layer before and after quantizing (what the
+    accuracy gate's twin reuses rather than quantizing the source again)."""
 
     source: "Model"
     label: str
@@ -259,6 +260,7 @@ class Conversion:
     given: "GivenInputs"
     drawn: str
     write_options: dict
+    quantized: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -85,13 +85,14 @@ def with_finding(layer: RecurrentLayer, target: str, found: list, asked: bool) -
     """A format's findings ``found`` (None entries allowed) with the quantization finding every quantized layer
     gets: the format's own (it holds the integers), else ``dequantized``; when the user ``asked`` for float
     weights (``--dequantize``), ``dequantized`` in place of the format's."""
-    if not layer.is_quantized:
+    if not layer.is_quantized and not layer.is_palettized:
         return found
     own = [f for f in found if f is not None and f.feature == FEATURE]
     if own and not asked:
         return found
     kept = [f for f in found if f is None or f.feature != FEATURE]
-    return kept + [dequantized(layer, target, None if asked and own else "")]
+    reason = None if asked and own else ""
+    return kept + [dequantized(layer, target, reason) if layer.is_quantized else table_as_floats(layer, target, reason)]
 
 
 def refuses(finding: Finding, dequantize: bool) -> bool | None:
@@ -116,6 +117,40 @@ def compressed_source(forms: list[str]) -> Finding:
 
 
 def floats_only(layer: RecurrentLayer) -> RecurrentLayer:
-    """``layer`` with float weights only (its quantized records dropped; W and R are their float view): what a
-    writer writes when the user asked for float weights (``ASKED``)."""
-    return replace(layer, directions=tuple(replace(p, Wq=None, Rq=None) for p in layer.directions))
+    """``layer`` with float weights only (its quantized and lookup-table records dropped; W and R are their float
+    view): what a writer writes when the user asked for float weights (``ASKED``)."""
+    return replace(
+        layer, directions=tuple(replace(p, Wq=None, Rq=None, Wlut=None, Rlut=None) for p in layer.directions)
+    )
+
+
+LUT_HOLDERS = ("coreml",)  # the formats whose writer keeps a lookup table (``PalettizedWeights``) as it is
+
+
+def held_table(layer: RecurrentLayer, how: str) -> Finding:
+    """The lookup tables kept, ``how`` the target stores them (Core ML: constexpr_lut_to_dense ops)."""
+    return Finding(
+        FEATURE, Status.REPACKED, f"{layer.palettization_summary()}: the indices and palettes kept exactly, as {how}"
+    )
+
+
+def table_as_floats(layer: RecurrentLayer, target: str, reason: str | None = "") -> Finding:
+    """A layer whose W or R the source stores as a lookup table, written as the palettes' values (what the source
+    computes on, exactly) because ``target`` holds no table (``reason``: why; '' its format has none) or the user
+    asked (``reason`` None): ``lossy`` (the form is lost, the weights 32 bits each), only with --dequantize."""
+    holders = [h for h in LUT_HOLDERS if h != target]
+    why = (
+        "as asked (--dequantize)"
+        if reason is None
+        else "only with --dequantize ("
+        + (reason or f"{target} holds no lookup table; {' or '.join(LUT_HOLDERS)} keeps it")
+        + ")"
+    )
+    return Finding(
+        FEATURE,
+        Status.LOSSY,
+        f"{layer.palettization_summary()} (constexpr_lut_to_dense): written as float weights, each index replaced by "
+        f"its palette's value (exactly what the source computes on), {why}",
+        alternative=f"pass {DEQUANTIZE_OPTION} to write float weights"
+        + (f", or convert to {' or '.join(holders)}, which keeps the table" if holders else ""),
+    )

@@ -69,7 +69,7 @@ def refuse_dequantizing(model: "Model", label: str, target: str, options: dict, 
     from gatepack.converters.reporting import target_findings
 
     marked = Acceptance(dequantize=dequantize).marked(model)
-    quantized = [layer for layer in marked.layers if layer.is_quantized]
+    quantized = [layer for layer in marked.layers if layer.is_quantized or layer.is_palettized]
     found = {lay.name: target_findings(marked, lay, target, options, whole) for lay in quantized}
     only = {name: [f for f in fs if f.feature == quantization.FEATURE] for name, fs in found.items()}
     refuse_blocking(label, only, Acceptance(lossy=True, dequantize=dequantize))

@@ -54,6 +54,7 @@ class OutputComparison:
     nonfinite_in_source: int = 0  # entries where the source overflowed and the target stayed finite
     agreement: "Agreement | None" = None  # mean error, argmax and threshold agreement (``converters.agreement``)
     judgement: str | None = None  # how it was judged when not by float tolerances (``converters.quantizer_steps``)
+    largest_expected: float = 0.0  # max |expected| over the entries compared: ``atol + rtol * it`` bounds max_abs_error
 
 
 @dataclass(frozen=True)
@@ -291,7 +292,10 @@ def compare(
     nonfinite = int((~trusted & ~same_special).sum())
     if nonfinite and (nonfinite * 2 > b.size or np.isnan(a[~finite & ~same_special]).any()):
         passed = False
-    return OutputComparison(layer_name, output, max_abs, max_rel, atol, rtol, passed, nonfinite, agreement(a, b))
+    largest = float(np.abs(b_cmp).max(initial=0.0))
+    return OutputComparison(
+        layer_name, output, max_abs, max_rel, atol, rtol, passed, nonfinite, agreement(a, b), largest_expected=largest
+    )
 
 
 def _overflowed_sequences(expected: dict[str, np.ndarray]) -> np.ndarray | None:

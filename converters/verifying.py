@@ -65,7 +65,7 @@ def _verification(
     frames, seed = plan.frames, plan.seed
     if accuracy.applies(source, accepted.dequantize) or accepted.quantize is not None:
         progress.step("verifying against the source and its twin" + (", over consecutive calls" if streams else ""))
-        gate = accuracy.Gate(accepted.max_error, accepted.quantize)
+        gate = accuracy.Gate(accepted.max_error, accepted.quantize, conversion.quantized)
         twin_pairs = pairs if streams else ()
         return accuracy.verify_dequantized(
             source, written, tmp, gate, seed=seed, given=given, pairs=twin_pairs, frames=frames, stateful=stateful

@@ -29,7 +29,7 @@ not write them (LiteRT, DirectML, BNNS).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -269,13 +269,29 @@ class ScopeSummary:
         )
 
 
-def quantized_model(model: "Model", scheme: Scheme, target: str = "") -> "Model":
+Done = Sequence[tuple[RecurrentLayer, RecurrentLayer]]  # (float layer, the same quantized) pairs, one scheme/target
+
+
+def quantized_model(model: "Model", scheme: Scheme, target: str = "", done: Done = ()) -> "Model":
     """``model`` with every recurrent layer quantized for ``target`` (``quantized_layer``); with the ``model`` scope,
-    the scheme also in ``meta[SCOPE_KEY]``, where the whole-model writers find it (``model_weights``)."""
+    the scheme also in ``meta[SCOPE_KEY]``, where the whole-model writers find it (``model_weights``). A layer whose
+    float W and R are the very arrays of a layer in ``done`` (quantized already for the same ``scheme`` and
+    ``target``: the conversion's, when its verification builds the twin) takes that layer's integers and views
+    instead of quantizing them again (the same records, so the twin computes on exactly what was written)."""
     label = str(model.path or "(in-memory model)")
-    layers = [quantized_layer(layer, scheme, label, target) for layer in model.layers]
+    layers = [_reused(layer, done) or quantized_layer(layer, scheme, label, target) for layer in model.layers]
     meta = {**model.meta, SCOPE_KEY: scheme} if scheme.scope == "model" else model.meta
     return replace(model, layers=layers, meta=meta)
+
+
+def _reused(layer: RecurrentLayer, done: Done) -> RecurrentLayer | None:
+    """``layer`` with the quantized directions of the pair in ``done`` whose float layer holds the same W and R
+    arrays (identity, not equality: nothing is compared or copied); None when no pair does."""
+    for floats, quantized in done:
+        pairs = list(zip(floats.directions, layer.directions))
+        if len(floats.directions) == len(layer.directions) and all(a.W is b.W and a.R is b.R for a, b in pairs):
+            return replace(layer, directions=quantized.directions)
+    return None
 
 
 def unheld(target: str, scheme: Scheme | None = None) -> str | None:

@@ -49,7 +49,13 @@ import numpy as np
 
 from gatepack.schemas.activations import Activation
 from gatepack.schemas.cells import Cell, CellSpec, spec_of
-from gatepack.schemas.quantized import RUN_TIME_SCHEMES, FloatView, QuantizationError, QuantizedWeights
+from gatepack.schemas.quantized import (
+    RUN_TIME_SCHEMES,
+    FloatView,
+    PalettizedWeights,
+    QuantizationError,
+    QuantizedWeights,
+)
 
 Dim = Union[int, str, None]  # static size, symbolic name, or unknown
 
@@ -169,10 +175,18 @@ class DirectionParams:
     # ``Wq.dequantized()``, exactly (validated): executors read W and R, writers that hold integers read these
     Wq: QuantizedWeights | None = None
     Rq: QuantizedWeights | None = None
+    # the lookup table the source stores W or R as (palettized: ``schemas.quantized.PalettizedWeights``); W and R
+    # are then its palette values, exactly (validated): only a writer holding lookup tables (Core ML) reads these
+    Wlut: PalettizedWeights | None = None
+    Rlut: PalettizedWeights | None = None
 
     def quantized(self, role: str) -> QuantizedWeights | None:
         """The quantized record of ``role`` ('W' or 'R'), None when the source stores floats."""
         return self.Wq if role == "W" else self.Rq if role == "R" else None
+
+    def palettized(self, role: str) -> PalettizedWeights | None:
+        """The lookup-table record of ``role`` ('W' or 'R'), None when the source stores no palette for it."""
+        return self.Wlut if role == "W" else self.Rlut if role == "R" else None
 
     def stored(self, role: str) -> "np.ndarray | FloatView":
         """W or R as held: the array, or the ``FloatView`` its first read makes (``_MadeOnRead``)."""
@@ -376,6 +390,7 @@ class RecurrentLayer:
         if not any(getattr(self.interface, role) for role in OUTPUT_ROLES):
             raise self._fail("requests no output (Y, Y_h or Y_c)")
         self._validate_quantized()
+        self._validate_palettized()
         self._validate_constants()
 
     def _validate_scalars(self) -> None:
@@ -463,6 +478,20 @@ class RecurrentLayer:
         """Whether the source stores W or R as integers (``DirectionParams.Wq``/``Rq``)."""
         return any(p.Wq is not None or p.Rq is not None for p in self.directions)
 
+    @property
+    def is_palettized(self) -> bool:
+        """Whether the source stores W or R as a lookup table (``DirectionParams.Wlut``/``Rlut``)."""
+        return any(p.Wlut is not None or p.Rlut is not None for p in self.directions)
+
+    def palettization_summary(self) -> str:
+        """E.g. 'W 4-bit palette per tensor (16 entries); R ...' ('' when not palettized)."""
+        parts = []
+        for role in QUANTIZED_ROLES:
+            records = [r for r in (p.palettized(role) for p in self.directions) if r is not None]
+            if records:
+                parts.append(f"{role} {' | '.join(sorted({r.describe() for r in records}))}")
+        return "; ".join(parts)
+
     def quantization_summary(self) -> str:
         """E.g. 'W int8 per channel, symmetric; R int8 per channel, symmetric' ('' when not quantized)."""
         parts, schemes = [], set()
@@ -493,6 +522,19 @@ class RecurrentLayer:
                 made = isinstance(floats, FloatView) and floats.record is record
                 if not made and (isinstance(floats, FloatView) or not record.is_dequantization(floats)):
                     raise self._fail(f"direction {d} {role} is not the dequantization of its integers {role}q")
+
+    def _validate_palettized(self) -> None:
+        """Every lookup-table record a ``PalettizedWeights`` shaped as its float view, which is exactly its palette
+        values, and never beside integers of the same role."""
+        for d, params in enumerate(self.directions):
+            for role in QUANTIZED_ROLES:
+                record = params.palettized(role)
+                if record is None:
+                    continue
+                if not isinstance(record, PalettizedWeights) or params.quantized(role) is not None:
+                    raise self._fail(f"direction {d} {role}lut is not a PalettizedWeights beside float {role}")
+                if isinstance(params.stored(role), FloatView) or not record.is_dequantization(getattr(params, role)):
+                    raise self._fail(f"direction {d} {role} is not the values of its lookup table {role}lut")
 
     def _validate_constants(self) -> None:
         if not isinstance(self.constants, dict):

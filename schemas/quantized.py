@@ -248,3 +248,108 @@ def compacted(
         if (scales == scales[:, :, :1]).all() and (zeros == zeros[:, :, :1]).all():
             return record(np.ascontiguousarray(scales[:, :, 0]), np.ascontiguousarray(zeros[:, :, 0]), 1, block)
     raise AssertionError("a block of 1 always holds the parameters")
+
+
+PALETTE_BITS = (1, 2, 3, 4, 6, 8)  # the index widths Core ML's constexpr_lut_to_dense takes (iOS18; iOS16 no 3)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PalettizedWeights:
+    """One direction's W ``[G*H, I]`` or R ``[G*H, H]`` stored as a lookup table (palettized weights, Core ML's
+    ``constexpr_lut_to_dense`` with one value an entry): ``bits``-bit indices into a palette of ``2**bits`` float
+    values, one palette per group of rows and columns::
+
+        W[j, k] = palette[j, k // (cols / col_groups), indices[j, k]]
+
+    The palette is held per row (``[rows, col_groups, 2**bits]``: a group of rows sharing a palette repeats it), so
+    that rows move with theirs (gate blocks reordered); ``grouped`` gives back the producer's table, one palette per
+    group of consecutive rows. The float view is the palette's values themselves, no arithmetic: exact in the
+    palette's dtype (float32 or float16, widened exactly)."""
+
+    indices: np.ndarray  # uint8 [rows, cols], each < 2**bits
+    palette: np.ndarray  # float32 or float16 [rows, col_groups, 2**bits]
+    bits: int
+    dynamic_activations: str = ""  # (none: the layer computes in float on the palette's values)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def __repr__(self) -> str:
+        return f"PalettizedWeights({self.describe()}, {list(self.indices.shape)})"
+
+    @property
+    def col_groups(self) -> int:
+        return int(self.palette.shape[1])
+
+    def describe(self) -> str:
+        """E.g. '4-bit palette per tensor (16 entries)' or '4-bit palette per 8 rows x 2 column groups, float16'."""
+        table = self.grouped()
+        rows = self.indices.shape[0] // table.shape[0]
+        where = (
+            "per tensor"
+            if table.shape[:2] == (1, 1)
+            else f"per {rows} row(s)" + (f" x {self.col_groups} column groups" if self.col_groups > 1 else "")
+        )
+        kind = "" if self.palette.dtype == np.float32 else f", {self.palette.dtype} palette"
+        return f"{self.bits}-bit palette {where} ({2**self.bits} entries){kind}"
+
+    @property
+    def stored_bytes(self) -> int:
+        """The indices packed at ``bits`` a value, plus the palettes as the producer groups them."""
+        return -(-self.indices.size * self.bits // 8) + self.grouped().nbytes
+
+    def dequantized(self, dtype: "np.dtype | type | str" = np.float32) -> np.ndarray:
+        """The dense weight: each index replaced by its palette's value (module docstring), in ``dtype``."""
+        rows, cols = self.indices.shape
+        column_group = np.repeat(np.arange(self.col_groups), cols // self.col_groups)[None, :]
+        dense = self.palette[np.arange(rows)[:, None], column_group, self.indices]
+        return dense.astype(dtype)
+
+    def is_dequantization(self, floats: np.ndarray) -> bool:
+        """Whether ``floats`` is exactly ``dequantized(floats.dtype)``."""
+        return floats.shape == self.indices.shape and np.array_equal(self.dequantized(floats.dtype), floats)
+
+    def rows(self, pick) -> "PalettizedWeights":
+        """The same weight with ``pick`` (a function of an array's rows, e.g. a gate order) applied to its rows."""
+        return replace(self, indices=pick(self.indices), palette=pick(self.palette))
+
+    def grouped(self) -> np.ndarray:
+        """The palettes as the producer holds them, ``[row_groups, col_groups, 2**bits]``: one per block of
+        consecutive rows, the largest block (dividing the rows) over which every row holds the same palette."""
+        rows = self.indices.shape[0]
+        for block in (b for b in range(rows, 0, -1) if rows % b == 0):
+            table = self.palette.reshape(rows // block, block, *self.palette.shape[1:])
+            if (table == table[:, :1]).all():
+                return np.ascontiguousarray(table[:, 0])
+        raise AssertionError("a block of 1 row always holds its palette")
+
+    def validate(self) -> None:
+        """Types, shapes and ranges consistent, else QuantizationError naming the field."""
+        indices, palette = self.indices, self.palette
+        if not isinstance(indices, np.ndarray) or indices.ndim != 2 or indices.dtype != np.uint8:
+            raise QuantizationError(f"indices {getattr(indices, 'dtype', indices)!r} are not a 2-D uint8 array")
+        if self.bits not in PALETTE_BITS:
+            raise QuantizationError(f"bits {self.bits!r} is not one of {PALETTE_BITS}")
+        if not isinstance(palette, np.ndarray) or palette.dtype not in SCALE_TYPES or palette.ndim != 3:
+            raise QuantizationError(f"palette {getattr(palette, 'dtype', palette)!r} is not a 3-D float32/16 array")
+        rows, cols = indices.shape
+        if palette.shape[0] != rows or palette.shape[2] != 2**self.bits or cols % max(palette.shape[1], 1):
+            raise QuantizationError(
+                f"palette has shape {list(palette.shape)}, expected [{rows}, column groups dividing {cols}, "
+                f"{2**self.bits}]"
+            )
+        if indices.size and int(indices.max()) >= 2**self.bits:
+            raise QuantizationError(f"indices reach {int(indices.max())}, beyond {self.bits} bits")
+        if not np.isfinite(palette).all():
+            raise QuantizationError("palette holds a value that is not finite")
+
+
+def palettized(indices: np.ndarray, table: np.ndarray, bits: int) -> PalettizedWeights:
+    """The record of [rows, cols] ``indices`` into ``table`` ``[row_groups, col_groups, 2**bits]`` (one palette per
+    block of rows / columns, as Core ML's iOS18 ``lut`` holds them without its vector axis), each row given its
+    group's palettes."""
+    rows = indices.shape[0]
+    if table.ndim != 3 or rows % table.shape[0]:
+        raise QuantizationError(f"lookup table {list(table.shape)} does not group the {rows} rows")
+    palette = np.ascontiguousarray(np.repeat(table, rows // table.shape[0], axis=0))
+    return PalettizedWeights(np.ascontiguousarray(indices, np.uint8), palette, bits)

@@ -238,3 +238,132 @@ def test_quantize_weights_int8_stores_int8_in_the_weight_file(source, target, op
         rows = _symmetric_int8(inits[node.input[at]][0])
         expected = _blocks(rows, order, hidden) if order else rows
         assert any(np.array_equal(values, expected) for _, values, _ in stored), role
+
+
+# ----------------------------------------------------------------------------------------------- lookup tables
+
+PALETTIZED = "cml_lstm_palettized_ios18.mlpackage"
+
+
+def _coremltools_program(package: Path):
+    """The package's program as coremltools loads it (its own milproto reader and weight-file reader)."""
+    from gatepack.converters.formats.coreml.registration import coremltools
+
+    ct = coremltools()
+    from coremltools.converters.mil.frontend.milproto.load import load
+
+    model = ct.models.MLModel(str(package), skip_model_load=True)
+    spec = model.get_spec()
+    return load(spec, specification_version=spec.specificationVersion, file_weights_dir=model.weights_dir)
+
+
+def _tables(package: Path) -> dict[str, tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per lstm weight input the constexpr_lut_to_dense op computing it: (its opset's form, indices, lut, the dense
+    weight by coremltools' own ``materialized_val_inference``)."""
+    function = _coremltools_program(package).functions["main"]
+    (lstm,) = [op for op in function.operations if op.op_type == "lstm"]
+    found = {}
+    for key in ("weight_ih", "weight_hh"):
+        op = lstm.inputs[key].op
+        assert op.op_type == "constexpr_lut_to_dense", (key, op.op_type)
+        form = "iOS16" if "shape" in op.inputs else "iOS18"
+        found[key] = (form, op.inputs["indices"].val, op.inputs["lut"].val, op.materialized_val_inference())
+    return found
+
+
+def test_a_palettized_lstm_is_read_as_its_lookup_tables():
+    """W and R: the indices and the 4-bit palette coremltools wrote (rows in ONNX's gate order), their values
+    coremltools' decompression exactly."""
+    truth = _truth(PALETTIZED)
+    (layer,) = gp.load(HERE / PALETTIZED).layers
+    assert layer.is_palettized and not layer.is_quantized
+    assert (
+        layer.palettization_summary()
+        == "W 4-bit palette per tensor (16 entries); R 4-bit palette per tensor (16 entries)"
+    )
+    tables = _tables(HERE / PALETTIZED)
+    (params,) = layer.directions
+    for role, key in (("W", "weight_ih"), ("R", "weight_hh")):
+        record = params.palettized(role)
+        _, indices, lut, _ = tables[key]
+        assert record is not None and record.bits == 4
+        np.testing.assert_array_equal(record.indices, _blocks(indices, LSTM_TO_ONNX, 16))
+        np.testing.assert_array_equal(record.grouped(), lut[..., 0])
+        np.testing.assert_array_equal(getattr(params, role), _expected(PALETTIZED, truth, "deq")[0][role])
+
+
+@pytest.mark.parametrize("target", [None, "iOS18"])
+def test_the_palettized_lstm_to_coreml_keeps_its_lookup_tables(target, tmp_path):
+    """Core ML -> Core ML: ``repacked``; the written lstm op's weights are constexpr_lut_to_dense ops (iOS16's packed
+    form at the default target, iOS18's as the source holds it), whose indices and palette are the source's bit for
+    bit (read with coremltools), and the package runs on the interpreter as the source does, near torch."""
+    from gatepack.converters.formats.coreml.running import run_numpy
+
+    out = tmp_path / "out.mlpackage"
+    options = {"minimum_deployment_target": target} if target else {}
+    result = gp.convert(HERE / PALETTIZED, out, layers_only=True, **options)
+    assert result.passed, result.to_text()
+    (found,) = [f for fs in result.findings.values() for f in fs if f.feature == "quantization"]
+    assert found.status.value == "repacked" and "constexpr_lut_to_dense" in found.detail
+    source, written = _tables(HERE / PALETTIZED), _tables(out)
+    for key, (_, indices, lut, dense) in source.items():
+        form, got_indices, got_lut, got_dense = written[key]
+        assert form == (target or "iOS16")
+        assert got_lut.dtype == lut.dtype and np.array_equal(got_lut.reshape(-1), lut.reshape(-1))
+        if form == "iOS18":
+            np.testing.assert_array_equal(got_indices, indices)
+        np.testing.assert_array_equal(got_dense, dense)  # coremltools' own decompression of each
+    truth = _truth(PALETTIZED)
+    (layer,) = gp.load(out).layers
+    feed = {"x": truth["x"]}
+    expected = run_numpy(HERE / PALETTIZED, feed)
+    zeros = np.zeros((1, truth["x"].shape[1], 16), np.float32)  # the source's own initial states (zero consts)
+    got = run_numpy(out, {**feed, **{getattr(layer.interface, r): zeros for r in ("initial_h", "initial_c")}})
+    for name, role in zip(MANIFEST[PALETTIZED]["outputs"], ("y", "y_h", "y_c")):
+        written_name = getattr(layer.interface, role)
+        assert written_name in got, (written_name, sorted(got))
+        np.testing.assert_allclose(got[written_name].reshape(expected[name].shape), expected[name], atol=1e-6)
+
+
+def test_the_palettized_lstm_to_onnx_takes_the_palette_values_with_dequantize(tmp_path):
+    """Refused without --dequantize (the form named, coreml offered); with it the ONNX LSTM's W and R are the palette
+    values, exactly, and verification passes."""
+    with pytest.raises(RefusedError, match="constexpr_lut_to_dense.*only with --dequantize") as refused:
+        gp.convert(HERE / PALETTIZED, tmp_path / "out.onnx", layers_only=True)
+    assert "convert to coreml" in refused.value.one_line()
+    result = gp.convert(HERE / PALETTIZED, tmp_path / "out.onnx", layers_only=True, dequantize=True)
+    assert result.passed
+    proto = onnx.load(str(tmp_path / "out.onnx"))
+    (node,) = [n for n in proto.graph.node if n.op_type == "LSTM"]
+    inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    expected = _expected(PALETTIZED, _truth(PALETTIZED), "deq")[0]
+    np.testing.assert_array_equal(inits[node.input[1]][0], expected["W"])
+    np.testing.assert_array_equal(inits[node.input[2]][0], expected["R"])
+
+
+@pytest.mark.parametrize("kind", ["uint1", "uint2", "uint3", "uint4", "uint6", "int4"])
+def test_sub_byte_blobs_are_what_coremltools_blob_writer_writes(kind, tmp_path):
+    """gatepack's weight file packs sub-byte integers byte for byte as coremltools' own (C++) BlobWriter does."""
+    from gatepack.converters.formats.coreml.blob import SUB_BYTE_TYPES, BlobFile
+    from gatepack.converters.formats.coreml.registration import coremltools
+
+    coremltools()
+    from coremltools.libmilstoragepython import _BlobStorageWriter
+
+    bits = SUB_BYTE_TYPES[kind][1]
+    rng = np.random.default_rng(bits)
+    signed = kind.startswith("int")
+    values = [
+        rng.integers(-(2 ** (bits - 1)) if signed else 0, 2 ** (bits - 1) if signed else 2**bits, n).astype(
+            np.int8 if signed else np.uint8
+        )
+        for n in (5, 64, 13)
+    ]
+    ours = tmp_path / "ours.bin"
+    with BlobFile(ours) as blob:
+        offsets = [blob.append(v, kind) for v in values]
+    writer = _BlobStorageWriter(str(tmp_path / "theirs.bin"))
+    theirs = [getattr(writer, f"write_{kind}_data")(np.ascontiguousarray(v)) for v in values]
+    del writer
+    assert offsets == theirs
+    assert ours.read_bytes() == (tmp_path / "theirs.bin").read_bytes()

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from helpers import Config, build_model
+from helpers import Config, artifact_name, build_model
 
 import gatepack as gp
 from gatepack.cli import main
@@ -260,3 +260,76 @@ def test_a_stateful_int8_file_streams_within_the_gate_over_100_frames(tmp_path):
     measured = [o for o in verification.outputs if o.output.endswith("vs the float source")]
     assert twin and all(o.max_abs_error < 1e-6 for o in twin)
     assert measured and all(0 < o.max_abs_error <= o.atol for o in measured)
+
+
+# ------------------------------------------------------------------------- weight-only int8 (ai-edge-quantizer)
+
+# Keras 3 loops through ai-edge-quantizer's weight_only_wi8_afp32: INT8 weights with a DEQUANTIZE in front (float
+# activations), fixtures/producers/make_producers.py litert_aeq_weight_only
+WEIGHT_ONLY = sorted(p.stem for p in LITERT.glob("*_aeq_wo8.tflite"))
+
+
+def _body_int8_rows(path: Path) -> set[tuple[bytes, float]]:
+    """Every row of every INT8 2-D tensor of the file's subgraphs, with its scale (parsed with ``tflite``)."""
+    model = tflite.Model.GetRootAsModel(path.read_bytes(), 0)
+    rows = set()
+    for g in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(g)
+        for k in range(graph.TensorsLength()):
+            t = graph.Tensors(k)
+            if t.Type() != INT8 or t.ShapeLength() != 2:
+                continue
+            values = model.Buffers(t.Buffer()).DataAsNumpy().view(np.int8).reshape(t.ShapeAsNumpy())
+            scale = t.Quantization().ScaleAsNumpy()
+            assert not t.Quantization().ZeroPointAsNumpy().any()
+            rows |= {(row.tobytes(), float(scale[j if scale.size > 1 else 0])) for j, row in enumerate(values)}
+    return rows
+
+
+@pytest.mark.parametrize("name", WEIGHT_ONLY)
+def test_a_weight_only_int8_loop_is_read_with_the_file_s_integers(name):
+    """Each row of W and R: integers and scale of a row of the file's INT8 weights (symmetric, per row), float
+    activations (no run-time arithmetic named)."""
+    assert len(WEIGHT_ONLY) == 2
+    (layer,) = gp.load(LITERT / f"{name}.tflite").layers
+    assert layer.is_quantized and "int8 per channel, symmetric" in layer.quantization_summary()
+    stored = _body_int8_rows(LITERT / f"{name}.tflite")
+    for params in layer.directions:
+        for role in ("W", "R"):
+            record = params.quantized(role)
+            assert record is not None and record.dynamic_activations == ""
+            scales = record.broadcast(record.scale)[:, 0]
+            assert {(row.tobytes(), float(s)) for row, s in zip(record.values, scales)} <= stored
+
+
+@pytest.mark.parametrize("name", WEIGHT_ONLY)
+def test_a_weight_only_int8_loop_converts_to_every_target(name, tmp_path):
+    """ONNX, OpenVINO and Core ML keep the integers (``repacked``), the ONNX file on onnxruntime within float
+    rounding of the interpreter's outputs on the producer's file (the truth); LiteRT (whose kernels would quantize X
+    and h), DirectML and BNNS only with --dequantize."""
+    import onnxruntime as ort
+
+    source = LITERT / f"{name}.tflite"
+    truth = dict(np.load(source.with_suffix(".truth.npz")))
+    for target in ("onnx", "openvino", "coreml"):
+        result = gp.convert(source, tmp_path / artifact_name(target, f"out_{target}"), to=target, layers_only=True)
+        assert result.passed, result.to_text()
+        (found,) = [f for fs in result.findings.values() for f in fs if f.feature == "quantization"]
+        assert found.status.value == "repacked"
+    written = tmp_path / artifact_name("onnx", "out_onnx")
+    (layer,) = gp.load(written).layers
+    session = ort.InferenceSession(str(written), providers=["CPUExecutionProvider"])
+    feed = {layer.interface.x: truth["serving_default_x:0"].transpose(1, 0, 2)}  # the loop's X is time-major
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+    for role in ("y_h", "y_c"):
+        name_ = getattr(layer.interface, role)
+        if name_:
+            np.testing.assert_allclose(got[name_][0], truth[f"litert:{name_}"], atol=1e-6)
+    assert any(np.abs(truth[f"litert:{k}"] - truth[k]).max() > 1e-4 for k in truth if f"litert:{k}" in truth)
+    for target in ("litert", "directml", "bnns"):
+        with pytest.raises(gp.RefusedError, match="--dequantize"):
+            gp.convert(source, tmp_path / artifact_name(target, f"refused_{target}"), to=target, layers_only=True)
+        result = gp.convert(
+            source, tmp_path / artifact_name(target, f"out_{target}"), to=target, layers_only=True, dequantize=True
+        )
+        assert result.passed, result.to_text()

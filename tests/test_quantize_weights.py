@@ -339,3 +339,36 @@ def test_writing_the_integers_never_makes_the_float_view(target, tmp_path, monke
         integers, scale = _transcribed(np.asarray(floats.W))
         np.testing.assert_array_equal(params.W, integers.astype(np.float32) * scale[:, None])
     assert made  # read here, and only here
+
+
+@pytest.mark.parametrize("target", weight_quantization.HOLDERS)
+def test_a_verified_conversion_quantizes_each_weight_once(target, tmp_path, monkeypatch):
+    """The accuracy gate's twin reuses the records the conversion wrote (``Gate.done``): each direction's W and R
+    is quantized once, not again for the twin, and the twin computes on those very records."""
+    calls = []
+    original = weight_quantization.quantize_rows
+    monkeypatch.setattr(
+        weight_quantization, "quantize_rows", lambda *a, **k: calls.append(a[0].shape) or original(*a, **k)
+    )
+    result = gp.convert(GRU, tmp_path / artifact_name(target, "gru"), to=target, quantize_weights="int8")
+    assert result.passed, result.to_text()
+    directions = len(gp.load(GRU).layers[0].directions)
+    assert len(calls) == 2 * directions, calls  # W and R per direction, once
+
+
+def test_the_twin_takes_the_conversions_records_only_from_the_same_floats():
+    """``quantized_model(..., done)`` reuses a quantized layer only when its float W and R are the very arrays of the
+    layer quantized; a layer with other floats (here: a copy) is quantized on its own."""
+    scheme = weight_quantization.Scheme("int8")
+    model = gp.load(GRU)
+    done = weight_quantization.quantized_model(model, scheme)
+    pairs = tuple(zip(model.layers, done.layers))
+    reused = weight_quantization.quantized_model(model, scheme, done=pairs).layers[0]
+    assert all(a.Wq is b.Wq and a.Rq is b.Rq for a, b in zip(reused.directions, done.layers[0].directions))
+    from dataclasses import replace
+
+    copied = replace(model.layers[0], directions=tuple(replace(p, W=np.array(p.W)) for p in model.layers[0].directions))
+    fresh = weight_quantization.quantized_model(replace(model, layers=[copied]), scheme, done=pairs).layers[0]
+    for a, b in zip(fresh.directions, done.layers[0].directions):
+        assert a.Wq is not b.Wq
+        np.testing.assert_array_equal(a.Wq.values, b.Wq.values)

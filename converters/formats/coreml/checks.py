@@ -7,11 +7,13 @@ from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.coreml.common import (
     FORMAT,
+    LUT,
     TARGETS,
     ChosenTarget,
     _target_rank,
     constexpr_op,
     lowest_target,
+    lut_unholdable,
     safe_name,
     unholdable,
     written_straight,
@@ -51,6 +53,9 @@ def _quantized(layer: RecurrentLayer, target: str, chosen: str, compress_to_fp16
     """A quantized layer's ``quantization`` finding: its integers kept as constexpr ops, or why they cannot be
     (``dequantized``, refused unless --dequantize)."""
     records = [r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None]
+    tables = [r for p in layer.directions for r in (p.Wlut, p.Rlut) if r is not None]
+    if tables and not records:
+        return [_tables(layer, tables, target, chosen, compress_to_fp16)]
     if not records:
         return []
     why = unholdable(records, target, compress_to_fp16)
@@ -61,6 +66,18 @@ def _quantized(layer: RecurrentLayer, target: str, chosen: str, compress_to_fp16
     )
     how = f"{constexpr_op(target)} ops ({target}) feeding {consumer}, the integers in the package's weight file"
     return [quantization.held(layer, how)]
+
+
+def _tables(layer: RecurrentLayer, tables: list, target: str, chosen: str, compress_to_fp16: bool) -> Finding:
+    """A palettized layer's ``quantization`` finding: its lookup tables kept as ``constexpr_lut_to_dense`` ops, or
+    why they cannot be (written as the palettes' values, refused unless --dequantize)."""
+    why = lut_unholdable(tables, target, compress_to_fp16)
+    if why is not None:
+        return quantization.table_as_floats(layer, FORMAT, f"Core ML cannot hold them here: {why}")
+    consumer = (
+        f"the {COREML.ops[layer.cell].name} op's weights" if chosen == "native" else "the while_loop cell's matmuls"
+    )
+    return quantization.held_table(layer, f"{LUT} ops ({target}) feeding {consumer}, in the package's weight file")
 
 
 def _deployment(target: str) -> str:

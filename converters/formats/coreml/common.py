@@ -23,7 +23,7 @@ from gatepack.converters.quantization import ASKED as DEQUANTIZE_ASKED
 from gatepack.schemas.layer import (
     RecurrentLayer,
 )
-from gatepack.schemas.quantized import RUN_TIME_SCHEMES, QuantizedWeights
+from gatepack.schemas.quantized import RUN_TIME_SCHEMES, PalettizedWeights, QuantizedWeights
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
@@ -135,6 +135,9 @@ def lowest_target(
         if quantized and records and not compress_to_fp16:
             op_target = constexpr_target(records)
             needs.setdefault(op_target, f"layer {layer.name!r}'s quantized weights need {constexpr_op(op_target)}")
+        tables = [r for p in layer.directions for r in (p.Wlut, p.Rlut) if r is not None]
+        if quantized and tables and not compress_to_fp16:
+            needs.setdefault(lut_target(tables), f"layer {layer.name!r}'s lookup tables need {LUT}")
     if compress_to_fp16:
         needs.setdefault(FP16_TARGET, "fp16 packages (--compress-to-fp16) need it")
     if stateful:
@@ -182,6 +185,29 @@ def unholdable(records: Sequence[QuantizedWeights], target: str, compress_to_fp1
         return f"constexpr ops need {AFFINE_TARGET} or later (the target is {target})"
     if rank < TARGETS.index(BLOCKWISE_TARGET) and any(r.bits != 8 or r.axis == 1 for r in records):
         return f"{BLOCKWISE} (4-bit or per-block weights) needs {BLOCKWISE_TARGET} (the target is {target})"
+    return None
+
+
+LUT = "constexpr_lut_to_dense"
+LUT_TARGET, GROUPED_LUT_TARGET = "iOS16", "iOS18"  # one palette a tensor (1, 2, 4, 6, 8 bits); a palette per group
+
+
+def lut_target(records: Sequence[PalettizedWeights]) -> str:
+    """The lowest target whose ``constexpr_lut_to_dense`` writes ``records``: iOS16's holds one palette a tensor of
+    1, 2, 4, 6 or 8 bits, iOS18's a palette per group of rows and columns and 3-bit indices."""
+    grouped = any(r.grouped().shape[:2] != (1, 1) or r.bits == 3 for r in records)
+    return GROUPED_LUT_TARGET if grouped else LUT_TARGET
+
+
+def lut_unholdable(records: Sequence[PalettizedWeights], target: str, compress_to_fp16: bool = False) -> str | None:
+    """Why the lookup tables ``records`` cannot be written as ``constexpr_lut_to_dense`` at ``target`` (None: they
+    can)."""
+    if compress_to_fp16 and any(r.palette.dtype != np.float16 for r in records):
+        return "an fp16 package (--compress-to-fp16) rounds the float32 palettes to fp16"
+    needed = lut_target(records)
+    if _target_rank(target) < TARGETS.index(needed):
+        what = "a palette per group or 3-bit indices" if needed != LUT_TARGET else "one palette a tensor"
+        return f"{LUT} with {what} needs {needed} (the target is {target})"
     return None
 
 

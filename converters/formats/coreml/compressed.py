@@ -5,14 +5,21 @@ into ``schemas.quantized`` records and written from them.
 op is ``constexpr_affine_dequantize`` or ``constexpr_blockwise_shift_scale`` on constant integers with integer zero
 points and a float32 scale, the integers with their scale and zero point spread over the weight's shape
 (``Spread``): the caller moves rows as the weight's layout asks (gate blocks, directions), then keeps the most compact
-exact record (``schemas.quantized.compacted``), so any ``axis`` or block shape maps onto gatepack's rows. Any other
-form (a lookup table, an fp16 scale, whose product the program rounds to fp16, a fractional zero point) has no
+exact record (``schemas.quantized.compacted``), so any ``axis`` or block shape maps onto gatepack's rows. A
+``constexpr_lut_to_dense`` computing a matrix with one value an entry (iOS16: one palette, the indices packed; iOS18:
+a palette per group of rows and columns) is read into a lookup-table record (``schemas.quantized.PalettizedWeights``,
+``Compressed.lut``): the indices and palettes exactly, which only a Core ML target holds (a native op's weights;
+``unheld`` still says why no integer record holds it, for the other targets and for a loop's weights). Any other
+form (a vector table, an fp16 scale, whose product the program rounds to fp16, a fractional zero point) has no
 exact record: ``unheld`` says why, and the layer is read as the float values the program computes on, which a target
 takes only with ``--dequantize`` (``quantization.compressed_source``).
 
 **Write.** A record becomes one constexpr op: ``constexpr_affine_dequantize`` (iOS16/17: 8 bits, per tensor or per
 output row, ``axis`` 0) or ``constexpr_blockwise_shift_scale`` (iOS18: 4 or 8 bits, per tensor, row or block of the
-row; ``offset`` only when a zero point is not 0). coremltools stores the integers in the package's weight file.
+row; ``offset`` only when a zero point is not 0). coremltools stores the integers in the package's weight file. A
+lookup-table record becomes ``constexpr_lut_to_dense`` (``emit_lut``): the iOS18 op with the indices as uint1..uint8
+and ``lut`` [row groups, column groups, 2^bits, 1], or below iOS18, for one palette a tensor, the iOS16 op with the
+indices packed least significant bit first, ``lut`` [2^bits] and ``shape``.
 """
 
 from __future__ import annotations
@@ -23,11 +30,19 @@ from typing import Sequence
 
 import numpy as np
 
-from gatepack.converters.formats.coreml.common import AFFINE, BLOCKWISE, _mil_types, _value, constexpr_op
-from gatepack.converters.formats.coreml.mil_constexpr import _along, decompressed, spread_blocks
-from gatepack.schemas.quantized import QuantizedWeights, compacted
-
-LUT = "constexpr_lut_to_dense"
+from gatepack.converters.formats.coreml.common import (
+    AFFINE,
+    BLOCKWISE,
+    GROUPED_LUT_TARGET,
+    LUT,
+    TARGETS,
+    _mil_types,
+    _target_rank,
+    _value,
+    constexpr_op,
+)
+from gatepack.converters.formats.coreml.mil_constexpr import _along, _unpacked, decompressed, spread_blocks
+from gatepack.schemas.quantized import PalettizedWeights, QuantizedWeights, compacted, palettized
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,7 @@ class Compressed:
     spread: Spread | None
     form: str
     unheld: str | None
+    lut: PalettizedWeights | None = None  # a lookup table's exact record (``unheld`` says why no integers hold it)
 
 
 def read(var) -> Compressed | None:
@@ -69,7 +85,7 @@ def read(var) -> Compressed | None:
     floats, form = np.asarray(decompressed(op)), _form(op)
     unheld = _unheld(op)
     if unheld is not None:
-        return Compressed(floats, None, form, unheld)
+        return Compressed(floats, None, form, unheld, _palette(op) if op.op_type == LUT else None)
     data = np.asarray(op.inputs["quantized_data" if op.op_type == AFFINE else "data"].val)
     scale, zero = _spread_parameters(op, data)
     bits = int(re.sub(r"\D", "", form.split("(")[-1]))
@@ -91,6 +107,27 @@ def _unheld(op) -> str | None:
     if zero is not None and not np.array_equal(np.asarray(zero.val), np.round(np.asarray(zero.val))):
         return "a fractional zero point, which no integer record holds"
     return None
+
+
+def _palette(op) -> PalettizedWeights | None:
+    """The lookup-table record of a ``constexpr_lut_to_dense`` computing a matrix with one value an entry from
+    constant inputs; None for another form (a vector table, another rank, a table another constexpr op computes)."""
+    if any(v.val is None for v in op.inputs.values()):
+        return None
+    lut = np.asarray(op.inputs["lut"].val)
+    if lut.dtype not in (np.float32, np.float16):
+        return None
+    if "shape" in op.inputs:  # iOS16: one palette, the indices packed
+        shape = [int(v) for v in np.asarray(op.inputs["shape"].val).reshape(-1)]
+        bits = int(np.log2(lut.size))
+        if len(shape) != 2:
+            return None
+        indices = _unpacked(op.inputs["indices"].val, bits, shape[0] * shape[1]).reshape(shape)
+        return palettized(indices.astype(np.uint8), lut.reshape(1, 1, -1), bits)
+    indices = np.asarray(op.inputs["indices"].val)
+    if indices.ndim != 2 or lut.ndim != 4 or lut.shape[-1] != 1:
+        return None
+    return palettized(indices.astype(np.uint8), lut[..., 0], int(np.log2(lut.shape[-2])))
 
 
 def _spread_parameters(op, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -140,6 +177,29 @@ def emit(mb, record: QuantizedWeights, name: str, target: str):
     return mb.constexpr_blockwise_shift_scale(data=data, scale=record.scale.reshape(shape), name=name, **offset)
 
 
+INDEX_TYPES = {1: "uint1", 2: "uint2", 3: "uint3", 4: "uint4", 6: "uint6", 8: "uint8"}  # iOS18's IndicesT
+
+
+def emit_lut(mb, record: PalettizedWeights, name: str, target: str):
+    """``record`` ([rows, cols], rows in the op's order) as ``constexpr_lut_to_dense`` at ``target`` (module
+    docstring), named ``name``: its indices and palettes as they are."""
+    table = record.grouped()
+    if _target_rank(target) >= TARGETS.index(GROUPED_LUT_TARGET):
+        kind = INDEX_TYPES[record.bits]
+        dtype = np.uint8 if kind == "uint8" else getattr(_mil_types(), f"np_{kind}_dtype")
+        return mb.constexpr_lut_to_dense(indices=record.indices.astype(dtype), lut=table[..., None], name=name)
+    stream = ((record.indices.reshape(-1, 1).astype(np.uint16) >> np.arange(record.bits)) & 1).astype(np.uint8)
+    packed = np.packbits(stream.reshape(-1), bitorder="little")
+    shape = np.array(record.indices.shape, np.uint32)
+    return mb.constexpr_lut_to_dense(indices=packed, lut=table.reshape(-1), shape=shape, name=name)
+
+
+def palette(found: Compressed | None, pick=lambda array: array) -> PalettizedWeights | None:
+    """The lookup-table record of a compressed weight, ``pick`` (its rows in gatepack's order) applied to its rows;
+    None for a constant or another form."""
+    return None if found is None or found.lut is None else found.lut.rows(pick)
+
+
 def weight(var) -> tuple[np.ndarray | None, Compressed | None]:
     """A weight's value: a constant's, or the decompressed value of the constexpr op computing it (also returned)."""
     found = read(var)
@@ -152,12 +212,13 @@ def record(found: Compressed | None, pick=lambda array: array) -> QuantizedWeigh
     return None if found is None or found.spread is None else found.spread.rows(pick).record()
 
 
-def unheld_forms(found: Sequence[Compressed | None], labels: Sequence[str]) -> list[str]:
-    """'W: constexpr_lut_to_dense (4-bit palette) is ...' for each compressed weight without an exact record."""
+def unheld_forms(found: Sequence[Compressed | None], labels: Sequence[str], tables: bool = False) -> list[str]:
+    """'W: constexpr_lut_to_dense (4-bit palette) is ...' for each compressed weight without an exact record (with
+    ``tables``, a lookup table's record counts as one: the caller keeps it)."""
     return [
         f"{label} stored as {c.form}: {c.unheld}"
         for c, label in zip(found, labels)
-        if c is not None and c.unheld is not None
+        if c is not None and c.unheld is not None and not (tables and c.lut is not None)
     ]
 
 

@@ -79,12 +79,18 @@ def _op_weights(op, cell: Cell, path: Path, layer: str) -> tuple[dict, list[Find
 
 
 def _records(w_found, r_found, pick, found: list[Finding], suffix: str = "") -> dict:
-    """``Wq`` and ``Rq``, the exact records of weight_ih and weight_hh where constexpr ops compute them (rows in
-    ONNX's gate order by ``pick``); a note appended to ``found`` for a compressed form no record holds."""
-    unheld = compressed.unheld_forms([w_found, r_found], [f"weight_ih{suffix}", f"weight_hh{suffix}"])
+    """``Wq`` and ``Rq``, the exact records of weight_ih and weight_hh where constexpr ops compute them, or ``Wlut``
+    and ``Rlut`` where lookup tables do (rows in ONNX's gate order by ``pick``); a note appended to ``found`` for a
+    compressed form no record holds."""
+    unheld = compressed.unheld_forms([w_found, r_found], [f"weight_ih{suffix}", f"weight_hh{suffix}"], tables=True)
     if unheld:
         found.append(compressed_source(unheld))
-    return {"Wq": compressed.record(w_found, pick), "Rq": compressed.record(r_found, pick)}
+    return {
+        "Wq": compressed.record(w_found, pick),
+        "Rq": compressed.record(r_found, pick),
+        "Wlut": compressed.palette(w_found, pick),
+        "Rlut": compressed.palette(r_found, pick),
+    }
 
 
 NATIVE_OPS = {"gru": Cell.GRU, "rnn": Cell.RNN, "lstm": Cell.LSTM}
@@ -174,8 +180,7 @@ def _op_directions(
     params = DirectionParams(
         *_float32_weights(got),
         activations=got["activations"][: cell.activation_count],
-        Wq=got["Wq"],
-        Rq=got["Rq"],
+        **{key: got[key] for key in ("Wq", "Rq", "Wlut", "Rlut")},
     )
     direction = Direction.REVERSE if got["reverse"] else Direction.FORWARD
     return [params], direction, got["lbr"], got["has_bias"], found

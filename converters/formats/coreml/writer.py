@@ -49,6 +49,7 @@ from gatepack.converters.formats.coreml.common import (
     _target_rank,
     check_sanitised_names,
     choose_strategy,
+    lut_unholdable,
     safe_name,
     unholdable,
     written_straight,
@@ -135,7 +136,7 @@ def emit_layer(mb, layer: RecurrentLayer, given: dict, strategy: str, target: st
     every role the layer does not hold as a constant); return (Y, Y_h[, Y_c]) in that layout and the strategy
     chosen (native op where it is exact, else the ``while_loop`` decomposition)."""
     chosen, _ = choose_strategy(layer, strategy, target)
-    if layer.is_quantized and _records_unheld(layer, target):  # (the findings refuse it unless --dequantize)
+    if (layer.is_quantized or layer.is_palettized) and _records_unheld(layer, target):  # (refused unless asked)
         layer = floats_only(layer)
     x = given["x"]
     held = _held_constants(mb, layer, x)
@@ -149,13 +150,19 @@ def emit_layer(mb, layer: RecurrentLayer, given: dict, strategy: str, target: st
 def _records_unheld(layer: RecurrentLayer, target: str) -> str | None:
     """Why ``layer``'s quantized records cannot be written as constexpr ops at ``target`` (None: they can)."""
     records = [r for p in layer.directions for r in (p.Wq, p.Rq) if r is not None]
-    return unholdable(records, target)
+    tables = [r for p in layer.directions for r in (p.Wlut, p.Rlut) if r is not None]
+    return (unholdable(records, target) if records else None) or (lut_unholdable(tables, target) if tables else None)
 
 
 def _weight(mb, layer: RecurrentLayer, k: int, role: str, name: str, target: str, native_key: str | None = None):
     """Direction ``k``'s W or R as a const op named ``name``, or, when the layer holds its integers, the constexpr
     op decompressing them (``compressed.emit``); ``native_key``: as the native op's ``weight_ih`` / ``weight_hh``,
     rows in its gate order."""
+    table = layer.directions[k].palettized(role)
+    if table is not None:  # the lookup table as it is (``compressed.emit_lut``), rows in the op's gate order
+        return compressed.emit_lut(
+            mb, table.rows(lambda a: to_apple(a, layer.cell)) if native_key else table, name, target
+        )
     record = layer.directions[k].quantized(role)
     if record is None:
         value = apple_tensor(layer, k, native_key) if native_key else _stored(getattr(layer.directions[k], role))

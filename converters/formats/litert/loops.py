@@ -118,10 +118,14 @@ def body_constants(
     file: Any, body: Any, where: str, records: dict[str, QuantizedWeights] | None = None
 ) -> dict[str, np.ndarray]:
     """The body's float constants by name, with each [2H, d] + [H, d] pair stacked. An INT8 weight of a hybrid
-    ``FULLY_CONNECTED`` (``quantized``) is there as its float view, its record put into ``records`` by name."""
+    ``FULLY_CONNECTED`` (``quantized``) is there as its float view, its record put into ``records`` by name; so is
+    an INT8 weight a ``DEQUANTIZE`` turns into floats (weight-only quantization, ai-edge-quantizer's
+    ``weight_only_wi8_afp32``: float activations, the record naming no run-time arithmetic), under the name of the
+    ``DEQUANTIZE``'s output, which the step multiplies."""
     found: dict[str, np.ndarray] = {}
     kinds = {v: k for k, v in vars(file.s.TensorType).items() if not k.startswith("_")}
     asymmetric = _asymmetric_inputs(file, body)
+    dequantized = _dequantized_inputs(file, body)
     for k, t in enumerate(body.tensors):
         buffer = file.model.buffers[t.buffer] if 0 <= t.buffer < len(file.model.buffers) else None
         if buffer is None or buffer.data is None or not len(buffer.data):
@@ -132,11 +136,14 @@ def body_constants(
         raw = bytes(np.asarray(buffer.data, np.uint8))
         if kind in ("UINT8", "INT16") and len(shape) == 2:
             raise LiftRefused(f"{where}: its step's weights {name!r} are {kind}, which no hybrid kernel here reads")
-        if kind == "INT8" and len(shape) == 2 and records is not None and k in asymmetric:
+        if kind == "INT8" and len(shape) == 2 and records is not None and (k in asymmetric or k in dequantized):
             try:
-                records[name] = int8_record(t, np.frombuffer(raw, np.int8).reshape(shape), asymmetric[k])
+                record = int8_record(t, np.frombuffer(raw, np.int8).reshape(shape), asymmetric.get(k, False))
             except (ValueError, QuantizationError) as err:
                 raise InputError(f"{where}: INT8 weight {name!r}: {err}") from None
+            if k in dequantized:  # DEQUANTIZE -> float products: no run-time arithmetic; named by its output
+                record, name = replace(record, dynamic_activations=""), dequantized[k]
+            records[name] = record
             found[name] = records[name].dequantized()
         if kind != "FLOAT32":
             continue
@@ -158,6 +165,15 @@ def _asymmetric_inputs(file: Any, body: Any) -> dict[int, bool]:
         if file.op_name(step_op) == "FULLY_CONNECTED" and len(step_op.inputs) > 1:
             found[int(step_op.inputs[1])] = bool(getattr(step_op.builtinOptions, "asymmetricQuantizeInputs", False))
     return found
+
+
+def _dequantized_inputs(file: Any, body: Any) -> dict[int, str]:
+    """Each INT8 tensor a ``DEQUANTIZE`` of the body turns into floats -> the name of the float tensor it makes."""
+    return {
+        int(step_op.inputs[0]): file.decoded(body.tensors[int(step_op.outputs[0])].name, "a tensor name")
+        for step_op in body.operators or []
+        if file.op_name(step_op) == "DEQUANTIZE"
+    }
 
 
 def with_records(layer: RecurrentLayer, records: dict[str, QuantizedWeights], where: str) -> RecurrentLayer:
@@ -358,6 +374,7 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
     handle = LoopHandle(loop_alone(file, op, list(indices.values())), fed, tuple(written.items()))
     records: dict[str, QuantizedWeights] = {}
     weights = body_constants(file, body, where, records)
+    hybrid = any(record.dynamic_activations for record in records.values())
     rec = Recurrence(
         name=name,
         found=where,
@@ -368,23 +385,31 @@ def _lifted(file: Any, op: Any) -> tuple[RecurrentLayer, Finding]:
         candidates=candidates_from_constants(weights, shape[2], hidden),
         activations=body_activations(file, body),
         run_original=lambda feed: run_loop(handle, itf, feed, where),
-        tolerance=DYNAMIC_INT8 if records else None,  # the hybrid kernels quantize X and h at run time
+        tolerance=DYNAMIC_INT8 if hybrid else None,  # the hybrid kernels quantize X and h at run time
         constants=constants,
     )
     lifted = lift(rec)
     layer = with_records(lifted.layer, records, where)
-    if records:
+    if hybrid:
         prove_hybrid(layer, rec, where)
+    finding = _lifted_finding(lifted.description, lifted.tried, _proofs(signature, records, hybrid), itf, states_text)
+    provenance = Provenance(FORMAT, file.path, name, "lifted", "WHILE", inputs=(itf.x,), layout=0, handle=handle)
+    return replace(layer, provenance=provenance), finding
+
+
+def _proofs(signature: list[int], records: dict, hybrid: bool) -> str:
+    """What the lift's proof of a loop adds in words: a dynamic batch proven at the stored one; INT8 weights behind
+    ``DEQUANTIZE`` ops, or hybrid ones proven again on the executor of LiteRT's hybrid products."""
     proofs = [" (its batch dynamic in the file, proven at the stored batch)" if signature[1] < 0 else ""]
-    if records:
+    if records and not hybrid:
+        proofs.append(" (its INT8 weights dequantized to float by DEQUANTIZE ops, as the layer's records compute them)")
+    if hybrid:
         proofs.append(
             f" within {DYNAMIC_INT8}'s tolerance (its INT8 weights quantize X and h at run time); the layer with those "
             "integers, run on gatepack's executor of LiteRT's hybrid products, agrees with the loop at float32's "
             "tolerance"
         )
-    finding = _lifted_finding(lifted.description, lifted.tried, "".join(proofs), itf, states_text)
-    provenance = Provenance(FORMAT, file.path, name, "lifted", "WHILE", inputs=(itf.x,), layout=0, handle=handle)
-    return replace(layer, provenance=provenance), finding
+    return "".join(proofs)
 
 
 def _body_of(file: Any, op: Any, where: str) -> Any:
