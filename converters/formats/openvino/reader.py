@@ -109,7 +109,9 @@ def read(path: str | Path, **_options) -> Model:
     other = [
         op.get_type_name()
         for op in ov_model.get_ops()
-        if op.get_type_name() not in kept and op.get_friendly_name() not in lifted_loops and id(op) not in weights
+        if op.get_type_name() not in kept
+        and op.get_friendly_name() not in lifted_loops
+        and op.get_instance_id() not in weights
     ]
     meta = {
         "other_ops": sorted(set(other)),
@@ -345,12 +347,14 @@ def _check_sequence_weights(
 
 
 def _constant_cones(sequence_ops: list) -> set[int]:
-    """The ids of the nodes computing the sequence ops' inputs from Constants alone (compressed weights: NNCF's
-    Convert/Subtract/Multiply/Reshape chains), which are the layers' own weights, not operators around them."""
+    """The instance ids of the nodes computing the sequence ops' inputs from Constants alone (compressed weights:
+    NNCF's Convert/Subtract/Multiply/Reshape chains), which are the layers' own weights, not operators around them.
+    (A node's ``get_instance_id``, never ``id()``: each ``get_ops`` or ``get_node`` makes new Python wrappers, whose
+    ids the garbage collector hands out again.)"""
     constant: dict[int, bool] = {}
 
     def from_constants(node) -> bool:
-        key = id(node)
+        key = node.get_instance_id()
         if key not in constant:
             kind = node.get_type_name()
             inputs = [node.input_value(k).get_node() for k in range(node.get_input_size())]
@@ -363,8 +367,8 @@ def _constant_cones(sequence_ops: list) -> set[int]:
     stack = [op.input_value(k).get_node() for op in sequence_ops for k in range(op.get_input_size())]
     while stack:
         node = stack.pop()
-        if id(node) not in cones and from_constants(node):
-            cones.add(id(node))
+        if node.get_instance_id() not in cones and from_constants(node):
+            cones.add(node.get_instance_id())
             stack += [node.input_value(k).get_node() for k in range(node.get_input_size())]
     return cones
 
