@@ -134,16 +134,22 @@ def _onnx_for_directml_op(cell: Cell) -> Op:
 
 
 _TRANSPOSES = "Transpose nodes around a layout-0 node (onnxruntime rejects layout=1; OpenVINO's importer ignores it)"
-# an operator for each cell that has one (``CellSpec.onnx_op``): a cell without one is not written (gatepack does not
-# read its own elementary Loop back yet)
+_LOOP = "a Loop over time per direction: MatMul, Add, Mul, Where, Clip and the activations' own operators"
+# an operator for each cell that has one (``CellSpec.onnx_op``); a cell without one is written as elementary operators
+# from its graph step (``onnx.elementary``), described in the model's metadata (``onnx.described`` reads it back). The
+# operators lack nothing a canonical layer has, so ``auto`` keeps the operator wherever there is one.
 CAPABILITIES = Capabilities(
-    NAME, lambda cell: None if cell.spec.onnx_op is None else _onnx_op(cell), transposes=_TRANSPOSES, dynamic_shapes=""
+    NAME,
+    lambda cell: None if cell.spec.onnx_op is None else _onnx_op(cell),
+    elementary=f"elementary ONNX operators ({_LOOP})",
+    transposes=_TRANSPOSES,
+    dynamic_shapes="",
+    dtypes=frozen({**AS_STORED, "float64": Carried(Status.EXACT, "float64")}),
 )
 FOR_DIRECTML = Capabilities(
     NAME,
     per_cell(_onnx_for_directml_op, cells=BUILT_IN_OPS),
-    elementary="elementary ONNX operators (a Loop over time per direction: MatMul, Add, Mul, Where, Clip and the "
-    "activations' own operators)",
+    elementary=f"elementary ONNX operators ({_LOOP})",
     elementary_weights=None,
     reported=frozen(
         {"clip": Reported(elementary=Status.DECOMPOSED), "sequence_lens": Reported(elementary=Status.DECOMPOSED)}
