@@ -54,7 +54,11 @@ def described_layers(constants: ModelConstants, opset: int) -> list[RecurrentLay
         found = json.loads(text)
     except ValueError:
         raise InputError(f"{constants.path}: its gatepack metadata is not JSON") from None
-    if not isinstance(found, dict) or found.get("format") != METADATA_FORMAT or not isinstance(found.get("layers"), list):
+    if (
+        not isinstance(found, dict)
+        or found.get("format") != METADATA_FORMAT
+        or not isinstance(found.get("layers"), list)
+    ):
         raise InputError(f"{constants.path}: its gatepack metadata is not a {METADATA_FORMAT} description")
     return [_described(constants, opset, item) for item in found["layers"]]
 

@@ -24,7 +24,7 @@ from gatepack.converters.capabilities import (
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.fileio import starts_like_protobuf
 from gatepack.converters.findings import Status
-from gatepack.converters.registration import FormatInfo, WriteOption, is_bool, one_of
+from gatepack.converters.registration import STRATEGY, FormatInfo, WriteOption, is_bool, one_of
 from gatepack.schemas.cells import Cell
 
 NAME = "onnx"
@@ -78,6 +78,7 @@ OPTIONS = (
         str.lower,
         any_case=True,
     ),
+    STRATEGY,
 )
 
 # ------------------------------------------------------------------------------------------ capabilities
@@ -102,6 +103,19 @@ def _onnx_op(cell: Cell) -> Op:
     )
 
 
+_PROVIDER_DTYPES = frozen(
+    {
+        **AS_STORED,
+        "float64": Carried(
+            Status.UNSUPPORTED,
+            f"float64: {PROVIDER} registers GRU/RNN/LSTM for float16 and float32 only (the node would run on "
+            "another provider, and onnxruntime's CPU GRU/LSTM take no float64)",
+            alternative="convert the model to float32 first, or leave out --for directml",
+        ),
+    }
+)
+
+
 def _onnx_for_directml_op(cell: Cell) -> Op:
     return Op(
         f"DirectML provider's {cell.op_name}",
@@ -111,17 +125,7 @@ def _onnx_for_directml_op(cell: Cell) -> Op:
         activations=(_PROVIDER_ACTIVATIONS,) * cell.activation_count,
         clip=Clip.EXACT if cell is Cell.LSTM else Clip.ABSENT,
         bias_tensor="B [D, 2*G*H]",
-        dtypes=frozen(
-            {
-                **AS_STORED,
-                "float64": Carried(
-                    Status.UNSUPPORTED,
-                    f"float64: {PROVIDER} registers GRU/RNN/LSTM for float16 and float32 only (the node would run on "
-                    "another provider, and onnxruntime's CPU GRU/LSTM take no float64)",
-                    alternative="convert the model to float32 first, or leave out --for directml",
-                ),
-            }
-        ),
+        dtypes=_PROVIDER_DTYPES,
         notes=frozen(
             {
                 "clip": f"DML_{cell.op_name}_OPERATOR_DESC has no clip field, so the provider drops it",
@@ -156,6 +160,7 @@ FOR_DIRECTML = Capabilities(
     ),
     transposes=_TRANSPOSES,
     dynamic_shapes="",
+    dtypes=_PROVIDER_DTYPES,
 )
 
 # ---------------------------------------------------------------------------------------------- the record
