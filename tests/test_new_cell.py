@@ -186,3 +186,15 @@ def test_a_graph_step_that_swaps_the_update_fails_verification(tmp_path):
         assert not (tmp_path / "out.onnx").exists()
     finally:
         cells.unregister(swapped)
+
+
+def test_onnx_for_directml_holds_it_too_and_native_refuses_it(mgu, tmp_path):
+    """``--for directml`` writes the same Loop (DirectML has no MGU operator to prefer); ``--strategy native`` has no
+    operator to use: refused, naming the elementary form."""
+    out = tmp_path / "dml.onnx"
+    result = gp.convert(Model(None, "onnx", [_layer(mgu)]), out, to="onnx", runtime="directml")
+    assert result.passed and "Loop" in {node.op_type for node in onnx.load(str(out)).graph.node}
+    assert gp.load(out).layers[0].cell is mgu
+    with pytest.raises(gp.RefusedError) as refused:
+        gp.convert(Model(None, "onnx", [_layer(mgu)]), tmp_path / "n.onnx", to="onnx", strategy="native")
+    assert "there is no MGU op" in str(refused.value) and "decomposed" in (refused.value.hint or "")

@@ -307,7 +307,7 @@ def check(
     for_directml = runtime_name(runtime) == "directml"
     form = form_of(layer, ONNX_FOR_DIRECTML if for_directml else ONNX, strategy)
     opset = layers_opset([layer], opset, runtime)
-    named = f"{layer.cell.op_name} operator, opset {opset}"
+    named = f"{layer.cell.op_name} operator, opset {opset}" if layer.cell.spec.onnx_op else None
     found = findings(layer, form, named=named)
     attribute = None
     if layer.interface.layout == 1 and layout_encoding == "attribute" and for_directml:

@@ -148,6 +148,7 @@ CAPABILITIES = Capabilities(
     elementary=f"elementary ONNX operators ({_LOOP})",
     transposes=_TRANSPOSES,
     dynamic_shapes="",
+    alternatives=frozen({"cell": "use --strategy auto or decomposed (a Loop of elementary operators)"}),
     dtypes=frozen({**AS_STORED, "float64": Carried(Status.EXACT, "float64")}),
 )
 FOR_DIRECTML = Capabilities(
