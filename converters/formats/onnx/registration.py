@@ -24,8 +24,9 @@ from gatepack.converters.capabilities import (
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.fileio import starts_like_protobuf
 from gatepack.converters.findings import Status
-from gatepack.converters.registration import STRATEGY, FormatInfo, WriteOption, is_bool, one_of
+from gatepack.converters.registration import STRATEGY, FormatInfo, WeightForm, WriteOption, is_bool, one_of
 from gatepack.schemas.cells import Cell
+from gatepack.schemas.schemes import FLOAT_ACTIVATIONS, ORT_DYNAMIC
 
 NAME = "onnx"
 
@@ -187,6 +188,8 @@ INFO = FormatInfo(
     "mask): each state and Y keep their value where the mask is false",
     companions=(".onnx.data",),
     recognise=starts_like_protobuf(".onnx", FIRST_TAGS),
+    holds_quantized=(FLOAT_ACTIVATIONS, ORT_DYNAMIC),  # QDQ; DynamicQuantizeLSTM
+    quantizes_weights=WeightForm(),
 )
 
 
