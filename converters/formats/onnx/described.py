@@ -82,8 +82,12 @@ def _described(constants: ModelConstants, opset: int, item: object) -> Recurrent
     for k in range(info.direction.count):
         prefix = f"d{k}."
         held = {key[len(prefix) :]: name for key, name in weights.items() if key.startswith(prefix)}
+
+        def named(label: str, own: dict[str, str] = held) -> np.ndarray:
+            return value(own.get(label))
+
         try:
-            directions.append(elementary_direction(info, k, held, lambda label, own=held: value(own.get(label))))
+            directions.append(elementary_direction(info, k, held, named))
         except ValueError as err:
             raise InputError(f"{path}: {err}") from None
     itf = info.interface

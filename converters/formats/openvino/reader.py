@@ -504,8 +504,12 @@ def _held_directions(info, ops_by_name: dict, const) -> list[DirectionParams]:
     for k in range(info.direction.count):
         prefix = held_weight_name(info.name, f"d{k}.")
         held = [n[len(prefix) :] for n in ops_by_name if n.startswith(prefix)]
+
+        def named(label: str, d: int = k) -> np.ndarray:
+            return const(f"held.d{d}.{label}")
+
         try:
-            directions.append(elementary_direction(info, k, held, lambda label, d=k: const(f"held.d{d}.{label}")))
+            directions.append(elementary_direction(info, k, held, named))
         except ValueError as err:
             raise InputError(str(err)) from None
     return directions
