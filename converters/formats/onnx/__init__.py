@@ -16,8 +16,9 @@ they are named by their path (``If_0/then_branch/GRU_3``).
 
 This module is the format's entry (``write``, ``check``, ``IMPLEMENTATION``); the rest, one module per role:
 ``onnx.graph`` (loading, external data, the walk of every graph, the handle that runs a node alone),
-``onnx.reader`` (the reading's entry, with ``onnx.node``, ``onnx.interface``, ``onnx.constants``, ``onnx.quantized``
-and ``onnx.lifted``), ``onnx.writer`` (a layer as nodes), ``onnx.rewrite`` (a whole model rewritten in place) and
+``onnx.reader`` (the reading's entry, with ``onnx.node``, ``onnx.interface``, ``onnx.constants``, ``onnx.quantized``,
+``onnx.described`` and ``onnx.lifted``), ``onnx.writer`` (a layer as nodes, or as ``onnx.elementary``'s Loop: a cell
+without an ONNX operator, ``--strategy decomposed``), ``onnx.rewrite`` (a whole model rewritten in place) and
 ``onnx.running`` (onnxruntime sessions).
 """
 
