@@ -155,7 +155,8 @@ CAPABILITIES = Capabilities(
 FOR_DIRECTML = Capabilities(
     NAME,
     per_cell(_onnx_for_directml_op, cells=BUILT_IN_OPS),
-    elementary=f"elementary ONNX operators ({_LOOP})",
+    elementary=f"elementary ONNX operators ({_LOOP}; onnxruntime runs a Loop on its CPU provider: {PROVIDER} has "
+    "no Loop kernel)",
     elementary_weights=None,
     reported=frozen(
         {"clip": Reported(elementary=Status.DECOMPOSED), "sequence_lens": Reported(elementary=Status.DECOMPOSED)}
