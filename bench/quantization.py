@@ -145,11 +145,11 @@ def _time(seconds: float) -> str:
 
 
 def holders(targets: list[str]) -> list[str]:
-    """The targets of ``targets`` whose writer holds int8 weights today (``weight_quantization.HOLDERS``): a target
+    """The targets of ``targets`` whose writer holds int8 weights today (``weight_quantization.holders``): a target
     gets its row once its writer exists."""
     from gatepack.converters import weight_quantization
 
-    return [t for t in targets if t in weight_quantization.HOLDERS]
+    return [t for t in targets if t in weight_quantization.holders()]
 
 
 @dataclass(frozen=True)

@@ -394,9 +394,9 @@ def table() -> str:
 
 
 def lacking_becomes(caps: Capabilities, cell: Cell) -> str:
-    """What becomes of a feature the format's op for ``cell`` lacks: decomposed, unsupported, or "—" (it lacks
-    none of the features an ONNX layer may have)."""
-    return "decomposed" if caps.elementary else "unsupported" if _lacks_any(caps.ops[cell], cell) else "—"
+    """What becomes of a feature the format's op for ``cell`` lacks: "—" (it lacks none of the features an ONNX
+    layer may have), decomposed or unsupported."""
+    return "—" if not _lacks_any(caps.ops[cell], cell) else "decomposed" if caps.elementary else "unsupported"
 
 
 def _lacks_any(op: Op, cell: Cell) -> bool:

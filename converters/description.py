@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from gatepack.schemas.layer import (
     PERM_SWAP_01,
     Cell,
     Direction,
+    DirectionParams,
     Interface,
     Provenance,
     RecurrentLayer,
@@ -130,6 +131,27 @@ def held_weight_name(layer: str, weight: str) -> str:
     """The initializer name of a held layer's weight ``weight`` (``onnx.elementary``'s: ``d0.WT``, ``d0.Wb``,
     ``d0.R_<gates>T``, ``d0.Rb_<gates>``, ``d0.P``), which OpenVINO's ONNX frontend keeps as its constant's name."""
     return f"{layer}/held.{weight}"
+
+
+def elementary_direction(
+    info: Described, k: int, held: Iterable[str], const: Callable[[str], np.ndarray]
+) -> DirectionParams:
+    """Direction ``k`` of a layer written as ``onnx.elementary`` writes it, from the names of its weights ``held``
+    (``WT`` and ``Wb`` whole, ``R_<gates>T`` and ``Rb_<gates>`` in blocks of gates, ``P`` for peepholes) and
+    ``const(name)``, their values: W = WT^T, R = the R blocks' transposes stacked in ONNX gate order, Rb alike.
+    A ValueError where the blocks are not the cell's gates, each once."""
+    gates = info.cell.spec.gates
+    names = set(held)
+    blocks = sorted(
+        (n[2:-1] for n in names if n.startswith("R_") and n.endswith("T")),
+        key=lambda block: gates.index(block[0]) if block and block[0] in gates else len(gates),
+    )
+    if "".join(blocks) != "".join(gates):
+        raise ValueError(f"{info.name!r}: the graph holds recurrent weight blocks {blocks}, not the gates {gates}")
+    r = np.concatenate([const(f"R_{block}T").T for block in blocks])
+    rb = np.concatenate([const(f"Rb_{block}") for block in blocks])
+    p = const("P") if "P" in names else None
+    return DirectionParams(const("WT").T.copy(), r, const("Wb"), rb, info.activations[k], p)
 
 
 def parse(path: Path, entry: object) -> Described:

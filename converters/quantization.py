@@ -3,9 +3,9 @@ the same integers, scale and zero point, moved), or written as their float view 
 only when the user asks (``--dequantize``, API ``dequantize=True``): ``lossy``, refused otherwise, naming the
 option. A format that holds quantized weights words its own ``held`` finding; every other one gets
 ``dequantized`` from the report (``reporting.target_findings``), so no format can drop the integers silently.
-Which formats hold them depends on the source operator's run-time arithmetic (``HOLDERS``): integers with float
-activations go to ONNX, OpenVINO and Core ML, onnxruntime's uint8-activation LSTM to ONNX, LiteRT's hybrid kernels
-(X and h quantized per row) to LiteRT alone.
+Which formats hold them depends on the source operator's run-time arithmetic (``holders``, from each format's record,
+``FormatInfo.holds_quantized``): integers with float activations go to ONNX, OpenVINO and Core ML, onnxruntime's
+uint8-activation LSTM to ONNX, LiteRT's hybrid kernels (X and h quantized per row) to LiteRT alone.
 """
 
 from __future__ import annotations
@@ -13,26 +13,24 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import gatepack.converters.registry as registry
 from gatepack.converters.findings import Finding, Status
 from gatepack.schemas.layer import RecurrentLayer
-from gatepack.schemas.quantized import LITERT_ASYMMETRIC, LITERT_SYMMETRIC, ORT_DYNAMIC, RUN_TIME_SCHEMES
+from gatepack.schemas.quantized import RUN_TIME_SCHEMES
+from gatepack.schemas.schemes import FLOAT_ACTIVATIONS
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
 
 FEATURE = "quantization"
 DEQUANTIZE_OPTION = "--dequantize (API: dequantize=True)"
-# The formats whose writer keeps quantized weights as integers, by the run-time arithmetic of the source's operator
-# (``QuantizedWeights.dynamic_activations``): float activations ('') in ONNX (QDQ), OpenVINO (compressed constants)
-# and Core ML (constexpr ops); onnxruntime's uint8 activations in ONNX (DynamicQuantizeLSTM); LiteRT's hybrid int8
-# ones in LiteRT.
-HOLDERS = {
-    "": ("onnx", "openvino", "coreml"),
-    ORT_DYNAMIC: ("onnx",),
-    LITERT_ASYMMETRIC: ("litert",),
-    LITERT_SYMMETRIC: ("litert",),
-}
 ASKED = "dequantize"  # Model.meta key: the user asked for float weights everywhere (``--dequantize``)
+
+
+def holders(scheme: str) -> tuple[str, ...]:
+    """The formats whose writer keeps as integers quantized weights computed on with the run-time arithmetic
+    ``scheme`` (``QuantizedWeights.dynamic_activations``; ``FLOAT_ACTIVATIONS``: none), in the registry's order."""
+    return tuple(name for name, info in registry.FORMATS.items() if scheme in info.holds_quantized)
 
 
 def held(layer: RecurrentLayer, how: str) -> Finding:
@@ -52,9 +50,9 @@ def dequantized(layer: RecurrentLayer, target: str, reason: str | None = "") -> 
         if dynamic
         else " (the numbers the source computes on, stored in float: 4x larger for 8 bits)"
     )
-    holders = [h for h in HOLDERS[dynamic] if h != target]
-    keep = f", or convert to {' or '.join(holders)}, which keeps the integers" if holders else ""
-    own = f"{target} has no kernel that computes it" if dynamic and target not in HOLDERS[""] else ""
+    others = [h for h in holders(dynamic) if h != target]
+    keep = f", or convert to {' or '.join(others)}, which keeps the integers" if others else ""
+    own = f"{target} has no kernel that computes it" if dynamic and target not in holders(FLOAT_ACTIVATIONS) else ""
     why = (
         "as asked (--dequantize)" if reason is None else f"{reason or own or target + ' holds no quantized weights'}: "
     )

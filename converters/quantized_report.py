@@ -122,10 +122,10 @@ def build(
     scheme: quantizing.Scheme | None,
 ) -> "Report":
     """``build_report`` (``reporting``'s) of ``model`` with its weights quantized as ``convert`` quantizes them for
-    each target: one form for every target, a target with a form of its own (``weight_quantization.FORMS``)
+    each target: one form for every target, a target with a form of its own (``weight_quantization.form_for``)
     reported on its own quantized layers."""
     found = build_report(quantized_for_report(model, scheme), targets, options)
-    for target in [t for t in targets if scheme is not None and t in quantizing.FORMS]:
+    for target in [t for t in targets if scheme is not None and quantizing.has_own_form(t)]:
         own = build_report(quantized_for_report(model, scheme, target), [target], options)
         for lay, its in zip(found.layers, own.layers):
             lay.targets[target] = its.targets[target]
@@ -146,7 +146,7 @@ def refusal(target: str, findings: list[Finding], scheme: quantizing.Scheme | No
         "quantization",
         Status.UNSUPPORTED,
         detail,
-        alternative=f"convert to {' or '.join(quantizing.HOLDERS)} (ONNX at the opset the integers need: "
+        alternative=f"convert to {' or '.join(quantizing.holders())} (ONNX at the opset the integers need: "
         "--layers-only writes a whole model's layers at it), or leave out --quantize-weights",
     )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from gatepack.converters.errors import RuntimeFailure, UsageError
 from gatepack.converters.fileio import OutputKind
@@ -199,6 +199,18 @@ class FormatImplementation:
     graph_analyses: "GraphAnalyses | None" = None
 
 
+class WeightForm(NamedTuple):
+    """How a format holds weights quantized as asked (``--quantize-weights``, ``converters.weight_quantization``):
+    rows sharing one scale (``per_gate``: each gate block's H rows, else each row its own) and the run-time
+    quantization of X and h its kernels add (``schemas.schemes``; '': none)."""
+
+    per_gate: bool = False
+    activations: str = ""
+
+    def words(self) -> str:
+        return "per gate block (one scale per gate matrix)" if self.per_gate else "per output channel"
+
+
 @dataclass(frozen=True)
 class FormatInfo:
     """A format's registry entry (plain data; see the module docstring)."""
@@ -245,6 +257,13 @@ class FormatInfo:
     # the type a stateful artifact's runtime holds its states in between calls (Core ML states are fp16 only):
     # streaming verification compares at that type's tolerance, and at float32's otherwise
     held_state_dtype: str = "float32"
+    # the run-time arithmetic of the quantized weights whose integers its writer keeps
+    # (``QuantizedWeights.dynamic_activations``: a name of ``schemas.schemes``; ``FLOAT_ACTIVATIONS`` for integers
+    # computed on in float): ``converters.quantization``'s holders; the others are written as floats, refused
+    # without --dequantize
+    holds_quantized: tuple[str, ...] = ()
+    # how its writer holds weights quantized as asked (--quantize-weights; None: it does not)
+    quantizes_weights: WeightForm | None = None
 
     def writes_cell(self, cell: "Cell") -> bool:
         """Whether its writer writes ``cell``: named in ``cells``, else with an op of its own or its elementary form

@@ -771,12 +771,14 @@ def verify_provider_nodes(written: Model, runtime: str, result: Verification, *,
     """Node by node, every recurrent node of the ONNX model ``written`` for ``runtime`` (an onnxruntime
     execution provider): gatepack's executor of that runtime's operator semantics, reading the node as the
     provider reads it (``run_onnx_node``), against onnxruntime CPU on the same node and random inputs. Each
-    output is added to ``result`` (a node the provider would compute otherwise fails it)."""
+    output is added to ``result`` (a node the provider would compute otherwise fails it). A layer written as
+    elementary operators (read back by its description) is no such node: the provider runs those operators."""
     provider = registry.reader(runtime).run_onnx_node
     if provider is None:
         raise UsageError(f"{runtime} has no gatepack executor of the nodes onnxruntime hands it")
     rng = np.random.default_rng(seed + 1)
-    for layer in written.layers:
+    nodes = [layer for layer in written.layers if layer.provenance is not None and layer.provenance.kind == "node"]
+    for layer in nodes:
         role_inputs = sample_inputs(layer, rng, sample_sizes(layer, layer))
         on_cpu = registry.reader(written.format).run_layer_native
         expected = from_interface(layer, on_cpu(layer, to_interface(layer, role_inputs)))
@@ -791,7 +793,7 @@ def verify_provider_nodes(written: Model, runtime: str, result: Verification, *,
             continue
         compared = _compared_outputs(label, actual, expected, (layer.interface.dtype,), None)
         result.outputs += judged_per_step(layer, compared, actual, expected, role_inputs)
-    if written.layers:
+    if nodes:
         result.notes.append(
             f"each recurrent node of the written model also ran on gatepack's executor of {runtime}'s operator "
             f"semantics, read as onnxruntime's {runtime} provider reads it, against onnxruntime CPU on that node"

@@ -9,12 +9,13 @@ block of B consecutive columns of a row, symmetric::
 (g the row j for per channel, else the block holding column k; -2^(b-1) unused, so the grid is symmetric: ±127
 for int8, ±7 for int4), so the float view the layer then computes on is ``q * scale`` (``schemas.quantized``): the
 layer carries ``Wq``/``Rq`` and W, R become that view, exactly. 4-bit integers sit in int8 arrays with ``bits`` 4;
-the writers pack them two a byte. A target that holds quantized weights writes the integers (ONNX: QDQ, opset 21
-for 4 bits or blocks; OpenVINO: NNCF's compressed constants; Core ML: constexpr ops; LiteRT: int8 tensors its
-hybrid kernels take); every other target is refused, naming those that hold them. LiteRT quantizes per gate block
-instead (``FORMS``): its sequence ops' hybrid kernels take one int8 scale per weight tensor, one gate's [H, K]
-(``max`` over the block's rows), and they quantize X and h at run time, which the records say
-(``dynamic_activations``); it holds int8 without blocks only (``unheld``).
+the writers pack them two a byte. A target that holds quantized weights (its registration record's
+``FormatInfo.quantizes_weights``: ``holders``, ``form_for``) writes the integers (ONNX: QDQ, opset 21 for 4 bits or
+blocks; OpenVINO: NNCF's compressed constants; Core ML: constexpr ops; LiteRT: int8 tensors its hybrid kernels take);
+every other target is refused, naming those that hold them. LiteRT quantizes per gate block instead: its sequence
+ops' hybrid kernels take one int8 scale per weight tensor, one gate's [H, K] (``max`` over the block's rows), and
+they quantize X and h at run time, which the records say (``dynamic_activations``); it holds int8 without blocks
+only (``unheld``).
 The change is ``lossy`` by construction; the option is the user's acceptance of it, and the artifact is judged
 by the accuracy gate (``converters.accuracy``) against the float source.
 
@@ -33,11 +34,13 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+import gatepack.converters.registry as registry
 from gatepack.converters.errors import UsageError
 from gatepack.converters.fileio import release_pages
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.registration import WeightForm
 from gatepack.schemas.layer import RecurrentLayer
-from gatepack.schemas.quantized import LITERT_ASYMMETRIC, RUN_TIME_SCHEMES, FloatView, QuantizedWeights
+from gatepack.schemas.quantized import RUN_TIME_SCHEMES, FloatView, QuantizedWeights
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
@@ -48,24 +51,28 @@ SCOPE_OPTION = "--quantize-weights-scope (API: quantize_weights_scope=)"
 SCOPES = ("layers", "model")  # the recurrent layers' W and R; and a whole model's MatMul/Gemm/Conv/Gather weights
 SCOPE_KEY = "quantize_model_weights"  # Model.meta: the Scheme a whole model's other weights are quantized with
 SCHEMES = {"int8": 8, "int4": 4}  # name -> bits; the integers are symmetric, in int8 arrays
-HOLDERS = ("onnx", "openvino", "coreml", "litert")  # the targets whose writer keeps these integers
 ASKED_DETAIL = "W and R quantized as asked"  # how the finding below begins (told from a target's own)
 MODEL_DETAIL = "the model's other weights quantized as asked"  # how ScopeSummary.finding begins
 
 
-@dataclass(frozen=True)
-class Form:
-    """How a target holds the integers: rows sharing one scale (``per_gate``: each gate block's H rows, else each
-    row its own) and the run-time quantization of X and h its kernels add (``schemas.quantized``; '': none)."""
-
-    per_gate: bool = False
-    activations: str = ""
-
-    def words(self) -> str:
-        return "per gate block (one scale per gate matrix)" if self.per_gate else "per output channel"
+def holders() -> tuple[str, ...]:
+    """The targets whose writer keeps these integers (``FormatInfo.quantizes_weights``), in the registry's order."""
+    return tuple(name for name, info in registry.FORMATS.items() if info.quantizes_weights is not None)
 
 
-FORMS = {"litert": Form(per_gate=True, activations=LITERT_ASYMMETRIC)}  # every other holder: Form()
+def form_for(target: str) -> WeightForm:
+    """How ``target`` holds the integers (its record's ``quantizes_weights``; the plain form for any other target,
+    or for none: '')."""
+    info = registry.FORMATS.get(target)
+    found = None if info is None else info.quantizes_weights
+    return WeightForm() if found is None else found
+
+
+def has_own_form(target: str) -> bool:
+    """Whether ``target`` holds the integers otherwise than every other holder (LiteRT's per gate block)."""
+    return form_for(target) != WeightForm()
+
+
 BLOCK_BYTES = 1 << 20  # the floats quantized at a time: a block of rows that stays in cache
 
 
@@ -85,7 +92,7 @@ class Scheme:
     def __str__(self) -> str:
         return self.name if self.block_size is None else f"{self.name} in blocks of {self.block_size}"
 
-    def granularity(self, form: Form) -> str:
+    def granularity(self, form: WeightForm) -> str:
         """'per output channel', 'per gate block ...' (``form``'s) or 'per block of B columns'."""
         return form.words() if self.block_size is None else f"per block of {self.block_size} columns"
 
@@ -153,7 +160,7 @@ def quantize_rows(
 
 
 def quantized_layer(layer: RecurrentLayer, scheme: Scheme, label: str, target: str = "") -> RecurrentLayer:
-    """``layer`` with each direction's W and R quantized (``Wq``/``Rq``) as ``target`` holds them (``FORMS``) and
+    """``layer`` with each direction's W and R quantized (``Wq``/``Rq``) as ``target`` holds them (``form_for``) and
     W, R their float view; UsageError for a layer that is quantized already, or whose W or R rows the block size
     does not divide. The directions' integers of W (and of R) are consecutive rows of one array [D, G*H, K], so a
     writer stacking them (OpenVINO) takes that array as it is."""
@@ -171,7 +178,7 @@ def quantized_layer(layer: RecurrentLayer, scheme: Scheme, label: str, target: s
                 f"({'input' if role == 'W' else 'hidden'} size)",
                 hint="give a block size dividing both the input and the hidden size, or leave it out (per channel)",
             )
-    form = FORMS.get(target, Form())
+    form = form_for(target)
     group = layer.hidden_size if form.per_gate else 1
     first = layer.directions[0]
     stacked = {role: np.empty((len(layer.directions), *getattr(first, role).shape), np.int8) for role in ("W", "R")}
@@ -191,7 +198,7 @@ def finding(source: RecurrentLayer, scheme: Scheme, target: str = "") -> Finding
     """The ``quantization`` finding of a layer quantized as asked for ``target``: ``lossy``, with bits per weight,
     the weights' size before and after (the integers packed, plus one float32 scale and one zero point per group)
     and the run-time quantization of X and h the target's kernels add."""
-    form = FORMS.get(target, Form())
+    form = form_for(target)
     shapes = [a.shape for p in source.directions for a in (p.W, p.R)]
     before = sum(p.W.nbytes + p.R.nbytes for p in source.directions)
     after = sum(stored_bytes(rows, cols, scheme) for rows, cols in shapes)
@@ -296,13 +303,13 @@ def _reused(layer: RecurrentLayer, done: Done) -> RecurrentLayer | None:
 
 def unheld(target: str, scheme: Scheme | None = None) -> str | None:
     """Why ``target`` does not hold the integers of ``scheme`` (None: it does), naming the targets that do."""
-    if target not in HOLDERS:
+    if target not in holders():
         return (
             f"{target} holds no quantized recurrent weights: {OPTION.split(' ')[0]} writes them to "
-            f"{' or '.join(HOLDERS)} only"
+            f"{' or '.join(holders())} only"
         )
-    if FORMS.get(target, Form()).per_gate and scheme is not None and (scheme.bits != 8 or scheme.block_size):
-        others = " or ".join(h for h in HOLDERS if not FORMS.get(h, Form()).per_gate)
+    if form_for(target).per_gate and scheme is not None and (scheme.bits != 8 or scheme.block_size):
+        others = " or ".join(h for h in holders() if not form_for(h).per_gate)
         return (
             f"{target}'s hybrid kernels take int8 weights with one scale per gate matrix, not {scheme}: "
             f"{OPTION.split(' ')[0]} {scheme} writes to {others}"

@@ -40,12 +40,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from gatepack.schemas.schemes import LITERT_ASYMMETRIC, LITERT_SYMMETRIC, ORT_DYNAMIC
+
 GRANULARITIES = ("per tensor", "per channel", "per block")
 BLOCK_BYTES = 1 << 20  # the float32s computed at a time (a block of rows that stays in cache)
 # The run-time arithmetic of an operator that quantizes its matrix products' float operands itself
 # (``QuantizedWeights.dynamic_activations``): name -> what it does, in the findings' words.
-ORT_DYNAMIC = "onnxruntime uint8"
-LITERT_ASYMMETRIC, LITERT_SYMMETRIC = "litert int8 asymmetric", "litert int8 symmetric"
 RUN_TIME_SCHEMES = {
     ORT_DYNAMIC: "X and h quantized to uint8 at run time",
     LITERT_ASYMMETRIC: "X and h quantized to int8 per batch row at every step, asymmetric (LiteRT's hybrid kernels)",

@@ -1,8 +1,9 @@
 """A new cell is one record: a minimal gated unit (MGU; Zhou et al. 2016, "Minimal gated unit for recurrent neural
 networks"), registered here with its gates, its graph step and its executor step and no ONNX operator, is written
-by every format that expresses it with elementary operators (OpenVINO's TensorIterator, Core ML's while_loop,
-LiteRT's unrolled builtin ops), each artifact verified by gatepack and, run as written, equal to an independent NumPy
-transcription of the MGU's equations; every other format refuses it, naming those. No module of gatepack is edited.
+by every format that expresses it with elementary operators (ONNX's Loop, OpenVINO's TensorIterator, Core ML's
+while_loop, LiteRT's unrolled builtin ops), each artifact verified by gatepack, read back as the MGU and, run as
+written, equal to an independent NumPy transcription of the MGU's equations; every other format refuses it, naming
+those. No module of gatepack is edited.
 
 MGU, per direction, gates f (forget) and h (candidate), W [2H, I], R [2H, H]::
 
@@ -13,7 +14,10 @@ MGU, per direction, gates f (forget) and h (candidate), W [2H, I], R [2H, H]::
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
+import onnx
 import pytest
 
 import gatepack as gp
@@ -25,17 +29,19 @@ from gatepack.schemas.activations import Activation
 from gatepack.schemas.layer import Direction, DirectionParams, Interface, RecurrentLayer
 
 S, N, I, H = 5, 2, 3, 4
-ELEMENTARY = {"openvino": "out.xml", "coreml": "out.mlpackage", "litert": "out.tflite"}
+ELEMENTARY = {"onnx": "out.onnx", "openvino": "out.xml", "coreml": "out.mlpackage", "litert": "out.tflite"}
 
 
-def mgu_graph_step(o, layer, params, gx, state):
-    """One step as elementary ops (``cell_steps.StepOps``): the gate blocks f, h of gx = x W^T + Wb."""
+def mgu_graph_step(o, layer, params, gx, state, swapped=False):
+    """One step as elementary ops (``cell_steps.StepOps``): the gate blocks f, h of gx = x W^T + Wb. ``swapped``: a
+    wrong step, h' = (1 - f) * n + f * h (the update's two terms swapped), which verification must catch."""
     (h_prev,) = state
     f_act, g_act = params.activations
     xf, xh = o.split(gx, 2)
     forget = build_activation(o, o.add(xf, o.recurrent(h_prev, 0, 1)), f_act, o.builder)
     candidate = build_activation(o, o.add(xh, o.recurrent(o.mul(forget, h_prev), 1, 2)), g_act, o.builder)
-    return [o.add(o.mul(o.sub(o.const(forget, 1), forget), h_prev), o.mul(forget, candidate))]
+    kept, new = (candidate, h_prev) if swapped else (h_prev, candidate)
+    return [o.add(o.mul(o.sub(o.const(forget, 1), forget), kept), o.mul(forget, new))]
 
 
 def mgu_executor_step(hidden, activations, r, rb, clip, options, peephole):
@@ -70,7 +76,7 @@ def mgu():
     cells.unregister(cell)
 
 
-def _layer(cell) -> RecurrentLayer:
+def _layer(cell, layout: int = 0, lengths: bool = False) -> RecurrentLayer:
     rng = np.random.default_rng(44)
 
     def weights() -> DirectionParams:
@@ -79,19 +85,27 @@ def _layer(cell) -> RecurrentLayer:
         acts = (Activation("Sigmoid"), Activation("Tanh"))
         return DirectionParams(*(a.astype(np.float32) for a in (w, r, wb, rb)), acts)
 
-    itf = Interface("X", "Y", "Y_h", initial_h="initial_h", seq_length=S, batch_size=N)
+    lens = "sequence_lens" if lengths else None
+    itf = Interface(
+        "X", "Y", "Y_h", initial_h="initial_h", sequence_lens=lens, layout=layout, seq_length=S, batch_size=N
+    )
     return RecurrentLayer("mgu", cell, I, H, Direction.BIDIRECTIONAL, (weights(), weights()), itf)
 
 
-def transcription(layer: RecurrentLayer, x: np.ndarray, h0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The MGU's equations in NumPy, sample by sample, float64: Y [S, D, N, H] and Y_h [D, N, H]."""
+def transcription(
+    layer: RecurrentLayer, x: np.ndarray, h0: np.ndarray, lens: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The MGU's equations in NumPy, sample by sample, float64: Y [S, D, N, H] and Y_h [D, N, H]. With ``lens``,
+    ONNX's sequence lengths: sample n runs its first lens[n] steps (the reverse direction from step lens[n] - 1), Y
+    is 0 past them, Y_h the state at the last step run (0 for a length of 0)."""
     y = np.zeros((S, 2, N, H))
     y_h = np.zeros((2, N, H))
     for d, p in enumerate(layer.directions):
         w, r, wb, rb = (np.float64(a) for a in (p.W, p.R, p.Wb, p.Rb))
         for n in range(N):
-            h = np.float64(h0[d, n])
-            for t in reversed(range(S)) if d else range(S):
+            steps = S if lens is None else int(lens[n])
+            h = np.float64(h0[d, n]) if steps else np.zeros(H)
+            for t in reversed(range(steps)) if d else range(steps):
                 f = 1 / (1 + np.exp(-(w[:H] @ x[t, n] + r[:H] @ h + wb[:H] + rb[:H])))
                 cand = np.tanh(w[H:] @ x[t, n] + r[H:] @ (f * h) + wb[H:] + rb[H:])
                 h = (1 - f) * h + f * cand
@@ -101,10 +115,10 @@ def transcription(layer: RecurrentLayer, x: np.ndarray, h0: np.ndarray) -> tuple
 
 
 def test_the_formats_that_express_it_elementarily_are_the_ones_that_write_it(mgu):
-    """OpenVINO, Core ML and LiteRT have an elementary form (and no op of their own for it): they write it;
-    ONNX, DirectML and BNNS have no op for it and no elementary form gatepack reads back: refused, naming those."""
+    """ONNX, OpenVINO, Core ML and LiteRT have an elementary form (and no op of their own for it): they write it;
+    DirectML and BNNS have no op for it and no elementary form: refused, naming those."""
     writers = [name for name in registry.writers() if registry.FORMATS[name].writes_cell(mgu)]
-    assert set(ELEMENTARY) <= set(writers) and not {"onnx", "directml", "bnns"} & set(writers)
+    assert set(ELEMENTARY) <= set(writers) and not {"directml", "bnns"} & set(writers)
     for name in ("onnx", "directml", "bnns"):
         assert all(
             mgu not in caps.ops
@@ -135,3 +149,52 @@ def test_a_new_cell_converts_to_every_elementary_format_and_matches_its_equation
     np.testing.assert_allclose(got["Y"], y, atol=1e-5, rtol=1e-4)
     np.testing.assert_allclose(got["Y_h"], y_h, atol=1e-5, rtol=1e-4)
     assert gp.load(out).layers[0].cell is mgu
+
+
+def test_onnx_holds_it_as_a_loop_batch_major_with_lengths(mgu, tmp_path):
+    """ONNX has no MGU operator: a Loop per direction of the MGU's graph step, inside Transposes for a batch-major
+    interface, with ONNX's sequence-length rules; onnxruntime runs the file as written, equal to the transcription."""
+    layer = _layer(mgu, layout=1, lengths=True)
+    out = tmp_path / "out.onnx"
+    result = gp.convert(Model(None, "onnx", [layer]), out, to="onnx")
+    assert result.passed, result.to_text()
+    ops = [node.op_type for node in onnx.load(str(out)).graph.node]
+    assert ops.count("Loop") == 2 and not {"GRU", "RNN", "LSTM"} & set(ops)
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-1, 1, (S, N, I)).astype(np.float32)
+    h0 = rng.uniform(-1, 1, (2, N, H)).astype(np.float32)
+    lens = np.array([3, 0], np.int32)
+    feed = {"X": x.transpose(1, 0, 2), "initial_h": h0.transpose(1, 0, 2), "sequence_lens": lens}
+    got = gp.run(out, feed, engine="native")
+    y, y_h = transcription(layer, x, h0, lens)
+    np.testing.assert_allclose(got["Y"], y.transpose(2, 0, 1, 3), atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(got["Y_h"], y_h.transpose(1, 0, 2), atol=1e-5, rtol=1e-4)
+    read = gp.load(out).layers[0]
+    assert read.cell is mgu and read.interface.layout == 1 and read.interface.sequence_lens == "sequence_lens"
+    for got_p, want_p in zip(read.directions, layer.directions):
+        for role in ("W", "R", "Wb", "Rb"):
+            np.testing.assert_array_equal(getattr(got_p, role), getattr(want_p, role))
+
+
+def test_a_graph_step_that_swaps_the_update_fails_verification(tmp_path):
+    """The mutation h' = (1 - f) * n + f * h in the graph step alone (the executor's step is the MGU's): the ONNX
+    Loop computes it, and gatepack's verification against the executor refuses the file."""
+    swapped = cells.register(MGU._replace(name="mgu_swapped", graph_step=partial(mgu_graph_step, swapped=True)))
+    try:
+        with pytest.raises(gp.VerificationError):
+            gp.convert(Model(None, "onnx", [_layer(swapped)]), tmp_path / "out.onnx", to="onnx")
+        assert not (tmp_path / "out.onnx").exists()
+    finally:
+        cells.unregister(swapped)
+
+
+def test_onnx_for_directml_holds_it_too_and_native_refuses_it(mgu, tmp_path):
+    """``--for directml`` writes the same Loop (DirectML has no MGU operator to prefer); ``--strategy native`` has no
+    operator to use: refused, naming the elementary form."""
+    out = tmp_path / "dml.onnx"
+    result = gp.convert(Model(None, "onnx", [_layer(mgu)]), out, to="onnx", runtime="directml")
+    assert result.passed and "Loop" in {node.op_type for node in onnx.load(str(out)).graph.node}
+    assert gp.load(out).layers[0].cell is mgu
+    with pytest.raises(gp.RefusedError) as refused:
+        gp.convert(Model(None, "onnx", [_layer(mgu)]), tmp_path / "n.onnx", to="onnx", strategy="native")
+    assert "there is no MGU op" in str(refused.value) and "decomposed" in (refused.value.hint or "")

@@ -320,7 +320,7 @@ def test_a_model_with_external_data_keeps_its_integers_there(scheme, bits, tmp_p
         assert 0 < np.abs(got - want).max() < (0.05 if bits == 8 else 0.5)
 
 
-@pytest.mark.parametrize("target", weight_quantization.HOLDERS)
+@pytest.mark.parametrize("target", weight_quantization.holders())
 def test_writing_the_integers_never_makes_the_float_view(target, tmp_path, monkeypatch):
     """Unverified, a conversion writing the integers (to every target holding them) reads no float W or R
     (``FloatView``: made on first read, the weight's size in memory and its time); the view, once read, is the

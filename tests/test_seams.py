@@ -250,7 +250,7 @@ def test_provenance_is_a_typed_record():
     "call, named",
     [
         (lambda t: gp.convert(SOURCE, t / "o.onnx", to="onnx", opsett=14), "opsett"),
-        (lambda t: gp.convert(SOURCE, t / "o.onnx", to="onnx", strategy="native"), "strategy"),
+        (lambda t: gp.convert(SOURCE, t / "d", to="directml", strategy="native"), "strategy"),
         (lambda t: gp.convert(SOURCE, t / "o.onnx", to="onnx", opset="14"), "opset"),
         (lambda t: gp.convert(SOURCE, t / "d", to="directml", seq_length=0), "seq_length"),
         (lambda t: gp.convert(SOURCE, t / "o.xml", to="openvino", compress_to_fp16="yes"), "compress_to_fp16"),

@@ -24,8 +24,17 @@ from gatepack.converters.capabilities import (
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.fileio import has_markers
 from gatepack.converters.findings import Status
-from gatepack.converters.registration import COMPRESS_TO_FP16, STATEFUL, STRATEGY, FormatInfo, WriteOption, one_of
+from gatepack.converters.registration import (
+    COMPRESS_TO_FP16,
+    STATEFUL,
+    STRATEGY,
+    FormatInfo,
+    WeightForm,
+    WriteOption,
+    one_of,
+)
 from gatepack.schemas.cells import Cell
+from gatepack.schemas.schemes import FLOAT_ACTIVATIONS
 
 NAME = "coreml"
 
@@ -168,6 +177,8 @@ INFO = FormatInfo(
     held_state_dtype="float16",
     extra="coreml",
     framework="coremltools",
+    holds_quantized=(FLOAT_ACTIVATIONS,),  # constexpr ops
+    quantizes_weights=WeightForm(),
 )
 
 MISSING = "coremltools is not installed: the coreml format needs the coreml extra"

@@ -22,8 +22,9 @@ from gatepack.converters.capabilities import (
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.fileio import has_identifier
 from gatepack.converters.findings import Status
-from gatepack.converters.registration import BATCH_SIZE, SEQ_LENGTH, STATEFUL, STRATEGY, FormatInfo
+from gatepack.converters.registration import BATCH_SIZE, SEQ_LENGTH, STATEFUL, STRATEGY, FormatInfo, WeightForm
 from gatepack.schemas.cells import Cell
+from gatepack.schemas.schemes import LITERT_ASYMMETRIC, LITERT_SYMMETRIC
 
 NAME = "litert"
 IDENTIFIER = b"TFL3"  # a TFLite flatbuffer's file identifier, at bytes 4..8
@@ -129,6 +130,9 @@ INFO = FormatInfo(
     "new stream)",
     extra="litert",
     framework="ai_edge_litert",
+    holds_quantized=(LITERT_ASYMMETRIC, LITERT_SYMMETRIC),  # the hybrid kernels'
+    # the hybrid kernels take one int8 scale per weight tensor (one gate's [H, K]) and quantize X and h at run time
+    quantizes_weights=WeightForm(per_gate=True, activations=LITERT_ASYMMETRIC),
 )
 
 MISSING = "ai-edge-litert is not installed: the litert format needs the litert extra"

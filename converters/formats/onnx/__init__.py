@@ -16,8 +16,9 @@ they are named by their path (``If_0/then_branch/GRU_3``).
 
 This module is the format's entry (``write``, ``check``, ``IMPLEMENTATION``); the rest, one module per role:
 ``onnx.graph`` (loading, external data, the walk of every graph, the handle that runs a node alone),
-``onnx.reader`` (the reading's entry, with ``onnx.node``, ``onnx.interface``, ``onnx.constants``, ``onnx.quantized``
-and ``onnx.lifted``), ``onnx.writer`` (a layer as nodes), ``onnx.rewrite`` (a whole model rewritten in place) and
+``onnx.reader`` (the reading's entry, with ``onnx.node``, ``onnx.interface``, ``onnx.constants``, ``onnx.quantized``,
+``onnx.described`` and ``onnx.lifted``), ``onnx.writer`` (a layer as nodes, or as ``onnx.elementary``'s Loop: a cell
+without an ONNX operator, ``--strategy decomposed``), ``onnx.rewrite`` (a whole model rewritten in place) and
 ``onnx.running`` (onnxruntime sessions).
 """
 
@@ -73,6 +74,7 @@ def write(
     layout_encoding: str = "transpose",
     external_data: bool | None = None,
     runtime: str | None = None,
+    strategy: str = "auto",
 ) -> None:
     """Write ``model``'s layers as one ONNX model: one node per layer, each with the source layer's
     interface (names, layout, optional inputs and outputs). Atomic: nothing is left on failure. An
@@ -83,29 +85,39 @@ def write(
     ``external_data`` stores the weights in ``NAME.onnx.data`` beside the model, streamed from the
     layers' arrays without an in-memory copy of the model; by default when the source stored its
     weights so, or when they exceed 1 GiB (ONNX files stop at 2 GiB). ``runtime``: ``directml`` writes each
-    layer in a form onnxruntime's DirectML provider computes as ONNX specifies (``for_runtime``).
+    layer in a form onnxruntime's DirectML provider computes as ONNX specifies (``for_runtime``). ``strategy``: each
+    layer's GRU/RNN/LSTM node (``native``), or a Loop of elementary operators (``decomposed``; ``auto``: the node
+    wherever ONNX has one and its runtime computes it as ONNX specifies), for layers written alone.
     """
     path = Path(path)
     runtime = runtime_name(runtime)
-    _check_write_options(model, runtime, layout_encoding, opset)
+    _check_write_options(model, runtime, layout_encoding, opset, strategy)
     if is_whole_model(model):
         _write_whole(model, path, layout_encoding, external_data, runtime)
         return
     opset = layers_opset(model.layers, opset, runtime, not model.meta.get(quantization.ASKED))
-    _write_layers(model, path, opset, layout_encoding, external_data, runtime)
+    _write_layers(model, path, opset, layout_encoding, external_data, runtime, strategy)
 
 
-def _check_write_options(model: Model, runtime: str, layout_encoding: str, opset: int | None) -> None:
-    """UsageError for the ``layout`` attribute asked for DirectML's provider (it does not take layout=1) or an
-    ``opset`` asked for a whole model (which keeps its own); RefusedError for a layer DirectML's provider cannot
-    be given safely (``_refuse_for_runtime``)."""
+def _check_write_options(
+    model: Model, runtime: str, layout_encoding: str, opset: int | None, strategy: str = "auto"
+) -> None:
+    """UsageError for the ``layout`` attribute asked for DirectML's provider (it does not take layout=1), an
+    ``opset`` or a ``strategy`` asked for a whole model (which keeps its own opset, and each layer's form);
+    RefusedError for a layer that cannot be written for ``runtime`` (``_refuse_for_runtime``)."""
     if runtime == "directml" and layout_encoding == "attribute":
         raise UsageError(
             "the layout attribute cannot be written for directml: onnxruntime's DirectML provider does not take "
             "layout=1",
             hint="leave out --onnx-layout (Transposes around a layout-0 node)",
         )
-    _refuse_for_runtime(model, runtime, opset)
+    _refuse_for_runtime(model, runtime, opset, strategy)
+    if is_whole_model(model) and strategy != "auto":
+        raise UsageError(
+            f"{model.path}: --strategy {strategy} applies to the recurrent layers written alone; a whole ONNX model "
+            "keeps each layer's form",
+            hint="leave out --strategy, or pass --layers-only",
+        )
     if is_whole_model(model) and opset is not None and opset != model.meta.get("opset"):
         raise UsageError(
             f"{model.path}: a whole model keeps its opset {model.meta.get('opset')}; --opset {opset} applies to "
@@ -115,7 +127,13 @@ def _check_write_options(model: Model, runtime: str, layout_encoding: str, opset
 
 
 def _write_layers(
-    model: Model, path: Path, opset: int, layout_encoding: str, external_data: bool | None, runtime: str
+    model: Model,
+    path: Path,
+    opset: int,
+    layout_encoding: str,
+    external_data: bool | None,
+    runtime: str,
+    strategy: str = "auto",
 ) -> None:
     """The layers alone as one ONNX model at ``opset`` (``build``); their weights go to external data when asked,
     or by default when the source kept them so or they exceed ``EXTERNAL_THRESHOLD``."""
@@ -133,6 +151,7 @@ def _write_layers(
         layout_encoding=layout_encoding,
         runtime=runtime,
         quantized=not model.meta.get(quantization.ASKED),
+        strategy=strategy,
     )
     with atomic_files(path, (".onnx.data",) if path.suffix == ".onnx" else ()) as tmp:
         if external_data:
@@ -153,14 +172,12 @@ def layers_opset(layers: list[RecurrentLayer], opset: int | None, runtime: str |
     return max([DEFAULT_OPSET, *(n for n in needed if n is not None)])
 
 
-def _refuse_for_runtime(model: Model, runtime: str, opset: int | None) -> None:
+def _refuse_for_runtime(model: Model, runtime: str, opset: int | None, strategy: str = "auto") -> None:
     """RefusedError for a layer that cannot be written safely for ``runtime`` (``check``'s unsupported findings
     for it), naming the layer, the reason and the alternative."""
-    if runtime != "directml":
-        return
     opset = model.meta.get("opset") if is_whole_model(model) else opset or DEFAULT_OPSET
     for layer in model.layers:
-        refused = _directml_refusal(layer, opset)
+        refused = _runtime_refusal(layer, runtime, opset, strategy)
         if refused is not None:
             raise RefusedError(
                 f"{model.path or '(in-memory model)'}: layer {layer.name!r}: {refused.feature}: {refused.detail}",
@@ -169,21 +186,25 @@ def _refuse_for_runtime(model: Model, runtime: str, opset: int | None) -> None:
             )
 
 
-def _directml_refusal(layer: RecurrentLayer, opset: int | None) -> Finding | None:
-    """What cannot be made safe for onnxruntime's DirectML provider in ``layer`` at ``opset`` (None: nothing)."""
-    dtype = ONNX_FOR_DIRECTML.ops[layer.cell].dtypes[layer.interface.dtype]
-    if dtype.status is Status.UNSUPPORTED:
+def _runtime_refusal(layer: RecurrentLayer, runtime: str, opset: int | None, strategy: str = "auto") -> Finding | None:
+    """What cannot be written for ``runtime`` in ``layer`` at ``opset`` (None: nothing): a dtype onnxruntime's
+    DirectML provider does not take, an elementary form (a cell without an operator, a feature the provider
+    mishandles) below the opset it needs."""
+    caps = ONNX_FOR_DIRECTML if runtime == "directml" else ONNX
+    dtype = caps.op(layer.cell).dtypes.get(layer.interface.dtype)
+    if dtype is not None and dtype.status is Status.UNSUPPORTED:
         return Finding("dtype", dtype.status, dtype.detail, alternative=dtype.alternative)
-    form = form_of(layer, ONNX_FOR_DIRECTML)
+    form = form_of(layer, caps, strategy)
     if opset is not None and opset < onnx_elementary.MINIMUM_OPSET and not form.native:
-        needed = "; ".join([*form.lacking.values(), *form.doubted.values()])
+        needed = "; ".join([*form.lacking.values(), *form.doubted.values()]) or f"--strategy {strategy}"
+        leave_out = ", or leave out --for directml" if runtime == "directml" else ""
         return Finding(
             "cell",
             Status.UNSUPPORTED,
             f"its elementary form (needed: {needed}) takes opset "
             f"{onnx_elementary.MINIMUM_OPSET} or later, and the model is written at opset {opset}",
             alternative=f"write it at opset {DEFAULT_OPSET} (--opset {DEFAULT_OPSET}, or --layers-only for a whole "
-            "model), or leave out --for directml",
+            f"model){leave_out}",
         )
     return None
 
@@ -278,15 +299,16 @@ def check(
     layout_encoding: str = "transpose",
     external_data: bool | None = None,
     runtime: str | None = None,
+    strategy: str = "auto",
 ) -> list[Finding]:
     """Findings for writing ``layer`` as ONNX (``capabilities.ONNX``: every canonical layer is expressible); for
     ``runtime`` ``directml``, in the form onnxruntime's DirectML provider computes as ONNX specifies
     (``capabilities.ONNX_FOR_DIRECTML``: elementary operators where it would not). What only ONNX has: the
     opset, and the layout=1 attribute instead of Transposes (``--onnx-layout attribute``)."""
     for_directml = runtime_name(runtime) == "directml"
-    form = form_of(layer, ONNX_FOR_DIRECTML if for_directml else ONNX)
+    form = form_of(layer, ONNX_FOR_DIRECTML if for_directml else ONNX, strategy)
     opset = layers_opset([layer], opset, runtime)
-    named = f"{layer.cell.op_name} operator, opset {opset}"
+    named = f"{layer.cell.op_name} operator, opset {opset}" if layer.cell.spec.onnx_op else None
     found = findings(layer, form, named=named)
     attribute = None
     if layer.interface.layout == 1 and layout_encoding == "attribute" and for_directml:
@@ -296,14 +318,14 @@ def check(
             "layout=1 attribute: onnxruntime's DirectML provider does not take it",
             alternative="leave out --onnx-layout: Transposes around a layout-0 node",
         )
-    elif layer.interface.layout == 1 and layout_encoding == "attribute":
+    elif layer.interface.layout == 1 and layout_encoding == "attribute" and form.native:
         attribute = Finding(
             "layout",
             Status.EXACT,
             "layout=1 attribute",
             warning="onnxruntime rejects layout=1 and OpenVINO's ONNX importer ignores it",
         )
-    refused = _directml_refusal(layer, opset) if for_directml else None
+    refused = _runtime_refusal(layer, runtime_name(runtime), opset, strategy)
     return replacing(found, attribute, refused) + _quantization(layer, opset, runtime, layout_encoding)
 
 

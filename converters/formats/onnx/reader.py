@@ -6,6 +6,7 @@ graph's Loops and unrolled cells lifted into layers. By role:
   interface and held inputs from ``onnx.interface`` (Transposes around a layout-0 node read as one batch-major
   layer) and its constants from ``onnx.constants`` (initializers, ``Constant`` nodes, folded cones);
 * ``onnx.quantized``: DynamicQuantizeLSTM, dequantized and read as an LSTM node;
+* ``onnx.described``: the layers gatepack wrote as elementary operators, read by their description in the metadata;
 * ``onnx.lifted``: Loops and unrolled cells lifted (``onnx.lifting`` finds them), each lift proven on onnxruntime
   against the original nodes (``onnx.running``); and why a model yields no layer.
 
@@ -23,6 +24,7 @@ import gatepack.converters.formats.onnx.quantized as onnx_quantized
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.findings import Finding
 from gatepack.converters.formats.onnx.constants import ModelConstants, constant_feeders
+from gatepack.converters.formats.onnx.described import described_layers
 from gatepack.converters.formats.onnx.graph import (
     FORMAT,
     ONNX_DOMAINS,
@@ -77,6 +79,8 @@ class _Reader:
         self.op_types: set[str] = set()
 
     def read(self) -> Model:
+        described = described_layers(self.constants, self.opset)  # gatepack's own elementary layers
+        self.layers += described
         for node, scope, name in walk_scopes(self.proto.graph):
             self.op_types.add(node.op_type)
             if node.domain not in ONNX_DOMAINS:
@@ -85,7 +89,11 @@ class _Reader:
                 continue
             if cell_of_op(node.op_type) is not None:
                 self.layers.append(self.nodes.read_node(node, scope, name))
-        refused = lift_regions(self.constants, self.opset, self.op_types, self.layers, self.notes, self.skipped)
+        refused = (
+            []  # a model of layers alone gatepack wrote: its Loops are the described layers
+            if described
+            else lift_regions(self.constants, self.opset, self.op_types, self.layers, self.notes, self.skipped)
+        )
         if not self.layers:
             if refused:
                 raise NoRecurrentLayerError(f"{self.path}: no recurrent (GRU/RNN/LSTM) layer found: {refused[0][1]}")

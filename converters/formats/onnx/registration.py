@@ -24,8 +24,9 @@ from gatepack.converters.capabilities import (
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.fileio import starts_like_protobuf
 from gatepack.converters.findings import Status
-from gatepack.converters.registration import FormatInfo, WriteOption, is_bool, one_of
+from gatepack.converters.registration import STRATEGY, FormatInfo, WeightForm, WriteOption, is_bool, one_of
 from gatepack.schemas.cells import Cell
+from gatepack.schemas.schemes import FLOAT_ACTIVATIONS, ORT_DYNAMIC
 
 NAME = "onnx"
 
@@ -78,6 +79,7 @@ OPTIONS = (
         str.lower,
         any_case=True,
     ),
+    STRATEGY,
 )
 
 # ------------------------------------------------------------------------------------------ capabilities
@@ -102,6 +104,19 @@ def _onnx_op(cell: Cell) -> Op:
     )
 
 
+_PROVIDER_DTYPES = frozen(
+    {
+        **AS_STORED,
+        "float64": Carried(
+            Status.UNSUPPORTED,
+            f"float64: {PROVIDER} registers GRU/RNN/LSTM for float16 and float32 only (the node would run on "
+            "another provider, and onnxruntime's CPU GRU/LSTM take no float64)",
+            alternative="convert the model to float32 first, or leave out --for directml",
+        ),
+    }
+)
+
+
 def _onnx_for_directml_op(cell: Cell) -> Op:
     return Op(
         f"DirectML provider's {cell.op_name}",
@@ -111,17 +126,7 @@ def _onnx_for_directml_op(cell: Cell) -> Op:
         activations=(_PROVIDER_ACTIVATIONS,) * cell.activation_count,
         clip=Clip.EXACT if cell is Cell.LSTM else Clip.ABSENT,
         bias_tensor="B [D, 2*G*H]",
-        dtypes=frozen(
-            {
-                **AS_STORED,
-                "float64": Carried(
-                    Status.UNSUPPORTED,
-                    f"float64: {PROVIDER} registers GRU/RNN/LSTM for float16 and float32 only (the node would run on "
-                    "another provider, and onnxruntime's CPU GRU/LSTM take no float64)",
-                    alternative="convert the model to float32 first, or leave out --for directml",
-                ),
-            }
-        ),
+        dtypes=_PROVIDER_DTYPES,
         notes=frozen(
             {
                 "clip": f"DML_{cell.op_name}_OPERATOR_DESC has no clip field, so the provider drops it",
@@ -134,22 +139,31 @@ def _onnx_for_directml_op(cell: Cell) -> Op:
 
 
 _TRANSPOSES = "Transpose nodes around a layout-0 node (onnxruntime rejects layout=1; OpenVINO's importer ignores it)"
-# an operator for each cell that has one (``CellSpec.onnx_op``): a cell without one is not written (gatepack does not
-# read its own elementary Loop back yet)
+_LOOP = "a Loop over time per direction: MatMul, Add, Mul, Where, Clip and the activations' own operators"
+# an operator for each cell that has one (``CellSpec.onnx_op``); a cell without one is written as elementary operators
+# from its graph step (``onnx.elementary``), described in the model's metadata (``onnx.described`` reads it back). The
+# operators lack nothing a canonical layer has, so ``auto`` keeps the operator wherever there is one.
 CAPABILITIES = Capabilities(
-    NAME, lambda cell: None if cell.spec.onnx_op is None else _onnx_op(cell), transposes=_TRANSPOSES, dynamic_shapes=""
+    NAME,
+    lambda cell: None if cell.spec.onnx_op is None else _onnx_op(cell),
+    elementary=f"elementary ONNX operators ({_LOOP})",
+    transposes=_TRANSPOSES,
+    dynamic_shapes="",
+    alternatives=frozen({"cell": "use --strategy auto or decomposed (a Loop of elementary operators)"}),
+    dtypes=frozen({**AS_STORED, "float64": Carried(Status.EXACT, "float64")}),
 )
 FOR_DIRECTML = Capabilities(
     NAME,
     per_cell(_onnx_for_directml_op, cells=BUILT_IN_OPS),
-    elementary="elementary ONNX operators (a Loop over time per direction: MatMul, Add, Mul, Where, Clip and the "
-    "activations' own operators)",
+    elementary=f"elementary ONNX operators ({_LOOP}; onnxruntime runs a Loop on its CPU provider: {PROVIDER} has "
+    "no Loop kernel)",
     elementary_weights=None,
     reported=frozen(
         {"clip": Reported(elementary=Status.DECOMPOSED), "sequence_lens": Reported(elementary=Status.DECOMPOSED)}
     ),
     transposes=_TRANSPOSES,
     dynamic_shapes="",
+    dtypes=_PROVIDER_DTYPES,
 )
 
 # ---------------------------------------------------------------------------------------------- the record
@@ -175,6 +189,8 @@ INFO = FormatInfo(
     "mask): each state and Y keep their value where the mask is false",
     companions=(".onnx.data",),
     recognise=starts_like_protobuf(".onnx", FIRST_TAGS),
+    holds_quantized=(FLOAT_ACTIVATIONS, ORT_DYNAMIC),  # QDQ; DynamicQuantizeLSTM
+    quantizes_weights=WeightForm(),
 )
 
 

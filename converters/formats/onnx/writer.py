@@ -4,13 +4,14 @@ the in-place rewrite of a whole model (``onnx.rewrite``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+import gatepack.converters.formats.onnx.described as onnx_described
 import gatepack.converters.formats.onnx.elementary as onnx_elementary
 import gatepack.converters.formats.onnx.qdq as onnx_qdq
 import gatepack.converters.formats.onnx.quantized as onnx_quantized
@@ -18,6 +19,7 @@ from gatepack.converters.description import constant_in_layout
 from gatepack.converters.errors import UsageError
 from gatepack.converters.feature_findings import form_of
 from gatepack.converters.formats.onnx.graph import DEFAULT_OPSET, PERM_IN, PERM_Y, PERM_YH, broadcast_state_nodes
+from gatepack.converters.formats.onnx.registration import CAPABILITIES as ONNX_CAPABILITIES
 from gatepack.converters.formats.onnx.registration import FOR_DIRECTML as ONNX_FOR_DIRECTML
 from gatepack.converters.model import Model, with_separate_inputs
 from gatepack.schemas.layer import INPUT_ROLES, DirectionParams, RecurrentLayer, stack_directions
@@ -73,10 +75,12 @@ def build(
     external: tuple | None = None,
     runtime: str = "onnxruntime",
     quantized: bool = False,
+    strategy: str = "auto",
 ) -> onnx.ModelProto:
     """The ONNX model of ``model``'s layers; ``external`` = (binary file, location) streams the
     weights into that file instead of the protobuf; ``quantized``: quantized weights kept as integers where ONNX
-    holds them (``WriteForm.quantized_form``)."""
+    holds them (``WriteForm.quantized_form``); ``strategy``: each layer's node, or elementary operators
+    (``feature_findings.form_of``), those described in the model's metadata (``onnx.described``)."""
     if opset not in WRITABLE_OPSETS:
         raise UsageError(f"ONNX opset {opset} cannot be written", hint=f"choose one of {WRITABLE_OPSETS}")
     if layout_encoding not in ("transpose", "attribute"):
@@ -92,16 +96,10 @@ def build(
     stacked: list[Stacked | Plain] = []
     graph_inputs: list[onnx.ValueInfoProto] = []
     graph_outputs: list[onnx.ValueInfoProto] = []
+    described: list[dict] = []
+    form = WriteForm(layout_encoding, runtime, opset, quantized, strategy)
     for layer in model.layers:
-        _emit_layer(
-            layer,
-            WriteForm(layout_encoding, runtime, opset, quantized),
-            names,
-            nodes,
-            stacked,
-            graph_inputs,
-            graph_outputs,
-        )
+        _emit_layer(layer, form, names, nodes, stacked, graph_inputs, graph_outputs, described)
     inits = [t.external(*external) if external else t.embedded() for t in stacked]
     opsets = [helper.make_opsetid("", opset)] + onnx_quantized.contrib_opsets(nodes, ())
     ir_version = helper.find_min_ir_version_for(opsets[:1])  # (the contrib domain has no IR version of its own)
@@ -110,7 +108,9 @@ def build(
     if ir_version < 4:  # IR 3 wants every initializer declared as a graph input too
         graph_inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits]
     graph = helper.make_graph(nodes, "gatepack", graph_inputs, graph_outputs, inits)
-    return helper.make_model(graph, opset_imports=opsets, producer_name="gatepack", ir_version=ir_version)
+    proto = helper.make_model(graph, opset_imports=opsets, producer_name="gatepack", ir_version=ir_version)
+    onnx_described.store(proto, described)
+    return proto
 
 
 class NameBook:
@@ -138,9 +138,19 @@ class NameBook:
 
 
 def _emit_layer(
-    layer: RecurrentLayer, form: "WriteForm", names: NameBook, nodes: list, inits: list, g_in: list, g_out: list
+    layer: RecurrentLayer,
+    form: "WriteForm",
+    names: NameBook,
+    nodes: list,
+    inits: list,
+    g_in: list,
+    g_out: list,
+    described: list[dict],
 ) -> None:
-    """Declare ``layer``'s interface as graph inputs and outputs, and emit its nodes and weights."""
+    """Declare ``layer``'s interface as graph inputs and outputs, and emit its nodes and weights (a layer written
+    as elementary operators, always sequence-major inside Transposes, described in ``described``)."""
+    if form.elementary(layer):
+        form = replace(form, encoding="transpose")  # the layout attribute is the recurrent node's alone
     itf = layer.interface
     elem = helper.np_dtype_to_tensor_dtype(layer.dtype)
     d, h, i = layer.num_directions, layer.hidden_size, layer.input_size
@@ -177,18 +187,21 @@ def _emit_layer(
         if getattr(itf, role) is not None:
             outputs[role] = names.fresh(getattr(itf, role))
             g_out.append(helper.make_tensor_value_info(outputs[role], elem, shape))
-    nodes += layer_nodes(layer, form, names, inits, inputs, outputs, in_node_layout=set(layer.constants))
+    nodes += layer_nodes(
+        layer, form, names, inits, inputs, outputs, in_node_layout=set(layer.constants), described=described
+    )
 
 
 @dataclass(frozen=True)
 class WriteForm:
     """How a layer's nodes are written: the layout ``encoding`` (transpose, attribute), the ``runtime`` the
-    model is for (onnxruntime, directml) and the model's ``opset``."""
+    model is for (onnxruntime, directml), the model's ``opset`` and the ``strategy`` asked for."""
 
     encoding: str = "transpose"
     runtime: str = "onnxruntime"
     opset: int = DEFAULT_OPSET
     quantized: bool = False  # a layer's quantized weights written as integers where ONNX holds them
+    strategy: str = "auto"
 
     def quantized_form(self, layer: RecurrentLayer) -> str | None:
         """How ``layer``'s quantized weights are written: ``qdq`` (integer initializers + DequantizeLinear),
@@ -196,9 +209,11 @@ class WriteForm:
         return quantized_form(layer, self.opset, self.runtime, self.encoding) if self.quantized else None
 
     def elementary(self, layer: RecurrentLayer) -> bool:
-        """Whether ``layer`` is written as elementary operators: its runtime would compute its node otherwise, or
-        is in doubt for it (``capabilities.ONNX_FOR_DIRECTML``)."""
-        return self.runtime == "directml" and not form_of(layer, ONNX_FOR_DIRECTML).native
+        """Whether ``layer`` is written as elementary operators: ONNX has no operator for its cell, ``--strategy
+        decomposed`` asks for them, or its runtime would compute its node otherwise or is in doubt for it
+        (``registration.FOR_DIRECTML``)."""
+        caps = ONNX_FOR_DIRECTML if self.runtime == "directml" else ONNX_CAPABILITIES
+        return not form_of(layer, caps, self.strategy).native
 
 
 def quantized_form(layer: RecurrentLayer, opset: int, runtime: str, encoding: str) -> str | None:
@@ -230,6 +245,7 @@ def layer_nodes(
     node_name: str | None = None,
     weight_names: dict[str, str] | None = None,
     in_node_layout: set[str] | frozenset[str] = frozenset(),
+    described: list[dict] | None = None,
 ) -> list[onnx.NodeProto]:
     """The nodes computing ``layer`` from the tensors ``inputs`` names per interface role (x,
     sequence_lens, initial_h, initial_c; in the layer's layout) into those ``outputs`` names (y, y_h,
@@ -238,18 +254,24 @@ def layer_nodes(
     under the ``transpose`` encoding. Its weights are appended to ``inits``, named ``weight_names`` (W, R,
     B, P) where those are free, else after the layer; the node is named ``node_name`` (default: the layer's
     name); the roles ``in_node_layout`` names are already in the node's own layout (constants written for
-    it), never transposed."""
+    it), never transposed. A layer written as elementary operators is described in ``described`` when given
+    (``onnx.described``)."""
     wrap = layer.interface.layout == 1 and form.encoding == "transpose"
     nodes, node_in = _node_inputs(layer, names, inputs, in_node_layout, wrap)
     after, node_out = _node_outputs(layer, names, outputs, wrap)
     if form.elementary(layer):
+        weights: dict[str, str] = {}
+        prefix = f"{layer.name.replace('/', '.')}."
 
         def constant(name: str, value: np.ndarray) -> str:
             fresh = names.fresh(name)
             inits.append(Stacked(fresh, list(value)))
+            weights[name.removeprefix(prefix)] = fresh
             return fresh
 
         nodes += onnx_elementary.elementary_nodes(layer, names.fresh, constant, node_in, node_out, form.opset)
+        if described is not None:
+            described.append(onnx_described.entry(layer, weights))
     else:
         nodes += _recurrent_node(layer, form, names, inits, node_in, node_out, node_name, weight_names or {})
     return nodes + after

@@ -11,7 +11,13 @@ from pathlib import Path
 import numpy as np
 
 import gatepack.converters.formats.openvino.compressed as openvino_compressed
-from gatepack.converters.description import build_layer, constant_from_layout, held_weight_name, parse
+from gatepack.converters.description import (
+    build_layer,
+    constant_from_layout,
+    elementary_direction,
+    held_weight_name,
+    parse,
+)
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
 from gatepack.converters.fileio import parse_json
 from gatepack.converters.findings import Finding, Status
@@ -498,24 +504,18 @@ def _read_sequence_op(path: Path, op, ov_model=None) -> tuple[RecurrentLayer, li
 def _held_directions(info, ops_by_name: dict, const) -> list[DirectionParams]:
     """The weights of a layer held by the elementary ONNX Loop gatepack wrote in place (``onnx.elementary``:
     W^T and Wb whole, R^T and Rb in blocks of gates, named ``description.held_weight_name``), in ONNX gate order."""
-    gates = info.cell.spec.gates
     directions = []
     for k in range(info.direction.count):
         prefix = held_weight_name(info.name, f"d{k}.")
-        blocks = sorted(
-            (n[len(prefix) + 2 : -1] for n in ops_by_name if n.startswith(f"{prefix}R_") and n.endswith("T")),
-            key=lambda block: gates.index(block[0]) if block and block[0] in gates else len(gates),
-        )
-        if "".join(blocks) != "".join(gates):
-            raise InputError(f"{info.name!r}: the graph holds recurrent weight blocks {blocks}, not the gates {gates}")
-        held = f"held.d{k}."
-        r = np.concatenate([const(f"{held}R_{block}T").T for block in blocks])
-        rb = np.concatenate([const(f"{held}Rb_{block}") for block in blocks])
-        peepholes = f"{prefix}P" in ops_by_name
-        p = const(f"{held}P") if peepholes else None
-        directions.append(
-            DirectionParams(const(f"{held}WT").T.copy(), r, const(f"{held}Wb"), rb, info.activations[k], p)
-        )
+        held = [n[len(prefix) :] for n in ops_by_name if n.startswith(prefix)]
+
+        def named(label: str, d: int = k) -> np.ndarray:
+            return const(f"held.d{d}.{label}")
+
+        try:
+            directions.append(elementary_direction(info, k, held, named))
+        except ValueError as err:
+            raise InputError(str(err)) from None
     return directions
 
 

@@ -24,8 +24,9 @@ from gatepack.converters.capabilities import (
 from gatepack.converters.errors import RuntimeFailure
 from gatepack.converters.fileio import starts_with
 from gatepack.converters.findings import Status
-from gatepack.converters.registration import COMPRESS_TO_FP16, STATEFUL, STRATEGY, FormatInfo
+from gatepack.converters.registration import COMPRESS_TO_FP16, STATEFUL, STRATEGY, FormatInfo, WeightForm
 from gatepack.schemas.cells import Cell
+from gatepack.schemas.schemes import FLOAT_ACTIVATIONS
 
 NAME = "openvino"
 
@@ -109,6 +110,8 @@ INFO = FormatInfo(
     recognise=starts_with(b"<net", ".xml"),
     extra="openvino",
     framework="openvino",
+    holds_quantized=(FLOAT_ACTIVATIONS,),  # compressed constants
+    quantizes_weights=WeightForm(),
 )
 
 MISSING = "OpenVINO is not installed: the openvino format needs the openvino extra"
