@@ -268,7 +268,7 @@ class ScopeSummary:
             Status.LOSSY,
             f"{MODEL_DETAIL} ({SCOPE_OPTION.split(' ')[0]} model): {len(self.quantized)} weight(s) of "
             f"{', '.join(ops) or 'no operator'} quantized {self.scheme.name} "
-            f"{self.scheme.granularity(Form())} ({self.before:,} -> {self.after:,} bytes), "
+            f"{self.scheme.granularity(WeightForm())} ({self.before:,} -> {self.after:,} bytes), "
             f"{len(self.left)} left float"
             + (f" ({left})" if left else "")
             + "; judged against the float source by the accuracy gate",
