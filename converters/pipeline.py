@@ -173,7 +173,7 @@ def _scope_summary(model: "Model", label: str, target: str, scheme: "Scheme"):
             hint="leave out --quantize-weights-scope",
         )
     summary = analyses.weight_scope(model, scheme)
-    if summary.unwritable and target in quantizing.QDQ_SCOPE:
+    if summary.unwritable and quantizing.writes_scope_as_qdq(target):
         raise RefusedError(
             f"{label}: --quantize-weights-scope model: {target} writes the other weights as the model's own "
             f"DequantizeLinear: {summary.unwritable}",

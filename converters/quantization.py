@@ -122,7 +122,10 @@ def floats_only(layer: RecurrentLayer) -> RecurrentLayer:
     )
 
 
-LUT_HOLDERS = ("coreml",)  # the formats whose writer keeps a lookup table (``PalettizedWeights``) as it is
+def lut_holders() -> tuple[str, ...]:
+    """The formats whose writer keeps a lookup table (``PalettizedWeights``) as it is
+    (``FormatInfo.holds_lookup_tables``)."""
+    return tuple(name for name, info in registry.FORMATS.items() if info.holds_lookup_tables)
 
 
 def held_table(layer: RecurrentLayer, how: str) -> Finding:
@@ -136,12 +139,12 @@ def table_as_floats(layer: RecurrentLayer, target: str, reason: str | None = "")
     """A layer whose W or R the source stores as a lookup table, written as the palettes' values (what the source
     computes on, exactly) because ``target`` holds no table (``reason``: why; '' its format has none) or the user
     asked (``reason`` None): ``lossy`` (the form is lost, the weights 32 bits each), only with --dequantize."""
-    holders = [h for h in LUT_HOLDERS if h != target]
+    holders = [h for h in lut_holders() if h != target]
     why = (
         "as asked (--dequantize)"
         if reason is None
         else "only with --dequantize ("
-        + (reason or f"{target} holds no lookup table; {' or '.join(LUT_HOLDERS)} keeps it")
+        + (reason or f"{target} holds no lookup table; {' or '.join(lut_holders())} keeps it")
         + ")"
     )
     return Finding(

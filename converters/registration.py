@@ -264,6 +264,13 @@ class FormatInfo:
     holds_quantized: tuple[str, ...] = ()
     # how its writer holds weights quantized as asked (--quantize-weights; None: it does not)
     quantizes_weights: WeightForm | None = None
+    # how its writer holds a whole model's other weights quantized (--quantize-weights-scope model): 'qdq' as the
+    # model's own DequantizeLinear (OpenVINO: read through its ONNX frontend), 'constexpr' (Core ML's ops); '' it
+    # does not, for the reason ``model_weights_refusal`` gives
+    model_weights: str = ""
+    model_weights_refusal: str = ""
+    # its writer keeps a lookup table (palettized weights, ``PalettizedWeights``) as it is
+    holds_lookup_tables: bool = False
 
     def writes_cell(self, cell: "Cell") -> bool:
         """Whether its writer writes ``cell``: named in ``cells``, else with an op of its own or its elementary form

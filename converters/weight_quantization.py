@@ -317,26 +317,28 @@ def unheld(target: str, scheme: Scheme | None = None) -> str | None:
     return None
 
 
-SCOPE_HOLDERS = ("onnx", "openvino", "coreml")  # the targets that write a whole model's other weights quantized
-QDQ_SCOPE = ("onnx", "openvino")  # those writing them as the model's own QDQ (OpenVINO: through its ONNX frontend)
-SCOPE_REFUSALS = {  # why a target does not (the others name these)
-    "litert": "LiteRT's whole-model writer keeps the other operators' weights float (gatepack writes int8 weights "
-    "only for the recurrent layers' hybrid sequence kernels)",
-    "directml": "a DirectML model is the recurrent layers alone (one DML_OPERATOR_GRU/RNN dispatchable per layer, "
-    "float weights): it holds no other weights, and no quantized ones",
-    "bnns": "a BNNS bundle is the recurrent layers alone (one BNNSGraph call per direction, float weights): it holds "
-    "no other weights, and no quantized ones",
-}
+def scope_holders() -> tuple[str, ...]:
+    """The targets that write a whole model's other weights quantized (``FormatInfo.model_weights``)."""
+    return tuple(name for name, info in registry.FORMATS.items() if info.model_weights)
+
+
+def writes_scope_as_qdq(target: str) -> bool:
+    """Whether ``target`` writes a whole model's other weights as the model's own DequantizeLinear (OpenVINO: through
+    its ONNX frontend), so that it is bound by what QDQ holds at the model's opset."""
+    info = registry.FORMATS.get(target)
+    return info is not None and info.model_weights == "qdq"
 
 
 def scope_unheld(target: str) -> str | None:
     """Why ``target`` does not write a whole model's other weights quantized (None: it does), with the
     alternatives."""
-    if target in SCOPE_HOLDERS:
+    holders = scope_holders()
+    if target in holders:
         return None
-    why = SCOPE_REFUSALS.get(target, f"{target} writes no whole model")
+    info = registry.FORMATS.get(target)
+    why = (info.model_weights_refusal if info is not None else "") or f"{target} writes no whole model"
     return (
-        f"{SCOPE_OPTION.split(' ')[0]} model: {why}; convert to {' or '.join(SCOPE_HOLDERS)}, which quantize the "
+        f"{SCOPE_OPTION.split(' ')[0]} model: {why}; convert to {' or '.join(holders)}, which quantize the "
         f"whole model's MatMul/Gemm/Conv/Gather weights"
     )
 

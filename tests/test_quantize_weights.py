@@ -341,7 +341,7 @@ def test_writing_the_integers_never_makes_the_float_view(target, tmp_path, monke
     assert made  # read here, and only here
 
 
-@pytest.mark.parametrize("target", weight_quantization.HOLDERS)
+@pytest.mark.parametrize("target", weight_quantization.holders())
 def test_a_verified_conversion_quantizes_each_weight_once(target, tmp_path, monkeypatch):
     """The accuracy gate's twin reuses the records the conversion wrote (``Gate.done``): each direction's W and R
     is quantized once, not again for the twin, and the twin computes on those very records."""

@@ -54,4 +54,6 @@ INFO = FormatInfo(
     whole_model_via=WHOLE_MODEL_VIA,
     is_directory=True,
     recognise=has_markers("bnns.json"),
+    model_weights_refusal="a BNNS bundle is the recurrent layers alone (one BNNSGraph call per direction, float "
+    "weights): it holds no other weights, and no quantized ones",
 )

@@ -179,6 +179,8 @@ INFO = FormatInfo(
     framework="coremltools",
     holds_quantized=(FLOAT_ACTIVATIONS,),  # constexpr ops
     quantizes_weights=WeightForm(),
+    model_weights="constexpr",
+    holds_lookup_tables=True,  # constexpr_lut_to_dense
 )
 
 MISSING = "coremltools is not installed: the coreml format needs the coreml extra"

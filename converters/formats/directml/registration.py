@@ -97,4 +97,6 @@ INFO = FormatInfo(
     is_directory=True,
     recognise=has_markers("model.json", "gatepack.json"),
     interface_inputs=False,
+    model_weights_refusal="a DirectML model is the recurrent layers alone (one DML_OPERATOR_GRU/RNN dispatchable per "
+    "layer, float weights): it holds no other weights, and no quantized ones",
 )

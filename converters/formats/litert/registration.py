@@ -133,6 +133,8 @@ INFO = FormatInfo(
     holds_quantized=(LITERT_ASYMMETRIC, LITERT_SYMMETRIC),  # the hybrid kernels'
     # the hybrid kernels take one int8 scale per weight tensor (one gate's [H, K]) and quantize X and h at run time
     quantizes_weights=WeightForm(per_gate=True, activations=LITERT_ASYMMETRIC),
+    model_weights_refusal="LiteRT's whole-model writer keeps the other operators' weights float (gatepack writes int8 "
+    "weights only for the recurrent layers' hybrid sequence kernels)",
 )
 
 MISSING = "ai-edge-litert is not installed: the litert format needs the litert extra"

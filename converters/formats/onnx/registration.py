@@ -191,6 +191,7 @@ INFO = FormatInfo(
     recognise=starts_like_protobuf(".onnx", FIRST_TAGS),
     holds_quantized=(FLOAT_ACTIVATIONS, ORT_DYNAMIC),  # QDQ; DynamicQuantizeLSTM
     quantizes_weights=WeightForm(),
+    model_weights="qdq",
 )
 
 

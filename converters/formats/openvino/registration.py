@@ -112,6 +112,7 @@ INFO = FormatInfo(
     framework="openvino",
     holds_quantized=(FLOAT_ACTIVATIONS,),  # compressed constants
     quantizes_weights=WeightForm(),
+    model_weights="qdq",  # the QDQ model read by its ONNX frontend
 )
 
 MISSING = "OpenVINO is not installed: the openvino format needs the openvino extra"
