@@ -1,7 +1,8 @@
-"""LiteRT's 2 GiB limit: a .tflite file is one FlatBuffer, whose offsets are 32-bit signed, so a model whose weights
-pass 2**31 - 1 bytes cannot be written. gatepack refuses it (exit 4) before packing or writing anything, naming the
-size, the reason and the formats that hold it. The limit is lowered here (the constant the check reads) so that a
-small model stands for a large one: nothing of 2 GiB is allocated."""
+"""LiteRT's 2 GiB limit: a FlatBuffer's offsets are 32-bit signed, so it holds at most 2**31 - 1 bytes. A model whose
+weights pass it is written in the offset form (its constants after the FlatBuffer, test_litert_offset_buffers.py), so
+the limit binds the FlatBuffer alone (its tables and small constants): past it gatepack refuses (exit 4) before
+packing or writing anything, naming the size, the reason and the formats that hold it. The limit is lowered here (the
+constant the writer reads) so that a small model stands for a large one: nothing of 2 GiB is allocated."""
 
 from __future__ import annotations
 
@@ -18,7 +19,14 @@ pytest.importorskip("ai_edge_litert")
 
 @pytest.fixture
 def small_limit(monkeypatch) -> int:
-    limit = 10_000  # bytes: less than either model's weights, more than nothing
+    limit = 10_000  # bytes: less than either model's FlatBuffer (its tables), more than nothing
+    monkeypatch.setattr(common, "FLATBUFFER_LIMIT", limit)
+    return limit
+
+
+@pytest.fixture
+def weights_over_limit(monkeypatch) -> int:
+    limit = 100_000  # bytes: less than DTLN's weights (1.4 MB), more than its FlatBuffer (tables under 60 kB)
     monkeypatch.setattr(common, "FLATBUFFER_LIMIT", limit)
     return limit
 
@@ -31,7 +39,7 @@ def _refused(result, out) -> None:
     assert not out.exists()  # nothing written
 
 
-def test_layers_over_the_flatbuffer_limit_are_refused_before_writing(tmp_path, small_limit):
+def test_layers_whose_flatbuffer_passes_the_limit_are_refused_before_writing(tmp_path, small_limit):
     onnx.save(static_model(Config(cell="LSTM", I=32, H=32, S=2, N=1, seed=3)), tmp_path / "m.onnx")
     out = tmp_path / "m.tflite"
     result = CliRunner().invoke(main, ["convert", str(tmp_path / "m.onnx"), str(out), "--to", "litert"])
@@ -39,7 +47,7 @@ def test_layers_over_the_flatbuffer_limit_are_refused_before_writing(tmp_path, s
     assert f"{small_limit:,} bytes" in result.output
 
 
-def test_a_whole_model_over_the_flatbuffer_limit_is_refused_before_writing(tmp_path, small_limit):
+def test_a_whole_model_whose_flatbuffer_passes_the_limit_is_refused_before_writing(tmp_path, small_limit):
     out = tmp_path / "m.tflite"
     result = CliRunner().invoke(
         main, ["convert", str(REALMODELS / "dtln_model_1_lstm.onnx"), str(out), "--to", "litert"]
@@ -47,11 +55,16 @@ def test_a_whole_model_over_the_flatbuffer_limit_is_refused_before_writing(tmp_p
     _refused(result, out)
 
 
-def test_under_the_limit_the_same_model_is_written(tmp_path):
-    """The check refuses by size alone: with the real limit the same whole model converts and verifies."""
+def test_weights_over_the_limit_are_written_after_the_flatbuffer(tmp_path, weights_over_limit):
+    """Weights past the limit, the FlatBuffer under it: the file is written in the offset form, every buffer named by
+    offset and size, verified on LiteRT's interpreter."""
     out = tmp_path / "m.tflite"
     result = CliRunner().invoke(
         main, ["convert", str(REALMODELS / "dtln_model_1_lstm.onnx"), str(out), "--to", "litert"]
     )
     assert result.exit_code == 0, result.output
-    assert out.exists()
+    content = out.read_bytes()
+    model = common.schema().ModelT.InitFromPackedBuf(content, 0)
+    stored = [b for b in model.buffers if b.offset > 1]
+    assert sum(int(b.size) for b in stored) > weights_over_limit
+    assert min(int(b.offset) for b in stored) < weights_over_limit  # the FlatBuffer: the bytes before the first

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -21,8 +22,15 @@ FORMAT = "litert"
 METADATA_KEY = "gatepack"  # the model's metadata entry holding gatepack's description of its layers
 HELD_KEY = "states"  # its entry naming a stateful whole model's held state pairs, input -> output (stateful_whole)
 FILE_IDENTIFIER = b"TFL3"
-# FlatBuffers' offsets are 32-bit signed: a buffer (a .tflite file) holds at most 2 GiB - 1 bytes
+# FlatBuffers' offsets are 32-bit signed: a FlatBuffer holds at most 2 GiB - 1 bytes
 FLATBUFFER_LIMIT = 2**31 - 1
+# Offset buffers (docs/conventions.md §11): a model whose weights pass OFFSET_FROM bytes (or the FlatBuffer limit) has
+# every buffer of OUTSIDE_FROM bytes or more stored after the FlatBuffer, at an absolute offset aligned to
+# OFFSET_ALIGNMENT, named by the buffer's ``offset`` and ``size``; smaller models stay one FlatBuffer (any LiteRT reads)
+OFFSET_FROM = 64 * 2**20
+OUTSIDE_FROM = 1024
+OFFSET_ALIGNMENT = 64
+_PLACEHOLDER_OFFSET = 2**62  # an offset of the final width, packed first to learn the FlatBuffer's length
 _TABLE_BYTES = 256  # room per tensor and operator for its table, name and shape, besides the weights
 SCHEMA_VERSION = 3
 
@@ -150,39 +158,112 @@ class Graph:
 
     def finish(self, metadata: dict | None, source: object = "the model") -> bytes:
         """The packed model, with ``metadata`` as its ``gatepack`` entry (None: no entry), as bytes (``packed``)."""
-        return bytes(self.packed(metadata, source))
+        return self.packed(metadata, source).tobytes()
 
-    def packed(self, metadata: dict | None, source: object = "the model") -> memoryview:
-        """The packed model (``finish``) as a view of the builder's own bytes, for writing to a file without a copy.
-        The builder is sized for the weights at once (its default doubles its bytearray, copying it, some 30 times
-        for 277 MB). RefusedError naming ``source`` when the file would pass FlatBuffers' limit (``check_size``)."""
-        import flatbuffers
-
-        s = self.s
+    def packed(self, metadata: dict | None, source: object = "the model") -> Packed:
+        """The packed model: the FlatBuffer as a view of the builder's own bytes and, in the offset form
+        (``outside``), the buffers stored after it, for writing to a file without a copy. The builder is sized for
+        what it holds at once (its default doubles its bytearray, copying it, some 30 times for 277 MB). RefusedError
+        naming ``source`` when the FlatBuffer would pass FlatBuffers' limit (``check_size``)."""
         if metadata is not None:
-            buffer = s.BufferT()
+            buffer = self.s.BufferT()
             buffer.data = np.frombuffer(json.dumps(metadata).encode(), np.uint8)
             self.model.buffers.append(buffer)
-            entry = s.MetadataT()
+            entry = self.s.MetadataT()
             entry.name, entry.buffer = METADATA_KEY, len(self.model.buffers) - 1
             self.model.metadata = [entry]
         size = self.check_size(source)
+        outside = self.outside()
+        if not outside:
+            return Packed(self._pack(size), [])
+        tail = [buffer.data for buffer in outside]
+        for buffer, data in zip(outside, tail):
+            buffer.data, buffer.offset, buffer.size = None, _PLACEHOLDER_OFFSET, int(data.nbytes)
+        length = len(self._pack(size))  # the offsets' width is fixed: the FlatBuffer keeps this length
+        offsets = _aligned_offsets(length, [int(data.nbytes) for data in tail])
+        for buffer, offset in zip(outside, offsets):
+            buffer.offset = offset
+        head = self._pack(size)
+        assert len(head) == length  # (the offsets are where the buffers go only if the FlatBuffer kept its length)
+        return Packed(head, list(zip(offsets, tail)))
+
+    def _pack(self, size: int) -> memoryview:
+        import flatbuffers
+
         builder = flatbuffers.Builder(size + _TABLE_BYTES * (len(self.graph.tensors) + len(self.graph.operators)))
         builder.Finish(self.model.Pack(builder), file_identifier=FILE_IDENTIFIER)
         return memoryview(builder.Bytes)[builder.Head() :]
 
+    def outside(self) -> list:
+        """The buffers the offset form stores after the FlatBuffer: none while the weights (every buffer's bytes)
+        stay within ``OFFSET_FROM`` and the FlatBuffer limit, else each of ``OUTSIDE_FROM`` bytes or more but the
+        metadata's (read from the FlatBuffer alone by ``stateful_whole.held_states``)."""
+        weights = sum(int(b.data.nbytes) for b in self.model.buffers if b.data is not None)
+        if weights <= min(OFFSET_FROM, FLATBUFFER_LIMIT):
+            return []
+        described = {int(entry.buffer) for entry in self.model.metadata or []}
+        return [
+            b
+            for k, b in enumerate(self.model.buffers)
+            if b.data is not None and int(b.data.nbytes) >= OUTSIDE_FROM and k not in described
+        ]
+
     def check_size(self, source: object) -> int:
-        """The bytes of the buffers (the weights); RefusedError naming ``source`` when they pass
-        ``FLATBUFFER_LIMIT``, before anything is packed or written."""
+        """The bytes of the buffers the FlatBuffer holds itself (all of them, or those the offset form keeps
+        inside, ``outside``); RefusedError naming ``source`` when they and the tables pass ``FLATBUFFER_LIMIT``,
+        before anything is packed or written."""
         from gatepack.converters.errors import RefusedError
 
-        size = sum(int(b.data.nbytes) for b in self.model.buffers if b.data is not None)
-        if size > FLATBUFFER_LIMIT:
+        stored = {id(b) for b in self.outside()}
+        size = sum(int(b.data.nbytes) for b in self.model.buffers if b.data is not None and id(b) not in stored)
+        tables = _TABLE_BYTES * (len(self.graph.tensors) + len(self.graph.operators))
+        if size + tables > FLATBUFFER_LIMIT:
             raise RefusedError(
-                f"{source}: the LiteRT file would hold {size:,} bytes of weights ({size / 2**30:.2f} GiB), more than "
-                f"the {FLATBUFFER_LIMIT:,} bytes a .tflite file holds: it is one FlatBuffer, whose offsets are 32-bit "
-                "(2 GiB)",
+                f"{source}: the LiteRT FlatBuffer would hold {size + tables:,} bytes ({(size + tables) / 2**30:.2f} "
+                f"GiB: its {len(self.graph.tensors):,} tensors, {len(self.graph.operators):,} operators and the "
+                f"constants under {OUTSIDE_FROM:,} bytes each), more than the {FLATBUFFER_LIMIT:,} bytes a "
+                "FlatBuffer holds: its offsets are 32-bit (2 GiB); larger constants are stored after it",
                 hint="convert to onnx (weights as external data) or openvino (weights in a .bin beside the IR), "
-                "which hold larger models",
+                "which hold larger graphs",
             )
         return size
+
+
+def _aligned_offsets(start: int, sizes: list[int]) -> list[int]:
+    """Absolute file offsets for buffers of ``sizes`` bytes stored one after the other from ``start`` (the
+    FlatBuffer's length), each aligned to ``OFFSET_ALIGNMENT``."""
+    offsets, at = [], start
+    for size in sizes:
+        at += -at % OFFSET_ALIGNMENT
+        offsets.append(at)
+        at += size
+    return offsets
+
+
+@dataclass
+class Packed:
+    """A packed model: the FlatBuffer ``head``, then each (offset, bytes) of ``tail`` at its absolute offset (the
+    offset form; zeros between for alignment)."""
+
+    head: memoryview
+    tail: list[tuple[int, np.ndarray]]
+
+    def write(self, path: str | Path) -> None:
+        """The file at ``path``, written atomically, each buffer straight from its array (no copy of the model)."""
+        from gatepack.converters.fileio import atomic_path
+
+        with atomic_path(Path(path)) as staged, open(staged, "wb") as handle:
+            handle.write(self.head)
+            for offset, data in self.tail:
+                handle.write(bytes(offset - handle.tell()))
+                handle.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+
+    def tobytes(self) -> bytes:
+        """The file's bytes (for an interpreter in memory)."""
+        if not self.tail:
+            return bytes(self.head)
+        parts, at = [bytes(self.head)], len(self.head)
+        for offset, data in self.tail:
+            parts += [bytes(offset - at), np.ascontiguousarray(data).tobytes()]
+            at = offset + int(data.nbytes)
+        return b"".join(parts)

@@ -100,6 +100,23 @@ _NO_OUTPUTS = {"CALL_ONCE", "ASSIGN_VARIABLE"}  # operators that write no tensor
 _NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT32": np.int32}
 
 
+def _place_offset_buffers(buffers: list, data: bytes, path: Path) -> None:
+    """Each buffer stored after the FlatBuffer (its ``offset`` > 1: the offset form, docs/conventions.md §11) given
+    its bytes as ``data``, a view of the file's: ``size`` bytes at that absolute offset. InputError when the range
+    passes the file's end or the buffer holds data as well (as LiteRT's interpreter refuses them)."""
+    for k, buffer in enumerate(buffers):
+        offset, size = int(buffer.offset or 0), int(buffer.size or 0)
+        if offset <= 1:
+            continue
+        if buffer.data is not None and len(buffer.data):
+            raise InputError(f"{path}: buffer {k} holds data and an offset ({offset}) both")
+        if offset + size > len(data):
+            raise InputError(
+                f"{path}: buffer {k} names bytes {offset:,} to {offset + size:,}, past the file's {len(data):,}"
+            )
+        buffer.data = np.frombuffer(data, np.uint8, size, offset)
+
+
 class _File:
     """A parsed file: its first subgraph, buffers and operator names."""
 
@@ -117,6 +134,7 @@ class _File:
         self.graph = self.model.subgraphs[0]
         self.tensors = self.graph.tensors or []
         self.model.buffers = self.model.buffers or []
+        _place_offset_buffers(self.model.buffers, data, path)
         codes = {v: k for k, v in vars(self.s.BuiltinOperator).items() if not k.startswith("_")}
         self.op_names = [
             codes.get(max(c.builtinCode, c.deprecatedBuiltinCode), "CUSTOM") for c in self.model.operatorCodes or []

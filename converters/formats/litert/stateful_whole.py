@@ -33,7 +33,6 @@ from typing import Any, Callable
 import numpy as np
 
 from gatepack.converters.errors import RefusedError
-from gatepack.converters.fileio import atomic_path
 from gatepack.converters.formats.litert.common import HELD_KEY, METADATA_KEY, Graph, schema
 from gatepack.converters.formats.litert.whole import translate_proto
 from gatepack.converters.model import Model
@@ -45,15 +44,14 @@ def write_stateful_whole(model: Model, path: str | Path, *, strategy: str = "aut
     (``Model.meta['state_pairs']``) held in variable tensors (module docstring)."""
     assert model.path is not None  # (a whole model read from its file)
     pairs = [(str(a), str(b)) for a, b in model.meta.get("state_pairs") or []]
-    data, _ = translate_proto(
+    packed, _ = translate_proto(
         Prepared.of(model),
         Path(model.path),
         strategy=strategy,
         input_shapes=model.meta.get("input_shapes"),
         finishing=partial(hold_states, Path(model.path), pairs),
     )
-    with atomic_path(Path(path)) as staged:
-        staged.write_bytes(data)
+    packed.write(path)
 
 
 def hold_states(source: Path, pairs: list[tuple[str, str]], g: Graph, description: dict) -> None:

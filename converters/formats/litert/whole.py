@@ -24,9 +24,8 @@ from typing import Callable
 import numpy as np
 
 from gatepack.converters.errors import RefusedError
-from gatepack.converters.fileio import atomic_path
 from gatepack.converters.findings import Finding
-from gatepack.converters.formats.litert.common import FORMAT, Graph, schema
+from gatepack.converters.formats.litert.common import FORMAT, Graph, Packed, schema
 from gatepack.converters.formats.litert.strategy import form
 from gatepack.converters.formats.litert.translate import LiteRTTranslation, Tensor, prune
 from gatepack.converters.model import Model
@@ -59,17 +58,16 @@ _INT64 = 7
 def write_whole(model: Model, path: str | Path, *, strategy: str = "auto") -> None:
     """The whole ONNX ``model`` as one ``.tflite`` file at ``path`` (``translate_proto``)."""
     assert model.path is not None  # (a whole model read from its file)
-    data, _ = translate_proto(
+    packed, _ = translate_proto(
         Prepared.of(model), Path(model.path), strategy=strategy, input_shapes=model.meta.get("input_shapes")
     )
-    with atomic_path(Path(path)) as staged:
-        staged.write_bytes(data)
+    packed.write(path)
 
 
 def translate_onnx(proto, base_dir: Path) -> bytes:
     """An ONNX model without recurrent layers as a LiteRT file's bytes (the operator table's tests translate one
     operator so). ``base_dir``: where its external data is."""
-    return bytes(translate_proto(Prepared(proto, []), base_dir / "model.onnx")[0])
+    return translate_proto(Prepared(proto, []), base_dir / "model.onnx")[0].tobytes()
 
 
 def translate_proto(
@@ -80,8 +78,8 @@ def translate_proto(
     input_shapes: dict | None = None,
     finishing: Callable[[Graph, dict], None] | None = None,
     packing: bool = True,
-) -> tuple[memoryview, dict]:
-    """The file's bytes (``Graph.packed``; ``packing`` False: none, the size checked alone) and gatepack's
+) -> tuple[Packed, dict]:
+    """The packed file (``Graph.packed``; ``packing`` False: nothing, the size checked alone) and gatepack's
     description of it (its layers, the operators around them); ``finishing`` changes the graph and description
     before they are packed (``stateful_whole``: states held in variables)."""
     from gatepack.converters.formats.litert.writer import METADATA_FORMAT
@@ -110,7 +108,7 @@ def translate_proto(
         finishing(t.g, description)
     if not packing:
         t.g.check_size(path)
-        return memoryview(b""), description
+        return Packed(memoryview(b""), []), description
     return t.g.packed(description, path), description
 
 

@@ -30,7 +30,6 @@ import numpy as np
 from gatepack.converters import quantization
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.description import describe
-from gatepack.converters.fileio import atomic_path
 from gatepack.converters.formats.litert.common import (
     FUSED,
     LSTM_BIASES,
@@ -87,9 +86,7 @@ def write_layers(
             s = _size(seq_length, layer, DEFAULT_SEQ_LENGTH)
         entry = _LayerWriter(graph, layer, s, n, streamed_roles(layer, pairs)).write(chosen)
         described.append(entry)
-    data = graph.packed({"format": METADATA_FORMAT, "layers": described}, model.path)
-    with atomic_path(Path(path)) as staged:
-        staged.write_bytes(data)
+    graph.packed({"format": METADATA_FORMAT, "layers": described}, model.path).write(path)
 
 
 class _LayerWriter:
