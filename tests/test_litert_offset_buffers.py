@@ -62,7 +62,7 @@ def test_a_gru_stack_s_layers_in_the_offset_form_run_and_read_back(tmp_path, off
     result = gp.convert(tmp_path / "stack.onnx", out, to="litert", layers_only=True)
     assert result.verification.passed, result.verification.to_text()
     stored = _offset_buffers(out)
-    assert sum(size for _, size in stored) >= 0.95 * weights  # the weight matrices after the FlatBuffer (biases under 1 KiB stay in it)
+    assert sum(size for _, size in stored) >= 0.95 * weights  # the matrices after it (biases under 1 KiB in it)
     assert min(offset for offset, _ in stored) >= 1024  # the FlatBuffer first
     _same_weights(gp.load(tmp_path / "stack.onnx"), gp.load(out))
 
