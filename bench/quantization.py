@@ -425,7 +425,8 @@ def _coreml_weights(path: Path) -> tuple[int, int, int, int]:
 
 
 def _litert_weights(path: Path) -> tuple[int, int, int, int]:
-    """(INT8 constant tensors, bytes, FLOAT32 constant tensors, bytes) of a LiteRT flatbuffer (tensors with data)."""
+    """(INT8 constant tensors, bytes, FLOAT32 constant tensors, bytes) of a LiteRT file (tensors with data, in the
+    FlatBuffer or stored after it: an offset buffer, docs/conventions.md §11)."""
     from gatepack.converters.formats.litert.common import schema
 
     tflite = schema()
@@ -434,9 +435,10 @@ def _litert_weights(path: Path) -> tuple[int, int, int, int]:
     found = [0, 0, 0, 0]
     for graph in model.subgraphs or []:
         for tensor in graph.tensors or []:
-            held = model.buffers[tensor.buffer].data
+            buffer = model.buffers[tensor.buffer]
+            held = buffer.size if buffer.offset > 1 else len(buffer.data if buffer.data is not None else [])
             count = _product(tensor.shape if tensor.shape is not None else [])
-            if held is None or len(held) == 0 or tensor.type not in sizes or count < MIN_WEIGHT:
+            if not held or tensor.type not in sizes or count < MIN_WEIGHT:
                 continue
             index = 0 if sizes[tensor.type] == 1 else 2
             found[index], found[index + 1] = found[index] + 1, found[index + 1] + count * sizes[tensor.type]
