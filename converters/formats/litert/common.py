@@ -256,7 +256,7 @@ class Packed:
             handle.write(self.head)
             for offset, data in self.tail:
                 handle.write(bytes(offset - handle.tell()))
-                handle.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+                handle.write(np.ascontiguousarray(data).data.cast("B"))
 
     def tobytes(self) -> bytes:
         """The file's bytes (for an interpreter in memory)."""
