@@ -123,10 +123,8 @@ def _exposed_text(region: Region) -> str:
         else:
             parts.append(f"{tensor!r} is Y at step {how[1]}")
     shown = "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
-    return (
-        f"The layer's outputs are canonical tensors {region.y!r} and {region.y_h!r} (with a direction axis); "
-        f"in the source, {shown}."
-    )
+    canonical = " and ".join(repr(t) for t in (region.y, region.y_h, region.y_c) if t)
+    return f"The layer's outputs are canonical tensors {canonical} (with a direction axis); in the source, {shown}."
 
 
 def census(graph: onnx.GraphProto) -> str:

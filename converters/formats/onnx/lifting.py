@@ -187,6 +187,11 @@ class Finder:
                 )
             except NotARecurrence as err:
                 refused.append((chain[0], str(err)))
+        for step in self._single_steps():
+            try:
+                found.append([self._single_step(*step)])
+            except NotARecurrence as err:
+                refused.append((step[0], str(err)))
         return found, refused
 
     # -- shared
@@ -692,6 +697,121 @@ class Finder:
             if node is None or node.op_type not in _SHAPE_OPS or self._constant(node.input[0]) is not None:
                 return name
             name = node.input[0]
+
+    # -- one unrolled step (a per-frame export)
+
+    def _single_steps(self) -> list[tuple[str, onnx.NodeProto, int]]:
+        """(name, recurrent MatMul, gates) of every step a per-frame export unrolled once: a MatMul by a constant
+        R [H, G*H] (G = 4: LSTM, 3: GRU) used by no other MatMul, whose data input is a state the graph takes as an
+        input (through Slice/Squeeze/Gather...: the previous frame's state, fed back by the caller)."""
+        uses: dict[str, int] = {}
+        for node in self.proto.graph.node:
+            if node.op_type == "MatMul" and len(node.input) == 2:
+                uses[node.input[1]] = uses.get(node.input[1], 0) + 1
+        found = []
+        for node in self.proto.graph.node:
+            if node.op_type != "MatMul" or len(node.input) != 2 or uses[node.input[1]] != 1:
+                continue
+            weight, state = self._constant(node.input[1]), node.input[0]
+            if weight is None or weight.ndim != 2 or weight.dtype.kind != "f" or state in self.scope.initializers:
+                continue
+            hidden, fused = weight.shape
+            gates = fused // hidden if fused % hidden == 0 else 0
+            if gates in (3, 4) and self._source(state) in self.graph_inputs and self._source(state) != state:
+                found.append((f"step:{node.input[1]}", node, gates))
+        return found
+
+    def _single_step(self, name: str, recurrent: onnx.NodeProto, gates: int) -> Region:
+        """The region of one unrolled LSTM (``gates`` 4) or GRU (3) step: its new states found by the cell's
+        equations (``_lstm_ends``, ``_gru_end``), its X the tensor the input projection reads, its initial states
+        the graph's state inputs; a layer of sequence length 1, its Y_h (and Y_c) the new states."""
+        h_prev, h_t, c_prev, c_t = self._step_ends(recurrent, gates)
+        what = f"the step multiplying {h_prev!r} by {recurrent.input[1]!r}"
+        finals = [h_t, c_t]
+        upstream = self._step_nodes([f for f in finals if f], h_prev)
+        activations = frozenset(op.lower() for op in {n.op_type for n in upstream} & {"Sigmoid", "Tanh", "Relu"})
+        projections = [
+            n
+            for n in upstream
+            if n.op_type in ("MatMul", "Gemm")
+            and n is not recurrent
+            and self._constant(n.input[1]) is not None
+            and not self._depends(n.input[0], h_prev)
+        ]
+        sources = {self._source(n.input[0]) for n in projections}
+        if len(sources) != 1:
+            raise NotARecurrence(f"{what}: {len(sources)} candidate inputs (one expected)")
+        cell = "LSTM" if gates == 4 else "GRU"
+        found = f"one unrolled {cell} step (a per-frame export: the states are the graph's inputs and outputs)"
+        hidden = int(self._constant(recurrent.input[1]).shape[0])  # type: ignore[union-attr]
+        return self._build(
+            name, found, "step", Direction.FORWARD, sources.pop(), [h_prev, c_prev], activations, hidden, 1,
+            outputs=[f for f in finals if f], y_seq=None, finals=finals, states=None,
+        )  # fmt: skip
+
+    def _step_ends(self, recurrent: onnx.NodeProto, gates: int) -> tuple[str, str, str | None, str | None]:
+        """(h_prev, h_t, c_prev, c_t) of a single step (c: an LSTM's; None for a GRU), found by the cell's equations
+        (``_lstm_ends``, ``_gru_end``): NotARecurrence where they are not there."""
+        h_prev = recurrent.input[0]
+        what = f"the step multiplying {h_prev!r} by {recurrent.input[1]!r}"
+        after = self._forward(recurrent.output[0], 12)
+        if gates == 4:
+            h_t, c_t, c_prev = self._lstm_ends(after, h_prev, what)
+            return h_prev, h_t, c_prev, c_t
+        return h_prev, self._gru_end(recurrent.output[0], after, h_prev, what), None, None
+
+    def step_states(self) -> list[tuple[str, str]]:
+        """(state before, state after) of every single unrolled step (``_single_steps``): h_prev -> h_t and an LSTM's
+        c_prev -> c_t, as the cell's equations show them (the wiring a streaming model feeds back; unproven here)."""
+        pairs: list[tuple[str, str]] = []
+        for _, recurrent, gates in self._single_steps():
+            try:
+                h_prev, h_t, c_prev, c_t = self._step_ends(recurrent, gates)
+            except NotARecurrence:
+                continue
+            pairs += [(h_prev, h_t)] + ([(c_prev, c_t)] if c_prev and c_t else [])
+        return pairs
+
+    def _forward(self, start: str, depth: int) -> dict[str, onnx.NodeProto]:
+        """The nodes within ``depth`` consumers of ``start``, by output name (the first output each)."""
+        found: dict[str, onnx.NodeProto] = {}
+        frontier = {start}
+        for _ in range(depth):
+            nodes = [n for t in frontier for n in self.scope.consumers.get(t, [])]
+            found.update((n.output[0], n) for n in nodes if n.output)
+            frontier = {o for n in nodes for o in n.output}
+        return found
+
+    def _lstm_ends(self, after: dict[str, onnx.NodeProto], h_prev: str, what: str) -> tuple[str, str, str]:
+        """(h_t, c_t, c_prev) of an LSTM step: c_t = f*c_prev + i*g an Add of two Muls, one reading a state input
+        c_prev (not h_prev); h_t = o*tanh(c_t) the Mul reading Tanh(c_t). What the gates are is left to the proof."""
+        for c_t, add in after.items():
+            if add.op_type != "Add":
+                continue
+            muls = [self.scope.producers.get(i) for i in add.input]
+            if not all(m is not None and m.op_type == "Mul" for m in muls):
+                continue
+            states = [i for m in muls for i in m.input  # type: ignore[union-attr]
+                      if i != h_prev and self._source(i) in self.graph_inputs and self._source(i) != i]  # fmt: skip
+            tanhs = [n.output[0] for n in self.scope.consumers.get(c_t, []) if n.op_type == "Tanh"]
+            h_ts = [n.output[0] for t in tanhs for n in self.scope.consumers.get(t, []) if n.op_type == "Mul"]
+            if len(states) == 1 and len(h_ts) == 1:
+                return h_ts[0], c_t, states[0]
+        raise NotARecurrence(f"{what}: no c_t = f*c + i*g reading a state input and h_t = o*tanh(c_t) after it")
+
+    def _gru_end(self, product: str, after: dict[str, onnx.NodeProto], h_prev: str, what: str) -> str:
+        """h_t of a GRU step: the Add or Sub farthest from the recurrent product that reads h_prev within three
+        nodes through no MatMul (z*h_prev + (1-z)*n, or n + z*(h_prev - n)). The proof checks the reading."""
+        ends = [
+            (self._distance(product, out), out)
+            for out, node in after.items()
+            if node.op_type in ("Add", "Sub")
+            and (crossed := self._crossed(out, h_prev, 3)) is not None
+            and not crossed & {"MatMul", "Gemm"}
+        ]
+        if not ends:
+            raise NotARecurrence(f"{what}: no h_t = z*h + (1-z)*n reading the state input after it")
+        return max(ends, key=lambda e: e[0] or 0)[1]
 
     # -- building
 
