@@ -159,5 +159,6 @@ def why_none(graph: onnx.GraphProto, op_types: set[str], skipped: list[tuple[str
         )
     return (
         f" (it holds {found} but no chain of MatMuls by one shared weight that gatepack lifts into a GRU/RNN "
-        "layer, as torch.onnx's dynamo exporter unrolls nn.RNN; an unrolled LSTM is not lifted)"
+        "layer, as torch.onnx's dynamo exporter unrolls nn.RNN, and no single LSTM/GRU step whose state is a graph "
+        "input, as a per-frame export writes one; an LSTM or GRU unrolled over several steps is not lifted)"
     )

@@ -71,6 +71,7 @@ class Region:
     sequence_lens: str | None = None  # canonical [N] int32 input of a loop masked by lengths
     mask: str | None = None  # the original mask [S,N] or [S,N,1] it reads (sequence_lens in the rewritten model)
     hold: str | None = None  # the original mask of a per-step hold (``Interface.mask``), in time order
+    x_source: str | None = None  # one step's input [N, I] the canonical X [1, N, I] becomes (an adapter), if any
 
 
 @dataclass
@@ -717,7 +718,7 @@ class Finder:
                 continue
             hidden, fused = weight.shape
             gates = fused // hidden if fused % hidden == 0 else 0
-            if gates in (3, 4) and self._source(state) in self.graph_inputs and self._source(state) != state:
+            if gates in (3, 4) and self._source(state) in self.graph_inputs:
                 found.append((f"step:{node.input[1]}", node, gates))
         return found
 
@@ -792,7 +793,7 @@ class Finder:
             if not all(m is not None and m.op_type == "Mul" for m in muls):
                 continue
             states = [i for m in muls for i in m.input  # type: ignore[union-attr]
-                      if i != h_prev and self._source(i) in self.graph_inputs and self._source(i) != i]  # fmt: skip
+                      if i != h_prev and self._source(i) in self.graph_inputs]  # fmt: skip
             tanhs = [n.output[0] for n in self.scope.consumers.get(c_t, []) if n.op_type == "Tanh"]
             h_ts = [n.output[0] for t in tanhs for n in self.scope.consumers.get(t, []) if n.op_type == "Mul"]
             if len(states) == 1 and len(h_ts) == 1:
@@ -821,17 +822,21 @@ class Finder:
     ) -> Region:  # fmt: skip
         """The region found: ``initials``, ``finals`` (h, c/None); ``states`` unrolled steps, ``y_seq`` a Loop's Y."""
         x_dims = self._dims(x_seq) or []
+        out = _Adapters(name, self.opset)
+        x_source = None
+        if kind == "step" and len(x_dims) == 2:  # one step's input [N, I]: the layer's X is [1, N, I]
+            x_source, x_seq, x_dims = x_seq, f"{name}:X", [1, *x_dims]
+            out.axes("Squeeze", x_seq, [0], x_source)
         if len(x_dims) != 3 or not isinstance(x_dims[2], int):
             raise NotARecurrence(f"{found}: its sequence input {x_seq!r} has no known [S, N, I] shape")
         if not isinstance(hidden, int):
             raise NotARecurrence(f"{found}: its state has no known hidden size")
         x, layout, absorbed = self._layout(x_seq, any(initials))
-        boundary = {x} | {i for i in initials if i} | {m for m in (mask, hold) if m}
+        boundary = {x_source or x} | {i for i in initials if i} | {m for m in (mask, hold) if m}
         nodes, constants = self._cone(outputs, boundary, found)
         seq = x_dims[0] if isinstance(x_dims[0], int) else steps
         if steps is not None and isinstance(x_dims[0], int) and x_dims[0] != steps:
             raise NotARecurrence(f"{found}: it runs {steps} steps over a sequence of {x_dims[0]}")
-        out = _Adapters(name, self.opset)
         exposed: dict[str, tuple] = {}
         if states is not None:  # unrolled: one tensor per step, in processing order
             y0, final_states = self._unrolled_outputs(out, name, direction, states, nodes, exposed)
@@ -852,6 +857,7 @@ class Finder:
             adapters=out.nodes,
             constants=constants,
             x=x,
+            x_source=x_source,
             initial_h=canonical[0][0],
             initial_source=canonical[0][1],
             initial_c=canonical[1][0],
@@ -1148,6 +1154,8 @@ def replace_in_place(proto: onnx.ModelProto, lifted: list[tuple[Region, Replacem
         x0 = node_inputs(region)[0]
         if region.layout == 1:
             out.add("Transpose", [region.x], x0, perm=[1, 0, 2])
+        elif region.x_source is not None:  # the node reads [1,N,I]; the source has one step's [N,I]
+            out.axes("Unsqueeze", region.x_source, [0], x0)
         for source, at in ((region.initial_source, 5), (region.initial_c_source, 6)):
             if source is not None:  # the node reads [1,N,H]; the source has [N,H]
                 out.axes("Unsqueeze", source, [0], node_in[at])
