@@ -10,6 +10,7 @@ checks and ``--input-value`` read from a model's graph, so that no shared module
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import onnx
@@ -147,15 +148,16 @@ def recurrent_wiring(path: Path) -> set[tuple[str, str]]:
         ]
 
     pairs: set[tuple[str, str]] = set()
-    for state_in, state_out in _state_tensors(proto):
+    for state_in, state_out in _state_tensors(proto, path):
         for i in reach(state_in, back):
             pairs.update((i, o) for o in reach(state_out, forward))
     return pairs
 
 
-def _state_tensors(proto: onnx.ModelProto) -> list[tuple[str, str]]:
+def _state_tensors(proto: onnx.ModelProto, path: Path) -> list[tuple[str, str]]:
     """(initial state, final state) tensors of the main graph's recurrent nodes (initial_h -> Y_h, an LSTM's
-    initial_c -> Y_c) and of the single unrolled steps a per-frame export writes (``onnx.lifting.Finder``)."""
+    initial_c -> Y_c) and of the single unrolled steps a per-frame export writes (``onnx.lifting.Finder``; the model
+    read from ``path``, its external data beside it)."""
     found = []
     for node in proto.graph.node:
         if node.op_type not in _RECURRENT:
@@ -167,7 +169,8 @@ def _state_tensors(proto: onnx.ModelProto) -> list[tuple[str, str]]:
                     found.append((node.input[state_in], node.output[state_out]))
     if {n.op_type for n in proto.graph.node} >= {"MatMul", "Tanh"}:
         opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 13)
-        found += Finder(proto, Scope(proto.graph, None, ""), numpy_helper.to_array, opset).step_states()
+        value_of = partial(numpy_helper.to_array, base_dir=str(path.parent))  # (external data beside the model)
+        found += Finder(proto, Scope(proto.graph, None, ""), value_of, opset).step_states()
     return found
 
 

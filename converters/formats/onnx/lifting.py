@@ -701,10 +701,11 @@ class Finder:
 
     # -- one unrolled step (a per-frame export)
 
-    def _single_steps(self) -> list[tuple[str, onnx.NodeProto, int]]:
-        """(name, recurrent MatMul, gates) of every step a per-frame export unrolled once: a MatMul by a constant
-        R [H, G*H] (G = 4: LSTM, 3: GRU) used by no other MatMul, whose data input is a state the graph takes as an
-        input (through Slice/Squeeze/Gather...: the previous frame's state, fed back by the caller)."""
+    def _single_steps(self) -> list[tuple[str, onnx.NodeProto, tuple[str, str, str | None, str | None]]]:
+        """(name, recurrent MatMul, its states ``_step_ends``) of every step a per-frame export unrolled once: a MatMul
+        by a constant R [H, G*H] (G = 4: LSTM, 3: GRU) used by no other MatMul, whose data input is a state the graph
+        takes as an input (through Slice/Squeeze/Gather...: the previous frame's state, fed back by the caller),
+        followed by the cell's equations (a product without them, e.g. a dense layer on an input, is no step)."""
         uses: dict[str, int] = {}
         for node in self.proto.graph.node:
             if node.op_type == "MatMul" and len(node.input) == 2:
@@ -713,20 +714,23 @@ class Finder:
         for node in self.proto.graph.node:
             if node.op_type != "MatMul" or len(node.input) != 2 or uses[node.input[1]] != 1:
                 continue
-            weight, state = self._constant(node.input[1]), node.input[0]
-            if weight is None or weight.ndim != 2 or weight.dtype.kind != "f" or state in self.scope.initializers:
+            dims, state = self._float_matrix(node.input[1]), node.input[0]
+            if dims is None or state in self.scope.initializers:
                 continue
-            hidden, fused = weight.shape
+            hidden, fused = dims
             gates = fused // hidden if fused % hidden == 0 else 0
             if gates in (3, 4) and self._source(state) in self.graph_inputs:
-                found.append((f"step:{node.input[1]}", node, gates))
+                try:
+                    found.append((f"step:{node.input[1]}", node, self._step_ends(node, gates)))
+                except NotARecurrence:
+                    continue
         return found
 
-    def _single_step(self, name: str, recurrent: onnx.NodeProto, gates: int) -> Region:
-        """The region of one unrolled LSTM (``gates`` 4) or GRU (3) step: its new states found by the cell's
-        equations (``_lstm_ends``, ``_gru_end``), its X the tensor the input projection reads, its initial states
-        the graph's state inputs; a layer of sequence length 1, its Y_h (and Y_c) the new states."""
-        h_prev, h_t, c_prev, c_t = self._step_ends(recurrent, gates)
+    def _single_step(self, name: str, recurrent: onnx.NodeProto, ends: tuple) -> Region:
+        """The region of one unrolled LSTM or GRU step: its states ``ends`` (h_prev, h_t, c_prev, c_t; c None for a
+        GRU), its X the tensor the input projection reads, its initial states the graph's state inputs; a layer of
+        sequence length 1, its Y_h (and Y_c) the new states."""
+        h_prev, h_t, c_prev, c_t = ends
         what = f"the step multiplying {h_prev!r} by {recurrent.input[1]!r}"
         finals = [h_t, c_t]
         upstream = self._step_nodes([f for f in finals if f], h_prev)
@@ -742,13 +746,24 @@ class Finder:
         sources = {self._source(n.input[0]) for n in projections}
         if len(sources) != 1:
             raise NotARecurrence(f"{what}: {len(sources)} candidate inputs (one expected)")
-        cell = "LSTM" if gates == 4 else "GRU"
+        cell = "LSTM" if c_t else "GRU"
         found = f"one unrolled {cell} step (a per-frame export: the states are the graph's inputs and outputs)"
-        hidden = int(self._constant(recurrent.input[1]).shape[0])  # type: ignore[union-attr]
+        hidden = (self._float_matrix(recurrent.input[1]) or (0, 0))[0]  # (a matrix: _single_steps)
         return self._build(
             name, found, "step", Direction.FORWARD, sources.pop(), [h_prev, c_prev], activations, hidden, 1,
             outputs=[f for f in finals if f], y_seq=None, finals=finals, states=None,
         )  # fmt: skip
+
+    def _float_matrix(self, name: str) -> tuple[int, int] | None:
+        """The dims of a constant float matrix (an initializer or a Constant node's; told without loading it)."""
+        tensor = self.scope.initializers.get(name)
+        node = self.scope.producers.get(name)
+        if tensor is None and node is not None and node.op_type == "Constant":
+            tensor = next((a.t for a in node.attribute if a.name == "value"), None)
+        floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
+        if tensor is None or len(tensor.dims) != 2 or tensor.data_type not in floats:
+            return None
+        return int(tensor.dims[0]), int(tensor.dims[1])
 
     def _step_ends(self, recurrent: onnx.NodeProto, gates: int) -> tuple[str, str, str | None, str | None]:
         """(h_prev, h_t, c_prev, c_t) of a single step (c: an LSTM's; None for a GRU), found by the cell's equations
@@ -765,11 +780,7 @@ class Finder:
         """(state before, state after) of every single unrolled step (``_single_steps``): h_prev -> h_t and an LSTM's
         c_prev -> c_t, as the cell's equations show them (the wiring a streaming model feeds back; unproven here)."""
         pairs: list[tuple[str, str]] = []
-        for _, recurrent, gates in self._single_steps():
-            try:
-                h_prev, h_t, c_prev, c_t = self._step_ends(recurrent, gates)
-            except NotARecurrence:
-                continue
+        for _, _, (h_prev, h_t, c_prev, c_t) in self._single_steps():
             pairs += [(h_prev, h_t)] + ([(c_prev, c_t)] if c_prev and c_t else [])
         return pairs
 
