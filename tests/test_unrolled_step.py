@@ -152,13 +152,16 @@ def test_a_cell_with_a_gate_activation_swapped_is_not_lifted_as_an_lstm(tmp_path
         gp.load(tmp_path / "both.onnx")
 
 
-# -- a GRU step written by hand (Keras's form: x @ W + b, h @ R + rb, split z, r, h; reset after the matmul)
+# -- a GRU step written by hand, in Keras's two forms
 
 I, H = 6, 5
 
 
-def _gru_step_model(gru: bool = True) -> onnx.ModelProto:
-    """One GRU step per call: x [1, I] and the state h [1, H] in, y = Relu(h_t) and h_t out."""
+def _gru_step_model(reset: str = "after") -> onnx.ModelProto:
+    """One GRU step per call: x [1, I] and the state h [1, H] in, y = Relu(h_t) and h_t out. ``reset``: "after" the
+    recurrent product (Keras's default: h @ R + rb split z, r, h, the reset times h's block), "before" it (Keras
+    ``reset_after=False``: h @ R_zr, then (r * h) @ R_h), or "neither" (not a GRU: the new state keeps 1 - r of the
+    candidate, not 1 - z)."""
     rng = np.random.default_rng(7)
     weights = {
         "W": rng.uniform(-0.5, 0.5, (I, 3 * H)),
@@ -167,28 +170,38 @@ def _gru_step_model(gru: bool = True) -> onnx.ModelProto:
         "rb": rng.uniform(-0.5, 0.5, (3 * H,)),
         "one": np.ones((1,)),
     }
+    recurrent = [
+        helper.make_node("MatMul", ["h", "R"], ["hr"]),
+        helper.make_node("Add", ["hr", "rb"], ["hrb"]),
+        helper.make_node("Split", ["hrb"], ["hz", "hr_", "hh"], axis=1),
+        helper.make_node("Mul", ["r", "hh"], ["rhh"]),
+    ]
+    if reset == "before":
+        weights["R_zr"], weights["R_h"] = weights.pop("R")[:, : 2 * H], rng.uniform(-0.5, 0.5, (H, H))
+        del weights["rb"]
+        recurrent = [
+            helper.make_node("MatMul", ["h", "R_zr"], ["hzr"]),
+            helper.make_node("Split", ["hzr"], ["hz", "hr_"], axis=1),
+            helper.make_node("Mul", ["r", "h"], ["rh"]),
+            helper.make_node("MatMul", ["rh", "R_h"], ["rhh"]),
+        ]
     nodes = [
         helper.make_node("MatMul", ["x", "W"], ["xw"]),
         helper.make_node("Add", ["xw", "b"], ["xwb"]),
         helper.make_node("Split", ["xwb"], ["xz", "xr", "xh"], axis=1),
-        helper.make_node("MatMul", ["h", "R"], ["hr"]),
-        helper.make_node("Add", ["hr", "rb"], ["hrb"]),
-        helper.make_node("Split", ["hrb"], ["hz", "hr_", "hh"], axis=1),
+        *recurrent,
         helper.make_node("Add", ["xz", "hz"], ["z0"]),
         helper.make_node("Sigmoid", ["z0"], ["z"]),
         helper.make_node("Add", ["xr", "hr_"], ["r0"]),
         helper.make_node("Sigmoid", ["r0"], ["r"]),
-        helper.make_node("Mul", ["r", "hh"], ["rhh"]),
         helper.make_node("Add", ["xh", "rhh"], ["n0"]),
         helper.make_node("Tanh", ["n0"], ["n"]),
-        helper.make_node("Sub", ["one", "z"], ["keep"]),
+        helper.make_node("Sub", ["one", "r" if reset == "neither" else "z"], ["keep"]),
         helper.make_node("Mul", ["z", "h"], ["zh"]),
         helper.make_node("Mul", ["keep", "n"], ["zn"]),
         helper.make_node("Add", ["zh", "zn"], ["h_t"]),
         helper.make_node("Relu", ["h_t"], ["y"]),
     ]
-    if not gru:  # not a GRU of either placement: the new state keeps 1 - r of the candidate, not 1 - z
-        nodes[13] = helper.make_node("Sub", ["one", "r"], ["keep"])
     graph = helper.make_graph(
         nodes,
         "gru_step",
@@ -205,11 +218,13 @@ def _gru_step_model(gru: bool = True) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def test_a_gru_step_is_lifted_and_converts_whole_streaming_like_the_source(tmp_path):
+@pytest.mark.parametrize("reset", ["after", "before"])
+def test_a_gru_step_is_lifted_and_converts_whole_streaming_like_the_source(reset, tmp_path):
     src, out = tmp_path / "gru_step.onnx", tmp_path / "m.onnx"
-    onnx.save(_gru_step_model(), str(src))
+    onnx.save(_gru_step_model(reset), str(src))
     (layer,) = gp.load(src).layers
-    assert (layer.cell.value, layer.input_size, layer.hidden_size, layer.linear_before_reset) == ("gru", I, H, True)
+    lbr = reset == "after"
+    assert (layer.cell.value, layer.input_size, layer.hidden_size, layer.linear_before_reset) == ("gru", I, H, lbr)
     result = gp.convert(src, out, to="onnx")
     assert result.verification.passed and any("h_t -> h (" in note for note in result.verification.notes)
     assert [n.op_type for n in onnx.load(str(out)).graph.node].count("GRU") == 1
@@ -225,6 +240,6 @@ def test_a_gru_step_is_lifted_and_converts_whole_streaming_like_the_source(tmp_p
 
 
 def test_a_step_that_is_no_gru_is_not_lifted(tmp_path):
-    onnx.save(_gru_step_model(gru=False), str(tmp_path / "not_gru.onnx"))
+    onnx.save(_gru_step_model("neither"), str(tmp_path / "not_gru.onnx"))
     with pytest.raises(gp.NoRecurrentLayerError, match="none of .* readings"):
         gp.load(tmp_path / "not_gru.onnx")

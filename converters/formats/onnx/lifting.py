@@ -96,6 +96,17 @@ class _Carried(NamedTuple):
     changing: list[int]
 
 
+class _Step(NamedTuple):
+    """A single unrolled step (``Finder._single_steps``): its name, the MatMul multiplying the state by R, its states
+    (h_prev, h_t, c_prev, c_t; c None for a GRU) and, for a GRU with the reset before the product, the two constants
+    whose columns make R (None otherwise)."""
+
+    name: str
+    recurrent: onnx.NodeProto
+    ends: tuple[str, str, str | None, str | None]
+    joined: tuple[str, str] | None
+
+
 class NotARecurrence(Exception):
     """What was found is not lifted: the message says what and why."""
 
@@ -190,7 +201,7 @@ class Finder:
                 refused.append((chain[0], str(err)))
         for step in self._single_steps():
             try:
-                found.append([self._single_step(*step)])
+                found.append([self._single_step(step.name, step.recurrent, step.ends, step.joined)])
             except NotARecurrence as err:
                 refused.append((step[0], str(err)))
         return found, refused
@@ -701,11 +712,12 @@ class Finder:
 
     # -- one unrolled step (a per-frame export)
 
-    def _single_steps(self) -> list[tuple[str, onnx.NodeProto, tuple[str, str, str | None, str | None]]]:
-        """(name, recurrent MatMul, its states ``_step_ends``) of every step a per-frame export unrolled once: a MatMul
-        by a constant R [H, G*H] (G = 4: LSTM, 3: GRU) used by no other MatMul, whose data input is a state the graph
-        takes as an input (through Slice/Squeeze/Gather...: the previous frame's state, fed back by the caller),
-        followed by the cell's equations (a product without them, e.g. a dense layer on an input, is no step)."""
+    def _single_steps(self) -> list[_Step]:
+        """Every step a per-frame export unrolled once: a MatMul by a constant R [H, G*H] (G = 4: LSTM, 3: GRU) used
+        by no other MatMul, whose data input is a state the graph takes as an input (through Slice/Squeeze/Gather...:
+        the previous frame's state, fed back by the caller), followed by the cell's equations (a product without them,
+        e.g. a dense layer on an input, is no step). A GRU with the reset before the product multiplies by R's z and r
+        blocks [H, 2H], and by its h block [H, H] the state times r (``_reset_product``): R is the two joined."""
         uses: dict[str, int] = {}
         for node in self.proto.graph.node:
             if node.op_type == "MatMul" and len(node.input) == 2:
@@ -719,17 +731,30 @@ class Finder:
                 continue
             hidden, fused = dims
             gates = fused // hidden if fused % hidden == 0 else 0
-            if gates in (3, 4) and self._source(state) in self.graph_inputs:
+            reset = self._reset_product(node, hidden) if gates == 2 else None
+            if (gates in (3, 4) or reset) and self._source(state) in self.graph_inputs:
                 try:
-                    found.append((f"step:{node.input[1]}", node, self._step_ends(node, gates)))
+                    ends = self._step_ends(node, 3 if reset else gates)
                 except NotARecurrence:
                     continue
+                found.append(_Step(f"step:{node.input[1]}", node, ends, (node.input[1], reset) if reset else None))
         return found
 
-    def _single_step(self, name: str, recurrent: onnx.NodeProto, ends: tuple) -> Region:
+    def _reset_product(self, product: onnx.NodeProto, hidden: int) -> str | None:
+        """The constant [H, H] a GRU with the reset before the product multiplies r * h_prev by (a MatMul within a
+        few nodes of ``product``, h_prev's product by the z and r blocks), or None."""
+        for node in self._forward(product.output[0], 6).values():
+            mul = self.scope.producers.get(node.input[0]) if node.op_type == "MatMul" else None
+            if mul is not None and mul.op_type == "Mul" and product.input[0] in mul.input:
+                if self._float_matrix(node.input[1]) == (hidden, hidden):
+                    return node.input[1]
+        return None
+
+    def _single_step(self, name: str, recurrent: onnx.NodeProto, ends: tuple, joined: tuple | None) -> Region:
         """The region of one unrolled LSTM or GRU step: its states ``ends`` (h_prev, h_t, c_prev, c_t; c None for a
         GRU), its X the tensor the input projection reads, its initial states the graph's state inputs; a layer of
-        sequence length 1, its Y_h (and Y_c) the new states."""
+        sequence length 1, its Y_h (and Y_c) the new states. ``joined``: the two constants whose columns make R (a
+        GRU with the reset before the product), offered to the proof as one more constant, ``NAME:R``."""
         h_prev, h_t, c_prev, c_t = ends
         what = f"the step multiplying {h_prev!r} by {recurrent.input[1]!r}"
         finals = [h_t, c_t]
@@ -749,10 +774,14 @@ class Finder:
         cell = "LSTM" if c_t else "GRU"
         found = f"one unrolled {cell} step (a per-frame export: the states are the graph's inputs and outputs)"
         hidden = (self._float_matrix(recurrent.input[1]) or (0, 0))[0]  # (a matrix: _single_steps)
-        return self._build(
+        region = self._build(
             name, found, "step", Direction.FORWARD, sources.pop(), [h_prev, c_prev], activations, hidden, 1,
             outputs=[f for f in finals if f], y_seq=None, finals=finals, states=None,
         )  # fmt: skip
+        if joined:
+            blocks = [self._constant(n) for n in joined]
+            region.constants[f"{name}:R"] = np.concatenate(blocks, axis=1)  # type: ignore[arg-type]
+        return region
 
     def _float_matrix(self, name: str) -> tuple[int, int] | None:
         """The dims of a constant float matrix (an initializer or a Constant node's; told without loading it)."""
@@ -780,7 +809,8 @@ class Finder:
         """(state before, state after) of every single unrolled step (``_single_steps``): h_prev -> h_t and an LSTM's
         c_prev -> c_t, as the cell's equations show them (the wiring a streaming model feeds back; unproven here)."""
         pairs: list[tuple[str, str]] = []
-        for _, _, (h_prev, h_t, c_prev, c_t) in self._single_steps():
+        for step in self._single_steps():
+            h_prev, h_t, c_prev, c_t = step.ends
             pairs += [(h_prev, h_t)] + ([(c_prev, c_t)] if c_prev and c_t else [])
         return pairs
 
