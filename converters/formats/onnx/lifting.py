@@ -1,6 +1,6 @@
 """Recurrences ONNX producers write without a GRU, RNN or LSTM node, found for lifting (``converters.lifting``).
 
-Two patterns, both recognised by data flow and proven by running them (never trusted):
+Three patterns, each recognised by data flow and proven by running them (never trusted):
 
 * **Loop** (tf2onnx's Keras layers): a ``Loop`` whose body gathers step ``t`` of an outer
   sequence-major tensor ``T`` [S,N,I], carries one float state [N,H] that a MatMul/Gemm reads, and
@@ -12,6 +12,11 @@ Two patterns, both recognised by data flow and proven by running them (never tru
   last MatMul is the same kind of node at the same distance; a first state of that kind means the
   first step was folded into a constant (a zero initial state). The layer's X is what the other
   MatMul (the input projection) reads; the direction is decided by the proof.
+* **One unrolled step** (a per-frame streaming export, e.g. tf2onnx's DTLN model 2): a MatMul by a constant
+  R [H, 4H] or [H, 3H] (a GRU with the reset before it: [H, 2H], and [H, H] for r * h) used once, whose data input
+  is a graph input's slice, followed by the cell's equations (an LSTM's c_t = f*c_prev + i*g and h_t = o*tanh(c_t),
+  a GRU's h_t = z*h_prev + (1-z)*n): a layer of sequence length 1 whose initial states are those slices and whose
+  Y_h (Y_c) are the new states.
 
 A found recurrence becomes a :class:`Region`: the original nodes from the layer's X (and initial
 state) to its states, and adapter nodes that read its Y [S,1,N,H] / Y_h [1,N,H] (layout 0; batch-
