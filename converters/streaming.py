@@ -17,7 +17,8 @@ only when both have the same dtype and, on a sample call, the same shape:
 * recurrent wiring (the format's ``GraphAnalyses.recurrent_wiring``; ONNX's): a GRU/RNN/LSTM node's
   ``initial_h``/``initial_c`` is computed from the input, and its ``Y_h``/``Y_c`` reaches the output, through state
   plumbing only (Slice, Gather, Split, Squeeze, Unsqueeze, Reshape, Transpose, Concat, Cast, Identity) — e.g.
-  DTLN's stacked ``[1, 2, H, 2]`` state.
+  DTLN's stacked ``[1, 2, H, 2]`` state; a single unrolled step's state slices and new states count the same way
+  (DTLN's model 2).
 
 ``--state IN=OUT`` gives or corrects pairs; a given pair whose shapes or dtypes differ is refused.
 """

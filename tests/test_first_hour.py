@@ -285,7 +285,7 @@ def test_run_with_no_engine_runs_an_artifact_of_each_format_to_onnxruntimes_outp
         np.testing.assert_allclose(got[name], want, atol=1e-5, rtol=1e-4, err_msg=f"{fmt} {name}")
 
 
-REAL_MODELS = sorted(p.name for p in REALMODELS.glob("*.onnx") if p.name != "dtln_model_2_unrolled_lstm.onnx")
+REAL_MODELS = sorted(p.name for p in REALMODELS.glob("*.onnx"))
 OWN_SHAPES = {"silero_vad_v4_lstm_in_if.onnx": {"input": (1, 512), "h": (2, 1, 64), "c": (2, 1, 64)}}
 
 

@@ -228,11 +228,20 @@ def test_opset_1_and_3_nodes_are_read(tmp_path):
         np.testing.assert_allclose(y_h, ref_y_h, atol=1e-5, rtol=1e-4)
 
 
-def test_an_unrolled_lstm_says_so():
-    from helpers import REALMODELS
-
-    with pytest.raises(gp.NoRecurrentLayerError, match="an unrolled LSTM is not lifted"):
-        gp.load(REALMODELS / "dtln_model_2_unrolled_lstm.onnx")
+def test_products_and_activations_without_a_recurrence_say_what_is_lifted(tmp_path):
+    """A dense layer (MatMul, Tanh) is no recurrence: the error names the unrolled forms gatepack lifts (DTLN's model
+    2, a single unrolled LSTM step per frame, is lifted: tests/test_unrolled_step.py)."""
+    rng = np.random.default_rng(0)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "W"], ["xw"]), onnx.helper.make_node("Tanh", ["xw"], ["y"])],
+        "dense",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8])],
+        [onnx.numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "W")],
+    )
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)]), tmp_path / "d.onnx")
+    with pytest.raises(gp.NoRecurrentLayerError, match="no single LSTM/GRU step whose state is a graph input"):
+        gp.load(tmp_path / "d.onnx")
 
 
 def test_lstm_input_forget_of_the_wrong_type_is_refused_and_any_nonzero_value_couples(tmp_path):

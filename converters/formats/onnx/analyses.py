@@ -10,6 +10,7 @@ checks and ``--input-value`` read from a model's graph, so that no shared module
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import onnx
@@ -17,7 +18,8 @@ from onnx import numpy_helper
 
 from gatepack.converters.analyses import GraphAnalyses
 from gatepack.converters.formats.onnx.folding import fold, specialise, subgraphs_of
-from gatepack.converters.formats.onnx.graph import load_proto
+from gatepack.converters.formats.onnx.graph import Scope, load_proto
+from gatepack.converters.formats.onnx.lifting import Finder
 from gatepack.converters.samples import MAX_DRAWN_SIZE
 
 _IMPLYING_ATTRIBUTES = ("kernel_shape",)  # Conv, ConvTranspose, the poolings: an input at least a kernel long
@@ -108,7 +110,8 @@ def integer_draws(path: Path, dim_size: int) -> dict[str, tuple[int, int, str]]:
 def recurrent_wiring(path: Path) -> set[tuple[str, str]]:
     """(graph input, graph output) pairs an ONNX graph's recurrent nodes wire: a node's initial state reached
     from the input and its final state reaching the output, through state plumbing only."""
-    graph = load_proto(path).graph
+    proto = load_proto(path)
+    graph = proto.graph
     producer = {out: node for node in graph.node for out in node.output}
     readers: dict[str, list] = {}
     for node in graph.node:
@@ -145,15 +148,30 @@ def recurrent_wiring(path: Path) -> set[tuple[str, str]]:
         ]
 
     pairs: set[tuple[str, str]] = set()
-    for node in graph.node:
+    for state_in, state_out in _state_tensors(proto, path):
+        for i in reach(state_in, back):
+            pairs.update((i, o) for o in reach(state_out, forward))
+    return pairs
+
+
+def _state_tensors(proto: onnx.ModelProto, path: Path) -> list[tuple[str, str]]:
+    """(initial state, final state) tensors of the main graph's recurrent nodes (initial_h -> Y_h, an LSTM's
+    initial_c -> Y_c) and of the single unrolled steps a per-frame export writes (``onnx.lifting.Finder``; the model
+    read from ``path``, its external data beside it)."""
+    found = []
+    for node in proto.graph.node:
         if node.op_type not in _RECURRENT:
             continue
         slots = [_RECURRENT[node.op_type]] + ([_LSTM_CELL_STATE] if node.op_type == "LSTM" else [])
         for state_in, state_out in slots:
             if len(node.input) > state_in and node.input[state_in] and len(node.output) > state_out:
-                for i in reach(node.input[state_in], back):
-                    pairs.update((i, o) for o in reach(node.output[state_out], forward) if node.output[state_out])
-    return pairs
+                if node.output[state_out]:
+                    found.append((node.input[state_in], node.output[state_out]))
+    if {n.op_type for n in proto.graph.node} >= {"MatMul", "Tanh"}:
+        opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 13)
+        value_of = partial(numpy_helper.to_array, base_dir=str(path.parent))  # (external data beside the model)
+        found += Finder(proto, Scope(proto.graph, None, ""), value_of, opset).step_states()
+    return found
 
 
 def specialised(path: Path, values: dict) -> onnx.ModelProto:

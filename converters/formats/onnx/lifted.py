@@ -123,10 +123,8 @@ def _exposed_text(region: Region) -> str:
         else:
             parts.append(f"{tensor!r} is Y at step {how[1]}")
     shown = "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
-    return (
-        f"The layer's outputs are canonical tensors {region.y!r} and {region.y_h!r} (with a direction axis); "
-        f"in the source, {shown}."
-    )
+    canonical = " and ".join(repr(t) for t in (region.y, region.y_h, region.y_c) if t)
+    return f"The layer's outputs are canonical tensors {canonical} (with a direction axis); in the source, {shown}."
 
 
 def census(graph: onnx.GraphProto) -> str:
@@ -161,5 +159,6 @@ def why_none(graph: onnx.GraphProto, op_types: set[str], skipped: list[tuple[str
         )
     return (
         f" (it holds {found} but no chain of MatMuls by one shared weight that gatepack lifts into a GRU/RNN "
-        "layer, as torch.onnx's dynamo exporter unrolls nn.RNN; an unrolled LSTM is not lifted)"
+        "layer, as torch.onnx's dynamo exporter unrolls nn.RNN, and no single LSTM/GRU step whose state is a graph "
+        "input, as a per-frame export writes one; an LSTM or GRU unrolled over several steps is not lifted)"
     )

@@ -1,6 +1,6 @@
 """Recurrences ONNX producers write without a GRU, RNN or LSTM node, found for lifting (``converters.lifting``).
 
-Two patterns, both recognised by data flow and proven by running them (never trusted):
+Three patterns, each recognised by data flow and proven by running them (never trusted):
 
 * **Loop** (tf2onnx's Keras layers): a ``Loop`` whose body gathers step ``t`` of an outer
   sequence-major tensor ``T`` [S,N,I], carries one float state [N,H] that a MatMul/Gemm reads, and
@@ -12,6 +12,11 @@ Two patterns, both recognised by data flow and proven by running them (never tru
   last MatMul is the same kind of node at the same distance; a first state of that kind means the
   first step was folded into a constant (a zero initial state). The layer's X is what the other
   MatMul (the input projection) reads; the direction is decided by the proof.
+* **One unrolled step** (a per-frame streaming export, e.g. tf2onnx's DTLN model 2): a MatMul by a constant
+  R [H, 4H] or [H, 3H] (a GRU with the reset before it: [H, 2H], and [H, H] for r * h) used once, whose data input
+  is a graph input's slice, followed by the cell's equations (an LSTM's c_t = f*c_prev + i*g and h_t = o*tanh(c_t),
+  a GRU's h_t = z*h_prev + (1-z)*n): a layer of sequence length 1 whose initial states are those slices and whose
+  Y_h (Y_c) are the new states.
 
 A found recurrence becomes a :class:`Region`: the original nodes from the layer's X (and initial
 state) to its states, and adapter nodes that read its Y [S,1,N,H] / Y_h [1,N,H] (layout 0; batch-
@@ -71,6 +76,7 @@ class Region:
     sequence_lens: str | None = None  # canonical [N] int32 input of a loop masked by lengths
     mask: str | None = None  # the original mask [S,N] or [S,N,1] it reads (sequence_lens in the rewritten model)
     hold: str | None = None  # the original mask of a per-step hold (``Interface.mask``), in time order
+    x_source: str | None = None  # one step's input [N, I] the canonical X [1, N, I] becomes (an adapter), if any
 
 
 @dataclass
@@ -93,6 +99,17 @@ class _Carried(NamedTuple):
     outputs: list[str]
     scans: list[str]
     changing: list[int]
+
+
+class _Step(NamedTuple):
+    """A single unrolled step (``Finder._single_steps``): its name, the MatMul multiplying the state by R, its states
+    (h_prev, h_t, c_prev, c_t; c None for a GRU) and, for a GRU with the reset before the product, the two constants
+    whose columns make R (None otherwise)."""
+
+    name: str
+    recurrent: onnx.NodeProto
+    ends: tuple[str, str, str | None, str | None]
+    joined: tuple[str, str] | None
 
 
 class NotARecurrence(Exception):
@@ -187,6 +204,11 @@ class Finder:
                 )
             except NotARecurrence as err:
                 refused.append((chain[0], str(err)))
+        for step in self._single_steps():
+            try:
+                found.append([self._single_step(step.name, step.recurrent, step.ends, step.joined)])
+            except NotARecurrence as err:
+                refused.append((step[0], str(err)))
         return found, refused
 
     # -- shared
@@ -693,6 +715,151 @@ class Finder:
                 return name
             name = node.input[0]
 
+    # -- one unrolled step (a per-frame export)
+
+    def _single_steps(self) -> list[_Step]:
+        """Every step a per-frame export unrolled once: a MatMul by a constant R [H, G*H] (G = 4: LSTM, 3: GRU) used
+        by no other MatMul, whose data input is a state the graph takes as an input (through Slice/Squeeze/Gather...:
+        the previous frame's state, fed back by the caller), followed by the cell's equations (a product without them,
+        e.g. a dense layer on an input, is no step). A GRU with the reset before the product multiplies by R's z and r
+        blocks [H, 2H], and by its h block [H, H] the state times r (``_reset_product``): R is the two joined."""
+        uses: dict[str, int] = {}
+        for node in self.proto.graph.node:
+            if node.op_type == "MatMul" and len(node.input) == 2:
+                uses[node.input[1]] = uses.get(node.input[1], 0) + 1
+        found = []
+        for node in self.proto.graph.node:
+            if node.op_type != "MatMul" or len(node.input) != 2 or uses[node.input[1]] != 1:
+                continue
+            dims, state = self._float_matrix(node.input[1]), node.input[0]
+            if dims is None or state in self.scope.initializers:
+                continue
+            hidden, fused = dims
+            gates = fused // hidden if fused % hidden == 0 else 0
+            reset = self._reset_product(node, hidden) if gates == 2 else None
+            if (gates in (3, 4) or reset) and self._source(state) in self.graph_inputs:
+                try:
+                    ends = self._step_ends(node, 3 if reset else gates)
+                except NotARecurrence:
+                    continue
+                found.append(_Step(f"step:{node.input[1]}", node, ends, (node.input[1], reset) if reset else None))
+        return found
+
+    def _reset_product(self, product: onnx.NodeProto, hidden: int) -> str | None:
+        """The constant [H, H] a GRU with the reset before the product multiplies r * h_prev by (a MatMul within a
+        few nodes of ``product``, h_prev's product by the z and r blocks), or None."""
+        for node in self._forward(product.output[0], 6).values():
+            mul = self.scope.producers.get(node.input[0]) if node.op_type == "MatMul" else None
+            if mul is not None and mul.op_type == "Mul" and product.input[0] in mul.input:
+                if self._float_matrix(node.input[1]) == (hidden, hidden):
+                    return node.input[1]
+        return None
+
+    def _single_step(self, name: str, recurrent: onnx.NodeProto, ends: tuple, joined: tuple | None) -> Region:
+        """The region of one unrolled LSTM or GRU step: its states ``ends`` (h_prev, h_t, c_prev, c_t; c None for a
+        GRU), its X the tensor the input projection reads, its initial states the graph's state inputs; a layer of
+        sequence length 1, its Y_h (and Y_c) the new states. ``joined``: the two constants whose columns make R (a
+        GRU with the reset before the product), offered to the proof as one more constant, ``NAME:R``."""
+        h_prev, h_t, c_prev, c_t = ends
+        what = f"the step multiplying {h_prev!r} by {recurrent.input[1]!r}"
+        finals = [h_t, c_t]
+        upstream = self._step_nodes([f for f in finals if f], h_prev)
+        activations = frozenset(op.lower() for op in {n.op_type for n in upstream} & {"Sigmoid", "Tanh", "Relu"})
+        projections = [
+            n
+            for n in upstream
+            if n.op_type in ("MatMul", "Gemm")
+            and n is not recurrent
+            and self._constant(n.input[1]) is not None
+            and not self._depends(n.input[0], h_prev)
+        ]
+        sources = {self._source(n.input[0]) for n in projections}
+        if len(sources) != 1:
+            raise NotARecurrence(f"{what}: {len(sources)} candidate inputs (one expected)")
+        cell = "LSTM" if c_t else "GRU"
+        found = f"one unrolled {cell} step (a per-frame export: the states are the graph's inputs and outputs)"
+        hidden = (self._float_matrix(recurrent.input[1]) or (0, 0))[0]  # (a matrix: _single_steps)
+        region = self._build(
+            name, found, "step", Direction.FORWARD, sources.pop(), [h_prev, c_prev], activations, hidden, 1,
+            outputs=[f for f in finals if f], y_seq=None, finals=finals, states=None,
+        )  # fmt: skip
+        if joined:
+            blocks = [self._constant(n) for n in joined]
+            region.constants[f"{name}:R"] = np.concatenate(blocks, axis=1)  # type: ignore[arg-type]
+        return region
+
+    def _float_matrix(self, name: str) -> tuple[int, int] | None:
+        """The dims of a constant float matrix (an initializer or a Constant node's; told without loading it)."""
+        tensor = self.scope.initializers.get(name)
+        node = self.scope.producers.get(name)
+        if tensor is None and node is not None and node.op_type == "Constant":
+            tensor = next((a.t for a in node.attribute if a.name == "value"), None)
+        floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
+        if tensor is None or len(tensor.dims) != 2 or tensor.data_type not in floats:
+            return None
+        return int(tensor.dims[0]), int(tensor.dims[1])
+
+    def _step_ends(self, recurrent: onnx.NodeProto, gates: int) -> tuple[str, str, str | None, str | None]:
+        """(h_prev, h_t, c_prev, c_t) of a single step (c: an LSTM's; None for a GRU), found by the cell's equations
+        (``_lstm_ends``, ``_gru_end``): NotARecurrence where they are not there."""
+        h_prev = recurrent.input[0]
+        what = f"the step multiplying {h_prev!r} by {recurrent.input[1]!r}"
+        after = self._forward(recurrent.output[0], 12)
+        if gates == 4:
+            h_t, c_t, c_prev = self._lstm_ends(after, h_prev, what)
+            return h_prev, h_t, c_prev, c_t
+        return h_prev, self._gru_end(recurrent.output[0], after, h_prev, what), None, None
+
+    def step_states(self) -> list[tuple[str, str]]:
+        """(state before, state after) of every single unrolled step (``_single_steps``): h_prev -> h_t and an LSTM's
+        c_prev -> c_t, as the cell's equations show them (the wiring a streaming model feeds back; unproven here)."""
+        pairs: list[tuple[str, str]] = []
+        for step in self._single_steps():
+            h_prev, h_t, c_prev, c_t = step.ends
+            pairs += [(h_prev, h_t)] + ([(c_prev, c_t)] if c_prev and c_t else [])
+        return pairs
+
+    def _forward(self, start: str, depth: int) -> dict[str, onnx.NodeProto]:
+        """The nodes within ``depth`` consumers of ``start``, by output name (the first output each)."""
+        found: dict[str, onnx.NodeProto] = {}
+        frontier = {start}
+        for _ in range(depth):
+            nodes = [n for t in frontier for n in self.scope.consumers.get(t, [])]
+            found.update((n.output[0], n) for n in nodes if n.output)
+            frontier = {o for n in nodes for o in n.output}
+        return found
+
+    def _lstm_ends(self, after: dict[str, onnx.NodeProto], h_prev: str, what: str) -> tuple[str, str, str]:
+        """(h_t, c_t, c_prev) of an LSTM step: c_t = f*c_prev + i*g an Add of two Muls, one reading a state input
+        c_prev (not h_prev); h_t = o*tanh(c_t) the Mul reading Tanh(c_t). What the gates are is left to the proof."""
+        for c_t, add in after.items():
+            if add.op_type != "Add":
+                continue
+            muls = [self.scope.producers.get(i) for i in add.input]
+            if not all(m is not None and m.op_type == "Mul" for m in muls):
+                continue
+            states = [i for m in muls for i in m.input  # type: ignore[union-attr]
+                      if i != h_prev and self._source(i) in self.graph_inputs]  # fmt: skip
+            tanhs = [n.output[0] for n in self.scope.consumers.get(c_t, []) if n.op_type == "Tanh"]
+            h_ts = [n.output[0] for t in tanhs for n in self.scope.consumers.get(t, []) if n.op_type == "Mul"]
+            if len(states) == 1 and len(h_ts) == 1:
+                return h_ts[0], c_t, states[0]
+        raise NotARecurrence(f"{what}: no c_t = f*c + i*g reading a state input and h_t = o*tanh(c_t) after it")
+
+    def _gru_end(self, product: str, after: dict[str, onnx.NodeProto], h_prev: str, what: str) -> str:
+        """h_t of a GRU step: the Add or Sub farthest from the recurrent product that reads h_prev within three
+        nodes through no MatMul (z*h_prev + (1-z)*n, or n + z*(h_prev - n)). The proof checks the reading."""
+        ends = [
+            (self._distance(product, out), out)
+            for out, node in after.items()
+            if node.op_type in ("Add", "Sub")
+            and (crossed := self._crossed(out, h_prev, 3)) is not None
+            and not crossed & {"MatMul", "Gemm"}
+        ]
+        if not ends:
+            raise NotARecurrence(f"{what}: no h_t = z*h + (1-z)*n reading the state input after it")
+        return max(ends, key=lambda e: e[0] or 0)[1]
+
     # -- building
 
     def _build(
@@ -701,17 +868,21 @@ class Finder:
     ) -> Region:  # fmt: skip
         """The region found: ``initials``, ``finals`` (h, c/None); ``states`` unrolled steps, ``y_seq`` a Loop's Y."""
         x_dims = self._dims(x_seq) or []
+        out = _Adapters(name, self.opset)
+        x_source = None
+        if kind == "step" and len(x_dims) == 2:  # one step's input [N, I]: the layer's X is [1, N, I]
+            x_source, x_seq, x_dims = x_seq, f"{name}:X", [1, *x_dims]
+            out.axes("Squeeze", x_seq, [0], x_source)
         if len(x_dims) != 3 or not isinstance(x_dims[2], int):
             raise NotARecurrence(f"{found}: its sequence input {x_seq!r} has no known [S, N, I] shape")
         if not isinstance(hidden, int):
             raise NotARecurrence(f"{found}: its state has no known hidden size")
         x, layout, absorbed = self._layout(x_seq, any(initials))
-        boundary = {x} | {i for i in initials if i} | {m for m in (mask, hold) if m}
+        boundary = {x_source or x} | {i for i in initials if i} | {m for m in (mask, hold) if m}
         nodes, constants = self._cone(outputs, boundary, found)
         seq = x_dims[0] if isinstance(x_dims[0], int) else steps
         if steps is not None and isinstance(x_dims[0], int) and x_dims[0] != steps:
             raise NotARecurrence(f"{found}: it runs {steps} steps over a sequence of {x_dims[0]}")
-        out = _Adapters(name, self.opset)
         exposed: dict[str, tuple] = {}
         if states is not None:  # unrolled: one tensor per step, in processing order
             y0, final_states = self._unrolled_outputs(out, name, direction, states, nodes, exposed)
@@ -732,6 +903,7 @@ class Finder:
             adapters=out.nodes,
             constants=constants,
             x=x,
+            x_source=x_source,
             initial_h=canonical[0][0],
             initial_source=canonical[0][1],
             initial_c=canonical[1][0],
@@ -1028,6 +1200,8 @@ def replace_in_place(proto: onnx.ModelProto, lifted: list[tuple[Region, Replacem
         x0 = node_inputs(region)[0]
         if region.layout == 1:
             out.add("Transpose", [region.x], x0, perm=[1, 0, 2])
+        elif region.x_source is not None:  # the node reads [1,N,I]; the source has one step's [N,I]
+            out.axes("Unsqueeze", region.x_source, [0], x0)
         for source, at in ((region.initial_source, 5), (region.initial_c_source, 6)):
             if source is not None:  # the node reads [1,N,H]; the source has [N,H]
                 out.axes("Unsqueeze", source, [0], node_in[at])
