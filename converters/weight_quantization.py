@@ -60,6 +60,12 @@ def holders() -> tuple[str, ...]:
     return tuple(name for name, info in registry.FORMATS.items() if info.quantizes_weights is not None)
 
 
+def holders_of(scheme: "Scheme | None", but: str = "") -> tuple[str, ...]:
+    """The holders (``holders``) that keep the integers of ``scheme`` (LiteRT: int8 without blocks only, ``unheld``),
+    ``but`` left out: the targets a refusal's hint may send the user to."""
+    return tuple(name for name in holders() if name != but and unheld(name, scheme) is None)
+
+
 def form_for(target: str) -> WeightForm:
     """How ``target`` holds the integers (its record's ``quantizes_weights``; the plain form for any other target,
     or for none: '')."""
@@ -306,7 +312,7 @@ def unheld(target: str, scheme: Scheme | None = None) -> str | None:
     if target not in holders():
         return (
             f"{target} holds no quantized recurrent weights: {OPTION.split(' ')[0]} writes them to "
-            f"{' or '.join(holders())} only"
+            f"{' or '.join(holders_of(scheme))} only"
         )
     if form_for(target).per_gate and scheme is not None and (scheme.bits != 8 or scheme.block_size):
         others = " or ".join(h for h in holders() if not form_for(h).per_gate)

@@ -119,6 +119,25 @@ def test_targets_that_hold_no_quantized_weights_are_refused_naming_onnx(tmp_path
         gp.convert(SILERO, tmp_path / "silero.onnx", quantize_weights="int8", quantize_block_size=16)
 
 
+def test_a_refusal_s_hint_names_only_targets_that_hold_the_scheme_asked(tmp_path):
+    """int4 is refused by LiteRT (int8 per gate matrix only) and by Core ML below iOS18: the way out the hint gives
+    never names LiteRT (nor the refused target itself)."""
+    with pytest.raises(RefusedError) as to_litert:
+        gp.convert(GRU, tmp_path / "gru.tflite", quantize_weights="int4")
+    assert "litert" not in (to_litert.value.hint or "") and "onnx or openvino or coreml" in (to_litert.value.hint or "")
+    with pytest.raises(RefusedError) as below_ios18:
+        gp.convert(GRU, tmp_path / "gru.mlpackage", quantize_weights="int4", minimum_deployment_target="iOS16")
+    assert "litert" not in (below_ios18.value.hint or "") and "onnx or openvino" in (below_ios18.value.hint or "")
+    with pytest.raises(RefusedError) as to_bnns:  # int8: every holder named, the refused target not
+        gp.convert(GRU, tmp_path / "gru_bnns", to="bnns", quantize_weights="int8")
+    assert "onnx or openvino or coreml or litert" in (to_bnns.value.hint or "")
+    with pytest.raises(RefusedError) as int4_to_bnns:
+        gp.convert(GRU, tmp_path / "gru4_bnns", to="bnns", quantize_weights="int4")
+    assert "litert" not in str(int4_to_bnns.value) + (int4_to_bnns.value.hint or "")
+    reported = gp.report(GRU, ["litert", "bnns"], quantize_weights="int4").quantized
+    assert "litert" not in reported["bnns"].reason and "onnx or openvino or coreml" in reported["litert"].reason
+
+
 def test_a_whole_model_below_opset_13_keeps_its_integers_through_onnxruntimes_contrib_dequantize_linear(tmp_path):
     """DTLN (opset 11, whose DequantizeLinear is per tensor only): the per-channel int8 weights go through
     com.microsoft::DequantizeLinear, as onnxruntime's quantizer writes them; onnxruntime runs it within the gate."""
