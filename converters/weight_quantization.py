@@ -170,11 +170,13 @@ def quantized_layer(layer: RecurrentLayer, scheme: Scheme, label: str, target: s
     W, R their float view; UsageError for a layer that is quantized already, or whose W or R rows the block size
     does not divide. The directions' integers of W (and of R) are consecutive rows of one array [D, G*H, K], so a
     writer stacking them (OpenVINO) takes that array as it is."""
-    if layer.is_quantized:
+    if layer.is_quantized or layer.is_palettized:
+        held = layer.quantization_summary() or layer.palettization_summary()
         raise UsageError(
-            f"{label}: layer {layer.name!r} holds quantized weights already ({layer.quantization_summary()}); "
+            f"{label}: layer {layer.name!r} holds quantized weights already ({held}); "
             "--quantize-weights quantizes float weights",
-            hint="leave out --quantize-weights (ONNX keeps its integers as they are)",
+            hint="leave out --quantize-weights"
+            + ("" if layer.is_palettized else " (ONNX keeps its integers as they are)"),
         )
     block = scheme.block_size
     for role, cols in (("W", layer.input_size), ("R", layer.hidden_size)):

@@ -25,7 +25,8 @@ import gatepack.converters.formats.onnx.qdq as onnx_qdq
 from gatepack.converters import weight_quantization
 from gatepack.converters.errors import RefusedError, UsageError, VerificationError
 
-REAL = Path(__file__).resolve().parent.parent / "fixtures/realmodels"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+REAL = FIXTURES / "realmodels"
 GRU = REAL / "burn_gru_bidirectional.onnx"  # opset 14, a GRU alone
 SILERO = REAL / "silero_vad_openvino_16k_lstm.onnx"  # opset 16, a streaming LSTM model (state -> stateN)
 DTLN = REAL / "dtln_model_1_lstm.onnx"  # opset 11: whole, its per-axis QDQ needs opset 13 (or the contrib one)
@@ -157,6 +158,17 @@ def test_bad_schemes_and_quantized_sources_are_usage_errors(tmp_path):
     gp.convert(GRU, quantized, quantize_weights="int8")
     with pytest.raises(UsageError, match="holds quantized weights already"):
         gp.convert(quantized, tmp_path / "again.onnx", quantize_weights="int8")
+
+
+def test_a_palettized_source_is_a_usage_error_not_an_internal_one(tmp_path):
+    """A Core ML source whose W and R are lookup tables holds quantized weights already: --quantize-weights is a
+    usage error naming the layer and its palettes (it raised SpecError, exit 1, from the layer's validation)."""
+    source = FIXTURES / "producers" / "coreml_quantized" / "cml_lstm_palettized_ios18.mlpackage"
+    with pytest.raises(UsageError, match="holds quantized weights already.*palette"):
+        gp.convert(source, tmp_path / "p.onnx", quantize_weights="int8", layers_only=True)
+    command = [sys.executable, "-m", "gatepack", "convert", str(source), str(tmp_path / "p.onnx")]
+    done = subprocess.run([*command, "--quantize-weights", "int8"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "internal error" not in done.stderr, done.stderr
 
 
 def test_cli_quantize_weights(tmp_path):
