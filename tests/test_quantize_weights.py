@@ -160,6 +160,17 @@ def test_bad_schemes_and_quantized_sources_are_usage_errors(tmp_path):
         gp.convert(quantized, tmp_path / "again.onnx", quantize_weights="int8")
 
 
+def test_the_elementary_loop_holds_no_integers_so_it_is_refused_not_called_repacked(tmp_path):
+    """--strategy decomposed writes a layer as a Loop of elementary operators reading float initializers: with
+    --quantize-weights the integers would not be kept (the file held only float tensors while the finding said
+    'repacked ... integer initializers, each through a DequantizeLinear'), so it is refused, exit 4."""
+    out = tmp_path / "d.onnx"
+    with pytest.raises(RefusedError, match="would not keep the integers.*elementary"):
+        gp.convert(GRU, out, strategy="decomposed", quantize_weights="int8")
+    assert not out.exists()
+    assert gp.convert(GRU, out, strategy="decomposed").passed  # (float weights: the Loop itself is written)
+
+
 def test_a_palettized_source_is_a_usage_error_not_an_internal_one(tmp_path):
     """A Core ML source whose W and R are lookup tables holds quantized weights already: --quantize-weights is a
     usage error naming the layer and its palettes (it raised SpecError, exit 1, from the layer's validation)."""
