@@ -356,3 +356,13 @@ def test_help_names_every_format_and_every_holder_of_quantized_weights():
     assert all(name in scope for name in scoped) and not any(
         f" {name}" in scope for name in registry.FORMATS if name not in scoped
     )
+
+
+def test_a_missing_inputs_file_is_named_once(tmp_path):
+    """``--inputs`` naming no file: one line naming it once (it read 'X.npz: X.npz: no such file'), exit 3."""
+    missing = tmp_path / "absent.npz"
+    out = tmp_path / "o.npz"
+    result = CliRunner().invoke(
+        main, ["run", str(FIXTURES / "gru_seqlens.onnx"), "--inputs", str(missing), "-o", str(out), "--engine", "numpy"]
+    )
+    assert result.exit_code == 3 and result.output.count(str(missing)) == 1, result.output
