@@ -1,5 +1,5 @@
-"""gatepack: move GRU, RNN and LSTM layers between ONNX, OpenVINO, DirectML, Core ML and BNNS without
-silently breaking them, and prove every conversion numerically.
+"""gatepack: move GRU, RNN and LSTM layers between ONNX, OpenVINO, DirectML, Core ML, BNNS and
+LiteRT without silently breaking them, and prove every conversion numerically.
 
 >>> import gatepack as gp
 >>> model = gp.load("fixtures/gru_lbr1_bidirectional.onnx")

@@ -133,7 +133,7 @@ class _Commands(click.Group):
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
     """gatepack: move GRU, RNN and LSTM layers, and the models around them, between ONNX, OpenVINO,
-    DirectML, Core ML and BNNS without silently breaking them, and prove every conversion numerically."""
+    DirectML, Core ML, BNNS and LiteRT without silently breaking them, and prove every conversion numerically."""
     ctx.obj = {"debug": debug}
 
 
@@ -221,13 +221,16 @@ _input_value_option = _input_value_flag(
 
 
 def _quantize_options(fn):
-    """--quantize-weights and --quantize-block-size (convert and report take them alike)."""
+    """--quantize-weights and --quantize-block-size (convert and report take them alike); the targets they name are
+    the registration records' (``quantizes_weights``, ``model_weights``)."""
+    holders = ", ".join(name for name, info in registry.FORMATS.items() if info.quantizes_weights is not None)
+    scope_holders = ", ".join(name for name, info in registry.FORMATS.items() if info.model_weights)
     fn = click.option(
         "--quantize-weights-scope",
         type=_Choice(["layers", "model"]),
         default=None,
         help="With --quantize-weights: 'layers' (default) quantizes the recurrent layers' W and R; 'model' also a "
-        "whole model's MatMul/Gemm/Conv/Gather weights of 2048 elements or more (onnx, openvino, coreml).",
+        f"whole model's MatMul/Gemm/Conv/Gather weights of 2048 elements or more ({scope_holders}).",
     )(fn)
     fn = click.option(
         "--quantize-block-size",
@@ -242,7 +245,7 @@ def _quantize_options(fn):
         type=_Choice(["int8", "int4"]),
         default=None,
         help="Quantize the recurrent layers' W and R per output channel, symmetric (lossy, accepted by this option; "
-        "onnx, openvino, coreml; int4 in ONNX needs opset 21 or onnxruntime's contrib DequantizeLinear).",
+        f"{holders}; int4 in ONNX needs opset 21 or onnxruntime's contrib DequantizeLinear).",
     )(fn)
 
 

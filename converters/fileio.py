@@ -260,7 +260,7 @@ def load_npz(path: str | Path, allowed: Iterable[str] | None = None) -> "dict[st
     where = str(path)
     allowed = None if allowed is None else list(allowed)
     try:
-        with open_regular(path, where) as handle, zipfile.ZipFile(handle) as archive:
+        with open_regular(path) as handle, zipfile.ZipFile(handle) as archive:  # (the error names the path)
             members = [m for m in archive.infolist() if not m.is_dir()]
             members = [m for m in members if allowed is None or m.filename.removesuffix(".npy") in allowed]
             total = 0

@@ -145,7 +145,8 @@ def _quantized(model: "Model", label: str, target: str, scheme: "Scheme | None")
     if quantizing.unheld(target, scheme):
         raise RefusedError(
             f"{label}: {quantizing.refusal_detail(target, scheme)}",
-            hint=f"convert to {' or '.join(quantizing.holders())}, or leave out --quantize-weights",
+            hint=f"convert to {' or '.join(quantizing.holders_of(scheme, but=target))}, or leave out "
+            "--quantize-weights",
         )
     notes = {lay.name: [*model.notes_for(lay), quantizing.finding(lay, scheme, target)] for lay in model.layers}
     if scheme.scope == "model" and model.layers:

@@ -146,7 +146,7 @@ def refusal(target: str, findings: list[Finding], scheme: quantizing.Scheme | No
         "quantization",
         Status.UNSUPPORTED,
         detail,
-        alternative=f"convert to {' or '.join(quantizing.holders())} (ONNX at the opset the integers need: "
+        alternative=f"convert to {' or '.join(quantizing.holders_of(scheme))} (ONNX at the opset the integers need: "
         "--layers-only writes a whole model's layers at it), or leave out --quantize-weights",
     )
 

@@ -91,9 +91,9 @@ def refuse_unheld(label: str, findings: dict[str, list["Finding"]], target: str,
             raise RefusedError(
                 f"{label}: layer {name!r}: --quantize-weights: {target} would not keep the integers: {why}",
                 findings=own,
-                hint=f"write it where the integers are kept ({' or '.join(quantizing.holders())}; ONNX at opset 13 "
-                "or later, 21 for 4 bits or blocks: --layers-only writes a whole model's layers at the opset they "
-                "need), or leave out --quantize-weights",
+                hint=f"write it where the integers are kept ({' or '.join(quantizing.holders_of(scheme))}; ONNX at "
+                "opset 13 or later, 21 for 4 bits or blocks: --layers-only writes a whole model's layers at the opset "
+                "they need), or leave out --quantize-weights",
             )
 
 

@@ -60,6 +60,12 @@ def holders() -> tuple[str, ...]:
     return tuple(name for name, info in registry.FORMATS.items() if info.quantizes_weights is not None)
 
 
+def holders_of(scheme: "Scheme | None", but: str = "") -> tuple[str, ...]:
+    """The holders (``holders``) that keep the integers of ``scheme`` (LiteRT: int8 without blocks only, ``unheld``),
+    ``but`` left out: the targets a refusal's hint may send the user to."""
+    return tuple(name for name in holders() if name != but and unheld(name, scheme) is None)
+
+
 def form_for(target: str) -> WeightForm:
     """How ``target`` holds the integers (its record's ``quantizes_weights``; the plain form for any other target,
     or for none: '')."""
@@ -164,11 +170,13 @@ def quantized_layer(layer: RecurrentLayer, scheme: Scheme, label: str, target: s
     W, R their float view; UsageError for a layer that is quantized already, or whose W or R rows the block size
     does not divide. The directions' integers of W (and of R) are consecutive rows of one array [D, G*H, K], so a
     writer stacking them (OpenVINO) takes that array as it is."""
-    if layer.is_quantized:
+    if layer.is_quantized or layer.is_palettized:
+        held = layer.quantization_summary() or layer.palettization_summary()
         raise UsageError(
-            f"{label}: layer {layer.name!r} holds quantized weights already ({layer.quantization_summary()}); "
+            f"{label}: layer {layer.name!r} holds quantized weights already ({held}); "
             "--quantize-weights quantizes float weights",
-            hint="leave out --quantize-weights (ONNX keeps its integers as they are)",
+            hint="leave out --quantize-weights"
+            + ("" if layer.is_palettized else " (ONNX keeps its integers as they are)"),
         )
     block = scheme.block_size
     for role, cols in (("W", layer.input_size), ("R", layer.hidden_size)):
@@ -306,7 +314,7 @@ def unheld(target: str, scheme: Scheme | None = None) -> str | None:
     if target not in holders():
         return (
             f"{target} holds no quantized recurrent weights: {OPTION.split(' ')[0]} writes them to "
-            f"{' or '.join(holders())} only"
+            f"{' or '.join(holders_of(scheme))} only"
         )
     if form_for(target).per_gate and scheme is not None and (scheme.bits != 8 or scheme.block_size):
         others = " or ".join(h for h in holders() if not form_for(h).per_gate)

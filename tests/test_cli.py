@@ -338,3 +338,31 @@ def test_progress_goes_to_stderr_only_and_quiet_silences_it(tmp_path):
     assert verified.exit_code == 0 and "verified" in verified.stderr and json.loads(verified.stdout)["passed"]
     slow_only = runner.invoke(main, args + ["--json"], env={"GATEPACK_PROGRESS_DELAY": "1000"})
     assert slow_only.exit_code == 0 and slow_only.stderr == ""  # fast conversions print no progress
+
+
+def test_help_names_every_format_and_every_holder_of_quantized_weights():
+    """The top-level help names each format gatepack converts (LiteRT too), and --quantize-weights' and
+    --quantize-weights-scope's help name exactly the targets whose records hold them (asked of the registry)."""
+    runner = CliRunner()
+    top = " ".join(runner.invoke(main, ["--help"]).output.split())
+    assert "LiteRT" in top and "BNNS" in top
+    convert = " ".join(runner.invoke(main, ["convert", "--help"]).output.split())
+    weights = convert.split("--quantize-weights [int8|int4]")[1].split("--quantize-block-size")[0]
+    holders = [name for name, info in registry.FORMATS.items() if info.quantizes_weights is not None]
+    others = [name for name in registry.FORMATS if name not in holders]
+    assert all(name in weights for name in holders) and not any(f" {name}" in weights for name in others)
+    scope = convert.split("--quantize-weights-scope [layers|model]")[1].split("--opset")[0]
+    scoped = [name for name, info in registry.FORMATS.items() if info.model_weights]
+    assert all(name in scope for name in scoped) and not any(
+        f" {name}" in scope for name in registry.FORMATS if name not in scoped
+    )
+
+
+def test_a_missing_inputs_file_is_named_once(tmp_path):
+    """``--inputs`` naming no file: one line naming it once (it read 'X.npz: X.npz: no such file'), exit 3."""
+    missing = tmp_path / "absent.npz"
+    out = tmp_path / "o.npz"
+    result = CliRunner().invoke(
+        main, ["run", str(FIXTURES / "gru_seqlens.onnx"), "--inputs", str(missing), "-o", str(out), "--engine", "numpy"]
+    )
+    assert result.exit_code == 3 and result.output.count(str(missing)) == 1, result.output

@@ -25,7 +25,8 @@ import gatepack.converters.formats.onnx.qdq as onnx_qdq
 from gatepack.converters import weight_quantization
 from gatepack.converters.errors import RefusedError, UsageError, VerificationError
 
-REAL = Path(__file__).resolve().parent.parent / "fixtures/realmodels"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+REAL = FIXTURES / "realmodels"
 GRU = REAL / "burn_gru_bidirectional.onnx"  # opset 14, a GRU alone
 SILERO = REAL / "silero_vad_openvino_16k_lstm.onnx"  # opset 16, a streaming LSTM model (state -> stateN)
 DTLN = REAL / "dtln_model_1_lstm.onnx"  # opset 11: whole, its per-axis QDQ needs opset 13 (or the contrib one)
@@ -119,6 +120,25 @@ def test_targets_that_hold_no_quantized_weights_are_refused_naming_onnx(tmp_path
         gp.convert(SILERO, tmp_path / "silero.onnx", quantize_weights="int8", quantize_block_size=16)
 
 
+def test_a_refusal_s_hint_names_only_targets_that_hold_the_scheme_asked(tmp_path):
+    """int4 is refused by LiteRT (int8 per gate matrix only) and by Core ML below iOS18: the way out the hint gives
+    never names LiteRT (nor the refused target itself)."""
+    with pytest.raises(RefusedError) as to_litert:
+        gp.convert(GRU, tmp_path / "gru.tflite", quantize_weights="int4")
+    assert "litert" not in (to_litert.value.hint or "") and "onnx or openvino or coreml" in (to_litert.value.hint or "")
+    with pytest.raises(RefusedError) as below_ios18:
+        gp.convert(GRU, tmp_path / "gru.mlpackage", quantize_weights="int4", minimum_deployment_target="iOS16")
+    assert "litert" not in (below_ios18.value.hint or "") and "onnx or openvino" in (below_ios18.value.hint or "")
+    with pytest.raises(RefusedError) as to_bnns:  # int8: every holder named, the refused target not
+        gp.convert(GRU, tmp_path / "gru_bnns", to="bnns", quantize_weights="int8")
+    assert "onnx or openvino or coreml or litert" in (to_bnns.value.hint or "")
+    with pytest.raises(RefusedError) as int4_to_bnns:
+        gp.convert(GRU, tmp_path / "gru4_bnns", to="bnns", quantize_weights="int4")
+    assert "litert" not in str(int4_to_bnns.value) + (int4_to_bnns.value.hint or "")
+    reported = gp.report(GRU, ["litert", "bnns"], quantize_weights="int4").quantized
+    assert "litert" not in reported["bnns"].reason and "onnx or openvino or coreml" in reported["litert"].reason
+
+
 def test_a_whole_model_below_opset_13_keeps_its_integers_through_onnxruntimes_contrib_dequantize_linear(tmp_path):
     """DTLN (opset 11, whose DequantizeLinear is per tensor only): the per-channel int8 weights go through
     com.microsoft::DequantizeLinear, as onnxruntime's quantizer writes them; onnxruntime runs it within the gate."""
@@ -138,6 +158,28 @@ def test_bad_schemes_and_quantized_sources_are_usage_errors(tmp_path):
     gp.convert(GRU, quantized, quantize_weights="int8")
     with pytest.raises(UsageError, match="holds quantized weights already"):
         gp.convert(quantized, tmp_path / "again.onnx", quantize_weights="int8")
+
+
+def test_the_elementary_loop_holds_no_integers_so_it_is_refused_not_called_repacked(tmp_path):
+    """--strategy decomposed writes a layer as a Loop of elementary operators reading float initializers: with
+    --quantize-weights the integers would not be kept (the file held only float tensors while the finding said
+    'repacked ... integer initializers, each through a DequantizeLinear'), so it is refused, exit 4."""
+    out = tmp_path / "d.onnx"
+    with pytest.raises(RefusedError, match="would not keep the integers.*elementary"):
+        gp.convert(GRU, out, strategy="decomposed", quantize_weights="int8")
+    assert not out.exists()
+    assert gp.convert(GRU, out, strategy="decomposed").passed  # (float weights: the Loop itself is written)
+
+
+def test_a_palettized_source_is_a_usage_error_not_an_internal_one(tmp_path):
+    """A Core ML source whose W and R are lookup tables holds quantized weights already: --quantize-weights is a
+    usage error naming the layer and its palettes (it raised SpecError, exit 1, from the layer's validation)."""
+    source = FIXTURES / "producers" / "coreml_quantized" / "cml_lstm_palettized_ios18.mlpackage"
+    with pytest.raises(UsageError, match="holds quantized weights already.*palette"):
+        gp.convert(source, tmp_path / "p.onnx", quantize_weights="int8", layers_only=True)
+    command = [sys.executable, "-m", "gatepack", "convert", str(source), str(tmp_path / "p.onnx")]
+    done = subprocess.run([*command, "--quantize-weights", "int8"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "internal error" not in done.stderr, done.stderr
 
 
 def test_cli_quantize_weights(tmp_path):

@@ -326,7 +326,7 @@ def check(
             warning="onnxruntime rejects layout=1 and OpenVINO's ONNX importer ignores it",
         )
     refused = _runtime_refusal(layer, runtime_name(runtime), opset, strategy)
-    return replacing(found, attribute, refused) + _quantization(layer, opset, runtime, layout_encoding)
+    return replacing(found, attribute, refused) + _quantization(layer, opset, runtime, layout_encoding, form.native)
 
 
 _QUANTIZED_FORMS = {
@@ -339,19 +339,24 @@ _QUANTIZED_FORMS = {
 }
 
 
-def _quantization(layer: RecurrentLayer, opset: int | None, runtime: str | None, encoding: str) -> list[Finding]:
+def _quantization(
+    layer: RecurrentLayer, opset: int | None, runtime: str | None, encoding: str, native: bool = True
+) -> list[Finding]:
     """The ``quantization`` finding of a quantized layer: its integers kept (QDQ, DynamicQuantizeLSTM), or why
-    this ONNX cannot hold them ([] for float weights)."""
+    this ONNX cannot hold them ([] for float weights); a layer not written as its own node (``native`` False: the
+    elementary Loop, which reads float initializers) holds none."""
     if not layer.is_quantized:
         return []
     opset = DEFAULT_OPSET if opset is None else opset
-    form = quantized_form(layer, opset, runtime_name(runtime), encoding)
+    form = quantized_form(layer, opset, runtime_name(runtime), encoding) if native else None
     if form is not None:
         return [quantization.held(layer, _QUANTIZED_FORMS[form])]
     foreign = quantization.run_time_scheme(layer) not in ("", ORT_DYNAMIC)
     reason = (
         "onnxruntime's DirectML provider runs no quantized recurrent weights here"
         if runtime_name(runtime) == "directml"
+        else "its elementary form (a Loop of elementary operators) reads float weights"
+        if not native
         else "ONNX has no operator that computes it (QDQ computes X and h in float, DynamicQuantizeLSTM quantizes "
         "them per tensor to uint8)"
         if foreign
