@@ -165,7 +165,8 @@ def _run_time(model: "Model") -> bool:
 def _executed(model: "Model") -> "Model":
     """``model``'s layers in memory, verification running them on gatepack's executor, which computes LiteRT's
     hybrid products exactly as its kernels do: the int8 twin of an artifact with run-time quantized activations."""
-    return replace(model, layers=[replace(layer, provenance=None) for layer in model.layers], meta={})
+    whole = bool(model.meta.get("other_ops"))
+    return replace(model, layers=[replace(layer, provenance=None) for layer in model.layers], meta=model.meta if whole else {})
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from gatepack.converters.formats.onnx.registration import CAPABILITIES as ONNX
 from gatepack.converters.formats.onnx.registration import FOR_DIRECTML as ONNX_FOR_DIRECTML
 from gatepack.converters.formats.onnx.registration import runtime_name
 from gatepack.converters.formats.onnx.rewrite import in_place, is_whole_model, whole_model_finding
+from gatepack.converters.formats.onnx.executed import run_executing_layers
 from gatepack.converters.formats.onnx.running import (
     graph_inputs,
     graph_outputs,
@@ -375,5 +376,6 @@ IMPLEMENTATION = FormatImplementation(
     open_session=open_session,
     runnable_twin=write_runnable_twin,
     jittered=jittered_copy,
+    run_executing_layers=run_executing_layers,
     graph_analyses=onnx_analyses.ANALYSES,
 )
