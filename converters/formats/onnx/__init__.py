@@ -40,6 +40,7 @@ from gatepack.converters.errors import GatepackError, RefusedError, UsageError
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.onnx.executed import run_executing_layers
 from gatepack.converters.formats.onnx.graph import DEFAULT_OPSET
 from gatepack.converters.formats.onnx.jitter import jittered_copy
 from gatepack.converters.formats.onnx.reader import read
@@ -47,7 +48,6 @@ from gatepack.converters.formats.onnx.registration import CAPABILITIES as ONNX
 from gatepack.converters.formats.onnx.registration import FOR_DIRECTML as ONNX_FOR_DIRECTML
 from gatepack.converters.formats.onnx.registration import runtime_name
 from gatepack.converters.formats.onnx.rewrite import in_place, is_whole_model, whole_model_finding
-from gatepack.converters.formats.onnx.executed import run_executing_layers
 from gatepack.converters.formats.onnx.running import (
     graph_inputs,
     graph_outputs,
