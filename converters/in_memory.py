@@ -1,7 +1,7 @@
 """Running a model whose recurrent layers were read from no artifact (held in memory: the int8 twin of an artifact
 whose kernels quantize X and h at run time, ``converters.accuracy``), on gatepack's executor: its layers alone
 (``executor.run_model``), or for a whole model its layers on the executor and the operators around them on the
-source format's runtime (the format's ``run_executing_layers``; ONNX: ``formats.onnx.executed``)."""
+source format's runtime (the format's ``open_executing_layers``; ONNX: ``formats.onnx.executed``)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def in_memory_runner(model: Model) -> Runner:
     runtime; UsageError where that format cannot run them around executed layers."""
     if not model.meta.get("other_ops"):
         return lambda feed: run_model(model, feed)
-    run = registry.reader(model.format).run_executing_layers
-    if run is None:
+    opened = registry.reader(model.format).open_executing_layers
+    if opened is None:
         raise UsageError(f"{model.path}: {model.format} cannot run its other operators around executed layers")
-    return lambda feed: run(model, feed)
+    return opened(model)

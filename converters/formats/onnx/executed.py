@@ -12,7 +12,7 @@ everything known. A node that computes a known value is never run again, so a la
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import onnx
@@ -20,25 +20,31 @@ from onnx import helper
 
 from gatepack.converters.executor import run_model
 from gatepack.converters.formats.onnx.graph import load_proto
-from gatepack.converters.formats.onnx.running import run_model_proto
+from gatepack.converters.formats.onnx.running import open_model_proto
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
     from gatepack.schemas.layer import RecurrentLayer
 
 
-def run_executing_layers(model: "Model", inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The whole model at ``model.path`` on ``inputs``: its recurrent layers (``model.layers``) on gatepack's
-    executor, every other node on onnxruntime (module docstring); its graph outputs by name."""
+def open_executing_layers(model: "Model") -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """A runner of the whole model at ``model.path``: its recurrent layers (``model.layers``) on gatepack's
+    executor, every other node on onnxruntime (module docstring), its graph outputs by name. Each part of the graph
+    is made into a session once, for the many calls of a streaming comparison."""
     assert model.path is not None  # (a whole model is read from a file)
-    proto = load_proto(model.path)
-    known = dict(inputs)
-    for layer in sorted(model.layers, key=lambda layer: _position(proto.graph, layer)):
-        known.update(_run_part(proto, known, [n for n in _layer_inputs(layer) if n not in known], str(model.path)))
-        known.update(run_model(replace(model, layers=[layer], meta={}), known))
-    outputs = [o.name for o in proto.graph.output]
-    known.update(_run_part(proto, known, [n for n in outputs if n not in known], str(model.path)))
-    return {name: known[name] for name in outputs}
+    parts = _Parts(load_proto(model.path), str(model.path))
+    layers = sorted(model.layers, key=lambda layer: _position(parts.proto.graph, layer))
+    outputs = [o.name for o in parts.proto.graph.output]
+
+    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        known = dict(inputs)
+        for layer in layers:
+            known.update(parts.run(known, [n for n in _layer_inputs(layer) if n not in known]))
+            known.update(run_model(replace(model, layers=[layer], meta={}), known))
+        known.update(parts.run(known, [n for n in outputs if n not in known]))
+        return {name: known[name] for name in outputs}
+
+    return run
 
 
 def _layer_inputs(layer: "RecurrentLayer") -> list[str]:
@@ -65,27 +71,40 @@ def _consumed(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-def _run_part(proto: onnx.ModelProto, known: dict[str, np.ndarray], wanted: list[str], label: str) -> dict:
-    """``wanted`` computed on onnxruntime by the nodes they depend on that compute no value in ``known``, the
-    known values they read fed as graph inputs."""
-    if not wanted:
-        return {}
-    needed, kept = set(wanted), []
-    for node in reversed(proto.graph.node):
-        if needed & set(node.output):
-            kept.append(node)
-            needed |= {name for name in _consumed(node) if name not in known}
-    fed = sorted({name for node in kept for name in _consumed(node) if name in known})
-    graph = helper.make_graph(
-        list(reversed(kept)),
-        "part",
-        [_value_info(name, known[name]) for name in fed],
-        [onnx.ValueInfoProto(name=name) for name in wanted],
-        initializer=list(proto.graph.initializer),
-    )
-    part = helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
-    part.functions.extend(proto.functions)
-    return run_model_proto(part.SerializeToString(), {name: known[name] for name in fed}, label)
+class _Parts:
+    """The parts of one graph that compute some values from others, each made into an onnxruntime session once."""
+
+    def __init__(self, proto: onnx.ModelProto, label: str) -> None:
+        self.proto, self.label = proto, label
+        self.sessions: dict[tuple[frozenset, tuple[str, ...]], Callable[[dict], dict]] = {}
+
+    def run(self, known: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+        """``wanted`` computed on onnxruntime by the nodes they depend on that compute no value in ``known``, the
+        known values they read fed as graph inputs."""
+        if not wanted:
+            return {}
+        key = (frozenset(known), tuple(wanted))
+        if key not in self.sessions:
+            self.sessions[key] = open_model_proto(self._part(known, wanted).SerializeToString(), self.label)
+        return self.sessions[key](known)
+
+    def _part(self, known: dict[str, np.ndarray], wanted: list[str]) -> onnx.ModelProto:
+        needed, kept = set(wanted), []
+        for node in reversed(self.proto.graph.node):
+            if needed & set(node.output):
+                kept.append(node)
+                needed |= {name for name in _consumed(node) if name not in known}
+        fed = sorted({name for node in kept for name in _consumed(node) if name in known})
+        graph = helper.make_graph(
+            list(reversed(kept)),
+            "part",
+            [_value_info(name, known[name]) for name in fed],
+            [onnx.ValueInfoProto(name=name) for name in wanted],
+            initializer=list(self.proto.graph.initializer),
+        )
+        part = helper.make_model(graph, opset_imports=list(self.proto.opset_import), ir_version=self.proto.ir_version)
+        part.functions.extend(self.proto.functions)
+        return part
 
 
 def _value_info(name: str, value: np.ndarray) -> onnx.ValueInfoProto:
