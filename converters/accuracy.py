@@ -18,7 +18,8 @@ same drawn inputs:
 The twin's distance to the source is printed either way, so a user sees what the quantized arithmetic costs.
 A target whose kernels themselves quantize X and h at run time (LiteRT's hybrid int8, ``--quantize-weights int8
 --to litert``) cannot match a float twin: its int8 twin is the quantized source run on gatepack's executor, which
-computes LiteRT's hybrid products as its kernels do (``converters.hybrid``), so part 1 stays at float tolerances
+computes LiteRT's hybrid products as its kernels do (``converters.hybrid``; for a whole model, with the operators
+around the layers on the source's runtime: ``converters.in_memory``), so part 1 stays at float tolerances
 and the quantization's own error (part 2's default bound) includes the activations' run-time quantization.
 """
 
@@ -164,8 +165,12 @@ def _run_time(model: "Model") -> bool:
 
 def _executed(model: "Model") -> "Model":
     """``model``'s layers in memory, verification running them on gatepack's executor, which computes LiteRT's
-    hybrid products exactly as its kernels do: the int8 twin of an artifact with run-time quantized activations."""
-    return replace(model, layers=[replace(layer, provenance=None) for layer in model.layers], meta={})
+    hybrid products exactly as its kernels do: the int8 twin of an artifact with run-time quantized activations. A
+    whole model stays whole (its file and its other operators, ``converters.in_memory``): the twin then computes the
+    model's own outputs, the layers on the executor and the operators around them on the source's runtime, so that
+    the artifact is compared with it, and the source's distance to it measured, output by output of the model."""
+    held = [replace(layer, provenance=None) for layer in model.layers]
+    return replace(model, layers=held, meta=model.meta if model.meta.get("other_ops") else {})
 
 
 @dataclass(frozen=True)

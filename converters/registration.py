@@ -173,6 +173,10 @@ class FormatImplementation:
       of a rounding boundary moved across it. Returns how many quantizers it moved (0: none, nothing
       written; None: the format has no run-time quantizers). Verification measures with it how far the source's own
       arithmetic before its quantizers moves its outputs (``converters.quantizer_steps``).
+    * ``open_executing_layers(model) -> run(inputs) -> outputs``: the whole model at ``model.path`` with its
+      recurrent layers computed by gatepack's executor from ``model.layers`` (which may differ from the file's: an
+      int8 twin) and every other operator on the runtime, made ready once for many calls (None: it cannot; ONNX:
+      ``formats.onnx.executed``).
     * ``settle_options(model, write_options) -> write_options``: the options with what the format settles for the
       whole artifact when the user leaves it out (Core ML: the lowest deployment target that expresses the model),
       so that every layer's findings and the writer see one value (default: as given).
@@ -196,6 +200,7 @@ class FormatImplementation:
     settle_options: Callable[["Model", dict], dict] = _as_given
     runnable_twin: Callable[["Model", Path], "list[RecurrentLayer]"] | None = None
     jittered: Callable[[Path, Path, int, float], int] | None = None
+    open_executing_layers: Callable[["Model"], Callable[[dict], dict]] | None = None
     graph_analyses: "GraphAnalyses | None" = None
 
 

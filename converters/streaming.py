@@ -34,6 +34,7 @@ import numpy as np
 import gatepack.converters.quantizer_steps as quantizer_steps
 import gatepack.converters.registry as registry
 from gatepack.converters.errors import UsageError
+from gatepack.converters.in_memory import held_in_memory, in_memory_runner
 from gatepack.converters.model import Model
 
 if TYPE_CHECKING:
@@ -219,11 +220,9 @@ def run_frames(
 def open_runner(model: Model, path: str | Path) -> Runner:
     """A runner of the artifact at ``path`` that keeps its runtime loaded across calls (the format's
     ``open_session``), or one that loads it on each call (``run_whole``/``run_native``); a model whose layers were
-    read from no artifact (an int8 twin in memory: ``accuracy``) on gatepack's executor."""
-    if model.layers and all(layer.provenance is None for layer in model.layers):
-        from gatepack.converters.executor import run_model
-
-        return lambda feed: run_model(model, feed)
+    read from no artifact (an int8 twin in memory: ``accuracy``) on gatepack's executor (``in_memory``)."""
+    if held_in_memory(model):
+        return in_memory_runner(model)
     impl = registry.reader(model.format)
     if impl.open_session is not None:
         return impl.open_session(path)

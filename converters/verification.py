@@ -25,6 +25,7 @@ import gatepack.converters.registry as registry
 from gatepack.converters.agreement import Agreement, agreement
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
 from gatepack.converters.findings import FP16_SOURCE_WARNING
+from gatepack.converters.in_memory import held_in_memory, in_memory_runner
 from gatepack.converters.model import Model
 from gatepack.converters.samples import DEFAULT_SEQ_LENGTH, TOLERANCES, sample_inputs, sample_sizes
 from gatepack.schemas.layer import (
@@ -507,15 +508,14 @@ def verify_whole(
     result = Verification(str(source.path), str(target.path), seed)
     feed, result.inputs_used = sample_graph_inputs(source, np.random.default_rng(seed), dim_size, given)
     try:
-        expected = registry.reader(source.format).run_native(source.path, feed)
+        expected = _run_source(source, feed)
     except RuntimeFailure as err:
         twin_run = _run_through_twin(source, feed, result, seed, tolerance)
         if twin_run is None:
             raise SourceDoesNotRun(f"{err.one_line()} (inputs: {result.inputs_used})") from None
         expected = twin_run
     try:
-        runs = registry.reader(target.format)
-        actual = (runs.run_whole or runs.run_native)(target_file, (given or GivenInputs()).for_target(feed))
+        actual = _run_target(target, target_file, (given or GivenInputs()).for_target(feed))
     except GatepackError as err:  # named by where the artifact lands, never by the staging path
         err.message = err.message.replace(str(target_file), str(target.path))
         raise
@@ -546,6 +546,23 @@ def verify_whole(
             result.outputs += _at_the_drawn_size(source, target, seed, target_file, given, result.notes)
         result.notes = [note.replace(str(target_file), str(target.path)) for note in result.notes]
     return result
+
+
+def _run_source(source: Model, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The whole source on its own runtime, or with its layers held in memory on gatepack's executor (``in_memory``:
+    an int8 twin)."""
+    if held_in_memory(source):
+        return in_memory_runner(source)(feed)
+    return registry.reader(source.format).run_native(source.path, feed)
+
+
+def _run_target(target: Model, target_file, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The whole target loaded from ``target_file`` on the runtime verification judges it by (``run_whole``), or
+    with its layers held in memory on gatepack's executor (``in_memory``: an int8 twin)."""
+    if held_in_memory(target):
+        return in_memory_runner(target)(feed)
+    runs = registry.reader(target.format)
+    return (runs.run_whole or runs.run_native)(target_file, feed)
 
 
 def judge_in_quantization_steps(

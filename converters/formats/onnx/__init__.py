@@ -40,6 +40,7 @@ from gatepack.converters.errors import GatepackError, RefusedError, UsageError
 from gatepack.converters.feature_findings import findings, form_of, replacing
 from gatepack.converters.fileio import atomic_files
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.formats.onnx.executed import open_executing_layers
 from gatepack.converters.formats.onnx.graph import DEFAULT_OPSET
 from gatepack.converters.formats.onnx.jitter import jittered_copy
 from gatepack.converters.formats.onnx.reader import read
@@ -380,5 +381,6 @@ IMPLEMENTATION = FormatImplementation(
     open_session=open_session,
     runnable_twin=write_runnable_twin,
     jittered=jittered_copy,
+    open_executing_layers=open_executing_layers,
     graph_analyses=onnx_analyses.ANALYSES,
 )

@@ -32,6 +32,13 @@ def run_native(path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.
     return _run_session(_session(onnx_quantized.exact_kernel_source(Path(path)), str(path)), inputs, str(path))
 
 
+def open_model_proto(serialized: bytes, label: str) -> Callable[[dict], dict]:
+    """A model held in memory (``serialized``), named ``label`` in errors, made into an onnxruntime (CPU) session
+    once: a runner of it for many calls (the inputs it does not take are left out)."""
+    session = _session(serialized, label)
+    return lambda inputs: _run_session(session, inputs, label)
+
+
 def open_session(path: str | Path) -> Callable[[dict], dict]:
     """``run_native`` with the onnxruntime session made once, for many calls in a row (streaming verification)."""
     label = str(path)
