@@ -103,7 +103,9 @@ def verify_dequantized(
         streamed = [_Call(verify_streaming, {"pairs": pairs, "frames": frames})] if pairs else []
         calls = ([] if stateful and streamed else [_Call(verify_models, {})]) + streamed
         exact = [c.run(twin, written, seed, given, target_file) for c in calls]
-        noise = [c.run(source, alike, seed, given, None, UNBOUNDED) for c in calls]  # compared as ``measured``
+        # the twin is the source's own file rewritten: it takes every input the source takes, --input-value's too
+        as_source = replace(given, fixed=()) if given is not None else None
+        noise = [c.run(source, alike, seed, as_source, None, UNBOUNDED) for c in calls]  # compared as ``measured``
     measured = [c.run(source, written, seed, given, target_file, UNBOUNDED) for c in calls]
     result = Verification(str(source.path), str(written.path), seed, inputs_used=exact[0].inputs_used)
     result.incomplete = next((v.incomplete for v in exact + measured if v.incomplete), None)

@@ -414,3 +414,19 @@ def test_the_twin_takes_the_conversions_records_only_from_the_same_floats():
     for a, b in zip(fresh.directions, done.layers[0].directions):
         assert a.Wq is not b.Wq
         np.testing.assert_array_equal(a.Wq.values, b.Wq.values)
+
+
+def test_a_specialised_input_reaches_the_gates_float_twin(tmp_path):
+    """silero v4 with --input-value sr=16000: the gate's twin is the source file rewritten with float weights, so
+    it takes sr like the source (it was fed without it: 'twin.onnx: missing input(s) ['sr']', exit 3); the
+    artifact, which holds sr as a constant, passes the gate."""
+    source = REAL / "silero_vad_v4_lstm_in_if.onnx"
+    result = gp.convert(
+        source,
+        tmp_path / "v4.onnx",
+        quantize_weights="int8",
+        input_shapes={"input": (1, 512)},
+        input_values={"sr": 16000},
+    )
+    assert result.passed, result.to_text()
+    assert "sr" not in [i.name for i in onnx.load(str(tmp_path / "v4.onnx")).graph.input]
