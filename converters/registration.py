@@ -92,8 +92,8 @@ STATEFUL = WriteOption(
     is_bool,
     "--stateful",
     "keep a streaming model's states in the runtime: openvino variables (ReadValue/Assign), coreml states "
-    "(iOS18, fp16: lossy), litert variable tensors (a layer's own initial and final states); the artifact takes "
-    "the frame inputs only (state pairs: found, or --state IN=OUT).",
+    "(iOS18, fp16: lossy), litert variable tensors (a layer's own initial and final states, or a whole streaming "
+    "model's state pairs); the artifact takes the frame inputs only (state pairs: found, or --state IN=OUT).",
     bool,
 )
 SEQ_LENGTH = WriteOption(

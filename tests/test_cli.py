@@ -358,6 +358,15 @@ def test_help_names_every_format_and_every_holder_of_quantized_weights():
     )
 
 
+def test_stateful_help_says_litert_holds_whole_models_state_pairs_too():
+    """--stateful's help: LiteRT's variable tensors hold a layer's own states and a whole streaming model's state
+    pairs (it said the layer's own only, after whole models had gained them: docs/reference.md)."""
+    convert = " ".join(CliRunner().invoke(main, ["convert", "--help"]).output.split())
+    stateful = convert.split("--stateful / --no-stateful")[1].split("--seq-length")[0]
+    litert = stateful.split("litert variable tensors")[1]
+    assert "a layer's own initial and final states" in litert and "whole streaming model's state pairs" in litert
+
+
 def test_a_missing_inputs_file_is_named_once(tmp_path):
     """``--inputs`` naming no file: one line naming it once (it read 'X.npz: X.npz: no such file'), exit 3."""
     missing = tmp_path / "absent.npz"

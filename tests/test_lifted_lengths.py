@@ -99,6 +99,31 @@ def test_the_whole_model_as_openvino_gives_kerass_outputs(artifact, tmp_path):
         np.testing.assert_allclose(value, want, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("artifact", LENGTH_MASKED)
+def test_the_whole_model_as_litert_gives_kerass_outputs(artifact, tmp_path):
+    """ONNX -> LiteRT keeps the whole model too: the lengths counted from the mask (gatepack's own nodes around the
+    lifted layer) are summed as floats of 0 and 1, exact to 2^24 steps, and cast to int32, which LiteRT holds (an
+    int32 ReduceSum it does not: refused before, naming that node). LiteRT on Keras's inputs gives Keras's
+    outputs (a symbolic batch fixed to the truth's)."""
+    path, out = PRODUCERS / artifact, tmp_path / "whole.tflite"
+    truth = _truth(artifact)
+    shapes = {"x": truth["x"].shape, "lengths": truth["lengths"].shape}
+    if MANIFEST[artifact]["config"]["bidirectional"]:  # Keras reverses X for the backward layer: ReverseSequence
+        with pytest.raises(gp.RefusedError, match="ReverseSequence \\(first: 'functional") as refused:
+            gp.convert(path, out, to="litert", input_shapes=shapes)
+        assert "ReduceSum" not in str(refused.value) and not out.exists()
+        # the ways out from the registry: every other format whose record keeps whole ONNX models
+        assert "convert to onnx or openvino or coreml, which" in (refused.value.hint or "")
+        return
+    result = gp.convert(path, out, to="litert", input_shapes=shapes)
+    assert result.passed and result.verification.passed and result.whole, result.to_text()
+    got = gp.run(out, {"x": truth["x"], "lengths": truth["lengths"]})
+    expected = [v for k, v in truth.items() if k not in ("x", "lengths")]
+    assert len(got) == len(expected)
+    for value, want in zip(got.values(), expected):
+        np.testing.assert_allclose(value, want, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("artifact", ["tf2onnx_length_mask_gru.onnx", "tf2onnx_length_mask_gru_go_backwards.onnx"])
 @pytest.mark.parametrize("how", ["shuffled", "swapped"])
 def test_a_mask_not_shown_to_be_a_prefix_is_a_hold_not_sequence_lens(how, artifact, tmp_path):

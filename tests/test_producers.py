@@ -365,6 +365,58 @@ def test_coreml_gru_loops_converted_to_onnx_give_torchs_outputs(artifact, tmp_pa
     np.testing.assert_allclose(np.stack(finals), truth["h"], **_tolerance(artifact))
 
 
+DECOMPOSED_TORCH = (
+    "torch_dynamo_lstm_nobias_h0.onnx",
+    "torch_legacy_gru2_bidirectional_batch_first.onnx",
+    "torch_legacy_lstm2_bidirectional_batch_first.onnx",
+)
+
+
+@pytest.mark.parametrize("artifact", DECOMPOSED_TORCH)
+def test_layers_written_decomposed_to_onnx_give_torchs_outputs(artifact, tmp_path):
+    """A torch stack written to ONNX as elementary Loops (``--layers-only --strategy decomposed``) verifies, and
+    onnxruntime runs the written layers, chained as torch chains them (layer l reads layer l-1's Ys joined on
+    features; its directions start from h0[l*D + d]), to torch's outputs. The Loops' zero initial states are
+    computed from X's shape only where a state is not given: an unread Shape/ConstantOfShape left beside the layers
+    read back as operators around them (a whole model taking the wrong inputs, exit 3)."""
+    import onnxruntime as ort
+
+    path, out = PRODUCERS / artifact, tmp_path / "decomposed.onnx"
+    truth, config = _truth(artifact), MANIFEST[artifact]["config"]
+    result = gp.convert(path, out, to="onnx", layers_only=True, strategy="decomposed")
+    assert result.passed and result.verification.passed, result.to_text()
+    layers = gp.load(out).layers
+    assert not gp.load(out).meta["other_ops"]
+    session = ort.InferenceSession(str(out))
+    roles = [role for role, _ in state_roles(layers[0].cell)]  # initial_h (, initial_c)
+    starts = {"initial_h": truth.get("h0"), "initial_c": truth.get("c0")}
+    sequence = truth["x"].transpose(1, 0, 2) if config.get("batch_first") else truth["x"]  # [S,N,I]
+    finals: dict[str, list[np.ndarray]] = {role: [] for role in roles}
+    n = sequence.shape[1]
+    feed = {
+        i.name: np.zeros([d if isinstance(d, int) else n for d in i.shape], np.float32) for i in session.get_inputs()
+    }
+    for index, layer in enumerate(layers):  # each run feeds one layer its inputs (the others' are filler)
+        itf, d = layer.interface, layer.direction.count
+        feed[itf.x] = sequence.transpose(1, 0, 2) if itf.layout else sequence
+        for role in layer.fed_roles():  # torch's state [L*D,N,H]: this layer's [D,N,H] (zeros: torch's default)
+            given = starts[role]
+            state = (
+                np.zeros((d, n, layer.hidden_size), np.float32) if given is None else given[index * d : (index + 1) * d]
+            )
+            feed[getattr(itf, role)] = state.transpose(1, 0, 2) if itf.layout else state
+        got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+        y = got[itf.y].transpose(1, 2, 0, 3) if itf.layout else got[itf.y]  # [S,D,N,H]
+        sequence = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+        for role, out_role in zip(roles, ("y_h", "y_c")):
+            state = got[getattr(itf, out_role)]
+            finals[role].append(state.transpose(1, 0, 2) if itf.layout else state)
+    y = sequence.transpose(1, 0, 2) if config.get("batch_first") else sequence
+    np.testing.assert_allclose(y, truth["y"], **_tolerance(artifact))
+    for role, key in zip(roles, ("h", "c")):
+        np.testing.assert_allclose(np.concatenate(finals[role]), truth[key], **_tolerance(artifact))
+
+
 @pytest.mark.parametrize("artifact", LEARNED_STATE)
 def test_a_learned_initial_state_is_held_by_the_lifted_layer(artifact):
     """nn.GRU called with an nn.Parameter h0: coremltools folds it into the constant start of the loop's state

@@ -140,6 +140,27 @@ def test_openvino_keeps_the_integers_as_compressed_constants(tmp_path):
     assert 'element_type="i8"' not in (tmp_path / "floats.xml").read_text()
 
 
+@pytest.mark.parametrize("artifact", ["qdq_gru_qint8.onnx", "qdq_lstm_bidirectional_quint8.onnx"])
+def test_openvino_refuses_a_whole_quantized_model_whose_sequence_op_it_cannot_compile(artifact, tmp_path):
+    """A whole QDQ model (QuantizeLinear on X and Y: FakeQuantize ops, OpenVINO CPU's low-precision transformations)
+    with a GRU or LSTM whose integers would be compressed constants: the CPU plugin takes those ops' W and R only as
+    Constants, so the IR would not compile (exit 6 before); refused (exit 4) with the ways out, each of which
+    converts: --dequantize (float W and R, error 0 against the dequantized source), --layers-only. An RNN's
+    sequence op takes them (qdq_rnn_qint8 goes whole: test_openvino_keeps_...)."""
+    path, out = QDQ / artifact, tmp_path / "whole.xml"
+    with pytest.raises(gp.RefusedError, match="low-precision transformations") as refused:
+        gp.convert(path, out, to="openvino")
+    assert "--dequantize" in (refused.value.hint or "") and not out.exists()
+    result = gp.convert(path, out, to="openvino", dequantize=True)
+    assert result.passed and result.whole and result.verification.passed, result.to_text()
+    truth = np.load(QDQ / artifact.replace(".onnx", ".truth.npz"))
+    got = gp.run(out, {"X": truth["X"]})
+    for name, value in got.items():  # onnxruntime's outputs of the QDQ source, Y quantized as it is
+        np.testing.assert_allclose(value, truth[name], atol=1e-6)
+    assert gp.convert(path, tmp_path / "layers.xml", to="openvino", layers_only=True).passed
+    assert gp.convert(QDQ / "qdq_rnn_qint8.onnx", tmp_path / "rnn.xml", to="openvino").whole
+
+
 def test_onnx_at_opset_7_cannot_hold_them(tmp_path):
     """Per-axis DequantizeLinear needs opset 13: at --opset 7 the weights are floats, only with --dequantize."""
     artifact = QDQ / "qdq_gru_int8_per_channel.onnx"

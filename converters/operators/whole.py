@@ -24,13 +24,18 @@ from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.model import Model
 from gatepack.converters.operators.translation import Translation, Untranslatable
-from gatepack.converters.registry import keeps_whole
+from gatepack.converters.registry import check_name, keeps_whole, writers
 from gatepack.schemas.layer import RecurrentLayer
 
-# what a user whose model a target cannot hold whole can do instead
-ALTERNATIVES = (
-    "pass --layers-only for the recurrent layers alone, or convert to onnx or openvino, which keep the whole model"
-)
+
+def alternatives(target: str, source: str = "onnx") -> str:
+    """What a user whose ``source``-format model ``target`` cannot hold whole can do instead: the layers alone, or
+    another format whose record keeps whole models of that format (``FormatInfo.keeps_whole_from``), from the
+    registry: e.g. 'pass --layers-only ..., or convert to onnx or openvino or coreml, which can keep the whole
+    model'."""
+    others = [name for name in writers() if name != target and source in check_name(name).keeps_whole_from]
+    way_out = "pass --layers-only for the recurrent layers alone"
+    return f"{way_out}, or convert to {' or '.join(others)}, which can keep the whole model" if others else way_out
 
 
 class Verdict(NamedTuple):
@@ -74,7 +79,9 @@ def verdict(model: Model, target: WholeTarget, key: tuple) -> Verdict:
         try:
             _VERDICTS[cached] = Verdict(None, *target.translate(model))
         except (RefusedError, UsageError) as err:
-            _VERDICTS[cached] = Verdict((err.message.removeprefix(f"{path}: "), err.hint or ALTERNATIVES), [], [])
+            _VERDICTS[cached] = Verdict(
+                (err.message.removeprefix(f"{path}: "), err.hint or alternatives(target.format)), [], []
+            )
     return _VERDICTS[cached]
 
 
@@ -145,7 +152,7 @@ def branch_constants(branch) -> dict[str, np.ndarray]:
 
 
 __all__ = [
-    "ALTERNATIVES",
+    "alternatives",
     "Untranslatable",
     "Verdict",
     "WholeTarget",

@@ -34,7 +34,7 @@ from gatepack.converters.operators.prepared import fed_inputs, given_dims, untra
 from gatepack.converters.operators.prepared import file_key as _file_key
 from gatepack.converters.operators.prepared import initializers as _initializers
 from gatepack.converters.operators.translation import Untranslatable, translate_nodes
-from gatepack.converters.operators.whole import ALTERNATIVES, WholeTarget, branch_constants, inline_if, layer_inputs
+from gatepack.converters.operators.whole import WholeTarget, alternatives, branch_constants, inline_if, layer_inputs
 from gatepack.converters.operators.whole import is_whole_model as _is_whole
 from gatepack.converters.operators.whole import whole_model_finding as _finding
 from gatepack.converters.weight_quantization import SCOPE_KEY
@@ -173,7 +173,7 @@ def _program_outputs(t: MilTranslation, path: Path, graph, function, names: dict
         if isinstance(value, Squeezed):
             raise RefusedError(
                 f"{path}: output {out.name!r} has rank {len(value.shape)}; Core ML holds tensors of rank <= {MAX_RANK}",
-                hint=ALTERNATIVES,
+                hint=alternatives("coreml"),
             )
         if isinstance(value, Narrow):
             value = value.var
@@ -211,7 +211,9 @@ def _placeholders(path: Path, graph, input_shapes: dict, names: dict, scalars: l
 
     symbols: dict[str, object] = {}
     placeholders = {}
-    for value in fed_inputs(path, graph, input_shapes, _IO_TYPES, "a Core ML input cannot carry", ALTERNATIVES):
+    for value in fed_inputs(
+        path, graph, input_shapes, _IO_TYPES, "a Core ML input cannot carry", alternatives("coreml")
+    ):
         tensor = value.type.tensor_type
         dims: list = []  # each a size or a MIL symbol
         for k, d in enumerate(tensor.shape.dim):
@@ -393,7 +395,7 @@ def refuse_untranslatable(path: Path, failures: list[Untranslatable], symbolic: 
     )
     raise RefusedError(
         f"{path}: {refusal_summary(failures)}",
-        hint=fix + ALTERNATIVES,
+        hint=fix + alternatives("coreml"),
     )
 
 

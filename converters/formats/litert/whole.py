@@ -39,7 +39,7 @@ from gatepack.converters.operators.prepared import (
     untranslatable_summary,
 )
 from gatepack.converters.operators.translation import Untranslatable, translate_nodes
-from gatepack.converters.operators.whole import ALTERNATIVES, WholeTarget, inline_if, layer_inputs
+from gatepack.converters.operators.whole import WholeTarget, alternatives, inline_if, layer_inputs
 from gatepack.converters.operators.whole import is_whole_model as _is_whole
 from gatepack.converters.operators.whole import whole_model_finding as _finding
 from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
@@ -92,7 +92,7 @@ def translate_proto(
     failures: list[Untranslatable] = []
     _translate_graph(t, graph, prepared, strategy, described, failures)
     if failures:
-        raise RefusedError(f"{path}: {untranslatable_summary(failures, 'LiteRT')}", hint=ALTERNATIVES)
+        raise RefusedError(f"{path}: {untranslatable_summary(failures, 'LiteRT')}", hint=alternatives("litert"))
     _bind_outputs(t, graph)
     prune(t.g)
     other = [n.op_type for n in graph.node if id(n) not in prepared.skip]
@@ -152,7 +152,7 @@ def _bind_inputs(t: LiteRTTranslation, path: Path, graph, input_shapes: dict) ->
     interface (int64 as INT32)."""
     changes = []
     words = "gatepack's LiteRT inputs do not carry"
-    fed = fed_inputs(path, graph, input_shapes, _IO_TYPES, words, ALTERNATIVES)
+    fed = fed_inputs(path, graph, input_shapes, _IO_TYPES, words, alternatives("litert"))
     sizes = symbol_sizes(fed, input_shapes)  # a symbol the user fixed in one input, fixed in every other
     for value in fed:
         tensor = value.type.tensor_type
@@ -163,7 +163,7 @@ def _bind_inputs(t: LiteRTTranslation, path: Path, graph, input_shapes: dict) ->
             raise RefusedError(
                 f"{path}: input {value.name!r} [{symbolic}] has a symbolic dimension; gatepack writes whole LiteRT "
                 "models with static shapes",
-                hint=f"fix it with --input-shape {value.name}=d1,d2,..., or " + ALTERNATIVES,
+                hint=f"fix it with --input-shape {value.name}=d1,d2,..., or " + alternatives("litert"),
             )
         held = t.tensor(value.name, dims, _IO_TYPES[tensor.elem_type])
         t.g.graph.inputs.append(held.index)

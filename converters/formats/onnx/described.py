@@ -25,7 +25,7 @@ import onnx
 from gatepack.converters.description import build_layer, constant_from_layout, describe, elementary_direction, parse
 from gatepack.converters.errors import InputError
 from gatepack.converters.formats.onnx.constants import ModelConstants
-from gatepack.converters.formats.onnx.graph import FORMAT, Isolated
+from gatepack.converters.formats.onnx.graph import FORMAT, Isolated, cone, node_reads
 from gatepack.schemas.layer import OUTPUT_ROLES, Provenance, RecurrentLayer
 
 METADATA_KEY = "gatepack"
@@ -92,8 +92,9 @@ def _described(constants: ModelConstants, opset: int, item: object) -> Recurrent
             raise InputError(f"{path}: {err}") from None
     itf = info.interface
     held_constants = {role: _held_constant(getattr(itf, role), role, value) for role in info.constant_roles}
-    nodes = _cone(constants.proto.graph, [getattr(itf, role) for role in OUTPUT_ROLES if getattr(itf, role)])
-    read = {name for node in nodes for name in _reads(node)}
+    outputs = [getattr(itf, role) for role in OUTPUT_ROLES if getattr(itf, role)]
+    nodes = cone(list(constants.proto.graph.node), outputs)
+    read = {name for node in nodes for name in node_reads(node)}
     isolated = Isolated(nodes, {name: constants.tensor(t) for name, t in initializers.items() if name in read}, opset)
     provenance = Provenance(FORMAT, path, info.name, "decomposed", handle=isolated)
     return build_layer(path, info, directions, provenance, held_constants)
@@ -106,25 +107,3 @@ def _held_constant(name: str, role: str, value: Callable[[object], np.ndarray]) 
         return constant_from_layout(value(name), role, 0)
     except InputError:
         return constant_from_layout(value(f"{name}__batch1"), role, 0)
-
-
-def _reads(node: onnx.NodeProto) -> list[str]:
-    """Every tensor ``node`` reads, those its subgraphs (a Loop's body) read from outside included."""
-    found = list(node.input)
-    for attribute in node.attribute:
-        if attribute.type == onnx.AttributeProto.GRAPH:
-            found += [name for inner in attribute.g.node for name in _reads(inner)]
-    return found
-
-
-def _cone(graph: onnx.GraphProto, outputs: list[str]) -> list[onnx.NodeProto]:
-    """The nodes of ``graph`` that ``outputs`` depend on, in the graph's order."""
-    producers = {out: node for node in graph.node for out in node.output if out}
-    needed: set[int] = set()
-    stack = list(outputs)
-    while stack:
-        node = producers.get(stack.pop())
-        if node is not None and id(node) not in needed:
-            needed.add(id(node))
-            stack += _reads(node)
-    return [node for node in graph.node if id(node) in needed]

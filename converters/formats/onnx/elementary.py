@@ -36,6 +36,7 @@ from onnx import helper, numpy_helper
 
 from gatepack.converters.cell_steps import step_of
 from gatepack.converters.errors import UsageError
+from gatepack.converters.formats.onnx.graph import cone
 from gatepack.schemas.layer import Direction, DirectionParams, RecurrentLayer, state_roles
 
 MINIMUM_OPSET = 11
@@ -232,7 +233,8 @@ def elementary_nodes(
     _join(g, ys, 1, outputs.get("y"))
     for role, out_role in zip(roles, ("y_h", "y_c")):
         _join(g, finals[role], 0, outputs.get(out_role))
-    return g.nodes
+    # what the outputs read alone: an unread zero state would read back as an operator around the layer
+    return cone(g.nodes, [name for name in outputs.values() if name])
 
 
 def _join(g: _Graph, parts: list[str], axis: int, out: str | None) -> None:

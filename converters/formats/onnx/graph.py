@@ -141,6 +141,28 @@ def broadcast_state_nodes(
     ]
 
 
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """Every tensor ``node`` reads, those its subgraphs (a Loop's body) read from outside included."""
+    found = [name for name in node.input if name]
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            found += [name for inner in attribute.g.node for name in node_reads(inner)]
+    return found
+
+
+def cone(nodes: list[onnx.NodeProto], outputs: list[str]) -> list[onnx.NodeProto]:
+    """The ``nodes`` that ``outputs`` depend on, in their order."""
+    producers = {out: node for node in nodes for out in node.output if out}
+    needed: set[int] = set()
+    stack = list(outputs)
+    while stack:
+        node = producers.get(stack.pop())
+        if node is not None and id(node) not in needed:
+            needed.add(id(node))
+            stack += node_reads(node)
+    return [node for node in nodes if id(node) in needed]
+
+
 def copy_node(node: onnx.NodeProto, renamed: dict[str, str]) -> onnx.NodeProto:
     """A copy of ``node`` whose inputs ``renamed`` names are renamed (to "" for an absent optional input)."""
     copied = onnx.NodeProto()

@@ -146,8 +146,9 @@ class _Adapters:
 
     def lengths(self, mask: str, output: str) -> str:
         """[N] int32 lengths of a prefix mask [S,N] or [S,N,1]: its true steps counted along time."""
-        counted = self.axes("ReduceSum", self.add("Cast", [mask], f"{output}:int", to=onnx.TensorProto.INT32), [0],
+        counted = self.axes("ReduceSum", self.add("Cast", [mask], f"{output}:float", to=onnx.TensorProto.FLOAT), [0],
                             f"{output}:summed", keepdims=0)  # fmt: skip
+        counted = self.add("Cast", [counted], f"{output}:int", to=onnx.TensorProto.INT32)
         return self.add("Reshape", [counted, self._const([-1])], output)
 
     def keep_last(self, y: str, y_h: str, mask: str, rank: int, output: str) -> str:

@@ -145,6 +145,9 @@ def whole_model_finding(model: Model) -> Finding | None:
     (``onnx.folding``: the user's ``--input-shape``s, else the declared ones) is ``folded``."""
     if not is_whole_model(model):
         return None
+    low_precision = _low_precision_refusal(model)
+    if low_precision is not None:
+        return low_precision
     verdict = _frontend_verdict(model)
     if verdict.refusal is not None:
         return Finding(
@@ -176,6 +179,36 @@ def whole_model_finding(model: Model) -> Finding | None:
         Status.EXACT,
         f"whole model in one artifact: OpenVINO's ONNX frontend converts the model's {model.other_ops_text()}; "
         "gatepack translates every recurrent node",
+    )
+
+
+# sequence ops whose W and R OpenVINO CPU's low-precision transformations take only as Constants (RNNSequence: any)
+_LOW_PRECISION_CONSTANT_WEIGHTS = {Cell.GRU: "GRUSequence", Cell.LSTM: "LSTMSequence"}
+
+
+def _low_precision_refusal(model: Model) -> Finding | None:
+    """A whole model with QuantizeLinear nodes (the frontend makes them FakeQuantize ops, which turn on OpenVINO CPU's
+    low-precision transformations) and a GRU or LSTM layer whose W and R gatepack keeps as compressed constants
+    (integers -> Convert -> Subtract -> Multiply): the CPU plugin cannot compile it ('GRUSequence ... expects Constant
+    for port 3', W; measured on OpenVINO 2025), so it is refused before writing (None: not such a model)."""
+    if "QuantizeLinear" not in model.meta.get("other_ops", ()):
+        return None
+    held = [
+        layer
+        for layer in quantization.floats_asked(model).layers  # (--dequantize: float weights, nothing held)
+        if layer.cell in _LOW_PRECISION_CONSTANT_WEIGHTS and all(held_records(layer, role) for role in ("W", "R"))
+    ]
+    if not held:
+        return None
+    return Finding(
+        "model",
+        Status.UNSUPPORTED,
+        f"whole model: layer {held[0].name!r} keeps its quantized W and R as compressed constants, and the model's "
+        "QuantizeLinear nodes become FakeQuantize ops, with which OpenVINO CPU's low-precision transformations take "
+        f"a {_LOW_PRECISION_CONSTANT_WEIGHTS[held[0].cell]}'s weights only as Constants: the CPU plugin cannot "
+        "compile such an IR",
+        alternative="pass --dequantize to write W and R as float Constants (the dequantized values the source "
+        "computes with), or --layers-only for the layers alone, or convert to onnx, which keeps the whole model",
     )
 
 
