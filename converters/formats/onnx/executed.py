@@ -32,7 +32,8 @@ def open_executing_layers(model: "Model") -> Callable[[dict[str, np.ndarray]], d
     executor, every other node on onnxruntime (module docstring), its graph outputs by name. Each part of the graph
     is made into a session once, for the many calls of a streaming comparison."""
     assert model.path is not None  # (a whole model is read from a file)
-    parts = _Parts(load_proto(model.path), str(model.path))
+    proto, model = _with_lifted_layers_as_nodes(model)
+    parts = _Parts(proto, str(model.path))
     layers = sorted(model.layers, key=lambda layer: _position(parts.proto.graph, layer))
     outputs = [o.name for o in parts.proto.graph.output]
 
@@ -45,6 +46,29 @@ def open_executing_layers(model: "Model") -> Callable[[dict[str, np.ndarray]], d
         return {name: known[name] for name in outputs}
 
     return run
+
+
+def _with_lifted_layers_as_nodes(model: "Model") -> tuple[onnx.ModelProto, "Model"]:
+    """The graph to cut and ``model`` with interfaces that name its tensors. A lifted layer (a Loop, unrolled
+    steps) has no node, and its interface names tensors only its adapters compute: the graph is then the source
+    rewritten in place (``rewrite.in_place`` of the file read again, which knows the lifted regions: each becomes
+    one node, with the adapters the rest of the graph reads), and each layer takes the interface of the node it
+    became (its records stay those of ``model``)."""
+    from gatepack.converters.formats.onnx.reader import read, reread
+    from gatepack.converters.formats.onnx.rewrite import in_place
+    from gatepack.converters.quantization import ASKED
+
+    assert model.path is not None
+    proto = load_proto(model.path)
+    present = {i.name for i in proto.graph.input} | {t.name for t in proto.graph.initializer}
+    present |= {name for node in proto.graph.node for name in node.output}
+    if all(name in present for layer in model.layers for name in _layer_inputs(layer)):
+        return proto, model
+    source = read(model.path)  # (with the provenance of its lifted layers, which the twin's layers no longer hold)
+    proto = in_place(replace(source, meta={**source.meta, ASKED: True}))  # (its layer nodes never run)
+    rewritten = {layer.name: layer.interface for layer in reread(model.path, proto).layers}
+    layers = [replace(layer, interface=rewritten.get(layer.name, layer.interface)) for layer in model.layers]
+    return proto, replace(model, layers=layers)
 
 
 def _layer_inputs(layer: "RecurrentLayer") -> list[str]:
