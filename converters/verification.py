@@ -704,7 +704,12 @@ def verify_models(
             "are compared layer by layer"
         )
     result = Verification(str(source.path), str(target.path), seed, incomplete=incomplete)
-    compare_layers(source, target, result, np.random.default_rng(seed), progress, tolerance)
+    try:
+        compare_layers(source, target, result, np.random.default_rng(seed), progress, tolerance)
+    except GatepackError as err:  # named by where the artifact lands, never by the staging path
+        if target_file is not None:
+            err.message = err.message.replace(str(target_file), str(target.path))
+        raise
     return result
 
 
