@@ -189,14 +189,15 @@ _LOW_PRECISION_CONSTANT_WEIGHTS = {Cell.GRU: "GRUSequence", Cell.LSTM: "LSTMSequ
 def _low_precision_refusal(model: Model) -> Finding | None:
     """A whole model with QuantizeLinear nodes (the frontend makes them FakeQuantize ops, which turn on OpenVINO CPU's
     low-precision transformations) and a GRU or LSTM layer whose W and R gatepack keeps as compressed constants
-    (integers -> Convert -> Subtract -> Multiply): the CPU plugin cannot compile it ('GRUSequence ... expects Constant
-    for port 3', W; measured on OpenVINO 2025), so it is refused before writing (None: not such a model)."""
+    (integers -> Convert -> Subtract -> Multiply) in 8 bits: the CPU plugin cannot compile it ('GRUSequence ...
+    expects Constant for port 3', W; measured on OpenVINO 2025), so it is refused before writing (None: not such a
+    model). 4-bit weights compile (onnxruntime's int4 QDQ GRU and LSTM verify)."""
     if "QuantizeLinear" not in model.meta.get("other_ops", ()):
         return None
     held = [
         layer
         for layer in quantization.floats_asked(model).layers  # (--dequantize: float weights, nothing held)
-        if layer.cell in _LOW_PRECISION_CONSTANT_WEIGHTS and all(held_records(layer, role) for role in ("W", "R"))
+        if layer.cell in _LOW_PRECISION_CONSTANT_WEIGHTS and all(_eight_bit(held_records(layer, role)) for role in "WR")
     ]
     if not held:
         return None
@@ -210,6 +211,12 @@ def _low_precision_refusal(model: Model) -> Finding | None:
         alternative="pass --dequantize to write W and R as float Constants (the dequantized values the source "
         "computes with), or --layers-only for the layers alone, or convert to onnx, which keeps the whole model",
     )
+
+
+def _eight_bit(records: list[QuantizedWeights] | None) -> bool:
+    """Whether compressed weights are 8-bit (those the low-precision transformations meet; the int4 QDQ models of
+    onnxruntime's quantizer compile and verify with their W and R compressed)."""
+    return bool(records) and all(record.bits == 8 for record in records or ())
 
 
 def _specialisation_hint(model: Model) -> str:
