@@ -216,7 +216,7 @@ def _low_precision_refusal(model: Model) -> Finding | None:
 def _eight_bit(records: list[QuantizedWeights] | None) -> bool:
     """Whether compressed weights are 8-bit (those the low-precision transformations meet; the int4 QDQ models of
     onnxruntime's quantizer compile and verify with their W and R compressed)."""
-    return bool(records) and all(record.bits == 8 for record in records or ())
+    return records is not None and all(record.bits == 8 for record in records)
 
 
 def _specialisation_hint(model: Model) -> str:
