@@ -14,14 +14,27 @@ zero point 0) is then ``f32(sum_k w[j, k] q[k] - z sum_k w[j, k]) * f32(s * s_w[
 int32. The caller adds the biases and the other products in float32, as the kernels do. ``HybridRows`` carries
 one direction's W or R so that the canonical executor runs a layer whose records are LiteRT's (``products``) in
 that arithmetic: the exact twin of a LiteRT artifact with int8 weights.
+
+Such a twin is judged in quantization steps where another runtime's float rounding before these quantizers moves a
+value across a rounding boundary (``converters.quantizer_steps``): inside ``one_arithmetic_away(seed, crossing)``
+every operand a ``HybridRows`` product quantizes is first moved, as ``formats/onnx/jitter.py`` moves a
+``DynamicQuantizeLinear``'s input: ``crossing = 0``, each element by one float32 step up or down
+(``layer_steps.moved_input``, a new draw per product); ``crossing = K``, each value within ``K`` float32 steps of a
+rounding boundary of its row's quantization moved across it (``v = z + x * inverse``, ``h = floor(v) + 1/2``, near
+when ``|v - h| <= K * 2^-23 * |x * inverse|``, moved to ``x' = (h -+ 1/4 - z) / inverse``, on the side of ``h`` it does not round to now), except the values that
+set the row's range and moves that would leave it (either would change the scale).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
+from gatepack.converters.layer_steps import moved_input
 from gatepack.schemas.layer import RecurrentLayer
 from gatepack.schemas.quantized import LITERT_ASYMMETRIC, LITERT_SYMMETRIC, QuantizedWeights
 
@@ -56,7 +69,9 @@ class HybridRows:
 
     def times(self, x: np.ndarray) -> np.ndarray:
         """``x [M, K] @ W^T`` as the hybrid kernel computes it (module docstring), float32 [M, rows]."""
-        q, s, z = quantized_rows(np.asarray(x, np.float32), self.asymmetric)
+        x = np.asarray(x, np.float32)
+        move = _MOVE.get()
+        q, s, z = quantized_rows(x if move is None else move.applied(x, self.asymmetric), self.asymmetric)
         w = self.values.astype(np.int64)
         dots = q.astype(np.int64) @ w.T - z[:, None].astype(np.int64) * w.sum(axis=1)[None]
         return dots.astype(np.float32) * (s[:, None] * self.scale[None])
@@ -71,24 +86,89 @@ def _rounded(v: np.ndarray) -> np.ndarray:
 def quantized_rows(x: np.ndarray, asymmetric: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each row of ``x`` [M, K] quantized as LiteRT's kernels do (module docstring): int8 values [M, K] (as int32),
     float32 scales [M] and zero points [M]."""
-    if not asymmetric:
-        largest = np.abs(x).max(axis=1) if x.size else np.zeros(x.shape[0], np.float32)
-        zero = largest == 0
-        inverse = np.where(zero, 0, np.float32(127) / np.where(zero, 1, largest)).astype(np.float32)
-        q = np.clip(_rounded(x * inverse[:, None]), -127, 127).astype(np.int32)
-        scale = np.where(zero, np.float32(1), largest / np.float32(127)).astype(np.float32)
-        return q, scale, np.zeros(x.shape[0], np.int32)
-    low = np.minimum(0.0, x.min(axis=1).astype(np.float64))
-    high = np.maximum(0.0, x.max(axis=1).astype(np.float64))
-    flat = low == high
-    scale = np.where(flat, 1.0, (high - low) / 255.0)
-    from_min, from_max = -128 - low / scale, 127 - high / scale
-    nearer = np.where(128 + np.abs(low / scale) < 127 + np.abs(high / scale), from_min, from_max)
-    zero = np.where(flat, 0, np.clip(np.trunc(nearer + np.copysign(0.5, nearer)), -128, 127)).astype(np.int32)
-    scale32 = scale.astype(np.float32)
-    inverse = (np.float32(1) / scale32).astype(np.float32)
-    q = np.clip(_rounded(zero[:, None].astype(np.float32) + x * inverse[:, None]), -128, 127).astype(np.int32)
-    return np.where(flat[:, None], 0, q), np.where(flat, np.float32(1), scale32).astype(np.float32), zero
+    rows = _RowQuantizer.of(x, asymmetric)
+    limit = -128 if asymmetric else -127
+    q = np.clip(_rounded(rows.zero[:, None].astype(np.float32) + x * rows.inverse[:, None]), limit, 127)
+    return np.where(rows.flat[:, None], 0, q).astype(np.int32), rows.scale, rows.zero
+
+
+@dataclass(frozen=True)
+class _RowQuantizer:
+    """How the kernel quantizes each row of an operand (module docstring): float32 ``scale`` and ``inverse`` (the
+    factor it multiplies by), int32 ``zero`` point, the ends of the range the scale spans (``low``, ``high``) and the
+    rows it leaves at zero (``flat``), all [M]."""
+
+    scale: np.ndarray
+    inverse: np.ndarray
+    zero: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    flat: np.ndarray
+
+    @classmethod
+    def of(cls, x: np.ndarray, asymmetric: bool) -> "_RowQuantizer":
+        if not asymmetric:
+            largest = np.abs(x).max(axis=1) if x.size else np.zeros(x.shape[0], np.float32)
+            flat = largest == 0
+            inverse = np.where(flat, 0, np.float32(127) / np.where(flat, 1, largest)).astype(np.float32)
+            scale = np.where(flat, np.float32(1), largest / np.float32(127)).astype(np.float32)
+            return cls(scale, inverse, np.zeros(x.shape[0], np.int32), -largest, largest, flat)
+        low = np.minimum(0.0, x.min(axis=1).astype(np.float64))
+        high = np.maximum(0.0, x.max(axis=1).astype(np.float64))
+        flat = low == high
+        wide = np.where(flat, 1.0, (high - low) / 255.0)
+        from_min, from_max = -128 - low / wide, 127 - high / wide
+        nearer = np.where(128 + np.abs(low / wide) < 127 + np.abs(high / wide), from_min, from_max)
+        zero = np.where(flat, 0, np.clip(np.trunc(nearer + np.copysign(0.5, nearer)), -128, 127)).astype(np.int32)
+        scale32 = wide.astype(np.float32)
+        inverse = np.where(flat, 0, np.float32(1) / scale32).astype(np.float32)
+        return cls(np.where(flat, np.float32(1), scale32).astype(np.float32), inverse, zero, low, high, flat)
+
+
+@dataclass
+class _Move:
+    """The move ``one_arithmetic_away`` applies to every operand a hybrid product quantizes (module docstring)."""
+
+    seed: int
+    crossing: float
+    products: int = 0  # the products moved so far: each one-step draw its own
+
+    def applied(self, x: np.ndarray, asymmetric: bool) -> np.ndarray:
+        self.products += 1
+        if not self.crossing:
+            return moved_input(x, self.seed * 100_003 + self.products)
+        return across_boundaries(x, asymmetric, self.crossing)
+
+
+_MOVE: ContextVar[_Move | None] = ContextVar("gatepack_hybrid_move", default=None)
+
+
+@contextmanager
+def one_arithmetic_away(seed: int, crossing: float = 0.0) -> Iterator[None]:
+    """Within it, every ``HybridRows`` product first moves the operand it quantizes (module docstring): by one float32
+    step drawn from ``seed`` (``crossing`` 0), else across each rounding boundary within ``crossing`` steps."""
+    token = _MOVE.set(_Move(seed, crossing))
+    try:
+        yield
+    finally:
+        _MOVE.reset(token)
+
+
+def across_boundaries(x: np.ndarray, asymmetric: bool, steps: float) -> np.ndarray:
+    """``x`` [M, K] (float32) with each value within ``steps`` float32 steps of a rounding boundary of its row's
+    quantization moved a quarter quantization step across it, the row's range and so its scale unchanged (module
+    docstring)."""
+    rows = _RowQuantizer.of(x, asymmetric)
+    inverse, zero = rows.inverse[:, None], rows.zero[:, None].astype(np.float32)
+    v = (zero + x * inverse).astype(np.float64)  # as the kernel computes it, in float32
+    boundary = np.floor(v) + 0.5
+    near = np.abs(v - boundary) <= steps * 2.0**-23 * np.abs(x.astype(np.float64) * inverse)
+    side = np.where(_rounded(v.astype(np.float32)) > boundary, -0.25, 0.25)  # to the other integer than now
+    with np.errstate(divide="ignore", invalid="ignore"):
+        target = (boundary + side - zero) / inverse.astype(np.float64)
+    low, high = rows.low[:, None], rows.high[:, None]
+    movable = near & (x > low) & (x < high) & (target > low) & (target < high) & ~rows.flat[:, None]
+    return np.where(movable, target, x).astype(np.float32)
 
 
 def products(layer: RecurrentLayer) -> list[tuple[HybridRows, HybridRows]] | None:

@@ -28,13 +28,16 @@ Such a model is judged by the source's own sensitivity to that arithmetic, measu
 from __future__ import annotations
 
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
 import gatepack.converters.registry as registry
+from gatepack.converters.hybrid import one_arithmetic_away, products
+from gatepack.converters.in_memory import held_in_memory, in_memory_runner
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
@@ -76,7 +79,11 @@ class Sensitivity:
 
 
 def applies(source: "Model") -> bool:
-    """Whether ``source`` quantizes activations at run time and its format can move its quantizers' inputs."""
+    """Whether ``source`` quantizes activations at run time and its copies one arithmetic away can be made: its
+    format moves its quantizers' inputs (``jittered``), or it is an int8 twin held in memory whose layers' hybrid
+    products quantize X and h (``converters.hybrid``: gatepack's executor moves their operands)."""
+    if _hybrid_products(source):
+        return True
     return any(op in source.other_ops for op in RUN_TIME_QUANTIZERS) and _jitter(source) is not None
 
 
@@ -86,50 +93,80 @@ def measure(
     """Per float output of ``source``, its ``Sensitivity`` on ``feed`` (``expected``: the source's own outputs
     there), from the reruns of its copies one arithmetic away (module docstring, 1) on its own runtime; {} when it
     has no quantizer to move."""
-    run = registry.reader(source.format).run_native
-    return _measured(source, seed, lambda path: [(run(path, feed), expected)])
+    return _measured(source, seed, lambda copy: [(run_copy(copy, feed), expected)])
 
 
 def measure_streaming(
-    source: "Model", calls: Callable[[Path], Iterable[dict[str, np.ndarray]]], expected: list[dict[str, np.ndarray]]
+    source: "Model", calls: Callable[["Model"], Iterable[dict[str, np.ndarray]]], expected: list[dict[str, np.ndarray]]
 ) -> dict[str, Sensitivity]:
-    """``measure`` over consecutive calls: ``calls(path)`` runs the copy at ``path`` over the same frames as the
+    """``measure`` over consecutive calls: ``calls(copy)`` runs the copy (a model) over the same frames as the
     source's ``expected`` outputs (each call's), from the same states, feeding its own states back."""
-    return _measured(source, 0, lambda path: zip(calls(path), expected))
+    return _measured(source, 0, lambda copy: zip(calls(copy), expected))
 
 
-Outcomes = Callable[[Path], Iterable[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]]
+def run_copy(copy: "Model", feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One call of a copy one arithmetic away: on its format's runtime, or held in memory on gatepack's executor."""
+    if held_in_memory(copy):
+        return in_memory_runner(copy)(feed)
+    return registry.reader(copy.format).run_native(copy.path, feed)
+
+
+Outcomes = Callable[["Model"], Iterable[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]]
 
 
 def _measured(source: "Model", seed: int, outcomes: Outcomes) -> dict[str, Sensitivity]:
     """Per float output, the largest and the mean distance of each draw's copy to the source over the (copy,
-    source) output pairs ``outcomes(path)`` gives for the copy at ``path`` (one per call: the largest of each over
-    the calls, as a streaming comparison keeps each output's worst call)."""
-    jitter = _jitter(source)
-    assert jitter is not None and source.path is not None  # (``applies``)
-    suffix = (registry.FORMATS[source.format].suffixes or ("",))[0]
+    source) output pairs ``outcomes(copy)`` gives (one per call: the largest of each over the calls, as a streaming
+    comparison keeps each output's worst call)."""
     maxes: dict[str, list[float]] = {}
     means: dict[str, list[float]] = {}
     moved = 0
     with tempfile.TemporaryDirectory(prefix="gatepack-steps-") as scratch:
         for k, (draw_seed, crossing) in enumerate(draws(seed)):
-            path = Path(scratch) / f"one_arithmetic_away_{k}{suffix}"
-            moved = jitter(Path(str(source.path)), path, draw_seed, crossing)
-            if not moved:
-                return {}
-            largest: dict[str, float] = {}
-            mean: dict[str, float] = {}
-            for outputs, reference in outcomes(path):  # per call: its largest and mean distance; the worst call kept
-                for name, value in reference.items():
-                    if _comparable(outputs.get(name), value):
-                        distance = _distance(outputs[name], value)
-                        largest[name] = max(largest.get(name, 0.0), float(distance.max(initial=0.0)))
-                        mean[name] = max(mean.get(name, 0.0), float(distance.mean()) if distance.size else 0.0)
-            path.unlink()
+            with _copy(source, Path(scratch) / f"one_arithmetic_away_{k}", draw_seed, crossing) as (copy, moved):
+                if not moved:
+                    return {}
+                largest: dict[str, float] = {}
+                mean: dict[str, float] = {}
+                for outputs, reference in outcomes(copy):  # per call: its largest and mean distance; the worst kept
+                    for name, value in reference.items():
+                        if _comparable(outputs.get(name), value):
+                            distance = _distance(outputs[name], value)
+                            largest[name] = max(largest.get(name, 0.0), float(distance.max(initial=0.0)))
+                            mean[name] = max(mean.get(name, 0.0), float(distance.mean()) if distance.size else 0.0)
             for name in largest:
                 maxes.setdefault(name, []).append(largest[name])
                 means.setdefault(name, []).append(mean[name])
     return {name: Sensitivity(name, moved, tuple(maxes[name]), tuple(means[name])) for name in maxes}
+
+
+@contextmanager
+def _copy(source: "Model", stem: Path, draw_seed: int, crossing: float) -> Iterator[tuple["Model", int]]:
+    """``source`` one arithmetic away (module docstring, 1) and the number of run-time quantizers moved (0: none):
+    an int8 twin held in memory run within ``hybrid.one_arithmetic_away`` (two quantizers per direction of each
+    layer, X's and h's), else the format's ``jittered`` copy written at ``stem`` (with the format's suffix) and
+    removed afterwards."""
+    hybrid_products = _hybrid_products(source)
+    if hybrid_products:
+        with one_arithmetic_away(draw_seed, crossing):
+            yield source, hybrid_products
+        return
+    jitter = _jitter(source)
+    assert jitter is not None and source.path is not None  # (``applies``)
+    path = stem.with_name(stem.name + (registry.FORMATS[source.format].suffixes or ("",))[0])
+    moved = jitter(Path(str(source.path)), path, draw_seed, crossing)
+    try:
+        yield replace(source, path=path), moved
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _hybrid_products(model: "Model") -> int:
+    """How many operands ``model``'s layers quantize at run time when it is held in memory with LiteRT's hybrid
+    records (two per direction: X for W, h for R), else 0."""
+    if not held_in_memory(model):
+        return 0
+    return sum(2 * len(layer.directions) for layer in model.layers if products(layer) is not None)
 
 
 def draws(seed: int = 0) -> list[tuple[int, float]]:
@@ -166,7 +203,8 @@ def note(measured: dict[str, Sensitivity], judged_outputs: list[str]) -> str:
     return (
         f"the model quantizes activations at run time, so {', '.join(judged_outputs)}, beyond float tolerances, "
         f"{'was' if len(judged_outputs) == 1 else 'were'} judged in quantization steps: the source rerun {DRAWS} "
-        f"times with the inputs of its {quantizers} run-time quantizer(s) and of its recurrent layers moved by one "
+        f"times with the inputs of its {quantizers} run-time quantizer(s) (an int8 twin of LiteRT's hybrid kernels: "
+        "X and h, per direction of each layer) and of its recurrent layers moved by one "
         f"float32 step (up or down at random), then with each quantizer's values within {steps} float32 steps of a "
         "rounding boundary moved across it, differs from itself by "
         + "; ".join(f"{name}: {measured[name].text()}" for name in judged_outputs if name in measured)

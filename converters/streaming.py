@@ -331,7 +331,7 @@ def verify_streaming(
     comparisons = _compare_calls(calls, streaming, _precisions(source, target, stateful), tolerance, target)
     result = Verification(str(source.path), str(target.path), seed, outputs=comparisons)
     if tolerance is None and any(not o.passed for o in comparisons) and quantizer_steps.applies(source):
-        rerun = lambda path: run_frames(open_runner(source, path), frame, pairs, initial, count)  # noqa: E731
+        rerun = lambda copy: run_frames(open_runner(copy, copy.path), frame, pairs, initial, count)  # noqa: E731
         judge_in_quantization_steps(source, target, quantizer_steps.measure_streaming(source, rerun, expected), result)
     result.inputs_used = (
         f"{count} consecutive calls from {'given' if any(p.input in feeds.fixed for p in pairs) else 'zero'} "

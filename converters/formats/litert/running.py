@@ -20,6 +20,7 @@ from gatepack.converters.errors import InputError, UsageError
 from gatepack.converters.fileio import read_bytes
 from gatepack.converters.formats.litert.common import FORMAT, Graph, schema
 from gatepack.converters.formats.litert.interpreter import interpreter, session
+from gatepack.converters.formats.litert.parts import constant_bytes, copied_tensor, part
 from gatepack.converters.formats.litert.stateful_whole import held_session, held_states
 from gatepack.schemas.layer import RecurrentLayer
 
@@ -44,42 +45,25 @@ def op_alone(path: Path, node: str) -> bytes:
     """The sequence op whose output is ``node`` alone in a new model: its constants copied byte for byte, its input
     and state tensors the model's inputs (a state with data, which the interpreter refuses, fed instead), its
     output and state variables the model's outputs."""
-    from gatepack.converters.formats.litert.reader import _File, _signature
+    from gatepack.converters.formats.litert.reader import _File
 
     file = _File(path)
     op = next((o for o in file.graph.operators or [] if file.name(o.outputs[0]) == node), None)
     if op is None:
         raise InputError(f"{path}: no operator writes {node!r}")
     g = Graph(schema())
-    kinds = {v: k for k, v in vars(g.s.TensorType).items() if not k.startswith("_")}
     inputs, states = [], []
     for index in (int(k) for k in op.inputs):
         if index < 0:
             inputs.append(-1)
             continue
-        t = file.tensors[index]
-        buffer = file.model.buffers[t.buffer] if t.buffer < len(file.model.buffers) else None
-        raw = None if buffer is None or buffer.data is None or not len(buffer.data) else np.asarray(buffer.data)
-        shape = [None if d < 0 else int(d) for d in _signature(t)]
-        data = None if t.isVariable else raw
-        new = g.tensor(
-            file.name(index),
-            shape,
-            kinds[t.type],
-            data.astype(np.uint8) if data is not None else None,
-            variable=bool(t.isVariable),
-        )
-        g.graph.tensors[new].quantization = t.quantization  # an INT8 weight's scales (the hybrid kernel's)
-        if data is None:
+        new = copied_tensor(g, file, index)
+        if constant_bytes(file, index) is None:
             g.graph.inputs.append(new)
-        if t.isVariable:
+        if file.tensors[index].isVariable:
             states.append(new)
         inputs.append(new)
-    outputs = []
-    for index in (int(k) for k in op.outputs):
-        t = file.tensors[index]
-        signature = _signature(t)
-        outputs.append(g.tensor(file.name(index), [None if d < 0 else int(d) for d in signature]))
+    outputs = [copied_tensor(g, file, int(k), data=False) for k in op.outputs]
     g.op(file.op_name(op), inputs, outputs, op.builtinOptions)
     g.graph.outputs = [*outputs, *states]
     return g.finish(None)
@@ -100,7 +84,7 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
         assert isinstance(found.handle, LoopHandle)  # the loop reader's record
         return run_loop(found.handle, layer.interface, feed, found.artifact)
     if found.kind != "node":
-        return run_native(found.artifact, feed)
+        return _run_described(layer, found.artifact, feed)
     from gatepack.converters.formats.litert.reader import OpHandle
 
     handle = found.handle
@@ -126,6 +110,16 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
     for role, names in handle.states:
         result[getattr(itf, role)] = np.stack([outputs[name] for name in names], axis=1 if layout else 0)
     return result
+
+
+def _run_described(layer: RecurrentLayer, path: Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A layer gatepack wrote: its file run on its inputs when they are the file's (the layers alone), else (a layer
+    inside a whole model) the part of the file that computes its outputs from its inputs, alone (``parts.part``)."""
+    if set(feed) <= {name for name, _, _ in graph_inputs(path)}:
+        return run_native(path, feed)
+    itf = layer.interface
+    wanted = [name for name in (itf.y, itf.y_h, itf.y_c) if name]
+    return session(interpreter(part(Path(path), list(feed), wanted), path), path)(feed)
 
 
 def compute_dtype(layer: RecurrentLayer) -> str:
