@@ -19,10 +19,11 @@ Such a twin is judged in quantization steps where another runtime's float roundi
 value across a rounding boundary (``converters.quantizer_steps``): inside ``one_arithmetic_away(seed, crossing)``
 every operand a ``HybridRows`` product quantizes is first moved, as ``formats/onnx/jitter.py`` moves a
 ``DynamicQuantizeLinear``'s input: ``crossing = 0``, each element by one float32 step up or down
-(``layer_steps.moved_input``, a new draw per product); ``crossing = K``, each value within ``K`` float32 steps of a
+(``float_steps.moved_input``, a new draw per product); ``crossing = K``, each value within ``K`` float32 steps of a
 rounding boundary of its row's quantization moved across it (``v = z + x * inverse``, ``h = floor(v) + 1/2``, near
-when ``|v - h| <= K * 2^-23 * |x * inverse|``, moved to ``x' = (h -+ 1/4 - z) / inverse``, on the side of ``h`` it does not round to now), except the values that
-set the row's range and moves that would leave it (either would change the scale).
+when ``|v - h| <= K * 2^-23 * |x * inverse|``, moved to ``x' = (h -+ 1/4 - z) / inverse`` on the side of ``h`` it
+does not round to now), except the values that set the row's range and moves that would leave it (either would
+change the scale).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Iterator
 
 import numpy as np
 
-from gatepack.converters.layer_steps import moved_input
+from gatepack.converters.float_steps import moved_input
 from gatepack.schemas.layer import RecurrentLayer
 from gatepack.schemas.quantized import LITERT_ASYMMETRIC, LITERT_SYMMETRIC, QuantizedWeights
 

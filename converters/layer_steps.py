@@ -13,8 +13,10 @@ DirectML provider node by node), it is judged by the layer's own sensitivity to 
    drawn per element (up or down, as ``formats/onnx/jitter.py`` moves a value): another runtime's rounding of each
    product and sum, which a step on X alone underestimates for long dot products (the embedder's second LSTM, 768
    inputs: 1.3e-4 from a step on X, while gatepack's DirectML executor is 9.2e-4 and onnxruntime 1.9e-4 from the
-   float64 result); per direction and step ``t``, in the order the direction runs, the largest distance of Y to the
-   unmoved run, ``s_k(t)``;
+   float64 result); a layer with LiteRT's hybrid int8 records keeps its integers (the kernel multiplies them
+   exactly) and moves, besides its biases, every operand its products quantize, X and each step's h
+   (``hybrid.one_arithmetic_away``); per direction and step ``t``, in the order the direction runs, the largest
+   distance of Y to the unmoved run, ``s_k(t)``;
 2. ``Y`` passes when every element at step ``t`` satisfies ``|a - b| <= atol + rtol |b| + FACTOR * e(t)``, with the
    envelope ``e(t) = max_k max_{t' <= t} s_k(t')``; a final state (``Y_h``, ``Y_c``) when
    ``|a - b| <= atol + rtol |b| + FACTOR * max_k max |s_k|`` over that state's own distances.
@@ -30,13 +32,15 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from gatepack.converters.float_steps import moved_input
+from gatepack.converters.hybrid import one_arithmetic_away, products
+
 if TYPE_CHECKING:
     from gatepack.converters.verification import OutputComparison
     from gatepack.schemas.layer import RecurrentLayer
 
 DRAWS = 4  # reruns of the source layer, each with its own draw of steps up and down
 FACTOR = 2.0  # the artifact is one more runtime's rounding: within twice what one float32 step on X does
-ONE_STEP = 1.5 * 2.0**-24  # |x| times this is 0.75 to 1.5 units in the last place of x
 FINALS = ("Y_h", "Y_c")
 
 
@@ -49,29 +53,20 @@ class LayerSensitivity:
     finals: dict[str, float]
 
 
-def moved_input(x: np.ndarray, seed: int) -> np.ndarray:
-    """``x`` with each element moved by one float32 step, up or down as ``seed`` draws (module docstring, 1)."""
-    sign = np.where(np.random.default_rng(seed).uniform(-1.0, 1.0, x.shape) < 0, -1.0, 1.0).astype(x.dtype)
-    return (x + x * (sign * x.dtype.type(ONE_STEP))).astype(x.dtype)
-
-
 def moved_weights(layer: "RecurrentLayer", seed: int) -> "RecurrentLayer":
     """``layer`` with every element of each direction's W, R, Wb and Rb moved by one float32 step (``moved_input``),
-    as floats (its quantized records dropped)."""
+    as floats (its quantized records dropped); a layer with LiteRT's hybrid records keeps its integers, which the
+    kernel multiplies exactly (its operands move instead: ``hybrid.one_arithmetic_away``), and moves its biases."""
+    hybrid = products(layer) is not None
     moved = []
     for d, params in enumerate(layer.directions):
         base = seed * 100 + 10 * d
-        moved.append(
-            replace(
-                params,
-                W=moved_input(params.W, base),
-                R=moved_input(params.R, base + 1),
-                Wb=moved_input(params.Wb, base + 2),
-                Rb=moved_input(params.Rb, base + 3),
-                Wq=None,
-                Rq=None,
-            )
-        )
+        biases = {"Wb": moved_input(params.Wb, base + 2), "Rb": moved_input(params.Rb, base + 3)}
+        if hybrid:
+            moved.append(replace(params, **biases))
+            continue
+        weights = {"W": moved_input(params.W, base), "R": moved_input(params.R, base + 1)}
+        moved.append(replace(params, **weights, **biases, Wq=None, Rq=None))
     return replace(layer, directions=tuple(moved))
 
 
@@ -86,8 +81,11 @@ def measure(
     expected = run(layer, role_inputs)
     envelopes: list[np.ndarray] = []
     finals: dict[str, float] = {}
+    hybrid = products(layer) is not None  # LiteRT's hybrid records: the operands its kernels quantize move instead
     for draw in range(DRAWS):
-        outputs = run(moved_weights(layer, draw + 1), {**role_inputs, "X": moved_input(role_inputs["X"], draw + 1)})
+        x = role_inputs["X"] if hybrid else moved_input(role_inputs["X"], draw + 1)
+        with one_arithmetic_away(draw + 1):
+            outputs = run(moved_weights(layer, draw + 1), {**role_inputs, "X": x})
         if "Y" in expected and "Y" in outputs:
             envelopes.append(_per_step(np.abs(outputs["Y"].astype(np.float64) - expected["Y"]), reverse))
         for name in FINALS:
