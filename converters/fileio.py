@@ -104,6 +104,16 @@ def read_bytes(path: str | Path, what: str | None = None, limit: int | None = No
         return handle.read()
 
 
+def map_regular(path: str | Path, what: str | None = None) -> mmap.mmap | bytes:
+    """A regular file memory-mapped for reading: its pages load as they are used and are the page cache's own (no
+    copy of a large file in this process's memory); b"" for an empty file (which cannot be mapped). The file must
+    not shrink while the map is used (gatepack replaces its outputs by renaming, never in place)."""
+    with open_regular(path, what) as handle:
+        if not os.fstat(handle.fileno()).st_size:
+            return b""
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+
+
 def parse_json(text: str | bytes, where: str) -> object:
     """JSON parsed, with any failure (deep nesting included) an InputError naming ``where``."""
     try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -24,6 +24,7 @@ import gatepack.converters.quantizer_steps as quantizer_steps
 import gatepack.converters.registry as registry
 from gatepack.converters.agreement import Agreement, agreement
 from gatepack.converters.errors import GatepackError, InputError, RuntimeFailure, UsageError
+from gatepack.converters.fileio import release_pages
 from gatepack.converters.findings import FP16_SOURCE_WARNING
 from gatepack.converters.in_memory import held_in_memory, in_memory_runner
 from gatepack.converters.model import Model
@@ -517,8 +518,8 @@ def verify_whole(
         expected = twin_run
     try:
         actual = _run_target(target, target_file, (given or GivenInputs()).for_target(feed))
-    except GatepackError as err:  # named by where the artifact lands, never by the staging path
-        err.message = err.message.replace(str(target_file), str(target.path))
+    except GatepackError as err:
+        err.message = landed(err.message, target_file, target)
         raise
     # the precisions either side computes in: e.g. 8-bit quantized source layers, an fp16 target
     computed = tuple(_computed_in(model, layer) for model in (source, target) for layer in model.layers)
@@ -545,7 +546,7 @@ def verify_whole(
         judge_in_quantization_steps(source, target, quantizer_steps.measure(source, feed, expected, seed), result, seed)
         if given is not None and (given.shapes or set(given.values) - set(given.fixed)):
             result.outputs += _at_the_drawn_size(source, target, seed, target_file, given, result.notes)
-        result.notes = [note.replace(str(target_file), str(target.path)) for note in result.notes]
+        result.notes = [landed(note, target_file, target) for note in result.notes]
     return result
 
 
@@ -598,7 +599,7 @@ def _at_the_drawn_size(
         notes.append(f"the whole model was not compared again at the drawn size {DEFAULT_SEQ_LENGTH}: {err}")
         return []
     except (InputError, RuntimeFailure) as err:  # an artifact of static sizes (Core ML given --input-shape)
-        why = err.one_line().replace(str(target_file), str(target.path))
+        why = landed(err.one_line(), target_file, target)
         notes.append(f"the whole model was not compared again at the drawn size {DEFAULT_SEQ_LENGTH}: {why}")
         return []
     notes += [note for note in small.notes if note not in notes]
@@ -707,11 +708,17 @@ def verify_models(
     result = Verification(str(source.path), str(target.path), seed, incomplete=incomplete)
     try:
         compare_layers(source, target, result, np.random.default_rng(seed), progress, tolerance)
-    except GatepackError as err:  # named by where the artifact lands, never by the staging path
-        if target_file is not None:
-            err.message = err.message.replace(str(target_file), str(target.path))
+    except GatepackError as err:
+        err.message = landed(err.message, target_file, target)
         raise
+    result.notes = [landed(note, target_file, target) for note in result.notes]
     return result
+
+
+def landed(text: str, target_file, target: Model) -> str:
+    """``text`` naming the artifact where it lands (``target.path``), never where it is staged while it is verified
+    (``target_file``; None: nowhere else)."""
+    return text.replace(str(target_file), str(target.path)) if target_file is not None else text
 
 
 def compare_layers(
@@ -752,7 +759,20 @@ def compare_layers(
         if per_step:
             compared = judged_per_step(src_layer, compared, actual, expected, role_inputs)
         result.outputs += compared
+        release_weights([src_layer])  # compared: its memory-mapped weights need not stay resident beside the next
     progress.step("verified", len(pairs), len(pairs))
+
+
+def release_weights(layers: Sequence[RecurrentLayer]) -> None:
+    """``layers``' memory-mapped weights out of this process's memory (``fileio.release_pages``: a later read maps the
+    same bytes again). Verification runs the source from its file and the artifact read back, so the pages the writer
+    and each layer's comparison read would otherwise stay resident beside both for nothing (the 277 MB GRU stack to
+    LiteRT, whole: peak RSS 957 MB with them, 687 MB without)."""
+    for layer in layers:
+        for params in layer.directions:
+            for array in (params.W, params.R, params.Wb, params.Rb, params.P):
+                if array is not None:
+                    release_pages(array)
 
 
 def _compared_outputs(

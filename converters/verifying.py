@@ -33,10 +33,11 @@ def verify_written(
     a streaming model, a provider's nodes for ``--for``; how the sizes were drawn, noted); VerificationError
     (nothing is written) unless it passed."""
     from gatepack.converters.refusals import refuse_unverified
-    from gatepack.converters.verification import verify_provider_nodes
+    from gatepack.converters.verification import release_weights, verify_provider_nodes
 
     dst = Path(plan.output)
     progress.step(f"reading back {dst}")
+    release_weights(conversion.source.layers)  # read by the writer, not needed in memory to verify
     written = _read_back(implementation, tmp, conversion.source, plan.target)
     written.path = dst
     verification = _verification(plan, conversion, written, tmp, progress)

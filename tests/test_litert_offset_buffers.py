@@ -99,3 +99,28 @@ def test_an_offset_past_the_file_s_end_is_bad_input(tmp_path, offset_form):
     result = CliRunner().invoke(main, ["inspect", str(out)])
     assert result.exit_code == 3, result.output
     assert "past the file's" in result.output and "Traceback" not in result.output
+
+
+def test_a_file_is_run_from_its_path_its_weights_after_the_flatbuffer_mapped(tmp_path, offset_form, monkeypatch):
+    """LiteRT is handed the file's path (it maps the file: a 277 MB model is never read into gatepack's memory), and
+    the weights stored after the FlatBuffer are read from that map: the file's outputs are onnxruntime's on the
+    source."""
+    import ai_edge_litert.interpreter as module
+    import onnxruntime as ort
+
+    out = tmp_path / "dtln.tflite"
+    gp.convert(DTLN, out, to="litert", verify=False)
+    assert _offset_buffers(out)
+    loaded: list[dict] = []
+    interpreter = module.Interpreter
+    monkeypatch.setattr(module, "Interpreter", lambda **given: loaded.append(given) or interpreter(**given))
+    rng = np.random.default_rng(4)
+    feed = {
+        "input_2": rng.standard_normal((1, 1, 257)).astype(np.float32),
+        "input_3": rng.standard_normal((1, 2, 128, 2)).astype(np.float32) * 0.5,
+    }
+    got = gp.run(out, feed, engine="native")
+    assert [(given.get("model_path"), given.get("model_content")) for given in loaded] == [(str(out), None)]
+    session = ort.InferenceSession(str(DTLN), providers=["CPUExecutionProvider"])
+    for name, value in zip([o.name for o in session.get_outputs()], session.run(None, feed)):
+        np.testing.assert_allclose(got[name], value, atol=1e-5, rtol=1e-4)

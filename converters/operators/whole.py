@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from gatepack.converters.errors import RefusedError, UsageError
 from gatepack.converters.findings import Finding, Status
+from gatepack.converters.identity_cache import IdentityCache
 from gatepack.converters.model import Model
 from gatepack.converters.operators.translation import Translation, Untranslatable
 from gatepack.converters.registry import check_name, keeps_whole, writers
@@ -66,28 +67,33 @@ def is_whole_model(model: Model, target: WholeTarget) -> bool:
     return keeps_whole(model, target.format)
 
 
-_VERDICTS: dict[tuple, Verdict] = {}
+# the verdicts asked lately: each lives while the layers it was asked for do (``IdentityCache``), a few at most
+_VERDICTS: IdentityCache[Verdict] = IdentityCache(size=16)
 
 
-def verdict(model: Model, target: WholeTarget, key: tuple) -> Verdict:
+def verdict(model: Model, target: WholeTarget, key: tuple, layers: Sequence[RecurrentLayer] = ()) -> Verdict:
     """``target``'s translation of ``model`` as a ``Verdict``, asked once per ``key`` (the file as it is, the input
-    shapes and whatever else the translation depends on)."""
+    shapes and whatever else the translation depends on) and ``layers`` (the very objects, when the translation
+    depends on them: a verdict is never found for other layers, even ones allocated where freed ones were)."""
     assert model.path is not None  # (a whole model read from its file)
     path = Path(model.path)
     cached = (target.format, *key)
-    if cached not in _VERDICTS:
+    found = _VERDICTS.get(cached, layers)
+    if found is None:
         try:
-            _VERDICTS[cached] = Verdict(None, *target.translate(model))
+            found = Verdict(None, *target.translate(model))
         except (RefusedError, UsageError) as err:
-            _VERDICTS[cached] = Verdict(
-                (err.message.removeprefix(f"{path}: "), err.hint or alternatives(target.format)), [], []
-            )
-    return _VERDICTS[cached]
+            found = Verdict((err.message.removeprefix(f"{path}: "), err.hint or alternatives(target.format)), [], [])
+        _VERDICTS.put(cached, layers, found)
+    return found
 
 
-def whole_model_finding(model: Model, target: WholeTarget, key: tuple) -> Finding | None:
+def whole_model_finding(
+    model: Model, target: WholeTarget, key: tuple, layers: Sequence[RecurrentLayer] = ()
+) -> Finding | None:
     """The report's ``model`` finding for a whole ONNX model written by ``target`` (module docstring), from the
-    same translation ``convert`` runs (``verdict``): the report never calls exact what convert refuses."""
+    same translation ``convert`` runs (``verdict`` for ``key`` and ``layers``): the report never calls exact what
+    convert refuses."""
     if not is_whole_model(model, target):
         return None
     masked = [layer.name for layer in model.layers if layer.interface.mask]
@@ -98,7 +104,7 @@ def whole_model_finding(model: Model, target: WholeTarget, key: tuple) -> Findin
             f"whole model: layer {masked[0]!r} holds a per-step mask (Keras masking), {target.mask_words}",
             alternative="convert the whole model to onnx or openvino, which hold it",
         )
-    refusal, changes, folded = verdict(model, target, key)
+    refusal, changes, folded = verdict(model, target, key, layers)
     if refusal is not None:
         return Finding("model", Status.UNSUPPORTED, refusal[0], alternative=refusal[1])
     whole = (

@@ -28,6 +28,7 @@ from gatepack.converters.formats.coreml.common import (
 )
 from gatepack.converters.formats.coreml.translate import MAX_RANK, MilTranslation, Narrow, Squeezed
 from gatepack.converters.formats.coreml.writer import description_entry, emit_layer
+from gatepack.converters.identity_cache import IdentityCache
 from gatepack.converters.model import Model
 from gatepack.converters.operators.prepared import Prepared as _Prepared
 from gatepack.converters.operators.prepared import fed_inputs, given_dims, untranslatable_summary
@@ -62,7 +63,7 @@ def build_whole(model: Model, *, strategy: str = "auto", target: str = NEWEST_TA
     symbolic input dimensions fixed by the user's ``--input-shape``s (``model.meta["input_shapes"]``). The program
     the report's verdict built for the same file, layers, shapes, strategy and target is taken instead (once).
     ``states`` (state input -> state output): those pairs as Core ML states (``_state_inputs``)."""
-    kept = _KEPT.pop(_build_key(model, strategy, target), None)
+    kept = _KEPT.pop(_build_key(model, strategy, target), model.layers)
     _KEPT.clear()
     if kept is not None and not states:
         return kept
@@ -73,14 +74,16 @@ def build_whole(model: Model, *, strategy: str = "auto", target: str = NEWEST_TA
     )
 
 
-# the program the last verdict built (one at most), until build_whole takes it or another verdict replaces it
-_KEPT: dict[tuple, tuple] = {}
+# the program the last verdict built (one at most), until build_whole takes it, another verdict replaces it or the
+# layers it was built for are freed (``IdentityCache``: never found for other layers allocated where they were)
+_KEPT: IdentityCache[tuple] = IdentityCache(size=1)
 
 
 def _build_key(model: Model, strategy: str, target: str) -> tuple:
-    """What a translation depends on: the file as it is now, the layers (the very objects: a copy of the model made
-    with ``dataclasses.replace`` shares them), the input shapes, the strategy and the target."""
-    return (*_file_key(model), tuple(map(id, model.layers)), strategy, target, model.meta.get(SCOPE_KEY))
+    """What a translation depends on besides the layers (the very objects, the cache's other half: a copy of the
+    model made with ``dataclasses.replace`` shares them): the file as it is now, the input shapes, the strategy, the
+    target and the weight quantization's scope."""
+    return (*_file_key(model), strategy, target, model.meta.get(SCOPE_KEY))
 
 
 def translate_onnx(proto, base_dir: Path, *, target: str = NEWEST_TARGET, input_shapes: dict | None = None):
@@ -425,7 +428,7 @@ def _translated(model: Model) -> tuple[list[str], list[str]]:
         shapes = model.meta.get("input_shapes")
         built = translate_proto(_Prepared.of(model), Path(model.path), target=target, input_shapes=shapes)
     _KEPT.clear()
-    _KEPT[_build_key(model, "auto", target)] = built
+    _KEPT.put(_build_key(model, "auto", target), model.layers, built)
     return built[1]["interface_changes"], []
 
 

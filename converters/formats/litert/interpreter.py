@@ -1,5 +1,9 @@
-"""LiteRT: ai-edge-litert's interpreter over a file's bytes, by tensor names, for running a file (``running``) and
-for proving a lifted loop against the original (``loops``, ``unrolled``).
+"""LiteRT: ai-edge-litert's interpreter over a file or a model's bytes, by tensor names, for running a file
+(``running``) and for proving a lifted loop against the original (``loops``, ``unrolled``).
+
+A file is loaded by its path (``model_path``): LiteRT memory-maps it, its weights (those stored after the FlatBuffer
+too) read from the map as the kernels touch them, never copied into a Python ``bytes``; a model built in memory (an
+operator alone, a loop's body) is loaded from its bytes (``model_content``).
 
 The interpreter runs the builtin kernels without the default XNNPACK delegate
 (``BUILTIN_WITHOUT_DEFAULT_DELEGATES``: no delegate takes the sequence ops, and the delegate's "INFO: Created
@@ -9,6 +13,7 @@ given is zeros) and invokes, as an app does, and never resets the variable tenso
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -16,14 +21,16 @@ import numpy as np
 from gatepack.converters.errors import InputError, RuntimeFailure
 
 
-def interpreter(content: bytes, label: object) -> Any:
+def interpreter(model: bytes | Path, label: object) -> Any:
+    """An interpreter of ``model``: a file (a ``Path``, memory-mapped by LiteRT) or a model's bytes; RuntimeFailure
+    naming ``label`` when LiteRT refuses it."""
     from gatepack.converters.formats.litert.registration import litert
 
     _, module = litert()
+    source = {"model_path": str(model)} if isinstance(model, Path) else {"model_content": model}
     try:
         return module.Interpreter(
-            model_content=content,
-            experimental_op_resolver_type=module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            **source, experimental_op_resolver_type=module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
         )
     except (ValueError, RuntimeError) as err:
         raise RuntimeFailure(f"{label}: the LiteRT interpreter refuses it ({squash(err)})") from None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,12 +48,13 @@ _HARD_SIGMOID_OPS = {"MINIMUM"}  # Keras 2's min(max(0.2 x + 0.5, 0), 1): a MINI
 
 @dataclass(frozen=True)
 class LoopHandle:
-    """A lifted recurrence as its layer's provenance handle: the model to run (a ``WHILE`` alone, or the whole file
-    of an unrolled one), the names of its state inputs fed from the interface and its outputs (interface role ->
-    tensor), and whether they lack the direction axis (a loop's states [N, H] and buffer [S, N, H]) or hold it
-    (an unrolled module's states [D, N, H] and Y [S, N, D*H], the directions on its last axis)."""
+    """A lifted recurrence as its layer's provenance handle: the model to run (a ``WHILE`` alone, as bytes, or the
+    whole file of an unrolled one, its path: ``interpreter.interpreter`` loads either), the names of its state inputs
+    fed from the interface and its outputs (interface role -> tensor), and whether they lack the direction axis (a
+    loop's states [N, H] and buffer [S, N, H]) or hold it (an unrolled module's states [D, N, H] and Y [S, N, D*H],
+    the directions on its last axis)."""
 
-    content: bytes
+    content: bytes | Path
     states: tuple[tuple[str, str], ...]
     outputs: tuple[tuple[str, str], ...]
     squeezed: bool = True

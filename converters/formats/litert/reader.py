@@ -18,6 +18,7 @@ module (``unrolled``); what neither lifts is refused with the reason.
 from __future__ import annotations
 
 import json
+import mmap
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import numpy as np
 
 from gatepack.converters.description import build_layer, constant_from_layout, parse
 from gatepack.converters.errors import InputError, NoRecurrentLayerError
-from gatepack.converters.fileio import read_bytes
+from gatepack.converters.fileio import map_regular
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.litert.common import (
     FILE_IDENTIFIER,
@@ -100,7 +101,7 @@ _NO_OUTPUTS = {"CALL_ONCE", "ASSIGN_VARIABLE"}  # operators that write no tensor
 _NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT32": np.int32}
 
 
-def _place_offset_buffers(buffers: list, data: bytes, path: Path) -> None:
+def _place_offset_buffers(buffers: list, data: bytes | mmap.mmap, path: Path) -> None:
     """Each buffer stored after the FlatBuffer (its ``offset`` > 1: the offset form, docs/conventions.md §11) given
     its bytes as ``data``, a view of the file's: ``size`` bytes at that absolute offset. InputError when the range
     passes the file's end or the buffer holds data as well (as LiteRT's interpreter refuses them)."""
@@ -122,7 +123,7 @@ class _File:
 
     def __init__(self, path: Path) -> None:
         self.path, self.s = path, schema()
-        data = read_bytes(path)
+        data = map_regular(path)  # the weights (views of it) read as they are used, never copied
         if data[4:8] != FILE_IDENTIFIER:
             raise InputError(f"{path}: not a LiteRT flatbuffer (no {FILE_IDENTIFIER.decode()} identifier at byte 4)")
         try:

@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from gatepack.converters.errors import InputError, UsageError
-from gatepack.converters.fileio import read_bytes
+from gatepack.converters.fileio import map_regular
 from gatepack.converters.formats.litert.common import FORMAT, Graph, schema
 from gatepack.converters.formats.litert.interpreter import interpreter, session
 from gatepack.converters.formats.litert.parts import constant_bytes, copied_tensor, part
@@ -29,10 +29,10 @@ def open_session(path: str | Path) -> Callable[[dict], dict]:
     """The file loaded once; each call sets ``inputs`` (by tensor name; an input not given is zeros), invokes it (its
     variable tensors as the previous call left them) and returns every output by name, and for a stateful whole
     model each state it holds under its state output's name (``stateful_whole.held_session``)."""
-    content = read_bytes(path)
-    loaded = interpreter(content, path)
+    mapped = map_regular(path)  # a regular file (InputError otherwise), its metadata read from the map
+    loaded = interpreter(Path(path), path)  # loaded by its path: LiteRT maps it too, no copy in memory
+    held = held_states(mapped)
     run = session(loaded, Path(path))
-    held = held_states(content)
     return held_session(run, loaded, held) if held else run
 
 

@@ -26,6 +26,7 @@ The file's ``gatepack`` metadata names the pairs (``states``: input -> output), 
 from __future__ import annotations
 
 import json
+import mmap
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -93,7 +94,7 @@ def _name(tensor: Any) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def held_states(content: bytes) -> dict[str, str]:
+def held_states(content: bytes | mmap.mmap) -> dict[str, str]:
     """The state pairs a stateful file holds (its metadata's ``states``, input -> output), read lazily from the
     flatbuffer (no buffer copied); {} for any other file."""
     model = schema().Model.GetRootAs(content, 0)

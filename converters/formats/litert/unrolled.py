@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from gatepack.converters.fileio import read_bytes
 from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.litert.common import FORMAT
 from gatepack.converters.formats.litert.loops import (
@@ -51,7 +50,7 @@ def lift_unrolled(file: Any) -> tuple[RecurrentLayer, Finding]:
     itf, sizes = _interface(file, where)
     s, n, i, d, h = sizes
     handle = LoopHandle(
-        read_bytes(file.path),
+        file.path,
         tuple((role, getattr(itf, role)) for role in ("initial_h", "initial_c") if getattr(itf, role)),
         tuple((role, getattr(itf, role)) for role in _ROLES_OUT if getattr(itf, role)),
         squeezed=False,

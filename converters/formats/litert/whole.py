@@ -219,7 +219,7 @@ def whole_model_finding(model: Model) -> Finding | None:
     """The report's ``model`` finding for a whole ONNX model written as one LiteRT file
     (``operators.whole.whole_model_finding``), from the same translation ``convert`` runs."""
     assert model.path is not None  # (a whole model read from its file)
-    return _finding(model, _TARGET, (*file_key(model), tuple(map(id, model.layers))))
+    return _finding(model, _TARGET, file_key(model), model.layers)
 
 
 _FOLDED = ("BatchNormalization",)  # the operators whose translation folds constants into fewer roundings
