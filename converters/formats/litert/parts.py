@@ -52,9 +52,9 @@ def part(path: Path, inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
     module docstring), its inputs ``inputs`` and its outputs those of ``outputs`` the file computes (a layer's final
     state that the model never reads may be left unwritten). RuntimeFailure when
     a name is not in the file or the part needs another tensor computed at run time."""
-    from gatepack.converters.formats.litert.reader import _File
+    from gatepack.converters.formats.litert.reader import parsed
 
-    file = _File(path)
+    file = parsed(path)
     by_name = {file.name(k): k for k in range(len(file.tensors))}
     missing = [name for name in inputs if name not in by_name]
     if missing:

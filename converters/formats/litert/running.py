@@ -45,9 +45,9 @@ def op_alone(path: Path, node: str) -> bytes:
     """The sequence op whose output is ``node`` alone in a new model: its constants copied byte for byte, its input
     and state tensors the model's inputs (a state with data, which the interpreter refuses, fed instead), its
     output and state variables the model's outputs."""
-    from gatepack.converters.formats.litert.reader import _File
+    from gatepack.converters.formats.litert.reader import parsed
 
-    file = _File(path)
+    file = parsed(path)
     op = next((o for o in file.graph.operators or [] if file.name(o.outputs[0]) == node), None)
     if op is None:
         raise InputError(f"{path}: no operator writes {node!r}")
@@ -141,9 +141,9 @@ def graph_outputs(path: str | Path) -> list[tuple[str, np.dtype, list]]:
 def _io(path: str | Path, which: str) -> list[tuple[str, np.dtype, list]]:
     """The subgraph's input or output tensors as the flatbuffer declares them (no interpreter: a file it refuses
     still names its inputs)."""
-    from gatepack.converters.formats.litert.reader import _File, _signature
+    from gatepack.converters.formats.litert.reader import _signature, parsed
 
-    file = _File(Path(path))
+    file = parsed(path)
     numpy_types = {"FLOAT32": np.float32, "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_, "INT8": np.int8}
     kinds = {v: k for k, v in vars(file.s.TensorType).items() if not k.startswith("_")}
     found = []
