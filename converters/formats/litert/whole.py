@@ -83,6 +83,7 @@ def translate_proto(
     description of it (its layers, the operators around them); ``finishing`` changes the graph and description
     before they are packed (``stateful_whole``: states held in variables)."""
     from gatepack.converters.formats.litert.writer import METADATA_FORMAT
+    from gatepack.converters.formats.onnx.folding import fixing_hint
 
     graph = prepared.proto.graph
     t = LiteRTTranslation(prepared.opset, g=Graph(schema()))
@@ -92,7 +93,10 @@ def translate_proto(
     failures: list[Untranslatable] = []
     _translate_graph(t, graph, prepared, strategy, described, failures)
     if failures:
-        raise RefusedError(f"{path}: {untranslatable_summary(failures, 'LiteRT')}", hint=alternatives("litert"))
+        raise RefusedError(
+            f"{path}: {untranslatable_summary(failures, 'LiteRT')}",
+            hint=fixing_hint(prepared.proto, [f.run_time for f in failures if f.run_time]) + alternatives("litert"),
+        )
     _bind_outputs(t, graph)
     prune(t.g)
     other = [n.op_type for n in graph.node if id(n) not in prepared.skip]
