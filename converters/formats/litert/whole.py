@@ -240,7 +240,9 @@ def _description(model: Model) -> dict:
     if key not in _DESCRIBED:
         shapes = model.meta.get("input_shapes")
         try:
-            _DESCRIBED[key] = translate_proto(Prepared.of(model), Path(model.path), input_shapes=shapes, packing=False)[1]
+            _DESCRIBED[key] = translate_proto(Prepared.of(model), Path(model.path), input_shapes=shapes, packing=False)[
+                1
+            ]
         except (RefusedError, UsageError) as err:
             _DESCRIBED[key] = err
     found = _DESCRIBED[key]

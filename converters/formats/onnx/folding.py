@@ -183,7 +183,9 @@ def fixing_hint(proto: onnx.ModelProto, tensors: list[str]) -> str:
     if not values or shapes or not scalar:
         return ""
     named = " and ".join(repr(name) for name in values)
-    fixes = " ".join(f"--input-value {name}={value if value is not None else 'VALUE'}" for name, value in values.items())
+    fixes = " ".join(
+        f"--input-value {name}={value if value is not None else 'VALUE'}" for name, value in values.items()
+    )
     return (
         f"fix input {named} with {fixes} (API: input_values=; what it computes folds, the artifact no longer takes "
         "it), or "
