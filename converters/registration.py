@@ -217,7 +217,18 @@ class WeightForm(NamedTuple):
     activations: str = ""
 
     def words(self) -> str:
-        return "per gate block (one scale per gate matrix)" if self.per_gate else "per output channel"
+        return "per gate block" if self.per_gate else "per output channel"
+
+    def stored(self, gates: int) -> str:
+        """The scales as the file stores them, for a cell of ``gates`` gate blocks: 'a float32 scale per row' or,
+        per gate block, the value each row repeats (a tensor holding all G blocks: G distinct values; a tensor of one
+        block stores it once, which the bits per weight count as one a row)."""
+        if not self.per_gate:
+            return "a float32 scale per row"
+        return (
+            f"a float32 scale per row, the H rows of a gate block repeating its one value: {gates} distinct values in "
+            "a tensor of all its blocks, one value stored once in a tensor of one block, counted here as one a row"
+        )
 
 
 @dataclass(frozen=True)
