@@ -244,7 +244,7 @@ def _description(model: Model) -> dict:
                 1
             ]
         except (RefusedError, UsageError) as err:
-            _DESCRIBED[key] = err
+            _DESCRIBED[key] = err.with_traceback(None)  # (its frames would keep the translation's graph alive)
     found = _DESCRIBED[key]
     if isinstance(found, Exception):
         raise found
