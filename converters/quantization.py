@@ -1,8 +1,12 @@
 """What becomes of a layer's quantized weights (``schemas.quantized``) in a target: held as integers (``repacked``:
 the same integers, scale and zero point, moved), or written as their float view ``(q - zero_point) * scale``
-only when the user asks (``--dequantize``, API ``dequantize=True``): ``lossy``, refused otherwise, naming the
-option. A format that holds quantized weights words its own ``held`` finding; every other one gets
-``dequantized`` from the report (``reporting.target_findings``), so no format can drop the integers silently.
+only when the user asks (``--dequantize``, API ``dequantize=True``), refused otherwise, naming the option:
+``repacked`` where the source computes on those floats (float activations: a ``DequantizeLinear`` feeding a float
+GRU; a lookup table's palette values), the conversion then exact, only the storage larger; ``lossy`` where the
+source quantizes X and h at run time (``DynamicQuantizeLSTM``, LiteRT's hybrid kernels), which the float layer does
+not, its distance to the source measured by the accuracy gate. A format that holds quantized weights words its own
+``held`` finding; every other one gets ``dequantized`` from the report (``reporting.target_findings``), so no
+format can drop the integers silently.
 Which formats hold them depends on the source operator's run-time arithmetic (``holders``, from each format's record,
 ``FormatInfo.holds_quantized``): integers with float activations go to ONNX, OpenVINO and Core ML, onnxruntime's
 uint8-activation LSTM to ONNX, LiteRT's hybrid kernels (X and h quantized per row) to LiteRT alone.
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
 FEATURE = "quantization"
 DEQUANTIZE_OPTION = "--dequantize (API: dequantize=True)"
 ASKED = "dequantize"  # Model.meta key: the user asked for float weights everywhere (``--dequantize``)
+FLOATS_ALTERNATIVE = f"pass {DEQUANTIZE_OPTION} to write float weights"  # every finding of weights written as floats
 
 
 def holders(scheme: str) -> tuple[str, ...]:
@@ -40,15 +45,18 @@ def held(layer: RecurrentLayer, how: str) -> Finding:
 
 def dequantized(layer: RecurrentLayer, target: str, reason: str | None = "") -> Finding:
     """``target`` cannot hold the integers (``reason``, default: its format has no quantized weights) or the user
-    asked for floats (``reason`` None): written as float weights only with ``--dequantize``; ``lossy`` either way
-    (the report and ``convert`` agree), refused unless the user passed the option (``refuses``)."""
+    asked for floats (``reason`` None): written as float weights only with ``--dequantize``, refused unless the user
+    passed the option (``refuses``; the report and ``convert`` agree). ``lossy`` where the source quantizes X and h
+    at run time (``run_time_scheme``), which the float layer does not; else ``repacked``: the source computes on
+    W = (q - zero_point) * scale in float, which is what is written (the conversion exact, the storage larger)."""
     dynamic = run_time_scheme(layer)
     arithmetic = (
         "; and the float layer computes X and h in float where the source has "
         f"{RUN_TIME_SCHEMES[dynamic]} (proven exact against the source with dequantized weights, its error against "
         "the quantized source measured and bounded by --max-error or the source's own quantization noise)"
         if dynamic
-        else " (the numbers the source computes on, stored in float: 4x larger for 8 bits)"
+        else " (exactly the numbers the source computes on, its arithmetic being float on them: the integers' "
+        "storage lost, 4x larger for 8 bits)"
     )
     others = [h for h in holders(dynamic) if h != target]
     keep = f", or convert to {' or '.join(others)}, which keeps the integers" if others else ""
@@ -58,11 +66,11 @@ def dequantized(layer: RecurrentLayer, target: str, reason: str | None = "") -> 
     )
     return Finding(
         FEATURE,
-        Status.LOSSY,
+        Status.LOSSY if dynamic else Status.REPACKED,
         f"{layer.quantization_summary()}: written as float weights W = (q - zero_point) * scale "
         + (why if reason is None else f"only with --dequantize ({why.rstrip(': ')})")
         + arithmetic,
-        alternative=f"pass {DEQUANTIZE_OPTION} to write float weights{keep}",
+        alternative=f"{FLOATS_ALTERNATIVE}{keep}",
     )
 
 
@@ -93,10 +101,23 @@ def with_finding(layer: RecurrentLayer, target: str, found: list, asked: bool) -
     return kept + [dequantized(layer, target, reason) if layer.is_quantized else table_as_floats(layer, target, reason)]
 
 
+def writes_floats(finding: Finding) -> bool:
+    """Whether ``finding`` is one of quantized or compressed weights written as floats (``dequantized``,
+    ``table_as_floats``, ``compressed_source``: each names ``--dequantize`` as its way out)."""
+    return finding.feature == FEATURE and (finding.alternative or "").startswith(FLOATS_ALTERNATIVE)
+
+
+def keeps_integers(finding: Finding) -> bool:
+    """Whether ``finding`` is a target's own quantization finding that keeps the integers (``held``, a format's
+    own words for it): ``repacked``, and not weights written as floats."""
+    return finding.feature == FEATURE and finding.status is Status.REPACKED and not writes_floats(finding)
+
+
 def refuses(finding: Finding, dequantize: bool) -> bool | None:
-    """Whether ``finding`` blocks a conversion: a ``lossy`` quantization finding does unless ``dequantize`` (and
-    ``--allow-lossy`` does not accept it); None for every other finding (the general rule decides)."""
-    if finding.feature != FEATURE or finding.status is not Status.LOSSY:
+    """Whether ``finding`` blocks a conversion: a ``lossy`` quantization finding, and weights written as floats
+    (``writes_floats``, ``repacked`` too), do unless ``dequantize`` (the caller passes --quantize-weights as one too;
+    ``--allow-lossy`` does not accept them); None for every other finding (the general rule decides)."""
+    if finding.feature != FEATURE or not (finding.status is Status.LOSSY or writes_floats(finding)):
         return None
     return not dequantize
 
@@ -110,7 +131,7 @@ def compressed_source(forms: list[str]) -> Finding:
         Status.LOSSY,
         f"{'; '.join(forms)}; read as the float values the source decompresses them to (what it computes on), "
         "written as float weights only with --dequantize",
-        alternative=f"pass {DEQUANTIZE_OPTION} to write float weights",
+        alternative=FLOATS_ALTERNATIVE,
     )
 
 
@@ -138,7 +159,8 @@ def held_table(layer: RecurrentLayer, how: str) -> Finding:
 def table_as_floats(layer: RecurrentLayer, target: str, reason: str | None = "") -> Finding:
     """A layer whose W or R the source stores as a lookup table, written as the palettes' values (what the source
     computes on, exactly) because ``target`` holds no table (``reason``: why; '' its format has none) or the user
-    asked (``reason`` None): ``lossy`` (the form is lost, the weights 32 bits each), only with --dequantize."""
+    asked (``reason`` None): ``repacked`` (exactly the numbers the source computes on; the form is lost, the weights
+    32 bits each), only with --dequantize."""
     holders = [h for h in lut_holders() if h != target]
     why = (
         "as asked (--dequantize)"
@@ -149,9 +171,9 @@ def table_as_floats(layer: RecurrentLayer, target: str, reason: str | None = "")
     )
     return Finding(
         FEATURE,
-        Status.LOSSY,
+        Status.REPACKED,
         f"{layer.palettization_summary()} (constexpr_lut_to_dense): written as float weights, each index replaced by "
         f"its palette's value (exactly what the source computes on), {why}",
-        alternative=f"pass {DEQUANTIZE_OPTION} to write float weights"
+        alternative=FLOATS_ALTERNATIVE
         + (f", or convert to {' or '.join(holders)}, which keeps the table" if holders else ""),
     )

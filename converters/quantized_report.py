@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, cast
 
+import gatepack.converters.quantization as quantization
 import gatepack.converters.weight_quantization as quantizing
 from gatepack.converters.errors import RefusedError, VerificationError
 from gatepack.converters.findings import Finding, Status, sort_worst_first, worst
@@ -138,7 +139,7 @@ def refusal(target: str, findings: list[Finding], scheme: quantizing.Scheme | No
     own = [f for f in findings if f.feature == "quantization" and not quantizing.is_asked(f)]
     if quantizing.unheld(target, scheme):
         detail = quantizing.refusal_detail(target, scheme)
-    elif any(f.status is Status.REPACKED for f in own):
+    elif any(quantization.keeps_integers(f) for f in own):
         return None
     else:
         detail = f"{target} would not keep the integers: " + ("; ".join(f.detail for f in own) or "")

@@ -78,15 +78,14 @@ def refuse_dequantizing(model: "Model", label: str, target: str, options: dict, 
 
 def refuse_unheld(label: str, findings: dict[str, list["Finding"]], target: str, scheme: "Scheme | None") -> None:
     """RefusedError when weights quantized as asked would not be kept as integers by ``target`` as written (e.g.
-    ONNX below opset 13): its own ``quantization`` finding is not ``repacked``."""
+    ONNX below opset 13): its own ``quantization`` finding does not keep them (``quantization.keeps_integers``)."""
     import gatepack.converters.weight_quantization as quantizing
-    from gatepack.converters.findings import Status
 
     if scheme is None:
         return
     for name, found in findings.items():
         own = [f for f in found if f.feature == "quantization" and not quantizing.is_asked(f)]
-        if not any(f.status is Status.REPACKED for f in own):
+        if not any(quantization.keeps_integers(f) for f in own):
             why = "; ".join(f.detail for f in own) or quantizing.refusal_detail(target)
             raise RefusedError(
                 f"{label}: layer {name!r}: --quantize-weights: {target} would not keep the integers: {why}",

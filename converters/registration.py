@@ -180,6 +180,9 @@ class FormatImplementation:
     * ``settle_options(model, write_options) -> write_options``: the options with what the format settles for the
       whole artifact when the user leaves it out (Core ML: the lowest deployment target that expresses the model),
       so that every layer's findings and the writer see one value (default: as given).
+    * ``whole_layer_findings(model, layer) -> [Finding]``: the findings of a layer written inside a whole model that
+      replace its ``check``'s, where the whole model decides them (LiteRT: its S and N, the static sizes its X has in
+      the translation; None: none).
     * ``graph_analyses``: what verification, the streaming checks and ``--input-value`` read from (or do to) a whole
       model's graph (``converters.analyses.GraphAnalyses``; None: none, as for every format but ONNX).
     """
@@ -201,6 +204,7 @@ class FormatImplementation:
     runnable_twin: Callable[["Model", Path], "list[RecurrentLayer]"] | None = None
     jittered: Callable[[Path, Path, int, float], int] | None = None
     open_executing_layers: Callable[["Model"], Callable[[dict], dict]] | None = None
+    whole_layer_findings: Callable[["Model", "RecurrentLayer"], "list[Finding]"] | None = None
     graph_analyses: "GraphAnalyses | None" = None
 
 
@@ -213,7 +217,18 @@ class WeightForm(NamedTuple):
     activations: str = ""
 
     def words(self) -> str:
-        return "per gate block (one scale per gate matrix)" if self.per_gate else "per output channel"
+        return "per gate block" if self.per_gate else "per output channel"
+
+    def stored(self, gates: int) -> str:
+        """The scales as the file stores them, for a cell of ``gates`` gate blocks: 'a float32 scale per row' or,
+        per gate block, the value each row repeats (a tensor holding all G blocks: G distinct values; a tensor of one
+        block stores it once, which the bits per weight count as one a row)."""
+        if not self.per_gate:
+            return "a float32 scale per row"
+        return (
+            f"a float32 scale per row, the H rows of a gate block repeating its one value: {gates} distinct values in "
+            "a tensor of all its blocks, one value stored once in a tensor of one block, counted here as one a row"
+        )
 
 
 @dataclass(frozen=True)

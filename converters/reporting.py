@@ -516,7 +516,12 @@ def target_findings(
     chained = None if keeps_whole else chained_input_finding(model, layer)  # side-by-side layers only
     state = state_finding(model, target, bool(options.get("stateful"))) if keeps_whole else None
     assert implementation.check is not None  # registry.writer returns formats that write, and check
-    checked = replacing(implementation.check(layer, **accepted), *mask_findings(layer, target, keeps_whole))
+    whole = implementation.whole_layer_findings if keeps_whole and implementation.whole_layer_findings else None
+    checked = replacing(
+        implementation.check(layer, **accepted),
+        *mask_findings(layer, target, keeps_whole),
+        *(whole(model, layer) if whole else []),
+    )
     found = [*checked, surroundings, chained, state]
     found = quantization.with_finding(layer, target, found, bool(model.meta.get(quantization.ASKED)))
     held = constant_findings(layer, info.constant_form)

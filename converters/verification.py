@@ -167,6 +167,16 @@ class Verification:
         return "\n".join(lines)
 
 
+def relative_error(diff: np.ndarray, expected: np.ndarray, atol: float) -> float:
+    """max |a - b| / |b| over the entries where |b| > atol; 0 where there is none. At or below atol the absolute
+    tolerance alone decides an entry, and a ratio to a value near zero says nothing;
+    numpy.testing's report likewise divides by the nonzero expected values only."""
+    meaningful = np.abs(expected) > atol
+    if not meaningful.any():
+        return 0.0
+    return float(np.nan_to_num(diff[meaningful] / np.abs(expected[meaningful]), nan=np.inf).max())
+
+
 def _grouped_notes(notes: list[str]) -> list[str]:
     """Notes that differ only in the layer they name, as one note naming how many layers."""
     import re
@@ -263,7 +273,7 @@ def compare(
     sequence: inf arithmetic inside the source runtime decides their signs). Both kinds are counted
     in ``nonfinite_in_source``, and the comparison fails if they are the majority. Everything else
     must satisfy ``|a - b| <= atol + rtol * |b|``, with the loosest of ``dtypes``' tolerances, or those
-    ``tolerance`` sets.
+    ``tolerance`` sets. The max abs error is max |a - b|; the max rel error is ``relative_error``'s.
     """
     atol, rtol = max(TOLERANCES[d][0] for d in dtypes), max(TOLERANCES[d][1] for d in dtypes)
     if tolerance is not None:
@@ -288,9 +298,7 @@ def compare(
     a_cmp, b_cmp = a[trusted], b[trusted]
     diff = np.abs(a_cmp - b_cmp)
     max_abs = float(np.nan_to_num(diff, nan=np.inf).max(initial=0.0))
-    max_rel = float(
-        np.nan_to_num(diff / np.maximum(np.abs(b_cmp), np.finfo(np.float64).tiny), nan=np.inf).max(initial=0.0)
-    )
+    max_rel = relative_error(diff, b_cmp, atol)
     passed = bool(np.all(diff <= atol + rtol * np.abs(b_cmp)))
     nonfinite = int((~trusted & ~same_special).sum())
     if nonfinite and (nonfinite * 2 > b.size or np.isnan(a[~finite & ~same_special]).any()):

@@ -211,15 +211,15 @@ def finding(source: RecurrentLayer, scheme: Scheme, target: str = "") -> Finding
     before = sum(p.W.nbytes + p.R.nbytes for p in source.directions)
     after = sum(stored_bytes(rows, cols, scheme) for rows, cols in shapes)
     count = sum(rows * cols for rows, cols in shapes)
-    group = "row" if scheme.block_size is None else "block"
+    group = form.stored(source.cell.gates) if scheme.block_size is None else "a float32 scale per block"
     activations = f"; the kernels then have {RUN_TIME_SCHEMES[form.activations]}" if form.activations else ""
     return Finding(
         "quantization",
         Status.LOSSY,
         f"{ASKED_DETAIL} ({OPTION.split(' ')[0]} {scheme.name}"
         + ("" if scheme.block_size is None else f" {BLOCK_OPTION.split(' ')[0]} {scheme.block_size}")
-        + f"): {scheme.name} {scheme.granularity(form)}, symmetric, {scheme.bits} bits per weight (+ a float32 scale "
-        f"per {group}: {8 * after / max(count, 1):.2f} bits in all); {before:,} -> {after:,} bytes "
+        + f"): {scheme.name} {scheme.granularity(form)}, symmetric, {scheme.bits} bits per weight (+ {group}: "
+        f"{8 * after / max(count, 1):.2f} bits in all); {before:,} -> {after:,} bytes "
         f"({before / max(after, 1):.2f}x smaller){activations}; judged against the float source by the accuracy gate",
         alternative="leave out --quantize-weights to keep float weights",
     )

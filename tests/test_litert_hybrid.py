@@ -171,6 +171,33 @@ def test_quantize_weights_int8_writes_litert_s_hybrid_kernels_judged_by_the_accu
     _assert_stateless(tmp_path / "q.tflite", cfg)
 
 
+def test_the_int8_finding_says_the_scales_the_file_stores(tmp_path):
+    """A GRU quantized for LiteRT: the file (read by ai-edge-litert's interpreter) stores a float32 scale per row of
+    each INT8 tensor, a gate block's H rows repeating one value (3 distinct in a tensor of the 3 gates, 1 in one of a
+    single gate); the finding says so, and not 'one scale per gate matrix'."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    cfg, _ = CASES["gru"]
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    result = gp.convert(tmp_path / "m.onnx", tmp_path / "q.tflite", batch_size=cfg.N, quantize_weights="int8")
+    (found,) = [f for fs in result.findings.values() for f in fs if f.detail.startswith("W and R quantized as asked")]
+    assert "int8 per gate block, symmetric" in found.detail and "per gate matrix" not in found.detail
+    assert "a float32 scale per row, the H rows of a gate block repeating its one value: 3 distinct values" in (
+        found.detail
+    )
+    stored = [
+        (d["shape"], d["quantization_parameters"]["scales"])
+        for d in Interpreter(model_path=str(tmp_path / "q.tflite")).get_tensor_details()
+        if d["dtype"] == np.int8 and len(d["shape"]) == 2
+    ]
+    assert stored
+    for shape, scales in stored:
+        assert len(scales) == shape[0]  # one per row
+        blocks = scales.reshape(-1, cfg.H)
+        assert (blocks == blocks[:, :1]).all() and len(set(scales)) == shape[0] // cfg.H  # one value a gate block
+    assert any(shape[0] == 3 * cfg.H for shape, _ in stored)
+
+
 def _tensor_bytes(path: Path) -> dict[str, int]:
     model = tflite.Model.GetRootAsModel(path.read_bytes(), 0)
     return {t.Name().decode(): model.Buffers(t.Buffer()).DataLength() for t in _tensors(path)}

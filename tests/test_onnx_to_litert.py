@@ -376,3 +376,23 @@ def test_run_time_if_is_refused_naming_its_node(tmp_path):
     with pytest.raises(RefusedError, match=r"If_25.*run time.*--input-value sr=16000"):
         gp.convert(src, out, to="litert", input_shapes={"input": (1, 512)})
     assert not out.exists()
+
+
+def test_layer_shapes_in_a_whole_model_are_the_input_shapes_used(tmp_path):
+    """A whole model's layer runs at the S and N its X has once --input-shape fixes the model's symbolic sizes (the
+    translation's static shapes, as the written file holds them), not at --seq-length/--batch-size's defaults: the
+    shapes finding says what was used and assumes nothing (the file's GRU input read back as the oracle)."""
+    src, out = tmp_path / "m.onnx", tmp_path / "m.tflite"
+    proto = _relu_gru_relu(np.random.default_rng(1))
+    for value in (*proto.graph.input, *proto.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        dims[0].dim_param = "frames"  # S and N symbolic
+        dims[-2].dim_param = "batch"
+    onnx.save(proto, src)
+    result = gp.convert(src, out, to="litert", input_shapes={"x": (9, 2, 3)})
+    assert result.whole and result.verification.passed, result.verification.to_text()
+    (shapes,) = [f for f in next(iter(result.findings.values())) if f.feature == "shapes"]
+    assert shapes.status.value == "repacked" and "fixed to S=9, N=2 by the input shapes given" in shapes.detail
+    assert shapes.warning is None and "--seq-length" not in shapes.detail
+    (written,) = gp.load(out).layers
+    assert (written.interface.seq_length, written.interface.batch_size) == (9, 2)

@@ -111,7 +111,8 @@ def test_onnx_writes_the_integers_back_as_qdq_and_gives_the_sources_outputs(arti
 @pytest.mark.parametrize("target", [t for t in registry.writers() if t not in ("onnx", "openvino", "coreml")])
 def test_other_targets_take_float_weights_only_when_asked(target, tmp_path):
     """A target without quantized weights refuses them, even with --allow-lossy, naming --dequantize; with it the
-    float layer is written, ``lossy``, and verified against onnxruntime running the QDQ source."""
+    float layer is written, ``repacked`` (the QDQ source computes in float on the dequantized weights: the same
+    numbers, stored in float), and verified against onnxruntime running the QDQ source, exact against it."""
     artifact = QDQ / "qdq_gru_int8_per_channel.onnx"
     out = tmp_path / artifact_name(target, "out")
     with pytest.raises(gp.RefusedError, match="quantization: W int8 per channel") as err:
@@ -120,7 +121,10 @@ def test_other_targets_take_float_weights_only_when_asked(target, tmp_path):
     result = gp.convert(artifact, out, to=target, dequantize=True)
     assert result.passed, result.to_text()
     found = {f.feature: f for fs in result.findings.values() for f in fs}
-    assert found["quantization"].status.value == "lossy" and "--dequantize" in found["quantization"].detail
+    assert found["quantization"].status.value == "repacked" and "--dequantize" in found["quantization"].detail
+    assert "exactly the numbers the source computes on" in found["quantization"].detail
+    measured = [o for o in result.verification.outputs if o.output.endswith("vs the quantized source")]
+    assert measured and max(o.max_abs_error for o in measured) < 1e-5  # the source's arithmetic is the floats'
 
 
 def test_openvino_keeps_the_integers_as_compressed_constants(tmp_path):

@@ -243,3 +243,66 @@ def test_cli_input_value(tmp_path):
     assert done.exit_code == 0 and "no longer takes sr" in done.output, done.output
     done = runner.invoke(main, ["convert", str(src), "-o", str(tmp_path / "p.onnx"), "--input-value", "sr=fast"])
     assert done.exit_code == 2 and "NAME=VALUE" in done.output
+
+
+def run_time_padded_gru(path, pad_type: int = TensorProto.INT64) -> None:
+    """X [5, 1, 3], pad (a scalar of ``pad_type``) -> pads = [pad, 0, 0, pad, 0, 0] (Mul, after a Cast to int64)
+    -> Pad -> GRU (H 4): a value Core ML and LiteRT need before run time, computed from an input."""
+    rng = np.random.default_rng(4)
+    nodes = [
+        helper.make_node("Cast", ["pad"], ["pad_int"], to=TensorProto.INT64),
+        helper.make_node("Mul", ["pad_int", "pattern"], ["pads"]),
+        helper.make_node("Pad", ["X", "pads"], ["padded"]),
+        helper.make_node("GRU", ["padded", "W", "R"], ["Y", "Y_h"], hidden_size=4, name="gru"),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([1, 0, 0, 1, 0, 0], np.int64), "pattern"),
+        numpy_helper.from_array(rng.uniform(-0.5, 0.5, (1, 12, 3)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.uniform(-0.5, 0.5, (1, 12, 4)).astype(np.float32), "R"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "padded",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 1, 3]),
+            helper.make_tensor_value_info("pad", pad_type, []),
+        ],
+        [helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, 1, 4])],
+        inits,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(path))
+
+
+@pytest.mark.parametrize(("target", "name"), [("litert", "o.tflite"), ("coreml", "o.mlpackage")])
+def test_refusal_from_an_integer_scalar_input_names_input_value(target, name, tmp_path):
+    """A value the target cannot hold computed at run time (LiteRT: int64 arithmetic; Core ML: Pad's pads), computed
+    from an integer scalar input alone: the hint names --input-value, and with it the conversion passes against
+    onnxruntime on the source fed that value."""
+    src = tmp_path / "pad.onnx"
+    run_time_padded_gru(src)
+    with pytest.raises(gp.RefusedError) as err:
+        gp.convert(src, tmp_path / name)
+    assert "fix input 'pad' with --input-value pad=VALUE" in err.value.hint
+    assert "--layers-only" in err.value.hint  # the other ways out kept
+    found = gp.report(src, target)
+    model = next(f for f in found.layers[0].targets[target].findings if f.feature == "model")
+    assert model.status is Status.UNSUPPORTED and "--input-value pad=VALUE" in model.alternative
+    result = gp.convert(src, tmp_path / name, input_values={"pad": 2})
+    assert result.whole and result.verification.passed, result.verification.to_text()
+
+
+@pytest.mark.parametrize(("target", "name"), [("litert", "o.tflite"), ("coreml", "o.mlpackage")])
+def test_refusal_from_a_float_input_names_no_input_value(target, name, tmp_path):
+    """The same value computed from a float input: fixing it is not a way out the hint offers."""
+    src = tmp_path / "pad.onnx"
+    run_time_padded_gru(src, TensorProto.FLOAT)
+    with pytest.raises(gp.RefusedError) as err:
+        gp.convert(src, tmp_path / name)
+    assert "--input-value" not in (err.value.hint or "") and "--layers-only" in err.value.hint
+
+
+def test_silero_to_litert_names_input_value_for_sr(tmp_path):
+    """silero v6 multiplies by its int64 sr, which LiteRT's translation does not compute: the hint names the fix."""
+    with pytest.raises(gp.RefusedError) as err:
+        gp.convert(SILERO, tmp_path / "s.tflite", input_shapes=CHUNK)
+    assert "'sr'" in err.value.message and "--input-value sr=VALUE" in err.value.hint

@@ -30,11 +30,12 @@ NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifor
 class Untranslatable(Exception):
     """An ONNX node the translation cannot write exactly (its op, an attribute or an input it cannot honour)."""
 
-    def __init__(self, node, reason: str) -> None:
+    def __init__(self, node, reason: str, run_time: str | None = None) -> None:
         super().__init__(reason)
         self.op_type = node.op_type
         self.node_name = node.name or (node.output[0] if node.output else "?")
         self.reason = reason
+        self.run_time = run_time  # the input the target cannot hold computed at run time (a constant it could)
 
 
 @dataclass
@@ -82,7 +83,9 @@ class Translation:
         value = self.value(node, k)
         if not isinstance(value, np.ndarray):
             self.refuse(
-                node, f"its {what} ({node.input[k]!r}) is computed at run time; {self.target_name} needs it constant"
+                node,
+                f"its {what} ({node.input[k]!r}) is computed at run time; {self.target_name} needs it constant",
+                node.input[k],
             )
         return value
 
@@ -111,8 +114,10 @@ class Translation:
     def rank(value) -> int:
         return len(Translation.shape(value))
 
-    def refuse(self, node, reason: str) -> NoReturn:
-        raise Untranslatable(node, reason)
+    def refuse(self, node, reason: str, run_time: str | None = None) -> NoReturn:
+        """Untranslatable ``node`` for ``reason``; ``run_time``: the input whose value, computed at run time, is the
+        reason (known before, it would translate: the refusal's hint names the inputs that fix it)."""
+        raise Untranslatable(node, reason, run_time)
 
     def rejected(self, node, what: str = "") -> str:
         """'<builder> rejects its inputs (<inputs>)': the inputs as the translation holds them (a builder's own

@@ -127,7 +127,7 @@ def translate_proto(
         _bind_inputs(t, graph, function, names, scalars, states)
         _translate_graph(t, graph, prepared, strategy, target, described, failures)
         if failures:
-            refuse_untranslatable(path, failures, _symbolic_inputs(function))
+            refuse_untranslatable(path, prepared.proto, failures, _symbolic_inputs(function))
         function.set_outputs(_program_outputs(t, path, graph, function, names, states, changes))
     check_sanitised_names(path, names)
     program = Program()
@@ -388,10 +388,13 @@ def refusal_summary(failures: list[Untranslatable]) -> str:
     return untranslatable_summary(failures, "Core ML")
 
 
-def refuse_untranslatable(path: Path, failures: list[Untranslatable], symbolic: Sequence[str] = ()) -> NoReturn:
+def refuse_untranslatable(path: Path, proto, failures: list[Untranslatable], symbolic: Sequence[str] = ()) -> NoReturn:
     """RefusedError naming what cannot be translated; where inputs have symbolic dimensions, fixing them (which folds
-    the shape arithmetic and the Ifs decided by shapes) is the first way out."""
-    fix = (
+    the shape arithmetic and the Ifs decided by shapes) is the first way out; where a refused value is computed from
+    integer scalar inputs alone (``onnx.folding.fixing_hint``), fixing their values is one."""
+    from gatepack.converters.formats.onnx.folding import fixing_hint
+
+    fix = fixing_hint(proto, [f.run_time for f in failures if f.run_time]) + (
         f"fix the symbolic input dimensions with --input-shape NAME=d1,d2,... ({'; '.join(symbolic)}), or "
         if symbolic
         else ""

@@ -29,7 +29,7 @@ from gatepack.converters.formats.litert.running import (
 )
 from gatepack.converters.formats.litert.saving import write
 from gatepack.converters.formats.litert.strategy import settle_options
-from gatepack.converters.formats.litert.whole import whole_model_finding
+from gatepack.converters.formats.litert.whole import layer_shapes, whole_model_finding
 from gatepack.converters.registry import FormatImplementation
 
 __all__ = ["FORMAT", "check", "read", "write"]
@@ -44,6 +44,7 @@ IMPLEMENTATION = FormatImplementation(
     open_session=open_session,
     settle_options=settle_options,
     whole_model_finding=whole_model_finding,
+    whole_layer_findings=layer_shapes,
     graph_inputs=graph_inputs,
     graph_outputs=graph_outputs,
 )

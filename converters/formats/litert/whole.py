@@ -23,8 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-from gatepack.converters.errors import RefusedError
-from gatepack.converters.findings import Finding
+from gatepack.converters.errors import RefusedError, UsageError
+from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.litert.common import FORMAT, Graph, Packed, schema
 from gatepack.converters.formats.litert.strategy import form
 from gatepack.converters.formats.litert.translate import LiteRTTranslation, Tensor, prune
@@ -42,7 +42,7 @@ from gatepack.converters.operators.translation import Untranslatable, translate_
 from gatepack.converters.operators.whole import WholeTarget, alternatives, inline_if, layer_inputs
 from gatepack.converters.operators.whole import is_whole_model as _is_whole
 from gatepack.converters.operators.whole import whole_model_finding as _finding
-from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer
+from gatepack.schemas.layer import OUTPUT_ROLES, RecurrentLayer, dim_text
 
 
 def is_whole_model(model: Model) -> bool:
@@ -83,6 +83,7 @@ def translate_proto(
     description of it (its layers, the operators around them); ``finishing`` changes the graph and description
     before they are packed (``stateful_whole``: states held in variables)."""
     from gatepack.converters.formats.litert.writer import METADATA_FORMAT
+    from gatepack.converters.formats.onnx.folding import fixing_hint
 
     graph = prepared.proto.graph
     t = LiteRTTranslation(prepared.opset, g=Graph(schema()))
@@ -92,7 +93,10 @@ def translate_proto(
     failures: list[Untranslatable] = []
     _translate_graph(t, graph, prepared, strategy, described, failures)
     if failures:
-        raise RefusedError(f"{path}: {untranslatable_summary(failures, 'LiteRT')}", hint=alternatives("litert"))
+        raise RefusedError(
+            f"{path}: {untranslatable_summary(failures, 'LiteRT')}",
+            hint=fixing_hint(prepared.proto, [f.run_time for f in failures if f.run_time]) + alternatives("litert"),
+        )
     _bind_outputs(t, graph)
     prune(t.g)
     other = [n.op_type for n in graph.node if id(n) not in prepared.skip]
@@ -225,13 +229,60 @@ def whole_model_finding(model: Model) -> Finding | None:
 _FOLDED = ("BatchNormalization",)  # the operators whose translation folds constants into fewer roundings
 
 
+_DESCRIBED: dict[tuple, dict | RefusedError | UsageError] = {}
+
+
+def _description(model: Model) -> dict:
+    """gatepack's description of ``model`` translated (``translate_proto``, nothing packed), once per unchanged file,
+    input shapes and layers; raises the translation's refusal."""
+    assert model.path is not None  # (a whole model read from its file)
+    key = (*file_key(model), tuple(map(id, model.layers)))
+    if key not in _DESCRIBED:
+        shapes = model.meta.get("input_shapes")
+        try:
+            _DESCRIBED[key] = translate_proto(Prepared.of(model), Path(model.path), input_shapes=shapes, packing=False)[
+                1
+            ]
+        except (RefusedError, UsageError) as err:
+            _DESCRIBED[key] = err.with_traceback(None)  # (its frames would keep the translation's graph alive)
+    found = _DESCRIBED[key]
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
 def _translated(model: Model) -> tuple[list[str], list[str]]:
     """What a translation of ``model`` changes in its interface and which folded operators it holds (raises the
     refusal)."""
-    assert model.path is not None  # (a whole model read from its file)
-    shapes = model.meta.get("input_shapes")
-    _, described = translate_proto(Prepared.of(model), Path(model.path), input_shapes=shapes, packing=False)
+    described = _description(model)
     return described["interface_changes"], [op for op in _FOLDED if op in described["other_ops"]]
+
+
+def layer_shapes(model: Model, layer: RecurrentLayer) -> list[Finding]:
+    """The ``shapes`` finding of ``layer`` inside the whole ``model``: it runs at the static S and N its X has in the
+    translation (the model's input shapes, declared or given with ``--input-shape``), not at ``--seq-length`` /
+    ``--batch-size`` or gatepack's defaults, which a whole model does not read. Nothing where the layer's sizes are
+    static already, or where the model does not translate (its ``model`` finding says why)."""
+    itf = layer.interface
+    if isinstance(itf.seq_length, int) and isinstance(itf.batch_size, int):
+        return []
+    try:
+        entries = [e["interface"] for e in _description(model)["layers"] if e["name"] == layer.name]
+    except (RefusedError, UsageError):
+        return []
+    if not entries:
+        return []
+    given = "the input shapes given (--input-shape)" if model.meta.get("input_shapes") else "the model's input shapes"
+    symbolic = f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)}"
+    written = f"S={entries[0]['seq_length']}, N={entries[0]['batch_size']}"
+    return [
+        Finding(
+            "shapes",
+            Status.REPACKED,
+            f"{symbolic} fixed to {written} by {given}: the whole model's shapes are static, the file runs at these "
+            "sizes only",
+        )
+    ]
 
 
 _TARGET = WholeTarget(
@@ -244,4 +295,4 @@ _TARGET = WholeTarget(
 )
 
 
-__all__ = ["is_whole_model", "translate_onnx", "whole_model_finding", "write_whole"]
+__all__ = ["is_whole_model", "layer_shapes", "translate_onnx", "whole_model_finding", "write_whole"]

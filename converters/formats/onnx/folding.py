@@ -100,8 +100,15 @@ def specialise(
 
 def if_deciders(proto: onnx.ModelProto, condition: str | None = None) -> tuple[dict[str, int | None], bool]:
     """What the condition of an ``If`` (``condition``: its tensor name; None: every ``If`` of the model) is computed
-    from: the graph inputs whose values it reads, each with the constant scalar an ``Equal`` compares it with (None
-    when none does), and whether it reads a tensor's shape (``Shape``/``Size``: fixing the input shapes decides it)."""
+    from (``deciders``)."""
+    ifs = [n for graph in subgraphs_of(proto.graph) for n in graph.node if n.op_type == "If"]
+    return deciders(proto, [n.input[0] for n in ifs if condition in (None, n.input[0])])
+
+
+def deciders(proto: onnx.ModelProto, tensors: list[str]) -> tuple[dict[str, int | None], bool]:
+    """What ``tensors`` are computed from: the graph inputs whose values they read, each with the constant scalar an
+    ``Equal`` compares it with (None when none does), and whether they read a tensor's shape (``Shape``/``Size``:
+    fixing the input shapes decides it)."""
     producers = {out: node for graph in subgraphs_of(proto.graph) for node in graph.node for out in node.output}
     constants = {t.name: numpy_helper.to_array(t) for graph in subgraphs_of(proto.graph) for t in graph.initializer}
     constants.update(
@@ -110,8 +117,7 @@ def if_deciders(proto: onnx.ModelProto, condition: str | None = None) -> tuple[d
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"
     )
     inputs = {i.name for i in proto.graph.input} - set(constants)
-    ifs = [n for n in producers.values() if n.op_type == "If"]
-    pending: list[tuple[str, int | None]] = [(n.input[0], None) for n in ifs if condition in (None, n.input[0])]
+    pending: list[tuple[str, int | None]] = [(name, None) for name in tensors]
     values: dict[str, int | None] = {}
     shapes, seen = False, set()
     while pending:
@@ -143,6 +149,46 @@ def specialisation_hint(proto: onnx.ModelProto, condition: str | None = None) ->
     return (
         f"specialise the model with --input-value {' --input-value '.join(fixes)} (API: input_values=; the Ifs "
         "it decides become their branch, the artifact no longer takes it), "
+    )
+
+
+_INTEGER_TYPES = {
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32,
+    onnx.TensorProto.UINT64,
+}
+
+
+def fixing_hint(proto: onnx.ModelProto, tensors: list[str]) -> str:
+    """'fix input 'sr' with --input-value sr=VALUE (API: input_values=; what it computes folds, the artifact no
+    longer takes it), ' where ``tensors`` (values a target cannot hold computed at run time) are computed from
+    integer scalar graph inputs alone (``deciders``: no other input, no tensor's shape), which ``--input-value``
+    makes constants; '' otherwise. VALUE is the constant an ``Equal`` compares the input with,
+    where one does."""
+    if not tensors:
+        return ""
+    values, shapes = deciders(proto, tensors)
+    declared = {i.name: i.type.tensor_type for i in proto.graph.input}
+    scalar = all(
+        name in declared
+        and declared[name].elem_type in _INTEGER_TYPES
+        and all(d.HasField("dim_value") and d.dim_value == 1 for d in declared[name].shape.dim)
+        for name in values
+    )
+    if not values or shapes or not scalar:
+        return ""
+    named = " and ".join(repr(name) for name in values)
+    fixes = " ".join(
+        f"--input-value {name}={value if value is not None else 'VALUE'}" for name, value in values.items()
+    )
+    return (
+        f"fix input {named} with {fixes} (API: input_values=; what it computes folds, the artifact no longer takes "
+        "it), or "
     )
 
 

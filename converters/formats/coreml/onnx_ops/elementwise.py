@@ -26,7 +26,7 @@ def typed(t: MilTranslation, node, k: int, allowed: tuple[str, ...]):
     value = t.value(node, k)
     dtype = mil_dtype(value)
     if dtype not in allowed:
-        t.refuse(node, f"input {node.input[k]!r} is {dtype}; the MIL op takes {'/'.join(allowed)}")
+        t.refuse(node, f"input {node.input[k]!r} is {dtype}; the MIL op takes {'/'.join(allowed)}", node.input[k])
     return t.as_var(value)
 
 

@@ -17,7 +17,11 @@ def floats(t: LiteRTTranslation, node, k: int) -> Tensor:
     ONNX's do not always)."""
     x = t.var(node, k)
     if x.dtype != "FLOAT32":
-        t.refuse(node, f"input {node.input[k]!r} is {x.dtype}; gatepack's LiteRT translation computes float32 only")
+        t.refuse(
+            node,
+            f"input {node.input[k]!r} is {x.dtype}; gatepack's LiteRT translation computes float32 only",
+            node.input[k],
+        )
     return x
 
 
@@ -59,7 +63,11 @@ def _pow(t: LiteRTTranslation, node) -> list:
         y = y.astype(np.float32)
     exponent_var = t.as_var(y)
     if exponent_var.dtype != "FLOAT32":
-        t.refuse(node, f"its exponent is {exponent_var.dtype}; gatepack's LiteRT translation computes float32 only")
+        t.refuse(
+            node,
+            f"its exponent is {exponent_var.dtype}; gatepack's LiteRT translation computes float32 only",
+            node.input[1],
+        )
     a, b = (ranked(t, v, len(shape), f"{node.output[0]}/in{k}") for k, v in enumerate((x, exponent_var)))
     return [t.emit("POW", [a, b], node.output[0], shape)]
 
