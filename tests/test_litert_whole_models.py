@@ -91,3 +91,19 @@ def test_whole_model_converts_and_matches_onnxruntime(name, options, tmp_path):
     for output in names:
         assert got[output].shape == want[output].shape, output
         np.testing.assert_allclose(got[output], want[output], atol=1e-4, rtol=1e-3, err_msg=output)
+
+
+@pytest.mark.parametrize(
+    "sizes", [["--seq-length", "5"], ["--batch-size", "3"], ["--seq-length", "5", "--batch-size", "3"]]
+)
+def test_layer_sizes_given_for_a_whole_model_are_refused_not_ignored(sizes, tmp_path):
+    """--seq-length/--batch-size size the layers LiteRT writes alone; a whole model takes its inputs' shapes. Before,
+    they were dropped without a word and the file written at the model's own sizes (exit 0)."""
+    out = tmp_path / "m.tflite"
+    args = ["convert", str(REALMODELS / "dtln_model_1_lstm.onnx"), str(out), "--to", "litert", *sizes]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert all(flag in result.output for flag in sizes[::2]) and "--input-shape" in result.output
+    assert not out.exists()
+    layers_only = CliRunner().invoke(main, [*args, "--layers-only"])
+    assert layers_only.exit_code == 0 and "layers only" in layers_only.output, layers_only.output

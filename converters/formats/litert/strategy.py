@@ -84,7 +84,17 @@ def streamed_roles(layer: RecurrentLayer, pairs: object) -> dict[str, tuple[str,
 def settle_options(model: Model, options: dict) -> dict:
     """``options`` as given, once every state pair ``--stateful`` asks to hold is a layer's own (its initial state
     fed from its final state): UsageError naming a pair that is not, which no variable tensor can hold. A whole model
-    holds any pair (``stateful_whole``: the state input itself is the variable)."""
+    holds any pair (``stateful_whole``: the state input itself is the variable). A whole model takes its sizes from
+    its inputs: ``seq_length`` or ``batch_size`` given for one is a UsageError (they size layers written alone)."""
+    sized = [f"--{name.replace('_', '-')}" for name in ("seq_length", "batch_size") if options.get(name) is not None]
+    if sized and keeps_whole(model, "litert"):
+        raise UsageError(
+            f"{model.path}: {' and '.join(sized)} {'size' if len(sized) > 1 else 'sizes'} the recurrent layers written "
+            "alone; the whole LiteRT "
+            "model takes its sizes from its inputs' shapes",
+            hint="give those with --input-shape NAME=D1,D2,..., or pass --layers-only to write the layers alone at "
+            "these sizes",
+        )
     if not options.get("stateful") or keeps_whole(model, "litert"):
         return options
     owned = {pair for layer in model.layers for pair in streamed_roles(layer, model.meta.get("state_pairs")).values()}
