@@ -3,9 +3,10 @@ row at run time, as ``FULLY_CONNECTED`` and the sequence ops compute them (docs/
 
 For each row x of the float operand (one batch row of one step, X or h), LiteRT quantizes x to int8 itself:
 
-* asymmetric (``asymmetric_quantize_inputs``): the range [min(0, min x), max(0, max x)] in float64, scale
-  ``s = (max - min) / 255``, zero point ``z`` from the nearer end (``-128 - min / s`` or ``127 - max / s``,
-  rounded, clamped to [-128, 127]); ``q = clamp(round(z + x * f32(1 / f32(s))), -128, 127)`` in float32;
+* asymmetric (``asymmetric_quantize_inputs``): the range's ends ``min(0, min x)``, ``max(0, max x)`` in float32
+  and their difference too (``-1.0`` and ``0.99999994`` span ``2.0``), scale ``s = (max - min) / 255`` in float64,
+  zero point ``z`` from the nearer end (``-128 - min / s`` or ``127 - max / s``, float64, rounded, clamped to
+  [-128, 127]); ``q = clamp(round(z + x * f32(1 / f32(s))), -128, 127)`` in float32 (``1 / f32(s)`` in float64);
 * symmetric: ``s = max|x| / 127``, ``q = clamp(round(x * f32(127 / max|x|)), -127, 127)``, ``z = 0``;
 * an all-zero row: ``q = 0``, ``s = 1``, ``z = 0``;
 
@@ -114,15 +115,17 @@ class _RowQuantizer:
             inverse = np.where(flat, 0, np.float32(127) / np.where(flat, 1, largest)).astype(np.float32)
             scale = np.where(flat, np.float32(1), largest / np.float32(127)).astype(np.float32)
             return cls(scale, inverse, np.zeros(x.shape[0], np.int32), -largest, largest, flat)
-        low = np.minimum(0.0, x.min(axis=1).astype(np.float64))
-        high = np.maximum(0.0, x.max(axis=1).astype(np.float64))
-        flat = low == high
-        wide = np.where(flat, 1.0, (high - low) / 255.0)
+        low32 = np.minimum(np.float32(0), x.min(axis=1)).astype(np.float32)
+        high32 = np.maximum(np.float32(0), x.max(axis=1)).astype(np.float32)
+        flat = low32 == high32
+        span = (high32 - low32).astype(np.float32)  # the kernel subtracts its float ends in float32
+        low, high = low32.astype(np.float64), high32.astype(np.float64)
+        wide = np.where(flat, 1.0, span.astype(np.float64) / 255.0)
         from_min, from_max = -128 - low / wide, 127 - high / wide
         nearer = np.where(128 + np.abs(low / wide) < 127 + np.abs(high / wide), from_min, from_max)
         zero = np.where(flat, 0, np.clip(np.trunc(nearer + np.copysign(0.5, nearer)), -128, 127)).astype(np.int32)
         scale32 = wide.astype(np.float32)
-        inverse = np.where(flat, 0, np.float32(1) / scale32).astype(np.float32)
+        inverse = np.where(flat, 0, 1.0 / scale32.astype(np.float64)).astype(np.float32)  # 1.0 / float, in double
         return cls(np.where(flat, np.float32(1), scale32).astype(np.float32), inverse, zero, low, high, flat)
 
 

@@ -224,17 +224,18 @@ def _quantized_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     widened to 0, the zero point from the nearer end, rounding half away from zero)."""
     values, scales, zeros = [], [], []
     for row in x.astype(np.float32):
-        low, high = min(0.0, float(row.min())), max(0.0, float(row.max()))
+        low32, high32 = min(np.float32(0), row.min()), max(np.float32(0), row.max())
+        low, high = float(low32), float(high32)
         if low == high:
             values.append(np.zeros_like(row, np.int32))
             scales.append(np.float32(1))
             zeros.append(0)
             continue
-        scale = (high - low) / 255.0
+        scale = float(np.float32(high32 - low32)) / 255.0  # float ends subtracted in float, divided in double
         from_min, from_max = -128 - low / scale, 127 - high / scale
         zero = from_min if abs(-128) + abs(low / scale) < abs(127) + abs(high / scale) else from_max
         zero = int(-128 if zero <= -128 else 127 if zero >= 127 else np.sign(zero) * np.floor(abs(zero) + 0.5))
-        inverse = np.float32(1) / np.float32(scale)
+        inverse = np.float32(1.0 / float(np.float32(scale)))
         scaled = np.float32(zero) + row * inverse
         values.append(np.clip(np.sign(scaled) * np.floor(np.abs(scaled) + 0.5), -128, 127).astype(np.int32))
         scales.append(np.float32(scale))
@@ -270,6 +271,24 @@ def test_the_written_hybrid_rnn_computes_the_documented_arithmetic(tmp_path):
         expected.append(h)
     actual = gp.run(tmp_path / "q.tflite", {layer.interface.x: x})[layer.interface.y][:, 0]
     np.testing.assert_allclose(actual, np.stack(expected), atol=2e-6, rtol=0)
+
+
+def test_a_row_whose_range_rounds_in_float32_is_quantized_as_the_interpreter_does(tmp_path):
+    """A row of X spanning [-1.0, 0.99999994]: LiteRT subtracts the range's float ends in float32 (2.0, so -1.0 is
+    -127.49999 steps: q = -127), where a float64 range (1.99999994: -127.50001, q = -128) moves the product by a
+    quantization step (silero VAD v4's 66th call, 1.7e-3 in its second LSTM's c). The written int8 RNN on the
+    interpreter against gatepack's executor of the same file's records, the twin of every int8 LiteRT artifact."""
+    cfg = Config(cell="RNN", I=32, H=32, S=4, N=2, seed=11)
+    onnx.save(build_model(cfg), tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "q.tflite", batch_size=cfg.N, quantize_weights="int8")
+    (layer,) = gp.load(tmp_path / "q.tflite").layers
+    x = np.random.default_rng(2).uniform(-0.9, 0.9, (cfg.S, cfg.N, cfg.I)).astype(np.float32)
+    x[..., 0], x[..., 1] = np.float32(-1.0), np.float32(0.99999994)
+    x[..., 2:5] = np.float32(-1.0)
+    values, _, zeros = _quantized_rows(x.reshape(-1, cfg.I))
+    assert (values[:, 0] == -127).all() and (zeros == 0).all()  # (the transcription's float32 range)
+    actual = gp.run(tmp_path / "q.tflite", {layer.interface.x: x})[layer.interface.y]
+    np.testing.assert_allclose(run_layer(layer, x)[0], actual, atol=2e-6, rtol=0)
 
 
 def test_a_stateful_int8_file_streams_within_the_gate_over_100_frames(tmp_path):
