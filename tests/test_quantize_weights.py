@@ -430,3 +430,24 @@ def test_a_specialised_input_reaches_the_gates_float_twin(tmp_path):
     )
     assert result.passed, result.to_text()
     assert "sr" not in [i.name for i in onnx.load(str(tmp_path / "v4.onnx")).graph.input]
+
+
+def test_the_lifted_layers_of_a_whole_coreml_model_hold_their_integers(tmp_path):
+    """DTLN model 2 (lifted single-step LSTMs) to Core ML: the whole-model translation read its layers again from the
+    source rewritten in place, which holds their weights as floats, so the package held float LSTM weights (no
+    constexpr op, 2.55 MB against 1.58 MB) while reporting 'lossy: quantization', and the gate, whose twin runs the
+    dequantized weights in float, passed it. Now each LSTM's W and R are int8 constexpr ops (coremltools' reading)."""
+    pytest.importorskip("coremltools")
+    import coremltools as ct
+
+    out = tmp_path / "d.mlpackage"
+    result = gp.convert(REAL / "dtln_model_2_unrolled_lstm.onnx", out, quantize_weights="int8", frames=4)
+    assert result.passed, result.to_text()
+    spec = ct.models.MLModel(str(out), skip_model_load=True).get_spec()
+    ops = [
+        op.type
+        for f in spec.mlProgram.functions.values()
+        for b in f.block_specializations.values()
+        for op in b.operations
+    ]
+    assert ops.count("lstm") == 2 and ops.count("constexpr_affine_dequantize") == 4
