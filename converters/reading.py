@@ -118,10 +118,9 @@ def specialised(
             f"{'a model of layers alone' if analyses is not None else registry.check_name(source.format).title}"
         )
     values = {name: given.values[name] for name in given.fixed}
-    model = load(registry.as_source(analyses.specialise(Path(source.path), values, shapes)), source.format, read_options or {})
-    if not values:
-        return model
-    return _noted_as_fixed(model, values)
+    fixed = registry.as_source(analyses.specialise(Path(source.path), values, shapes))
+    model = load(fixed, source.format, read_options or {})
+    return _noted_as_fixed(model, values) if values else model
 
 
 def _noted_as_fixed(model: "Model", values: dict) -> "Model":
