@@ -98,18 +98,17 @@ def in_place(
     located = {name: graph for _, graph, _, name in walk_nodes(proto.graph)}
     reads = _read_counts(proto)
     lifted, written = [], set()
+    form = WriteForm(layout_encoding, runtime, opset, quantized)
     for layer in model.layers:
         provenance = layer.provenance
         assert provenance is not None  # every layer was read from the model
         if provenance.kind == "lifted":
             lifted.append(_lifted_replacement(layer, opset))
         else:
-            graph = located[provenance.node]
-            form = WriteForm(layout_encoding, runtime, opset, quantized)
-            written |= _rewrite_node(graph, layer, form, names, reads, external)
+            written |= _rewrite_node(located[provenance.node], layer, form, names, reads, external)
     if lifted:
         replace_in_place(proto, lifted)
-        written |= _lifted_with_integers(proto, model, WriteForm(layout_encoding, runtime, opset, quantized), external)
+        written |= _lifted_with_integers(proto, model, form, external)
     scheme = model.meta.get(SCOPE_KEY)  # --quantize-weights-scope model: the other weights too
     if scheme is not None:
         as_floats = bool(model.meta.get(quantization.ASKED))
