@@ -417,9 +417,10 @@ def test_the_twin_takes_the_conversions_records_only_from_the_same_floats():
 
 
 def test_a_specialised_input_reaches_the_gates_float_twin(tmp_path):
-    """silero v4 with --input-value sr=16000: the gate's twin is the source file rewritten with float weights, so
-    it takes sr like the source (it was fed without it: 'twin.onnx: missing input(s) ['sr']', exit 3); the
-    artifact, which holds sr as a constant, passes the gate."""
+    """silero v4 with --input-value sr=16000: the gate's twin is made of the source specialised as the artifact
+    is, and takes no sr either (an earlier twin, the source file rewritten, took sr and was once fed without it:
+    'twin.onnx: missing input(s) ['sr']', exit 3); the float source is fed sr; the artifact, which holds sr as a
+    constant, passes the gate."""
     source = REAL / "silero_vad_v4_lstm_in_if.onnx"
     result = gp.convert(
         source,
