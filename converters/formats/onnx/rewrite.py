@@ -294,11 +294,11 @@ def _drop_dead_constants(graph: onnx.GraphProto, gone: list[onnx.NodeProto], rea
 def _lifted_with_integers(proto: onnx.ModelProto, model: Model, form: "WriteForm", external: tuple | None) -> set[str]:
     """Each lifted layer whose quantized weights ``form`` writes as integers, its node rewritten as a node layer's
     is (``_rewrite_node``: QDQ or ``DynamicQuantizeLSTM``): ``replace_in_place`` writes a lifted region as a node
-    of float weights, which is read again here (named after the layer) and given the layer's records. Returns the
-    new weights' names."""
+    of float weights, which is read again here (named after the layer) and given the layer's records (a masked
+    layer, written as a Loop of elementary operators, keeps float weights). Returns the new weights' names."""
     from gatepack.converters.formats.onnx.reader import reread
 
-    held = [lay for lay in model.layers if _is_lifted(lay) and form.quantized_form(lay)]
+    held = [lay for lay in model.layers if _is_lifted(lay) and not lay.interface.mask and form.quantized_form(lay)]
     if not held:
         return set()
     assert model.path is not None  # (a whole model read from its file)
