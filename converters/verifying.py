@@ -97,14 +97,15 @@ def _verification(
 
 def _twin_base(plan: "ConversionPlan", conversion: "Conversion") -> "Model":
     """What the accuracy gate's twin is made of: the source as the artifact was made of it (``conversion.base``,
-    specialised for the fixed inputs). A whole model whose layers the target's kernels quantize at run time is
-    twinned on gatepack's executor, which runs the layers the graph computes: it is specialised at the input shapes
-    given too, as LiteRT's writer decides an ``If`` by them when converting (silero VAD v4's LSTMs sit in the
-    branches of an ``If`` decided by its input's shape)."""
+    specialised for the fixed inputs). A whole model whose layers ``--quantize-weights`` quantized for kernels that
+    quantize X and h at run time is twinned on gatepack's executor, which runs the layers the graph computes: it is
+    specialised at the input shapes given too, as LiteRT's writer decides an ``If`` by them when converting
+    (silero VAD v4's LSTMs sit in the branches of an ``If`` decided by its input's shape)."""
     import gatepack.converters.accuracy as accuracy
 
     model = conversion.model
-    if not plan.given.shapes or not model.keeps_whole or not accuracy.run_time(model):
+    executed = plan.accepted.quantize is not None and accuracy.run_time(model)  # (as the gate decides it)
+    if not executed or not plan.given.shapes or not model.keeps_whole:
         return conversion.base
     return specialised(conversion.source, plan.given, plan.read_options, at_shapes=True)
 
