@@ -87,29 +87,31 @@ def verify_dequantized(
     pairs: "Sequence[StatePair]" = (),
     frames: int | None = None,
     stateful: bool = False,
+    base: "Model | None" = None,
 ) -> Verification:
     """The artifact (``written``, being written at ``target_file``) exact against the source's twin, and measured
     against the source (module docstring): on one call, and for a streaming model (``pairs``) over ``frames``
     consecutive calls, states fed back, each side its own. The twin is the source with its weights dequantized,
     or, when ``gate.quantize``, with them quantized as asked (the conversion's own records, ``gate.done``, not
     quantized again), run in float by the source's own runtime. A ``stateful`` artifact (no state inputs) is
-    compared over the calls alone."""
+    compared over the calls alone. The twin is made of ``base``, the source specialised for the inputs the user
+    fixes (``--input-value``; None: the source itself), as the artifact is: it has the artifact's layers (an ``If``
+    the fixed inputs decide resolved) and, like it, takes no fixed input; the source is run as the user runs it,
+    fed them."""
     twin_words, source_words, noise_words = gate.words
     with tempfile.TemporaryDirectory(prefix="gatepack-twin-") as scratch:
-        quantize = gate.quantize
-        quantized = source if quantize is None else quantized_model(source, quantize, written.format, gate.done)
-        twin = _executed(quantized) if gate.quantize and _run_time(quantized) else _twin(quantized, Path(scratch))
+        twin = _twin_of(base or source, written, gate, Path(scratch))
         alike = twin if written.meta.get("other_ops") else replace(twin, meta={**twin.meta, "other_ops": None})
         streamed = [_Call(verify_streaming, {"pairs": pairs, "frames": frames})] if pairs else []
         calls = ([] if stateful and streamed else [_Call(verify_models, {})]) + streamed
-        exact = [c.run(twin, written, seed, given, target_file) for c in calls]
-        # the twin is the source's own file rewritten: it takes every input the source takes, --input-value's too
-        as_source = replace(given, fixed=()) if given is not None else None
-        noise = [c.run(source, alike, seed, as_source, None, UNBOUNDED) for c in calls]  # compared as ``measured``
+        exact = [c.run(twin, written, seed, given and given.unfixed(), target_file) for c in calls]
+        noise = [c.run(source, alike, seed, given, None, UNBOUNDED) for c in calls]  # compared as ``measured``
     measured = [c.run(source, written, seed, given, target_file, UNBOUNDED) for c in calls]
     result = Verification(str(source.path), str(written.path), seed, inputs_used=exact[0].inputs_used)
     result.incomplete = next((v.incomplete for v in exact + measured if v.incomplete), None)
-    result.streaming = measured[-1].streaming if pairs else None
+    # the calls' growth of the part that failed: the exact part's when it did, else the measured part's
+    drifted = exact[-1] if not all(o.passed for o in exact[-1].outputs) else measured[-1]
+    result.streaming = drifted.streaming if pairs else None
     result.outputs = [replace(o, output=f"{o.output} vs {twin_words}") for v in exact for o in v.outputs]
     bounds = _bounds(gate, exact, noise, measured)
     result.outputs += [_judged(o, bounds[(o.layer, o.output)], source_words) for v in measured for o in v.outputs]
@@ -159,7 +161,16 @@ def _allowance(atol: float, rtol: float, comparison: OutputComparison) -> float:
     return atol + rtol * comparison.largest_expected
 
 
-def _run_time(model: "Model") -> bool:
+def _twin_of(base: "Model", written: "Model", gate: Gate, scratch: Path) -> "Model":
+    """The twin of ``base`` (module docstring): its weights dequantized, or quantized as ``gate`` asks (the
+    conversion's own records reused); held in memory for the executor when the artifact's kernels quantize X and h
+    at run time (``_executed``), else written by the source's format into ``scratch`` and read back (``_twin``)."""
+    quantize = gate.quantize
+    quantized = base if quantize is None else quantized_model(base, quantize, written.format, gate.done)
+    return _executed(quantized) if quantize and run_time(quantized) else _twin(quantized, scratch)
+
+
+def run_time(model: "Model") -> bool:
     """Whether ``model``'s layers were quantized for kernels that also quantize X and h at run time (LiteRT's
     hybrid ones), which only gatepack's executor computes besides the target (``converters.hybrid``)."""
     return any(quantization.run_time_scheme(layer) for layer in model.layers)

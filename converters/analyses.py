@@ -20,8 +20,9 @@ class GraphAnalyses:
       takes it (a value it is compared with, an embedding's rows, lengths ``1..dim_size``), both ends included;
     * ``recurrent_wiring(path) -> {(input, output)}``: the (graph input, graph output) pairs its recurrent layers wire,
       initial state from the input, final state to the output (evidence for streaming state pairs);
-    * ``specialise(path, values) -> model``: the model with each input ``values`` names held as a constant of that
-      value and what depends on it folded, in memory (``registry.as_source`` saves it to a private file);
+    * ``specialise(path, values, input_shapes) -> model``: the model with each input ``values`` names held as a
+      constant of that value, its inputs' symbolic dimensions fixed at ``input_shapes`` (input name -> dims), and
+      what they decide folded, in memory (``registry.as_source`` saves it to a private file);
     * ``weight_scope(model, scheme) -> ScopeSummary``: what ``--quantize-weights-scope model`` quantizes of the
       model's other weights and what it leaves float, and why (``weight_quantization.ScopeSummary``; None: the
       format has no whole-model weights to quantize).
@@ -30,5 +31,5 @@ class GraphAnalyses:
     implied_sizes: Callable[[Path], list[int]]
     integer_draws: Callable[[Path, int], dict[str, tuple[int, int, str]]]
     recurrent_wiring: Callable[[Path], set[tuple[str, str]]]
-    specialise: Callable[[Path, dict], Any]
+    specialise: Callable[[Path, dict, dict], Any]
     weight_scope: Callable[[Any, Any], Any] | None = None

@@ -69,12 +69,6 @@ def given_inputs(input_shapes, inputs, input_values) -> "GivenInputs":
     return GivenInputs(dict(input_shapes or {}), values, tuple(input_values or ()))
 
 
-def unfixed(given: "GivenInputs") -> "GivenInputs":
-    """``given`` without the values the artifact holds (``--input-value``): what a specialised model is fed."""
-    values = {name: value for name, value in given.values.items() if name not in given.fixed}
-    return replace(given, values=values, fixed=())
-
-
 def streaming_request(states, frames) -> StateRequest:
     """``states`` as (input, output) pairs and ``frames`` checked (UsageError naming a bad value)."""
     from gatepack.converters.streaming import parse_state_option

@@ -100,15 +100,17 @@ def read_source(plan: "ConversionPlan", info: "FormatInfo", progress: "Progress"
     return source, label
 
 
-def specialised(source: "Model", given: "GivenInputs", read_options: dict | None = None) -> "Model":
+def specialised(
+    source: "Model", given: "GivenInputs", read_options: dict | None = None, at_shapes: bool = False
+) -> "Model":
     """``source`` with the inputs ``given.fixed`` names held as constants of their given values and what depends on
     them folded (its format's ``GraphAnalyses.specialise``: ONNX's), read back from a private temporary file; each
-    layer carries an ``interface`` finding (``repacked``) saying the artifact no longer takes them. ``source`` when
-    none is fixed."""
-    if not given.fixed:
+    layer carries an ``interface`` finding (``repacked``) saying the artifact no longer takes them. ``at_shapes``:
+    its inputs' symbolic dimensions fixed at ``given.shapes`` too before folding (an ``If`` decided by a shape
+    resolved, as a writer that binds the shapes when converting resolves it). ``source`` when nothing is fixed."""
+    shapes = {name: list(dims) for name, dims in given.shapes.items()} if at_shapes else {}
+    if not given.fixed and not shapes:
         return source
-    from gatepack.converters.findings import Finding, Status
-
     analyses = registry.reader(source.format).graph_analyses
     if analyses is None or source.path is None or not source.other_ops:
         raise UsageError(
@@ -116,15 +118,23 @@ def specialised(source: "Model", given: "GivenInputs", read_options: dict | None
             f"{'a model of layers alone' if analyses is not None else registry.check_name(source.format).title}"
         )
     values = {name: given.values[name] for name in given.fixed}
-    fixed = registry.as_source(analyses.specialise(Path(source.path), values))
+    fixed = registry.as_source(analyses.specialise(Path(source.path), values, shapes))
     model = load(fixed, source.format, read_options or {})
+    return _noted_as_fixed(model, values) if values else model
+
+
+def _noted_as_fixed(model: "Model", values: dict) -> "Model":
+    """``model`` with the ``interface`` finding of its inputs fixed at ``values`` on each layer."""
+    from gatepack.converters.findings import Finding, Status
+
     words = ", ".join(f"{name}={value.tolist()}" for name, value in values.items())
+    fixed = ", ".join(values)
     finding = Finding(
         "interface",
         Status.REPACKED,
         f"input(s) {words} fixed as asked (--input-value): held as constants, what depends on them folded; the "
-        f"artifact no longer takes {', '.join(given.fixed)}",
-        warning=f"an app feeds it without {', '.join(given.fixed)}",
+        f"artifact no longer takes {fixed}",
+        warning=f"an app feeds it without {fixed}",
     )
     notes = {layer.name: [*model.notes_for(layer), finding] for layer in model.layers}
     return replace(model, meta={**model.meta, "input_values": {n: v.tolist() for n, v in values.items()}}, notes=notes)

@@ -106,7 +106,8 @@ def refuse_unverified(dst, verification: "Verification") -> None:
             "(API: input_shapes=, inputs=), or --no-verify to write it unverified",
         )
     if not verification.passed:
-        worst = max(verification.outputs, key=lambda o: o.max_abs_error, default=None)
+        failed = [o for o in verification.outputs if not o.passed] or verification.outputs
+        worst = max(failed, key=lambda o: o.max_abs_error, default=None)  # (one that failed, never one that passed)
         what = "no output compared"
         if worst:
             what = f"{worst.layer} {worst.output} max abs error {worst.max_abs_error:.3g}"

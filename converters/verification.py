@@ -387,6 +387,11 @@ class GivenInputs:
         """``feed`` without the inputs the artifact holds as constants."""
         return {name: value for name, value in feed.items() if name not in self.fixed}
 
+    def unfixed(self) -> "GivenInputs":
+        """These inputs without the values the artifact holds (``--input-value``): what a specialised model is fed."""
+        values = {name: value for name, value in self.values.items() if name not in self.fixed}
+        return replace(self, values=values, fixed=())
+
     def __post_init__(self) -> None:
         for name, dims in self.shapes.items():
             if (

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import gatepack.converters.registry as registry
 from gatepack.converters.errors import InputError, RuntimeFailure, UsageError
-from gatepack.converters.plan import unfixed
-from gatepack.converters.reading import load
+from gatepack.converters.reading import load, specialised
 
 if TYPE_CHECKING:
     from gatepack.converters.model import Model
@@ -69,7 +68,16 @@ def _verification(
         gate = accuracy.Gate(accepted.max_error, accepted.quantize, conversion.quantized)
         twin_pairs = pairs if streams else ()
         return accuracy.verify_dequantized(
-            source, written, tmp, gate, seed=seed, given=given, pairs=twin_pairs, frames=frames, stateful=stateful
+            source,
+            written,
+            tmp,
+            gate,
+            seed=seed,
+            given=given,
+            pairs=twin_pairs,
+            frames=frames,
+            stateful=stateful,
+            base=_twin_base(plan, conversion),
         )
     streamed = None
     if streams:
@@ -85,6 +93,21 @@ def _verification(
         result.notes += streamed.notes
         result.streaming = streamed.streaming
     return result
+
+
+def _twin_base(plan: "ConversionPlan", conversion: "Conversion") -> "Model":
+    """What the accuracy gate's twin is made of: the source as the artifact was made of it (``conversion.base``,
+    specialised for the fixed inputs). A whole model whose layers ``--quantize-weights`` quantized for kernels that
+    quantize X and h at run time is twinned on gatepack's executor, which runs the layers the graph computes: it is
+    specialised at the input shapes given too, as LiteRT's writer decides an ``If`` by them when converting
+    (silero VAD v4's LSTMs sit in the branches of an ``If`` decided by its input's shape)."""
+    import gatepack.converters.accuracy as accuracy
+
+    model = conversion.model
+    executed = plan.accepted.quantize is not None and accuracy.run_time(model)  # (as the gate decides it)
+    if not executed or not plan.given.shapes or not model.keeps_whole:
+        return conversion.base
+    return specialised(conversion.source, plan.given, plan.read_options, at_shapes=True)
 
 
 def _read_back(implementation: "FormatImplementation", tmp: Path, source: "Model", target: str) -> "Model":
@@ -205,12 +228,12 @@ def _searched(model: "Model", source: "Model", given_pairs, given: "GivenInputs"
     from gatepack.converters.streaming import source_state_pairs
 
     try:
-        return source_state_pairs(model, given_pairs, unfixed(given), seed), given, ""
+        return source_state_pairs(model, given_pairs, given.unfixed(), seed), given, ""
     except (RuntimeFailure, InputError):
         redrawn, drawn = runnable_given(model, source, given, seed)
         if drawn:
             try:
-                return source_state_pairs(model, given_pairs, unfixed(redrawn), seed), redrawn, drawn
+                return source_state_pairs(model, given_pairs, redrawn.unfixed(), seed), redrawn, drawn
             except (RuntimeFailure, InputError):
                 pass
         if asked:

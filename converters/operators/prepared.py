@@ -56,7 +56,9 @@ class Prepared:
         """``model``'s source as read: its layers straight from the arrays the reader holds (the weights' external
         data memory-mapped, never copied into a proto). A model with lifted layers (Loops, unrolled cells) is
         rewritten in place first (each lifted region becomes one node and the adapters the rest of the graph reads)
-        and read again; a loop that only that second reading lifts stays a Loop (the source's reading refused it)."""
+        and read again, each layer keeping ``model``'s weight records (the rewrite holds quantized weights as their
+        float view: a layer read from it would lose the integers ``--quantize-weights`` made); a loop that only
+        that second reading lifts stays a Loop (the source's reading refused it)."""
         from gatepack.converters.formats.onnx.graph import load_proto
         from gatepack.converters.formats.onnx.reader import reread
         from gatepack.converters.formats.onnx.rewrite import in_place, lifted_layers
@@ -67,7 +69,11 @@ class Prepared:
         else:
             unscoped = replace(model, meta={k: v for k, v in model.meta.items() if k != SCOPE_KEY})
             proto = in_place(unscoped)  # (the other weights are the translation's: ``weight_scope``)
-            layers = reread(model.path, proto).layers
+            records = {lay.name: lay.directions for lay in model.layers}  # the rewrite holds their float view
+            layers = [
+                replace(lay, directions=records.get(lay.name, lay.directions))
+                for lay in reread(model.path, proto).layers
+            ]
             prepared = cls(
                 proto, [lay for lay in layers if lay.provenance is not None and lay.provenance.kind != "lifted"]
             )

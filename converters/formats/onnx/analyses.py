@@ -174,10 +174,11 @@ def _state_tensors(proto: onnx.ModelProto, path: Path) -> list[tuple[str, str]]:
     return found
 
 
-def specialised(path: Path, values: dict) -> onnx.ModelProto:
-    """The model at ``path`` with each input ``values`` names held as a constant of that value and what depends on
-    it folded (an ``If`` it decides replaced by its branch: ``onnx.folding.specialise``), in memory."""
-    return specialise(load_proto(path), values)
+def specialised(path: Path, values: dict, input_shapes: dict | None = None) -> onnx.ModelProto:
+    """The model at ``path`` with each input ``values`` names held as a constant of that value, its inputs'
+    symbolic dimensions fixed by ``input_shapes`` (input name -> dims; None: none), and what they decide folded (an
+    ``If`` replaced by its branch: ``onnx.folding.specialise``), in memory."""
+    return specialise(load_proto(path), values, input_shapes)
 
 
 def _weight_scope(model, scheme):

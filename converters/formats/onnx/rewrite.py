@@ -5,6 +5,7 @@ embedded. Written by the ONNX format and imported by the OpenVINO and Core ML wh
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -97,17 +98,17 @@ def in_place(
     located = {name: graph for _, graph, _, name in walk_nodes(proto.graph)}
     reads = _read_counts(proto)
     lifted, written = [], set()
+    form = WriteForm(layout_encoding, runtime, opset, quantized)
     for layer in model.layers:
         provenance = layer.provenance
         assert provenance is not None  # every layer was read from the model
         if provenance.kind == "lifted":
             lifted.append(_lifted_replacement(layer, opset))
         else:
-            graph = located[provenance.node]
-            form = WriteForm(layout_encoding, runtime, opset, quantized)
-            written |= _rewrite_node(graph, layer, form, names, reads, external)
+            written |= _rewrite_node(located[provenance.node], layer, form, names, reads, external)
     if lifted:
         replace_in_place(proto, lifted)
+        written |= _lifted_with_integers(proto, model, form, external)
     scheme = model.meta.get(SCOPE_KEY)  # --quantize-weights-scope model: the other weights too
     if scheme is not None:
         as_floats = bool(model.meta.get(quantization.ASKED))
@@ -288,6 +289,31 @@ def _drop_dead_constants(graph: onnx.GraphProto, gone: list[onnx.NodeProto], rea
         graph.value_info.remove(info)
     every = {n for node in gone + dead_nodes for n in [*node.input, *node.output, node.name]}
     return {n for n in every if n and n not in present and reads[n] <= 0}
+
+
+def _lifted_with_integers(proto: onnx.ModelProto, model: Model, form: "WriteForm", external: tuple | None) -> set[str]:
+    """Each lifted layer whose quantized weights ``form`` writes as integers, its node rewritten as a node layer's
+    is (``_rewrite_node``: QDQ or ``DynamicQuantizeLSTM``): ``replace_in_place`` writes a lifted region as a node
+    of float weights, which is read again here (named after the layer) and given the layer's records (a masked
+    layer, written as a Loop of elementary operators, keeps float weights). Returns the new weights' names."""
+    from gatepack.converters.formats.onnx.reader import reread
+
+    held = [lay for lay in model.layers if _is_lifted(lay) and not lay.interface.mask and form.quantized_form(lay)]
+    if not held:
+        return set()
+    assert model.path is not None  # (a whole model read from its file)
+    again = {lay.name: lay for lay in reread(model.path, proto).layers}
+    names, reads, written = NameBook(), _read_counts(proto), set()
+    names.used = _all_names(proto)
+    for layer in held:
+        node = again[layer.name]
+        records = replace(node, directions=layer.directions)
+        written |= _rewrite_node(proto.graph, records, form, names, reads, external)
+    return written
+
+
+def _is_lifted(layer: RecurrentLayer) -> bool:
+    return layer.provenance is not None and layer.provenance.kind == "lifted"
 
 
 def _lifted_replacement(layer: RecurrentLayer, opset: int) -> tuple[Region, Replacement]:
