@@ -61,12 +61,12 @@ def moved_weights(layer: "RecurrentLayer", seed: int) -> "RecurrentLayer":
     moved = []
     for d, params in enumerate(layer.directions):
         base = seed * 100 + 10 * d
-        biases = {"Wb": moved_input(params.Wb, base + 2), "Rb": moved_input(params.Rb, base + 3)}
+        wb, rb = moved_input(params.Wb, base + 2), moved_input(params.Rb, base + 3)
         if hybrid:
-            moved.append(replace(params, **biases))
+            moved.append(replace(params, Wb=wb, Rb=rb))
             continue
-        weights = {"W": moved_input(params.W, base), "R": moved_input(params.R, base + 1)}
-        moved.append(replace(params, **weights, **biases, Wq=None, Rq=None))
+        w, r = moved_input(params.W, base), moved_input(params.R, base + 1)
+        moved.append(replace(params, W=w, R=r, Wb=wb, Rb=rb, Wq=None, Rq=None))
     return replace(layer, directions=tuple(moved))
 
 

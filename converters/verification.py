@@ -239,9 +239,8 @@ def run_layer(
             raise RuntimeFailure(f"layer {layer.name!r}: it was not read from an artifact (an in-memory layer)")
         outputs = registry.reader(model.format).run_layer_native(layer, feed)
     except RuntimeFailure as err:
-        if not held_in_memory(model):  # (an int8 twin's layers run on the executor by design: ``in_memory``)
-            reason = err.message.removeprefix(f"layer {layer.name!r}: ")
-            notes.append(f"{model.path} layer {layer.name!r} ran on gatepack's executor: {reason}")
+        reason = err.message.removeprefix(f"layer {layer.name!r}: ")
+        notes.append(f"{model.path} layer {layer.name!r} ran on gatepack's executor: {reason}")
         return executed(layer, role_inputs)
     return from_interface(layer, outputs)
 

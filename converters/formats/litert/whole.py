@@ -28,6 +28,7 @@ from gatepack.converters.findings import Finding, Status
 from gatepack.converters.formats.litert.common import FORMAT, Graph, Packed, schema
 from gatepack.converters.formats.litert.strategy import form
 from gatepack.converters.formats.litert.translate import LiteRTTranslation, Tensor, prune
+from gatepack.converters.identity_cache import IdentityCache
 from gatepack.converters.model import Model
 from gatepack.converters.operators.prepared import (
     Prepared,
@@ -229,23 +230,23 @@ def whole_model_finding(model: Model) -> Finding | None:
 _FOLDED = ("BatchNormalization",)  # the operators whose translation folds constants into fewer roundings
 
 
-_DESCRIBED: dict[tuple, dict | RefusedError | UsageError] = {}
+# the translations described lately: each lives while the layers it was made for do (``IdentityCache``), a few at most
+_DESCRIBED: IdentityCache[dict | RefusedError | UsageError] = IdentityCache(size=4)
 
 
 def _description(model: Model) -> dict:
     """gatepack's description of ``model`` translated (``translate_proto``, nothing packed), once per unchanged file,
     input shapes and layers; raises the translation's refusal."""
     assert model.path is not None  # (a whole model read from its file)
-    key = (*file_key(model), tuple(map(id, model.layers)))
-    if key not in _DESCRIBED:
+    key = file_key(model)
+    found = _DESCRIBED.get(key, model.layers)
+    if found is None:
         shapes = model.meta.get("input_shapes")
         try:
-            _DESCRIBED[key] = translate_proto(Prepared.of(model), Path(model.path), input_shapes=shapes, packing=False)[
-                1
-            ]
+            found = translate_proto(Prepared.of(model), Path(model.path), input_shapes=shapes, packing=False)[1]
         except (RefusedError, UsageError) as err:
-            _DESCRIBED[key] = err.with_traceback(None)  # (its frames would keep the translation's graph alive)
-    found = _DESCRIBED[key]
+            found = err.with_traceback(None)  # (its frames would keep the translation's graph alive)
+        _DESCRIBED.put(key, model.layers, found)
     if isinstance(found, Exception):
         raise found
     return found
