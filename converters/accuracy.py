@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import gatepack.converters.quantization as quantization
 import gatepack.converters.registry as registry
-from gatepack.converters.errors import UsageError
+from gatepack.converters.errors import InputError, RefusedError, UsageError
 from gatepack.converters.samples import TOLERANCES
 from gatepack.converters.streaming import verify_streaming
 from gatepack.converters.verification import WHOLE_MODEL, OutputComparison, Tolerance, Verification, verify_models
@@ -223,6 +223,13 @@ def _twin(source: "Model", scratch: Path) -> "Model":
     assert implementation.write is not None  # (registry.writer gives formats that write)
     path = scratch / f"twin{info.suffixes[0] if info.suffixes else ''}"
     implementation.write(replace(source, meta={**source.meta, quantization.ASKED: True}), path)
-    twin = implementation.read(path)
+    try:
+        twin = implementation.read(path)
+    except InputError as err:  # gatepack's own file, in a private folder the user never sees: named as the twin
+        raise RefusedError(
+            f"{source.path}: its twin (the source written with float weights, read back to verify against) cannot "
+            f"be read: {str(err).replace(str(path), 'the twin')}",
+            hint="--no-verify writes the artifact unverified",
+        ) from None
     twin.path = path
     return twin

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import gatepack.converters.quantization as quantization
 import gatepack.converters.registry as registry
 from gatepack.converters.capabilities import (
     ONNX_PEEPHOLES,
@@ -273,7 +274,9 @@ def mask(layer: RecurrentLayer, target: str, whole: bool) -> list[Finding]:
     how = holders.get(target)
     if how is not None and whole:
         held = f"per-step mask {layer.interface.mask!r} (Keras masking) held by {how.split(' (')[0]}"
-        return [Finding("cell", Status.DECOMPOSED, held), Finding("mask", Status.DECOMPOSED, how)]
+        return [Finding("cell", Status.DECOMPOSED, held), Finding("mask", Status.DECOMPOSED, how)] + _held_weights(
+            layer, target
+        )
     why = (
         f"the {target} writer has no form that holds a step (no sequence op has a per-step mask)"
         if how is None
@@ -288,3 +291,14 @@ def mask(layer: RecurrentLayer, target: str, whole: bool) -> list[Finding]:
             alternative=f"convert the whole model to {' or '.join(holders)}",
         )
     ]
+
+
+def _held_weights(layer: RecurrentLayer, target: str) -> list[Finding]:
+    """The ``quantization`` finding of a quantized layer whose mask an elementary Loop holds: that Loop multiplies
+    float initializers (no DequantizeLinear feeds it), so ``target`` keeps no integers there: the weights are
+    written as floats only with ``--dequantize`` and ``--quantize-weights`` is refused (``quantization.dequantized``),
+    never written as floats under a finding that says the integers were kept ([] for float weights)."""
+    if not layer.is_quantized:
+        return []
+    reason = "its per-step mask is held by an elementary Loop, which multiplies float weights"
+    return [quantization.dequantized(layer, target, reason)]

@@ -90,10 +90,18 @@ def refuse_unheld(label: str, findings: dict[str, list["Finding"]], target: str,
             raise RefusedError(
                 f"{label}: layer {name!r}: --quantize-weights: {target} would not keep the integers: {why}",
                 findings=own,
-                hint=f"write it where the integers are kept ({' or '.join(quantizing.holders_of(scheme))}; ONNX at "
+                hint=MASKED_HINT
+                if any(f.feature == "mask" for f in found)
+                else f"write it where the integers are kept ({' or '.join(quantizing.holders_of(scheme))}; ONNX at "
                 "opset 13 or later, 21 for 4 bits or blocks: --layers-only writes a whole model's layers at the opset "
                 "they need), or leave out --quantize-weights",
             )
+
+
+MASKED_HINT = (
+    "a layer with a per-step mask (Keras masking) is written as an elementary Loop of float weights by every format "
+    "that holds the mask, and refused alone: leave out --quantize-weights (float weights, exact)"
+)
 
 
 def refuse_unverified(dst, verification: "Verification") -> None:
