@@ -69,3 +69,14 @@ def test_a_length_masked_layer_still_keeps_its_integers(tmp_path):
     integers = {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.INT8}
     dequantized = [n for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in integers]
     assert len(dequantized) == 2  # W and R
+
+
+def test_openvinos_decomposed_form_says_why_it_keeps_no_integers(tmp_path):
+    """A dynamic-batch length-masked GRU is written as a TensorIterator (GRUSequence ignores sequence lengths with a
+    dynamic X): refused naming that form, where it said 'openvino holds no quantized weights' (it does, natively)."""
+    out = tmp_path / "db.xml"
+    with pytest.raises(gp.RefusedError) as err:
+        gp.convert(PRODUCERS / "tf2onnx_length_mask_gru_dynamic_batch.onnx", out, quantize_weights="int8")
+    line = err.value.one_line()
+    assert "decomposed form" in line and "sequence_lens" in line and "holds no quantized weights" not in line, line
+    assert not out.exists()

@@ -805,9 +805,8 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
     """Findings for writing ``layer`` as OpenVINO IR with ``strategy`` (``capabilities.OPENVINO``): the shared
     features, and what only OpenVINO has: fp16 weight compression and the CPU plugin's inference precision."""
     found = findings(layer, form_of(layer, OPENVINO, strategy))
-    if layer.is_quantized and all(held_records(layer, role) for role in ("W", "R")):
-        if choose_strategy(layer, strategy)[0] == "native":
-            found.append(quantization.held(layer, COMPRESSED_FORM))
+    if layer.is_quantized:
+        found += _quantization(layer, strategy)
     if compress_to_fp16 and layer.dtype != np.float16:
         found.append(
             Finding(
@@ -822,6 +821,19 @@ def check(layer: RecurrentLayer, *, strategy: str = "auto", compress_to_fp16: bo
         "INFERENCE_PRECISION_HINT=f32, as gatepack's verification does"
     )
     return found + [Finding("inference precision", Status.EXACT, "fp32", warning=precision)]
+
+
+def _quantization(layer: RecurrentLayer, strategy: str) -> list[Finding]:
+    """A quantized layer's integers: held as compressed constants by its sequence op; its decomposed form (a
+    TensorIterator of elementary ops) multiplies float weights, which says why it is chosen ([]: records OpenVINO
+    does not compress, the shared finding says so)."""
+    chosen, blockers = choose_strategy(layer, strategy)
+    if chosen != "native":
+        why = f" ({'; '.join(blockers)})" if blockers else " (--strategy decomposed)"
+        reason = f"its decomposed form{why}, a TensorIterator of elementary ops, multiplies float weights"
+        return [quantization.dequantized(layer, "openvino", reason)]
+    held = all(held_records(layer, role) for role in ("W", "R"))
+    return [quantization.held(layer, COMPRESSED_FORM)] if held else []
 
 
 IMPLEMENTATION = FormatImplementation(
