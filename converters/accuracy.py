@@ -163,8 +163,10 @@ def _allowance(atol: float, rtol: float, comparison: OutputComparison) -> float:
 
 def _twin_of(base: "Model", written: "Model", gate: Gate, scratch: Path) -> "Model":
     """The twin of ``base`` (module docstring): its weights dequantized, or quantized as ``gate`` asks (the
-    conversion's own records reused); held in memory for the executor when the artifact's kernels quantize X and h
-    at run time (``_executed``), else written by the source's format into ``scratch`` and read back (``_twin``)."""
+    conversion's own records reused where ``base``'s layers are the conversion's; a base read again, specialised at
+    the input shapes, is quantized again by the same deterministic rule, which gives the same integers); held in
+    memory for the executor when the artifact's kernels quantize X and h at run time (``_executed``), else written
+    by the source's format into ``scratch`` and read back (``_twin``)."""
     quantize = gate.quantize
     quantized = base if quantize is None else quantized_model(base, quantize, written.format, gate.done)
     return _executed(quantized) if quantize and run_time(quantized) else _twin(quantized, scratch)

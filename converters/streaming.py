@@ -303,7 +303,7 @@ def verify_streaming(
     states. A target whose graph inputs lack the state inputs holds its states itself (a stateful artifact):
     it is fed the frame inputs only, and its runner returns its states under the state outputs' names.
     ``pairs``: the state pairs when known (else found: ``states`` given, the rest by ``find_state_pairs``)."""
-    from gatepack.converters.verification import GivenInputs, Verification, judge_in_quantization_steps
+    from gatepack.converters.verification import GivenInputs, Verification, judge_in_quantization_steps, landed
 
     given = given or GivenInputs()
     target_path = Path(target_file or _path(target))
@@ -343,6 +343,7 @@ def verify_streaming(
         + ("; the target holds its states itself (stateful) and was fed the frame inputs only" if stateful else "")
     )
     result.streaming = streaming
+    result.notes = [landed(note, target_path, target) for note in result.notes]  # never the staging path
     return result
 
 

@@ -137,3 +137,48 @@ def test_a_hybrid_layer_s_own_sensitivity_is_its_arithmetic_s_not_the_quantizati
     assert np.abs(quantized - floats).max() > 1e-3  # what the quantization moves
     assert sensitivity.envelope.max() < 0.1 * np.abs(quantized - floats).max()
     assert sensitivity.envelope[0].max() < 1e-4  # the first step: one quantization step of one value at most
+
+
+def _lstm_then_relu(path: Path) -> None:
+    """X -> LSTM (H = 4, X a graph input) -> Y -> Relu -> out: a whole model whose layer is fed by the model's input."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    weights = {
+        "W": rng.uniform(-0.5, 0.5, (1, 16, 3)),
+        "R": rng.uniform(-0.5, 0.5, (1, 16, 4)),
+        "B": rng.uniform(-0.1, 0.1, (1, 32)),
+    }
+    graph = helper.make_graph(
+        [
+            helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y"], hidden_size=4),
+            helper.make_node("Relu", ["Y"], ["out"]),
+        ],
+        "lstm_relu",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 2, 3])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [5, 1, 2, 4])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), path)
+
+
+def test_a_layer_fed_by_the_model_s_input_runs_alone_from_the_whole_file(tmp_path):
+    """A layer of a whole LiteRT model whose X is the model's own input: its part of the file runs alone and gives Y.
+    Before, the whole file ran (its inputs were the layer's), returned the model's 'out' and no Y, and the layer's
+    comparison compared nothing and passed; a comparison that gets no Y now fails."""
+    from gatepack.converters.verification import _compared_outputs, executed, run_layer
+
+    pytest.importorskip("ai_edge_litert")
+    _lstm_then_relu(tmp_path / "m.onnx")
+    gp.convert(tmp_path / "m.onnx", tmp_path / "q.tflite", to="litert", quantize_weights="int8")
+    model = gp.load(tmp_path / "q.tflite")
+    (layer,) = model.layers
+    x = np.random.default_rng(5).uniform(-1, 1, (5, 2, 3)).astype(np.float32)
+    notes: list[str] = []
+    got = run_layer(model, layer, {"X": x}, notes)
+    assert "Y" in got and not notes, notes
+    twin = executed(layer, {"X": x})  # the int8 twin's arithmetic
+    np.testing.assert_allclose(got["Y"], twin["Y"], atol=1e-6, rtol=0)
+    (missing,) = _compared_outputs("LSTM", {}, {"Y": twin["Y"]}, ("float32",), None)
+    assert not missing.passed and "not computed" in missing.output

@@ -34,3 +34,14 @@ def test_all_entries_below_atol_give_zero_and_the_summary_says_so():
     assert found.passed and found.max_rel_error == 0.0
     result = Verification("a.onnx", "b.xml", 0, [found])
     assert "max rel 0 " in result.to_text()
+
+
+def test_a_measuring_comparison_still_gives_the_relative_error():
+    """The accuracy gate measures against the float source with an unbounded tolerance (atol 1e300), judged
+    afterwards: its max rel is still over the entries above float32's atol (it printed 'max rel 0' on every line)."""
+    from gatepack.converters.accuracy import UNBOUNDED
+
+    expected = np.array([0.5, -2.0, 1e-9])
+    actual = np.array([0.51, -2.0, 0.0])
+    found = compare("(whole model)", "out", actual, expected, ("float32",), tolerance=UNBOUNDED)
+    np.testing.assert_allclose(found.max_rel_error, 0.02, rtol=1e-9)  # 0.01 / 0.5, by hand

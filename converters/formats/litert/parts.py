@@ -50,8 +50,9 @@ def constant_bytes(file: "_File", index: int) -> np.ndarray | None:
 def part(path: Path, inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
     """A model of the operators of the file at ``path`` that compute ``outputs`` from ``inputs`` (tensor names;
     module docstring), its inputs ``inputs`` and its outputs those of ``outputs`` the file computes (a layer's final
-    state that the model never reads may be left unwritten). RuntimeFailure when
-    a name is not in the file or the part needs another tensor computed at run time."""
+    state that the model never reads may be left unwritten; the first, a layer's Y, must be computed). RuntimeFailure
+    when a name is not in the file, the first is not computed or the part needs another tensor computed at run
+    time."""
     from gatepack.converters.formats.litert.reader import parsed
 
     file = parsed(path)
@@ -61,6 +62,8 @@ def part(path: Path, inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
         raise RuntimeFailure(f"{path}: holds no tensor named {', '.join(map(repr, missing))}")
     producer = {int(k): n for n, op in enumerate(file.graph.operators or []) for k in op.outputs}
     computed = [by_name[n] for n in outputs if n in by_name and by_name[n] in producer]  # (a state left unwritten)
+    if outputs and (outputs[0] not in by_name or by_name[outputs[0]] not in producer):
+        raise RuntimeFailure(f"{path}: no operator computes {outputs[0]!r}, so the part cannot run alone")
     kept = _kept_operators(file, {by_name[name] for name in inputs}, computed, producer)
     g = Graph(schema())
     new: dict[int, int] = {}

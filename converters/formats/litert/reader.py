@@ -125,12 +125,12 @@ def parsed(path: str | Path) -> "_File":
     running the layers of a whole model alone asks for its parts one after another, and the schema's object API takes
     seconds on a file of many operators (ul-unas: 4 s a parse). The two files last asked for stay parsed."""
     status = os.stat(path)
-    return _parsed(str(Path(path).resolve()), status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+    return _parsed(str(path), status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
 
 
 @lru_cache(maxsize=2)
 def _parsed(path: str, *identity: int) -> "_File":
-    return _File(Path(path))
+    return _File(Path(path))  # (named as the caller named it: its messages name the path the user gave)
 
 
 class _File:

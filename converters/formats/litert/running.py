@@ -113,12 +113,14 @@ def run_layer_native(layer: RecurrentLayer, feed: dict[str, np.ndarray]) -> dict
 
 
 def _run_described(layer: RecurrentLayer, path: Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A layer gatepack wrote: its file run on its inputs when they are the file's (the layers alone), else (a layer
-    inside a whole model) the part of the file that computes its outputs from its inputs, alone (``parts.part``)."""
-    if set(feed) <= {name for name, _, _ in graph_inputs(path)}:
-        return run_native(path, feed)
+    """A layer gatepack wrote: its file run on its inputs when they and its Y are the file's own (the layers alone),
+    else (a layer inside a whole model, even one fed by the model's own input) the part of the file that computes
+    its outputs from its inputs, alone (``parts.part``, which refuses a part that does not compute Y)."""
     itf = layer.interface
     wanted = [name for name in (itf.y, itf.y_h, itf.y_c) if name]
+    outputs = {name for name, _, _ in graph_outputs(path)}
+    if set(feed) <= {name for name, _, _ in graph_inputs(path)} and itf.y in outputs:
+        return run_native(path, feed)
     return session(interpreter(part(Path(path), list(feed), wanted), path), path)(feed)
 
 

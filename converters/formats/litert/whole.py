@@ -18,6 +18,7 @@ A node no entry translates is refused for that node (``Untranslatable``), every 
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Callable
 
@@ -247,8 +248,8 @@ def _description(model: Model) -> dict:
         except (RefusedError, UsageError) as err:
             found = err.with_traceback(None)  # (its frames would keep the translation's graph alive)
         _DESCRIBED.put(key, model.layers, found)
-    if isinstance(found, Exception):
-        raise found
+    if isinstance(found, Exception):  # a copy: raising the cached one would tie this call's frames (its model) to it
+        raise copy.copy(found)
     return found
 
 
