@@ -182,7 +182,8 @@ class FormatImplementation:
       so that every layer's findings and the writer see one value (default: as given).
     * ``whole_layer_findings(model, layer) -> [Finding]``: the findings of a layer written inside a whole model that
       replace its ``check``'s, where the whole model decides them (LiteRT: its S and N, the static sizes its X has in
-      the translation; None: none).
+      the translation; a ``model`` finding of its own, which replaces the model's, for a layer the translation does
+      not write; None: none).
     * ``graph_analyses``: what verification, the streaming checks and ``--input-value`` read from (or do to) a whole
       model's graph (``converters.analyses.GraphAnalyses``; None: none, as for every format but ONNX).
     """

@@ -517,11 +517,9 @@ def target_findings(
     state = state_finding(model, target, bool(options.get("stateful"))) if keeps_whole else None
     assert implementation.check is not None  # registry.writer returns formats that write, and check
     whole = implementation.whole_layer_findings if keeps_whole and implementation.whole_layer_findings else None
-    checked = replacing(
-        implementation.check(layer, **accepted),
-        *mask_findings(layer, target, keeps_whole),
-        *(whole(model, layer) if whole else []),
-    )
+    own = whole(model, layer) if whole else []  # (a ``model`` finding of its own: the layer is not written)
+    checked = replacing(implementation.check(layer, **accepted), *mask_findings(layer, target, keeps_whole), *own)
+    surroundings = None if any(f.feature == "model" for f in own) else surroundings
     found = [*checked, surroundings, chained, state]
     found = quantization.with_finding(layer, target, found, bool(model.meta.get(quantization.ASKED)))
     held = constant_findings(layer, info.constant_form)

@@ -107,3 +107,18 @@ def test_layer_sizes_given_for_a_whole_model_are_refused_not_ignored(sizes, tmp_
     assert not out.exists()
     layers_only = CliRunner().invoke(main, [*args, "--layers-only"])
     assert layers_only.exit_code == 0 and "layers only" in layers_only.output, layers_only.output
+
+
+def test_layers_in_a_branch_the_shapes_do_not_take_are_reported_not_written(tmp_path):
+    """silero VAD v4 at input=1,512: its If on the input's shape takes the branch of 2 LSTMs, and LiteRT's static file
+    holds those alone. The other branch's 2 layers were reported as if written (the model finding 'exact', their
+    sizes fixed by --batch-size); now each says it is not written, and the file read back holds the 2 taken."""
+    import gatepack as gp
+
+    src, out = REALMODELS / "silero_vad_v4_lstm_in_if.onnx", tmp_path / "v4.tflite"
+    result = gp.convert(src, out, to="litert", input_shapes={"input": [1, 512]}, input_values={"sr": 16000})
+    written = {layer.name for layer in gp.load(out).layers}
+    assert len(written) == 2
+    for name, findings in result.findings.items():
+        model = next(f for f in findings if f.feature == "model")
+        assert (model.status.value == "folded" and "not written" in model.detail) == (name not in written), name

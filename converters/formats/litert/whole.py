@@ -263,18 +263,27 @@ def _translated(model: Model) -> tuple[list[str], list[str]]:
 def layer_shapes(model: Model, layer: RecurrentLayer) -> list[Finding]:
     """The ``shapes`` finding of ``layer`` inside the whole ``model``: it runs at the static S and N its X has in the
     translation (the model's input shapes, declared or given with ``--input-shape``), not at ``--seq-length`` /
-    ``--batch-size`` or gatepack's defaults, which a whole model does not read. Nothing where the layer's sizes are
-    static already, or where the model does not translate (its ``model`` finding says why)."""
+    ``--batch-size`` or gatepack's defaults, which a whole model does not read; a ``model`` finding ``folded`` for a
+    layer the translation did not write (an If decided by the shapes takes the other branch). Nothing where the
+    layer's sizes are static already, or where the model does not translate (its ``model`` finding says why)."""
     itf = layer.interface
-    if isinstance(itf.seq_length, int) and isinstance(itf.batch_size, int):
-        return []
     try:
         entries = [e["interface"] for e in _description(model)["layers"] if e["name"] == layer.name]
     except (RefusedError, UsageError):
         return []
-    if not entries:
-        return []
     given = "the input shapes given (--input-shape)" if model.meta.get("input_shapes") else "the model's input shapes"
+    if not entries:  # the translation wrote no such layer: it sits in a branch of an If decided at conversion
+        return [
+            Finding(
+                "model",
+                Status.FOLDED,
+                f"not written: the layer sits in a branch of an If that {given} decide at conversion, and the "
+                "file holds the branch taken (its layers are verified with the model)",
+            ),
+            Finding("shapes", Status.EXACT, "none: the layer is not written"),
+        ]
+    if isinstance(itf.seq_length, int) and isinstance(itf.batch_size, int):
+        return []
     symbolic = f"S={dim_text(itf.seq_length)}, N={dim_text(itf.batch_size)}"
     written = f"S={entries[0]['seq_length']}, N={entries[0]['batch_size']}"
     return [
