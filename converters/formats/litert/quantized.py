@@ -112,10 +112,12 @@ def row_block(record: QuantizedWeights, first: int, stop: int) -> tuple[np.ndarr
 
 
 def parameters(s: Any, scale: np.ndarray) -> Any:
-    """The tensor's quantization parameters: one scale when all rows share it, else one per row (dimension 0)."""
+    """The tensor's quantization parameters: one scale when all rows share it, else one per row (dimension 0).
+    Both vectors are numpy arrays, which the FlatBuffers object API packs as one block of bytes (a list is packed
+    element by element in Python: 0.8 s for the 98,304 scales and zero points of the GRU stack's layers)."""
     q = s.QuantizationParametersT()
     one = bool((scale == scale[0]).all())
-    q.scale = [float(scale[0])] if one else [float(v) for v in scale]
-    q.zeroPoint = [0] * len(q.scale)
+    q.scale = np.array(scale[:1] if one else scale, np.float32).reshape(-1)
+    q.zeroPoint = np.zeros(q.scale.size, np.int64)
     q.quantizedDimension = 0
     return q
