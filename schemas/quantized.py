@@ -193,7 +193,10 @@ class QuantizedWeights:
         if not np.isfinite(scale).all():
             raise QuantizationError("scale holds a value that is not finite")
         low, high = (-(2 ** (self.bits - 1)), 2 ** (self.bits - 1) - 1) if self.signed else (0, 2**self.bits - 1)
+        info = np.iinfo(values.dtype)
         for label, array in (("values", values), ("zero point", zero)):
+            if (low, high) == (info.min, info.max):
+                continue  # every value of the type is in range: no pass over the integers (int8 at 8 bits)
             if array.size and (int(array.min()) < low or int(array.max()) > high):
                 raise QuantizationError(f"{label} span {int(array.min())}..{int(array.max())}, beyond {self.bits} bits")
 
