@@ -123,7 +123,9 @@ class _LayerWriter:
             floats = (params.W if which == "W" else params.R)[first:stop]
             return self.weight(role, k, floats if sign == 1 else -floats)  # (rows of the source's array: no copy)
         values, scale = row_block(records[k], first, stop)
-        return self.g.int8(self.name(f"{role}_{k}"), (sign * values.astype(np.int16)).astype(np.int8), scale)
+        if sign != 1:  # negated through int16 (an int8 -128 has no int8 negative)
+            values = (sign * values.astype(np.int16)).astype(np.int8)
+        return self.g.int8(self.name(f"{role}_{k}"), values, scale)  # (rows of the record's array: no copy)
 
     def name(self, role: str) -> str:
         return f"{self.layer.name}/{role}"
