@@ -67,6 +67,21 @@ def test_a_gru_stack_s_layers_in_the_offset_form_run_and_read_back(tmp_path, off
     _same_weights(gp.load(tmp_path / "stack.onnx"), gp.load(out))
 
 
+def test_an_int8_gru_stack_in_the_offset_form_runs_and_reads_back(tmp_path, offset_form):
+    """--quantize-weights int8 in the offset form: the INT8 matrices after the FlatBuffer, their per-row scales in
+    it (packed as vectors, the offsets written into the packed FlatBuffer), run by LiteRT's hybrid kernels against
+    the int8 twin on onnxruntime; the file parsed with the official schema holds one scale per row of each matrix."""
+    stacked_model(tmp_path / "stack.onnx", 2, 48, "GRU")
+    out = tmp_path / "stack.tflite"
+    result = gp.convert(tmp_path / "stack.onnx", out, to="litert", layers_only=True, quantize_weights="int8")
+    assert result.verification.passed, result.verification.to_text()
+    assert len(_offset_buffers(out)) >= 8  # each direction's W and R of both layers
+    model = common.schema().ModelT.InitFromPackedBuf(out.read_bytes(), 0)
+    int8 = [t for t in model.subgraphs[0].tensors if t.type == common.schema().TensorType.INT8]
+    assert int8 and all(len(t.quantization.scale) == t.shape[0] for t in int8)
+    assert all((np.asarray(t.quantization.scale) > 0).all() and not t.quantization.zeroPoint.any() for t in int8)
+
+
 def test_a_whole_model_in_the_offset_form_runs_and_reads_back(tmp_path, offset_form):
     out = tmp_path / "dtln.tflite"
     result = gp.convert(DTLN, out, to="litert")
